@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Idempotent set-up for a fresh machine: nightly rust-src, a bpf-linker built
+# against the nightly's own LLVM, and the Debian packages the tests use.
+# When everything is present this costs well under 5 s.
+set -euo pipefail
+
+NIGHTLY=${LOCKTRACE_NIGHTLY:-nightly}
+NIGHTLY_DATE=2026-05-19
+BPF_LINKER_VERSION=0.13.0
+APT_PACKAGES=(gcc musl-tools libc6-dev apache2 mariadb-server sysbench bpftrace)
+
+die() { echo "setup: $*" >&2; exit 1; }
+
+# 1. The nightly that compiles the BPF crate, pinned by date.
+nightly_version=$(rustc +"$NIGHTLY" --version 2>/dev/null) ||
+  die "no '$NIGHTLY' toolchain; install it with: rustup toolchain install nightly-$NIGHTLY_DATE (and set LOCKTRACE_NIGHTLY)"
+case "$nightly_version" in
+  *"$NIGHTLY_DATE"*) ;;
+  *) die "toolchain '$NIGHTLY' is '$nightly_version', expected the $NIGHTLY_DATE nightly; set LOCKTRACE_NIGHTLY to a toolchain of that date" ;;
+esac
+sysroot=$(rustc +"$NIGHTLY" --print sysroot)
+
+# 2. rust-src for -Z build-std=core.
+if [ ! -d "$sysroot/lib/rustlib/src/rust/library/core" ]; then
+  echo "setup: adding rust-src to $NIGHTLY" >&2
+  rustup component add rust-src --toolchain "$NIGHTLY" ||
+    die "could not add rust-src; run by hand: rustup component add rust-src --toolchain $NIGHTLY"
+fi
+
+# 3. bpf-linker linked against the nightly's own libLLVM, so bitcode versions match.
+llvm_lib=$(ls "$sysroot"/lib/libLLVM.so.*-rust-* 2>/dev/null | head -1)
+[ -n "$llvm_lib" ] || die "no libLLVM.so in $sysroot/lib; the nightly is incomplete"
+if ! { command -v bpf-linker >/dev/null && bpf-linker --version 2>/dev/null | grep -q "$BPF_LINKER_VERSION"; }; then
+  prefix=${LOCKTRACE_CACHE:-$HOME/.cache/locktrace}/llvm-prefix
+  mkdir -p "$prefix/lib"
+  ln -sf "$llvm_lib" "$prefix/lib/libLLVM.so"
+  ln -sf "$llvm_lib" "$prefix/lib/$(basename "$llvm_lib")"
+  echo "setup: building bpf-linker $BPF_LINKER_VERSION against $(basename "$llvm_lib") (about 4 minutes, once)" >&2
+  LLVM_PREFIX="$prefix" LD_LIBRARY_PATH="$sysroot/lib" cargo +stable install bpf-linker \
+    --version "$BPF_LINKER_VERSION" --locked --no-default-features --features llvm-22 ||
+    die "building bpf-linker failed; by hand: LLVM_PREFIX=$prefix cargo install bpf-linker --version $BPF_LINKER_VERSION --no-default-features --features llvm-22"
+fi
+
+# 4. Debian packages (compilers for fixtures, servers the tests trace, bpftrace for the bench).
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing Debian packages: ${missing[*]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  { apt-get update -qq && apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null; } ||
+    die "apt-get could not install ${missing[*]}; install them by hand: apt-get update && apt-get install ${missing[*]}"
+fi
+
+# 5. tracefs for the syscall tracepoints.
+if [ ! -d /sys/kernel/tracing/events ] && [ ! -d /sys/kernel/debug/tracing/events ]; then
+  mount -t tracefs nodev /sys/kernel/tracing 2>/dev/null ||
+    die "tracefs is not mounted and could not be mounted; run: mount -t tracefs nodev /sys/kernel/tracing"
+fi

@@ -1,0 +1,168 @@
+//! Types shared by the BPF programs (`tracer-ebpf`) and userspace (`tracer-user`):
+//! map keys and values, the probe cookie layout, and the failure counters.
+//! Every type is `#[repr(C)]` and plain data so both sides agree on its bytes.
+#![no_std]
+
+/// The lock functions we probe. The discriminant indexes [`LockCounts::calls`].
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LockOp {
+    MutexLock = 0,
+    MutexTrylock = 1,
+    MutexTimedlock = 2,
+    RwlockRdlock = 3,
+    RwlockWrlock = 4,
+}
+
+/// Number of [`LockOp`] variants.
+pub const LOCK_OPS: usize = 5;
+
+impl LockOp {
+    pub const ALL: [LockOp; LOCK_OPS] = [
+        LockOp::MutexLock,
+        LockOp::MutexTrylock,
+        LockOp::MutexTimedlock,
+        LockOp::RwlockRdlock,
+        LockOp::RwlockWrlock,
+    ];
+
+    /// The libc symbol of this operation.
+    pub const fn symbol(self) -> &'static str {
+        match self {
+            LockOp::MutexLock => "pthread_mutex_lock",
+            LockOp::MutexTrylock => "pthread_mutex_trylock",
+            LockOp::MutexTimedlock => "pthread_mutex_timedlock",
+            LockOp::RwlockRdlock => "pthread_rwlock_rdlock",
+            LockOp::RwlockWrlock => "pthread_rwlock_wrlock",
+        }
+    }
+
+    pub const fn from_index(index: u32) -> Option<LockOp> {
+        match index {
+            0 => Some(LockOp::MutexLock),
+            1 => Some(LockOp::MutexTrylock),
+            2 => Some(LockOp::MutexTimedlock),
+            3 => Some(LockOp::RwlockRdlock),
+            4 => Some(LockOp::RwlockWrlock),
+            _ => None,
+        }
+    }
+}
+
+/// Value of the `LOCKS` map, keyed by the lock's address in the target:
+/// how many times each lock function was called on it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct LockCounts {
+    pub calls: [u64; LOCK_OPS],
+}
+
+/// Value of the `FUTEXES` map, keyed by the futex word's address in the target.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct FutexCounts {
+    /// futex calls that wait (WAIT, WAIT_BITSET, LOCK_PI, LOCK_PI2, WAIT_REQUEUE_PI).
+    pub waits: u64,
+    /// Total time spent inside those calls.
+    pub wait_ns: u64,
+    /// Longest single wait.
+    pub max_wait_ns: u64,
+    /// futex calls that wake (WAKE, WAKE_BITSET, UNLOCK_PI, WAKE_OP, REQUEUE, CMP_REQUEUE).
+    pub wakes: u64,
+}
+
+/// Value of the per-thread `WAITING` map, keyed by thread id: a futex wait in progress.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct FutexWait {
+    pub uaddr: u64,
+    pub start_ns: u64,
+}
+
+/// Key of the `CALLERS` map: which code address called a lock function on which lock.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct CallerKey {
+    pub lock: u64,
+    /// Return address of the lock call (the instruction after the `call`).
+    pub return_ip: u64,
+}
+
+/// Key of the `STACK_COUNTS` map: a user stack (id in the `STACKS` map) seen taking a lock.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct StackKey {
+    pub lock: u64,
+    pub stack_id: i64,
+}
+
+/// Indexes of the `DROPS` counters: events that could not be counted.
+pub mod drop_reason {
+    /// A new lock did not fit in the `LOCKS` map.
+    pub const LOCKS_FULL: u32 = 0;
+    /// A new futex did not fit in the `FUTEXES` map.
+    pub const FUTEXES_FULL: u32 = 1;
+    /// A new (lock, caller) pair did not fit in the `CALLERS` map.
+    pub const CALLERS_FULL: u32 = 2;
+    /// A stack could not be stored (stack map full or unwind failed).
+    pub const STACKS_LOST: u32 = 3;
+    /// A thread's wait start did not fit in the `WAITING` map, so that wait was not timed.
+    pub const WAITS_UNTRACKED: u32 = 4;
+    /// Reading the return address from the target's stack failed.
+    pub const CALLER_UNREADABLE: u32 = 5;
+    pub const COUNT: u32 = 6;
+    pub const NAMES: [&str; COUNT as usize] = [
+        "locks_map_full",
+        "futex_map_full",
+        "callers_map_full",
+        "stacks_lost",
+        "waits_untracked",
+        "caller_unreadable",
+    ];
+}
+
+/// Bits of the `FLAGS` global, set by userspace before load.
+pub mod flags {
+    /// Record the immediate caller of every lock call.
+    pub const CALLERS: u32 = 1;
+    /// Record user stacks (frame-pointer walk) of every lock call.
+    pub const STACKS: u32 = 2;
+    /// Count futex syscalls per address.
+    pub const FUTEX: u32 = 4;
+}
+
+/// Map sizes, shared so userspace can say "map full at N entries".
+pub const MAX_LOCKS: u32 = 65_536;
+pub const MAX_FUTEXES: u32 = 65_536;
+pub const MAX_CALLERS: u32 = 65_536;
+pub const MAX_STACKS: u32 = 16_384;
+pub const MAX_WAITING_THREADS: u32 = 16_384;
+
+/// The uprobe cookie says which lock function a probe is in and where the
+/// return address is on the stack at that probe (8 bytes per push done
+/// before the probe point, 0 at the entry).
+pub mod cookie {
+    use super::LockOp;
+
+    pub const fn encode(op: LockOp, return_address_sp_offset: u32) -> u64 {
+        ((return_address_sp_offset as u64) << 8) | op as u64
+    }
+
+    pub const fn op_index(cookie: u64) -> u32 {
+        (cookie & 0xff) as u32
+    }
+
+    pub const fn return_address_sp_offset(cookie: u64) -> u64 {
+        cookie >> 8
+    }
+}
+
+#[cfg(feature = "user")]
+mod pod {
+    // SAFETY: all of these are repr(C) plain integers without padding.
+    unsafe impl aya::Pod for super::LockCounts {}
+    unsafe impl aya::Pod for super::FutexCounts {}
+    unsafe impl aya::Pod for super::FutexWait {}
+    unsafe impl aya::Pod for super::CallerKey {}
+    unsafe impl aya::Pod for super::StackKey {}
+}

@@ -1,0 +1,280 @@
+//! locktrace's BPF programs: count lock calls per lock address (uprobes on the
+//! pthread lock functions) and futex waits/wakes per futex address (syscall
+//! tracepoints), for one target process. Userspace reads the maps at the end.
+//!
+//! Every counter is updated with an atomic add on a shared hash map entry that
+//! is first created with BPF_NOEXIST, so no increment is lost when two threads
+//! insert the same key at once. An insert that fails because the map is full
+//! is counted in `DROPS`, never silent.
+#![no_std]
+#![no_main]
+#![feature(core_intrinsics)]
+#![allow(internal_features)]
+
+use core::intrinsics::{AtomicOrdering, atomic_cxchg, atomic_xadd};
+
+use aya_ebpf::{
+    EbpfContext,
+    bindings::{BPF_F_USER_STACK, BPF_NOEXIST},
+    helpers::{
+        bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_user,
+        generated::bpf_get_attach_cookie,
+    },
+    macros::{map, tracepoint, uprobe},
+    maps::{Array, HashMap, StackTrace},
+    programs::{ProbeContext, TracePointContext},
+};
+use tracer_common::{
+    CallerKey, FutexCounts, FutexWait, LOCK_OPS, LockCounts, MAX_CALLERS, MAX_FUTEXES, MAX_LOCKS,
+    MAX_STACKS, MAX_WAITING_THREADS, StackKey, cookie, drop_reason, flags,
+};
+
+/// Host tgid of the target process; set by userspace before load.
+#[unsafe(no_mangle)]
+static TARGET_TGID: u32 = 0;
+/// Bits from `tracer_common::flags`; set by userspace before load.
+#[unsafe(no_mangle)]
+static FLAGS: u32 = 0;
+
+#[map]
+static LOCKS: HashMap<u64, LockCounts> = HashMap::with_max_entries(MAX_LOCKS, 0);
+#[map]
+static FUTEXES: HashMap<u64, FutexCounts> = HashMap::with_max_entries(MAX_FUTEXES, 0);
+#[map]
+static WAITING: HashMap<u32, FutexWait> = HashMap::with_max_entries(MAX_WAITING_THREADS, 0);
+#[map]
+static CALLERS: HashMap<CallerKey, u64> = HashMap::with_max_entries(MAX_CALLERS, 0);
+#[map]
+static STACKS: StackTrace = StackTrace::with_max_entries(MAX_STACKS, 0);
+#[map]
+static STACK_COUNTS: HashMap<StackKey, u64> = HashMap::with_max_entries(MAX_STACKS, 0);
+/// Calls of the request-boundary function (index 0), when one is probed.
+#[map]
+static REQUESTS: Array<u64> = Array::with_max_entries(1, 0);
+#[map]
+static DROPS: Array<u64> = Array::with_max_entries(drop_reason::COUNT, 0);
+
+#[inline(always)]
+fn config(global: &'static u32) -> u32 {
+    // Globals live in .rodata and are rewritten at load time; read them volatile
+    // so the compiler does not fold the link-time zero.
+    unsafe { core::ptr::read_volatile(global) }
+}
+
+#[inline(always)]
+fn is_target() -> bool {
+    (bpf_get_current_pid_tgid() >> 32) as u32 == config(&TARGET_TGID)
+}
+
+#[inline(always)]
+fn add(counter: *mut u64, value: u64) {
+    // Relaxed atomic add with the result unused compiles to BPF's lock xadd.
+    unsafe { atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(counter, value) };
+}
+
+#[inline(always)]
+fn count_drop(reason: u32) {
+    if let Some(counter) = DROPS.get_ptr_mut(reason) {
+        add(counter, 1);
+    }
+}
+
+/// Pointer to the entry of `key`, creating a zeroed one if absent.
+/// BPF_NOEXIST makes concurrent first inserts safe: the loser's insert fails
+/// with EEXIST and it then finds the winner's entry.
+#[inline(always)]
+fn entry<K, V: Default>(map: &HashMap<K, V>, key: &K, full_reason: u32) -> Option<*mut V> {
+    if let Some(value) = map.get_ptr_mut(key) {
+        return Some(value);
+    }
+    let _ = map.insert(key, &V::default(), BPF_NOEXIST as u64);
+    let value = map.get_ptr_mut(key);
+    if value.is_none() {
+        count_drop(full_reason);
+    }
+    value
+}
+
+/// Atomically raise `*slot` to `value` (a few compare-exchange rounds suffice:
+/// each failed round means another CPU raised it meanwhile).
+#[inline(always)]
+fn raise_to(slot: *mut u64, value: u64) {
+    let mut seen = unsafe { core::ptr::read_volatile(slot) };
+    for _ in 0..8 {
+        if seen >= value {
+            return;
+        }
+        let (previous, swapped) = unsafe {
+            atomic_cxchg::<u64, { AtomicOrdering::Relaxed }, { AtomicOrdering::Relaxed }>(
+                slot, seen, value,
+            )
+        };
+        if swapped {
+            return;
+        }
+        seen = previous;
+    }
+}
+
+/// Attached to every probe point of every pthread lock function. The cookie
+/// says which function, and where its return address is on the stack.
+#[uprobe]
+pub fn lock_call(ctx: ProbeContext) -> u32 {
+    if !is_target() {
+        return 0;
+    }
+    let Some(lock) = ctx.arg::<u64>(0) else {
+        return 0;
+    };
+    let cookie = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) };
+    let op = cookie::op_index(cookie) as usize;
+    if op >= LOCK_OPS {
+        return 0;
+    }
+    if let Some(counts) = entry(&LOCKS, &lock, drop_reason::LOCKS_FULL) {
+        add(unsafe { &mut (*counts).calls[op] }, 1);
+    }
+    let wanted = config(&FLAGS);
+    if wanted & flags::CALLERS != 0 {
+        record_caller(&ctx, lock, cookie);
+    }
+    if wanted & flags::STACKS != 0 {
+        record_stack(&ctx, lock);
+    }
+    0
+}
+
+#[inline(always)]
+fn record_caller(ctx: &ProbeContext, lock: u64, cookie: u64) {
+    // At the probe point the return address sits at sp + (8 bytes per push
+    // done since the entry): right even without frame pointers.
+    let sp = unsafe { (*ctx.regs).rsp };
+    let slot = sp + cookie::return_address_sp_offset(cookie);
+    let Ok(return_ip) = (unsafe { bpf_probe_read_user(slot as *const u64) }) else {
+        count_drop(drop_reason::CALLER_UNREADABLE);
+        return;
+    };
+    let key = CallerKey { lock, return_ip };
+    if let Some(count) = entry(&CALLERS, &key, drop_reason::CALLERS_FULL) {
+        add(count, 1);
+    }
+}
+
+#[inline(always)]
+fn record_stack<C: EbpfContext>(ctx: &C, lock: u64) {
+    let stack_id = unsafe {
+        aya_ebpf::helpers::bpf_get_stackid(
+            ctx.as_ptr(),
+            &STACKS as *const StackTrace as *mut core::ffi::c_void,
+            BPF_F_USER_STACK as u64,
+        )
+    };
+    if stack_id < 0 {
+        count_drop(drop_reason::STACKS_LOST);
+        return;
+    }
+    let key = StackKey { lock, stack_id };
+    if let Some(count) = entry(&STACK_COUNTS, &key, drop_reason::STACKS_LOST) {
+        add(count, 1);
+    }
+}
+
+/// Attached to the user's request-boundary function (`--request-probe`).
+#[uprobe]
+pub fn request_boundary(_ctx: ProbeContext) -> u32 {
+    if is_target() {
+        if let Some(counter) = REQUESTS.get_ptr_mut(0) {
+            add(counter, 1);
+        }
+    }
+    0
+}
+
+// Offsets in the syscalls:sys_enter_futex record
+// (see /sys/kernel/tracing/events/syscalls/sys_enter_futex/format).
+const ENTER_UADDR: usize = 16;
+const ENTER_OP: usize = 24;
+
+const FUTEX_CMD_MASK: u64 = !(128 | 256); // ~(FUTEX_PRIVATE_FLAG | FUTEX_CLOCK_REALTIME)
+
+enum FutexKind {
+    Wait,
+    Wake,
+    Other,
+}
+
+#[inline(always)]
+fn futex_kind(op: u64) -> FutexKind {
+    match op & FUTEX_CMD_MASK {
+        // WAIT, LOCK_PI, WAIT_BITSET, WAIT_REQUEUE_PI, LOCK_PI2
+        0 | 6 | 9 | 11 | 13 => FutexKind::Wait,
+        // WAKE, REQUEUE, CMP_REQUEUE, WAKE_OP, UNLOCK_PI, WAKE_BITSET, CMP_REQUEUE_PI
+        1 | 3 | 4 | 5 | 7 | 10 | 12 => FutexKind::Wake,
+        _ => FutexKind::Other,
+    }
+}
+
+#[tracepoint]
+pub fn futex_enter(ctx: TracePointContext) -> u32 {
+    if !is_target() {
+        return 0;
+    }
+    let (Ok(uaddr), Ok(op)) = (unsafe { ctx.read_at::<u64>(ENTER_UADDR) }, unsafe {
+        ctx.read_at::<u64>(ENTER_OP)
+    }) else {
+        return 0;
+    };
+    match futex_kind(op) {
+        FutexKind::Wait => {
+            let tid = bpf_get_current_pid_tgid() as u32;
+            let wait = FutexWait {
+                uaddr,
+                start_ns: unsafe { bpf_ktime_get_ns() },
+            };
+            if WAITING.insert(&tid, &wait, 0).is_err() {
+                count_drop(drop_reason::WAITS_UNTRACKED);
+            }
+            if config(&FLAGS) & flags::STACKS != 0 {
+                record_stack(&ctx, uaddr);
+            }
+        }
+        FutexKind::Wake => {
+            if let Some(counts) = entry(&FUTEXES, &uaddr, drop_reason::FUTEXES_FULL) {
+                add(unsafe { &mut (*counts).wakes }, 1);
+            }
+        }
+        FutexKind::Other => {}
+    }
+    0
+}
+
+#[tracepoint]
+pub fn futex_exit(_ctx: TracePointContext) -> u32 {
+    if !is_target() {
+        return 0;
+    }
+    let tid = bpf_get_current_pid_tgid() as u32;
+    let Some(wait) = (unsafe { WAITING.get(&tid) }).copied() else {
+        return 0;
+    };
+    let _ = WAITING.remove(&tid);
+    let waited = unsafe { bpf_ktime_get_ns() }.saturating_sub(wait.start_ns);
+    if let Some(counts) = entry(&FUTEXES, &wait.uaddr, drop_reason::FUTEXES_FULL) {
+        unsafe {
+            add(&mut (*counts).waits, 1);
+            add(&mut (*counts).wait_ns, waited);
+            raise_to(&mut (*counts).max_wait_ns, waited);
+        }
+    }
+    0
+}
+
+#[cfg(not(test))]
+#[panic_handler]
+fn panic(_info: &core::panic::PanicInfo) -> ! {
+    loop {}
+}
+
+#[unsafe(link_section = "license")]
+#[unsafe(no_mangle)]
+static LICENSE: [u8; 4] = *b"GPL\0";
