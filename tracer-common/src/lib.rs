@@ -79,13 +79,18 @@ pub struct FutexWait {
     pub start_ns: u64,
 }
 
-/// Key of the `CALLERS` map: which code address called a lock function on which lock.
+/// Key of the `CALLERS` map: which code address called which lock function on which lock.
+/// Userspace also uses it to drop nested calls (musl's `pthread_mutex_lock`
+/// calls `pthread_mutex_timedlock`, whose caller is then a lock function).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct CallerKey {
     pub lock: u64,
     /// Return address of the lock call (the instruction after the `call`).
     pub return_ip: u64,
+    /// [`LockOp`] index.
+    pub op: u32,
+    pub _pad: u32,
 }
 
 /// Key of the `STACK_COUNTS` map: a user stack (id in the `STACKS` map) seen taking a lock.

@@ -136,7 +136,7 @@ pub fn lock_call(ctx: ProbeContext) -> u32 {
     }
     let wanted = config(&FLAGS);
     if wanted & flags::CALLERS != 0 {
-        record_caller(&ctx, lock, cookie);
+        record_caller(&ctx, lock, cookie, op as u32);
     }
     if wanted & flags::STACKS != 0 {
         record_stack(&ctx, lock);
@@ -145,7 +145,7 @@ pub fn lock_call(ctx: ProbeContext) -> u32 {
 }
 
 #[inline(always)]
-fn record_caller(ctx: &ProbeContext, lock: u64, cookie: u64) {
+fn record_caller(ctx: &ProbeContext, lock: u64, cookie: u64, op: u32) {
     // At the probe point the return address sits at sp + (8 bytes per push
     // done since the entry): right even without frame pointers.
     let sp = unsafe { (*ctx.regs).rsp };
@@ -154,7 +154,12 @@ fn record_caller(ctx: &ProbeContext, lock: u64, cookie: u64) {
         count_drop(drop_reason::CALLER_UNREADABLE);
         return;
     };
-    let key = CallerKey { lock, return_ip };
+    let key = CallerKey {
+        lock,
+        return_ip,
+        op,
+        _pad: 0,
+    };
     if let Some(count) = entry(&CALLERS, &key, drop_reason::CALLERS_FULL) {
         add(count, 1);
     }

@@ -1,0 +1,136 @@
+//! Finds the pthread lock functions the target actually calls: in its
+//! dynamically linked libc (glibc's libc.so.6 or libpthread, musl's
+//! ld-musl-*.so.1) or in the executable itself when it is statically linked.
+use std::collections::BTreeSet;
+
+use anyhow::{Context, Result, bail};
+use object::{Object, ObjectSegment, ObjectSymbol, SymbolKind};
+use tracer_common::LockOp;
+
+use crate::target::Target;
+
+/// One lock function in one module of the target.
+#[derive(Debug, Clone)]
+pub struct LockFunction {
+    pub op: LockOp,
+    /// Module path as the target sees it.
+    pub module: String,
+    /// Offset of the function's first byte in the module file (what uprobes take).
+    pub file_offset: u64,
+    /// The function's machine code (empty if the symbol has no size).
+    pub code: Vec<u8>,
+    /// Runtime address range of the function in the target.
+    pub runtime_start: u64,
+    pub runtime_end: u64,
+}
+
+/// Every lock function, per op, from the module that defines it first in
+/// symbol lookup order (the executable, then libraries in load order).
+pub fn find(target: &Target) -> Result<Vec<LockFunction>> {
+    let mut modules: Vec<String> = Vec::new();
+    let mut seen = BTreeSet::new();
+    // The executable first: a static binary (or one that interposes) wins.
+    for mapping in &target.maps {
+        if mapping.is_file() && mapping.is_executable() && seen.insert(mapping.path.clone()) {
+            if mapping.path == target.exe {
+                modules.insert(0, mapping.path.clone());
+            } else {
+                modules.push(mapping.path.clone());
+            }
+        }
+    }
+    let mut found: Vec<LockFunction> = Vec::new();
+    let mut stripped = Vec::new();
+    for module in &modules {
+        let missing: Vec<LockOp> = LockOp::ALL
+            .into_iter()
+            .filter(|op| !found.iter().any(|f| f.op == *op))
+            .collect();
+        if missing.is_empty() {
+            break;
+        }
+        let path = target.host_path(module);
+        let Ok(data) = std::fs::read(&path) else { continue };
+        let Ok(elf) = object::File::parse(&*data) else { continue };
+        if elf.symbols().next().is_none() && elf.dynamic_symbols().next().is_none() {
+            stripped.push(module.clone());
+            continue;
+        }
+        for op in missing {
+            if let Some(function) = lookup(&elf, &data, op, module, target)? {
+                found.push(function);
+            }
+        }
+    }
+    if !found.iter().any(|f| f.op == LockOp::MutexLock) {
+        if !stripped.is_empty() {
+            bail!(
+                "no pthread_mutex_lock symbol in process {}: {} has no symbol table (stripped); trace an unstripped build or install its debug symbols",
+                target.pid,
+                stripped.join(", ")
+            );
+        }
+        bail!(
+            "no libc with pthread lock functions found in process {} ({}); it does not use pthread mutexes (try --mode contention for futex-only locks)",
+            target.pid,
+            target.exe
+        );
+    }
+    Ok(found)
+}
+
+fn lookup(
+    elf: &object::File,
+    data: &[u8],
+    op: LockOp,
+    module: &str,
+    target: &Target,
+) -> Result<Option<LockFunction>> {
+    let name = op.symbol();
+    let symbol = elf
+        .symbols()
+        .chain(elf.dynamic_symbols())
+        .find(|symbol| {
+            symbol.kind() == SymbolKind::Text
+                && symbol.is_definition()
+                && symbol.name().is_ok_and(|n| n == name || n.strip_prefix(name).is_some_and(|v| v.starts_with('@')))
+        });
+    let Some(symbol) = symbol else { return Ok(None) };
+    let address = symbol.address();
+    let Some(file_offset) = file_offset_of(elf, address) else {
+        return Ok(None);
+    };
+    let size = symbol.size() as usize;
+    let code = data
+        .get(file_offset as usize..file_offset as usize + size)
+        .unwrap_or_default()
+        .to_vec();
+    let runtime_start = runtime_address(target, module, file_offset)
+        .with_context(|| format!("{module} is not mapped executable in process {}", target.pid))?;
+    Ok(Some(LockFunction {
+        op,
+        module: module.to_string(),
+        file_offset,
+        code,
+        runtime_start,
+        runtime_end: runtime_start + size.max(1) as u64,
+    }))
+}
+
+/// File offset of an ELF virtual address, through the segment that maps it.
+pub fn file_offset_of(elf: &object::File, address: u64) -> Option<u64> {
+    elf.segments().find_map(|segment| {
+        let (file_start, file_size) = segment.file_range();
+        let start = segment.address();
+        (address >= start && address < start + file_size).then(|| address - start + file_start)
+    })
+}
+
+/// Runtime address in the target of a file offset in `module`.
+pub fn runtime_address(target: &Target, module: &str, file_offset: u64) -> Option<u64> {
+    target.maps.iter().find_map(|mapping| {
+        let end_offset = mapping.offset + (mapping.end - mapping.start);
+        (mapping.path == module && file_offset >= mapping.offset && file_offset < end_offset)
+            .then(|| mapping.start + file_offset - mapping.offset)
+    })
+}

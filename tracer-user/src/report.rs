@@ -1,0 +1,202 @@
+//! The report model: a plain serde structure that the table, JSON, folded
+//! stacks and compare all read. Built from what was collected, in one pass.
+//!
+//! Schema `locktrace.report/1`: later versions add fields, never rename them.
+use std::collections::BTreeMap;
+
+use anyhow::{Context, Result, bail};
+use serde::{Deserialize, Serialize};
+use tracer_common::{LockOp, drop_reason};
+
+use crate::{collect::Collected, lockfuncs::LockFunction};
+
+pub const SCHEMA: &str = "locktrace.report/1";
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Report {
+    pub schema: String,
+    pub target: TargetInfo,
+    pub duration_s: f64,
+    /// `all`, `contention` or `sampled`.
+    pub mode: String,
+    /// `entry` or `auto`.
+    #[serde(default)]
+    pub placement: Option<String>,
+    /// Why recording stopped: `duration`, `interrupted` or `target_exited`.
+    #[serde(default)]
+    pub stopped_by: String,
+    /// Sorted by acquisitions, then contended waits.
+    pub locks: Vec<Lock>,
+    /// Events that could not be counted, by reason (zero counts omitted).
+    pub dropped: BTreeMap<String, u64>,
+    pub totals: Totals,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct TargetInfo {
+    pub pid: u32,
+    pub exe: String,
+    pub cmdline: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Lock {
+    /// Address in the target, `0x…`.
+    pub address: String,
+    /// `mutex`, `rwlock`, or `futex` (a futex word no pthread lock function was seen on).
+    pub kind: String,
+    /// Lock calls; null where lock functions were not probed.
+    pub acquisitions: Option<u64>,
+    /// Lock calls per function (`pthread_mutex_lock`: n, …).
+    #[serde(default)]
+    pub calls: BTreeMap<String, u64>,
+    /// Futex waits on the lock (each one a contended acquisition).
+    pub contended: u64,
+    pub wakes: u64,
+    pub wait_ns: u64,
+    pub max_wait_ns: u64,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Totals {
+    pub acquisitions: Option<u64>,
+    pub contended: u64,
+    pub wakes: u64,
+    pub wait_ns: u64,
+}
+
+/// Bytes a lock of each kind spans: futex words inside it belong to it.
+/// glibc x86-64: pthread_mutex_t is 40 bytes, pthread_rwlock_t 56.
+fn lock_span(kind: &str) -> u64 {
+    match kind {
+        "rwlock" => 56,
+        _ => 40,
+    }
+}
+
+/// How the report was recorded, for its header.
+pub struct RecordInfo {
+    pub target: TargetInfo,
+    pub duration_s: f64,
+    pub mode: String,
+    pub placement: Option<String>,
+    pub stopped_by: String,
+    /// False in contention mode: acquisitions are then unknown (null).
+    pub counted_acquisitions: bool,
+}
+
+pub fn build(info: RecordInfo, collected: &Collected, functions: &[LockFunction]) -> Report {
+    let nested = nested_calls(collected, functions);
+    let mut locks: BTreeMap<u64, Lock> = BTreeMap::new();
+    for (&address, counts) in &collected.locks {
+        let mut calls = BTreeMap::new();
+        for op in LockOp::ALL {
+            let n = counts.calls[op as usize].saturating_sub(*nested.get(&(address, op as u32)).unwrap_or(&0));
+            if n > 0 {
+                calls.insert(op.symbol().to_string(), n);
+            }
+        }
+        if calls.is_empty() {
+            continue;
+        }
+        let is_rwlock = counts.calls[LockOp::RwlockRdlock as usize] + counts.calls[LockOp::RwlockWrlock as usize] > 0;
+        locks.insert(address, Lock {
+            address: format!("{address:#x}"),
+            kind: if is_rwlock { "rwlock" } else { "mutex" }.into(),
+            acquisitions: Some(calls.values().sum()),
+            calls,
+            contended: 0,
+            wakes: 0,
+            wait_ns: 0,
+            max_wait_ns: 0,
+        });
+    }
+    for (&futex, counts) in &collected.futexes {
+        // The lock whose bytes contain this futex word, if any.
+        let owner = locks
+            .range(..=futex)
+            .next_back()
+            .filter(|(start, lock)| futex < **start + lock_span(&lock.kind))
+            .map(|(start, _)| *start);
+        let lock = locks.entry(owner.unwrap_or(futex)).or_insert_with(|| Lock {
+            address: format!("{futex:#x}"),
+            kind: "futex".into(),
+            acquisitions: None,
+            calls: BTreeMap::new(),
+            contended: 0,
+            wakes: 0,
+            wait_ns: 0,
+            max_wait_ns: 0,
+        });
+        lock.contended += counts.waits;
+        lock.wakes += counts.wakes;
+        lock.wait_ns += counts.wait_ns;
+        lock.max_wait_ns = lock.max_wait_ns.max(counts.max_wait_ns);
+    }
+    let mut locks: Vec<Lock> = locks.into_values().collect();
+    locks.sort_by(|a, b| {
+        (b.acquisitions.unwrap_or(0), b.contended, b.wait_ns).cmp(&(a.acquisitions.unwrap_or(0), a.contended, a.wait_ns))
+    });
+    let totals = Totals {
+        acquisitions: info
+            .counted_acquisitions
+            .then(|| locks.iter().filter_map(|lock| lock.acquisitions).sum()),
+        contended: locks.iter().map(|lock| lock.contended).sum(),
+        wakes: locks.iter().map(|lock| lock.wakes).sum(),
+        wait_ns: locks.iter().map(|lock| lock.wait_ns).sum(),
+    };
+    let dropped = drop_reason::NAMES
+        .iter()
+        .zip(collected.drops)
+        .filter(|(_, n)| *n > 0)
+        .map(|(name, n)| (name.to_string(), n))
+        .collect();
+    Report {
+        schema: SCHEMA.into(),
+        target: info.target,
+        duration_s: info.duration_s,
+        mode: info.mode,
+        placement: info.placement,
+        stopped_by: info.stopped_by,
+        locks,
+        dropped,
+        totals,
+    }
+}
+
+/// Lock calls made from inside another lock function (musl's
+/// pthread_mutex_lock calls pthread_mutex_timedlock, which calls
+/// pthread_mutex_trylock): one acquisition, so only the outer call counts.
+fn nested_calls(collected: &Collected, functions: &[LockFunction]) -> BTreeMap<(u64, u32), u64> {
+    let mut nested = BTreeMap::new();
+    for (key, &count) in &collected.callers {
+        let from_lock_function = functions
+            .iter()
+            .any(|f| (f.runtime_start..f.runtime_end).contains(&key.return_ip));
+        if from_lock_function {
+            *nested.entry((key.lock, key.op)).or_insert(0) += count;
+        }
+    }
+    nested
+}
+
+impl Report {
+    pub fn load(path: &std::path::Path) -> Result<Report> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read report {}", path.display()))?;
+        let value: serde_json::Value = serde_json::from_str(&text)
+            .with_context(|| format!("{} is not a locktrace report (not JSON)", path.display()))?;
+        match value.get("schema").and_then(|schema| schema.as_str()) {
+            Some(SCHEMA) => {}
+            Some(other) => bail!("{} is a report of schema {other}; this locktrace reads {SCHEMA}", path.display()),
+            None => bail!("{} is not a locktrace report (no \"schema\": \"{SCHEMA}\")", path.display()),
+        }
+        serde_json::from_value(value)
+            .with_context(|| format!("{} is a damaged locktrace report", path.display()))
+    }
+
+    pub fn save(&self, path: &std::path::Path) -> Result<()> {
+        let text = serde_json::to_string_pretty(self)?;
+        std::fs::write(path, text + "\n").with_context(|| format!("cannot write {}", path.display()))
+    }
+}

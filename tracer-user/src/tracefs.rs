@@ -1,0 +1,63 @@
+//! Preconditions of the kernel side: privileges, uprobe support, and a
+//! mounted tracefs (the syscall tracepoints are found there). Each failure is
+//! one line that says what to do.
+use std::path::Path;
+
+use anyhow::{Result, bail};
+
+const TRACEFS: &str = "/sys/kernel/tracing";
+const DEBUGFS_TRACING: &str = "/sys/kernel/debug/tracing";
+const UPROBE_PMU: &str = "/sys/bus/event_source/devices/uprobe/type";
+const FUTEX_EVENT: &str = "events/syscalls/sys_enter_futex";
+
+/// CAP_SYS_ADMIN, CAP_PERFMON, CAP_BPF.
+const CAP_SYS_ADMIN: u32 = 21;
+const CAP_PERFMON: u32 = 38;
+const CAP_BPF: u32 = 39;
+
+pub fn check_privileges() -> Result<()> {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let effective = status
+        .lines()
+        .find_map(|line| line.strip_prefix("CapEff:"))
+        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+        .unwrap_or(0);
+    let has = |cap: u32| effective & (1u64 << cap) != 0;
+    if !(has(CAP_SYS_ADMIN) || has(CAP_BPF) && has(CAP_PERFMON)) {
+        bail!("locktrace needs root (or CAP_BPF and CAP_PERFMON) to load BPF programs; run it with sudo");
+    }
+    Ok(())
+}
+
+pub fn check_uprobes() -> Result<()> {
+    if !Path::new(UPROBE_PMU).exists() {
+        bail!("this kernel lacks uprobe support ({UPROBE_PMU} is missing); use a kernel built with CONFIG_UPROBE_EVENTS");
+    }
+    Ok(())
+}
+
+/// Makes sure tracefs is mounted, mounting it if needed. Returns its path.
+pub fn ensure_tracefs() -> Result<&'static str> {
+    for dir in [TRACEFS, DEBUGFS_TRACING] {
+        if Path::new(dir).join("events").is_dir() {
+            return check_futex_events(dir);
+        }
+    }
+    let source = c"nodev";
+    let target = c"/sys/kernel/tracing";
+    let fstype = c"tracefs";
+    // SAFETY: plain mount(2) with valid NUL-terminated strings.
+    let rc = unsafe { libc::mount(source.as_ptr(), target.as_ptr(), fstype.as_ptr(), 0, std::ptr::null()) };
+    if rc != 0 || !Path::new(TRACEFS).join("events").is_dir() {
+        let error = std::io::Error::last_os_error();
+        bail!("tracefs is not mounted and mounting it failed ({error}); mount it with: mount -t tracefs nodev {TRACEFS}");
+    }
+    check_futex_events(TRACEFS)
+}
+
+fn check_futex_events(dir: &'static str) -> Result<&'static str> {
+    if !Path::new(dir).join(FUTEX_EVENT).is_dir() {
+        bail!("this kernel lacks the syscalls:sys_enter_futex tracepoint; use a kernel built with CONFIG_FTRACE_SYSCALLS");
+    }
+    Ok(dir)
+}
