@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# The whole test suite, from a fresh machine: set-up, lint, then every test
+# (unit and real-BPF integration tests; run as root).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets --locked -- -D warnings
+# Integration tests share 2 cores with the fixtures they trace: run two at a time.
+cargo test --workspace --locked -- --test-threads=2

@@ -1,0 +1,245 @@
+//! Test harness: builds the C fixtures, starts them, attaches a real
+//! `locktrace record` (real BPF, needs root) and reads its JSON report.
+#![allow(dead_code)]
+
+use std::{
+    collections::HashMap,
+    io::{BufRead, BufReader, Write},
+    path::{Path, PathBuf},
+    process::{Child, ChildStdin, Command, Stdio},
+    sync::Mutex,
+    time::{Duration, Instant},
+};
+
+use serde_json::Value;
+
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+pub fn locktrace() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_locktrace"))
+}
+
+/// How a C fixture is compiled and linked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flavor {
+    Glibc,
+    GlibcStatic,
+    Musl,
+    MuslStatic,
+}
+
+impl Flavor {
+    pub const ALL: [Flavor; 4] = [Flavor::Glibc, Flavor::GlibcStatic, Flavor::Musl, Flavor::MuslStatic];
+
+    fn suffix(self) -> &'static str {
+        match self {
+            Flavor::Glibc => "glibc",
+            Flavor::GlibcStatic => "glibc-static",
+            Flavor::Musl => "musl",
+            Flavor::MuslStatic => "musl-static",
+        }
+    }
+}
+
+static BUILD_LOCK: Mutex<()> = Mutex::new(());
+
+/// Compiles `fixtures/NAME.c` (once per flavor and source change) and returns the binary.
+pub fn fixture(name: &str, flavor: Flavor) -> PathBuf {
+    fixture_with(name, flavor, &[])
+}
+
+/// Like [`fixture`], with extra compiler flags (which become part of the binary's name).
+pub fn fixture_with(name: &str, flavor: Flavor, extra_flags: &[&str]) -> PathBuf {
+    let _guard = BUILD_LOCK.lock().unwrap_or_else(|poison| poison.into_inner());
+    let source = repo_root().join("fixtures").join(format!("{name}.c"));
+    let out_dir = repo_root().join("target").join("fixtures");
+    std::fs::create_dir_all(&out_dir).unwrap();
+    let tag: String = extra_flags.iter().map(|flag| flag.replace(['-', '='], "")).collect::<Vec<_>>().join("_");
+    let binary = out_dir.join(format!("{name}-{}{}{}", flavor.suffix(), if tag.is_empty() { "" } else { "-" }, tag));
+    let fresh = |path: &Path| {
+        let built = std::fs::metadata(path).and_then(|m| m.modified()).ok();
+        let changed = std::fs::metadata(&source).and_then(|m| m.modified()).ok();
+        matches!((built, changed), (Some(b), Some(c)) if b >= c)
+    };
+    if fresh(&binary) {
+        return binary;
+    }
+    let compiler = match flavor {
+        Flavor::Glibc | Flavor::GlibcStatic => "gcc",
+        Flavor::Musl | Flavor::MuslStatic => "musl-gcc",
+    };
+    let mut command = Command::new(compiler);
+    command.args(["-O2", "-g", "-pthread", "-o"]).arg(&binary).arg(&source).args(extra_flags);
+    if matches!(flavor, Flavor::GlibcStatic | Flavor::MuslStatic) {
+        command.arg("-static");
+    }
+    let output = command.output().unwrap_or_else(|e| panic!("running {compiler}: {e} (scripts/setup.sh installs it)"));
+    assert!(output.status.success(), "compiling {name} ({flavor:?}) failed:\n{}", String::from_utf8_lossy(&output.stderr));
+    binary
+}
+
+/// A running fixture: it printed `NAME 0xADDR` lines and `ready`, and waits
+/// for a line on stdin before it works.
+pub struct Fixture {
+    pub child: Child,
+    stdin: Option<ChildStdin>,
+    /// Addresses the fixture printed, by name, in order.
+    pub addresses: HashMap<String, Vec<u64>>,
+    /// Other lines printed before `ready`.
+    pub lines: Vec<String>,
+    stdout: BufReader<std::process::ChildStdout>,
+}
+
+impl Fixture {
+    pub fn spawn(binary: &Path, args: &[&str]) -> Fixture {
+        Self::spawn_command(Command::new(binary).args(args))
+    }
+
+    pub fn spawn_command(command: &mut Command) -> Fixture {
+        let mut child = command
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("starting fixture");
+        let stdin = child.stdin.take();
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut addresses: HashMap<String, Vec<u64>> = HashMap::new();
+        let mut lines = Vec::new();
+        loop {
+            let mut line = String::new();
+            if stdout.read_line(&mut line).unwrap() == 0 {
+                panic!("fixture exited before printing ready; printed {lines:?}");
+            }
+            let line = line.trim().to_string();
+            if line == "ready" {
+                break;
+            }
+            match line.split_once(' ') {
+                Some((name, value)) if value.starts_with("0x") => {
+                    let address = u64::from_str_radix(&value[2..], 16).unwrap();
+                    addresses.entry(name.to_string()).or_default().push(address);
+                }
+                _ => lines.push(line),
+            }
+        }
+        Fixture { child, stdin, addresses, lines, stdout }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn address(&self, name: &str) -> u64 {
+        self.addresses.get(name).and_then(|a| a.first().copied()).unwrap_or_else(|| panic!("fixture printed no {name} address"))
+    }
+
+    /// Lets the fixture start its work.
+    pub fn start(&mut self) {
+        let mut stdin = self.stdin.take().expect("fixture already started");
+        stdin.write_all(b"go\n").unwrap();
+    }
+
+    /// Waits for the fixture to exit; returns the rest of its stdout.
+    pub fn wait(mut self) -> String {
+        let mut rest = String::new();
+        let _ = std::io::Read::read_to_string(&mut self.stdout, &mut rest);
+        let status = self.child.wait().unwrap();
+        assert!(status.success(), "fixture failed: {status}");
+        rest
+    }
+}
+
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        // Only the process this test started, by its pid.
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// A running `locktrace record` whose probes are live.
+pub struct Trace {
+    pub child: Child,
+    pub json: PathBuf,
+    pub stderr_lines: Vec<String>,
+    _dir: tempfile::TempDir,
+}
+
+impl Trace {
+    /// Starts `locktrace record --pid PID --json FILE EXTRA…` and waits until it says its probes are live.
+    pub fn attach(pid: u32, extra: &[&str]) -> Trace {
+        let dir = tempfile::tempdir().unwrap();
+        let json = dir.path().join("report.json");
+        let mut child = locktrace()
+            .args(["record", "--pid", &pid.to_string(), "--json"])
+            .arg(&json)
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("starting locktrace");
+        let mut stderr = BufReader::new(child.stderr.take().unwrap());
+        let mut stderr_lines = Vec::new();
+        let started = Instant::now();
+        loop {
+            let mut line = String::new();
+            if stderr.read_line(&mut line).unwrap() == 0 {
+                let status = child.wait().unwrap();
+                panic!("locktrace exited ({status}) before its probes were live: {stderr_lines:?}");
+            }
+            let live = line.contains(" live after ");
+            stderr_lines.push(line.trim_end().to_string());
+            if live {
+                break;
+            }
+            assert!(started.elapsed() < Duration::from_secs(30), "attach took too long");
+        }
+        // Keep draining stderr so the tracer never blocks on a full pipe.
+        std::thread::spawn(move || for _ in stderr.lines() {});
+        Trace { child, json, stderr_lines, _dir: dir }
+    }
+
+    /// Waits for locktrace to finish (duration, target exit) and returns (report, stdout table).
+    pub fn finish(mut self) -> (Value, String) {
+        let mut table = String::new();
+        std::io::Read::read_to_string(self.child.stdout.as_mut().unwrap(), &mut table).unwrap();
+        let status = self.child.wait().unwrap();
+        assert!(status.success(), "locktrace failed ({status}); stdout:\n{table}");
+        let text = std::fs::read_to_string(&self.json).expect("locktrace wrote no JSON report");
+        (serde_json::from_str(&text).expect("report is JSON"), table)
+    }
+
+    /// Sends SIGINT (as Ctrl-C would) to this locktrace, by its pid.
+    pub fn interrupt(&self) {
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
+    }
+}
+
+/// The lock at `address` in a report, if present.
+pub fn lock_at(report: &Value, address: u64) -> Option<&Value> {
+    let wanted = format!("{address:#x}");
+    report["locks"].as_array()?.iter().find(|lock| lock["address"] == wanted.as_str())
+}
+
+pub fn acquisitions(report: &Value, address: u64) -> u64 {
+    lock_at(report, address)
+        .unwrap_or_else(|| panic!("no lock at {address:#x} in the report"))["acquisitions"]
+        .as_u64()
+        .expect("acquisitions counted")
+}
+
+/// Runs a fixture under the tracer from start to exit and returns (report, fixture).
+pub fn trace_fixture(binary: &Path, args: &[&str], tracer_args: &[&str]) -> (Value, HashMap<String, Vec<u64>>) {
+    let mut fixture = Fixture::spawn(binary, args);
+    let trace = Trace::attach(fixture.pid(), tracer_args);
+    fixture.start();
+    let addresses = fixture.addresses.clone();
+    fixture.wait();
+    let (report, _) = trace.finish();
+    (report, addresses)
+}
