@@ -37,13 +37,20 @@ pub struct PlacedFunction {
 
 pub fn place(function: &LockFunction, placement: Placement) -> PlacedFunction {
     let entry = PlacedFunction {
-        points: vec![ProbePoint { file_offset: function.file_offset, return_address_sp_offset: 0 }],
+        points: vec![ProbePoint {
+            file_offset: function.file_offset,
+            return_address_sp_offset: 0,
+        }],
         fallback_reason: None,
     };
     match placement {
         Placement::Entry => entry,
         Placement::Auto => PlacedFunction {
-            fallback_reason: Some("auto placement is not implemented yet".into()),
+            fallback_reason: Some(if function.code.is_empty() {
+                "the symbol has no size".into()
+            } else {
+                "auto placement is not implemented yet".into()
+            }),
             ..entry
         },
     }

@@ -29,8 +29,21 @@ pub async fn record(options: &RecordOptions) -> Result<Report> {
     let functions = lockfuncs::find(&target)?;
     let placed: Vec<_> = functions
         .iter()
-        .map(|function| (function.clone(), placement::place(function, options.placement)))
+        .map(|function| {
+            (
+                function.clone(),
+                placement::place(function, options.placement),
+            )
+        })
         .collect();
+    for (function, placed) in &placed {
+        if let Some(reason) = &placed.fallback_reason {
+            eprintln!(
+                "locktrace: {}: probe at the entry ({reason})",
+                function.op.symbol()
+            );
+        }
+    }
     let plan = loader::LoadPlan {
         target: &target,
         functions: &placed,
@@ -39,7 +52,8 @@ pub async fn record(options: &RecordOptions) -> Result<Report> {
         request_probe: None,
     };
     let loaded = loader::load(&plan)?;
-    let modules: std::collections::BTreeSet<&str> = functions.iter().map(|f| f.module.as_str()).collect();
+    let modules: std::collections::BTreeSet<&str> =
+        functions.iter().map(|f| f.module.as_str()).collect();
     eprintln!(
         "locktrace: tracing pid {} ({}): {} probes in {} live after {} ms; Ctrl-C to stop",
         target.pid,
@@ -54,7 +68,11 @@ pub async fn record(options: &RecordOptions) -> Result<Report> {
     let collected = collect::collect(&loaded.ebpf)?;
     drop(loaded);
     let info = RecordInfo {
-        target: TargetInfo { pid: target.pid, exe: target.exe.clone(), cmdline: target.cmdline.clone() },
+        target: TargetInfo {
+            pid: target.pid,
+            exe: target.exe.clone(),
+            cmdline: target.cmdline.clone(),
+        },
         duration_s,
         mode: "all".into(),
         placement: Some(format!("{:?}", options.placement).to_lowercase()),

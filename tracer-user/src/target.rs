@@ -22,10 +22,6 @@ pub struct Mapping {
 }
 
 impl Mapping {
-    pub fn contains(&self, address: u64) -> bool {
-        (self.start..self.end).contains(&address)
-    }
-
     pub fn is_executable(&self) -> bool {
         self.perms.as_bytes().get(2) == Some(&b'x')
     }
@@ -63,24 +59,21 @@ impl Target {
             .collect();
         let exe = fs::read_link(proc_dir.join("exe"))
             .map(|path| path.to_string_lossy().into_owned())
-            .with_context(|| format!("cannot read /proc/{pid}/exe (process exited, or not root?)"))?;
+            .with_context(|| {
+                format!("cannot read /proc/{pid}/exe (process exited, or not root?)")
+            })?;
         let maps = read_maps(pid)?;
-        Ok(Target { pid, exe, cmdline, maps })
+        Ok(Target {
+            pid,
+            exe,
+            cmdline,
+            maps,
+        })
     }
 
     /// Path under which the tracer opens a file of the target.
     pub fn host_path(&self, target_path: &str) -> PathBuf {
         host_path(self.pid, target_path)
-    }
-
-    /// Re-reads the memory map (the target may have loaded modules since).
-    pub fn refresh_maps(&mut self) -> Result<()> {
-        self.maps = read_maps(self.pid)?;
-        Ok(())
-    }
-
-    pub fn mapping_of(&self, address: u64) -> Option<&Mapping> {
-        self.maps.iter().find(|mapping| mapping.contains(address))
     }
 
     pub fn is_alive(&self) -> bool {
@@ -164,7 +157,6 @@ mod tests {
         assert_eq!(maps[1].offset, 0x28000);
         assert!(maps[1].is_executable() && maps[1].is_file());
         assert_eq!(maps[2].path, "");
-        assert!(maps[1].contains(0x7f1c2a428000) && !maps[1].contains(0x7f1c2a5bd000));
     }
 
     #[test]

@@ -22,3 +22,216 @@ fn counts_are_exact_global_and_heap() {
         assert_eq!(report["dropped"], serde_json::json!({}));
     }
 }
+
+/// At least 4 threads hammer one mutex while traced: checked to the unit, several runs.
+#[test]
+fn exact_under_concurrency_repeatedly() {
+    let binary = fixture("locks", Flavor::Glibc);
+    for run in 0..4 {
+        let (report, addresses) = trace_fixture(&binary, &["6", "40000", "0"], &[]);
+        assert_eq!(
+            acquisitions(&report, addresses["global"][0]),
+            6 * 40000,
+            "run {run}"
+        );
+    }
+}
+
+/// Holding g_lock makes the other threads wait in futex: waits and wait time
+/// show on g_lock's own address; the uncontended heap mutexes show none.
+#[test]
+fn contention_is_attributed_to_the_contended_lock() {
+    let binary = fixture("locks", Flavor::Glibc);
+    let (report, addresses) = trace_fixture(&binary, &["4", "300", "2000", "20000"], &[]);
+    let global = lock_at(&report, addresses["global"][0]).unwrap();
+    assert_eq!(global["acquisitions"], 1200);
+    assert!(global["contended"].as_u64().unwrap() > 0, "{global}");
+    assert!(global["wait_ns"].as_u64().unwrap() > 0, "{global}");
+    assert!(global["max_wait_ns"].as_u64().unwrap() > 0, "{global}");
+    assert!(global["wakes"].as_u64().unwrap() > 0, "{global}");
+    assert!(global["max_wait_ns"].as_u64() <= global["wait_ns"].as_u64());
+    for &heap in &addresses["heap"] {
+        let lock = lock_at(&report, heap).unwrap();
+        assert_eq!(lock["acquisitions"], 2000);
+        assert_eq!(
+            (lock["contended"].as_u64(), lock["wait_ns"].as_u64()),
+            (Some(0), Some(0)),
+            "{lock}"
+        );
+    }
+}
+
+/// `--duration` stops the trace of a process that keeps running, and the
+/// report still comes out; so does Ctrl-C.
+#[test]
+fn duration_and_interrupt_still_report() {
+    let binary = fixture("locks", Flavor::Glibc);
+    let fixture = Fixture::spawn(&binary, &["1", "1", "1"]);
+    let trace = Trace::attach(fixture.pid(), &["--duration", "0.5"]);
+    let (report, table) = trace.finish();
+    assert_eq!(report["stopped_by"], "duration");
+    assert!(report["duration_s"].as_f64().unwrap() >= 0.5);
+    assert!(table.contains("locks; total"), "{table}");
+
+    let trace = Trace::attach(fixture.pid(), &[]);
+    trace.interrupt();
+    let (report, table) = trace.finish();
+    assert_eq!(report["stopped_by"], "interrupted");
+    assert!(table.contains("stopped: interrupted"), "{table}");
+}
+
+/// `locktrace report FILE` prints the saved report as the same table.
+#[test]
+fn saved_report_prints_the_same_table() {
+    let binary = fixture("locks", Flavor::Glibc);
+    let mut fixture = Fixture::spawn(&binary, &["2", "10", "5"]);
+    let trace = Trace::attach(fixture.pid(), &[]);
+    fixture.start();
+    fixture.wait();
+    let (report, recorded) = trace.finish();
+    let saved = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(saved.path(), report.to_string()).unwrap();
+    let output = locktrace()
+        .arg("report")
+        .arg(saved.path())
+        .output()
+        .unwrap();
+    assert!(output.status.success());
+    assert_eq!(String::from_utf8_lossy(&output.stdout), recorded);
+}
+
+// ---- bad input: one line on stderr, non-zero exit, no panic ----
+
+fn fails_with(command: &mut std::process::Command, expected: &str) {
+    let output = command.output().expect("running locktrace");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "should fail: {stderr}");
+    assert_eq!(
+        stderr.trim_end().lines().count(),
+        1,
+        "one line expected, got: {stderr}"
+    );
+    assert!(
+        stderr.contains(expected),
+        "expected {expected:?} in: {stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+#[test]
+fn no_such_pid() {
+    fails_with(
+        locktrace().args(["record", "--pid", "999999999"]),
+        "no process with pid 999999999",
+    );
+}
+
+#[test]
+fn kernel_thread() {
+    // pid 2 is kthreadd on Linux.
+    fails_with(
+        locktrace().args(["record", "--pid", "2"]),
+        "is a kernel thread",
+    );
+}
+
+#[test]
+fn not_root() {
+    let binary = fixture("locks", Flavor::Glibc);
+    let fixture = Fixture::spawn(&binary, &["1", "1", "1"]);
+    fails_with(
+        std::process::Command::new("setpriv")
+            .args([
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                "--inh-caps=-all",
+            ])
+            .arg(env!("CARGO_BIN_EXE_locktrace"))
+            .args(["record", "--pid", &fixture.pid().to_string()]),
+        "needs root",
+    );
+}
+
+#[test]
+fn unknown_flag() {
+    fails_with(
+        locktrace().args(["record", "--pid", "1", "--bogus"]),
+        "unexpected argument '--bogus'",
+    );
+    fails_with(locktrace().args(["frobnicate"]), "unrecognized subcommand");
+}
+
+#[test]
+fn report_file_missing_or_not_a_report() {
+    fails_with(
+        locktrace().args(["report", "/nonexistent/report.json"]),
+        "cannot read report /nonexistent/report.json",
+    );
+    let not_json = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(not_json.path(), "hello").unwrap();
+    fails_with(
+        locktrace().arg("report").arg(not_json.path()),
+        "is not a locktrace report",
+    );
+    std::fs::write(not_json.path(), "{\"a\": 1}").unwrap();
+    fails_with(
+        locktrace().arg("report").arg(not_json.path()),
+        "is not a locktrace report",
+    );
+}
+
+#[test]
+fn no_libc_with_pthread_symbols() {
+    let binary = fixture("nolocks", Flavor::MuslStatic);
+    let fixture = Fixture::spawn(&binary, &[]);
+    fails_with(
+        locktrace().args(["record", "--pid", &fixture.pid().to_string()]),
+        "no libc with pthread lock functions",
+    );
+}
+
+/// Runs locktrace in a private mount namespace after `setup` (shell) hides part of /sys.
+fn in_mount_namespace(setup: &str, pid: u32) -> std::process::Command {
+    let mut command = std::process::Command::new("unshare");
+    command
+        .args(["--mount", "--propagation", "private", "sh", "-c"])
+        .arg(format!(
+            "{setup} && exec {} record --pid {pid}",
+            env!("CARGO_BIN_EXE_locktrace")
+        ));
+    command
+}
+
+#[test]
+fn tracefs_not_mountable() {
+    let binary = fixture("locks", Flavor::Glibc);
+    let fixture = Fixture::spawn(&binary, &["1", "1", "1"]);
+    // An empty read-only /sys/kernel: no tracefs, and nowhere to mount it.
+    fails_with(
+        &mut in_mount_namespace("mount -t tmpfs -o ro none /sys/kernel", fixture.pid()),
+        "tracefs is not mounted and mounting it failed",
+    );
+}
+
+#[test]
+fn kernel_without_uprobes() {
+    let binary = fixture("locks", Flavor::Glibc);
+    let fixture = Fixture::spawn(&binary, &["1", "1", "1"]);
+    fails_with(
+        &mut in_mount_namespace(
+            "mount -t tmpfs -o ro none /sys/bus/event_source/devices",
+            fixture.pid(),
+        ),
+        "kernel lacks uprobe support",
+    );
+}
+
+/// The target exiting mid-trace is not an error: the report says so.
+#[test]
+fn target_exit_is_reported_not_an_error() {
+    let binary = fixture("locks", Flavor::Glibc);
+    let (report, _) = trace_fixture(&binary, &["2", "100", "0"], &["--duration", "60"]);
+    assert_eq!(report["stopped_by"], "target_exited");
+    assert!(report["duration_s"].as_f64().unwrap() < 30.0);
+}
