@@ -87,7 +87,7 @@ fn entry<K, V: Default>(map: &HashMap<K, V>, key: &K, full_reason: u32) -> Optio
     if let Some(value) = map.get_ptr_mut(key) {
         return Some(value);
     }
-    let _ = map.insert(key, &V::default(), BPF_NOEXIST as u64);
+    let _ = map.insert(key, V::default(), BPF_NOEXIST as u64);
     let value = map.get_ptr_mut(key);
     if value.is_none() {
         count_drop(full_reason);
@@ -187,10 +187,10 @@ fn record_stack<C: EbpfContext>(ctx: &C, lock: u64) {
 /// Attached to the user's request-boundary function (`--request-probe`).
 #[uprobe]
 pub fn request_boundary(_ctx: ProbeContext) -> u32 {
-    if is_target() {
-        if let Some(counter) = REQUESTS.get_ptr_mut(0) {
-            add(counter, 1);
-        }
+    if is_target()
+        && let Some(counter) = REQUESTS.get_ptr_mut(0)
+    {
+        add(counter, 1);
     }
     0
 }
@@ -236,7 +236,7 @@ pub fn futex_enter(ctx: TracePointContext) -> u32 {
                 uaddr,
                 start_ns: unsafe { bpf_ktime_get_ns() },
             };
-            if WAITING.insert(&tid, &wait, 0).is_err() {
+            if WAITING.insert(tid, wait, 0).is_err() {
                 count_drop(drop_reason::WAITS_UNTRACKED);
             }
             if config(&FLAGS) & flags::STACKS != 0 {
@@ -259,10 +259,10 @@ pub fn futex_exit(_ctx: TracePointContext) -> u32 {
         return 0;
     }
     let tid = bpf_get_current_pid_tgid() as u32;
-    let Some(wait) = (unsafe { WAITING.get(&tid) }).copied() else {
+    let Some(wait) = (unsafe { WAITING.get(tid) }).copied() else {
         return 0;
     };
-    let _ = WAITING.remove(&tid);
+    let _ = WAITING.remove(tid);
     let waited = unsafe { bpf_ktime_get_ns() }.saturating_sub(wait.start_ns);
     if let Some(counts) = entry(&FUTEXES, &wait.uaddr, drop_reason::FUTEXES_FULL) {
         unsafe {
