@@ -3,7 +3,7 @@
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
-use tokio::signal::unix::{SignalKind, signal};
+use tokio::signal::unix::{Signal, SignalKind, signal};
 use tracer_common::flags;
 
 use crate::{
@@ -22,6 +22,9 @@ pub struct RecordOptions {
 }
 
 pub async fn record(options: &RecordOptions) -> Result<Report> {
+    // Handle Ctrl-C from the start, so one that comes right after the probes
+    // are announced still ends in a report.
+    let mut stop_signals = StopSignals::install()?;
     tracefs::check_privileges()?;
     let target = Target::open(options.pid)?;
     tracefs::check_uprobes()?;
@@ -63,7 +66,7 @@ pub async fn record(options: &RecordOptions) -> Result<Report> {
         loaded.attach_time.as_millis()
     );
     let started = Instant::now();
-    let stopped_by = wait_for_end(&target, options.duration).await?;
+    let stopped_by = wait_for_end(&target, options.duration, &mut stop_signals).await;
     let duration_s = started.elapsed().as_secs_f64();
     let collected = collect::collect(&loaded.ebpf)?;
     drop(loaded);
@@ -82,10 +85,26 @@ pub async fn record(options: &RecordOptions) -> Result<Report> {
     Ok(report::build(info, &collected, &functions))
 }
 
+struct StopSignals {
+    interrupt: Signal,
+    terminate: Signal,
+}
+
+impl StopSignals {
+    fn install() -> Result<StopSignals> {
+        Ok(StopSignals {
+            interrupt: signal(SignalKind::interrupt())?,
+            terminate: signal(SignalKind::terminate())?,
+        })
+    }
+}
+
 /// Waits until the duration ends, the user interrupts, or the target exits.
-async fn wait_for_end(target: &Target, duration: Option<Duration>) -> Result<&'static str> {
-    let mut interrupt = signal(SignalKind::interrupt())?;
-    let mut terminate = signal(SignalKind::terminate())?;
+async fn wait_for_end(
+    target: &Target,
+    duration: Option<Duration>,
+    signals: &mut StopSignals,
+) -> &'static str {
     let deadline = async {
         match duration {
             Some(duration) => tokio::time::sleep(duration).await,
@@ -98,10 +117,10 @@ async fn wait_for_end(target: &Target, duration: Option<Duration>) -> Result<&'s
             tick.tick().await;
         }
     };
-    Ok(tokio::select! {
+    tokio::select! {
         _ = deadline => "duration",
-        _ = interrupt.recv() => "interrupted",
-        _ = terminate.recv() => "interrupted",
+        _ = signals.interrupt.recv() => "interrupted",
+        _ = signals.terminate.recv() => "interrupted",
         _ = exited => "target_exited",
-    })
+    }
 }
