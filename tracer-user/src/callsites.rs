@@ -10,12 +10,20 @@ use object::{Object, ObjectSymbol, SymbolKind};
 use crate::{collect::Collected, lockfuncs::LockFunction, report::Report, target::Target};
 
 /// Fills `caller_functions` of every lock in the report.
-pub fn annotate(report: &mut Report, target: &Target, collected: &Collected, functions: &[LockFunction]) {
+pub fn annotate(
+    report: &mut Report,
+    target: &Target,
+    collected: &Collected,
+    functions: &[LockFunction],
+) {
     let mut resolver = Resolver::new(target);
     let mut by_lock: BTreeMap<u64, BTreeSet<String>> = BTreeMap::new();
     for key in collected.callers.keys() {
         // Calls made inside a lock function (musl's lock calling trylock) are not callers.
-        if functions.iter().any(|f| (f.runtime_start..f.runtime_end).contains(&key.return_ip)) {
+        if functions
+            .iter()
+            .any(|f| (f.runtime_start..f.runtime_end).contains(&key.return_ip))
+        {
             continue;
         }
         // The return address may be the first byte after a function ending in a call.
@@ -23,7 +31,11 @@ pub fn annotate(report: &mut Report, target: &Target, collected: &Collected, fun
         by_lock.entry(key.lock).or_default().insert(name);
     }
     for lock in &mut report.locks {
-        let Some(address) = lock.address.strip_prefix("0x").and_then(|hex| u64::from_str_radix(hex, 16).ok()) else {
+        let Some(address) = lock
+            .address
+            .strip_prefix("0x")
+            .and_then(|hex| u64::from_str_radix(hex, 16).ok())
+        else {
             continue;
         };
         if let Some(names) = by_lock.get(&address) {
@@ -47,7 +59,10 @@ struct ModuleSymbols {
 
 impl<'a> Resolver<'a> {
     fn new(target: &'a Target) -> Self {
-        Resolver { target, modules: HashMap::new() }
+        Resolver {
+            target,
+            modules: HashMap::new(),
+        }
     }
 
     /// `function` (or `module+0xoffset` when no symbol covers the address).
@@ -55,21 +70,31 @@ impl<'a> Resolver<'a> {
         let Some(mapping) = self.target.mapping_of(address) else {
             return "?".into();
         };
-        let file = mapping.path.rsplit('/').next().unwrap_or(&mapping.path).to_string();
+        let file = mapping
+            .path
+            .rsplit('/')
+            .next()
+            .unwrap_or(&mapping.path)
+            .to_string();
         let file_offset = address - mapping.start + mapping.offset;
         if !mapping.is_file() {
             return format!("{file}+{file_offset:#x}");
         }
         let path = mapping.path.clone();
         let target = self.target;
-        let symbols = self.modules.entry(path.clone()).or_insert_with(|| load(target, &path));
+        let symbols = self
+            .modules
+            .entry(path.clone())
+            .or_insert_with(|| load(target, &path));
         let name = symbols.as_ref().and_then(|symbols| {
             let vaddr = symbols
                 .segments
                 .iter()
                 .find(|(start, end, _)| (*start..*end).contains(&file_offset))
                 .map(|(start, _, vaddr)| file_offset - start + vaddr)?;
-            let index = symbols.functions.partition_point(|(start, _, _)| *start <= vaddr);
+            let index = symbols
+                .functions
+                .partition_point(|(start, _, _)| *start <= vaddr);
             let (_, end, name) = symbols.functions.get(index.checked_sub(1)?)?;
             (vaddr < *end).then(|| name.clone())
         });
@@ -100,5 +125,8 @@ fn load(target: &Target, path: &str) -> Option<ModuleSymbols> {
             (file_start, file_start + file_size, segment.address())
         })
         .collect();
-    Some(ModuleSymbols { functions, segments })
+    Some(ModuleSymbols {
+        functions,
+        segments,
+    })
 }

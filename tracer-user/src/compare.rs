@@ -13,7 +13,7 @@ use anyhow::{Context, Result, anyhow, bail};
 use prettytable::{Table, format, row};
 use serde_json::Value;
 
-use crate::report::Report;
+use crate::{report::Report, requests::ratio};
 
 #[derive(clap::Args, Debug)]
 pub struct CompareArgs {
@@ -53,7 +53,11 @@ impl Side {
         let report = Report::load(path)?;
         // Fields other branches add (name, callers) are read from the raw JSON.
         let raw: Value = serde_json::from_str(&std::fs::read_to_string(path)?)?;
-        let raw_locks = raw.get("locks").and_then(Value::as_array).cloned().unwrap_or_default();
+        let raw_locks = raw
+            .get("locks")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
         let requests = match &report.requests {
             Some(r) if r.refused.is_none() && r.count > 0 => r.count,
             Some(r) if r.refused.is_some() => bail!(
@@ -69,11 +73,20 @@ impl Side {
         let mut groups: BTreeMap<String, Group> = BTreeMap::new();
         for (index, lock) in report.locks.iter().enumerate() {
             let raw_lock = raw_locks.get(index).cloned().unwrap_or(Value::Null);
-            let name = raw_lock.get("name").and_then(Value::as_str).filter(|n| !n.is_empty()).map(str::to_string);
+            let name = raw_lock
+                .get("name")
+                .and_then(Value::as_str)
+                .filter(|n| !n.is_empty())
+                .map(str::to_string);
             let mut callers: Vec<String> = raw_lock
                 .get("callers")
                 .and_then(Value::as_array)
-                .map(|list| list.iter().filter_map(|c| c.get("function").and_then(Value::as_str)).map(str::to_string).collect())
+                .map(|list| {
+                    list.iter()
+                        .filter_map(|c| c.get("function").and_then(Value::as_str))
+                        .map(str::to_string)
+                        .collect()
+                })
                 .unwrap_or_default();
             if callers.is_empty() {
                 callers = lock.caller_functions.clone();
@@ -85,7 +98,10 @@ impl Side {
                 (None, false) => format!("{} via {}", lock.kind, callers.join(", ")),
                 (None, true) => format!("unidentified {}", lock.kind),
             };
-            let group = groups.entry(identity).or_insert_with(|| Group { kind: lock.kind.clone(), ..Group::default() });
+            let group = groups.entry(identity).or_insert_with(|| Group {
+                kind: lock.kind.clone(),
+                ..Group::default()
+            });
             group.locks += 1;
             group.acquisitions += lock.acquisitions.unwrap_or(0);
             group.contended += lock.contended;
@@ -95,7 +111,11 @@ impl Side {
             group.labels.sort();
             group.labels.dedup();
         }
-        Ok(Side { path: path.clone(), requests, groups })
+        Ok(Side {
+            path: path.clone(),
+            requests,
+            groups,
+        })
     }
 
     fn per_request(&self, value: u64) -> f64 {
@@ -103,7 +123,10 @@ impl Side {
     }
 
     /// Groups a selector matches: by name or caller function (substring).
-    fn matching<'a>(&'a self, selector: &'a str) -> impl Iterator<Item = (&'a String, &'a Group)> + 'a {
+    fn matching<'a>(
+        &'a self,
+        selector: &'a str,
+    ) -> impl Iterator<Item = (&'a String, &'a Group)> + 'a {
         self.groups
             .iter()
             .filter(move |(_, group)| group.labels.iter().any(|label| label.contains(selector)))
@@ -113,30 +136,46 @@ impl Side {
 pub fn run(args: &CompareArgs) -> Result<ExitCode> {
     let before = Side::load(&args.before)?;
     let after = Side::load(&args.after)?;
-    let limits = args.assert_max.iter().map(|spec| parse_max(spec)).collect::<Result<Vec<_>>>()?;
+    let limits = args
+        .assert_max
+        .iter()
+        .map(|spec| parse_max(spec))
+        .collect::<Result<Vec<_>>>()?;
     print!("{}", render(&before, &after));
     let mut failures = Vec::new();
     for selector in &args.assert_gone {
-        if before.matching(selector).next().is_none() {
-            failures.push(format!("--assert-gone {selector:?} matches no lock in {} either (check the selector)", before.path.display()));
-            continue;
-        }
         let still: Vec<String> = after
             .matching(selector)
             .filter(|(_, group)| group.acquisitions + group.contended > 0)
-            .map(|(identity, group)| format!("{identity} ({:.2} per request)", after.per_request(group.acquisitions)))
+            .map(|(identity, group)| {
+                format!(
+                    "{identity} ({} per request)",
+                    ratio(after.per_request(group.acquisitions))
+                )
+            })
             .collect();
-        if still.is_empty() {
-            println!("ok: no lock matching {selector:?} is taken after");
+        if !still.is_empty() {
+            failures.push(format!(
+                "a lock matching {selector:?} is still taken after: {}",
+                still.join("; ")
+            ));
+        } else if before.matching(selector).next().is_none() {
+            // Matching nothing on either side is a typo, not a pass.
+            failures.push(format!(
+                "--assert-gone {selector:?} matches no lock in {} either (check the selector)",
+                before.path.display()
+            ));
         } else {
-            failures.push(format!("a lock matching {selector:?} is still taken after: {}", still.join("; ")));
+            println!("ok: no lock matching {selector:?} is taken after");
         }
     }
     for (selector, max) in &limits {
         for (identity, group) in after.matching(selector) {
             let per_request = after.per_request(group.acquisitions);
             if per_request > *max {
-                failures.push(format!("{identity} is taken {per_request:.2} times per request after, more than {max}"));
+                failures.push(format!(
+                    "{identity} is taken {per_request:.2} times per request after, more than {max}"
+                ));
             } else {
                 println!("ok: {identity}: {per_request:.2} per request <= {max}");
             }
@@ -183,8 +222,14 @@ fn render(before: &Side, after: &Side) -> String {
     // Biggest first, by the larger of the two sides.
     identities.sort_by(|a, b| {
         let size = |id: &String| {
-            let b = before.groups.get(id).map_or(0.0, |g| before.per_request(g.acquisitions));
-            let a = after.groups.get(id).map_or(0.0, |g| after.per_request(g.acquisitions));
+            let b = before
+                .groups
+                .get(id)
+                .map_or(0.0, |g| before.per_request(g.acquisitions));
+            let a = after
+                .groups
+                .get(id)
+                .map_or(0.0, |g| after.per_request(g.acquisitions));
             a.max(b)
         };
         size(b).total_cmp(&size(a)).then_with(|| a.cmp(b))
@@ -195,11 +240,15 @@ fn render(before: &Side, after: &Side) -> String {
     for identity in identities {
         let old = before.groups.get(identity);
         let new = after.groups.get(identity);
-        let acquisitions = |side: &Side, group: Option<&Group>| group.map(|g| side.per_request(g.acquisitions));
-        let contended = |side: &Side, group: Option<&Group>| group.map(|g| side.per_request(g.contended));
+        let acquisitions =
+            |side: &Side, group: Option<&Group>| group.map(|g| side.per_request(g.acquisitions));
+        let contended =
+            |side: &Side, group: Option<&Group>| group.map(|g| side.per_request(g.contended));
         let (b, a) = (acquisitions(before, old), acquisitions(after, new));
         let change = match (b, a) {
-            (Some(b), Some(a)) if b > 0.0 => format!("{:+.2} ({:+.0}%)", a - b, (a - b) / b * 100.0),
+            (Some(b), Some(a)) if b > 0.0 => {
+                format!("{:+.2} ({:+.0}%)", a - b, (a - b) / b * 100.0)
+            }
             (Some(b), Some(a)) => format!("{:+.2}", a - b),
             _ => String::new(),
         };
@@ -208,7 +257,11 @@ fn render(before: &Side, after: &Side) -> String {
             (None, Some(_)) => "appeared",
             _ => "",
         };
-        let count = format!("{}/{}", old.map_or(0, |g| g.locks), new.map_or(0, |g| g.locks));
+        let count = format!(
+            "{}/{}",
+            old.map_or(0, |g| g.locks),
+            new.map_or(0, |g| g.locks)
+        );
         let shown = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.2}"));
         table.add_row(row![
             identity,
@@ -223,7 +276,12 @@ fn render(before: &Side, after: &Side) -> String {
     }
     out.push_str(&table.to_string());
     let total = |side: &Side| side.per_request(side.groups.values().map(|g| g.acquisitions).sum());
-    let _ = writeln!(out, "all locks: {:.2} -> {:.2} acquisitions per request", total(before), total(after));
+    let _ = writeln!(
+        out,
+        "all locks: {:.2} -> {:.2} acquisitions per request",
+        total(before),
+        total(after)
+    );
     out
 }
 
@@ -233,7 +291,10 @@ mod tests {
 
     #[test]
     fn parses_limits() {
-        assert_eq!(parse_max("global_stats_add=0").unwrap(), ("global_stats_add".to_string(), 0.0));
+        assert_eq!(
+            parse_max("global_stats_add=0").unwrap(),
+            ("global_stats_add".to_string(), 0.0)
+        );
         assert_eq!(parse_max("a=b=2.5").unwrap(), ("a=b".to_string(), 2.5));
         assert!(parse_max("x").is_err());
         assert!(parse_max("x=-1").is_err());

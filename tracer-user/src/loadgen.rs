@@ -85,7 +85,7 @@ type Sender = SendRequest<Empty<Bytes>>;
 
 /// Open keep-alive connections to the server, ready to send load.
 pub struct LoadDriver {
-    runtime: Option<tokio::runtime::Runtime>,
+    runtime: BackgroundRuntime,
     endpoint: Arc<Endpoint>,
     options: LoadOptions,
     connections: Mutex<Vec<Option<Sender>>>,
@@ -101,7 +101,10 @@ impl LoadDriver {
         if options.concurrency == 0 {
             bail!("-c (concurrency) must be at least 1");
         }
-        let threads = options.cpus.as_ref().map_or(options.concurrency.min(2), |cpus| cpus.len().max(1));
+        let threads = options
+            .cpus
+            .as_ref()
+            .map_or(options.concurrency.min(2), |cpus| cpus.len().max(1));
         let cpus = options.cpus.clone();
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(threads)
@@ -114,10 +117,11 @@ impl LoadDriver {
             })
             .build()
             .context("starting the load driver's threads")?;
+        let runtime = BackgroundRuntime(Some(runtime));
         let mut handles = Vec::new();
         for _ in 0..options.concurrency {
             let endpoint = endpoint.clone();
-            handles.push(runtime.spawn(async move { open(&endpoint).await }));
+            handles.push(runtime.get()?.spawn(async move { open(&endpoint).await }));
         }
         let mut connections = Vec::new();
         for handle in handles {
@@ -128,7 +132,7 @@ impl LoadDriver {
             connections.push(Some(sender));
         }
         Ok(LoadDriver {
-            runtime: Some(runtime),
+            runtime,
             endpoint,
             options: options.clone(),
             connections: Mutex::new(connections),
@@ -153,7 +157,7 @@ impl LoadDriver {
 
     /// Sends one phase of load on every connection and waits for all of it.
     pub async fn run(&self, amount: Amount) -> Result<Tally> {
-        let runtime = self.runtime.as_ref().ok_or_else(|| anyhow!("load driver is shut down"))?;
+        let runtime = self.runtime.get()?;
         self.done.store(0, Ordering::Relaxed);
         self.stop.store(false, Ordering::Relaxed);
         let phase = Arc::new(Phase {
@@ -175,7 +179,11 @@ impl LoadDriver {
         }
         let mut returned = Vec::new();
         for handle in handles {
-            returned.push(handle.await.map_err(|error| anyhow!("load driver task failed: {error}"))?);
+            returned.push(
+                handle
+                    .await
+                    .map_err(|error| anyhow!("load driver task failed: {error}"))?,
+            );
         }
         *lock(&self.connections) = returned;
         let mut tally = std::mem::take(&mut *lock(&phase.tally));
@@ -184,10 +192,21 @@ impl LoadDriver {
     }
 }
 
-impl Drop for LoadDriver {
+/// The driver's runtime; shut down without blocking when dropped, because
+/// dropping a runtime inside another runtime's task would panic.
+struct BackgroundRuntime(Option<tokio::runtime::Runtime>);
+
+impl BackgroundRuntime {
+    fn get(&self) -> Result<&tokio::runtime::Runtime> {
+        self.0
+            .as_ref()
+            .ok_or_else(|| anyhow!("load driver is shut down"))
+    }
+}
+
+impl Drop for BackgroundRuntime {
     fn drop(&mut self) {
-        // Dropping a runtime inside another runtime's task would panic.
-        if let Some(runtime) = self.runtime.take() {
+        if let Some(runtime) = self.0.take() {
             runtime.shutdown_background();
         }
     }
@@ -243,7 +262,9 @@ async fn drive(mut sender: Option<Sender>, endpoint: &Endpoint, phase: &Phase) -
                 }
             }
         }
-        let Some(active) = sender.as_mut() else { continue };
+        let Some(active) = sender.as_mut() else {
+            continue;
+        };
         let request = Request::get(endpoint.path.clone())
             .header(header::HOST, endpoint.authority.as_str())
             .body(Empty::<Bytes>::new());
@@ -268,7 +289,10 @@ async fn drive(mut sender: Option<Sender>, endpoint: &Endpoint, phase: &Phase) -
             Ok((status, body)) => {
                 let mut tally = lock(&phase.tally);
                 *tally.statuses.entry(status).or_insert(0) += 1;
-                let body_ok = phase.expect_body.as_ref().is_none_or(|want| contains(&body, want));
+                let body_ok = phase
+                    .expect_body
+                    .as_ref()
+                    .is_none_or(|want| contains(&body, want));
                 if status == phase.expect_status && !body_ok {
                     tally.wrong_bodies += 1;
                 }
@@ -299,26 +323,43 @@ async fn open(endpoint: &Endpoint) -> Result<Sender> {
 }
 
 fn parse_url(url: &str) -> Result<Endpoint> {
-    let uri: Uri = url.parse().map_err(|_| anyhow!("--load {url:?} is not a URL (want http://HOST:PORT/PATH)"))?;
+    let uri: Uri = url
+        .parse()
+        .map_err(|_| anyhow!("--load {url:?} is not a URL (want http://HOST:PORT/PATH)"))?;
     match uri.scheme_str() {
         Some("http") => {}
         Some(other) => bail!("--load {url:?}: only http:// is supported, not {other}://"),
         None => bail!("--load {url:?} is not a URL (want http://HOST:PORT/PATH)"),
     }
-    let host = uri.host().ok_or_else(|| anyhow!("--load {url:?} has no host"))?;
-    let host = host.trim_start_matches('[').trim_end_matches(']').to_string();
+    let host = uri
+        .host()
+        .ok_or_else(|| anyhow!("--load {url:?} has no host"))?;
+    let host = host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_string();
     let port = uri.port_u16().unwrap_or(80);
-    let authority = uri.authority().map_or_else(|| host.clone(), |a| a.to_string());
+    let authority = uri
+        .authority()
+        .map_or_else(|| host.clone(), |a| a.to_string());
     let path: Uri = uri
         .path_and_query()
         .map_or("/", |p| p.as_str())
         .parse()
         .map_err(|_| anyhow!("--load {url:?} has a bad path"))?;
-    Ok(Endpoint { host, port, authority, path })
+    Ok(Endpoint {
+        host,
+        port,
+        authority,
+        path,
+    })
 }
 
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {
-    needle.is_empty() || haystack.windows(needle.len()).any(|window| window == needle)
+    needle.is_empty()
+        || haystack
+            .windows(needle.len())
+            .any(|window| window == needle)
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -332,7 +373,10 @@ pub fn parse_cpu_list(text: &str) -> Result<Vec<usize>> {
         let bad = || anyhow!("--load-cpus {text:?} is not a CPU list like 0,2-3");
         match part.split_once('-') {
             Some((from, to)) => {
-                let (from, to): (usize, usize) = (from.parse().map_err(|_| bad())?, to.parse().map_err(|_| bad())?);
+                let (from, to): (usize, usize) = (
+                    from.parse().map_err(|_| bad())?,
+                    to.parse().map_err(|_| bad())?,
+                );
                 if from > to {
                     return Err(bad());
                 }

@@ -128,7 +128,10 @@ fn main() -> ExitCode {
             }
             // One line, not clap's multi-line usage block.
             let rendered = error.render().to_string();
-            let first = rendered.lines().next().unwrap_or("invalid arguments").trim_start_matches("error: ");
+            // The message may continue on indented lines (e.g. the missing arguments) before the usage.
+            let message: Vec<&str> = rendered.lines().take_while(|line| !line.starts_with("Usage:")).map(str::trim).filter(|line| !line.is_empty()).collect();
+            let joined = message.join(" ");
+            let first = if joined.is_empty() { "invalid arguments" } else { joined.trim_start_matches("error: ") };
             eprintln!("locktrace: {first} (see locktrace --help)");
             return ExitCode::from(2);
         }

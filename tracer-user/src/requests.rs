@@ -46,7 +46,8 @@ pub struct PerRequest {
 /// Adds the request block to the report and, unless refused or zero, the
 /// per-request figures of every lock and of the totals.
 pub fn apply(report: &mut Report, requests: Requests) {
-    let divisor = (requests.refused.is_none() && requests.count > 0).then_some(requests.count as f64);
+    let divisor =
+        (requests.refused.is_none() && requests.count > 0).then_some(requests.count as f64);
     for lock in &mut report.locks {
         lock.per_request = divisor.map(|n| PerRequest {
             acquisitions: lock.acquisitions.map(|a| a as f64 / n),
@@ -73,12 +74,24 @@ pub fn describe(requests: &Requests) -> String {
     };
     let mut line = format!("requests: {} ({source})", requests.count);
     if !requests.statuses.is_empty() {
-        let statuses: Vec<String> = requests.statuses.iter().map(|(status, n)| format!("{status}: {n}")).collect();
+        let statuses: Vec<String> = requests
+            .statuses
+            .iter()
+            .map(|(status, n)| format!("{status}: {n}"))
+            .collect();
         line.push_str(&format!("; statuses {}", statuses.join(", ")));
     }
     if requests.errors > 0 {
-        let kinds: Vec<String> = requests.unexpected.iter().map(|(kind, n)| format!("{kind}: {n}")).collect();
-        line.push_str(&format!("; {} unexpected ({})", requests.errors, kinds.join(", ")));
+        let kinds: Vec<String> = requests
+            .unexpected
+            .iter()
+            .map(|(kind, n)| format!("{kind}: {n}"))
+            .collect();
+        line.push_str(&format!(
+            "; {} unexpected ({})",
+            requests.errors,
+            kinds.join(", ")
+        ));
     }
     if let (Some(hits), false) = (requests.probe_hits, requests.source == "probe") {
         line.push_str(&format!("; probe hits {hits}"));
@@ -104,5 +117,9 @@ pub fn cells(per: Option<&PerRequest>) -> [String; 3] {
 
 /// A per-request figure: `8.0` when whole (exact), else two decimals.
 pub fn ratio(value: f64) -> String {
-    if value.fract() == 0.0 { format!("{value:.1}") } else { format!("{value:.2}") }
+    if value.fract() == 0.0 {
+        format!("{value:.1}")
+    } else {
+        format!("{value:.2}")
+    }
 }

@@ -44,7 +44,11 @@ impl Window {
     /// Resolves the request probe, connects the load driver and sends the
     /// warmup, all before any probe is attached (so none of it is counted).
     pub async fn prepare(options: &RequestOptions, target: &Target) -> Result<Window> {
-        let probe = options.probe.as_deref().map(|spec| request_probe::resolve(target, spec)).transpose()?;
+        let probe = options
+            .probe
+            .as_deref()
+            .map(|spec| request_probe::resolve(target, spec))
+            .transpose()?;
         let driver = match &options.load {
             Some(load) => {
                 let driver = LoadDriver::connect(load).await?;
@@ -60,12 +64,19 @@ impl Window {
             }
             None => None,
         };
-        Ok(Window { options: options.clone(), driver, probe, tally: None })
+        Ok(Window {
+            options: options.clone(),
+            driver,
+            probe,
+            tally: None,
+        })
     }
 
     /// The request-boundary probe for the loader: (module, file offset).
     pub fn request_probe(&self) -> Option<(String, u64)> {
-        self.probe.as_ref().map(|p| (p.module.clone(), p.file_offset))
+        self.probe
+            .as_ref()
+            .map(|p| (p.module.clone(), p.file_offset))
     }
 
     pub fn has_load(&self) -> bool {
@@ -74,7 +85,12 @@ impl Window {
 
     /// Sends the counted load (returns right after the last response) or, without
     /// load, waits like a plain recording; shows progress on a terminal.
-    pub async fn run(&mut self, target: &Target, duration: Option<Duration>, ebpf: &Ebpf) -> Result<&'static str> {
+    pub async fn run(
+        &mut self,
+        target: &Target,
+        duration: Option<Duration>,
+        ebpf: &Ebpf,
+    ) -> Result<&'static str> {
         let progress = Progress::start(self.driver.is_some(), self.probe.is_some());
         let tick_every = Duration::from_millis(100);
         let mut tick = tokio::time::interval(tick_every);
@@ -83,7 +99,8 @@ impl Window {
                 let amount = driver.options().amount;
                 let load = driver.run(amount);
                 tokio::pin!(load);
-                let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
+                let mut interrupt =
+                    tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
                 let mut stopped_by = "load_done";
                 let tally = loop {
                     tokio::select! {
@@ -130,12 +147,24 @@ impl Window {
             ..Requests::default()
         };
         if let (Some(tally), Some(load)) = (&self.tally, &self.options.load) {
-            block.statuses = tally.statuses.iter().map(|(status, n)| (status.to_string(), *n)).collect();
+            block.statuses = tally
+                .statuses
+                .iter()
+                .map(|(status, n)| (status.to_string(), *n))
+                .collect();
             block.unexpected = tally.unexpected(load.expect_status);
             block.errors = block.unexpected.values().sum();
             if block.errors > 0 && !self.options.allow_errors {
-                let kinds: Vec<String> = block.unexpected.iter().map(|(kind, n)| format!("{kind}: {n}")).collect();
-                let first = tally.first_error.as_deref().map(|e| format!("; first error: {e}")).unwrap_or_default();
+                let kinds: Vec<String> = block
+                    .unexpected
+                    .iter()
+                    .map(|(kind, n)| format!("{kind}: {n}"))
+                    .collect();
+                let first = tally
+                    .first_error
+                    .as_deref()
+                    .map(|e| format!("; first error: {e}"))
+                    .unwrap_or_default();
                 block.refused = Some(format!(
                     "{} of {} requests got an unexpected response ({}){first}; per-request figures refused (--allow-errors reports them anyway)",
                     block.errors,
@@ -146,7 +175,10 @@ impl Window {
         }
         if block.refused.is_none() && count == 0 {
             block.refused = Some(match source {
-                "probe" => format!("the request probe {} never ran; no per-request figures", block.probe.as_deref().unwrap_or("?")),
+                "probe" => format!(
+                    "the request probe {} never ran; no per-request figures",
+                    block.probe.as_deref().unwrap_or("?")
+                ),
                 _ => "no request was counted; no per-request figures".into(),
             });
         }
@@ -169,7 +201,11 @@ struct Progress {
 
 impl Progress {
     fn start(load: bool, probe: bool) -> Progress {
-        let target = if std::io::stderr().is_terminal() { ProgressDrawTarget::stderr() } else { ProgressDrawTarget::hidden() };
+        let target = if std::io::stderr().is_terminal() {
+            ProgressDrawTarget::stderr()
+        } else {
+            ProgressDrawTarget::hidden()
+        };
         let bar = ProgressBar::with_draw_target(None, target);
         if let Ok(style) = ProgressStyle::with_template("{spinner} {elapsed} {msg}") {
             bar.set_style(style);

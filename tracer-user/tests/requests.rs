@@ -45,7 +45,8 @@ fn record(pid: u32, json: &Path, args: &[&str]) -> Output {
 }
 
 fn read_report(path: &Path) -> Value {
-    serde_json::from_str(&std::fs::read_to_string(path).expect("report written")).expect("report is JSON")
+    serde_json::from_str(&std::fs::read_to_string(path).expect("report written"))
+        .expect("report is JSON")
 }
 
 fn stderr(output: &Output) -> String {
@@ -57,7 +58,9 @@ fn send_requests(port: u16, n: usize) {
     let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
     stream.set_nodelay(true).unwrap();
     for _ in 0..n {
-        stream.write_all(b"GET / HTTP/1.1\r\nHost: test\r\n\r\n").unwrap();
+        stream
+            .write_all(b"GET / HTTP/1.1\r\nHost: test\r\n\r\n")
+            .unwrap();
         let mut response = Vec::new();
         let mut chunk = [0u8; 512];
         loop {
@@ -89,23 +92,47 @@ fn locks_called_by<'a>(report: &'a Value, function: &str) -> Vec<&'a Value> {
         .as_array()
         .unwrap()
         .iter()
-        .filter(|lock| lock["caller_functions"].as_array().is_some_and(|c| c.iter().any(|f| f == function)))
+        .filter(|lock| {
+            lock["caller_functions"]
+                .as_array()
+                .is_some_and(|c| c.iter().any(|f| f == function))
+        })
         .collect()
 }
 
 /// The exact truth of mutex mode, whatever counted the requests.
 fn assert_exact_mutex_mode(report: &Value, stats_lock: u64, requests: u64) {
     let stats = lock_by_address(report, stats_lock);
-    assert_eq!(stats["acquisitions"], K * requests, "stats lock acquisitions");
-    assert_eq!(stats["per_request"]["acquisitions"].as_f64(), Some(K as f64));
-    assert_eq!(stats["caller_functions"], serde_json::json!(["global_stats_add"]));
+    assert_eq!(
+        stats["acquisitions"],
+        K * requests,
+        "stats lock acquisitions"
+    );
+    assert_eq!(
+        stats["per_request"]["acquisitions"].as_f64(),
+        Some(K as f64)
+    );
+    assert_eq!(
+        stats["caller_functions"],
+        serde_json::json!(["global_stats_add"])
+    );
     let connection_locks = locks_called_by(report, "conn_counter_add");
     assert!(!connection_locks.is_empty());
-    let per_connection: u64 = connection_locks.iter().map(|lock| lock["acquisitions"].as_u64().unwrap()).sum();
-    assert_eq!(per_connection, K * requests, "per-connection mutexes together");
+    let per_connection: u64 = connection_locks
+        .iter()
+        .map(|lock| lock["acquisitions"].as_u64().unwrap())
+        .sum();
+    assert_eq!(
+        per_connection,
+        K * requests,
+        "per-connection mutexes together"
+    );
     // Nothing else takes a lock per request: the totals are exact too.
     assert_eq!(report["totals"]["acquisitions"], 2 * K * requests);
-    assert_eq!(report["totals"]["per_request"]["acquisitions"].as_f64(), Some(2.0 * K as f64));
+    assert_eq!(
+        report["totals"]["per_request"]["acquisitions"].as_f64(),
+        Some(2.0 * K as f64)
+    );
     assert_eq!(report["requests"]["count"], requests);
     assert_eq!(report["dropped"], serde_json::json!({}));
 }
@@ -117,16 +144,41 @@ fn load_driver_gives_exact_per_request_figures() {
     let json = dir.path().join("report.json");
     let url = format!("http://127.0.0.1:{port}/");
     // The warmup is sent before the probes go in, so it is not counted.
-    let output = record(server.pid(), &json, &["--load", &url, "-n", "400", "-c", "4", "--warmup", "50", "--expect-body", "hello"]);
-    assert!(output.status.success(), "record failed: {}", stderr(&output));
+    let output = record(
+        server.pid(),
+        &json,
+        &[
+            "--load",
+            &url,
+            "-n",
+            "400",
+            "-c",
+            "4",
+            "--warmup",
+            "50",
+            "--expect-body",
+            "hello",
+        ],
+    );
+    assert!(
+        output.status.success(),
+        "record failed: {}",
+        stderr(&output)
+    );
     let report = read_report(&json);
     assert_exact_mutex_mode(&report, server.address("stats_lock"), 400);
     assert_eq!(report["requests"]["source"], "load");
-    assert_eq!(report["requests"]["statuses"], serde_json::json!({"200": 400}));
+    assert_eq!(
+        report["requests"]["statuses"],
+        serde_json::json!({"200": 400})
+    );
     assert_eq!(report["requests"]["errors"], 0);
     assert_eq!(report["stopped_by"], "load_done");
     let table = String::from_utf8_lossy(&output.stdout);
-    assert!(table.contains("acq/req") && table.contains("8.0"), "table lacks per-request columns:\n{table}");
+    assert!(
+        table.contains("acq/req") && table.contains("8.0"),
+        "table lacks per-request columns:\n{table}"
+    );
 }
 
 #[test]
@@ -135,15 +187,35 @@ fn request_probe_counts_requests_with_and_without_load() {
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("report.json");
     let url = format!("http://127.0.0.1:{port}/");
-    let output = record(server.pid(), &json, &["--load", &url, "-n", "300", "-c", "2", "--request-probe", "httpd:handle_request"]);
-    assert!(output.status.success(), "record failed: {}", stderr(&output));
+    let output = record(
+        server.pid(),
+        &json,
+        &[
+            "--load",
+            &url,
+            "-n",
+            "300",
+            "-c",
+            "2",
+            "--request-probe",
+            "httpd:handle_request",
+        ],
+    );
+    assert!(
+        output.status.success(),
+        "record failed: {}",
+        stderr(&output)
+    );
     let report = read_report(&json);
     assert_eq!(report["requests"]["source"], "probe");
     assert_eq!(report["requests"]["probe_hits"], 300);
     assert_exact_mutex_mode(&report, server.address("stats_lock"), 300);
 
     // Without the load driver: the test sends the requests itself.
-    let trace = Trace::attach(server.pid(), &["--request-probe", "httpd-glibc:handle_request"]);
+    let trace = Trace::attach(
+        server.pid(),
+        &["--request-probe", "httpd-glibc:handle_request"],
+    );
     send_requests(port, 120);
     send_requests(port, 80);
     trace.interrupt();
@@ -166,7 +238,10 @@ fn given_request_count() {
 
 #[test]
 fn unexpected_responses_refuse_per_request_figures() {
-    for (fault, extra, kind) in [("500", &[][..], "status 500"), ("body", &["--expect-body", "hello"][..], "wrong body")] {
+    for (fault, extra, kind) in [
+        ("500", &[][..], "status 500"),
+        ("body", &["--expect-body", "hello"][..], "wrong body"),
+    ] {
         let (server, port) = start_server("mutex", Some(fault));
         let dir = tempfile::tempdir().unwrap();
         let json = dir.path().join("report.json");
@@ -177,17 +252,30 @@ fn unexpected_responses_refuse_per_request_figures() {
         assert!(!output.status.success(), "record accepted {fault} faults");
         let message = stderr(&output);
         let last = message.lines().last().unwrap_or_default();
-        assert!(last.contains("per-request figures refused") && last.contains(kind), "message: {message}");
+        assert!(
+            last.contains("per-request figures refused") && last.contains(kind),
+            "message: {message}"
+        );
         // The report still shows the breakdown, without per-request figures.
         let report = read_report(&json);
         assert_eq!(report["requests"]["errors"], 20);
         assert_eq!(report["requests"]["unexpected"][kind], 20);
         assert!(report["totals"]["per_request"].is_null());
-        assert!(report["locks"].as_array().unwrap().iter().all(|lock| lock["per_request"].is_null()));
+        assert!(
+            report["locks"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|lock| lock["per_request"].is_null())
+        );
 
         args.push("--allow-errors");
         let output = record(server.pid(), &json, &args);
-        assert!(output.status.success(), "--allow-errors still refused: {}", stderr(&output));
+        assert!(
+            output.status.success(),
+            "--allow-errors still refused: {}",
+            stderr(&output)
+        );
         let report = read_report(&json);
         assert_eq!(report["requests"]["errors"], 20);
         assert_exact_mutex_mode(&report, server.address("stats_lock"), 200);
@@ -202,14 +290,24 @@ fn load_driver_bad_input_is_one_line() {
     for (args, wanted) in [
         (&["--load", "ftp://127.0.0.1/"][..], "only http://"),
         (&["--load", "http://127.0.0.1:1/"][..], "cannot connect"),
-        (&["--request-probe", "nosuchmodule:f"][..], "no module matching"),
-        (&["--request-probe", "httpd:no_such_function"][..], "no function no_such_function"),
+        (
+            &["--request-probe", "nosuchmodule:f"][..],
+            "no module matching",
+        ),
+        (
+            &["--request-probe", "httpd:no_such_function"][..],
+            "no function no_such_function",
+        ),
         (&["-n", "5"][..], "--load"),
     ] {
         let output = record(server.pid(), &json, args);
         assert!(!output.status.success(), "{args:?} succeeded");
         let message = stderr(&output);
-        assert_eq!(message.trim().lines().count(), 1, "{args:?}: not one line: {message}");
+        assert_eq!(
+            message.trim().lines().count(),
+            1,
+            "{args:?}: not one line: {message}"
+        );
         assert!(message.contains(wanted), "{args:?}: {message}");
     }
 }
@@ -219,13 +317,27 @@ fn record_mode(dir: &Path, mode: &str) -> (std::path::PathBuf, u64) {
     let (server, port) = start_server(mode, None);
     let json = dir.join(format!("{mode}.json"));
     let url = format!("http://127.0.0.1:{port}/");
-    let output = record(server.pid(), &json, &["--load", &url, "-n", "300", "-c", "4"]);
-    assert!(output.status.success(), "record failed: {}", stderr(&output));
+    let output = record(
+        server.pid(),
+        &json,
+        &["--load", &url, "-n", "300", "-c", "4"],
+    );
+    assert!(
+        output.status.success(),
+        "record failed: {}",
+        stderr(&output)
+    );
     (json, server.address("stats_lock"))
 }
 
 fn compare(before: &Path, after: &Path, args: &[&str]) -> Output {
-    locktrace().arg("compare").arg(before).arg(after).args(args).output().unwrap()
+    locktrace()
+        .arg("compare")
+        .arg(before)
+        .arg(after)
+        .args(args)
+        .output()
+        .unwrap()
 }
 
 #[test]
@@ -238,21 +350,50 @@ fn compare_confirms_the_global_mutex_is_gone() {
     let before = read_report(&mutex);
     assert!(lock_at(&before, mutex_lock).is_some());
 
-    let output = compare(&mutex, &atomic, &["--assert-gone", "global_stats_add", "--assert-max", "conn_counter_add=8"]);
+    let output = compare(
+        &mutex,
+        &atomic,
+        &[
+            "--assert-gone",
+            "global_stats_add",
+            "--assert-max",
+            "conn_counter_add=8",
+        ],
+    );
     let text = String::from_utf8_lossy(&output.stdout);
-    assert!(output.status.success(), "compare failed: {}\n{text}", stderr(&output));
-    let gone = text.lines().find(|line| line.contains("global_stats_add")).expect("a row for the global mutex");
-    assert!(gone.contains("8.0") && gone.contains("disappeared"), "row: {gone}");
-    let kept = text.lines().find(|line| line.contains("via conn_counter_add")).expect("a row for the connection mutexes");
+    assert!(
+        output.status.success(),
+        "compare failed: {}\n{text}",
+        stderr(&output)
+    );
+    let gone = text
+        .lines()
+        .find(|line| line.contains("global_stats_add"))
+        .expect("a row for the global mutex");
+    assert!(
+        gone.contains("8.0") && gone.contains("disappeared"),
+        "row: {gone}"
+    );
+    let kept = text
+        .lines()
+        .find(|line| line.contains("via conn_counter_add"))
+        .expect("a row for the connection mutexes");
     assert!(kept.contains("8.0") && kept.contains("+0.0"), "row: {kept}");
 
     // The reverse: the global mutex is back, so the assertion fails.
     let output = compare(&atomic, &mutex, &["--assert-gone", "global_stats_add"]);
     assert_eq!(output.status.code(), Some(1));
     let message = stderr(&output);
-    assert!(message.contains("assertion failed") && message.contains("still taken"), "message: {message}");
+    assert!(
+        message.contains("assertion failed") && message.contains("still taken"),
+        "message: {message}"
+    );
     let text = String::from_utf8_lossy(&output.stdout);
-    assert!(text.lines().any(|line| line.contains("global_stats_add") && line.contains("appeared")), "{text}");
+    assert!(
+        text.lines()
+            .any(|line| line.contains("global_stats_add") && line.contains("appeared")),
+        "{text}"
+    );
 
     let output = compare(&mutex, &atomic, &["--assert-max", "conn_counter_add=7"]);
     assert_eq!(output.status.code(), Some(1));
