@@ -174,10 +174,14 @@ pub fn run(args: &CompareArgs) -> Result<ExitCode> {
             let per_request = after.per_request(group.acquisitions);
             if per_request > *max {
                 failures.push(format!(
-                    "{identity} is taken {per_request:.2} times per request after, more than {max}"
+                    "{identity} is taken {} times per request after, more than {max}",
+                    ratio(per_request)
                 ));
             } else {
-                println!("ok: {identity}: {per_request:.2} per request <= {max}");
+                println!(
+                    "ok: {identity}: {} per request <= {max}",
+                    ratio(per_request)
+                );
             }
         }
     }
@@ -188,6 +192,11 @@ pub fn run(args: &CompareArgs) -> Result<ExitCode> {
         eprintln!("locktrace: assertion failed: {failure}");
     }
     Ok(ExitCode::FAILURE)
+}
+
+/// `+` for a rise or no change (ratio prints the `-` itself).
+fn sign(delta: f64) -> &'static str {
+    if delta >= 0.0 { "+" } else { "" }
 }
 
 fn parse_max(spec: &str) -> Result<(String, f64)> {
@@ -247,9 +256,14 @@ fn render(before: &Side, after: &Side) -> String {
         let (b, a) = (acquisitions(before, old), acquisitions(after, new));
         let change = match (b, a) {
             (Some(b), Some(a)) if b > 0.0 => {
-                format!("{:+.2} ({:+.0}%)", a - b, (a - b) / b * 100.0)
+                format!(
+                    "{}{} ({:+.0}%)",
+                    sign(a - b),
+                    ratio(a - b),
+                    (a - b) / b * 100.0
+                )
             }
-            (Some(b), Some(a)) => format!("{:+.2}", a - b),
+            (Some(b), Some(a)) => format!("{}{}", sign(a - b), ratio(a - b)),
             _ => String::new(),
         };
         let mark = match (old, new) {
@@ -262,7 +276,7 @@ fn render(before: &Side, after: &Side) -> String {
             old.map_or(0, |g| g.locks),
             new.map_or(0, |g| g.locks)
         );
-        let shown = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.2}"));
+        let shown = |v: Option<f64>| v.map_or("-".to_string(), ratio);
         table.add_row(row![
             identity,
             r->count,
@@ -278,9 +292,9 @@ fn render(before: &Side, after: &Side) -> String {
     let total = |side: &Side| side.per_request(side.groups.values().map(|g| g.acquisitions).sum());
     let _ = writeln!(
         out,
-        "all locks: {:.2} -> {:.2} acquisitions per request",
-        total(before),
-        total(after)
+        "all locks: {} -> {} acquisitions per request",
+        ratio(total(before)),
+        ratio(total(after))
     );
     out
 }

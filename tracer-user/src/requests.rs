@@ -115,10 +115,12 @@ pub fn cells(per: Option<&PerRequest>) -> [String; 3] {
     }
 }
 
-/// A per-request figure: `8.0` when whole (exact), else two decimals.
+/// A per-request figure: `8.0` when whole (exact), else two decimals (four below 0.1).
 pub fn ratio(value: f64) -> String {
     if value.fract() == 0.0 {
         format!("{value:.1}")
+    } else if value.abs() < 0.1 {
+        format!("{value:.4}")
     } else {
         format!("{value:.2}")
     }
