@@ -47,6 +47,8 @@ pub struct Tally {
     pub wrong_bodies: u64,
     /// Requests that got no response (connection refused, reset, bad HTTP).
     pub connection_errors: u64,
+    /// Requests resent because the server closed an idle keep-alive connection first.
+    pub retries: u64,
     pub first_error: Option<String>,
     pub elapsed: Duration,
 }
@@ -244,13 +246,21 @@ impl Phase {
 
 /// One connection's share of a phase; returns the connection for the next phase.
 async fn drive(mut sender: Option<Sender>, endpoint: &Endpoint, phase: &Phase) -> Option<Sender> {
-    while phase.claim() {
+    // Responses on the current connection, and whether the claimed request is to be resent.
+    let mut served = 0u64;
+    let mut resend = false;
+    loop {
+        if !resend && !phase.claim() {
+            break;
+        }
+        resend = false;
         // The server may have closed the connection (keep-alive limit): reopen, not an error.
         let usable = match sender.as_mut() {
             Some(s) => !s.is_closed() && s.ready().await.is_ok(),
             None => false,
         };
         if !usable {
+            served = 0;
             match open(endpoint).await {
                 Ok(fresh) => sender = Some(fresh),
                 Err(error) => {
@@ -280,13 +290,14 @@ async fn drive(mut sender: Option<Sender>, endpoint: &Endpoint, phase: &Phase) -
                 let status = response.status().as_u16();
                 match response.into_body().collect().await {
                     Ok(body) => Ok((status, body.to_bytes())),
-                    Err(error) => Err(error.to_string()),
+                    Err(error) => Err(error),
                 }
             }
-            Err(error) => Err(error.to_string()),
+            Err(error) => Err(error),
         };
         match outcome {
             Ok((status, body)) => {
+                served += 1;
                 let mut tally = lock(&phase.tally);
                 *tally.statuses.entry(status).or_insert(0) += 1;
                 let body_ok = phase
@@ -299,8 +310,17 @@ async fn drive(mut sender: Option<Sender>, endpoint: &Endpoint, phase: &Phase) -
                 drop(tally);
                 phase.done.fetch_add(1, Ordering::Relaxed);
             }
+            // A reused keep-alive connection the server closed before
+            // answering (its idle/limit close raced our request): the server
+            // never took the request, so send it again on a new connection,
+            // as HTTP clients do for idempotent requests. Counted as a retry.
+            Err(error) if served > 0 && error.is_incomplete_message() => {
+                lock(&phase.tally).retries += 1;
+                sender = None;
+                resend = true;
+            }
             Err(error) => {
-                phase.record_error(error);
+                phase.record_error(error.to_string());
                 sender = None;
             }
         }

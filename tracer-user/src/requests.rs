@@ -23,6 +23,10 @@ pub struct Requests {
     /// The unexpected responses by kind: `status 500`, `wrong body`, `connection error`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub unexpected: BTreeMap<String, u64>,
+    /// Load driver requests resent because the server had closed the idle
+    /// keep-alive connection before reading them (not errors).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub retries: u64,
     /// The request-boundary function (`MODULE:SYMBOL`) when one was probed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub probe: Option<String>,
@@ -32,6 +36,10 @@ pub struct Requests {
     /// Why per-request figures are absent although requests were counted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub refused: Option<String>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// Figures per request, for one lock or for all of them.
@@ -80,6 +88,12 @@ pub fn describe(requests: &Requests) -> String {
             .map(|(status, n)| format!("{status}: {n}"))
             .collect();
         line.push_str(&format!("; statuses {}", statuses.join(", ")));
+    }
+    if requests.retries > 0 {
+        line.push_str(&format!(
+            "; {} resent after a keep-alive close",
+            requests.retries
+        ));
     }
     if requests.errors > 0 {
         let kinds: Vec<String> = requests

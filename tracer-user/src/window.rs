@@ -154,6 +154,7 @@ impl Window {
                 .collect();
             block.unexpected = tally.unexpected(load.expect_status);
             block.errors = block.unexpected.values().sum();
+            block.retries = tally.retries;
             if block.errors > 0 && !self.options.allow_errors {
                 let kinds: Vec<String> = block
                     .unexpected
