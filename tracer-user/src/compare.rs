@@ -76,7 +76,8 @@ impl Side {
             let name = raw_lock
                 .get("name")
                 .and_then(Value::as_str)
-                .filter(|n| !n.is_empty())
+                // A bare address is no identity across runs.
+                .filter(|n| !n.is_empty() && !n.starts_with("0x"))
                 .map(str::to_string);
             let mut callers: Vec<String> = raw_lock
                 .get("callers")
@@ -302,6 +303,96 @@ fn render(before: &Side, after: &Side) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A minimal report with requests; `locks` as JSON (naming's fields optional).
+    fn write_report(dir: &std::path::Path, file: &str, requests: u64, locks: Value) -> PathBuf {
+        let report = serde_json::json!({
+            "schema": crate::report::SCHEMA,
+            "target": {"pid": 1, "exe": "/x", "cmdline": []},
+            "duration_s": 1.0,
+            "mode": "all",
+            "locks": locks,
+            "dropped": {},
+            "totals": {"acquisitions": 0, "contended": 0, "wakes": 0, "wait_ns": 0},
+            "requests": {"source": "given", "count": requests},
+        });
+        let path = dir.join(file);
+        std::fs::write(&path, report.to_string()).unwrap();
+        path
+    }
+
+    fn lock(address: &str, acquisitions: u64, extra: Value) -> Value {
+        let mut lock = serde_json::json!({
+            "address": address, "kind": "mutex", "acquisitions": acquisitions,
+            "contended": 0, "wakes": 0, "wait_ns": 0, "max_wait_ns": 0,
+        });
+        for (key, value) in extra.as_object().unwrap() {
+            lock[key] = value.clone();
+        }
+        lock
+    }
+
+    #[test]
+    fn matches_by_name_then_callers_never_address() {
+        let dir = tempfile::tempdir().unwrap();
+        let before = write_report(
+            dir.path(),
+            "before.json",
+            10,
+            serde_json::json!([
+                lock(
+                    "0x1000",
+                    80,
+                    serde_json::json!({"name": "g_stats->lock", "callers": [{"function": "global_stats_add", "module": "httpd", "offset": 16, "count": 80}]})
+                ),
+                lock(
+                    "0x2000",
+                    30,
+                    serde_json::json!({"caller_functions": ["conn_counter_add"]})
+                ),
+                lock(
+                    "0x3000",
+                    50,
+                    serde_json::json!({"caller_functions": ["conn_counter_add"]})
+                ),
+                lock("0x4000", 5, serde_json::json!({"name": "0x4000"})),
+            ]),
+        );
+        let after = write_report(
+            dir.path(),
+            "after.json",
+            20,
+            serde_json::json!([lock(
+                "0x9000",
+                160,
+                serde_json::json!({"callers": [{"function": "conn_counter_add"}]})
+            ),]),
+        );
+        let before = Side::load(&before).unwrap();
+        let after = Side::load(&after).unwrap();
+        assert_eq!(before.groups.len(), 3);
+        assert_eq!(before.groups["g_stats->lock"].acquisitions, 80);
+        // Two per-connection mutexes, one identity; matched across runs whatever their addresses.
+        let connections = &before.groups["mutex via conn_counter_add"];
+        assert_eq!((connections.locks, connections.acquisitions), (2, 80));
+        assert_eq!(
+            after.per_request(after.groups["mutex via conn_counter_add"].acquisitions),
+            8.0
+        );
+        assert!(before.groups.contains_key("unidentified mutex"));
+        // Selectors search names and caller functions.
+        assert_eq!(before.matching("global_stats").count(), 1);
+        assert_eq!(before.matching("g_stats->").count(), 1);
+        assert_eq!(after.matching("global_stats").count(), 0);
+    }
+
+    #[test]
+    fn refuses_reports_without_requests() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = write_report(dir.path(), "r.json", 0, serde_json::json!([]));
+        let error = Side::load(&path).err().unwrap().to_string();
+        assert!(error.contains("no request count"), "{error}");
+    }
 
     #[test]
     fn parses_limits() {

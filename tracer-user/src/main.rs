@@ -92,7 +92,7 @@ enum Command {
         /// Process to trace (the host's pid, also for a process in a container).
         #[arg(long, short)]
         pid: u32,
-        /// Stop after this many seconds (default: until Ctrl-C or the target exits).
+        /// Stop after this many seconds (default: until Ctrl-C or the target exits); with --load, send load this long.
         #[arg(long, short)]
         duration: Option<f64>,
         /// Also write the report as JSON to this file.

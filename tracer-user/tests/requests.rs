@@ -182,6 +182,41 @@ fn load_driver_gives_exact_per_request_figures() {
 }
 
 #[test]
+fn load_for_a_duration_on_pinned_cpus() {
+    let (server, port) = start_server("mutex", None);
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("report.json");
+    let url = format!("http://127.0.0.1:{port}/");
+    let last_cpu = (std::thread::available_parallelism().unwrap().get() - 1).to_string();
+    let output = record(
+        server.pid(),
+        &json,
+        &[
+            "--load",
+            &url,
+            "--duration",
+            "1",
+            "-c",
+            "2",
+            "--load-cpus",
+            &last_cpu,
+        ],
+    );
+    assert!(
+        output.status.success(),
+        "record failed: {}",
+        stderr(&output)
+    );
+    let report = read_report(&json);
+    let count = report["requests"]["count"].as_u64().unwrap();
+    assert!(count > 100, "only {count} requests in a second");
+    assert_eq!(report["requests"]["statuses"]["200"], count);
+    assert_exact_mutex_mode(&report, server.address("stats_lock"), count);
+    let duration = report["duration_s"].as_f64().unwrap();
+    assert!((1.0..3.0).contains(&duration), "load window {duration} s");
+}
+
+#[test]
 fn request_probe_counts_requests_with_and_without_load() {
     let (server, port) = start_server("mutex", None);
     let dir = tempfile::tempdir().unwrap();
