@@ -85,6 +85,9 @@ struct Endpoint {
 
 type Sender = SendRequest<Empty<Bytes>>;
 
+/// How long one request may wait for its whole response.
+const RESPONSE_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Open keep-alive connections to the server, ready to send load.
 pub struct LoadDriver {
     runtime: BackgroundRuntime,
@@ -285,15 +288,21 @@ async fn drive(mut sender: Option<Sender>, endpoint: &Endpoint, phase: &Phase) -
                 continue;
             }
         };
-        let outcome = match active.send_request(request).await {
-            Ok(response) => {
-                let status = response.status().as_u16();
-                match response.into_body().collect().await {
-                    Ok(body) => Ok((status, body.to_bytes())),
-                    Err(error) => Err(error),
-                }
-            }
-            Err(error) => Err(error),
+        let exchange = async {
+            let response = active.send_request(request).await?;
+            let status = response.status().as_u16();
+            let body = response.into_body().collect().await?;
+            Ok::<_, hyper::Error>((status, body.to_bytes()))
+        };
+        // A server that never answers (e.g. fewer server threads than
+        // connections) must not hang the recording.
+        let Ok(outcome) = tokio::time::timeout(RESPONSE_TIMEOUT, exchange).await else {
+            phase.record_error(format!(
+                "no response within {} s",
+                RESPONSE_TIMEOUT.as_secs()
+            ));
+            sender = None;
+            continue;
         };
         match outcome {
             Ok((status, body)) => {
