@@ -183,7 +183,27 @@ impl Window {
                 _ => "no request was counted; no per-request figures".into(),
             });
         }
+        if block.count > 0 && report.totals.acquisitions == Some(0) {
+            hint_children(report.target.pid, block.count);
+        }
         requests::apply(report, block);
+    }
+}
+
+/// A pre-forked server's parent serves no requests: say which pids do.
+fn hint_children(pid: u32, requests: u64) {
+    let mut children = Vec::new();
+    if let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) {
+        for task in tasks.flatten() {
+            let list = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+            children.extend(list.split_whitespace().map(str::to_string));
+        }
+    }
+    if !children.is_empty() {
+        eprintln!(
+            "locktrace: note: pid {pid} took no lock during {requests} requests; its child processes ({}) may be the ones serving them (e.g. Apache's worker): trace one of those",
+            children.join(", ")
+        );
     }
 }
 

@@ -182,6 +182,20 @@ fn load_driver_gives_exact_per_request_figures() {
 }
 
 #[test]
+fn off_mode_takes_no_lock_per_request() {
+    let (server, port) = start_server("off", None);
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("report.json");
+    let url = format!("http://127.0.0.1:{port}/");
+    let output = record(server.pid(), &json, &["--load", &url, "-n", "300"]);
+    assert!(output.status.success(), "record failed: {}", stderr(&output));
+    let report = read_report(&json);
+    assert_eq!(report["requests"]["count"], 300);
+    assert_eq!(report["locks"], serde_json::json!([]));
+    assert_eq!(report["totals"]["per_request"]["acquisitions"].as_f64(), Some(0.0));
+}
+
+#[test]
 fn load_for_a_duration_on_pinned_cpus() {
     let (server, port) = start_server("mutex", None);
     let dir = tempfile::tempdir().unwrap();
