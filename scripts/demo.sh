@@ -1,23 +1,52 @@
 #!/usr/bin/env bash
-# The main job: build locktrace, start a bundled fixture, trace it, print its report.
+# The main job: "how many times per request is this mutex taken, and is it
+# gone after the patch?" on a bundled threaded HTTP server modelled on the
+# mysqlnd statistics case (a malloc'ed process-wide stats mutex reached
+# through a global pointer, taken K times per request).
+#   1. mutex mode (before the patch): record under the built-in load driver
+#   2. atomic mode (the patch: relaxed atomic adds): the same
+#   3. compare the two, asserting the global mutex is gone
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 cargo build --release --locked --bin locktrace
-mkdir -p target/fixtures
-gcc -O2 -g -pthread -o target/fixtures/locks-demo fixtures/locks.c
-fifo=$(mktemp -u); mkfifo "$fifo"
-target/fixtures/locks-demo 4 25000 10000 < "$fifo" > target/fixtures/locks-demo.out &
-fixture=$!
-exec 3>"$fifo"
-sleep 0.2
-echo "fixture pid $fixture: 4 threads x 25000 locks of g_lock, 10000 of each thread's heap mutex"
-target/release/locktrace record --pid "$fixture" --json target/demo-report.json 2> >(sed 's/^/  /' >&2) &
-tracer=$!
-# Start the fixture's work once the probes are live.
-sleep 1.5
-echo go >&3; exec 3>&-
-wait "$tracer"
-wait "$fixture" || true
-rm -f "$fifo"
-echo "JSON report: target/demo-report.json"
+mkdir -p target/fixtures target/demo
+gcc -O2 -g -pthread -o target/fixtures/httpd-demo fixtures/httpd.c
+
+K=8            # statistics updates per request
+REQUESTS=5000  # counted requests per run
+server=""
+cleanup() { if [ -n "$server" ]; then kill "$server" 2>/dev/null || true; fi; }
+trap cleanup EXIT
+
+record_mode() {
+    local mode=$1
+    local out=target/demo/httpd-$mode.out
+    target/fixtures/httpd-demo 0 "$mode" "$K" 4 > "$out" &
+    server=$!
+    for _ in $(seq 100); do grep -q '^ready' "$out" && break; sleep 0.05; done
+    local port
+    port=$(awk '/^port/ {print $2}' "$out")
+    echo
+    echo "== $mode mode: httpd pid $server on 127.0.0.1:$port, $K statistics updates per request"
+    target/release/locktrace record --pid "$server" --load "http://127.0.0.1:$port/" \
+        -n "$REQUESTS" -c 4 --warmup 100 --expect-body hello --json "target/demo/$mode.json"
+    kill "$server"; wait "$server" 2>/dev/null || true
+    server=""
+}
+
+record_mode mutex
+record_mode atomic
+
+echo
+echo "== compare: before (mutex) -> after (atomic)"
+if target/release/locktrace compare target/demo/mutex.json target/demo/atomic.json \
+    --assert-gone global_stats_add --assert-max conn_counter_add="$K"; then
+    echo
+    echo "verdict: the global statistics mutex (taken in global_stats_add, $K times per request before) is gone after the patch;"
+    echo "         the per-connection mutexes are unchanged. Reports: target/demo/mutex.json, target/demo/atomic.json"
+else
+    echo
+    echo "verdict: the global statistics mutex is still taken after the patch"
+    exit 1
+fi

@@ -1,13 +1,19 @@
 //! locktrace: per-lock acquisition and contention counts for a live process.
+mod callsites;
 mod collect;
+mod compare;
 mod loader;
+mod loadgen;
 mod lockfuncs;
 mod placement;
 mod record;
 mod report;
+mod request_probe;
+mod requests;
 mod table;
 mod target;
 mod tracefs;
+mod window;
 
 use std::{path::PathBuf, process::ExitCode, time::Duration};
 
@@ -25,6 +31,79 @@ struct Cli {
     command: Command,
 }
 
+/// Per-request figures: how requests are counted.
+#[derive(clap::Args)]
+struct RequestArgs {
+    /// Drive HTTP/1.1 keep-alive GET load at this URL over the traced window; counts responses.
+    #[arg(long, value_name = "URL")]
+    load: Option<String>,
+    /// Requests to send with --load (default 1000; or give --duration).
+    #[arg(
+        short = 'n',
+        long = "load-requests",
+        value_name = "REQUESTS",
+        requires = "load",
+        conflicts_with = "duration"
+    )]
+    load_requests: Option<u64>,
+    /// Connections (each keep-alive, one request in flight) for --load.
+    #[arg(short = 'c', long, default_value_t = 4, requires = "load")]
+    concurrency: usize,
+    /// The status every response must have.
+    #[arg(long, default_value_t = 200, requires = "load")]
+    expect_status: u16,
+    /// Text every response body must contain.
+    #[arg(long, value_name = "TEXT", requires = "load")]
+    expect_body: Option<String>,
+    /// Give per-request figures even when some responses were unexpected.
+    #[arg(long, requires = "load")]
+    allow_errors: bool,
+    /// Requests sent before tracing starts (not counted).
+    #[arg(long, default_value_t = 0, value_name = "N", requires = "load")]
+    warmup: u64,
+    /// CPUs for the load driver's threads, e.g. 1 or 0,2-3 (keep them off the target's).
+    #[arg(long, value_name = "LIST", requires = "load")]
+    load_cpus: Option<String>,
+    /// Count calls of a function that runs once per request, e.g. libphp.so:php_request_startup.
+    #[arg(long, value_name = "MODULE:SYMBOL")]
+    request_probe: Option<String>,
+    /// Requests served in the window, counted elsewhere (wrk, an access log).
+    #[arg(long, value_name = "N")]
+    requests: Option<u64>,
+}
+
+impl RequestArgs {
+    fn options(self, duration: Option<Duration>) -> Result<window::RequestOptions> {
+        let load = match self.load {
+            Some(url) => Some(loadgen::LoadOptions {
+                url,
+                amount: match (self.load_requests, duration) {
+                    (Some(0), _) => anyhow::bail!("-n must be at least 1"),
+                    (Some(n), _) => loadgen::Amount::Requests(n),
+                    (None, Some(duration)) => loadgen::Amount::Duration(duration),
+                    (None, None) => loadgen::Amount::Requests(1000),
+                },
+                concurrency: self.concurrency,
+                expect_status: self.expect_status,
+                expect_body: self.expect_body,
+                warmup: self.warmup,
+                cpus: self
+                    .load_cpus
+                    .as_deref()
+                    .map(loadgen::parse_cpu_list)
+                    .transpose()?,
+            }),
+            None => None,
+        };
+        Ok(window::RequestOptions {
+            load,
+            probe: self.request_probe,
+            given: self.requests,
+            allow_errors: self.allow_errors,
+        })
+    }
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Attach to a running process and count its lock acquisitions and contention.
@@ -32,7 +111,7 @@ enum Command {
         /// Process to trace (the host's pid, also for a process in a container).
         #[arg(long, short)]
         pid: u32,
-        /// Stop after this many seconds (default: until Ctrl-C or the target exits).
+        /// Stop after this many seconds (default: until Ctrl-C or the target exits); with --load, send load this long.
         #[arg(long, short)]
         duration: Option<f64>,
         /// Also write the report as JSON to this file.
@@ -44,7 +123,11 @@ enum Command {
         /// Show at most this many locks in the table.
         #[arg(long)]
         top: Option<usize>,
+        #[command(flatten)]
+        requests: RequestArgs,
     },
+    /// Compare two reports per request: which locks appeared, disappeared or changed.
+    Compare(compare::CompareArgs),
     /// Print a saved JSON report again.
     Report {
         file: PathBuf,
@@ -69,11 +152,19 @@ fn main() -> ExitCode {
             }
             // One line, not clap's multi-line usage block.
             let rendered = error.render().to_string();
-            let first = rendered
+            // The message may continue on indented lines (e.g. the missing arguments) before the usage.
+            let message: Vec<&str> = rendered
                 .lines()
-                .next()
-                .unwrap_or("invalid arguments")
-                .trim_start_matches("error: ");
+                .take_while(|line| !line.starts_with("Usage:"))
+                .map(str::trim)
+                .filter(|line| !line.is_empty())
+                .collect();
+            let joined = message.join(" ");
+            let first = if joined.is_empty() {
+                "invalid arguments"
+            } else {
+                joined.trim_start_matches("error: ")
+            };
             eprintln!("locktrace: {first} (see locktrace --help)");
             return ExitCode::from(2);
         }
@@ -95,6 +186,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             json,
             placement,
             top,
+            requests,
         } => {
             let duration = match duration {
                 Some(seconds) if seconds.is_finite() && seconds > 0.0 => {
@@ -105,10 +197,18 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 }
                 None => None,
             };
+            let requests = requests.options(duration)?;
+            // With --load, --duration is the load's length, not a tracing limit.
+            let duration = if requests.load.is_some() {
+                None
+            } else {
+                duration
+            };
             let options = record::RecordOptions {
                 pid,
                 duration,
                 placement,
+                requests,
             };
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(1)
@@ -119,8 +219,13 @@ fn run(cli: Cli) -> Result<ExitCode> {
             if let Some(path) = json {
                 report.save(&path)?;
             }
+            if let Some(reason) = report.requests.as_ref().and_then(|r| r.refused.as_ref()) {
+                eprintln!("locktrace: {reason}");
+                return Ok(ExitCode::FAILURE);
+            }
             Ok(ExitCode::SUCCESS)
         }
+        Command::Compare(args) => compare::run(&args),
         Command::Report { file, top } => {
             let report = report::Report::load(&file)?;
             print!("{}", table::render(&report, top));

@@ -7,11 +7,11 @@ use tokio::signal::unix::{Signal, SignalKind, signal};
 use tracer_common::flags;
 
 use crate::{
-    collect, loader, lockfuncs,
+    callsites, collect, loader, lockfuncs,
     placement::{self, Placement},
     report::{self, RecordInfo, Report, TargetInfo},
     target::Target,
-    tracefs,
+    tracefs, window,
 };
 
 #[derive(Debug, Clone)]
@@ -19,6 +19,8 @@ pub struct RecordOptions {
     pub pid: u32,
     pub duration: Option<Duration>,
     pub placement: Placement,
+    /// Request counting (load driver, request probe, given count).
+    pub requests: window::RequestOptions,
 }
 
 pub async fn record(options: &RecordOptions) -> Result<Report> {
@@ -47,27 +49,37 @@ pub async fn record(options: &RecordOptions) -> Result<Report> {
             );
         }
     }
+    // Load driver connections and warmup happen before the probes go in.
+    let mut window = window::Window::prepare(&options.requests, &target).await?;
     let plan = loader::LoadPlan {
         target: &target,
         functions: &placed,
         flags: flags::FUTEX | flags::CALLERS,
         lock_probes: true,
-        request_probe: None,
+        request_probe: window.request_probe(),
     };
     let loaded = loader::load(&plan)?;
     let modules: std::collections::BTreeSet<&str> =
         functions.iter().map(|f| f.module.as_str()).collect();
     eprintln!(
-        "locktrace: tracing pid {} ({}): {} probes in {} live after {} ms; Ctrl-C to stop",
+        "locktrace: tracing pid {} ({}): {} probes in {} live after {} ms; {}",
         target.pid,
         target.exe,
         loaded.probe_count,
         modules.into_iter().collect::<Vec<_>>().join(", "),
-        loaded.attach_time.as_millis()
+        loaded.attach_time.as_millis(),
+        if window.has_load() {
+            "sending load"
+        } else {
+            "Ctrl-C to stop"
+        }
     );
     let started = Instant::now();
-    let stopped_by = wait_for_end(&target, options.duration, &mut stop_signals).await;
+    let stopped_by = window
+        .run(&target, options.duration, &loaded.ebpf, &mut stop_signals)
+        .await?;
     let duration_s = started.elapsed().as_secs_f64();
+    // Right after the last response: the counts cover exactly the load window.
     let collected = collect::collect(&loaded.ebpf)?;
     drop(loaded);
     let info = RecordInfo {
@@ -82,11 +94,15 @@ pub async fn record(options: &RecordOptions) -> Result<Report> {
         stopped_by: stopped_by.into(),
         counted_acquisitions: true,
     };
-    Ok(report::build(info, &collected, &functions))
+    let mut report = report::build(info, &collected, &functions);
+    callsites::annotate(&mut report, &target, &collected, &functions);
+    window.finish(&mut report, &collected);
+    Ok(report)
 }
 
-struct StopSignals {
-    interrupt: Signal,
+/// Ctrl-C and SIGTERM, caught from the start of the recording.
+pub struct StopSignals {
+    pub interrupt: Signal,
     terminate: Signal,
 }
 
@@ -100,7 +116,7 @@ impl StopSignals {
 }
 
 /// Waits until the duration ends, the user interrupts, or the target exits.
-async fn wait_for_end(
+pub async fn wait_for_end(
     target: &Target,
     duration: Option<Duration>,
     signals: &mut StopSignals,

@@ -30,6 +30,9 @@ pub struct Report {
     /// Events that could not be counted, by reason (zero counts omitted).
     pub dropped: BTreeMap<String, u64>,
     pub totals: Totals,
+    /// Request count and source, when requests were counted (`--load`, `--request-probe`, `--requests`).
+    #[serde(default)]
+    pub requests: Option<crate::requests::Requests>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -55,6 +58,13 @@ pub struct Lock {
     pub wakes: u64,
     pub wait_ns: u64,
     pub max_wait_ns: u64,
+    /// Figures per request; null without a request count.
+    #[serde(default)]
+    pub per_request: Option<crate::requests::PerRequest>,
+    /// Functions that called the lock (from the return addresses), sorted: an
+    /// identity that survives restarts, which `compare` falls back on.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub caller_functions: Vec<String>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -63,6 +73,9 @@ pub struct Totals {
     pub contended: u64,
     pub wakes: u64,
     pub wait_ns: u64,
+    /// All locks' figures per request; null without a request count.
+    #[serde(default)]
+    pub per_request: Option<crate::requests::PerRequest>,
 }
 
 /// Bytes a lock of each kind spans: futex words inside it belong to it.
@@ -114,6 +127,8 @@ pub fn build(info: RecordInfo, collected: &Collected, functions: &[LockFunction]
                 wakes: 0,
                 wait_ns: 0,
                 max_wait_ns: 0,
+                per_request: None,
+                caller_functions: Vec::new(),
             },
         );
     }
@@ -133,6 +148,8 @@ pub fn build(info: RecordInfo, collected: &Collected, functions: &[LockFunction]
             wakes: 0,
             wait_ns: 0,
             max_wait_ns: 0,
+            per_request: None,
+            caller_functions: Vec::new(),
         });
         lock.contended += counts.waits;
         lock.wakes += counts.wakes;
@@ -154,6 +171,7 @@ pub fn build(info: RecordInfo, collected: &Collected, functions: &[LockFunction]
         contended: locks.iter().map(|lock| lock.contended).sum(),
         wakes: locks.iter().map(|lock| lock.wakes).sum(),
         wait_ns: locks.iter().map(|lock| lock.wait_ns).sum(),
+        per_request: None,
     };
     let dropped = drop_reason::NAMES
         .iter()
@@ -171,6 +189,7 @@ pub fn build(info: RecordInfo, collected: &Collected, functions: &[LockFunction]
         locks,
         dropped,
         totals,
+        requests: None,
     }
 }
 

@@ -2,7 +2,7 @@
 //! says how the run ended and what could not be counted.
 use std::fmt::Write;
 
-use prettytable::{Table, format, row};
+use prettytable::{Cell, Row, Table, format, row};
 
 use crate::report::Report;
 
@@ -22,12 +22,23 @@ pub fn render(report: &Report, limit: Option<usize>) -> String {
             .map(|p| format!(", placement {p}"))
             .unwrap_or_default()
     );
+    if let Some(requests) = &report.requests {
+        out.push_str(&crate::requests::describe(requests));
+    }
+    let per_request = report.totals.per_request.is_some();
     let mut table = Table::new();
     table.set_format(*format::consts::FORMAT_NO_BORDER_LINE_SEPARATOR);
-    table.set_titles(row!["address", "kind", r->"acquisitions", r->"contended", r->"wakes", r->"wait total", r->"wait max"]);
+    let mut titles = row!["address", "kind", r->"acquisitions", r->"contended", r->"wakes", r->"wait total", r->"wait max"];
+    if per_request {
+        for title in ["acq/req", "contended/req", "wait/req"] {
+            titles.add_cell(Cell::new(title).style_spec("r"));
+        }
+        titles.add_cell(Cell::new("callers"));
+    }
+    table.set_titles(titles);
     let shown = limit.unwrap_or(usize::MAX);
     for lock in report.locks.iter().take(shown) {
-        table.add_row(row![
+        let mut row: Row = row![
             lock.address,
             lock.kind,
             r->lock.acquisitions.map_or("-".to_string(), |n| n.to_string()),
@@ -35,7 +46,14 @@ pub fn render(report: &Report, limit: Option<usize>) -> String {
             r->lock.wakes,
             r->duration(lock.wait_ns),
             r->duration(lock.max_wait_ns),
-        ]);
+        ];
+        if per_request {
+            for cell in crate::requests::cells(lock.per_request.as_ref()) {
+                row.add_cell(Cell::new(&cell).style_spec("r"));
+            }
+            row.add_cell(Cell::new(&lock.caller_functions.join(", ")));
+        }
+        table.add_row(row);
     }
     out.push_str(&table.to_string());
     if report.locks.len() > shown {
@@ -53,6 +71,14 @@ pub fn render(report: &Report, limit: Option<usize>) -> String {
         totals.wakes,
         duration(totals.wait_ns)
     );
+    if let Some(per) = &totals.per_request {
+        let cells = crate::requests::cells(Some(per));
+        let _ = writeln!(
+            out,
+            "per request: {} acquisitions, {} contended waits, {} waiting",
+            cells[0], cells[1], cells[2]
+        );
+    }
     match report.stopped_by.as_str() {
         "target_exited" => {
             out.push_str("stopped: the target exited; counts cover its whole traced life\n")

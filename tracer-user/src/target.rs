@@ -22,6 +22,10 @@ pub struct Mapping {
 }
 
 impl Mapping {
+    pub fn contains(&self, address: u64) -> bool {
+        (self.start..self.end).contains(&address)
+    }
+
     pub fn is_executable(&self) -> bool {
         self.perms.as_bytes().get(2) == Some(&b'x')
     }
@@ -74,6 +78,10 @@ impl Target {
     /// Path under which the tracer opens a file of the target.
     pub fn host_path(&self, target_path: &str) -> PathBuf {
         host_path(self.pid, target_path)
+    }
+
+    pub fn mapping_of(&self, address: u64) -> Option<&Mapping> {
+        self.maps.iter().find(|mapping| mapping.contains(address))
     }
 
     pub fn is_alive(&self) -> bool {

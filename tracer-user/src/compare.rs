@@ -1,0 +1,408 @@
+//! `locktrace compare BEFORE.json AFTER.json`: per-request lock figures of
+//! two recordings side by side, matched by an identity that survives a
+//! restart (never the address), plus CI assertions.
+//!
+//! Identity, first that exists: the lock's `name` (naming), else the set of
+//! its caller functions (`callers[].function` from naming, else this
+//! report's own `caller_functions`), else `unidentified KIND`. Locks with the
+//! same identity (e.g. one mutex per connection, all taken by the same
+//! function) are one row, their figures summed.
+use std::{collections::BTreeMap, fmt::Write, path::PathBuf, process::ExitCode};
+
+use anyhow::{Context, Result, anyhow, bail};
+use prettytable::{Table, format, row};
+use serde_json::Value;
+
+use crate::{report::Report, requests::ratio};
+
+#[derive(clap::Args, Debug)]
+pub struct CompareArgs {
+    /// Report recorded before the change (with a request count).
+    before: PathBuf,
+    /// Report recorded after the change.
+    after: PathBuf,
+    /// Fail (exit 1) if a lock matching SELECTOR is still taken after; repeatable.
+    /// A selector matches a lock whose name or one of whose caller functions contains it.
+    #[arg(long, value_name = "SELECTOR")]
+    assert_gone: Vec<String>,
+    /// Fail (exit 1) if a lock matching SELECTOR is taken more than N times per request after; repeatable.
+    #[arg(long, value_name = "SELECTOR=N")]
+    assert_max: Vec<String>,
+}
+
+/// Locks of one identity in one report, summed.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct Group {
+    kind: String,
+    locks: usize,
+    acquisitions: u64,
+    contended: u64,
+    wait_ns: u64,
+    /// Name and caller functions: what selectors search.
+    labels: Vec<String>,
+}
+
+struct Side {
+    path: PathBuf,
+    requests: u64,
+    groups: BTreeMap<String, Group>,
+}
+
+impl Side {
+    fn load(path: &PathBuf) -> Result<Side> {
+        let report = Report::load(path)?;
+        // Fields other branches add (name, callers) are read from the raw JSON.
+        let raw: Value = serde_json::from_str(&std::fs::read_to_string(path)?)?;
+        let raw_locks = raw
+            .get("locks")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        let requests = match &report.requests {
+            Some(r) if r.refused.is_none() && r.count > 0 => r.count,
+            Some(r) if r.refused.is_some() => bail!(
+                "{} has no per-request figures: {}",
+                path.display(),
+                r.refused.as_deref().unwrap_or_default()
+            ),
+            _ => bail!(
+                "{} has no request count; record it with --load URL, --request-probe MODULE:SYMBOL or --requests N",
+                path.display()
+            ),
+        };
+        let mut groups: BTreeMap<String, Group> = BTreeMap::new();
+        for (index, lock) in report.locks.iter().enumerate() {
+            let raw_lock = raw_locks.get(index).cloned().unwrap_or(Value::Null);
+            let name = raw_lock
+                .get("name")
+                .and_then(Value::as_str)
+                // A bare address is no identity across runs.
+                .filter(|n| !n.is_empty() && !n.starts_with("0x"))
+                .map(str::to_string);
+            let mut callers: Vec<String> = raw_lock
+                .get("callers")
+                .and_then(Value::as_array)
+                .map(|list| {
+                    list.iter()
+                        .filter_map(|c| c.get("function").and_then(Value::as_str))
+                        .map(str::to_string)
+                        .collect()
+                })
+                .unwrap_or_default();
+            if callers.is_empty() {
+                callers = lock.caller_functions.clone();
+            }
+            callers.sort();
+            callers.dedup();
+            let identity = match (&name, callers.is_empty()) {
+                (Some(name), _) => name.clone(),
+                (None, false) => format!("{} via {}", lock.kind, callers.join(", ")),
+                (None, true) => format!("unidentified {}", lock.kind),
+            };
+            let group = groups.entry(identity).or_insert_with(|| Group {
+                kind: lock.kind.clone(),
+                ..Group::default()
+            });
+            group.locks += 1;
+            group.acquisitions += lock.acquisitions.unwrap_or(0);
+            group.contended += lock.contended;
+            group.wait_ns += lock.wait_ns;
+            group.labels.extend(name);
+            group.labels.extend(callers);
+            group.labels.sort();
+            group.labels.dedup();
+        }
+        Ok(Side {
+            path: path.clone(),
+            requests,
+            groups,
+        })
+    }
+
+    fn per_request(&self, value: u64) -> f64 {
+        value as f64 / self.requests as f64
+    }
+
+    /// Groups a selector matches: by name or caller function (substring).
+    fn matching<'a>(
+        &'a self,
+        selector: &'a str,
+    ) -> impl Iterator<Item = (&'a String, &'a Group)> + 'a {
+        self.groups
+            .iter()
+            .filter(move |(_, group)| group.labels.iter().any(|label| label.contains(selector)))
+    }
+}
+
+pub fn run(args: &CompareArgs) -> Result<ExitCode> {
+    let before = Side::load(&args.before)?;
+    let after = Side::load(&args.after)?;
+    let limits = args
+        .assert_max
+        .iter()
+        .map(|spec| parse_max(spec))
+        .collect::<Result<Vec<_>>>()?;
+    print!("{}", render(&before, &after));
+    let mut failures = Vec::new();
+    for selector in &args.assert_gone {
+        let still: Vec<String> = after
+            .matching(selector)
+            .filter(|(_, group)| group.acquisitions + group.contended > 0)
+            .map(|(identity, group)| {
+                format!(
+                    "{identity} ({} per request)",
+                    ratio(after.per_request(group.acquisitions))
+                )
+            })
+            .collect();
+        if !still.is_empty() {
+            failures.push(format!(
+                "a lock matching {selector:?} is still taken after: {}",
+                still.join("; ")
+            ));
+        } else if before.matching(selector).next().is_none() {
+            // Matching nothing on either side is a typo, not a pass.
+            failures.push(format!(
+                "--assert-gone {selector:?} matches no lock in {} either (check the selector)",
+                before.path.display()
+            ));
+        } else {
+            println!("ok: no lock matching {selector:?} is taken after");
+        }
+    }
+    for (selector, max) in &limits {
+        for (identity, group) in after.matching(selector) {
+            let per_request = after.per_request(group.acquisitions);
+            if per_request > *max {
+                failures.push(format!(
+                    "{identity} is taken {} times per request after, more than {max}",
+                    ratio(per_request)
+                ));
+            } else {
+                println!(
+                    "ok: {identity}: {} per request <= {max}",
+                    ratio(per_request)
+                );
+            }
+        }
+    }
+    if failures.is_empty() {
+        return Ok(ExitCode::SUCCESS);
+    }
+    for failure in &failures {
+        eprintln!("locktrace: assertion failed: {failure}");
+    }
+    Ok(ExitCode::FAILURE)
+}
+
+/// `+` for a rise or no change (ratio prints the `-` itself).
+fn sign(delta: f64) -> &'static str {
+    if delta >= 0.0 { "+" } else { "" }
+}
+
+fn parse_max(spec: &str) -> Result<(String, f64)> {
+    let (selector, max) = spec
+        .rsplit_once('=')
+        .ok_or_else(|| anyhow!("--assert-max {spec:?}: want SELECTOR=N"))?;
+    let max: f64 = max
+        .trim()
+        .parse()
+        .ok()
+        .filter(|n: &f64| n.is_finite() && *n >= 0.0)
+        .with_context(|| format!("--assert-max {spec:?}: N must be a number >= 0"))?;
+    if selector.is_empty() {
+        bail!("--assert-max {spec:?}: the selector is empty");
+    }
+    Ok((selector.to_string(), max))
+}
+
+fn render(before: &Side, after: &Side) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "locktrace compare: before {} ({} requests), after {} ({} requests); per request",
+        before.path.display(),
+        before.requests,
+        after.path.display(),
+        after.requests
+    );
+    let mut identities: Vec<&String> = before.groups.keys().chain(after.groups.keys()).collect();
+    identities.sort();
+    identities.dedup();
+    // Biggest first, by the larger of the two sides.
+    identities.sort_by(|a, b| {
+        let size = |id: &String| {
+            let b = before
+                .groups
+                .get(id)
+                .map_or(0.0, |g| before.per_request(g.acquisitions));
+            let a = after
+                .groups
+                .get(id)
+                .map_or(0.0, |g| after.per_request(g.acquisitions));
+            a.max(b)
+        };
+        size(b).total_cmp(&size(a)).then_with(|| a.cmp(b))
+    });
+    let mut table = Table::new();
+    table.set_format(*format::consts::FORMAT_NO_BORDER_LINE_SEPARATOR);
+    table.set_titles(row!["lock", r->"locks", r->"before", r->"after", r->"change", r->"contended before", r->"contended after", ""]);
+    for identity in identities {
+        let old = before.groups.get(identity);
+        let new = after.groups.get(identity);
+        let acquisitions =
+            |side: &Side, group: Option<&Group>| group.map(|g| side.per_request(g.acquisitions));
+        let contended =
+            |side: &Side, group: Option<&Group>| group.map(|g| side.per_request(g.contended));
+        let (b, a) = (acquisitions(before, old), acquisitions(after, new));
+        let change = match (b, a) {
+            (Some(b), Some(a)) if b > 0.0 => {
+                format!(
+                    "{}{} ({:+.0}%)",
+                    sign(a - b),
+                    ratio(a - b),
+                    (a - b) / b * 100.0
+                )
+            }
+            (Some(b), Some(a)) => format!("{}{}", sign(a - b), ratio(a - b)),
+            _ => String::new(),
+        };
+        let mark = match (old, new) {
+            (Some(_), None) => "disappeared",
+            (None, Some(_)) => "appeared",
+            _ => "",
+        };
+        let count = format!(
+            "{}/{}",
+            old.map_or(0, |g| g.locks),
+            new.map_or(0, |g| g.locks)
+        );
+        let shown = |v: Option<f64>| v.map_or("-".to_string(), ratio);
+        table.add_row(row![
+            identity,
+            r->count,
+            r->shown(b),
+            r->shown(a),
+            r->change,
+            r->shown(contended(before, old)),
+            r->shown(contended(after, new)),
+            mark
+        ]);
+    }
+    out.push_str(&table.to_string());
+    let total = |side: &Side| side.per_request(side.groups.values().map(|g| g.acquisitions).sum());
+    let _ = writeln!(
+        out,
+        "all locks: {} -> {} acquisitions per request",
+        ratio(total(before)),
+        ratio(total(after))
+    );
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A minimal report with requests; `locks` as JSON (naming's fields optional).
+    fn write_report(dir: &std::path::Path, file: &str, requests: u64, locks: Value) -> PathBuf {
+        let report = serde_json::json!({
+            "schema": crate::report::SCHEMA,
+            "target": {"pid": 1, "exe": "/x", "cmdline": []},
+            "duration_s": 1.0,
+            "mode": "all",
+            "locks": locks,
+            "dropped": {},
+            "totals": {"acquisitions": 0, "contended": 0, "wakes": 0, "wait_ns": 0},
+            "requests": {"source": "given", "count": requests},
+        });
+        let path = dir.join(file);
+        std::fs::write(&path, report.to_string()).unwrap();
+        path
+    }
+
+    fn lock(address: &str, acquisitions: u64, extra: Value) -> Value {
+        let mut lock = serde_json::json!({
+            "address": address, "kind": "mutex", "acquisitions": acquisitions,
+            "contended": 0, "wakes": 0, "wait_ns": 0, "max_wait_ns": 0,
+        });
+        for (key, value) in extra.as_object().unwrap() {
+            lock[key] = value.clone();
+        }
+        lock
+    }
+
+    #[test]
+    fn matches_by_name_then_callers_never_address() {
+        let dir = tempfile::tempdir().unwrap();
+        let before = write_report(
+            dir.path(),
+            "before.json",
+            10,
+            serde_json::json!([
+                lock(
+                    "0x1000",
+                    80,
+                    serde_json::json!({"name": "g_stats->lock", "callers": [{"function": "global_stats_add", "module": "httpd", "offset": 16, "count": 80}]})
+                ),
+                lock(
+                    "0x2000",
+                    30,
+                    serde_json::json!({"caller_functions": ["conn_counter_add"]})
+                ),
+                lock(
+                    "0x3000",
+                    50,
+                    serde_json::json!({"caller_functions": ["conn_counter_add"]})
+                ),
+                lock("0x4000", 5, serde_json::json!({"name": "0x4000"})),
+            ]),
+        );
+        let after = write_report(
+            dir.path(),
+            "after.json",
+            20,
+            serde_json::json!([lock(
+                "0x9000",
+                160,
+                serde_json::json!({"callers": [{"function": "conn_counter_add"}]})
+            ),]),
+        );
+        let before = Side::load(&before).unwrap();
+        let after = Side::load(&after).unwrap();
+        assert_eq!(before.groups.len(), 3);
+        assert_eq!(before.groups["g_stats->lock"].acquisitions, 80);
+        // Two per-connection mutexes, one identity; matched across runs whatever their addresses.
+        let connections = &before.groups["mutex via conn_counter_add"];
+        assert_eq!((connections.locks, connections.acquisitions), (2, 80));
+        assert_eq!(
+            after.per_request(after.groups["mutex via conn_counter_add"].acquisitions),
+            8.0
+        );
+        assert!(before.groups.contains_key("unidentified mutex"));
+        // Selectors search names and caller functions.
+        assert_eq!(before.matching("global_stats").count(), 1);
+        assert_eq!(before.matching("g_stats->").count(), 1);
+        assert_eq!(after.matching("global_stats").count(), 0);
+    }
+
+    #[test]
+    fn refuses_reports_without_requests() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = write_report(dir.path(), "r.json", 0, serde_json::json!([]));
+        let error = Side::load(&path).err().unwrap().to_string();
+        assert!(error.contains("no request count"), "{error}");
+    }
+
+    #[test]
+    fn parses_limits() {
+        assert_eq!(
+            parse_max("global_stats_add=0").unwrap(),
+            ("global_stats_add".to_string(), 0.0)
+        );
+        assert_eq!(parse_max("a=b=2.5").unwrap(), ("a=b".to_string(), 2.5));
+        assert!(parse_max("x").is_err());
+        assert!(parse_max("x=-1").is_err());
+        assert!(parse_max("=1").is_err());
+    }
+}

@@ -1,0 +1,483 @@
+//! The built-in load driver: HTTP/1.1 keep-alive GET load on a fixed set of
+//! connections (hyper's client connection API on tokio), counting every
+//! response by status and checking bodies. Its own runtime, so its threads
+//! can be pinned to CPUs away from the target (`--load-cpus`).
+use std::{
+    collections::BTreeMap,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context, Result, anyhow, bail};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty};
+use hyper::{Request, Uri, client::conn::http1::SendRequest, header};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
+
+/// How much load one phase sends.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Amount {
+    Requests(u64),
+    Duration(Duration),
+}
+
+#[derive(Debug, Clone)]
+pub struct LoadOptions {
+    pub url: String,
+    pub amount: Amount,
+    pub concurrency: usize,
+    pub expect_status: u16,
+    /// The body must contain this text.
+    pub expect_body: Option<String>,
+    pub warmup: u64,
+    /// CPUs the driver's threads run on.
+    pub cpus: Option<Vec<usize>>,
+}
+
+/// What one phase of load got back.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Tally {
+    /// Responses by status code.
+    pub statuses: BTreeMap<u16, u64>,
+    /// Responses with the expected status but a body without the expected text.
+    pub wrong_bodies: u64,
+    /// Requests that got no response (connection refused, reset, bad HTTP).
+    pub connection_errors: u64,
+    /// Requests resent because the server closed an idle keep-alive connection first.
+    pub retries: u64,
+    pub first_error: Option<String>,
+    pub elapsed: Duration,
+}
+
+impl Tally {
+    pub fn responses(&self) -> u64 {
+        self.statuses.values().sum()
+    }
+
+    /// Unexpected outcomes by kind (`status 500`, `wrong body`, `connection error`).
+    pub fn unexpected(&self, expect_status: u16) -> BTreeMap<String, u64> {
+        let mut out = BTreeMap::new();
+        for (&status, &n) in &self.statuses {
+            if status != expect_status {
+                out.insert(format!("status {status}"), n);
+            }
+        }
+        if self.wrong_bodies > 0 {
+            out.insert("wrong body".into(), self.wrong_bodies);
+        }
+        if self.connection_errors > 0 {
+            out.insert("connection error".into(), self.connection_errors);
+        }
+        out
+    }
+}
+
+struct Endpoint {
+    host: String,
+    port: u16,
+    authority: String,
+    path: Uri,
+}
+
+type Sender = SendRequest<Empty<Bytes>>;
+
+/// How long one request may wait for its whole response.
+const RESPONSE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Open keep-alive connections to the server, ready to send load.
+pub struct LoadDriver {
+    runtime: BackgroundRuntime,
+    endpoint: Arc<Endpoint>,
+    options: LoadOptions,
+    connections: Mutex<Vec<Option<Sender>>>,
+    /// Responses received in the running phase (for progress).
+    done: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+}
+
+impl LoadDriver {
+    /// Parses the URL and opens `concurrency` connections (fails if the server is not there).
+    pub async fn connect(options: &LoadOptions) -> Result<LoadDriver> {
+        let endpoint = Arc::new(parse_url(&options.url)?);
+        if options.concurrency == 0 {
+            bail!("-c (concurrency) must be at least 1");
+        }
+        let threads = options
+            .cpus
+            .as_ref()
+            .map_or(options.concurrency.min(2), |cpus| cpus.len().max(1));
+        let cpus = options.cpus.clone();
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads)
+            .thread_name("locktrace-load")
+            .enable_all()
+            .on_thread_start(move || {
+                if let Some(cpus) = &cpus {
+                    pin_current_thread(cpus);
+                }
+            })
+            .build()
+            .context("starting the load driver's threads")?;
+        let runtime = BackgroundRuntime(Some(runtime));
+        let mut handles = Vec::new();
+        for _ in 0..options.concurrency {
+            let endpoint = endpoint.clone();
+            handles.push(runtime.get()?.spawn(async move { open(&endpoint).await }));
+        }
+        let mut connections = Vec::new();
+        for handle in handles {
+            let sender = handle
+                .await
+                .map_err(|error| anyhow!("load driver task failed: {error}"))?
+                .with_context(|| format!("cannot connect to {}", options.url))?;
+            connections.push(Some(sender));
+        }
+        Ok(LoadDriver {
+            runtime,
+            endpoint,
+            options: options.clone(),
+            connections: Mutex::new(connections),
+            done: Arc::new(AtomicU64::new(0)),
+            stop: Arc::new(AtomicBool::new(false)),
+        })
+    }
+
+    pub fn options(&self) -> &LoadOptions {
+        &self.options
+    }
+
+    /// Responses received so far in the running phase.
+    pub fn done(&self) -> u64 {
+        self.done.load(Ordering::Relaxed)
+    }
+
+    /// Ends the running phase after the requests in flight.
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+
+    /// Sends one phase of load on every connection and waits for all of it.
+    pub async fn run(&self, amount: Amount) -> Result<Tally> {
+        let runtime = self.runtime.get()?;
+        self.done.store(0, Ordering::Relaxed);
+        self.stop.store(false, Ordering::Relaxed);
+        let phase = Arc::new(Phase {
+            amount,
+            issued: AtomicU64::new(0),
+            started: Instant::now(),
+            done: self.done.clone(),
+            stop: self.stop.clone(),
+            expect_status: self.options.expect_status,
+            expect_body: self.options.expect_body.clone().map(Bytes::from),
+            tally: Mutex::new(Tally::default()),
+        });
+        let senders: Vec<Option<Sender>> = std::mem::take(&mut *lock(&self.connections));
+        let mut handles = Vec::new();
+        for sender in senders {
+            let phase = phase.clone();
+            let endpoint = self.endpoint.clone();
+            handles.push(runtime.spawn(async move { drive(sender, &endpoint, &phase).await }));
+        }
+        let mut returned = Vec::new();
+        for handle in handles {
+            returned.push(
+                handle
+                    .await
+                    .map_err(|error| anyhow!("load driver task failed: {error}"))?,
+            );
+        }
+        *lock(&self.connections) = returned;
+        let mut tally = std::mem::take(&mut *lock(&phase.tally));
+        tally.elapsed = phase.started.elapsed();
+        Ok(tally)
+    }
+}
+
+/// The driver's runtime; shut down without blocking when dropped, because
+/// dropping a runtime inside another runtime's task would panic.
+struct BackgroundRuntime(Option<tokio::runtime::Runtime>);
+
+impl BackgroundRuntime {
+    fn get(&self) -> Result<&tokio::runtime::Runtime> {
+        self.0
+            .as_ref()
+            .ok_or_else(|| anyhow!("load driver is shut down"))
+    }
+}
+
+impl Drop for BackgroundRuntime {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.0.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+struct Phase {
+    amount: Amount,
+    issued: AtomicU64,
+    started: Instant,
+    done: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+    expect_status: u16,
+    expect_body: Option<Bytes>,
+    tally: Mutex<Tally>,
+}
+
+impl Phase {
+    /// Claims the next request of the phase, if any is left.
+    fn claim(&self) -> bool {
+        if self.stop.load(Ordering::Relaxed) {
+            return false;
+        }
+        match self.amount {
+            Amount::Requests(n) => self.issued.fetch_add(1, Ordering::Relaxed) < n,
+            Amount::Duration(d) => self.started.elapsed() < d,
+        }
+    }
+
+    fn record_error(&self, error: String) {
+        let mut tally = lock(&self.tally);
+        tally.connection_errors += 1;
+        tally.first_error.get_or_insert(error);
+    }
+}
+
+/// One connection's share of a phase; returns the connection for the next phase.
+async fn drive(mut sender: Option<Sender>, endpoint: &Endpoint, phase: &Phase) -> Option<Sender> {
+    // Responses on the current connection, and whether the claimed request is to be resent.
+    let mut served = 0u64;
+    let mut resend = false;
+    loop {
+        if !resend && !phase.claim() {
+            break;
+        }
+        resend = false;
+        // The server may have closed the connection (keep-alive limit): reopen, not an error.
+        let usable = match sender.as_mut() {
+            Some(s) => !s.is_closed() && s.ready().await.is_ok(),
+            None => false,
+        };
+        if !usable {
+            served = 0;
+            match open(endpoint).await {
+                Ok(fresh) => sender = Some(fresh),
+                Err(error) => {
+                    phase.record_error(format!("{error:#}"));
+                    sender = None;
+                    // Back off briefly so a dead server does not spin the driver.
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    continue;
+                }
+            }
+        }
+        let Some(active) = sender.as_mut() else {
+            continue;
+        };
+        let request = Request::get(endpoint.path.clone())
+            .header(header::HOST, endpoint.authority.as_str())
+            .body(Empty::<Bytes>::new());
+        let request = match request {
+            Ok(request) => request,
+            Err(error) => {
+                phase.record_error(error.to_string());
+                continue;
+            }
+        };
+        let exchange = async {
+            let response = active.send_request(request).await?;
+            let status = response.status().as_u16();
+            let body = response.into_body().collect().await?;
+            Ok::<_, hyper::Error>((status, body.to_bytes()))
+        };
+        // A server that never answers (e.g. fewer server threads than
+        // connections) must not hang the recording.
+        let Ok(outcome) = tokio::time::timeout(RESPONSE_TIMEOUT, exchange).await else {
+            phase.record_error(format!(
+                "no response within {} s",
+                RESPONSE_TIMEOUT.as_secs()
+            ));
+            sender = None;
+            continue;
+        };
+        match outcome {
+            Ok((status, body)) => {
+                served += 1;
+                let mut tally = lock(&phase.tally);
+                *tally.statuses.entry(status).or_insert(0) += 1;
+                let body_ok = phase
+                    .expect_body
+                    .as_ref()
+                    .is_none_or(|want| contains(&body, want));
+                if status == phase.expect_status && !body_ok {
+                    tally.wrong_bodies += 1;
+                }
+                drop(tally);
+                phase.done.fetch_add(1, Ordering::Relaxed);
+            }
+            // A reused keep-alive connection the server closed before
+            // answering (its idle/limit close raced our request): the server
+            // never took the request, so send it again on a new connection,
+            // as HTTP clients do for idempotent requests. Counted as a retry.
+            Err(error) if served > 0 && error.is_incomplete_message() => {
+                lock(&phase.tally).retries += 1;
+                sender = None;
+                resend = true;
+            }
+            Err(error) => {
+                phase.record_error(error.to_string());
+                sender = None;
+            }
+        }
+    }
+    sender
+}
+
+async fn open(endpoint: &Endpoint) -> Result<Sender> {
+    let stream = TcpStream::connect((endpoint.host.as_str(), endpoint.port))
+        .await
+        .with_context(|| format!("connecting to {}:{}", endpoint.host, endpoint.port))?;
+    stream.set_nodelay(true)?;
+    let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .context("HTTP/1.1 handshake")?;
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    Ok(sender)
+}
+
+fn parse_url(url: &str) -> Result<Endpoint> {
+    let uri: Uri = url
+        .parse()
+        .map_err(|_| anyhow!("--load {url:?} is not a URL (want http://HOST:PORT/PATH)"))?;
+    match uri.scheme_str() {
+        Some("http") => {}
+        Some(other) => bail!("--load {url:?}: only http:// is supported, not {other}://"),
+        None => bail!("--load {url:?} is not a URL (want http://HOST:PORT/PATH)"),
+    }
+    let host = uri
+        .host()
+        .ok_or_else(|| anyhow!("--load {url:?} has no host"))?;
+    let host = host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_string();
+    let port = uri.port_u16().unwrap_or(80);
+    let authority = uri
+        .authority()
+        .map_or_else(|| host.clone(), |a| a.to_string());
+    let path: Uri = uri
+        .path_and_query()
+        .map_or("/", |p| p.as_str())
+        .parse()
+        .map_err(|_| anyhow!("--load {url:?} has a bad path"))?;
+    Ok(Endpoint {
+        host,
+        port,
+        authority,
+        path,
+    })
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    needle.is_empty()
+        || haystack
+            .windows(needle.len())
+            .any(|window| window == needle)
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|poison| poison.into_inner())
+}
+
+/// Parses a CPU list like `0,2-3`.
+pub fn parse_cpu_list(text: &str) -> Result<Vec<usize>> {
+    let mut cpus = Vec::new();
+    for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let bad = || anyhow!("--load-cpus {text:?} is not a CPU list like 0,2-3");
+        match part.split_once('-') {
+            Some((from, to)) => {
+                let (from, to): (usize, usize) = (
+                    from.parse().map_err(|_| bad())?,
+                    to.parse().map_err(|_| bad())?,
+                );
+                if from > to {
+                    return Err(bad());
+                }
+                cpus.extend(from..=to);
+            }
+            None => cpus.push(part.parse().map_err(|_| bad())?),
+        }
+    }
+    let available = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let online = num_configured_cpus().max(available);
+    if cpus.is_empty() {
+        bail!("--load-cpus {text:?} names no CPU");
+    }
+    if let Some(cpu) = cpus.iter().find(|&&cpu| cpu >= online) {
+        bail!("--load-cpus: CPU {cpu} does not exist (this machine has {online})");
+    }
+    cpus.sort_unstable();
+    cpus.dedup();
+    Ok(cpus)
+}
+
+fn num_configured_cpus() -> usize {
+    // SAFETY: sysconf has no memory effects.
+    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_CONF) };
+    usize::try_from(n).unwrap_or(1)
+}
+
+fn pin_current_thread(cpus: &[usize]) {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET stays within it
+    // for CPU numbers below CPU_SETSIZE, which parse_cpu_list checked.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        for &cpu in cpus {
+            if cpu < libc::CPU_SETSIZE as usize {
+                libc::CPU_SET(cpu, &mut set);
+            }
+        }
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_urls() {
+        let endpoint = parse_url("http://127.0.0.1:8080/a?b=1").unwrap();
+        assert_eq!((endpoint.host.as_str(), endpoint.port), ("127.0.0.1", 8080));
+        assert_eq!(endpoint.path, "/a?b=1");
+        assert_eq!(parse_url("http://localhost").unwrap().path, "/");
+        assert!(parse_url("https://x/").is_err());
+        assert!(parse_url("nonsense").is_err());
+    }
+
+    #[test]
+    fn parses_cpu_lists() {
+        assert_eq!(parse_cpu_list("0").unwrap(), vec![0]);
+        assert!(parse_cpu_list("1-0").is_err());
+        assert!(parse_cpu_list("x").is_err());
+        assert!(parse_cpu_list("100000").is_err());
+    }
+
+    #[test]
+    fn tallies_unexpected_outcomes() {
+        let mut tally = Tally::default();
+        tally.statuses.insert(200, 9);
+        tally.statuses.insert(500, 1);
+        tally.wrong_bodies = 2;
+        assert_eq!(tally.responses(), 10);
+        let unexpected = tally.unexpected(200);
+        assert_eq!(unexpected["status 500"], 1);
+        assert_eq!(unexpected["wrong body"], 2);
+    }
+}

@@ -1,0 +1,254 @@
+//! The recording window when requests are counted: before the probes go in,
+//! open the load driver's connections and send the warmup; while tracing,
+//! send the counted load (or wait) and show progress; after, turn what was
+//! counted into the report's `requests` block.
+use std::{io::IsTerminal, time::Duration};
+
+use anyhow::Result;
+use aya::{
+    Ebpf,
+    maps::{Array, MapData},
+};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+use crate::{
+    collect::Collected,
+    loadgen::{Amount, LoadDriver, LoadOptions, Tally},
+    record,
+    report::Report,
+    request_probe::{self, RequestProbe},
+    requests::{self, Requests},
+    target::Target,
+};
+
+/// How requests are counted (all optional).
+#[derive(Debug, Clone, Default)]
+pub struct RequestOptions {
+    pub load: Option<LoadOptions>,
+    /// `MODULE:SYMBOL` of a function run once per request.
+    pub probe: Option<String>,
+    /// `--requests N`: counted by the user elsewhere.
+    pub given: Option<u64>,
+    /// Report per-request figures even when some responses were unexpected.
+    pub allow_errors: bool,
+}
+
+pub struct Window {
+    options: RequestOptions,
+    driver: Option<LoadDriver>,
+    probe: Option<RequestProbe>,
+    tally: Option<Tally>,
+}
+
+impl Window {
+    /// Resolves the request probe, connects the load driver and sends the
+    /// warmup, all before any probe is attached (so none of it is counted).
+    pub async fn prepare(options: &RequestOptions, target: &Target) -> Result<Window> {
+        let probe = options
+            .probe
+            .as_deref()
+            .map(|spec| request_probe::resolve(target, spec))
+            .transpose()?;
+        let driver = match &options.load {
+            Some(load) => {
+                let driver = LoadDriver::connect(load).await?;
+                if load.warmup > 0 {
+                    let warmup = driver.run(Amount::Requests(load.warmup)).await?;
+                    eprintln!(
+                        "locktrace: warmup: {} responses in {} ms (not counted)",
+                        warmup.responses(),
+                        warmup.elapsed.as_millis()
+                    );
+                }
+                Some(driver)
+            }
+            None => None,
+        };
+        Ok(Window {
+            options: options.clone(),
+            driver,
+            probe,
+            tally: None,
+        })
+    }
+
+    /// The request-boundary probe for the loader: (module, file offset).
+    pub fn request_probe(&self) -> Option<(String, u64)> {
+        self.probe
+            .as_ref()
+            .map(|p| (p.module.clone(), p.file_offset))
+    }
+
+    pub fn has_load(&self) -> bool {
+        self.driver.is_some()
+    }
+
+    /// Sends the counted load (returns right after the last response) or, without
+    /// load, waits like a plain recording; shows progress on a terminal.
+    pub async fn run(
+        &mut self,
+        target: &Target,
+        duration: Option<Duration>,
+        ebpf: &Ebpf,
+        signals: &mut record::StopSignals,
+    ) -> Result<&'static str> {
+        let progress = Progress::start(self.driver.is_some(), self.probe.is_some());
+        let tick_every = Duration::from_millis(100);
+        let mut tick = tokio::time::interval(tick_every);
+        let outcome = match &self.driver {
+            Some(driver) => {
+                let amount = driver.options().amount;
+                let load = driver.run(amount);
+                tokio::pin!(load);
+                let mut stopped_by = "load_done";
+                let tally = loop {
+                    tokio::select! {
+                        tally = &mut load => break tally?,
+                        _ = signals.interrupt.recv() => { driver.stop(); stopped_by = "interrupted"; }
+                        _ = tick.tick() => progress.update(Some(driver.done()), probe_hits(ebpf)),
+                    }
+                };
+                self.tally = Some(tally);
+                stopped_by
+            }
+            None => {
+                let wait = record::wait_for_end(target, duration, signals);
+                tokio::pin!(wait);
+                loop {
+                    tokio::select! {
+                        stopped_by = &mut wait => break stopped_by,
+                        _ = tick.tick() => progress.update(None, probe_hits(ebpf)),
+                    }
+                }
+            }
+        };
+        progress.finish();
+        Ok(outcome)
+    }
+
+    /// Adds the `requests` block and the per-request figures to the report.
+    pub fn finish(self, report: &mut Report, collected: &Collected) {
+        let probe_hits = self.probe.as_ref().map(|_| collected.requests);
+        let (source, count) = if let Some(given) = self.options.given {
+            ("given", given)
+        } else if let Some(hits) = probe_hits {
+            ("probe", hits)
+        } else if let Some(tally) = &self.tally {
+            ("load", tally.responses())
+        } else {
+            return;
+        };
+        let mut block = Requests {
+            source: source.into(),
+            count,
+            probe: self.probe.as_ref().map(RequestProbe::describe),
+            probe_hits,
+            ..Requests::default()
+        };
+        if let (Some(tally), Some(load)) = (&self.tally, &self.options.load) {
+            block.statuses = tally
+                .statuses
+                .iter()
+                .map(|(status, n)| (status.to_string(), *n))
+                .collect();
+            block.unexpected = tally.unexpected(load.expect_status);
+            block.errors = block.unexpected.values().sum();
+            block.retries = tally.retries;
+            if block.errors > 0 && !self.options.allow_errors {
+                let kinds: Vec<String> = block
+                    .unexpected
+                    .iter()
+                    .map(|(kind, n)| format!("{kind}: {n}"))
+                    .collect();
+                let first = tally
+                    .first_error
+                    .as_deref()
+                    .map(|e| format!("; first error: {e}"))
+                    .unwrap_or_default();
+                block.refused = Some(format!(
+                    "{} of {} requests got an unexpected response ({}){first}; per-request figures refused (--allow-errors reports them anyway)",
+                    block.errors,
+                    tally.responses() + tally.connection_errors,
+                    kinds.join(", ")
+                ));
+            }
+        }
+        if block.refused.is_none() && count == 0 {
+            block.refused = Some(match source {
+                "probe" => format!(
+                    "the request probe {} never ran; no per-request figures",
+                    block.probe.as_deref().unwrap_or("?")
+                ),
+                _ => "no request was counted; no per-request figures".into(),
+            });
+        }
+        if block.count > 0 && report.totals.acquisitions == Some(0) {
+            hint_children(report.target.pid, block.count);
+        }
+        requests::apply(report, block);
+    }
+}
+
+/// A pre-forked server's parent serves no requests: say which pids do.
+fn hint_children(pid: u32, requests: u64) {
+    let mut children = Vec::new();
+    if let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) {
+        for task in tasks.flatten() {
+            let list = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+            children.extend(list.split_whitespace().map(str::to_string));
+        }
+    }
+    if !children.is_empty() {
+        eprintln!(
+            "locktrace: note: pid {pid} took no lock during {requests} requests; its child processes ({}) may be the ones serving them (e.g. Apache's worker): trace one of those",
+            children.join(", ")
+        );
+    }
+}
+
+fn probe_hits(ebpf: &Ebpf) -> Option<u64> {
+    let map = ebpf.map("REQUESTS")?;
+    let array: Array<&MapData, u64> = Array::try_from(map).ok()?;
+    array.get(&0, 0).ok()
+}
+
+/// A one-line spinner on stderr, only when stderr is a terminal.
+struct Progress {
+    bar: ProgressBar,
+    load: bool,
+    probe: bool,
+}
+
+impl Progress {
+    fn start(load: bool, probe: bool) -> Progress {
+        let target = if std::io::stderr().is_terminal() {
+            ProgressDrawTarget::stderr()
+        } else {
+            ProgressDrawTarget::hidden()
+        };
+        let bar = ProgressBar::with_draw_target(None, target);
+        if let Ok(style) = ProgressStyle::with_template("{spinner} {elapsed} {msg}") {
+            bar.set_style(style);
+        }
+        Progress { bar, load, probe }
+    }
+
+    fn update(&self, requests: Option<u64>, probe_hits: Option<u64>) {
+        let mut parts = Vec::new();
+        if self.load {
+            parts.push(format!("requests {}", requests.unwrap_or(0)));
+        }
+        if self.probe {
+            parts.push(format!("probe hits {}", probe_hits.unwrap_or(0)));
+        }
+        if parts.is_empty() {
+            parts.push("recording (Ctrl-C to stop)".into());
+        }
+        self.bar.set_message(parts.join(" · "));
+        self.bar.tick();
+    }
+
+    fn finish(self) {
+        self.bar.finish_and_clear();
+    }
+}
