@@ -5,6 +5,8 @@ mod lockfuncs;
 mod placement;
 mod record;
 mod report;
+mod stacks;
+mod symbolize;
 mod table;
 mod target;
 mod tracefs;
@@ -15,7 +17,11 @@ use anyhow::Result;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "locktrace", version, about = "Count pthread lock acquisitions and futex contention per lock in a running process")]
+#[command(
+    name = "locktrace",
+    version,
+    about = "Count pthread lock acquisitions and futex contention per lock in a running process"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -40,12 +46,18 @@ enum Command {
         /// Show at most this many locks in the table.
         #[arg(long)]
         top: Option<usize>,
+        /// Record user stacks and keep the top N per lock (names resolved).
+        #[arg(long, value_name = "N", default_value_t = 0)]
+        stacks: usize,
     },
     /// Print a saved JSON report again.
     Report {
         file: PathBuf,
         #[arg(long)]
         top: Option<usize>,
+        /// `table`, `folded` (stacks for flame graph tools) or `svg` (a flame graph).
+        #[arg(long, value_enum, default_value = "table")]
+        format: stacks::Format,
     },
 }
 
@@ -54,13 +66,22 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(error) => {
             use clap::error::ErrorKind;
-            if matches!(error.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand) {
+            if matches!(
+                error.kind(),
+                ErrorKind::DisplayHelp
+                    | ErrorKind::DisplayVersion
+                    | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+            ) {
                 let _ = error.print();
                 return ExitCode::SUCCESS;
             }
             // One line, not clap's multi-line usage block.
             let rendered = error.render().to_string();
-            let first = rendered.lines().next().unwrap_or("invalid arguments").trim_start_matches("error: ");
+            let first = rendered
+                .lines()
+                .next()
+                .unwrap_or("invalid arguments")
+                .trim_start_matches("error: ");
             eprintln!("locktrace: {first} (see locktrace --help)");
             return ExitCode::from(2);
         }
@@ -76,14 +97,33 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
-        Command::Record { pid, duration, json, placement, top } => {
+        Command::Record {
+            pid,
+            duration,
+            json,
+            placement,
+            top,
+            stacks,
+        } => {
             let duration = match duration {
-                Some(seconds) if seconds.is_finite() && seconds > 0.0 => Some(Duration::from_secs_f64(seconds)),
-                Some(seconds) => anyhow::bail!("--duration must be a positive number of seconds, not {seconds}"),
+                Some(seconds) if seconds.is_finite() && seconds > 0.0 => {
+                    Some(Duration::from_secs_f64(seconds))
+                }
+                Some(seconds) => {
+                    anyhow::bail!("--duration must be a positive number of seconds, not {seconds}")
+                }
                 None => None,
             };
-            let options = record::RecordOptions { pid, duration, placement };
-            let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build()?;
+            let options = record::RecordOptions {
+                pid,
+                duration,
+                placement,
+                stacks,
+            };
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .enable_all()
+                .build()?;
             let report = runtime.block_on(record::record(&options))?;
             print!("{}", table::render(&report, top));
             if let Some(path) = json {
@@ -91,9 +131,12 @@ fn run(cli: Cli) -> Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Command::Report { file, top } => {
+        Command::Report { file, top, format } => {
             let report = report::Report::load(&file)?;
-            print!("{}", table::render(&report, top));
+            match format {
+                stacks::Format::Table => print!("{}", table::render(&report, top)),
+                other => stacks::write(&report, other, &mut std::io::stdout().lock())?,
+            }
             Ok(ExitCode::SUCCESS)
         }
     }

@@ -10,6 +10,7 @@ use crate::{
     collect, loader, lockfuncs,
     placement::{self, Placement},
     report::{self, RecordInfo, Report, TargetInfo},
+    symbolize,
     target::Target,
     tracefs,
 };
@@ -19,6 +20,8 @@ pub struct RecordOptions {
     pub pid: u32,
     pub duration: Option<Duration>,
     pub placement: Placement,
+    /// Top user stacks kept per lock (0: none recorded).
+    pub stacks: usize,
 }
 
 pub async fn record(options: &RecordOptions) -> Result<Report> {
@@ -29,17 +32,25 @@ pub async fn record(options: &RecordOptions) -> Result<Report> {
     let functions = lockfuncs::find(&target)?;
     let placed: Vec<_> = functions
         .iter()
-        .map(|function| (function.clone(), placement::place(function, options.placement)))
+        .map(|function| {
+            (
+                function.clone(),
+                placement::place(function, options.placement),
+            )
+        })
         .collect();
     let plan = loader::LoadPlan {
         target: &target,
         functions: &placed,
-        flags: flags::FUTEX | flags::CALLERS,
+        flags: flags::FUTEX | flags::CALLERS | if options.stacks > 0 { flags::STACKS } else { 0 },
         lock_probes: true,
         request_probe: None,
     };
     let loaded = loader::load(&plan)?;
-    let modules: std::collections::BTreeSet<&str> = functions.iter().map(|f| f.module.as_str()).collect();
+    // Maps and module files, kept so names resolve even after the target exits.
+    let mut snapshot = symbolize::Snapshot::take(&target);
+    let modules: std::collections::BTreeSet<&str> =
+        functions.iter().map(|f| f.module.as_str()).collect();
     eprintln!(
         "locktrace: tracing pid {} ({}): {} probes in {} live after {} ms; Ctrl-C to stop",
         target.pid,
@@ -54,14 +65,23 @@ pub async fn record(options: &RecordOptions) -> Result<Report> {
     let collected = collect::collect(&loaded.ebpf)?;
     drop(loaded);
     let info = RecordInfo {
-        target: TargetInfo { pid: target.pid, exe: target.exe.clone(), cmdline: target.cmdline.clone() },
+        target: TargetInfo {
+            pid: target.pid,
+            exe: target.exe.clone(),
+            cmdline: target.cmdline.clone(),
+        },
         duration_s,
         mode: "all".into(),
         placement: Some(format!("{:?}", options.placement).to_lowercase()),
         stopped_by: stopped_by.into(),
         counted_acquisitions: true,
     };
-    Ok(report::build(info, &collected, &functions))
+    let mut report = report::build(info, &collected, &functions);
+    let naming = symbolize::NamingOptions {
+        stacks_per_lock: options.stacks,
+    };
+    symbolize::annotate(&mut report, &mut snapshot, &collected, &functions, naming);
+    Ok(report)
 }
 
 /// Waits until the duration ends, the user interrupts, or the target exits.

@@ -27,6 +27,12 @@ pub struct Report {
     pub stopped_by: String,
     /// Sorted by acquisitions, then contended waits.
     pub locks: Vec<Lock>,
+    /// Top user stacks per lock (`--stacks N`), innermost frame first.
+    #[serde(default)]
+    pub stacks: Vec<LockStack>,
+    /// How the locks were named (see symbolize).
+    #[serde(default)]
+    pub naming: Option<Naming>,
     /// Events that could not be counted, by reason (zero counts omitted).
     pub dropped: BTreeMap<String, u64>,
     pub totals: Totals,
@@ -55,6 +61,59 @@ pub struct Lock {
     pub wakes: u64,
     pub wait_ns: u64,
     pub max_wait_ns: u64,
+    /// Symbol (`g_lock`, `g_struct+0x40`) or pointer chain from a global
+    /// (`g_stats->+0x20->`); null when neither was found.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Memory holding the lock: a module section (`.data`, `.bss`), `[heap]`,
+    /// `[stack]`, `thread stack`, `anonymous`, …
+    #[serde(default)]
+    pub region: String,
+    /// Module (path as the target sees it) whose data holds the lock.
+    #[serde(default)]
+    pub module: Option<String>,
+    /// Functions that called the lock functions on it, most frequent first.
+    #[serde(default)]
+    pub callers: Vec<Caller>,
+}
+
+/// A code location: function (demangled) and module, and the offset of the
+/// address in the function (in the module when the function is unknown; the
+/// absolute address when the module is unknown too).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Frame {
+    pub function: Option<String>,
+    pub module: Option<String>,
+    pub offset: u64,
+}
+
+/// One caller of a lock: the call site's function and the return address's offset in it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Caller {
+    pub function: Option<String>,
+    pub module: Option<String>,
+    pub offset: u64,
+    pub count: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct LockStack {
+    /// Address of the lock, as in `locks[].address`.
+    pub lock: String,
+    pub count: u64,
+    /// Innermost first.
+    pub frames: Vec<Frame>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Naming {
+    pub elapsed_ms: f64,
+    /// ELF modules whose symbols were read.
+    pub modules: usize,
+    /// `module <- debug file` for modules with separate debug symbols.
+    pub debug_files: Vec<String>,
+    /// What the heap pointer-chain search found, or why it did not run.
+    pub pointer_chains: String,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -91,7 +150,8 @@ pub fn build(info: RecordInfo, collected: &Collected, functions: &[LockFunction]
     for (&address, counts) in &collected.locks {
         let mut calls = BTreeMap::new();
         for op in LockOp::ALL {
-            let n = counts.calls[op as usize].saturating_sub(*nested.get(&(address, op as u32)).unwrap_or(&0));
+            let n = counts.calls[op as usize]
+                .saturating_sub(*nested.get(&(address, op as u32)).unwrap_or(&0));
             if n > 0 {
                 calls.insert(op.symbol().to_string(), n);
             }
@@ -99,17 +159,26 @@ pub fn build(info: RecordInfo, collected: &Collected, functions: &[LockFunction]
         if calls.is_empty() {
             continue;
         }
-        let is_rwlock = counts.calls[LockOp::RwlockRdlock as usize] + counts.calls[LockOp::RwlockWrlock as usize] > 0;
-        locks.insert(address, Lock {
-            address: format!("{address:#x}"),
-            kind: if is_rwlock { "rwlock" } else { "mutex" }.into(),
-            acquisitions: Some(calls.values().sum()),
-            calls,
-            contended: 0,
-            wakes: 0,
-            wait_ns: 0,
-            max_wait_ns: 0,
-        });
+        let is_rwlock = counts.calls[LockOp::RwlockRdlock as usize]
+            + counts.calls[LockOp::RwlockWrlock as usize]
+            > 0;
+        locks.insert(
+            address,
+            Lock {
+                address: format!("{address:#x}"),
+                kind: if is_rwlock { "rwlock" } else { "mutex" }.into(),
+                acquisitions: Some(calls.values().sum()),
+                calls,
+                contended: 0,
+                wakes: 0,
+                wait_ns: 0,
+                max_wait_ns: 0,
+                name: None,
+                region: String::new(),
+                module: None,
+                callers: Vec::new(),
+            },
+        );
     }
     for (&futex, counts) in &collected.futexes {
         // The lock whose bytes contain this futex word, if any.
@@ -127,6 +196,10 @@ pub fn build(info: RecordInfo, collected: &Collected, functions: &[LockFunction]
             wakes: 0,
             wait_ns: 0,
             max_wait_ns: 0,
+            name: None,
+            region: String::new(),
+            module: None,
+            callers: Vec::new(),
         });
         lock.contended += counts.waits;
         lock.wakes += counts.wakes;
@@ -135,7 +208,11 @@ pub fn build(info: RecordInfo, collected: &Collected, functions: &[LockFunction]
     }
     let mut locks: Vec<Lock> = locks.into_values().collect();
     locks.sort_by(|a, b| {
-        (b.acquisitions.unwrap_or(0), b.contended, b.wait_ns).cmp(&(a.acquisitions.unwrap_or(0), a.contended, a.wait_ns))
+        (b.acquisitions.unwrap_or(0), b.contended, b.wait_ns).cmp(&(
+            a.acquisitions.unwrap_or(0),
+            a.contended,
+            a.wait_ns,
+        ))
     });
     let totals = Totals {
         acquisitions: info
@@ -159,6 +236,8 @@ pub fn build(info: RecordInfo, collected: &Collected, functions: &[LockFunction]
         placement: info.placement,
         stopped_by: info.stopped_by,
         locks,
+        stacks: Vec::new(),
+        naming: None,
         dropped,
         totals,
     }
@@ -188,8 +267,14 @@ impl Report {
             .with_context(|| format!("{} is not a locktrace report (not JSON)", path.display()))?;
         match value.get("schema").and_then(|schema| schema.as_str()) {
             Some(SCHEMA) => {}
-            Some(other) => bail!("{} is a report of schema {other}; this locktrace reads {SCHEMA}", path.display()),
-            None => bail!("{} is not a locktrace report (no \"schema\": \"{SCHEMA}\")", path.display()),
+            Some(other) => bail!(
+                "{} is a report of schema {other}; this locktrace reads {SCHEMA}",
+                path.display()
+            ),
+            None => bail!(
+                "{} is not a locktrace report (no \"schema\": \"{SCHEMA}\")",
+                path.display()
+            ),
         }
         serde_json::from_value(value)
             .with_context(|| format!("{} is a damaged locktrace report", path.display()))
@@ -197,6 +282,7 @@ impl Report {
 
     pub fn save(&self, path: &std::path::Path) -> Result<()> {
         let text = serde_json::to_string_pretty(self)?;
-        std::fs::write(path, text + "\n").with_context(|| format!("cannot write {}", path.display()))
+        std::fs::write(path, text + "\n")
+            .with_context(|| format!("cannot write {}", path.display()))
     }
 }

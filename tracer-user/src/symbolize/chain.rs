@@ -1,0 +1,208 @@
+//! Pointer-chain naming for locks on the heap: which global variable's
+//! pointers lead to the lock (`g_stats->+0x148->`), found by reading the
+//! live target's memory breadth-first from its modules' data, with bounded
+//! hops, field offsets, reads and time.
+use std::{
+    collections::{BTreeMap, BTreeSet, HashSet, VecDeque},
+    time::{Duration, Instant},
+};
+
+use super::region::AddressSpace;
+
+/// Pointer dereferences from the global to the lock.
+pub const MAX_HOPS: usize = 3;
+/// Largest field offset followed inside a pointed-to object.
+pub const MAX_FIELD_OFFSET: u64 = 0x400;
+pub const TIME_BUDGET: Duration = Duration::from_secs(2);
+const MAX_READS: usize = 200_000;
+
+/// How the search went, for the report.
+#[derive(Debug, Default, Clone)]
+pub struct SearchOutcome {
+    pub chains: BTreeMap<u64, String>,
+    pub pointers_followed: usize,
+    /// False when the time or read budget ran out first.
+    pub complete: bool,
+    pub elapsed: Duration,
+}
+
+/// Reads the target's memory (process_vm_readv: no ptrace stop needed).
+pub struct Memory {
+    pid: i32,
+}
+
+impl Memory {
+    pub fn new(pid: u32) -> Memory {
+        Memory { pid: pid as i32 }
+    }
+
+    /// Reads up to `buffer.len()` bytes at `address`; returns how many were read.
+    pub fn read(&self, address: u64, buffer: &mut [u8]) -> usize {
+        let local = libc::iovec {
+            iov_base: buffer.as_mut_ptr().cast(),
+            iov_len: buffer.len(),
+        };
+        let remote = libc::iovec {
+            iov_base: address as *mut libc::c_void,
+            iov_len: buffer.len(),
+        };
+        // SAFETY: the local iovec covers exactly `buffer`; the remote one is only read by the kernel.
+        let n = unsafe { libc::process_vm_readv(self.pid, &local, 1, &remote, 1, 0) };
+        n.max(0) as usize
+    }
+}
+
+struct Node {
+    /// Address the last pointer points to (start of the pointed-to object).
+    object: u64,
+    /// Rendered chain up to and including the dereference that reached `object`.
+    path: String,
+    hops: usize,
+}
+
+/// Searches chains to each of `locks` (heap addresses).
+pub fn search(space: &AddressSpace, memory: &Memory, locks: &[u64]) -> SearchOutcome {
+    let started = Instant::now();
+    let mut outcome = SearchOutcome {
+        complete: true,
+        ..SearchOutcome::default()
+    };
+    let wanted: BTreeSet<u64> = locks.iter().copied().collect();
+    if wanted.is_empty() {
+        return outcome;
+    }
+    // Where heap objects can be: writable memory that is not a module's.
+    let heap_ranges: Vec<(u64, u64)> = space
+        .maps
+        .iter()
+        .filter(|m| {
+            m.perms.starts_with("rw") && !m.is_file() && (m.path.is_empty() || m.path == "[heap]")
+        })
+        .filter(|m| space.module_of(m.start).is_none())
+        .map(|m| (m.start, m.end))
+        .collect();
+    let is_heap = |value: u64| {
+        heap_ranges
+            .iter()
+            .any(|&(start, end)| value >= start && value < end)
+    };
+
+    let mut queue = VecDeque::new();
+    let mut visited = HashSet::new();
+    let mut reads = 0usize;
+    // Hop 1: pointers stored in named globals.
+    for module in &space.modules {
+        for section in module
+            .symbols
+            .sections
+            .iter()
+            .filter(|s| is_global_data(&s.name))
+        {
+            let start = section.address.wrapping_add(module.bias);
+            let mut bytes = vec![0u8; section.size as usize];
+            let read = memory.read(start, &mut bytes);
+            reads += 1;
+            for (index, word) in bytes[..read].chunks_exact(8).enumerate() {
+                let value = u64::from_le_bytes(word.try_into().unwrap_or_default());
+                if !is_heap(value) {
+                    continue;
+                }
+                let slot = start + index as u64 * 8;
+                let Some((symbol, offset)) = module.symbols.object_at(module.link_address(slot))
+                else {
+                    continue;
+                };
+                let origin = if offset == 0 {
+                    symbol.name.clone()
+                } else {
+                    format!("{}+{offset:#x}", symbol.name)
+                };
+                if visited.insert(value) {
+                    queue.push_back(Node {
+                        object: value,
+                        path: format!("{origin}->"),
+                        hops: 1,
+                    });
+                }
+            }
+        }
+    }
+    // The word before the object too: glibc malloc's chunk size bounds the object.
+    let mut buffer = vec![0u8; 8 + MAX_FIELD_OFFSET as usize];
+    while let Some(node) = queue.pop_front() {
+        outcome.pointers_followed += 1;
+        if started.elapsed() > TIME_BUDGET || reads > MAX_READS {
+            outcome.complete = false;
+            break;
+        }
+        let read = memory.read(node.object - 8, &mut buffer);
+        reads += 1;
+        if read < 16 {
+            continue;
+        }
+        let header = u64::from_le_bytes(buffer[..8].try_into().unwrap_or_default());
+        let object_size = malloc_usable_size(header)
+            .unwrap_or(MAX_FIELD_OFFSET)
+            .min(read as u64 - 8);
+        // Locks inside the pointed-to object.
+        for &lock in wanted.range(node.object..node.object + object_size) {
+            outcome
+                .chains
+                .entry(lock)
+                .or_insert_with(|| render(&node.path, lock - node.object));
+        }
+        if outcome.chains.len() == wanted.len() {
+            break;
+        }
+        if node.hops >= MAX_HOPS {
+            continue;
+        }
+        for (index, word) in buffer[8..8 + object_size as usize]
+            .chunks_exact(8)
+            .enumerate()
+        {
+            let value = u64::from_le_bytes(word.try_into().unwrap_or_default());
+            if is_heap(value) && visited.insert(value) {
+                let field = render(&node.path, index as u64 * 8);
+                queue.push_back(Node {
+                    object: value,
+                    path: format!("{field}->"),
+                    hops: node.hops + 1,
+                });
+            }
+        }
+    }
+    outcome.elapsed = started.elapsed();
+    outcome
+}
+
+/// Usable bytes of a glibc malloc chunk from its size word (flags in the low
+/// 3 bits, sizes multiples of 16), or None when the word is not one.
+fn malloc_usable_size(header: u64) -> Option<u64> {
+    let size = header & !7;
+    (size >= 32 && size % 16 == 0 && size <= 1 << 20).then(|| size - 8)
+}
+
+fn is_global_data(section: &str) -> bool {
+    matches!(section, ".data" | ".bss")
+        || section.starts_with(".data.")
+        || section.starts_with(".bss.")
+}
+
+/// `path` ends with `->`; a non-zero field offset follows it.
+fn render(path: &str, offset: u64) -> String {
+    if offset == 0 {
+        path.to_string()
+    } else {
+        format!("{path}+{offset:#x}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn renders_offsets() {
+        assert_eq!(super::render("g_stats->", 0x148), "g_stats->+0x148");
+        assert_eq!(super::render("g_stats->+0x148->", 0), "g_stats->+0x148->");
+    }
+}

@@ -1,0 +1,290 @@
+//! Naming: turns the addresses of a report into names. Each lock gets its
+//! region (which memory holds it), its module and symbol (`g_lock`,
+//! `g_struct+0x40`), or for heap locks a pointer chain from a global
+//! (`g_stats->+0x20->`); each lock's callers and stacks become functions.
+//!
+//! Runs once after collect. What needs the target (its maps, its module
+//! files) is snapshotted at attach time, so names from ELF still work when
+//! the target has exited; pointer chains need it alive.
+pub mod chain;
+pub mod elf;
+pub mod region;
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    fs::File,
+    path::PathBuf,
+    time::Instant,
+};
+
+use region::AddressSpace;
+
+use crate::{
+    collect::Collected,
+    lockfuncs::LockFunction,
+    report::{Caller, Frame, LockStack, Naming, Report},
+    target::{self, Mapping, Target},
+};
+
+/// Heap locks (in report order) whose pointer chains are searched.
+pub const CHAIN_SEARCH_LOCKS: usize = 20;
+
+/// What naming needs from the target, taken while it is alive.
+pub struct Snapshot {
+    pid: u32,
+    maps: Vec<Mapping>,
+    /// Every mapped module file, opened through /proc/PID/root (or
+    /// map_files): open handles stay readable after the target exits.
+    files: BTreeMap<String, File>,
+}
+
+impl Snapshot {
+    pub fn take(target: &Target) -> Snapshot {
+        let mut snapshot = Snapshot {
+            pid: target.pid,
+            maps: target.maps.clone(),
+            files: BTreeMap::new(),
+        };
+        snapshot.open_files();
+        snapshot
+    }
+
+    /// Re-reads the maps of a live target (modules loaded, heap grown since attach).
+    fn refresh(&mut self) {
+        if let Ok(mut target) = Target::open(self.pid) {
+            if target.refresh_maps().is_ok() {
+                self.maps = target.maps;
+                self.open_files();
+            }
+        }
+    }
+
+    fn open_files(&mut self) {
+        for mapping in self.maps.iter().filter(|m| m.is_file()) {
+            if self.files.contains_key(&mapping.path) {
+                continue;
+            }
+            let by_root = File::open(target::host_path(self.pid, &mapping.path));
+            let by_map_file = || {
+                File::open(format!(
+                    "/proc/{}/map_files/{:x}-{:x}",
+                    self.pid, mapping.start, mapping.end
+                ))
+            };
+            if let Ok(file) = by_root.or_else(|_| by_map_file()) {
+                self.files.insert(mapping.path.clone(), file);
+            }
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NamingOptions {
+    /// Stacks kept per lock (0: none).
+    pub stacks_per_lock: usize,
+}
+
+/// Names every lock of the report, resolves callers and stacks.
+pub fn annotate(
+    report: &mut Report,
+    snapshot: &mut Snapshot,
+    collected: &Collected,
+    functions: &[LockFunction],
+    options: NamingOptions,
+) {
+    let started = Instant::now();
+    let alive = target::is_alive(snapshot.pid);
+    if alive {
+        snapshot.refresh();
+    }
+    let root = alive.then(|| PathBuf::from(format!("/proc/{}/root", snapshot.pid)));
+    let space = AddressSpace::build(snapshot.maps.clone(), &mut snapshot.files, root.as_deref());
+    let in_lock_function = |ip: u64| {
+        functions
+            .iter()
+            .any(|f| (f.runtime_start..f.runtime_end).contains(&ip))
+    };
+
+    let mut callers: HashMap<u64, BTreeMap<(Option<String>, Option<String>, u64), u64>> =
+        HashMap::new();
+    for (key, &count) in &collected.callers {
+        if in_lock_function(key.return_ip) {
+            continue; // nested call inside the lock function: not a caller
+        }
+        let frame = resolve_code(&space, key.return_ip, true);
+        *callers
+            .entry(key.lock)
+            .or_default()
+            .entry((frame.function, frame.module, frame.offset))
+            .or_insert(0) += count;
+    }
+
+    for lock in &mut report.locks {
+        let Some(address) = parse_address(&lock.address) else {
+            continue;
+        };
+        lock.region = space.region_of(address);
+        if let Some(module) = space.module_of(address) {
+            lock.module = Some(module.path.clone());
+            lock.name =
+                module
+                    .symbols
+                    .object_at(module.link_address(address))
+                    .map(|(symbol, offset)| {
+                        if offset == 0 {
+                            symbol.name.clone()
+                        } else {
+                            format!("{}+{offset:#x}", symbol.name)
+                        }
+                    });
+        }
+        let mut list: Vec<Caller> = callers
+            .remove(&address)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|((function, module, offset), count)| Caller {
+                function,
+                module,
+                offset,
+                count,
+            })
+            .collect();
+        list.sort_by(|a, b| {
+            b.count
+                .cmp(&a.count)
+                .then_with(|| a.function.cmp(&b.function))
+        });
+        lock.callers = list;
+    }
+
+    // Heap locks: pointer chains from globals, for the top ones.
+    let heap_locks: Vec<u64> = report
+        .locks
+        .iter()
+        .filter(|lock| {
+            lock.name.is_none() && matches!(lock.region.as_str(), "[heap]" | "anonymous")
+        })
+        .take(CHAIN_SEARCH_LOCKS)
+        .filter_map(|lock| parse_address(&lock.address))
+        .collect();
+    let pointer_chains = if heap_locks.is_empty() {
+        "no heap locks to name".to_string()
+    } else if !alive {
+        format!(
+            "{} heap locks not named: the target exited before naming (pointer chains are read from its live memory)",
+            heap_locks.len()
+        )
+    } else {
+        let outcome = chain::search(&space, &chain::Memory::new(snapshot.pid), &heap_locks);
+        for lock in &mut report.locks {
+            if let Some(chain) = parse_address(&lock.address).and_then(|a| outcome.chains.get(&a)) {
+                lock.name = Some(chain.clone());
+            }
+        }
+        format!(
+            "{} of {} heap locks named by a pointer chain from a global ({} pointers followed in {} ms{}; at most {} hops, fields up to {:#x}); the others: no chain found",
+            outcome.chains.len(),
+            heap_locks.len(),
+            outcome.pointers_followed,
+            outcome.elapsed.as_millis(),
+            if outcome.complete {
+                ""
+            } else {
+                ", budget ran out"
+            },
+            chain::MAX_HOPS,
+            chain::MAX_FIELD_OFFSET
+        )
+    };
+
+    if options.stacks_per_lock > 0 {
+        report.stacks = resolve_stacks(&space, collected, options.stacks_per_lock);
+    }
+    report.naming = Some(Naming {
+        elapsed_ms: started.elapsed().as_secs_f64() * 1e3,
+        modules: space.modules.len(),
+        debug_files: space
+            .modules
+            .iter()
+            .filter_map(|m| {
+                m.symbols
+                    .debug_file
+                    .as_ref()
+                    .map(|d| format!("{} <- {}", m.path, d.display()))
+            })
+            .collect(),
+        pointer_chains,
+    });
+}
+
+fn parse_address(text: &str) -> Option<u64> {
+    u64::from_str_radix(text.strip_prefix("0x")?, 16).ok()
+}
+
+/// The function holding a code address. A return address points after
+/// its call, so the call site is looked up one byte before it.
+fn resolve_code(space: &AddressSpace, ip: u64, is_return_address: bool) -> Frame {
+    let lookup = if is_return_address {
+        ip.wrapping_sub(1)
+    } else {
+        ip
+    };
+    let Some(module) = space.module_of(lookup) else {
+        return Frame {
+            function: None,
+            module: None,
+            offset: ip,
+        };
+    };
+    match module.symbols.function_at(module.link_address(lookup)) {
+        Some((symbol, _)) => Frame {
+            function: Some(symbol.name.clone()),
+            module: Some(module.path.clone()),
+            offset: module.link_address(ip) - symbol.address,
+        },
+        None => Frame {
+            function: None,
+            module: Some(module.path.clone()),
+            offset: module.link_address(ip),
+        },
+    }
+}
+
+/// The top stacks of each lock, innermost frame first, frames resolved.
+fn resolve_stacks(space: &AddressSpace, collected: &Collected, per_lock: usize) -> Vec<LockStack> {
+    let mut by_lock: BTreeMap<u64, Vec<LockStack>> = BTreeMap::new();
+    for (key, &count) in &collected.stacks {
+        let Some(ips) = collected.stack_frames.get(&key.stack_id) else {
+            continue;
+        };
+        let mut frames = Vec::with_capacity(ips.len() + 1);
+        for (index, &ip) in ips.iter().enumerate() {
+            frames.push(resolve_code(space, ip, index > 0));
+            // The unwinder starts at the probe and misses the immediate
+            // caller, whose return address the probe read from the stack.
+            if index == 0 && key.return_ip != 0 && ips.get(1) != Some(&key.return_ip) {
+                frames.push(resolve_code(space, key.return_ip, true));
+            }
+        }
+        by_lock.entry(key.lock).or_default().push(LockStack {
+            lock: format!("{:#x}", key.lock),
+            count,
+            frames,
+        });
+    }
+    let mut out = Vec::new();
+    for (_, mut stacks) in by_lock {
+        // The same resolved stack can come from several raw ones.
+        stacks.sort_by(|a, b| a.frames.cmp(&b.frames));
+        stacks.dedup_by(|later, earlier| {
+            let same = later.frames == earlier.frames;
+            if same {
+                earlier.count += later.count;
+            }
+            same
+        });
+        stacks.sort_by(|a, b| b.count.cmp(&a.count));
+        out.extend(stacks.into_iter().take(per_lock));
+    }
+    out
+}

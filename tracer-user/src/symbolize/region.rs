@@ -1,0 +1,141 @@
+//! The target's address space as the namer needs it: its mappings and, for
+//! each ELF module, where it was loaded (bias) and how far it extends
+//! (including .bss that the kernel maps anonymously after the file).
+use std::{collections::BTreeMap, fs::File, io::Read, path::Path};
+
+use super::elf::ModuleSymbols;
+use crate::target::Mapping;
+
+/// One ELF module mapped in the target.
+#[derive(Debug)]
+pub struct LoadedModule {
+    /// Path as the target sees it.
+    pub path: String,
+    /// Runtime address minus link-time address.
+    pub bias: u64,
+    /// Runtime extent of all its loadable segments.
+    pub start: u64,
+    pub end: u64,
+    pub symbols: ModuleSymbols,
+}
+
+impl LoadedModule {
+    pub fn contains(&self, address: u64) -> bool {
+        (self.start..self.end).contains(&address)
+    }
+
+    /// Link-time address of a runtime address in this module.
+    pub fn link_address(&self, address: u64) -> u64 {
+        address.wrapping_sub(self.bias)
+    }
+}
+
+#[derive(Debug, Default)]
+pub struct AddressSpace {
+    pub maps: Vec<Mapping>,
+    pub modules: Vec<LoadedModule>,
+}
+
+impl AddressSpace {
+    /// Builds the address space from a maps snapshot and open module files.
+    pub fn build(
+        maps: Vec<Mapping>,
+        files: &mut BTreeMap<String, File>,
+        root: Option<&Path>,
+    ) -> AddressSpace {
+        let mut modules = Vec::new();
+        for (path, file) in files.iter_mut() {
+            let mut data = Vec::new();
+            if std::io::Seek::rewind(file).is_err() || file.read_to_end(&mut data).is_err() {
+                continue;
+            }
+            let Ok(symbols) = ModuleSymbols::parse(&data, path, root) else {
+                continue;
+            };
+            let Some(bias) = load_bias(&maps, path, &symbols) else {
+                continue;
+            };
+            let start = symbols
+                .segments
+                .iter()
+                .map(|s| s.address)
+                .min()
+                .unwrap_or(0)
+                .wrapping_add(bias);
+            let end = symbols
+                .segments
+                .iter()
+                .map(|s| (s.address + s.memory_size + 0xfff) & !0xfff)
+                .max()
+                .unwrap_or(0)
+                .wrapping_add(bias);
+            modules.push(LoadedModule {
+                path: path.clone(),
+                bias,
+                start,
+                end,
+                symbols,
+            });
+        }
+        AddressSpace { maps, modules }
+    }
+
+    pub fn module_of(&self, address: u64) -> Option<&LoadedModule> {
+        self.modules.iter().find(|module| module.contains(address))
+    }
+
+    /// Which kind of memory holds `address`: a module section (`.data`,
+    /// `.bss`, …), `[heap]`, `[stack]`, `thread stack`, `anonymous`, a mapped
+    /// file, or `unknown` (not mapped when the maps were read).
+    pub fn region_of(&self, address: u64) -> String {
+        if let Some(module) = self.module_of(address) {
+            return match module.symbols.section_at(module.link_address(address)) {
+                Some(section) => section.name.clone(),
+                None => "module".into(),
+            };
+        }
+        let Some(index) = self
+            .maps
+            .iter()
+            .position(|mapping| mapping.contains(address))
+        else {
+            return "unknown".into(); // not mapped when the maps were read
+        };
+        let mapping = &self.maps[index];
+        if mapping.path.starts_with('[') {
+            return mapping.path.clone();
+        }
+        if mapping.is_file() {
+            return format!("file {}", mapping.path);
+        }
+        // glibc and musl put a no-access guard page right below each thread
+        // stack; malloc arenas have their reserve above, not below.
+        let below = index.checked_sub(1).map(|i| &self.maps[i]);
+        if below.is_some_and(|guard| {
+            guard.end == mapping.start && guard.perms.starts_with("---") && guard.path.is_empty()
+        }) {
+            return "thread stack".into();
+        }
+        "anonymous".into()
+    }
+}
+
+/// Runtime minus link-time address, from the first mapping of the module
+/// whose file offset lies in a loadable segment.
+fn load_bias(maps: &[Mapping], path: &str, symbols: &ModuleSymbols) -> Option<u64> {
+    maps.iter()
+        .filter(|mapping| mapping.path == path)
+        .find_map(|mapping| {
+            let segment = symbols.segments.iter().find(|segment| {
+                let page_start = segment.offset & !0xfff;
+                mapping.offset >= page_start
+                    && mapping.offset < segment.offset + segment.file_size.max(1)
+            })?;
+            // runtime(mapping.start) = bias + link address of file offset mapping.offset
+            let link = segment
+                .address
+                .wrapping_add(mapping.offset)
+                .wrapping_sub(segment.offset);
+            Some(mapping.start.wrapping_sub(link))
+        })
+}
