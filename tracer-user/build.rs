@@ -11,12 +11,7 @@ fn main() {
     let out_dir = PathBuf::from(env::var("OUT_DIR").unwrap());
     let target_dir = root.join("target").join("bpf");
 
-    for watched in [
-        "tracer-ebpf/src",
-        "tracer-ebpf/Cargo.toml",
-        "tracer-ebpf/.cargo/config.toml",
-        "tracer-common/src",
-    ] {
+    for watched in ["tracer-ebpf/src", "tracer-ebpf/Cargo.toml", "tracer-ebpf/.cargo/config.toml", "tracer-common/src"] {
         println!("cargo:rerun-if-changed={}", root.join(watched).display());
     }
 
@@ -29,11 +24,7 @@ fn main() {
     // the stable toolchain pin) into the nightly BPF build.
     for (key, _) in env::vars_os() {
         let key = key.to_string_lossy();
-        if key.starts_with("CARGO_") && key != "CARGO_HOME"
-            || key.starts_with("RUSTC")
-            || key == "RUSTUP_TOOLCHAIN"
-            || key == "RUSTFLAGS"
-        {
+        if key.starts_with("CARGO_") && key != "CARGO_HOME" || key.starts_with("RUSTC") || key == "RUSTUP_TOOLCHAIN" || key == "RUSTFLAGS" {
             cargo.env_remove(key.as_ref());
         }
     }
@@ -42,13 +33,10 @@ fn main() {
         panic!("could not run cargo for the BPF crate: {error}; run scripts/setup.sh first")
     });
     if !status.success() {
-        panic!(
-            "building tracer-ebpf failed; run scripts/setup.sh (nightly rust-src, bpf-linker) and retry"
-        );
+        panic!("building tracer-ebpf failed; run scripts/setup.sh (nightly rust-src, bpf-linker) and retry");
     }
     let object = target_dir.join("bpfel-unknown-none/release/tracer");
     let copy = out_dir.join("tracer.bpf.o");
-    std::fs::copy(&object, &copy)
-        .unwrap_or_else(|error| panic!("copying {}: {error}", object.display()));
+    std::fs::copy(&object, &copy).unwrap_or_else(|error| panic!("copying {}: {error}", object.display()));
     println!("cargo:rustc-env=LOCKTRACE_BPF_OBJECT={}", copy.display());
 }

@@ -48,8 +48,7 @@ pub fn collect(ebpf: &Ebpf) -> Result<Collected> {
 }
 
 fn map<'a>(ebpf: &'a Ebpf, name: &str) -> Result<&'a aya::maps::Map> {
-    ebpf.map(name)
-        .with_context(|| format!("BPF object lacks map {name}"))
+    ebpf.map(name).with_context(|| format!("BPF object lacks map {name}"))
 }
 
 fn read_hash<K, V>(ebpf: &Ebpf, name: &str) -> Result<HashMap<K, V>>

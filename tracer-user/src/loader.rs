@@ -58,20 +58,9 @@ pub fn load(plan: &LoadPlan) -> Result<Loaded> {
                     location: UProbeAttachLocation::AbsoluteOffset(point.file_offset),
                     cookie: Some(cookie::encode(function.op, point.return_address_sp_offset)),
                 };
-                program
-                    .attach(attach_point, &module, scope)
-                    .map_err(|error| {
-                        attach_error(
-                            plan.target,
-                            &format!(
-                                "{} at {:#x} in {}",
-                                function.op.symbol(),
-                                point.file_offset,
-                                function.module
-                            ),
-                            error,
-                        )
-                    })?;
+                program.attach(attach_point, &module, scope).map_err(|error| {
+                    attach_error(plan.target, &format!("{} at {:#x} in {}", function.op.symbol(), point.file_offset, function.module), error)
+                })?;
                 probe_count += 1;
             }
         }
@@ -80,46 +69,29 @@ pub fn load(plan: &LoadPlan) -> Result<Loaded> {
         let program: &mut UProbe = program(&mut ebpf, "request_boundary")?.try_into()?;
         program.load().context("loading the request probe")?;
         program
-            .attach(
-                UProbeAttachLocation::AbsoluteOffset(*offset),
-                plan.target.host_path(module),
-                scope,
-            )
-            .map_err(|error| {
-                attach_error(plan.target, &format!("request probe in {module}"), error)
-            })?;
+            .attach(UProbeAttachLocation::AbsoluteOffset(*offset), plan.target.host_path(module), scope)
+            .map_err(|error| attach_error(plan.target, &format!("request probe in {module}"), error))?;
         probe_count += 1;
     }
     if plan.flags & tracer_common::flags::FUTEX != 0 {
-        for (name, event) in [
-            ("futex_enter", "sys_enter_futex"),
-            ("futex_exit", "sys_exit_futex"),
-        ] {
+        for (name, event) in [("futex_enter", "sys_enter_futex"), ("futex_exit", "sys_exit_futex")] {
             let program: &mut TracePoint = program(&mut ebpf, name)?.try_into()?;
             program.load().with_context(|| format!("loading {name}"))?;
-            program.attach("syscalls", event).with_context(|| {
-                format!("attaching to the syscalls:{event} tracepoint (is tracefs mounted?)")
-            })?;
+            program
+                .attach("syscalls", event)
+                .with_context(|| format!("attaching to the syscalls:{event} tracepoint (is tracefs mounted?)"))?;
         }
     }
-    Ok(Loaded {
-        ebpf,
-        probe_count,
-        attach_time: started.elapsed(),
-    })
+    Ok(Loaded { ebpf, probe_count, attach_time: started.elapsed() })
 }
 
 fn program<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut aya::programs::Program> {
-    ebpf.program_mut(name)
-        .ok_or_else(|| anyhow!("BPF object lacks program {name} (build is broken)"))
+    ebpf.program_mut(name).ok_or_else(|| anyhow!("BPF object lacks program {name} (build is broken)"))
 }
 
 fn attach_error(target: &Target, what: &str, error: aya::programs::ProgramError) -> anyhow::Error {
     if !target.is_alive() {
-        anyhow!(
-            "process {} exited while locktrace was attaching",
-            target.pid
-        )
+        anyhow!("process {} exited while locktrace was attaching", target.pid)
     } else {
         anyhow!("attaching the uprobe for {what} failed: {error}")
     }

@@ -50,12 +50,8 @@ pub fn find(target: &Target) -> Result<Vec<LockFunction>> {
             break;
         }
         let path = target.host_path(module);
-        let Ok(data) = std::fs::read(&path) else {
-            continue;
-        };
-        let Ok(elf) = object::File::parse(&*data) else {
-            continue;
-        };
+        let Ok(data) = std::fs::read(&path) else { continue };
+        let Ok(elf) = object::File::parse(&*data) else { continue };
         if elf.symbols().next().is_none() && elf.dynamic_symbols().next().is_none() {
             stripped.push(module.clone());
             continue;
@@ -91,16 +87,15 @@ fn lookup(
     target: &Target,
 ) -> Result<Option<LockFunction>> {
     let name = op.symbol();
-    let symbol = elf.symbols().chain(elf.dynamic_symbols()).find(|symbol| {
-        symbol.kind() == SymbolKind::Text
-            && symbol.is_definition()
-            && symbol.name().is_ok_and(|n| {
-                n == name || n.strip_prefix(name).is_some_and(|v| v.starts_with('@'))
-            })
-    });
-    let Some(symbol) = symbol else {
-        return Ok(None);
-    };
+    let symbol = elf
+        .symbols()
+        .chain(elf.dynamic_symbols())
+        .find(|symbol| {
+            symbol.kind() == SymbolKind::Text
+                && symbol.is_definition()
+                && symbol.name().is_ok_and(|n| n == name || n.strip_prefix(name).is_some_and(|v| v.starts_with('@')))
+        });
+    let Some(symbol) = symbol else { return Ok(None) };
     let address = symbol.address();
     let Some(file_offset) = file_offset_of(elf, address) else {
         return Ok(None);
@@ -110,12 +105,8 @@ fn lookup(
         .get(file_offset as usize..file_offset as usize + size)
         .unwrap_or_default()
         .to_vec();
-    let runtime_start = runtime_address(target, module, file_offset).with_context(|| {
-        format!(
-            "{module} is not mapped executable in process {}",
-            target.pid
-        )
-    })?;
+    let runtime_start = runtime_address(target, module, file_offset)
+        .with_context(|| format!("{module} is not mapped executable in process {}", target.pid))?;
     Ok(Some(LockFunction {
         op,
         module: module.to_string(),

@@ -17,11 +17,7 @@ use anyhow::Result;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(
-    name = "locktrace",
-    version,
-    about = "Count pthread lock acquisitions and futex contention per lock in a running process"
-)]
+#[command(name = "locktrace", version, about = "Count pthread lock acquisitions and futex contention per lock in a running process")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -66,22 +62,13 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(error) => {
             use clap::error::ErrorKind;
-            if matches!(
-                error.kind(),
-                ErrorKind::DisplayHelp
-                    | ErrorKind::DisplayVersion
-                    | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
-            ) {
+            if matches!(error.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand) {
                 let _ = error.print();
                 return ExitCode::SUCCESS;
             }
             // One line, not clap's multi-line usage block.
             let rendered = error.render().to_string();
-            let first = rendered
-                .lines()
-                .next()
-                .unwrap_or("invalid arguments")
-                .trim_start_matches("error: ");
+            let first = rendered.lines().next().unwrap_or("invalid arguments").trim_start_matches("error: ");
             eprintln!("locktrace: {first} (see locktrace --help)");
             return ExitCode::from(2);
         }
@@ -97,33 +84,14 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
-        Command::Record {
-            pid,
-            duration,
-            json,
-            placement,
-            top,
-            stacks,
-        } => {
+        Command::Record { pid, duration, json, placement, top, stacks } => {
             let duration = match duration {
-                Some(seconds) if seconds.is_finite() && seconds > 0.0 => {
-                    Some(Duration::from_secs_f64(seconds))
-                }
-                Some(seconds) => {
-                    anyhow::bail!("--duration must be a positive number of seconds, not {seconds}")
-                }
+                Some(seconds) if seconds.is_finite() && seconds > 0.0 => Some(Duration::from_secs_f64(seconds)),
+                Some(seconds) => anyhow::bail!("--duration must be a positive number of seconds, not {seconds}"),
                 None => None,
             };
-            let options = record::RecordOptions {
-                pid,
-                duration,
-                placement,
-                stacks,
-            };
-            let runtime = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(1)
-                .enable_all()
-                .build()?;
+            let options = record::RecordOptions { pid, duration, placement, stacks };
+            let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build()?;
             let report = runtime.block_on(record::record(&options))?;
             print!("{}", table::render(&report, top));
             if let Some(path) = json {

@@ -37,10 +37,7 @@ pub struct PlacedFunction {
 
 pub fn place(function: &LockFunction, placement: Placement) -> PlacedFunction {
     let entry = PlacedFunction {
-        points: vec![ProbePoint {
-            file_offset: function.file_offset,
-            return_address_sp_offset: 0,
-        }],
+        points: vec![ProbePoint { file_offset: function.file_offset, return_address_sp_offset: 0 }],
         fallback_reason: None,
     };
     match placement {

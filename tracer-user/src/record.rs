@@ -32,12 +32,7 @@ pub async fn record(options: &RecordOptions) -> Result<Report> {
     let functions = lockfuncs::find(&target)?;
     let placed: Vec<_> = functions
         .iter()
-        .map(|function| {
-            (
-                function.clone(),
-                placement::place(function, options.placement),
-            )
-        })
+        .map(|function| (function.clone(), placement::place(function, options.placement)))
         .collect();
     let plan = loader::LoadPlan {
         target: &target,
@@ -49,8 +44,7 @@ pub async fn record(options: &RecordOptions) -> Result<Report> {
     let loaded = loader::load(&plan)?;
     // Maps and module files, kept so names resolve even after the target exits.
     let mut snapshot = symbolize::Snapshot::take(&target);
-    let modules: std::collections::BTreeSet<&str> =
-        functions.iter().map(|f| f.module.as_str()).collect();
+    let modules: std::collections::BTreeSet<&str> = functions.iter().map(|f| f.module.as_str()).collect();
     eprintln!(
         "locktrace: tracing pid {} ({}): {} probes in {} live after {} ms; Ctrl-C to stop",
         target.pid,
@@ -65,11 +59,7 @@ pub async fn record(options: &RecordOptions) -> Result<Report> {
     let collected = collect::collect(&loaded.ebpf)?;
     drop(loaded);
     let info = RecordInfo {
-        target: TargetInfo {
-            pid: target.pid,
-            exe: target.exe.clone(),
-            cmdline: target.cmdline.clone(),
-        },
+        target: TargetInfo { pid: target.pid, exe: target.exe.clone(), cmdline: target.cmdline.clone() },
         duration_s,
         mode: "all".into(),
         placement: Some(format!("{:?}", options.placement).to_lowercase()),
@@ -77,9 +67,7 @@ pub async fn record(options: &RecordOptions) -> Result<Report> {
         counted_acquisitions: true,
     };
     let mut report = report::build(info, &collected, &functions);
-    let naming = symbolize::NamingOptions {
-        stacks_per_lock: options.stacks,
-    };
+    let naming = symbolize::NamingOptions { stacks_per_lock: options.stacks };
     symbolize::annotate(&mut report, &mut snapshot, &collected, &functions, naming);
     Ok(report)
 }

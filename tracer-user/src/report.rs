@@ -150,8 +150,7 @@ pub fn build(info: RecordInfo, collected: &Collected, functions: &[LockFunction]
     for (&address, counts) in &collected.locks {
         let mut calls = BTreeMap::new();
         for op in LockOp::ALL {
-            let n = counts.calls[op as usize]
-                .saturating_sub(*nested.get(&(address, op as u32)).unwrap_or(&0));
+            let n = counts.calls[op as usize].saturating_sub(*nested.get(&(address, op as u32)).unwrap_or(&0));
             if n > 0 {
                 calls.insert(op.symbol().to_string(), n);
             }
@@ -159,26 +158,21 @@ pub fn build(info: RecordInfo, collected: &Collected, functions: &[LockFunction]
         if calls.is_empty() {
             continue;
         }
-        let is_rwlock = counts.calls[LockOp::RwlockRdlock as usize]
-            + counts.calls[LockOp::RwlockWrlock as usize]
-            > 0;
-        locks.insert(
-            address,
-            Lock {
-                address: format!("{address:#x}"),
-                kind: if is_rwlock { "rwlock" } else { "mutex" }.into(),
-                acquisitions: Some(calls.values().sum()),
-                calls,
-                contended: 0,
-                wakes: 0,
-                wait_ns: 0,
-                max_wait_ns: 0,
-                name: None,
-                region: String::new(),
-                module: None,
-                callers: Vec::new(),
-            },
-        );
+        let is_rwlock = counts.calls[LockOp::RwlockRdlock as usize] + counts.calls[LockOp::RwlockWrlock as usize] > 0;
+        locks.insert(address, Lock {
+            address: format!("{address:#x}"),
+            kind: if is_rwlock { "rwlock" } else { "mutex" }.into(),
+            acquisitions: Some(calls.values().sum()),
+            calls,
+            contended: 0,
+            wakes: 0,
+            wait_ns: 0,
+            max_wait_ns: 0,
+            name: None,
+            region: String::new(),
+            module: None,
+            callers: Vec::new(),
+        });
     }
     for (&futex, counts) in &collected.futexes {
         // The lock whose bytes contain this futex word, if any.
@@ -208,11 +202,7 @@ pub fn build(info: RecordInfo, collected: &Collected, functions: &[LockFunction]
     }
     let mut locks: Vec<Lock> = locks.into_values().collect();
     locks.sort_by(|a, b| {
-        (b.acquisitions.unwrap_or(0), b.contended, b.wait_ns).cmp(&(
-            a.acquisitions.unwrap_or(0),
-            a.contended,
-            a.wait_ns,
-        ))
+        (b.acquisitions.unwrap_or(0), b.contended, b.wait_ns).cmp(&(a.acquisitions.unwrap_or(0), a.contended, a.wait_ns))
     });
     let totals = Totals {
         acquisitions: info
@@ -267,14 +257,8 @@ impl Report {
             .with_context(|| format!("{} is not a locktrace report (not JSON)", path.display()))?;
         match value.get("schema").and_then(|schema| schema.as_str()) {
             Some(SCHEMA) => {}
-            Some(other) => bail!(
-                "{} is a report of schema {other}; this locktrace reads {SCHEMA}",
-                path.display()
-            ),
-            None => bail!(
-                "{} is not a locktrace report (no \"schema\": \"{SCHEMA}\")",
-                path.display()
-            ),
+            Some(other) => bail!("{} is a report of schema {other}; this locktrace reads {SCHEMA}", path.display()),
+            None => bail!("{} is not a locktrace report (no \"schema\": \"{SCHEMA}\")", path.display()),
         }
         serde_json::from_value(value)
             .with_context(|| format!("{} is a damaged locktrace report", path.display()))
@@ -282,7 +266,6 @@ impl Report {
 
     pub fn save(&self, path: &std::path::Path) -> Result<()> {
         let text = serde_json::to_string_pretty(self)?;
-        std::fs::write(path, text + "\n")
-            .with_context(|| format!("cannot write {}", path.display()))
+        std::fs::write(path, text + "\n").with_context(|| format!("cannot write {}", path.display()))
     }
 }

@@ -16,11 +16,7 @@ pub fn render(report: &Report, limit: Option<usize>) -> String {
         report.target.exe,
         report.duration_s,
         report.mode,
-        report
-            .placement
-            .as_deref()
-            .map(|p| format!(", placement {p}"))
-            .unwrap_or_default()
+        report.placement.as_deref().map(|p| format!(", placement {p}")).unwrap_or_default()
     );
     let mut table = Table::new();
     table.set_format(*format::consts::FORMAT_NO_BORDER_LINE_SEPARATOR);
@@ -47,33 +43,21 @@ pub fn render(report: &Report, limit: Option<usize>) -> String {
         out,
         "{} locks; total: {} acquisitions, {} contended waits, {} wakes, {} waiting",
         report.locks.len(),
-        totals
-            .acquisitions
-            .map_or("-".to_string(), |n| n.to_string()),
+        totals.acquisitions.map_or("-".to_string(), |n| n.to_string()),
         totals.contended,
         totals.wakes,
         duration(totals.wait_ns)
     );
     match report.stopped_by.as_str() {
-        "target_exited" => {
-            out.push_str("stopped: the target exited; counts cover its whole traced life\n")
-        }
+        "target_exited" => out.push_str("stopped: the target exited; counts cover its whole traced life\n"),
         "interrupted" => out.push_str("stopped: interrupted (Ctrl-C)\n"),
         _ => {}
     }
     if report.dropped.is_empty() {
         out.push_str("lost: nothing\n");
     } else {
-        let lost: Vec<String> = report
-            .dropped
-            .iter()
-            .map(|(what, n)| format!("{what}={n}"))
-            .collect();
-        let _ = writeln!(
-            out,
-            "lost: {} (those events are missing from the counts)",
-            lost.join(", ")
-        );
+        let lost: Vec<String> = report.dropped.iter().map(|(what, n)| format!("{what}={n}")).collect();
+        let _ = writeln!(out, "lost: {} (those events are missing from the counts)", lost.join(", "));
     }
     out
 }

@@ -63,16 +63,9 @@ impl Target {
             .collect();
         let exe = fs::read_link(proc_dir.join("exe"))
             .map(|path| path.to_string_lossy().into_owned())
-            .with_context(|| {
-                format!("cannot read /proc/{pid}/exe (process exited, or not root?)")
-            })?;
+            .with_context(|| format!("cannot read /proc/{pid}/exe (process exited, or not root?)"))?;
         let maps = read_maps(pid)?;
-        Ok(Target {
-            pid,
-            exe,
-            cmdline,
-            maps,
-        })
+        Ok(Target { pid, exe, cmdline, maps })
     }
 
     /// Path under which the tracer opens a file of the target.

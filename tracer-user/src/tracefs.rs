@@ -24,18 +24,14 @@ pub fn check_privileges() -> Result<()> {
         .unwrap_or(0);
     let has = |cap: u32| effective & (1u64 << cap) != 0;
     if !(has(CAP_SYS_ADMIN) || has(CAP_BPF) && has(CAP_PERFMON)) {
-        bail!(
-            "locktrace needs root (or CAP_BPF and CAP_PERFMON) to load BPF programs; run it with sudo"
-        );
+        bail!("locktrace needs root (or CAP_BPF and CAP_PERFMON) to load BPF programs; run it with sudo");
     }
     Ok(())
 }
 
 pub fn check_uprobes() -> Result<()> {
     if !Path::new(UPROBE_PMU).exists() {
-        bail!(
-            "this kernel lacks uprobe support ({UPROBE_PMU} is missing); use a kernel built with CONFIG_UPROBE_EVENTS"
-        );
+        bail!("this kernel lacks uprobe support ({UPROBE_PMU} is missing); use a kernel built with CONFIG_UPROBE_EVENTS");
     }
     Ok(())
 }
@@ -51,29 +47,17 @@ pub fn ensure_tracefs() -> Result<&'static str> {
     let target = c"/sys/kernel/tracing";
     let fstype = c"tracefs";
     // SAFETY: plain mount(2) with valid NUL-terminated strings.
-    let rc = unsafe {
-        libc::mount(
-            source.as_ptr(),
-            target.as_ptr(),
-            fstype.as_ptr(),
-            0,
-            std::ptr::null(),
-        )
-    };
+    let rc = unsafe { libc::mount(source.as_ptr(), target.as_ptr(), fstype.as_ptr(), 0, std::ptr::null()) };
     if rc != 0 || !Path::new(TRACEFS).join("events").is_dir() {
         let error = std::io::Error::last_os_error();
-        bail!(
-            "tracefs is not mounted and mounting it failed ({error}); mount it with: mount -t tracefs nodev {TRACEFS}"
-        );
+        bail!("tracefs is not mounted and mounting it failed ({error}); mount it with: mount -t tracefs nodev {TRACEFS}");
     }
     check_futex_events(TRACEFS)
 }
 
 fn check_futex_events(dir: &'static str) -> Result<&'static str> {
     if !Path::new(dir).join(FUTEX_EVENT).is_dir() {
-        bail!(
-            "this kernel lacks the syscalls:sys_enter_futex tracepoint; use a kernel built with CONFIG_FTRACE_SYSCALLS"
-        );
+        bail!("this kernel lacks the syscalls:sys_enter_futex tracepoint; use a kernel built with CONFIG_FTRACE_SYSCALLS");
     }
     Ok(dir)
 }
