@@ -239,14 +239,34 @@ pub fn build(info: RecordInfo, collected: &Collected, functions: &[LockFunction]
 fn nested_calls(collected: &Collected, functions: &[LockFunction]) -> BTreeMap<(u64, u32), u64> {
     let mut nested = BTreeMap::new();
     for (key, &count) in &collected.callers {
-        let from_lock_function = functions
-            .iter()
-            .any(|f| (f.runtime_start..f.runtime_end).contains(&key.return_ip));
-        if from_lock_function {
+        if is_nested_call(key, collected, functions) {
             *nested.entry((key.lock, key.op)).or_insert(0) += count;
         }
     }
     nested
+}
+
+/// True for a lock call made by another lock function: called from inside
+/// one, or tail-called by one. One call site calls one function, so a second
+/// op seen with the same return address was tail-called by the first (musl's
+/// pthread_mutex_lock jumps to pthread_mutex_timedlock when contended).
+pub fn is_nested_call(key: &tracer_common::CallerKey, collected: &Collected, functions: &[LockFunction]) -> bool {
+    let from_lock_function = functions
+        .iter()
+        .any(|f| (f.runtime_start..f.runtime_end).contains(&key.return_ip));
+    let tail_called = tail_callers(key.op)
+        .iter()
+        .any(|&outer| collected.callers.contains_key(&tracer_common::CallerKey { op: outer as u32, ..*key }));
+    from_lock_function || tail_called
+}
+
+/// Lock functions that may tail-call the function of `op` (musl).
+fn tail_callers(op: u32) -> &'static [LockOp] {
+    match LockOp::from_index(op) {
+        Some(LockOp::MutexTimedlock) => &[LockOp::MutexLock],
+        Some(LockOp::MutexTrylock) => &[LockOp::MutexLock, LockOp::MutexTimedlock],
+        _ => &[],
+    }
 }
 
 impl Report {

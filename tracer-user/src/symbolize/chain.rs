@@ -58,9 +58,16 @@ struct Node {
     /// Rendered chain up to and including the dereference that reached `object`.
     path: String,
     hops: usize,
+    /// Where the chain starts: 0 the executable, 1 a library, 2 the
+    /// allocator's own module (its bookkeeping points at every chunk).
+    origin_class: u8,
 }
 
-/// Searches chains to each of `locks` (heap addresses).
+/// Searches chains to each of `locks` (heap addresses), breadth-first from
+/// the pointers held in named globals. A chain ending in a pointer to the
+/// lock itself wins over one ending inside a larger object, then fewer hops,
+/// then a start in the executable over one in a library over one in the
+/// allocator's module.
 pub fn search(space: &AddressSpace, memory: &Memory, locks: &[u64]) -> SearchOutcome {
     let started = Instant::now();
     let mut outcome = SearchOutcome {
@@ -71,27 +78,35 @@ pub fn search(space: &AddressSpace, memory: &Memory, locks: &[u64]) -> SearchOut
     if wanted.is_empty() {
         return outcome;
     }
-    // Where heap objects can be: writable memory that is not a module's.
-    let heap_ranges: Vec<(u64, u64)> = space
-        .maps
-        .iter()
-        .filter(|m| {
-            m.perms.starts_with("rw") && !m.is_file() && (m.path.is_empty() || m.path == "[heap]")
-        })
-        .filter(|m| space.module_of(m.start).is_none())
-        .map(|m| (m.start, m.end))
-        .collect();
+    let heap_ranges = space.heap_ranges();
     let is_heap = |value: u64| {
         heap_ranges
             .iter()
             .any(|&(start, end)| value >= start && value < end)
     };
+    // Best chain so far per lock: (ends inside an object, hops, origin, offset), text.
+    let mut best: BTreeMap<u64, ((bool, usize, u8, u64), String)> = BTreeMap::new();
+    let executable = space
+        .maps
+        .iter()
+        .find(|m| m.is_file())
+        .map(|m| m.path.as_str());
 
     let mut queue = VecDeque::new();
     let mut visited = HashSet::new();
     let mut reads = 0usize;
     // Hop 1: pointers stored in named globals.
-    for module in &space.modules {
+    // Executable first, so breadth-first order is also origin order.
+    let mut modules: Vec<_> = space.modules.iter().collect();
+    modules.sort_by_key(|module| Some(module.path.as_str()) != executable);
+    for module in modules {
+        let origin_class = if Some(module.path.as_str()) == executable {
+            0
+        } else if module.symbols.functions.iter().any(|f| f.name == "malloc") {
+            2
+        } else {
+            1
+        };
         for section in module
             .symbols
             .sections
@@ -99,7 +114,7 @@ pub fn search(space: &AddressSpace, memory: &Memory, locks: &[u64]) -> SearchOut
             .filter(|s| is_global_data(&s.name))
         {
             let start = section.address.wrapping_add(module.bias);
-            let mut bytes = vec![0u8; section.size as usize];
+            let mut bytes = vec![0u8; section.size.min(64 << 20) as usize];
             let read = memory.read(start, &mut bytes);
             reads += 1;
             for (index, word) in bytes[..read].chunks_exact(8).enumerate() {
@@ -122,6 +137,7 @@ pub fn search(space: &AddressSpace, memory: &Memory, locks: &[u64]) -> SearchOut
                         object: value,
                         path: format!("{origin}->"),
                         hops: 1,
+                        origin_class,
                     });
                 }
             }
@@ -130,12 +146,25 @@ pub fn search(space: &AddressSpace, memory: &Memory, locks: &[u64]) -> SearchOut
     // The word before the object too: glibc malloc's chunk size bounds the object.
     let mut buffer = vec![0u8; 8 + MAX_FIELD_OFFSET as usize];
     while let Some(node) = queue.pop_front() {
-        outcome.pointers_followed += 1;
+        // Done when every lock has a chain that points right at it.
+        if wanted
+            .iter()
+            .all(|lock| best.get(lock).is_some_and(|((inside, _, _, _), _)| !inside))
+        {
+            break;
+        }
         if started.elapsed() > TIME_BUDGET || reads > MAX_READS {
             outcome.complete = false;
             break;
         }
-        let read = memory.read(node.object - 8, &mut buffer);
+        outcome.pointers_followed += 1;
+        // An object at the start of a mapping has no readable word before it.
+        let read = if is_heap(node.object.wrapping_sub(8)) {
+            memory.read(node.object - 8, &mut buffer)
+        } else {
+            buffer[..8].fill(0);
+            8 + memory.read(node.object, &mut buffer[8..])
+        };
         reads += 1;
         if read < 16 {
             continue;
@@ -144,15 +173,12 @@ pub fn search(space: &AddressSpace, memory: &Memory, locks: &[u64]) -> SearchOut
         let object_size = malloc_usable_size(header)
             .unwrap_or(MAX_FIELD_OFFSET)
             .min(read as u64 - 8);
-        // Locks inside the pointed-to object.
         for &lock in wanted.range(node.object..node.object + object_size) {
-            outcome
-                .chains
-                .entry(lock)
-                .or_insert_with(|| render(&node.path, lock - node.object));
-        }
-        if outcome.chains.len() == wanted.len() {
-            break;
+            let offset = lock - node.object;
+            let rank = (offset != 0, node.hops, node.origin_class, offset);
+            if best.get(&lock).is_none_or(|(known, _)| rank < *known) {
+                best.insert(lock, (rank, render(&node.path, offset)));
+            }
         }
         if node.hops >= MAX_HOPS {
             continue;
@@ -168,10 +194,15 @@ pub fn search(space: &AddressSpace, memory: &Memory, locks: &[u64]) -> SearchOut
                     object: value,
                     path: format!("{field}->"),
                     hops: node.hops + 1,
+                    origin_class: node.origin_class,
                 });
             }
         }
     }
+    outcome.chains = best
+        .into_iter()
+        .map(|(lock, (_, chain))| (lock, chain))
+        .collect();
     outcome.elapsed = started.elapsed();
     outcome
 }

@@ -40,7 +40,8 @@ pub struct ModuleSymbols {
     /// Functions, sorted by address.
     pub functions: Vec<Symbol>,
     /// The separate debug file whose symbols were merged in, if any.
-    pub debug_file: Option<PathBuf>,
+    /// The separate debug file, as a path in the target's root (or the host's).
+    pub debug_file: Option<String>,
 }
 
 impl ModuleSymbols {
@@ -80,7 +81,10 @@ impl ModuleSymbols {
             if let Ok(debug_data) = std::fs::read(&debug_path) {
                 if let Ok(debug_elf) = object::File::parse(&*debug_data) {
                     module.add_symbols(&debug_elf);
-                    module.debug_file = Some(debug_path);
+                    let shown = root
+                        .and_then(|root| debug_path.strip_prefix(root).ok())
+                        .map(|p| Path::new("/").join(p));
+                    module.debug_file = Some(shown.unwrap_or(debug_path).display().to_string());
                 }
             }
         }

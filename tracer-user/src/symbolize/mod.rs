@@ -22,7 +22,7 @@ use region::AddressSpace;
 use crate::{
     collect::Collected,
     lockfuncs::LockFunction,
-    report::{Caller, Frame, LockStack, Naming, Report},
+    report::{self, Caller, Frame, LockStack, Naming, Report},
     target::{self, Mapping, Target},
 };
 
@@ -99,17 +99,12 @@ pub fn annotate(
     }
     let root = alive.then(|| PathBuf::from(format!("/proc/{}/root", snapshot.pid)));
     let space = AddressSpace::build(snapshot.maps.clone(), &mut snapshot.files, root.as_deref());
-    let in_lock_function = |ip: u64| {
-        functions
-            .iter()
-            .any(|f| (f.runtime_start..f.runtime_end).contains(&ip))
-    };
 
     let mut callers: HashMap<u64, BTreeMap<(Option<String>, Option<String>, u64), u64>> =
         HashMap::new();
     for (key, &count) in &collected.callers {
-        if in_lock_function(key.return_ip) {
-            continue; // nested call inside the lock function: not a caller
+        if report::is_nested_call(key, collected, functions) {
+            continue; // made by a lock function: not a caller
         }
         let frame = resolve_code(&space, key.return_ip, true);
         *callers
@@ -162,7 +157,11 @@ pub fn annotate(
         .locks
         .iter()
         .filter(|lock| {
-            lock.name.is_none() && matches!(lock.region.as_str(), "[heap]" | "anonymous")
+            lock.name.is_none()
+                && matches!(
+                    lock.region.as_str(),
+                    "[heap]" | "anonymous" | region::SPARE_HEAP
+                )
         })
         .take(CHAIN_SEARCH_LOCKS)
         .filter_map(|lock| parse_address(&lock.address))
@@ -210,7 +209,7 @@ pub fn annotate(
                 m.symbols
                     .debug_file
                     .as_ref()
-                    .map(|d| format!("{} <- {}", m.path, d.display()))
+                    .map(|d| format!("{} <- {d}", m.path))
             })
             .collect(),
         pointer_chains,

@@ -19,7 +19,23 @@ pub struct LoadedModule {
     pub symbols: ModuleSymbols,
 }
 
+/// Region of heap memory inside a module's mapping (see `region_of`).
+pub const SPARE_HEAP: &str = "heap (module page tail)";
+
 impl LoadedModule {
+    /// End of the module's last allocated section: what follows up to `end`
+    /// is spare, and the dynamic linker may use it as heap.
+    pub fn spare_start(&self) -> u64 {
+        let last = self
+            .symbols
+            .sections
+            .iter()
+            .map(|s| s.address + s.size)
+            .max()
+            .unwrap_or(0);
+        last.wrapping_add(self.bias).max(self.start)
+    }
+
     pub fn contains(&self, address: u64) -> bool {
         (self.start..self.end).contains(&address)
     }
@@ -84,6 +100,29 @@ impl AddressSpace {
         self.modules.iter().find(|module| module.contains(address))
     }
 
+    /// Memory where malloc'ed objects can be: writable anonymous mappings
+    /// and [heap] outside modules, and spare tails of module pages.
+    pub fn heap_ranges(&self) -> Vec<(u64, u64)> {
+        let mut ranges: Vec<(u64, u64)> = self
+            .maps
+            .iter()
+            .filter(|m| {
+                m.perms.starts_with("rw")
+                    && !m.is_file()
+                    && (m.path.is_empty() || m.path == "[heap]")
+            })
+            .filter(|m| self.module_of(m.start).is_none())
+            .map(|m| (m.start, m.end))
+            .collect();
+        ranges.extend(
+            self.modules
+                .iter()
+                .map(|m| (m.spare_start(), m.end))
+                .filter(|(start, end)| start < end),
+        );
+        ranges
+    }
+
     /// Which kind of memory holds `address`: a module section (`.data`,
     /// `.bss`, …), `[heap]`, `[stack]`, `thread stack`, `anonymous`, a mapped
     /// file, or `unknown` (not mapped when the maps were read).
@@ -91,6 +130,9 @@ impl AddressSpace {
         if let Some(module) = self.module_of(address) {
             return match module.symbols.section_at(module.link_address(address)) {
                 Some(section) => section.name.clone(),
+                // musl's dynamic linker gives the unused tail of a module's
+                // last data page to malloc.
+                None if module.spare_start() <= address => SPARE_HEAP.into(),
                 None => "module".into(),
             };
         }
