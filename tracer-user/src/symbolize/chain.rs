@@ -127,11 +127,7 @@ pub fn search(space: &AddressSpace, memory: &Memory, locks: &[u64]) -> SearchOut
                 else {
                     continue;
                 };
-                let origin = if offset == 0 {
-                    symbol.name.clone()
-                } else {
-                    format!("{}+{offset:#x}", symbol.name)
-                };
+                let origin = symbol.with_offset(offset);
                 if visited.insert(value) {
                     queue.push_back(Node {
                         object: value,

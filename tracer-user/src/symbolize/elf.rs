@@ -10,8 +10,25 @@ use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, SectionKind, Sy
 pub struct Symbol {
     pub address: u64,
     pub size: u64,
-    /// Demangled.
+    /// As in the symbol table (mangled); see [`Symbol::readable_name`].
     pub name: String,
+}
+
+impl Symbol {
+    /// Demangled on demand: demangling every symbol of a large C++ module
+    /// up front costs seconds.
+    pub fn readable_name(&self) -> String {
+        demangle(&self.name)
+    }
+
+    /// `name` or `name+0xOFF`.
+    pub fn with_offset(&self, offset: u64) -> String {
+        if offset == 0 {
+            self.readable_name()
+        } else {
+            format!("{}+{offset:#x}", self.readable_name())
+        }
+    }
 }
 
 /// A loadable segment: file bytes `offset..offset+file_size` at `address`.
@@ -111,7 +128,7 @@ impl ModuleSymbols {
             let entry = Symbol {
                 address: symbol.address(),
                 size: symbol.size(),
-                name: demangle(raw),
+                name: raw.to_string(),
             };
             match symbol.kind() {
                 SymbolKind::Text => self.functions.push(entry),

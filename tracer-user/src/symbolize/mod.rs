@@ -36,6 +36,8 @@ pub struct Snapshot {
     /// Every mapped module file, opened through /proc/PID/root (or
     /// map_files): open handles stay readable after the target exits.
     files: BTreeMap<String, File>,
+    /// Stack pointers of blocked threads, to tell thread stacks apart.
+    stack_pointers: Vec<u64>,
 }
 
 impl Snapshot {
@@ -44,6 +46,7 @@ impl Snapshot {
             pid: target.pid,
             maps: target.maps.clone(),
             files: BTreeMap::new(),
+            stack_pointers: region::thread_stack_pointers(target.pid),
         };
         snapshot.open_files();
         snapshot
@@ -54,6 +57,7 @@ impl Snapshot {
         if let Ok(mut target) = Target::open(self.pid) {
             if target.refresh_maps().is_ok() {
                 self.maps = target.maps;
+                self.stack_pointers.extend(region::thread_stack_pointers(self.pid));
                 self.open_files();
             }
         }
@@ -98,7 +102,8 @@ pub fn annotate(
         snapshot.refresh();
     }
     let root = alive.then(|| PathBuf::from(format!("/proc/{}/root", snapshot.pid)));
-    let space = AddressSpace::build(snapshot.maps.clone(), &mut snapshot.files, root.as_deref());
+    let mut space = AddressSpace::build(snapshot.maps.clone(), &mut snapshot.files, root.as_deref());
+    space.stack_pointers = snapshot.stack_pointers.clone();
 
     let mut callers: HashMap<u64, BTreeMap<(Option<String>, Option<String>, u64), u64>> =
         HashMap::new();
@@ -121,17 +126,10 @@ pub fn annotate(
         lock.region = space.region_of(address);
         if let Some(module) = space.module_of(address) {
             lock.module = Some(module.path.clone());
-            lock.name =
-                module
-                    .symbols
-                    .object_at(module.link_address(address))
-                    .map(|(symbol, offset)| {
-                        if offset == 0 {
-                            symbol.name.clone()
-                        } else {
-                            format!("{}+{offset:#x}", symbol.name)
-                        }
-                    });
+            lock.name = module
+                .symbols
+                .object_at(module.link_address(address))
+                .map(|(symbol, offset)| symbol.with_offset(offset));
         }
         let mut list: Vec<Caller> = callers
             .remove(&address)
@@ -237,7 +235,7 @@ fn resolve_code(space: &AddressSpace, ip: u64, is_return_address: bool) -> Frame
     };
     match module.symbols.function_at(module.link_address(lookup)) {
         Some((symbol, _)) => Frame {
-            function: Some(symbol.name.clone()),
+            function: Some(symbol.readable_name()),
             module: Some(module.path.clone()),
             offset: module.link_address(ip) - symbol.address,
         },

@@ -19,6 +19,24 @@ pub struct LoadedModule {
     pub symbols: ModuleSymbols,
 }
 
+const ARENA_ALIGN: u64 = 64 << 20;
+
+/// Stack pointers of the threads of `pid` that are blocked (in a syscall or
+/// not): /proc/PID/task/TID/syscall ends with `sp pc`; running threads say
+/// only `running`.
+pub fn thread_stack_pointers(pid: u32) -> Vec<u64> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return Vec::new() };
+    tasks
+        .flatten()
+        .filter_map(|task| std::fs::read_to_string(task.path().join("syscall")).ok())
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let sp = fields.len().checked_sub(2).and_then(|i| fields.get(i))?;
+            u64::from_str_radix(sp.strip_prefix("0x")?, 16).ok()
+        })
+        .collect()
+}
+
 /// Region of heap memory inside a module's mapping (see `region_of`).
 pub const SPARE_HEAP: &str = "heap (module page tail)";
 
@@ -50,6 +68,8 @@ impl LoadedModule {
 pub struct AddressSpace {
     pub maps: Vec<Mapping>,
     pub modules: Vec<LoadedModule>,
+    /// Stack pointers of the target's threads seen blocked (see `thread_stack_pointers`).
+    pub stack_pointers: Vec<u64>,
 }
 
 impl AddressSpace {
@@ -93,7 +113,7 @@ impl AddressSpace {
                 symbols,
             });
         }
-        AddressSpace { maps, modules }
+        AddressSpace { maps, modules, stack_pointers: Vec::new() }
     }
 
     pub fn module_of(&self, address: u64) -> Option<&LoadedModule> {
@@ -150,8 +170,18 @@ impl AddressSpace {
         if mapping.is_file() {
             return format!("file {}", mapping.path);
         }
+        if self.stack_pointers.iter().any(|&sp| mapping.contains(sp)) {
+            return "thread stack".into();
+        }
+        // glibc's per-thread malloc arenas: 64 MiB-aligned, the unused rest
+        // of the 64 MiB reserved (no access) right above.
+        let above = self.maps.get(index + 1);
+        let reserve_above = above.is_some_and(|next| next.start == mapping.end && next.perms.starts_with("---"));
+        if mapping.start % ARENA_ALIGN == 0 && reserve_above {
+            return "malloc arena".into();
+        }
         // glibc and musl put a no-access guard page right below each thread
-        // stack; malloc arenas have their reserve above, not below.
+        // stack.
         let below = index.checked_sub(1).map(|i| &self.maps[i]);
         if below.is_some_and(|guard| {
             guard.end == mapping.start && guard.perms.starts_with("---") && guard.path.is_empty()
