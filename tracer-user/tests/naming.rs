@@ -235,3 +235,95 @@ fn stacks_folded_and_svg() {
         "not an SVG flame graph"
     );
 }
+
+/// A target in its own mount namespace and root: a tmpfs mounted only in
+/// that namespace holds the fixture and its own copy of libc and the dynamic
+/// linker, and the target runs chrooted into it, so none of its files exist
+/// on the host. Lock functions and names come through /proc/PID.
+#[test]
+fn names_inside_a_container_root() {
+    let staging = tempfile::tempdir().unwrap();
+    let mount_point = tempfile::tempdir().unwrap();
+    let (app_dir, lib_dir) = ("locktrace-ctr-app", "locktrace-ctr-lib");
+    std::fs::create_dir_all(staging.path().join(app_dir)).unwrap();
+    std::fs::create_dir_all(staging.path().join(lib_dir)).unwrap();
+    for lib in ["libc.so.6", "ld-linux-x86-64.so.2"] {
+        std::fs::copy(
+            Path::new("/lib/x86_64-linux-gnu").join(lib),
+            staging.path().join(lib_dir).join(lib),
+        )
+        .unwrap();
+    }
+    let compiled = std::process::Command::new("gcc")
+        .args(["-O2", "-g", "-pthread", "-o"])
+        .arg(staging.path().join(app_dir).join("naming"))
+        .arg(repo_root().join("fixtures/naming.c"))
+        .arg(format!(
+            "-Wl,--dynamic-linker=/{lib_dir}/ld-linux-x86-64.so.2"
+        ))
+        .arg(format!("-Wl,-rpath=/{lib_dir}"))
+        .status()
+        .unwrap();
+    assert!(compiled.success());
+
+    // sh execs chroot, which execs the fixture: one pid, the host's.
+    let script =
+        r#"mount -t tmpfs locktrace-ctr "$1" && cp -a "$2"/. "$1"/ && shift 2 && exec chroot "$@""#;
+    let mut command = std::process::Command::new("unshare");
+    command
+        .args([
+            "--mount",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            script,
+            "sh",
+        ])
+        .arg(mount_point.path())
+        .arg(staging.path())
+        .arg(mount_point.path())
+        .arg(format!("/{app_dir}/naming"))
+        .args([&READS.to_string(), &WRITES.to_string(), "60"]);
+    let mut fixture = Fixture::spawn_command(&mut command);
+    drop(staging);
+    let pid = fixture.pid();
+    let own_namespace = std::fs::read_link(format!("/proc/{pid}/ns/mnt")).unwrap();
+    assert_ne!(
+        own_namespace,
+        std::fs::read_link("/proc/self/ns/mnt").unwrap()
+    );
+    // The target's executable and libc, by the paths its maps give, are not on the host.
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    let paths: std::collections::BTreeSet<&str> = maps
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(5))
+        .filter(|p| p.starts_with('/'))
+        .collect();
+    assert!(
+        paths
+            .iter()
+            .any(|p| p.ends_with(&format!("/{lib_dir}/libc.so.6"))),
+        "{paths:?}"
+    );
+    for path in &paths {
+        assert!(!Path::new(path).exists(), "{path} exists on the host");
+    }
+
+    let trace = Trace::attach(pid, &[]);
+    assert!(
+        trace
+            .stderr_lines
+            .iter()
+            .any(|line| line.contains(&format!("/{lib_dir}/libc.so.6"))),
+        "{:?}",
+        trace.stderr_lines
+    );
+    fixture.start();
+    assert!(fixture.read_line().unwrap().starts_with("done"));
+    trace.interrupt();
+    let (report, _) = trace.finish();
+    let exe = report["target"]["exe"].as_str().unwrap().to_string();
+    assert!(exe.ends_with(&format!("/{app_dir}/naming")), "{exe}");
+    check_named(&report, &fixture, Path::new(&exe), Flavor::Glibc);
+}

@@ -57,7 +57,8 @@ impl Snapshot {
         if let Ok(mut target) = Target::open(self.pid) {
             if target.refresh_maps().is_ok() {
                 self.maps = target.maps;
-                self.stack_pointers.extend(region::thread_stack_pointers(self.pid));
+                self.stack_pointers
+                    .extend(region::thread_stack_pointers(self.pid));
                 self.open_files();
             }
         }
@@ -68,14 +69,13 @@ impl Snapshot {
             if self.files.contains_key(&mapping.path) {
                 continue;
             }
-            let by_root = File::open(target::host_path(self.pid, &mapping.path));
-            let by_map_file = || {
-                File::open(format!(
-                    "/proc/{}/map_files/{:x}-{:x}",
-                    self.pid, mapping.start, mapping.end
-                ))
-            };
-            if let Ok(file) = by_root.or_else(|_| by_map_file()) {
+            // map_files first: the mapped inode, whatever the path reads like from here.
+            let by_map_file = File::open(format!(
+                "/proc/{}/map_files/{:x}-{:x}",
+                self.pid, mapping.start, mapping.end
+            ));
+            let by_root = || File::open(target::host_path(self.pid, &mapping.path));
+            if let Ok(file) = by_map_file.or_else(|_| by_root()) {
                 self.files.insert(mapping.path.clone(), file);
             }
         }
@@ -102,7 +102,8 @@ pub fn annotate(
         snapshot.refresh();
     }
     let root = alive.then(|| PathBuf::from(format!("/proc/{}/root", snapshot.pid)));
-    let mut space = AddressSpace::build(snapshot.maps.clone(), &mut snapshot.files, root.as_deref());
+    let mut space =
+        AddressSpace::build(snapshot.maps.clone(), &mut snapshot.files, root.as_deref());
     space.stack_pointers = snapshot.stack_pointers.clone();
 
     let mut callers: HashMap<u64, BTreeMap<(Option<String>, Option<String>, u64), u64>> =

@@ -25,7 +25,9 @@ const ARENA_ALIGN: u64 = 64 << 20;
 /// not): /proc/PID/task/TID/syscall ends with `sp pc`; running threads say
 /// only `running`.
 pub fn thread_stack_pointers(pid: u32) -> Vec<u64> {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return Vec::new() };
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
     tasks
         .flatten()
         .filter_map(|task| std::fs::read_to_string(task.path().join("syscall")).ok())
@@ -113,7 +115,11 @@ impl AddressSpace {
                 symbols,
             });
         }
-        AddressSpace { maps, modules, stack_pointers: Vec::new() }
+        AddressSpace {
+            maps,
+            modules,
+            stack_pointers: Vec::new(),
+        }
     }
 
     pub fn module_of(&self, address: u64) -> Option<&LoadedModule> {
@@ -176,7 +182,8 @@ impl AddressSpace {
         // glibc's per-thread malloc arenas: 64 MiB-aligned, the unused rest
         // of the 64 MiB reserved (no access) right above.
         let above = self.maps.get(index + 1);
-        let reserve_above = above.is_some_and(|next| next.start == mapping.end && next.perms.starts_with("---"));
+        let reserve_above =
+            above.is_some_and(|next| next.start == mapping.end && next.perms.starts_with("---"));
         if mapping.start % ARENA_ALIGN == 0 && reserve_above {
             return "malloc arena".into();
         }
