@@ -72,7 +72,8 @@ pub struct Lock {
     /// Module (path as the target sees it) whose data holds the lock.
     #[serde(default)]
     pub module: Option<String>,
-    /// Functions that called the lock functions on it, most frequent first.
+    /// Functions that called the lock functions on it, most frequent first
+    /// (for a futex-only lock, with `--stacks`: who waited on it, per wait).
     #[serde(default)]
     pub callers: Vec<Caller>,
 }

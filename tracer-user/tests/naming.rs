@@ -327,3 +327,45 @@ fn names_inside_a_container_root() {
     assert!(exe.ends_with(&format!("/{app_dir}/naming")), "{exe}");
     check_named(&report, &fixture, Path::new(&exe), Flavor::Glibc);
 }
+
+/// Rust's std Mutex takes no pthread lock: its futex word is reported, named
+/// by its static's (demangled) symbol, and its contended waits attributed to
+/// the function that wanted the lock (from the futex-wait stacks; the
+/// fixture keeps frame pointers, std's own frames are skipped).
+#[test]
+fn rust_std_mutex_futex_named_and_attributed() {
+    let out_dir = repo_root().join("target").join("fixtures");
+    std::fs::create_dir_all(&out_dir).unwrap();
+    let binary = out_dir.join("rust_mutex");
+    let compiled = std::process::Command::new("rustc")
+        .args(["-O", "-g", "-C", "force-frame-pointers=yes", "-o"])
+        .arg(&binary)
+        .arg(repo_root().join("fixtures/rust_mutex.rs"))
+        .status()
+        .unwrap();
+    assert!(compiled.success());
+    let (report, addresses) = trace_fixture(&binary, &["4", "100000"], &["--stacks", "4"]);
+    let counter = addresses["counter"][0];
+    let lock = report["locks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|lock| {
+            let address = u64::from_str_radix(
+                lock["address"].as_str().unwrap().trim_start_matches("0x"),
+                16,
+            )
+            .unwrap();
+            (counter..counter + 16).contains(&address)
+        })
+        .unwrap_or_else(|| panic!("no futex of COUNTER in {report}"));
+    assert_eq!(lock["kind"], "futex");
+    assert_eq!(lock["name"], "rust_mutex::COUNTER");
+    assert_eq!(lock["region"], ".bss");
+    let contended = lock["contended"].as_u64().unwrap();
+    assert!(contended > 0, "the fixture did not contend: {lock}");
+    assert_eq!(
+        callers(lock),
+        owned(&[("rust_mutex::bump_counter", contended)])
+    );
+}

@@ -197,6 +197,7 @@ pub fn annotate(
 
     if options.stacks_per_lock > 0 {
         report.stacks = resolve_stacks(&space, collected, options.stacks_per_lock);
+        attribute_futex_waits(report, &space, collected);
     }
     report.naming = Some(Naming {
         elapsed_ms: started.elapsed().as_secs_f64() * 1e3,
@@ -245,6 +246,81 @@ fn resolve_code(space: &AddressSpace, ip: u64, is_return_address: bool) -> Frame
             module: Some(module.path.clone()),
             offset: module.link_address(ip),
         },
+    }
+}
+
+/// Frames of lock implementations, skipped to find who wanted the lock.
+const LOCK_MACHINERY: &[&str] = &[
+    "syscall",
+    "__lll_",
+    "__futex",
+    "futex",
+    "pthread_",
+    "std::sys::",
+    "std::sync::",
+    "core::",
+    "parking_lot",
+    "lock_api::",
+    "runtime.",
+];
+
+/// Locks seen only as futex words (Rust's std Mutex, Go, parking_lot) have
+/// no lock-function callers: their callers are the first frames outside the
+/// lock machinery in the stacks of their futex waits (so they count
+/// contended waits, not acquisitions).
+fn attribute_futex_waits(report: &mut Report, space: &AddressSpace, collected: &Collected) {
+    let mut by_lock: HashMap<u64, BTreeMap<(Option<String>, Option<String>, u64), u64>> =
+        HashMap::new();
+    for (key, &count) in collected
+        .stacks
+        .iter()
+        .filter(|(key, _)| key.return_ip == 0)
+    {
+        let Some(ips) = collected.stack_frames.get(&key.stack_id) else {
+            continue;
+        };
+        let caller = ips
+            .iter()
+            .enumerate()
+            .skip(1)
+            .map(|(_, &ip)| resolve_code(space, ip, true))
+            .find(|frame| {
+                frame
+                    .function
+                    .as_deref()
+                    .is_some_and(|f| !LOCK_MACHINERY.iter().any(|prefix| f.starts_with(prefix)))
+            });
+        if let Some(frame) = caller {
+            *by_lock
+                .entry(key.lock)
+                .or_default()
+                .entry((frame.function, frame.module, frame.offset))
+                .or_insert(0) += count;
+        }
+    }
+    for lock in report
+        .locks
+        .iter_mut()
+        .filter(|lock| lock.kind == "futex" && lock.callers.is_empty())
+    {
+        let Some(callers) = parse_address(&lock.address).and_then(|a| by_lock.remove(&a)) else {
+            continue;
+        };
+        let mut list: Vec<Caller> = callers
+            .into_iter()
+            .map(|((function, module, offset), count)| Caller {
+                function,
+                module,
+                offset,
+                count,
+            })
+            .collect();
+        list.sort_by(|a, b| {
+            b.count
+                .cmp(&a.count)
+                .then_with(|| a.function.cmp(&b.function))
+        });
+        lock.callers = list;
     }
 }
 
