@@ -52,6 +52,9 @@ impl Memory {
     }
 }
 
+/// (ends inside an object, hops, origin class, final offset): lower is better.
+type ChainRank = (bool, usize, u8, u64);
+
 struct Node {
     /// Address the last pointer points to (start of the pointed-to object).
     object: u64,
@@ -85,7 +88,7 @@ pub fn search(space: &AddressSpace, memory: &Memory, locks: &[u64]) -> SearchOut
             .any(|&(start, end)| value >= start && value < end)
     };
     // Best chain so far per lock: (ends inside an object, hops, origin, offset), text.
-    let mut best: BTreeMap<u64, ((bool, usize, u8, u64), String)> = BTreeMap::new();
+    let mut best: BTreeMap<u64, (ChainRank, String)> = BTreeMap::new();
     let executable = space
         .maps
         .iter()
@@ -207,7 +210,7 @@ pub fn search(space: &AddressSpace, memory: &Memory, locks: &[u64]) -> SearchOut
 /// 3 bits, sizes multiples of 16), or None when the word is not one.
 fn malloc_usable_size(header: u64) -> Option<u64> {
     let size = header & !7;
-    (size >= 32 && size % 16 == 0 && size <= 1 << 20).then(|| size - 8)
+    (size >= 32 && size.is_multiple_of(16) && size <= 1 << 20).then(|| size - 8)
 }
 
 fn is_global_data(section: &str) -> bool {

@@ -94,16 +94,15 @@ impl ModuleSymbols {
             ..ModuleSymbols::default()
         };
         module.add_symbols(&elf);
-        if let Some(debug_path) = find_debug_file(&elf, module_path, root) {
-            if let Ok(debug_data) = std::fs::read(&debug_path) {
-                if let Ok(debug_elf) = object::File::parse(&*debug_data) {
-                    module.add_symbols(&debug_elf);
-                    let shown = root
-                        .and_then(|root| debug_path.strip_prefix(root).ok())
-                        .map(|p| Path::new("/").join(p));
-                    module.debug_file = Some(shown.unwrap_or(debug_path).display().to_string());
-                }
-            }
+        if let Some(debug_path) = find_debug_file(&elf, module_path, root)
+            && let Ok(debug_data) = std::fs::read(&debug_path)
+            && let Ok(debug_elf) = object::File::parse(&*debug_data)
+        {
+            module.add_symbols(&debug_elf);
+            let shown = root
+                .and_then(|root| debug_path.strip_prefix(root).ok())
+                .map(|p| Path::new("/").join(p));
+            module.debug_file = Some(shown.unwrap_or(debug_path).display().to_string());
         }
         for list in [&mut module.objects, &mut module.functions] {
             list.sort_by(|a, b| {
@@ -187,12 +186,11 @@ pub fn demangle(name: &str) -> String {
     if let Ok(rust) = rustc_demangle::try_demangle(name) {
         return format!("{rust:#}");
     }
-    if name.starts_with("_Z") {
-        if let Ok(symbol) = cpp_demangle::Symbol::new(name) {
-            if let Ok(text) = symbol.demangle() {
-                return text;
-            }
-        }
+    if name.starts_with("_Z")
+        && let Ok(symbol) = cpp_demangle::Symbol::new(name)
+        && let Ok(text) = symbol.demangle()
+    {
+        return text;
     }
     name.to_string()
 }
@@ -203,15 +201,15 @@ pub fn demangle(name: &str) -> String {
 /// target's root first, then the host's (a debug package installed on the host).
 fn find_debug_file(elf: &object::File, module_path: &str, root: Option<&Path>) -> Option<PathBuf> {
     let mut candidates = Vec::new();
-    if let Ok(Some(build_id)) = elf.build_id() {
-        if build_id.len() > 1 {
-            let hex: String = build_id.iter().map(|byte| format!("{byte:02x}")).collect();
-            candidates.push(format!(
-                "/usr/lib/debug/.build-id/{}/{}.debug",
-                &hex[..2],
-                &hex[2..]
-            ));
-        }
+    if let Ok(Some(build_id)) = elf.build_id()
+        && build_id.len() > 1
+    {
+        let hex: String = build_id.iter().map(|byte| format!("{byte:02x}")).collect();
+        candidates.push(format!(
+            "/usr/lib/debug/.build-id/{}/{}.debug",
+            &hex[..2],
+            &hex[2..]
+        ));
     }
     if let Ok(Some((link, _crc))) = elf.gnu_debuglink() {
         let link = String::from_utf8_lossy(link).into_owned();

@@ -26,6 +26,9 @@ use crate::{
     target::{self, Mapping, Target},
 };
 
+/// Call counts per (function, module, offset) of one lock.
+type CallSites = BTreeMap<(Option<String>, Option<String>, u64), u64>;
+
 /// Heap locks (in report order) whose pointer chains are searched.
 pub const CHAIN_SEARCH_LOCKS: usize = 20;
 
@@ -54,13 +57,13 @@ impl Snapshot {
 
     /// Re-reads the maps of a live target (modules loaded, heap grown since attach).
     fn refresh(&mut self) {
-        if let Ok(mut target) = Target::open(self.pid) {
-            if target.refresh_maps().is_ok() {
-                self.maps = target.maps;
-                self.stack_pointers
-                    .extend(region::thread_stack_pointers(self.pid));
-                self.open_files();
-            }
+        if let Ok(mut target) = Target::open(self.pid)
+            && target.refresh_maps().is_ok()
+        {
+            self.maps = target.maps;
+            self.stack_pointers
+                .extend(region::thread_stack_pointers(self.pid));
+            self.open_files();
         }
     }
 
@@ -106,8 +109,7 @@ pub fn annotate(
         AddressSpace::build(snapshot.maps.clone(), &mut snapshot.files, root.as_deref());
     space.stack_pointers = snapshot.stack_pointers.clone();
 
-    let mut callers: HashMap<u64, BTreeMap<(Option<String>, Option<String>, u64), u64>> =
-        HashMap::new();
+    let mut callers: HashMap<u64, CallSites> = HashMap::new();
     for (key, &count) in &collected.callers {
         if report::is_nested_call(key, collected, functions) {
             continue; // made by a lock function: not a caller
@@ -269,8 +271,7 @@ const LOCK_MACHINERY: &[&str] = &[
 /// lock machinery in the stacks of their futex waits (so they count
 /// contended waits, not acquisitions).
 fn attribute_futex_waits(report: &mut Report, space: &AddressSpace, collected: &Collected) {
-    let mut by_lock: HashMap<u64, BTreeMap<(Option<String>, Option<String>, u64), u64>> =
-        HashMap::new();
+    let mut by_lock: HashMap<u64, CallSites> = HashMap::new();
     for (key, &count) in collected
         .stacks
         .iter()
@@ -357,7 +358,7 @@ fn resolve_stacks(space: &AddressSpace, collected: &Collected, per_lock: usize) 
             }
             same
         });
-        stacks.sort_by(|a, b| b.count.cmp(&a.count));
+        stacks.sort_by_key(|stack| std::cmp::Reverse(stack.count));
         out.extend(stacks.into_iter().take(per_lock));
     }
     out

@@ -184,7 +184,7 @@ impl AddressSpace {
         let above = self.maps.get(index + 1);
         let reserve_above =
             above.is_some_and(|next| next.start == mapping.end && next.perms.starts_with("---"));
-        if mapping.start % ARENA_ALIGN == 0 && reserve_above {
+        if mapping.start.is_multiple_of(ARENA_ALIGN) && reserve_above {
             return "malloc arena".into();
         }
         // glibc and musl put a no-access guard page right below each thread
