@@ -73,6 +73,28 @@ pub fn folded_lines(report: &Report) -> Vec<String> {
     lines
 }
 
+/// The top stacks of the first `limit` locks, as text under the table:
+/// innermost frame first, like a debugger's backtrace.
+pub fn render_text(report: &Report, limit: usize) -> String {
+    let mut out = String::new();
+    for lock in report.locks.iter().take(limit) {
+        let stacks: Vec<_> = report
+            .stacks
+            .iter()
+            .filter(|stack| stack.lock == lock.address)
+            .collect();
+        if stacks.is_empty() {
+            continue;
+        }
+        out.push_str(&format!("stacks of {} ({}):\n", label(lock), lock.address));
+        for stack in stacks {
+            let frames: Vec<String> = stack.frames.iter().map(frame_label).collect();
+            out.push_str(&format!("  {:>10}  {}\n", stack.count, frames.join(" <- ")));
+        }
+    }
+    out
+}
+
 /// A lock as people read it: its name, else its region and address.
 pub fn label(lock: &Lock) -> String {
     match &lock.name {

@@ -38,6 +38,7 @@ pub fn render(report: &Report, limit: Option<usize>) -> String {
     if report.locks.len() > shown {
         let _ = writeln!(out, "({} more locks not shown)", report.locks.len() - shown);
     }
+    out.push_str(&crate::stacks::render_text(report, shown));
     let totals = &report.totals;
     let _ = writeln!(
         out,

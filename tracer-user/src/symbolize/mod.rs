@@ -334,6 +334,12 @@ fn resolve_stacks(space: &AddressSpace, collected: &Collected, per_lock: usize) 
         };
         let mut frames = Vec::with_capacity(ips.len() + 1);
         for (index, &ip) in ips.iter().enumerate() {
+            // Frame-pointer walks through code built without them end in
+            // garbage: stop at the first address that is not code.
+            let is_code = space.maps.iter().any(|m| m.contains(ip) && m.is_executable());
+            if index > 0 && !is_code {
+                break;
+            }
             frames.push(resolve_code(space, ip, index > 0));
             // The unwinder starts at the probe and misses the immediate
             // caller, whose return address the probe read from the stack.
