@@ -115,6 +115,9 @@ pub struct Naming {
     pub debug_files: Vec<String>,
     /// What the heap pointer-chain search found, or why it did not run.
     pub pointer_chains: String,
+    /// Modules with only exported symbols (stripped, no debug file found).
+    #[serde(default)]
+    pub stripped: Vec<String>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]

@@ -39,6 +39,7 @@ pub fn render(report: &Report, limit: Option<usize>) -> String {
         let _ = writeln!(out, "({} more locks not shown)", report.locks.len() - shown);
     }
     out.push_str(&crate::stacks::render_text(report, shown));
+    out.push_str(&crate::symbolize::footer(report));
     let totals = &report.totals;
     let _ = writeln!(
         out,

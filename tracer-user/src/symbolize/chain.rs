@@ -61,16 +61,14 @@ struct Node {
     /// Rendered chain up to and including the dereference that reached `object`.
     path: String,
     hops: usize,
-    /// Where the chain starts: 0 the executable, 1 a library, 2 the
-    /// allocator's own module (its bookkeeping points at every chunk).
+    /// Where the chain starts: 0 the executable, 1 a library.
     origin_class: u8,
 }
 
 /// Searches chains to each of `locks` (heap addresses), breadth-first from
 /// the pointers held in named globals. A chain ending in a pointer to the
 /// lock itself wins over one ending inside a larger object, then fewer hops,
-/// then a start in the executable over one in a library over one in the
-/// allocator's module.
+/// then a start in the executable over one in a library.
 pub fn search(space: &AddressSpace, memory: &Memory, locks: &[u64]) -> SearchOutcome {
     let started = Instant::now();
     let mut outcome = SearchOutcome {
@@ -103,13 +101,20 @@ pub fn search(space: &AddressSpace, memory: &Memory, locks: &[u64]) -> SearchOut
     let mut modules: Vec<_> = space.modules.iter().collect();
     modules.sort_by_key(|module| Some(module.path.as_str()) != executable);
     for module in modules {
-        let origin_class = if Some(module.path.as_str()) == executable {
-            0
-        } else if module.symbols.functions.iter().any(|f| f.name == "malloc") {
-            2
-        } else {
-            1
-        };
+        let is_executable = Some(module.path.as_str()) == executable;
+        // The allocator's and the dynamic linker's own data (arenas, bins,
+        // tcache, brk, link maps) point at chunks live or freed: chains from
+        // there name nothing. Their modules are skipped (in a static
+        // executable, their symbols are).
+        let is_runtime = module
+            .symbols
+            .functions
+            .iter()
+            .any(|f| f.name == "malloc" || f.name == "_dl_allocate_tls");
+        if is_runtime && !is_executable {
+            continue;
+        }
+        let origin_class = if is_executable { 0 } else { 1 };
         for section in module
             .symbols
             .sections
@@ -130,6 +135,9 @@ pub fn search(space: &AddressSpace, memory: &Memory, locks: &[u64]) -> SearchOut
                 else {
                     continue;
                 };
+                if is_runtime_internal(&symbol.name) {
+                    continue;
+                }
                 let origin = symbol.with_offset(offset);
                 if visited.insert(value) {
                     queue.push_back(Node {
@@ -211,6 +219,22 @@ pub fn search(space: &AddressSpace, memory: &Memory, locks: &[u64]) -> SearchOut
 fn malloc_usable_size(header: u64) -> Option<u64> {
     let size = header & !7;
     (size >= 32 && size.is_multiple_of(16) && size <= 1 << 20).then(|| size - 8)
+}
+
+/// Data of libc, the allocator and the dynamic linker linked into a static
+/// executable.
+fn is_runtime_internal(name: &str) -> bool {
+    const PREFIXES: &[&str] = &[
+        "__",
+        "_dl_",
+        "_rtld_",
+        "_IO_",
+        "main_arena",
+        "tcache",
+        "mp_",
+        "mal.",
+    ];
+    PREFIXES.iter().any(|prefix| name.starts_with(prefix))
 }
 
 fn is_global_data(section: &str) -> bool {

@@ -56,6 +56,9 @@ pub struct ModuleSymbols {
     pub objects: Vec<Symbol>,
     /// Functions, sorted by address.
     pub functions: Vec<Symbol>,
+    /// Whether a full symbol table (.symtab, here or in a debug file) was
+    /// read, beyond the exported .dynsym.
+    pub has_symtab: bool,
     /// The separate debug file whose symbols were merged in, if any.
     /// The separate debug file, as a path in the target's root (or the host's).
     pub debug_file: Option<String>,
@@ -116,6 +119,7 @@ impl ModuleSymbols {
     }
 
     fn add_symbols(&mut self, elf: &object::File) {
+        self.has_symtab |= elf.symbols().next().is_some();
         for symbol in elf.symbols().chain(elf.dynamic_symbols()) {
             if !symbol.is_definition() || symbol.address() == 0 {
                 continue;

@@ -215,7 +215,32 @@ pub fn annotate(
             })
             .collect(),
         pointer_chains,
+        stripped: space
+            .modules
+            .iter()
+            .filter(|m| !m.symbols.has_symtab)
+            .map(|m| m.path.clone())
+            .collect(),
     });
+}
+
+/// One or two lines under the table: how naming went, and what to do for
+/// modules without symbols.
+pub fn footer(report: &Report) -> String {
+    let Some(naming) = &report.naming else {
+        return String::new();
+    };
+    let mut out = format!(
+        "names: {} modules in {:.0} ms; pointer chains: {}\n",
+        naming.modules, naming.elapsed_ms, naming.pointer_chains
+    );
+    if !naming.stripped.is_empty() {
+        out.push_str(&format!(
+            "stripped (exported symbols only): {}; install their debug symbols (/usr/lib/debug) or trace unstripped builds to name internal locks and callers\n",
+            naming.stripped.join(", ")
+        ));
+    }
+    out
 }
 
 fn parse_address(text: &str) -> Option<u64> {
@@ -336,7 +361,10 @@ fn resolve_stacks(space: &AddressSpace, collected: &Collected, per_lock: usize) 
         for (index, &ip) in ips.iter().enumerate() {
             // Frame-pointer walks through code built without them end in
             // garbage: stop at the first address that is not code.
-            let is_code = space.maps.iter().any(|m| m.contains(ip) && m.is_executable());
+            let is_code = space
+                .maps
+                .iter()
+                .any(|m| m.contains(ip) && m.is_executable());
             if index > 0 && !is_code {
                 break;
             }
