@@ -115,7 +115,8 @@ pub struct Naming {
     pub debug_files: Vec<String>,
     /// What the heap pointer-chain search found, or why it did not run.
     pub pointer_chains: String,
-    /// Modules with only exported symbols (stripped, no debug file found).
+    /// Modules with only exported symbols (stripped, no debug file found)
+    /// that left locks or callers of this report unnamed.
     #[serde(default)]
     pub stripped: Vec<String>,
 }

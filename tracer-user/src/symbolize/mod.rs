@@ -201,6 +201,22 @@ pub fn annotate(
         report.stacks = resolve_stacks(&space, collected, options.stacks_per_lock);
         attribute_futex_waits(report, &space, collected);
     }
+    // Stripped modules that left a lock or a caller in the report unnamed.
+    let unnamed_in = |path: &str| {
+        report.locks.iter().any(|lock| {
+            (lock.name.is_none() && lock.module.as_deref() == Some(path))
+                || lock
+                    .callers
+                    .iter()
+                    .any(|c| c.function.is_none() && c.module.as_deref() == Some(path))
+        })
+    };
+    let stripped = space
+        .modules
+        .iter()
+        .filter(|m| !m.symbols.has_symtab && unnamed_in(&m.path))
+        .map(|m| m.path.clone())
+        .collect();
     report.naming = Some(Naming {
         elapsed_ms: started.elapsed().as_secs_f64() * 1e3,
         modules: space.modules.len(),
@@ -215,12 +231,7 @@ pub fn annotate(
             })
             .collect(),
         pointer_chains,
-        stripped: space
-            .modules
-            .iter()
-            .filter(|m| !m.symbols.has_symtab)
-            .map(|m| m.path.clone())
-            .collect(),
+        stripped,
     });
 }
 
