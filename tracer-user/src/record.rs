@@ -54,7 +54,7 @@ pub async fn record(options: &RecordOptions) -> Result<Report> {
         loaded.attach_time.as_millis()
     );
     let started = Instant::now();
-    let stopped_by = wait_for_end(&target, options.duration).await?;
+    let stopped_by = wait_for_end(&target, options.duration, || snapshot.refresh()).await?;
     let duration_s = started.elapsed().as_secs_f64();
     let collected = collect::collect(&loaded.ebpf)?;
     drop(loaded);
@@ -73,7 +73,8 @@ pub async fn record(options: &RecordOptions) -> Result<Report> {
 }
 
 /// Waits until the duration ends, the user interrupts, or the target exits.
-async fn wait_for_end(target: &Target, duration: Option<Duration>) -> Result<&'static str> {
+/// `on_tick` runs every few hundred ms meanwhile.
+async fn wait_for_end(target: &Target, duration: Option<Duration>, mut on_tick: impl FnMut()) -> Result<&'static str> {
     let mut interrupt = signal(SignalKind::interrupt())?;
     let mut terminate = signal(SignalKind::terminate())?;
     let deadline = async {
@@ -84,8 +85,13 @@ async fn wait_for_end(target: &Target, duration: Option<Duration>) -> Result<&'s
     };
     let exited = async {
         let mut tick = tokio::time::interval(Duration::from_millis(20));
+        let mut ticks = 0u32;
         while target.is_alive() {
             tick.tick().await;
+            ticks += 1;
+            if ticks.is_multiple_of(10) {
+                on_tick();
+            }
         }
     };
     Ok(tokio::select! {

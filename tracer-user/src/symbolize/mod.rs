@@ -11,7 +11,7 @@ pub mod elf;
 pub mod region;
 
 use std::{
-    collections::{BTreeMap, HashMap},
+    collections::{BTreeMap, BTreeSet, HashMap},
     fs::File,
     path::PathBuf,
     time::Instant,
@@ -39,8 +39,8 @@ pub struct Snapshot {
     /// Every mapped module file, opened through /proc/PID/root (or
     /// map_files): open handles stay readable after the target exits.
     files: BTreeMap<String, File>,
-    /// Stack pointers of blocked threads, to tell thread stacks apart.
-    stack_pointers: Vec<u64>,
+    /// Start addresses of mappings seen holding a thread's stack pointer.
+    thread_stacks: BTreeSet<u64>,
 }
 
 impl Snapshot {
@@ -49,21 +49,47 @@ impl Snapshot {
             pid: target.pid,
             maps: target.maps.clone(),
             files: BTreeMap::new(),
-            stack_pointers: region::thread_stack_pointers(target.pid),
+            thread_stacks: BTreeSet::new(),
         };
+        snapshot.note_thread_stacks();
         snapshot.open_files();
         snapshot
     }
 
-    /// Re-reads the maps of a live target (modules loaded, heap grown since attach).
-    fn refresh(&mut self) {
-        if let Ok(mut target) = Target::open(self.pid)
-            && target.refresh_maps().is_ok()
-        {
-            self.maps = target.maps;
-            self.stack_pointers
-                .extend(region::thread_stack_pointers(self.pid));
-            self.open_files();
+    /// Re-reads the maps of a live target (threads started, modules loaded,
+    /// heap grown since attach); called while tracing and before naming.
+    /// Mappings gone since (a finished thread's stack) are kept where nothing
+    /// new overlaps them, so addresses in them still get a region.
+    pub fn refresh(&mut self) {
+        let Ok(text) = std::fs::read_to_string(format!("/proc/{}/maps", self.pid)) else {
+            return;
+        };
+        let fresh = target::parse_maps(&text);
+        if fresh.is_empty() {
+            return;
+        }
+        let gone: Vec<Mapping> = self
+            .maps
+            .drain(..)
+            .filter(|old| {
+                !fresh
+                    .iter()
+                    .any(|new| new.start < old.end && old.start < new.end)
+            })
+            .collect();
+        self.maps = fresh;
+        self.maps.extend(gone);
+        self.maps.sort_by_key(|mapping| mapping.start);
+        self.note_thread_stacks();
+        self.open_files();
+    }
+
+    /// Remembers which mappings hold a thread's stack pointer now.
+    fn note_thread_stacks(&mut self) {
+        for sp in region::thread_stack_pointers(self.pid) {
+            if let Some(mapping) = self.maps.iter().find(|m| m.contains(sp)) {
+                self.thread_stacks.insert(mapping.start);
+            }
         }
     }
 
@@ -107,7 +133,7 @@ pub fn annotate(
     let root = alive.then(|| PathBuf::from(format!("/proc/{}/root", snapshot.pid)));
     let mut space =
         AddressSpace::build(snapshot.maps.clone(), &mut snapshot.files, root.as_deref());
-    space.stack_pointers = snapshot.stack_pointers.clone();
+    space.thread_stacks = snapshot.thread_stacks.clone();
 
     let mut callers: HashMap<u64, CallSites> = HashMap::new();
     for (key, &count) in &collected.callers {

@@ -70,8 +70,8 @@ impl LoadedModule {
 pub struct AddressSpace {
     pub maps: Vec<Mapping>,
     pub modules: Vec<LoadedModule>,
-    /// Stack pointers of the target's threads seen blocked (see `thread_stack_pointers`).
-    pub stack_pointers: Vec<u64>,
+    /// Start addresses of mappings seen holding a thread's stack pointer.
+    pub thread_stacks: std::collections::BTreeSet<u64>,
 }
 
 impl AddressSpace {
@@ -118,7 +118,7 @@ impl AddressSpace {
         AddressSpace {
             maps,
             modules,
-            stack_pointers: Vec::new(),
+            thread_stacks: Default::default(),
         }
     }
 
@@ -176,7 +176,7 @@ impl AddressSpace {
         if mapping.is_file() {
             return format!("file {}", mapping.path);
         }
-        if self.stack_pointers.iter().any(|&sp| mapping.contains(sp)) {
+        if self.thread_stacks.contains(&mapping.start) {
             return "thread stack".into();
         }
         // glibc's per-thread malloc arenas: 64 MiB-aligned, the unused rest
