@@ -80,6 +80,14 @@ pub fn search(space: &AddressSpace, memory: &Memory, locks: &[u64]) -> SearchOut
         return outcome;
     }
     let heap_ranges = space.heap_ranges();
+    let tcache_key = read_tcache_key(space, memory);
+    // Under glibc's malloc every object starts a chunk with a size word; a
+    // pointer without one points into the middle of something (an arena
+    // block, a string), and locks merely near it are not inside it.
+    let glibc_malloc = space
+        .modules
+        .iter()
+        .any(|m| m.symbols.functions.iter().any(|f| f.name == "malloc_trim"));
     let is_heap = |value: u64| {
         heap_ranges
             .iter()
@@ -177,10 +185,17 @@ pub fn search(space: &AddressSpace, memory: &Memory, locks: &[u64]) -> SearchOut
             continue;
         }
         let header = u64::from_le_bytes(buffer[..8].try_into().unwrap_or_default());
+        if is_freed_chunk(&buffer[..read], header, tcache_key) {
+            continue; // a stale pointer to freed memory names nothing
+        }
         let object_size = malloc_usable_size(header)
             .unwrap_or(MAX_FIELD_OFFSET)
             .min(read as u64 - 8);
-        for &lock in wanted.range(node.object..node.object + object_size) {
+        let match_size = match malloc_usable_size(header) {
+            None if glibc_malloc => 1,
+            _ => object_size,
+        };
+        for &lock in wanted.range(node.object..node.object + match_size) {
             let offset = lock - node.object;
             let rank = (offset != 0, node.hops, node.origin_class, offset);
             if best.get(&lock).is_none_or(|(known, _)| rank < *known) {
@@ -212,6 +227,41 @@ pub fn search(space: &AddressSpace, memory: &Memory, locks: &[u64]) -> SearchOut
         .collect();
     outcome.elapsed = started.elapsed();
     outcome
+}
+
+/// glibc marks a freed tcache chunk with the process's random `tcache_key`
+/// in its second word; the key is read when a symbol table names it
+/// (libc's debug file, or a static executable).
+fn read_tcache_key(space: &AddressSpace, memory: &Memory) -> Option<u64> {
+    space.modules.iter().find_map(|module| {
+        let symbol = module
+            .symbols
+            .objects
+            .iter()
+            .find(|s| s.name == "tcache_key" && s.size == 8)?;
+        let mut word = [0u8; 8];
+        (memory.read(symbol.address.wrapping_add(module.bias), &mut word) == 8)
+            .then(|| u64::from_le_bytes(word))
+    })
+}
+
+/// True when `chunk` (the bytes from the size word of a glibc malloc chunk
+/// on) is free: in a tcache bin (its key word), or in another bin (the next
+/// chunk's PREV_INUSE bit is clear). Unknown layouts count as in use.
+fn is_freed_chunk(chunk: &[u8], header: u64, tcache_key: Option<u64>) -> bool {
+    let word = |at: usize| {
+        chunk
+            .get(at..at + 8)
+            .map(|bytes| u64::from_le_bytes(bytes.try_into().unwrap_or_default()))
+    };
+    if malloc_usable_size(header).is_none() || header & 2 != 0 {
+        return false; // not a glibc heap chunk, or mmapped
+    }
+    if tcache_key.is_some_and(|key| key != 0 && word(16) == Some(key)) {
+        return true;
+    }
+    let size = (header & !7) as usize;
+    word(size).is_some_and(|next_size| next_size & 1 == 0)
 }
 
 /// Usable bytes of a glibc malloc chunk from its size word (flags in the low
