@@ -305,6 +305,29 @@ fn render(path: &str, offset: u64) -> String {
 #[cfg(test)]
 mod tests {
     #[test]
+    fn tells_freed_glibc_chunks() {
+        // size word 0x31 (48-byte chunk, PREV_INUSE), then 40 bytes of user
+        // data, then the next chunk's size word.
+        let chunk = |key: u64, next_size: u64| {
+            let mut bytes = vec![0u8; 56];
+            bytes[..8].copy_from_slice(&0x31u64.to_le_bytes());
+            bytes[16..24].copy_from_slice(&key.to_le_bytes());
+            bytes[48..56].copy_from_slice(&next_size.to_le_bytes());
+            bytes
+        };
+        assert!(!super::is_freed_chunk(&chunk(7, 0x21), 0x31, Some(0xabcd)));
+        assert!(super::is_freed_chunk(
+            &chunk(0xabcd, 0x21),
+            0x31,
+            Some(0xabcd)
+        ));
+        assert!(super::is_freed_chunk(&chunk(7, 0x20), 0x31, None));
+        assert!(!super::is_freed_chunk(&chunk(7, 0x20), 0, None));
+        assert_eq!(super::malloc_usable_size(0x31), Some(0x28));
+        assert_eq!(super::malloc_usable_size(0x2d30303000000000), None);
+    }
+
+    #[test]
     fn renders_offsets() {
         assert_eq!(super::render("g_stats->", 0x148), "g_stats->+0x148");
         assert_eq!(super::render("g_stats->+0x148->", 0), "g_stats->+0x148->");
