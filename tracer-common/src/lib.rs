@@ -99,6 +99,9 @@ pub struct CallerKey {
 pub struct StackKey {
     pub lock: u64,
     pub stack_id: i64,
+    /// Return address read at the probe (0 where none): the kernel's unwinder
+    /// starts at the probed instruction and misses the immediate caller.
+    pub return_ip: u64,
 }
 
 /// Indexes of the `DROPS` counters: events that could not be counted.

@@ -135,24 +135,25 @@ pub fn lock_call(ctx: ProbeContext) -> u32 {
         add(unsafe { &mut (*counts).calls[op] }, 1);
     }
     let wanted = config(&FLAGS);
+    let mut return_ip = 0;
     if wanted & flags::CALLERS != 0 {
-        record_caller(&ctx, lock, cookie, op as u32);
+        return_ip = record_caller(&ctx, lock, cookie, op as u32);
     }
     if wanted & flags::STACKS != 0 {
-        record_stack(&ctx, lock);
+        record_stack(&ctx, lock, return_ip);
     }
     0
 }
 
 #[inline(always)]
-fn record_caller(ctx: &ProbeContext, lock: u64, cookie: u64, op: u32) {
+fn record_caller(ctx: &ProbeContext, lock: u64, cookie: u64, op: u32) -> u64 {
     // At the probe point the return address sits at sp + (8 bytes per push
     // done since the entry): right even without frame pointers.
     let sp = unsafe { (*ctx.regs).rsp };
     let slot = sp + cookie::return_address_sp_offset(cookie);
     let Ok(return_ip) = (unsafe { bpf_probe_read_user(slot as *const u64) }) else {
         count_drop(drop_reason::CALLER_UNREADABLE);
-        return;
+        return 0;
     };
     let key = CallerKey {
         lock,
@@ -163,10 +164,11 @@ fn record_caller(ctx: &ProbeContext, lock: u64, cookie: u64, op: u32) {
     if let Some(count) = entry(&CALLERS, &key, drop_reason::CALLERS_FULL) {
         add(count, 1);
     }
+    return_ip
 }
 
 #[inline(always)]
-fn record_stack<C: EbpfContext>(ctx: &C, lock: u64) {
+fn record_stack<C: EbpfContext>(ctx: &C, lock: u64, return_ip: u64) {
     let stack_id = unsafe {
         aya_ebpf::helpers::bpf_get_stackid(
             ctx.as_ptr(),
@@ -178,7 +180,11 @@ fn record_stack<C: EbpfContext>(ctx: &C, lock: u64) {
         count_drop(drop_reason::STACKS_LOST);
         return;
     }
-    let key = StackKey { lock, stack_id };
+    let key = StackKey {
+        lock,
+        stack_id,
+        return_ip,
+    };
     if let Some(count) = entry(&STACK_COUNTS, &key, drop_reason::STACKS_LOST) {
         add(count, 1);
     }
@@ -240,7 +246,7 @@ pub fn futex_enter(ctx: TracePointContext) -> u32 {
                 count_drop(drop_reason::WAITS_UNTRACKED);
             }
             if config(&FLAGS) & flags::STACKS != 0 {
-                record_stack(&ctx, uaddr);
+                record_stack(&ctx, uaddr, 0);
             }
         }
         FutexKind::Wake => {

@@ -2,16 +2,20 @@
 //! two recordings side by side, matched by an identity that survives a
 //! restart (never the address), plus CI assertions.
 //!
-//! Identity, first that exists: the lock's `name` (naming), else the set of
-//! its caller functions (`callers[].function` from naming, else this
-//! report's own `caller_functions`), else `unidentified KIND`. Locks with the
+//! Identity, first that exists: the lock's `name` (symbol or pointer chain),
+//! else the set of its caller functions (`callers[].function`), else
+//! `unidentified KIND`. Locks with the
 //! same identity (e.g. one mutex per connection, all taken by the same
 //! function) are one row, their figures summed.
-use std::{collections::BTreeMap, fmt::Write, path::PathBuf, process::ExitCode};
+use std::{
+    collections::BTreeMap,
+    fmt::Write,
+    path::{Path, PathBuf},
+    process::ExitCode,
+};
 
 use anyhow::{Context, Result, anyhow, bail};
 use prettytable::{Table, format, row};
-use serde_json::Value;
 
 use crate::{report::Report, requests::ratio};
 
@@ -49,15 +53,8 @@ struct Side {
 }
 
 impl Side {
-    fn load(path: &PathBuf) -> Result<Side> {
+    fn load(path: &Path) -> Result<Side> {
         let report = Report::load(path)?;
-        // Fields other branches add (name, callers) are read from the raw JSON.
-        let raw: Value = serde_json::from_str(&std::fs::read_to_string(path)?)?;
-        let raw_locks = raw
-            .get("locks")
-            .and_then(Value::as_array)
-            .cloned()
-            .unwrap_or_default();
         let requests = match &report.requests {
             Some(r) if r.refused.is_none() && r.count > 0 => r.count,
             Some(r) if r.refused.is_some() => bail!(
@@ -71,27 +68,18 @@ impl Side {
             ),
         };
         let mut groups: BTreeMap<String, Group> = BTreeMap::new();
-        for (index, lock) in report.locks.iter().enumerate() {
-            let raw_lock = raw_locks.get(index).cloned().unwrap_or(Value::Null);
-            let name = raw_lock
-                .get("name")
-                .and_then(Value::as_str)
+        for lock in &report.locks {
+            let name = lock
+                .name
+                .as_deref()
                 // A bare address is no identity across runs.
                 .filter(|n| !n.is_empty() && !n.starts_with("0x"))
                 .map(str::to_string);
-            let mut callers: Vec<String> = raw_lock
-                .get("callers")
-                .and_then(Value::as_array)
-                .map(|list| {
-                    list.iter()
-                        .filter_map(|c| c.get("function").and_then(Value::as_str))
-                        .map(str::to_string)
-                        .collect()
-                })
-                .unwrap_or_default();
-            if callers.is_empty() {
-                callers = lock.caller_functions.clone();
-            }
+            let mut callers: Vec<String> = lock
+                .callers
+                .iter()
+                .filter_map(|c| c.function.clone())
+                .collect();
             callers.sort();
             callers.dedup();
             let identity = match (&name, callers.is_empty()) {
@@ -113,7 +101,7 @@ impl Side {
             group.labels.dedup();
         }
         Ok(Side {
-            path: path.clone(),
+            path: path.to_path_buf(),
             requests,
             groups,
         })
@@ -303,6 +291,7 @@ fn render(before: &Side, after: &Side) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::Value;
 
     /// A minimal report with requests; `locks` as JSON (naming's fields optional).
     fn write_report(dir: &std::path::Path, file: &str, requests: u64, locks: Value) -> PathBuf {
@@ -348,12 +337,12 @@ mod tests {
                 lock(
                     "0x2000",
                     30,
-                    serde_json::json!({"caller_functions": ["conn_counter_add"]})
+                    serde_json::json!({"callers": [{"function": "conn_counter_add", "module": "httpd", "offset": 9, "count": 1}]})
                 ),
                 lock(
                     "0x3000",
                     50,
-                    serde_json::json!({"caller_functions": ["conn_counter_add"]})
+                    serde_json::json!({"callers": [{"function": "conn_counter_add", "module": "httpd", "offset": 9, "count": 1}]})
                 ),
                 lock("0x4000", 5, serde_json::json!({"name": "0x4000"})),
             ]),
@@ -365,7 +354,7 @@ mod tests {
             serde_json::json!([lock(
                 "0x9000",
                 160,
-                serde_json::json!({"callers": [{"function": "conn_counter_add"}]})
+                serde_json::json!({"callers": [{"function": "conn_counter_add", "module": "httpd", "offset": 9, "count": 1}]})
             ),]),
         );
         let before = Side::load(&before).unwrap();

@@ -1,5 +1,4 @@
 //! locktrace: per-lock acquisition and contention counts for a live process.
-mod callsites;
 mod collect;
 mod compare;
 mod loader;
@@ -10,6 +9,8 @@ mod record;
 mod report;
 mod request_probe;
 mod requests;
+mod stacks;
+mod symbolize;
 mod table;
 mod target;
 mod tracefs;
@@ -125,6 +126,9 @@ enum Command {
         top: Option<usize>,
         #[command(flatten)]
         requests: RequestArgs,
+        /// Record user stacks and keep the top N per lock (names resolved).
+        #[arg(long, value_name = "N", default_value_t = 0)]
+        stacks: usize,
     },
     /// Compare two reports per request: which locks appeared, disappeared or changed.
     Compare(compare::CompareArgs),
@@ -133,6 +137,9 @@ enum Command {
         file: PathBuf,
         #[arg(long)]
         top: Option<usize>,
+        /// `table`, `folded` (stacks for flame graph tools) or `svg` (a flame graph).
+        #[arg(long, value_enum, default_value = "table")]
+        format: stacks::Format,
     },
 }
 
@@ -187,6 +194,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             placement,
             top,
             requests,
+            stacks,
         } => {
             let duration = match duration {
                 Some(seconds) if seconds.is_finite() && seconds > 0.0 => {
@@ -209,6 +217,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 duration,
                 placement,
                 requests,
+                stacks,
             };
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(1)
@@ -226,9 +235,12 @@ fn run(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Compare(args) => compare::run(&args),
-        Command::Report { file, top } => {
+        Command::Report { file, top, format } => {
             let report = report::Report::load(&file)?;
-            print!("{}", table::render(&report, top));
+            match format {
+                stacks::Format::Table => print!("{}", table::render(&report, top)),
+                other => stacks::write(&report, other, &mut std::io::stdout().lock())?,
+            }
             Ok(ExitCode::SUCCESS)
         }
     }

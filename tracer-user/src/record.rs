@@ -7,9 +7,10 @@ use tokio::signal::unix::{Signal, SignalKind, signal};
 use tracer_common::flags;
 
 use crate::{
-    callsites, collect, loader, lockfuncs,
+    collect, loader, lockfuncs,
     placement::{self, Placement},
     report::{self, RecordInfo, Report, TargetInfo},
+    symbolize,
     target::Target,
     tracefs, window,
 };
@@ -21,6 +22,8 @@ pub struct RecordOptions {
     pub placement: Placement,
     /// Request counting (load driver, request probe, given count).
     pub requests: window::RequestOptions,
+    /// Top user stacks kept per lock (0: none recorded).
+    pub stacks: usize,
 }
 
 pub async fn record(options: &RecordOptions) -> Result<Report> {
@@ -54,11 +57,13 @@ pub async fn record(options: &RecordOptions) -> Result<Report> {
     let plan = loader::LoadPlan {
         target: &target,
         functions: &placed,
-        flags: flags::FUTEX | flags::CALLERS,
+        flags: flags::FUTEX | flags::CALLERS | if options.stacks > 0 { flags::STACKS } else { 0 },
         lock_probes: true,
         request_probe: window.request_probe(),
     };
     let loaded = loader::load(&plan)?;
+    // Maps and module files, kept so names resolve even after the target exits.
+    let mut snapshot = symbolize::Snapshot::take(&target);
     let modules: std::collections::BTreeSet<&str> =
         functions.iter().map(|f| f.module.as_str()).collect();
     eprintln!(
@@ -76,7 +81,13 @@ pub async fn record(options: &RecordOptions) -> Result<Report> {
     );
     let started = Instant::now();
     let stopped_by = window
-        .run(&target, options.duration, &loaded.ebpf, &mut stop_signals)
+        .run(
+            &target,
+            options.duration,
+            &loaded.ebpf,
+            &mut stop_signals,
+            &mut || snapshot.refresh(),
+        )
         .await?;
     let duration_s = started.elapsed().as_secs_f64();
     // Right after the last response: the counts cover exactly the load window.
@@ -95,8 +106,11 @@ pub async fn record(options: &RecordOptions) -> Result<Report> {
         counted_acquisitions: true,
     };
     let mut report = report::build(info, &collected, &functions);
-    callsites::annotate(&mut report, &target, &collected, &functions);
     window.finish(&mut report, &collected);
+    let naming = symbolize::NamingOptions {
+        stacks_per_lock: options.stacks,
+    };
+    symbolize::annotate(&mut report, &mut snapshot, &collected, &functions, naming);
     Ok(report)
 }
 
@@ -116,10 +130,12 @@ impl StopSignals {
 }
 
 /// Waits until the duration ends, the user interrupts, or the target exits.
+/// `on_tick` runs every 200 ms meanwhile.
 pub async fn wait_for_end(
     target: &Target,
     duration: Option<Duration>,
     signals: &mut StopSignals,
+    on_tick: &mut dyn FnMut(),
 ) -> &'static str {
     let deadline = async {
         match duration {
@@ -129,8 +145,13 @@ pub async fn wait_for_end(
     };
     let exited = async {
         let mut tick = tokio::time::interval(Duration::from_millis(20));
+        let mut ticks = 0u32;
         while target.is_alive() {
             tick.tick().await;
+            ticks += 1;
+            if ticks.is_multiple_of(10) {
+                on_tick();
+            }
         }
     };
     tokio::select! {

@@ -27,6 +27,12 @@ pub struct Report {
     pub stopped_by: String,
     /// Sorted by acquisitions, then contended waits.
     pub locks: Vec<Lock>,
+    /// Top user stacks per lock (`--stacks N`), innermost frame first.
+    #[serde(default)]
+    pub stacks: Vec<LockStack>,
+    /// How the locks were named (see symbolize).
+    #[serde(default)]
+    pub naming: Option<Naming>,
     /// Events that could not be counted, by reason (zero counts omitted).
     pub dropped: BTreeMap<String, u64>,
     pub totals: Totals,
@@ -61,10 +67,64 @@ pub struct Lock {
     /// Figures per request; null without a request count.
     #[serde(default)]
     pub per_request: Option<crate::requests::PerRequest>,
-    /// Functions that called the lock (from the return addresses), sorted: an
-    /// identity that survives restarts, which `compare` falls back on.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub caller_functions: Vec<String>,
+    /// Symbol (`g_lock`, `g_struct+0x40`) or pointer chain from a global
+    /// (`g_stats->+0x20->`); null when neither was found.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Memory holding the lock: a module section (`.data`, `.bss`), `[heap]`,
+    /// `[stack]`, `thread stack`, `anonymous`, …
+    #[serde(default)]
+    pub region: String,
+    /// Module (path as the target sees it) whose data holds the lock.
+    #[serde(default)]
+    pub module: Option<String>,
+    /// Functions that called the lock functions on it, most frequent first
+    /// (for a futex-only lock, with `--stacks`: who waited on it, per wait).
+    #[serde(default)]
+    pub callers: Vec<Caller>,
+}
+
+/// A code location: function (demangled) and module, and the offset of the
+/// address in the function (in the module when the function is unknown; the
+/// absolute address when the module is unknown too).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Frame {
+    pub function: Option<String>,
+    pub module: Option<String>,
+    pub offset: u64,
+}
+
+/// One caller of a lock: the call site's function and the return address's offset in it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Caller {
+    pub function: Option<String>,
+    pub module: Option<String>,
+    pub offset: u64,
+    pub count: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct LockStack {
+    /// Address of the lock, as in `locks[].address`.
+    pub lock: String,
+    pub count: u64,
+    /// Innermost first.
+    pub frames: Vec<Frame>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Naming {
+    pub elapsed_ms: f64,
+    /// ELF modules whose symbols were read.
+    pub modules: usize,
+    /// `module <- debug file` for modules with separate debug symbols.
+    pub debug_files: Vec<String>,
+    /// What the heap pointer-chain search found, or why it did not run.
+    pub pointer_chains: String,
+    /// Modules with only exported symbols (stripped, no debug file found)
+    /// that left locks or callers of this report unnamed.
+    #[serde(default)]
+    pub stripped: Vec<String>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -127,8 +187,11 @@ pub fn build(info: RecordInfo, collected: &Collected, functions: &[LockFunction]
                 wakes: 0,
                 wait_ns: 0,
                 max_wait_ns: 0,
+                name: None,
+                region: String::new(),
+                module: None,
+                callers: Vec::new(),
                 per_request: None,
-                caller_functions: Vec::new(),
             },
         );
     }
@@ -148,8 +211,11 @@ pub fn build(info: RecordInfo, collected: &Collected, functions: &[LockFunction]
             wakes: 0,
             wait_ns: 0,
             max_wait_ns: 0,
+            name: None,
+            region: String::new(),
+            module: None,
+            callers: Vec::new(),
             per_request: None,
-            caller_functions: Vec::new(),
         });
         lock.contended += counts.waits;
         lock.wakes += counts.wakes;
@@ -187,6 +253,8 @@ pub fn build(info: RecordInfo, collected: &Collected, functions: &[LockFunction]
         placement: info.placement,
         stopped_by: info.stopped_by,
         locks,
+        stacks: Vec::new(),
+        naming: None,
         dropped,
         totals,
         requests: None,
@@ -199,14 +267,41 @@ pub fn build(info: RecordInfo, collected: &Collected, functions: &[LockFunction]
 fn nested_calls(collected: &Collected, functions: &[LockFunction]) -> BTreeMap<(u64, u32), u64> {
     let mut nested = BTreeMap::new();
     for (key, &count) in &collected.callers {
-        let from_lock_function = functions
-            .iter()
-            .any(|f| (f.runtime_start..f.runtime_end).contains(&key.return_ip));
-        if from_lock_function {
+        if is_nested_call(key, collected, functions) {
             *nested.entry((key.lock, key.op)).or_insert(0) += count;
         }
     }
     nested
+}
+
+/// True for a lock call made by another lock function: called from inside
+/// one, or tail-called by one. One call site calls one function, so a second
+/// op seen with the same return address was tail-called by the first (musl's
+/// pthread_mutex_lock jumps to pthread_mutex_timedlock when contended).
+pub fn is_nested_call(
+    key: &tracer_common::CallerKey,
+    collected: &Collected,
+    functions: &[LockFunction],
+) -> bool {
+    let from_lock_function = functions
+        .iter()
+        .any(|f| (f.runtime_start..f.runtime_end).contains(&key.return_ip));
+    let tail_called = tail_callers(key.op).iter().any(|&outer| {
+        collected.callers.contains_key(&tracer_common::CallerKey {
+            op: outer as u32,
+            ..*key
+        })
+    });
+    from_lock_function || tail_called
+}
+
+/// Lock functions that may tail-call the function of `op` (musl).
+fn tail_callers(op: u32) -> &'static [LockOp] {
+    match LockOp::from_index(op) {
+        Some(LockOp::MutexTimedlock) => &[LockOp::MutexLock],
+        Some(LockOp::MutexTrylock) => &[LockOp::MutexLock, LockOp::MutexTimedlock],
+        _ => &[],
+    }
 }
 
 impl Report {

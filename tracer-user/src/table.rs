@@ -4,7 +4,7 @@ use std::fmt::Write;
 
 use prettytable::{Cell, Row, Table, format, row};
 
-use crate::report::Report;
+use crate::report::{Lock, Report};
 
 /// Renders the report as text (table and footer).
 pub fn render(report: &Report, limit: Option<usize>) -> String {
@@ -28,18 +28,19 @@ pub fn render(report: &Report, limit: Option<usize>) -> String {
     let per_request = report.totals.per_request.is_some();
     let mut table = Table::new();
     table.set_format(*format::consts::FORMAT_NO_BORDER_LINE_SEPARATOR);
-    let mut titles = row!["address", "kind", r->"acquisitions", r->"contended", r->"wakes", r->"wait total", r->"wait max"];
+    let mut titles = row!["address", "name", "kind", r->"acquisitions", r->"contended", r->"wakes", r->"wait total", r->"wait max"];
     if per_request {
         for title in ["acq/req", "contended/req", "wait/req"] {
             titles.add_cell(Cell::new(title).style_spec("r"));
         }
-        titles.add_cell(Cell::new("callers"));
     }
+    titles.add_cell(Cell::new("callers"));
     table.set_titles(titles);
     let shown = limit.unwrap_or(usize::MAX);
     for lock in report.locks.iter().take(shown) {
         let mut row: Row = row![
             lock.address,
+            crate::stacks::label(lock).trim_end_matches(lock.address.as_str()).trim_end(),
             lock.kind,
             r->lock.acquisitions.map_or("-".to_string(), |n| n.to_string()),
             r->lock.contended,
@@ -51,14 +52,16 @@ pub fn render(report: &Report, limit: Option<usize>) -> String {
             for cell in crate::requests::cells(lock.per_request.as_ref()) {
                 row.add_cell(Cell::new(&cell).style_spec("r"));
             }
-            row.add_cell(Cell::new(&lock.caller_functions.join(", ")));
         }
+        row.add_cell(Cell::new(&top_callers(lock)));
         table.add_row(row);
     }
     out.push_str(&table.to_string());
     if report.locks.len() > shown {
         let _ = writeln!(out, "({} more locks not shown)", report.locks.len() - shown);
     }
+    out.push_str(&crate::stacks::render_text(report, shown));
+    out.push_str(&crate::symbolize::footer(report));
     let totals = &report.totals;
     let _ = writeln!(
         out,
@@ -101,6 +104,28 @@ pub fn render(report: &Report, limit: Option<usize>) -> String {
         );
     }
     out
+}
+
+/// The two most frequent calling functions, for the table.
+fn top_callers(lock: &Lock) -> String {
+    let mut names: Vec<String> = lock
+        .callers
+        .iter()
+        .take(2)
+        .map(|caller| {
+            caller.function.clone().unwrap_or_else(|| {
+                format!(
+                    "{}+{:#x}",
+                    caller.module.as_deref().unwrap_or("?"),
+                    caller.offset
+                )
+            })
+        })
+        .collect();
+    if lock.callers.len() > 2 {
+        names.push("…".into());
+    }
+    names.join(", ")
 }
 
 pub fn duration(ns: u64) -> String {

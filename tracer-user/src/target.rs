@@ -76,12 +76,22 @@ impl Target {
     }
 
     /// Path under which the tracer opens a file of the target.
+    /// A mapped file is opened through /proc/PID/map_files: that link is the
+    /// mapped inode itself however the path reads from here (the maps of a
+    /// chroot or another mount namespace name files in a view the tracer
+    /// may not share).
     pub fn host_path(&self, target_path: &str) -> PathBuf {
+        let mapped = self.maps.iter().find(|mapping| mapping.path == target_path);
+        if let Some(mapping) = mapped {
+            let link = PathBuf::from(format!(
+                "/proc/{}/map_files/{:x}-{:x}",
+                self.pid, mapping.start, mapping.end
+            ));
+            if link.exists() {
+                return link;
+            }
+        }
         host_path(self.pid, target_path)
-    }
-
-    pub fn mapping_of(&self, address: u64) -> Option<&Mapping> {
-        self.maps.iter().find(|mapping| mapping.contains(address))
     }
 
     pub fn is_alive(&self) -> bool {

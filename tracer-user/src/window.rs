@@ -91,6 +91,7 @@ impl Window {
         duration: Option<Duration>,
         ebpf: &Ebpf,
         signals: &mut record::StopSignals,
+        on_tick: &mut dyn FnMut(),
     ) -> Result<&'static str> {
         let progress = Progress::start(self.driver.is_some(), self.probe.is_some());
         let tick_every = Duration::from_millis(100);
@@ -105,14 +106,17 @@ impl Window {
                     tokio::select! {
                         tally = &mut load => break tally?,
                         _ = signals.interrupt.recv() => { driver.stop(); stopped_by = "interrupted"; }
-                        _ = tick.tick() => progress.update(Some(driver.done()), probe_hits(ebpf)),
+                        _ = tick.tick() => {
+                            progress.update(Some(driver.done()), probe_hits(ebpf));
+                            on_tick();
+                        }
                     }
                 };
                 self.tally = Some(tally);
                 stopped_by
             }
             None => {
-                let wait = record::wait_for_end(target, duration, signals);
+                let wait = record::wait_for_end(target, duration, signals, on_tick);
                 tokio::pin!(wait);
                 loop {
                     tokio::select! {

@@ -180,6 +180,15 @@ impl Fixture {
         stdin.write_all(b"go\n").unwrap();
     }
 
+    /// Reads the next line the fixture prints (None at its end).
+    pub fn read_line(&mut self) -> Option<String> {
+        let mut line = String::new();
+        match self.stdout.read_line(&mut line) {
+            Ok(n) if n > 0 => Some(line.trim_end().to_string()),
+            _ => None,
+        }
+    }
+
     /// Waits for the fixture to exit; returns the rest of its stdout.
     pub fn wait(mut self) -> String {
         let mut rest = String::new();
@@ -263,6 +272,13 @@ impl Trace {
         (serde_json::from_str(&text).expect("report is JSON"), table)
     }
 
+    /// Like [`Trace::finish`], and keeps a copy of the JSON report at `copy`.
+    pub fn finish_keep(self, copy: &Path) -> (Value, String) {
+        let (report, table) = self.finish();
+        std::fs::write(copy, serde_json::to_string_pretty(&report).unwrap()).unwrap();
+        (report, table)
+    }
+
     /// Sends SIGINT (as Ctrl-C would) to this locktrace, by its pid.
     pub fn interrupt(&self) {
         unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
@@ -298,4 +314,20 @@ pub fn trace_fixture(
     fixture.wait();
     let (report, _) = trace.finish();
     (report, addresses)
+}
+
+/// The functions that called a lock (`callers[].function`), sorted, once each.
+pub fn caller_functions(lock: &Value) -> Vec<String> {
+    let mut functions: Vec<String> = lock["callers"]
+        .as_array()
+        .map(|callers| {
+            callers
+                .iter()
+                .filter_map(|c| c["function"].as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default();
+    functions.sort();
+    functions.dedup();
+    functions
 }

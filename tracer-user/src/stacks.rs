@@ -1,0 +1,119 @@
+//! Stack output of a saved report: folded stacks (`frame;frame;lock count`,
+//! what flame graph tools read) and an SVG flame graph (inferno).
+use std::io::Write;
+
+use anyhow::{Context, Result, bail};
+
+use crate::report::{Frame, Lock, Report};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    Table,
+    Folded,
+    Svg,
+}
+
+/// Writes the report's stacks in `format` (folded or svg).
+pub fn write(report: &Report, format: Format, out: &mut dyn Write) -> Result<()> {
+    let lines = folded_lines(report);
+    if lines.is_empty() {
+        bail!("the report has no stacks or callers to show; record with --stacks N");
+    }
+    match format {
+        Format::Folded | Format::Table => {
+            for line in &lines {
+                writeln!(out, "{line}")?;
+            }
+        }
+        Format::Svg => {
+            let mut options = inferno::flamegraph::Options::default();
+            options.title = format!(
+                "locktrace: lock calls of pid {} ({})",
+                report.target.pid, report.target.exe
+            );
+            options.count_name = "lock calls".into();
+            inferno::flamegraph::from_lines(&mut options, lines.iter().map(String::as_str), out)
+                .context("cannot draw the flame graph")?;
+        }
+    }
+    Ok(())
+}
+
+/// One line per stack, outermost frame first, the lock as the leaf. Reports
+/// recorded without `--stacks` give one frame per caller instead.
+pub fn folded_lines(report: &Report) -> Vec<String> {
+    let lock_label = |address: &str| {
+        let lock = report.locks.iter().find(|lock| lock.address == address);
+        format!("lock {}", lock.map_or_else(|| address.to_string(), label))
+    };
+    let mut lines = Vec::new();
+    if !report.stacks.is_empty() {
+        for stack in &report.stacks {
+            let mut parts: Vec<String> = stack.frames.iter().rev().map(frame_label).collect();
+            parts.push(lock_label(&stack.lock));
+            lines.push(format!("{} {}", parts.join(";"), stack.count));
+        }
+    } else {
+        for lock in &report.locks {
+            for caller in &lock.callers {
+                let frame = Frame {
+                    function: caller.function.clone(),
+                    module: caller.module.clone(),
+                    offset: caller.offset,
+                };
+                lines.push(format!(
+                    "{};lock {} {}",
+                    frame_label(&frame),
+                    label(lock),
+                    caller.count
+                ));
+            }
+        }
+    }
+    lines
+}
+
+/// The top stacks of the first `limit` locks, as text under the table:
+/// innermost frame first, like a debugger's backtrace.
+pub fn render_text(report: &Report, limit: usize) -> String {
+    let mut out = String::new();
+    for lock in report.locks.iter().take(limit) {
+        let stacks: Vec<_> = report
+            .stacks
+            .iter()
+            .filter(|stack| stack.lock == lock.address)
+            .collect();
+        if stacks.is_empty() {
+            continue;
+        }
+        out.push_str(&format!("stacks of {} ({}):\n", label(lock), lock.address));
+        for stack in stacks {
+            let frames: Vec<String> = stack.frames.iter().map(frame_label).collect();
+            out.push_str(&format!("  {:>10}  {}\n", stack.count, frames.join(" <- ")));
+        }
+    }
+    out
+}
+
+/// A lock as people read it: its name, else its region and address.
+pub fn label(lock: &Lock) -> String {
+    match &lock.name {
+        Some(name) => name.clone(),
+        None if lock.region.is_empty() => lock.address.clone(),
+        None => format!("{} {}", lock.region, lock.address),
+    }
+}
+
+fn frame_label(frame: &Frame) -> String {
+    let text = match (&frame.function, &frame.module) {
+        (Some(function), _) => function.clone(),
+        (None, Some(module)) => format!("{}+{:#x}", short_module(module), frame.offset),
+        (None, None) => format!("{:#x}", frame.offset),
+    };
+    // ';' separates frames in the folded format.
+    text.replace(';', ",")
+}
+
+pub fn short_module(path: &str) -> &str {
+    path.rsplit('/').next().unwrap_or(path)
+}

@@ -1,0 +1,295 @@
+//! Symbols and sections of one ELF module, merged with its separate debug
+//! file (`.gnu_debuglink` or build-id under /usr/lib/debug) when one exists.
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, SectionKind, SymbolKind};
+
+/// A named range of the module's link-time addresses.
+#[derive(Debug, Clone)]
+pub struct Symbol {
+    pub address: u64,
+    pub size: u64,
+    /// As in the symbol table (mangled); see [`Symbol::readable_name`].
+    pub name: String,
+}
+
+impl Symbol {
+    /// Demangled on demand: demangling every symbol of a large C++ module
+    /// up front costs seconds.
+    pub fn readable_name(&self) -> String {
+        demangle(&self.name)
+    }
+
+    /// `name` or `name+0xOFF`.
+    pub fn with_offset(&self, offset: u64) -> String {
+        if offset == 0 {
+            self.readable_name()
+        } else {
+            format!("{}+{offset:#x}", self.readable_name())
+        }
+    }
+}
+
+/// A loadable segment: file bytes `offset..offset+file_size` at `address`.
+#[derive(Debug, Clone, Copy)]
+pub struct Segment {
+    pub address: u64,
+    pub memory_size: u64,
+    pub offset: u64,
+    pub file_size: u64,
+}
+
+#[derive(Debug, Clone)]
+pub struct Section {
+    pub name: String,
+    pub address: u64,
+    pub size: u64,
+}
+
+/// What the tracer knows about one module file.
+#[derive(Debug, Default)]
+pub struct ModuleSymbols {
+    pub segments: Vec<Segment>,
+    pub sections: Vec<Section>,
+    /// Data objects (variables), sorted by address.
+    pub objects: Vec<Symbol>,
+    /// Functions, sorted by address.
+    pub functions: Vec<Symbol>,
+    /// Whether a full symbol table (.symtab, here or in a debug file) was
+    /// read, beyond the exported .dynsym.
+    pub has_symtab: bool,
+    /// The separate debug file whose symbols were merged in, if any.
+    /// The separate debug file, as a path in the target's root (or the host's).
+    pub debug_file: Option<String>,
+}
+
+impl ModuleSymbols {
+    /// Parses a module from its bytes; `root` is where the target's files are
+    /// seen (its /proc/PID/root), used to look for debug files.
+    pub fn parse(data: &[u8], module_path: &str, root: Option<&Path>) -> Result<ModuleSymbols> {
+        let elf = object::File::parse(data)
+            .with_context(|| format!("{module_path} is not an ELF file"))?;
+        let mut module = ModuleSymbols {
+            segments: elf
+                .segments()
+                .map(|segment| {
+                    let (offset, file_size) = segment.file_range();
+                    Segment {
+                        address: segment.address(),
+                        memory_size: segment.size(),
+                        offset,
+                        file_size,
+                    }
+                })
+                .collect(),
+            sections: elf
+                .sections()
+                .filter(|section| section.address() != 0 && section.kind() != SectionKind::Metadata)
+                .filter_map(|section| {
+                    Some(Section {
+                        name: section.name().ok()?.to_string(),
+                        address: section.address(),
+                        size: section.size(),
+                    })
+                })
+                .collect(),
+            ..ModuleSymbols::default()
+        };
+        module.add_symbols(&elf);
+        if let Some(debug_path) = find_debug_file(&elf, module_path, root)
+            && let Ok(debug_data) = std::fs::read(&debug_path)
+            && let Ok(debug_elf) = object::File::parse(&*debug_data)
+        {
+            module.add_symbols(&debug_elf);
+            let shown = root
+                .and_then(|root| debug_path.strip_prefix(root).ok())
+                .map(|p| Path::new("/").join(p));
+            module.debug_file = Some(shown.unwrap_or(debug_path).display().to_string());
+        }
+        for list in [&mut module.objects, &mut module.functions] {
+            list.sort_by(|a, b| {
+                (a.address, preference(&a.name)).cmp(&(b.address, preference(&b.name)))
+            });
+            list.dedup_by(|later, earlier| {
+                later.address == earlier.address && later.size == earlier.size
+            });
+        }
+        Ok(module)
+    }
+
+    fn add_symbols(&mut self, elf: &object::File) {
+        self.has_symtab |= elf.symbols().next().is_some();
+        for symbol in elf.symbols().chain(elf.dynamic_symbols()) {
+            if !symbol.is_definition() || symbol.address() == 0 {
+                continue;
+            }
+            let Ok(raw) = symbol.name() else { continue };
+            if raw.is_empty() {
+                continue;
+            }
+            let entry = Symbol {
+                address: symbol.address(),
+                size: symbol.size(),
+                name: raw.to_string(),
+            };
+            match symbol.kind() {
+                SymbolKind::Text => self.functions.push(entry),
+                SymbolKind::Data => self.objects.push(entry),
+                _ => {}
+            }
+        }
+    }
+
+    /// The variable covering a link-time address, and the offset into it.
+    pub fn object_at(&self, address: u64) -> Option<(&Symbol, u64)> {
+        containing(&self.objects, address, false)
+    }
+
+    /// The function containing a link-time code address.
+    pub fn function_at(&self, address: u64) -> Option<(&Symbol, u64)> {
+        containing(&self.functions, address, true)
+    }
+
+    pub fn section_at(&self, address: u64) -> Option<&Section> {
+        self.sections
+            .iter()
+            .filter(|section| {
+                address >= section.address && address < section.address + section.size
+            })
+            // .tbss overlaps the next section at link time; prefer real ones.
+            .min_by_key(|section| section.name.starts_with(".t"))
+    }
+}
+
+/// Ordering among aliases at one address: public names before `__internal` ones.
+fn preference(name: &str) -> (usize, usize) {
+    (name.chars().take_while(|&c| c == '_').count(), name.len())
+}
+
+/// The symbol whose range covers `address` (the smallest if several do).
+/// Functions without a size (hand-written assembly) cover up to the next symbol.
+fn containing(symbols: &[Symbol], address: u64, open_ended: bool) -> Option<(&Symbol, u64)> {
+    let end = symbols.partition_point(|symbol| symbol.address <= address);
+    let candidates = &symbols[..end];
+    let sized = candidates
+        .iter()
+        .rev()
+        .take(256)
+        .filter(|symbol| address < symbol.address + symbol.size)
+        .min_by_key(|symbol| symbol.size);
+    let found = sized.or_else(|| {
+        let last = candidates.last()?;
+        (last.address == address || (open_ended && last.size == 0)).then_some(last)
+    })?;
+    Some((found, address - found.address))
+}
+
+/// Rust (legacy and v0) and C++ (Itanium) names in readable form.
+pub fn demangle(name: &str) -> String {
+    if let Ok(rust) = rustc_demangle::try_demangle(name) {
+        return format!("{rust:#}");
+    }
+    if name.starts_with("_Z")
+        && let Ok(symbol) = cpp_demangle::Symbol::new(name)
+        && let Ok(text) = symbol.demangle()
+    {
+        return text;
+    }
+    name.to_string()
+}
+
+/// A separate debug file for the module, looked up as gdb does: by build-id
+/// under /usr/lib/debug/.build-id, then by .gnu_debuglink next to the module,
+/// in its .debug directory and under /usr/lib/debug. Looked for in the
+/// target's root first, then the host's (a debug package installed on the host).
+fn find_debug_file(elf: &object::File, module_path: &str, root: Option<&Path>) -> Option<PathBuf> {
+    let mut candidates = Vec::new();
+    if let Ok(Some(build_id)) = elf.build_id()
+        && build_id.len() > 1
+    {
+        let hex: String = build_id.iter().map(|byte| format!("{byte:02x}")).collect();
+        candidates.push(format!(
+            "/usr/lib/debug/.build-id/{}/{}.debug",
+            &hex[..2],
+            &hex[2..]
+        ));
+    }
+    if let Ok(Some((link, _crc))) = elf.gnu_debuglink() {
+        let link = String::from_utf8_lossy(link).into_owned();
+        let dir = Path::new(module_path)
+            .parent()
+            .map(|dir| dir.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        candidates.push(format!("{dir}/.debug/{link}"));
+        candidates.push(format!("/usr/lib/debug{dir}/{link}"));
+        if Path::new(&link).file_name() != Path::new(module_path).file_name() {
+            candidates.push(format!("{dir}/{link}"));
+        }
+    }
+    let roots: Vec<PathBuf> = root
+        .into_iter()
+        .map(Path::to_path_buf)
+        .chain([PathBuf::from("/")])
+        .collect();
+    roots
+        .iter()
+        .flat_map(|root| {
+            candidates
+                .iter()
+                .map(move |path| root.join(path.trim_start_matches('/')))
+        })
+        .find(|path| path.is_file())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn demangles_rust_and_cpp() {
+        assert_eq!(
+            demangle("_ZN3std4sync5mutex14Mutex$LT$T$GT$4lock17h0123456789abcdefE"),
+            "std::sync::mutex::Mutex<T>::lock"
+        );
+        assert_eq!(demangle("_ZN5Query7executeEv"), "Query::execute()");
+        assert_eq!(demangle("g_lock"), "g_lock");
+    }
+
+    #[test]
+    fn finds_containing_symbols() {
+        let symbols = vec![
+            Symbol {
+                address: 0x100,
+                size: 0x40,
+                name: "a".into(),
+            },
+            Symbol {
+                address: 0x140,
+                size: 0x100,
+                name: "b".into(),
+            },
+            Symbol {
+                address: 0x300,
+                size: 0,
+                name: "asm".into(),
+            },
+        ];
+        assert_eq!(
+            containing(&symbols, 0x100, false).map(|(s, o)| (s.name.as_str(), o)),
+            Some(("a", 0))
+        );
+        assert_eq!(
+            containing(&symbols, 0x188, false).map(|(s, o)| (s.name.as_str(), o)),
+            Some(("b", 0x48))
+        );
+        assert_eq!(
+            containing(&symbols, 0x250, false).map(|(s, _)| s.name.as_str()),
+            None
+        );
+        assert_eq!(
+            containing(&symbols, 0x310, true).map(|(s, o)| (s.name.as_str(), o)),
+            Some(("asm", 0x10))
+        );
+    }
+}

@@ -1,0 +1,436 @@
+//! Naming: turns the addresses of a report into names. Each lock gets its
+//! region (which memory holds it), its module and symbol (`g_lock`,
+//! `g_struct+0x40`), or for heap locks a pointer chain from a global
+//! (`g_stats->+0x20->`); each lock's callers and stacks become functions.
+//!
+//! Runs once after collect. What needs the target (its maps, its module
+//! files) is snapshotted at attach time, so names from ELF still work when
+//! the target has exited; pointer chains need it alive.
+pub mod chain;
+pub mod elf;
+pub mod region;
+
+use std::{
+    collections::{BTreeMap, BTreeSet, HashMap},
+    fs::File,
+    path::PathBuf,
+    time::Instant,
+};
+
+use region::AddressSpace;
+
+use crate::{
+    collect::Collected,
+    lockfuncs::LockFunction,
+    report::{self, Caller, Frame, LockStack, Naming, Report},
+    target::{self, Mapping, Target},
+};
+
+/// Call counts per (function, module, offset) of one lock.
+type CallSites = BTreeMap<(Option<String>, Option<String>, u64), u64>;
+
+/// Heap locks (in report order) whose pointer chains are searched.
+pub const CHAIN_SEARCH_LOCKS: usize = 20;
+
+/// What naming needs from the target, taken while it is alive.
+pub struct Snapshot {
+    pid: u32,
+    maps: Vec<Mapping>,
+    /// Every mapped module file, opened through /proc/PID/root (or
+    /// map_files): open handles stay readable after the target exits.
+    files: BTreeMap<String, File>,
+    /// Start addresses of mappings seen holding a thread's stack pointer.
+    thread_stacks: BTreeSet<u64>,
+}
+
+impl Snapshot {
+    pub fn take(target: &Target) -> Snapshot {
+        let mut snapshot = Snapshot {
+            pid: target.pid,
+            maps: target.maps.clone(),
+            files: BTreeMap::new(),
+            thread_stacks: BTreeSet::new(),
+        };
+        snapshot.note_thread_stacks();
+        snapshot.open_files();
+        snapshot
+    }
+
+    /// Re-reads the maps of a live target (threads started, modules loaded,
+    /// heap grown since attach); called while tracing and before naming.
+    /// Mappings gone since (a finished thread's stack) are kept where nothing
+    /// new overlaps them, so addresses in them still get a region.
+    pub fn refresh(&mut self) {
+        let Ok(text) = std::fs::read_to_string(format!("/proc/{}/maps", self.pid)) else {
+            return;
+        };
+        let fresh = target::parse_maps(&text);
+        if fresh.is_empty() {
+            return;
+        }
+        let gone: Vec<Mapping> = self
+            .maps
+            .drain(..)
+            .filter(|old| {
+                !fresh
+                    .iter()
+                    .any(|new| new.start < old.end && old.start < new.end)
+            })
+            .collect();
+        self.maps = fresh;
+        self.maps.extend(gone);
+        self.maps.sort_by_key(|mapping| mapping.start);
+        self.note_thread_stacks();
+        self.open_files();
+    }
+
+    /// Remembers which mappings hold a thread's stack pointer now.
+    fn note_thread_stacks(&mut self) {
+        for sp in region::thread_stack_pointers(self.pid) {
+            if let Some(mapping) = self.maps.iter().find(|m| m.contains(sp)) {
+                self.thread_stacks.insert(mapping.start);
+            }
+        }
+    }
+
+    fn open_files(&mut self) {
+        for mapping in self.maps.iter().filter(|m| m.is_file()) {
+            if self.files.contains_key(&mapping.path) {
+                continue;
+            }
+            // map_files first: the mapped inode, whatever the path reads like from here.
+            let by_map_file = File::open(format!(
+                "/proc/{}/map_files/{:x}-{:x}",
+                self.pid, mapping.start, mapping.end
+            ));
+            let by_root = || File::open(target::host_path(self.pid, &mapping.path));
+            if let Ok(file) = by_map_file.or_else(|_| by_root()) {
+                self.files.insert(mapping.path.clone(), file);
+            }
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NamingOptions {
+    /// Stacks kept per lock (0: none).
+    pub stacks_per_lock: usize,
+}
+
+/// Names every lock of the report, resolves callers and stacks.
+pub fn annotate(
+    report: &mut Report,
+    snapshot: &mut Snapshot,
+    collected: &Collected,
+    functions: &[LockFunction],
+    options: NamingOptions,
+) {
+    let started = Instant::now();
+    let alive = target::is_alive(snapshot.pid);
+    if alive {
+        snapshot.refresh();
+    }
+    let root = alive.then(|| PathBuf::from(format!("/proc/{}/root", snapshot.pid)));
+    let mut space =
+        AddressSpace::build(snapshot.maps.clone(), &mut snapshot.files, root.as_deref());
+    space.thread_stacks = snapshot.thread_stacks.clone();
+
+    let mut callers: HashMap<u64, CallSites> = HashMap::new();
+    for (key, &count) in &collected.callers {
+        if report::is_nested_call(key, collected, functions) {
+            continue; // made by a lock function: not a caller
+        }
+        let frame = resolve_code(&space, key.return_ip, true);
+        *callers
+            .entry(key.lock)
+            .or_default()
+            .entry((frame.function, frame.module, frame.offset))
+            .or_insert(0) += count;
+    }
+
+    for lock in &mut report.locks {
+        let Some(address) = parse_address(&lock.address) else {
+            continue;
+        };
+        lock.region = space.region_of(address);
+        if let Some(module) = space.module_of(address) {
+            lock.module = Some(module.path.clone());
+            lock.name = module
+                .symbols
+                .object_at(module.link_address(address))
+                .map(|(symbol, offset)| symbol.with_offset(offset));
+        }
+        let mut list: Vec<Caller> = callers
+            .remove(&address)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|((function, module, offset), count)| Caller {
+                function,
+                module,
+                offset,
+                count,
+            })
+            .collect();
+        list.sort_by(|a, b| {
+            b.count
+                .cmp(&a.count)
+                .then_with(|| a.function.cmp(&b.function))
+        });
+        lock.callers = list;
+    }
+
+    // Heap locks: pointer chains from globals, for the top ones.
+    let heap_locks: Vec<u64> = report
+        .locks
+        .iter()
+        .filter(|lock| {
+            lock.name.is_none()
+                && matches!(
+                    lock.region.as_str(),
+                    "[heap]" | "anonymous" | region::SPARE_HEAP
+                )
+        })
+        .take(CHAIN_SEARCH_LOCKS)
+        .filter_map(|lock| parse_address(&lock.address))
+        .collect();
+    let pointer_chains = if heap_locks.is_empty() {
+        "no heap locks to name".to_string()
+    } else if !alive {
+        format!(
+            "{} heap locks not named: the target exited before naming (pointer chains are read from its live memory)",
+            heap_locks.len()
+        )
+    } else {
+        let outcome = chain::search(&space, &chain::Memory::new(snapshot.pid), &heap_locks);
+        for lock in &mut report.locks {
+            if let Some(chain) = parse_address(&lock.address).and_then(|a| outcome.chains.get(&a)) {
+                lock.name = Some(chain.clone());
+            }
+        }
+        format!(
+            "{} of {} heap locks named by a pointer chain from a global ({} pointers followed in {} ms{}; at most {} hops, fields up to {:#x}); the others: no chain found",
+            outcome.chains.len(),
+            heap_locks.len(),
+            outcome.pointers_followed,
+            outcome.elapsed.as_millis(),
+            if outcome.complete {
+                ""
+            } else {
+                ", budget ran out"
+            },
+            chain::MAX_HOPS,
+            chain::MAX_FIELD_OFFSET
+        )
+    };
+
+    if options.stacks_per_lock > 0 {
+        report.stacks = resolve_stacks(&space, collected, options.stacks_per_lock);
+        attribute_futex_waits(report, &space, collected);
+    }
+    // Stripped modules that left a lock or a caller in the report unnamed.
+    let unnamed_in = |path: &str| {
+        report.locks.iter().any(|lock| {
+            (lock.name.is_none() && lock.module.as_deref() == Some(path))
+                || lock
+                    .callers
+                    .iter()
+                    .any(|c| c.function.is_none() && c.module.as_deref() == Some(path))
+        })
+    };
+    let stripped = space
+        .modules
+        .iter()
+        .filter(|m| !m.symbols.has_symtab && unnamed_in(&m.path))
+        .map(|m| m.path.clone())
+        .collect();
+    report.naming = Some(Naming {
+        elapsed_ms: started.elapsed().as_secs_f64() * 1e3,
+        modules: space.modules.len(),
+        debug_files: space
+            .modules
+            .iter()
+            .filter_map(|m| {
+                m.symbols
+                    .debug_file
+                    .as_ref()
+                    .map(|d| format!("{} <- {d}", m.path))
+            })
+            .collect(),
+        pointer_chains,
+        stripped,
+    });
+}
+
+/// One or two lines under the table: how naming went, and what to do for
+/// modules without symbols.
+pub fn footer(report: &Report) -> String {
+    let Some(naming) = &report.naming else {
+        return String::new();
+    };
+    let mut out = format!(
+        "names: {} modules in {:.0} ms; pointer chains: {}\n",
+        naming.modules, naming.elapsed_ms, naming.pointer_chains
+    );
+    if !naming.stripped.is_empty() {
+        out.push_str(&format!(
+            "stripped (exported symbols only): {}; install their debug symbols (/usr/lib/debug) or trace unstripped builds to name internal locks and callers\n",
+            naming.stripped.join(", ")
+        ));
+    }
+    out
+}
+
+fn parse_address(text: &str) -> Option<u64> {
+    u64::from_str_radix(text.strip_prefix("0x")?, 16).ok()
+}
+
+/// The function holding a code address. A return address points after
+/// its call, so the call site is looked up one byte before it.
+fn resolve_code(space: &AddressSpace, ip: u64, is_return_address: bool) -> Frame {
+    let lookup = if is_return_address {
+        ip.wrapping_sub(1)
+    } else {
+        ip
+    };
+    let Some(module) = space.module_of(lookup) else {
+        return Frame {
+            function: None,
+            module: None,
+            offset: ip,
+        };
+    };
+    match module.symbols.function_at(module.link_address(lookup)) {
+        Some((symbol, _)) => Frame {
+            function: Some(symbol.readable_name()),
+            module: Some(module.path.clone()),
+            offset: module.link_address(ip) - symbol.address,
+        },
+        None => Frame {
+            function: None,
+            module: Some(module.path.clone()),
+            offset: module.link_address(ip),
+        },
+    }
+}
+
+/// Frames of lock implementations, skipped to find who wanted the lock.
+const LOCK_MACHINERY: &[&str] = &[
+    "syscall",
+    "__lll_",
+    "__futex",
+    "futex",
+    "pthread_",
+    "std::sys::",
+    "std::sync::",
+    "core::",
+    "parking_lot",
+    "lock_api::",
+    "runtime.",
+];
+
+/// Locks seen only as futex words (Rust's std Mutex, Go, parking_lot) have
+/// no lock-function callers: their callers are the first frames outside the
+/// lock machinery in the stacks of their futex waits (so they count
+/// contended waits, not acquisitions).
+fn attribute_futex_waits(report: &mut Report, space: &AddressSpace, collected: &Collected) {
+    let mut by_lock: HashMap<u64, CallSites> = HashMap::new();
+    for (key, &count) in collected
+        .stacks
+        .iter()
+        .filter(|(key, _)| key.return_ip == 0)
+    {
+        let Some(ips) = collected.stack_frames.get(&key.stack_id) else {
+            continue;
+        };
+        let caller = ips
+            .iter()
+            .enumerate()
+            .skip(1)
+            .map(|(_, &ip)| resolve_code(space, ip, true))
+            .find(|frame| {
+                frame
+                    .function
+                    .as_deref()
+                    .is_some_and(|f| !LOCK_MACHINERY.iter().any(|prefix| f.starts_with(prefix)))
+            });
+        if let Some(frame) = caller {
+            *by_lock
+                .entry(key.lock)
+                .or_default()
+                .entry((frame.function, frame.module, frame.offset))
+                .or_insert(0) += count;
+        }
+    }
+    for lock in report
+        .locks
+        .iter_mut()
+        .filter(|lock| lock.kind == "futex" && lock.callers.is_empty())
+    {
+        let Some(callers) = parse_address(&lock.address).and_then(|a| by_lock.remove(&a)) else {
+            continue;
+        };
+        let mut list: Vec<Caller> = callers
+            .into_iter()
+            .map(|((function, module, offset), count)| Caller {
+                function,
+                module,
+                offset,
+                count,
+            })
+            .collect();
+        list.sort_by(|a, b| {
+            b.count
+                .cmp(&a.count)
+                .then_with(|| a.function.cmp(&b.function))
+        });
+        lock.callers = list;
+    }
+}
+
+/// The top stacks of each lock, innermost frame first, frames resolved.
+fn resolve_stacks(space: &AddressSpace, collected: &Collected, per_lock: usize) -> Vec<LockStack> {
+    let mut by_lock: BTreeMap<u64, Vec<LockStack>> = BTreeMap::new();
+    for (key, &count) in &collected.stacks {
+        let Some(ips) = collected.stack_frames.get(&key.stack_id) else {
+            continue;
+        };
+        let mut frames = Vec::with_capacity(ips.len() + 1);
+        for (index, &ip) in ips.iter().enumerate() {
+            // Frame-pointer walks through code built without them end in
+            // garbage: stop at the first address that is not code.
+            let is_code = space
+                .maps
+                .iter()
+                .any(|m| m.contains(ip) && m.is_executable());
+            if index > 0 && !is_code {
+                break;
+            }
+            frames.push(resolve_code(space, ip, index > 0));
+            // The unwinder starts at the probe and misses the immediate
+            // caller, whose return address the probe read from the stack.
+            if index == 0 && key.return_ip != 0 && ips.get(1) != Some(&key.return_ip) {
+                frames.push(resolve_code(space, key.return_ip, true));
+            }
+        }
+        by_lock.entry(key.lock).or_default().push(LockStack {
+            lock: format!("{:#x}", key.lock),
+            count,
+            frames,
+        });
+    }
+    let mut out = Vec::new();
+    for (_, mut stacks) in by_lock {
+        // The same resolved stack can come from several raw ones.
+        stacks.sort_by(|a, b| a.frames.cmp(&b.frames));
+        stacks.dedup_by(|later, earlier| {
+            let same = later.frames == earlier.frames;
+            if same {
+                earlier.count += later.count;
+            }
+            same
+        });
+        stacks.sort_by_key(|stack| std::cmp::Reverse(stack.count));
+        out.extend(stacks.into_iter().take(per_lock));
+    }
+    out
+}
