@@ -163,15 +163,6 @@ fn free_port() -> u16 {
         .port()
 }
 
-fn locks_with_caller<'a>(report: &'a Value, function: &str) -> Vec<&'a Value> {
-    report["locks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|lock| caller_functions(lock).iter().any(|f| f == function))
-        .collect()
-}
-
 #[test]
 fn apache_event_mpm_per_request_locks() {
     let apache = Apache::start(4);
@@ -216,7 +207,7 @@ fn apache_event_mpm_per_request_locks() {
     assert_eq!(report["dropped"], serde_json::json!({}));
 
     // r->invoke_mtx: locked once per request, before the response.
-    let invoke: Vec<&Value> = locks_with_caller(&report, "ap_process_async_request");
+    let invoke: Vec<&Value> = locks_called_by(&report, "ap_process_async_request");
     assert!(
         !invoke.is_empty(),
         "no per-request mutex from ap_process_async_request:\n{table}"
@@ -231,7 +222,7 @@ fn apache_event_mpm_per_request_locks() {
     );
 
     // The worker queue mutex: one lock that both push and pop take, once or twice per request.
-    let queue = locks_with_caller(&report, "ap_queue_push_socket");
+    let queue = locks_called_by(&report, "ap_queue_push_socket");
     assert_eq!(queue.len(), 1, "one worker queue mutex:\n{table}");
     let callers = caller_functions(queue[0]);
     assert!(

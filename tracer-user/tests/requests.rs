@@ -86,16 +86,6 @@ fn lock_by_address(report: &Value, address: u64) -> &Value {
     lock_at(report, address).unwrap_or_else(|| panic!("no lock at {address:#x} in {report:#}"))
 }
 
-/// Locks taken by `function` (one of their callers), e.g. the per-connection mutexes.
-fn locks_called_by<'a>(report: &'a Value, function: &str) -> Vec<&'a Value> {
-    report["locks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|lock| caller_functions(lock).iter().any(|f| f == function))
-        .collect()
-}
-
 /// The exact truth of mutex mode, whatever counted the requests.
 fn assert_exact_mutex_mode(report: &Value, stats_lock: u64, requests: u64) {
     let stats = lock_by_address(report, stats_lock);

@@ -160,23 +160,7 @@ pub fn annotate(
                 .object_at(module.link_address(address))
                 .map(|(symbol, offset)| symbol.with_offset(offset));
         }
-        let mut list: Vec<Caller> = callers
-            .remove(&address)
-            .unwrap_or_default()
-            .into_iter()
-            .map(|((function, module, offset), count)| Caller {
-                function,
-                module,
-                offset,
-                count,
-            })
-            .collect();
-        list.sort_by(|a, b| {
-            b.count
-                .cmp(&a.count)
-                .then_with(|| a.function.cmp(&b.function))
-        });
-        lock.callers = list;
+        lock.callers = sorted_callers(callers.remove(&address).unwrap_or_default());
     }
 
     // Heap locks: pointer chains from globals, for the top ones.
@@ -369,22 +353,27 @@ fn attribute_futex_waits(report: &mut Report, space: &AddressSpace, collected: &
         let Some(callers) = parse_address(&lock.address).and_then(|a| by_lock.remove(&a)) else {
             continue;
         };
-        let mut list: Vec<Caller> = callers
-            .into_iter()
-            .map(|((function, module, offset), count)| Caller {
-                function,
-                module,
-                offset,
-                count,
-            })
-            .collect();
-        list.sort_by(|a, b| {
-            b.count
-                .cmp(&a.count)
-                .then_with(|| a.function.cmp(&b.function))
-        });
-        lock.callers = list;
+        lock.callers = sorted_callers(callers);
     }
+}
+
+/// Call sites as report callers, most frequent first.
+fn sorted_callers(sites: CallSites) -> Vec<Caller> {
+    let mut callers: Vec<Caller> = sites
+        .into_iter()
+        .map(|((function, module, offset), count)| Caller {
+            function,
+            module,
+            offset,
+            count,
+        })
+        .collect();
+    callers.sort_by(|a, b| {
+        b.count
+            .cmp(&a.count)
+            .then_with(|| a.function.cmp(&b.function))
+    });
+    callers
 }
 
 /// The top stacks of each lock, innermost frame first, frames resolved.

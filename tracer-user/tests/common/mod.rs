@@ -331,3 +331,16 @@ pub fn caller_functions(lock: &Value) -> Vec<String> {
     functions.dedup();
     functions
 }
+
+/// Locks one of whose callers is `function`.
+pub fn locks_called_by<'a>(report: &'a Value, function: &str) -> Vec<&'a Value> {
+    report["locks"]
+        .as_array()
+        .map(|locks| {
+            locks
+                .iter()
+                .filter(|lock| caller_functions(lock).iter().any(|f| f == function))
+                .collect()
+        })
+        .unwrap_or_default()
+}
