@@ -2,6 +2,7 @@
 mod collect;
 mod loader;
 mod lockfuncs;
+mod overhead;
 mod placement;
 mod record;
 mod report;

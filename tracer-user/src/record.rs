@@ -27,10 +27,14 @@ pub async fn record(options: &RecordOptions) -> Result<Report> {
     tracefs::check_uprobes()?;
     tracefs::ensure_tracefs()?;
     let functions = lockfuncs::find(&target)?;
-    let placed: Vec<_> = functions
-        .iter()
-        .map(|function| (function.clone(), placement::place(function, options.placement)))
-        .collect();
+    let placed = placement::place_all(&functions, options.placement, |module| target.host_path(module));
+    let placement_fallbacks = placement::fallbacks(&placed);
+    for fallback in &placement_fallbacks {
+        eprintln!(
+            "locktrace: auto placement fell back to the entry of {} in {}: {}",
+            fallback.function, fallback.module, fallback.reason
+        );
+    }
     let plan = loader::LoadPlan {
         target: &target,
         functions: &placed,
@@ -61,7 +65,9 @@ pub async fn record(options: &RecordOptions) -> Result<Report> {
         stopped_by: stopped_by.into(),
         counted_acquisitions: true,
     };
-    Ok(report::build(info, &collected, &functions))
+    let mut report = report::build(info, &collected, &functions);
+    report.placement_fallbacks = placement_fallbacks;
+    Ok(report)
 }
 
 /// Waits until the duration ends, the user interrupts, or the target exits.

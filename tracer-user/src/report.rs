@@ -30,6 +30,16 @@ pub struct Report {
     /// Events that could not be counted, by reason (zero counts omitted).
     pub dropped: BTreeMap<String, u64>,
     pub totals: Totals,
+    /// Lock functions where `--placement auto` fell back to the entry, and why.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub placement_fallbacks: Vec<PlacementFallback>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct PlacementFallback {
+    pub function: String,
+    pub module: String,
+    pub reason: String,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -161,6 +171,7 @@ pub fn build(info: RecordInfo, collected: &Collected, functions: &[LockFunction]
         locks,
         dropped,
         totals,
+        placement_fallbacks: Vec::new(),
     }
 }
 
@@ -175,6 +186,20 @@ fn nested_calls(collected: &Collected, functions: &[LockFunction]) -> BTreeMap<(
             .any(|f| (f.runtime_start..f.runtime_end).contains(&key.return_ip));
         if from_lock_function {
             *nested.entry((key.lock, key.op)).or_insert(0) += count;
+        }
+    }
+    // Tail jumps: musl's pthread_mutex_lock jumps (not calls) to
+    // pthread_mutex_timedlock when contended, so both probes see the same
+    // return address. One call site calls one function: at one (lock, return
+    // address), the most-counted op is the real call, the others tail jumps.
+    let mut by_site: BTreeMap<(u64, u64), Vec<(u32, u64)>> = BTreeMap::new();
+    for (key, &count) in &collected.callers {
+        by_site.entry((key.lock, key.return_ip)).or_default().push((key.op, count));
+    }
+    for ((lock, _), mut ops) in by_site.into_iter().filter(|(_, ops)| ops.len() > 1) {
+        ops.sort_by_key(|&(op, count)| (std::cmp::Reverse(count), op));
+        for &(op, count) in &ops[1..] {
+            *nested.entry((lock, op)).or_insert(0) += count;
         }
     }
     nested

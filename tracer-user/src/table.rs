@@ -58,6 +58,7 @@ pub fn render(report: &Report, limit: Option<usize>) -> String {
         let lost: Vec<String> = report.dropped.iter().map(|(what, n)| format!("{what}={n}")).collect();
         let _ = writeln!(out, "lost: {} (those events are missing from the counts)", lost.join(", "));
     }
+    out.push_str(&crate::overhead::footer(report));
     out
 }
 
