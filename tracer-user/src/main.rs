@@ -6,6 +6,7 @@ mod overhead;
 mod placement;
 mod record;
 mod report;
+mod sampling;
 mod table;
 mod target;
 mod tracefs;
@@ -36,8 +37,18 @@ enum Command {
         #[arg(long)]
         json: Option<PathBuf>,
         /// Where the lock probes go.
-        #[arg(long, value_enum, default_value = "entry")]
+        #[arg(long, value_enum, default_value = "auto")]
         placement: placement::Placement,
+        /// all: every acquisition, exact; contention: futex waits/wakes only (no lock probes);
+        /// sampled: lock probes a fraction of the time, counts scaled (estimates).
+        #[arg(long, value_enum, default_value = "all")]
+        mode: record::Mode,
+        /// Sampled mode: fraction of the time the lock probes count (0 < RATE <= 1).
+        #[arg(long, default_value = "0.1")]
+        sample: f64,
+        /// Sampled mode: one counting window per this many seconds.
+        #[arg(long, default_value = "5")]
+        sample_period: f64,
         /// Show at most this many locks in the table.
         #[arg(long)]
         top: Option<usize>,
@@ -77,13 +88,20 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
-        Command::Record { pid, duration, json, placement, top } => {
+        Command::Record { pid, duration, json, placement, mode, sample, sample_period, top } => {
             let duration = match duration {
                 Some(seconds) if seconds.is_finite() && seconds > 0.0 => Some(Duration::from_secs_f64(seconds)),
                 Some(seconds) => anyhow::bail!("--duration must be a positive number of seconds, not {seconds}"),
                 None => None,
             };
-            let options = record::RecordOptions { pid, duration, placement };
+            if !(sample > 0.0 && sample <= 1.0) {
+                anyhow::bail!("--sample must be a fraction in (0, 1], not {sample}");
+            }
+            if !(sample_period.is_finite() && sample_period >= 0.1) {
+                anyhow::bail!("--sample-period must be at least 0.1 seconds, not {sample_period}");
+            }
+            let sample = sampling::SampleOptions { rate: sample, period: Duration::from_secs_f64(sample_period) };
+            let options = record::RecordOptions { pid, duration, placement, mode, sample };
             let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build()?;
             let report = runtime.block_on(record::record(&options))?;
             print!("{}", table::render(&report, top));

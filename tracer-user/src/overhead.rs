@@ -3,9 +3,90 @@
 //! tracer's own CPU time and peak memory; plus how the probes were placed.
 use std::fmt::Write;
 
-use crate::report::Report;
+use serde::{Deserialize, Serialize};
+use tracer_common::LockOp;
 
-/// Footer lines about placement and cost (empty when there is nothing to say).
+use crate::{
+    collect::Collected, lockfuncs::LockFunction, placement::PlacedFunction, report::Report,
+};
+
+/// Cost of one uprobe hit on an instruction the kernel emulates, and on one it
+/// single-steps, on the reference machine (measured by `cargo xtask bench`,
+/// see docs/benchmarks.md; the BPF program's own work is included).
+pub const EMULATED_NS_PER_HIT: u64 = 800;
+pub const STEPPED_NS_PER_HIT: u64 = 9_500;
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Overhead {
+    /// Lock probe hits counted (in sampled mode: inside the counting windows).
+    pub probe_hits: u64,
+    /// Probe points on emulated (cheap) and single-stepped instructions.
+    pub emulated_points: u32,
+    pub stepped_points: u32,
+    /// Estimated time the probes added to the target (hits × cost per hit).
+    pub estimated_added_ns: u64,
+    pub cost_ns_per_emulated_hit: u64,
+    pub cost_ns_per_stepped_hit: u64,
+    /// Time until the probes were live.
+    pub attach_ms: u64,
+    /// locktrace's own CPU time (user + system) and peak resident memory.
+    pub tracer_cpu_s: f64,
+    pub tracer_peak_rss_kib: u64,
+}
+
+pub fn measure(
+    collected: &Collected,
+    placed: &[(LockFunction, PlacedFunction)],
+    attach_ms: u64,
+) -> Overhead {
+    let mut hits_per_op = [0u64; tracer_common::LOCK_OPS];
+    for counts in collected.locks.values() {
+        for (slot, calls) in hits_per_op.iter_mut().zip(counts.calls) {
+            *slot += calls;
+        }
+    }
+    let mut added = 0u64;
+    let (mut emulated_points, mut stepped_points) = (0, 0);
+    for (function, placement) in placed {
+        let emulated = placement.points.iter().all(|point| point.emulated);
+        emulated_points += placement.points.iter().filter(|p| p.emulated).count() as u32;
+        stepped_points += placement.points.iter().filter(|p| !p.emulated).count() as u32;
+        let cost = if emulated {
+            EMULATED_NS_PER_HIT
+        } else {
+            STEPPED_NS_PER_HIT
+        };
+        added += hits_per_op[function.op as usize] * cost;
+    }
+    let (cpu, rss) = own_usage();
+    Overhead {
+        probe_hits: hits_per_op.iter().sum(),
+        emulated_points,
+        stepped_points,
+        estimated_added_ns: added,
+        cost_ns_per_emulated_hit: EMULATED_NS_PER_HIT,
+        cost_ns_per_stepped_hit: STEPPED_NS_PER_HIT,
+        attach_ms,
+        tracer_cpu_s: cpu,
+        tracer_peak_rss_kib: rss,
+    }
+}
+
+/// (user + system CPU seconds, peak RSS in KiB) of this process.
+fn own_usage() -> (f64, u64) {
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage fills the struct we own.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) } != 0 {
+        return (0.0, 0);
+    }
+    let seconds = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    (
+        seconds(usage.ru_utime) + seconds(usage.ru_stime),
+        usage.ru_maxrss.max(0) as u64,
+    )
+}
+
+/// Footer lines about placement, estimates and cost (empty when there is nothing to say).
 pub fn footer(report: &Report) -> String {
     let mut out = String::new();
     for fallback in &report.placement_fallbacks {
@@ -15,5 +96,35 @@ pub fn footer(report: &Report) -> String {
             fallback.function, fallback.module, fallback.reason
         );
     }
+    if let Some(estimate) = &report.estimate {
+        let _ = writeln!(
+            out,
+            "sampled: acquisitions are ESTIMATES (~), counted {:.2} s of {:.2} s in {} windows, scaled ×{:.2}, total within ±{:.1}%",
+            estimate.counted_s,
+            estimate.total_s,
+            estimate.windows,
+            estimate.scale,
+            estimate.relative_error * 100.0
+        );
+    }
+    if report.mode == "contention" {
+        out.push_str("contention mode: lock functions not probed; acquisitions unknown (-), contention exact\n");
+    }
+    if let Some(overhead) = &report.overhead {
+        let _ = writeln!(
+            out,
+            "overhead: {} probe hits on {} cheap + {} single-stepped points ≈ {} added to the target; attach {} ms; tracer CPU {:.2} s, peak RSS {:.1} MiB",
+            overhead.probe_hits,
+            overhead.emulated_points,
+            overhead.stepped_points,
+            crate::table::duration(overhead.estimated_added_ns),
+            overhead.attach_ms,
+            overhead.tracer_cpu_s,
+            overhead.tracer_peak_rss_kib as f64 / 1024.0
+        );
+    }
     out
 }
+
+/// Unused op index guard: LockOp discriminants index `calls`.
+const _: () = assert!(LockOp::RwlockWrlock as usize + 1 == tracer_common::LOCK_OPS);

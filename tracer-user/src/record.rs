@@ -11,14 +11,27 @@ use crate::{
     placement::{self, Placement},
     report::{self, RecordInfo, Report, TargetInfo},
     target::Target,
-    tracefs,
+    sampling, tracefs,
 };
+
+/// What the lock probes do (`--mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Mode {
+    /// Every acquisition counted, exact.
+    All,
+    /// No lock probes: futex tracepoints only (contention exact, acquisitions unknown).
+    Contention,
+    /// Lock probes attached a fraction of the time (`--sample`); counts scaled, marked as estimates.
+    Sampled,
+}
 
 #[derive(Debug, Clone)]
 pub struct RecordOptions {
     pub pid: u32,
     pub duration: Option<Duration>,
     pub placement: Placement,
+    pub mode: Mode,
+    pub sample: sampling::SampleOptions,
 }
 
 pub async fn record(options: &RecordOptions) -> Result<Report> {
@@ -26,9 +39,13 @@ pub async fn record(options: &RecordOptions) -> Result<Report> {
     let target = Target::open(options.pid)?;
     tracefs::check_uprobes()?;
     tracefs::ensure_tracefs()?;
-    let functions = lockfuncs::find(&target)?;
+    let functions = match lockfuncs::find(&target) {
+        // Contention mode needs no lock functions (futex-only programs too).
+        Err(_) if options.mode == Mode::Contention => Vec::new(),
+        found => found?,
+    };
     let placed = placement::place_all(&functions, options.placement, |module| target.host_path(module));
-    let placement_fallbacks = placement::fallbacks(&placed);
+    let placement_fallbacks = if options.mode == Mode::Contention { Vec::new() } else { placement::fallbacks(&placed) };
     for fallback in &placement_fallbacks {
         eprintln!(
             "locktrace: auto placement fell back to the entry of {} in {}: {}",
@@ -38,11 +55,11 @@ pub async fn record(options: &RecordOptions) -> Result<Report> {
     let plan = loader::LoadPlan {
         target: &target,
         functions: &placed,
-        flags: flags::FUTEX | flags::CALLERS,
-        lock_probes: true,
+        flags: flags::FUTEX | flags::CALLERS | if options.mode == Mode::Sampled { flags::SAMPLED } else { 0 },
+        lock_probes: options.mode == Mode::All,
         request_probe: None,
     };
-    let loaded = loader::load(&plan)?;
+    let mut loaded = loader::load(&plan)?;
     let modules: std::collections::BTreeSet<&str> = functions.iter().map(|f| f.module.as_str()).collect();
     eprintln!(
         "locktrace: tracing pid {} ({}): {} probes in {} live after {} ms; Ctrl-C to stop",
@@ -53,20 +70,41 @@ pub async fn record(options: &RecordOptions) -> Result<Report> {
         loaded.attach_time.as_millis()
     );
     let started = Instant::now();
-    let stopped_by = wait_for_end(&target, options.duration).await?;
+    let end = wait_for_end(&target, options.duration);
+    tokio::pin!(end);
+    let (stopped_by, estimate) = match options.mode {
+        Mode::Sampled => {
+            let (stopped_by, estimate) = sampling::run(&mut loaded.ebpf, &target, &placed, options.sample, end).await?;
+            (stopped_by, Some(estimate))
+        }
+        _ => (end.await?, None),
+    };
     let duration_s = started.elapsed().as_secs_f64();
-    let collected = collect::collect(&loaded.ebpf)?;
+    let mut collected = collect::collect(&loaded.ebpf)?;
+    let attach_ms = loaded.attach_time.as_millis() as u64;
     drop(loaded);
+    let overhead = crate::overhead::measure(&collected, if options.mode == Mode::Contention { &[] } else { &placed }, attach_ms);
+    if let Some(estimate) = &estimate {
+        sampling::scale(&mut collected, estimate);
+    }
     let info = RecordInfo {
         target: TargetInfo { pid: target.pid, exe: target.exe.clone(), cmdline: target.cmdline.clone() },
         duration_s,
-        mode: "all".into(),
-        placement: Some(format!("{:?}", options.placement).to_lowercase()),
+        mode: format!("{:?}", options.mode).to_lowercase(),
+        placement: (options.mode != Mode::Contention).then(|| format!("{:?}", options.placement).to_lowercase()),
         stopped_by: stopped_by.into(),
-        counted_acquisitions: true,
+        counted_acquisitions: options.mode != Mode::Contention,
     };
     let mut report = report::build(info, &collected, &functions);
     report.placement_fallbacks = placement_fallbacks;
+    if let Some(estimate) = &estimate {
+        for lock in &mut report.locks {
+            let counted = lock.acquisitions.map(|n| (n as f64 / estimate.scale).round() as u64);
+            lock.acquisitions_error = counted.map(|counted| sampling::lock_error(estimate, counted));
+        }
+    }
+    report.estimate = estimate;
+    report.overhead = Some(overhead);
     Ok(report)
 }
 

@@ -33,6 +33,12 @@ pub struct Report {
     /// Lock functions where `--placement auto` fell back to the entry, and why.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub placement_fallbacks: Vec<PlacementFallback>,
+    /// Sampled mode: how the lock counts were estimated (they are scaled).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub estimate: Option<crate::sampling::Estimate>,
+    /// What tracing cost the target and the tracer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overhead: Option<crate::overhead::Overhead>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -65,6 +71,9 @@ pub struct Lock {
     pub wakes: u64,
     pub wait_ns: u64,
     pub max_wait_ns: u64,
+    /// Sampled mode: `acquisitions` is an estimate within ± this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub acquisitions_error: Option<u64>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -119,6 +128,7 @@ pub fn build(info: RecordInfo, collected: &Collected, functions: &[LockFunction]
             wakes: 0,
             wait_ns: 0,
             max_wait_ns: 0,
+            acquisitions_error: None,
         });
     }
     for (&futex, counts) in &collected.futexes {
@@ -137,6 +147,7 @@ pub fn build(info: RecordInfo, collected: &Collected, functions: &[LockFunction]
             wakes: 0,
             wait_ns: 0,
             max_wait_ns: 0,
+            acquisitions_error: None,
         });
         lock.contended += counts.waits;
         lock.wakes += counts.wakes;
@@ -172,6 +183,8 @@ pub fn build(info: RecordInfo, collected: &Collected, functions: &[LockFunction]
         dropped,
         totals,
         placement_fallbacks: Vec::new(),
+        estimate: None,
+        overhead: None,
     }
 }
 

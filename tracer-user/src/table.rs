@@ -26,7 +26,10 @@ pub fn render(report: &Report, limit: Option<usize>) -> String {
         table.add_row(row![
             lock.address,
             lock.kind,
-            r->lock.acquisitions.map_or("-".to_string(), |n| n.to_string()),
+            r->lock.acquisitions.map_or("-".to_string(), |n| match lock.acquisitions_error {
+                Some(error) => format!("~{n} ±{error}"),
+                None => n.to_string(),
+            }),
             r->lock.contended,
             r->lock.wakes,
             r->duration(lock.wait_ns),
@@ -42,7 +45,7 @@ pub fn render(report: &Report, limit: Option<usize>) -> String {
         out,
         "{} locks; total: {} acquisitions, {} contended waits, {} wakes, {} waiting",
         report.locks.len(),
-        totals.acquisitions.map_or("-".to_string(), |n| n.to_string()),
+        totals.acquisitions.map_or("-".to_string(), |n| if report.estimate.is_some() { format!("~{n}") } else { n.to_string() }),
         totals.contended,
         totals.wakes,
         duration(totals.wait_ns)
