@@ -61,7 +61,7 @@ fn sampled_estimate_is_within_its_stated_bound() {
             "--sample",
             "0.2",
             "--sample-period",
-            "1",
+            "0.5",
         ],
     );
     let truth = 50 * 6000;
