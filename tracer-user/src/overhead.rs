@@ -107,6 +107,17 @@ pub fn footer(report: &Report) -> String {
             estimate.relative_error * 100.0
         );
     }
+    if let Some(estimate) = report
+        .estimate
+        .as_ref()
+        .filter(|e| e.probe_time_share > 0.05)
+    {
+        let _ = writeln!(
+            out,
+            "sampled: WARNING the probes took ~{:.0}% of the counted time: a CPU-bound target slows down while counted, so the estimate is low (use --mode all)",
+            (estimate.probe_time_share * 100.0).min(100.0)
+        );
+    }
     if report.mode == "contention" {
         out.push_str("contention mode: lock functions not probed; acquisitions unknown (-), contention exact\n");
     }

@@ -56,6 +56,11 @@ pub struct Estimate {
     /// could be anywhere from 0 to twice the mean). Each lock's
     /// `acquisitions_error` adds its own counting noise.
     pub relative_error: f64,
+    /// Share of the counted windows' time the probe hits cost (hits × cost
+    /// per hit / window time, for one thread). When large, the target ran
+    /// slower while counted (a CPU-bound loop, not a paced server), so the
+    /// estimate is low by up to that share, beyond `relative_error`.
+    pub probe_time_share: f64,
 }
 
 /// One counting window: its length and the lock calls counted in it.
@@ -173,7 +178,19 @@ where
     for detach in detaching {
         let _ = detach.join();
     }
-    Ok((stopped_by, estimate(&windows, total, options.rate)))
+    let cost_per_hit = if functions
+        .iter()
+        .all(|(_, placed)| placed.points.iter().all(|p| p.emulated))
+    {
+        crate::overhead::EMULATED_NS_PER_HIT
+    } else {
+        crate::overhead::STEPPED_NS_PER_HIT
+    };
+    let mut estimate = estimate(&windows, total, options.rate);
+    let hits: u64 = windows.iter().map(|w| w.calls).sum();
+    estimate.probe_time_share =
+        hits as f64 * cost_per_hit as f64 / (estimate.counted_s * 1e9).max(1.0);
+    Ok((stopped_by, estimate))
 }
 
 fn set_counting(ebpf: &mut Ebpf, on: bool) -> Result<()> {
@@ -225,6 +242,7 @@ fn estimate(windows: &[Window], total: Duration, rate: f64) -> Estimate {
         total_s,
         scale,
         unsampled_edges_s: edges,
+        probe_time_share: 0.0,
         relative_error: (relative_error(windows, counted, total_s) + edges / total_s.max(1e-9))
             .min(1.0),
     }

@@ -44,10 +44,16 @@ pub enum CheapClass {
     Push,
     /// nop (0x90, optionally with 0x66 prefixes).
     Nop,
+    /// Multi-byte nop (0x0f 0x1f /0, optionally with 0x66 prefixes): emulated
+    /// since Linux 6.1x (`cargo xtask bench` measures it cheap on 6.18).
+    NopMulti,
 }
 
-/// What the kernel emulates according to its source (x86 uprobes, 4.x to 6.x).
+/// What the kernel emulates according to its source (x86 uprobes, 4.x to 6.x;
+/// multi-byte nops only in recent kernels: on older ones a probe there is
+/// still exact, just single-stepped).
 pub const KERNEL_EMULATED: &[CheapClass] = &[
+    CheapClass::NopMulti,
     CheapClass::Jcc,
     CheapClass::Jmp,
     CheapClass::Call,
@@ -68,8 +74,15 @@ pub fn classify(bytes: &[u8]) -> Option<CheapClass> {
         [0xe8, _, _, _, _] => Some(CheapClass::Call),
         [0x50..=0x57] | [0x41, 0x50..=0x57] => Some(CheapClass::Push),
         [prefixes @ .., 0x90] if prefixes.iter().all(|&b| b == 0x66) => Some(CheapClass::Nop),
+        _ if multi_byte_nop(bytes) => Some(CheapClass::NopMulti),
         _ => None,
     }
+}
+
+/// `0f 1f /0` (`nopl`/`nopw`), optionally after 0x66 prefixes.
+fn multi_byte_nop(bytes: &[u8]) -> bool {
+    let opcode = &bytes[bytes.iter().take_while(|&&b| b == 0x66).count()..];
+    matches!(opcode, [0x0f, 0x1f, modrm, ..] if (modrm >> 3) & 7 == 0)
 }
 
 /// How many direct branches (jcc/jmp/call) in a module target each file
@@ -419,6 +432,14 @@ mod tests {
     fn classes() {
         assert_eq!(classify(&[0x41, 0x56]), Some(CheapClass::Push));
         assert_eq!(classify(&[0x66, 0x90]), Some(CheapClass::Nop));
+        assert_eq!(
+            classify(&[0x0f, 0x1f, 0x40, 0x00]),
+            Some(CheapClass::NopMulti)
+        );
+        assert_eq!(
+            classify(&[0x66, 0x0f, 0x1f, 0x44, 0x00, 0x00]),
+            Some(CheapClass::NopMulti)
+        );
         assert_eq!(classify(&[0x0f, 0x85, 0, 0, 0, 0]), Some(CheapClass::Jcc));
         assert_eq!(classify(&[0x48, 0x89, 0xc7]), None);
         assert_eq!(classify(&[0x66, 0xe8, 0, 0]), None);
