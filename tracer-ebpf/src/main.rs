@@ -193,6 +193,10 @@ fn record_stack<C: EbpfContext>(ctx: &C, lock: u64) {
 /// Attached to the user's request-boundary function (`--request-probe`).
 #[uprobe]
 pub fn request_boundary(_ctx: ProbeContext) -> u32 {
+    // Sampled mode: requests count over the same windows as the locks.
+    if config(&FLAGS) & flags::SAMPLED != 0 && SAMPLING.get(0).is_none_or(|active| *active == 0) {
+        return 0;
+    }
     if is_target() {
         if let Some(counter) = REQUESTS.get_ptr_mut(0) {
             add(counter, 1);

@@ -235,6 +235,7 @@ fn estimate(windows: &[Window], total: Duration, rate: f64) -> Estimate {
             "locks[].acquisitions".into(),
             "locks[].calls".into(),
             "totals.acquisitions".into(),
+            "requests (counted over the same windows)".into(),
         ],
         sample_rate: rate,
         windows: windows.len() as u32,
@@ -310,6 +311,7 @@ pub fn scale(collected: &mut crate::collect::Collected, estimate: &Estimate) {
     for count in collected.callers.values_mut() {
         *count = scaled(*count);
     }
+    collected.requests = scaled(collected.requests);
 }
 
 #[cfg(test)]

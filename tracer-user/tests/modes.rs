@@ -92,3 +92,43 @@ fn sampled_estimate_is_within_its_stated_bound() {
             .any(|what| what == "locks[].acquisitions")
     );
 }
+
+/// The JSON `overhead` block: probe hits and placement kinds, per placement.
+#[test]
+fn overhead_reports_hits_and_cheap_points() {
+    let binary = fixture("locks", Flavor::Glibc);
+    for (placement, emulated, stepped) in [("auto", 5, 0), ("entry", 1, 4)] {
+        let (report, _) = trace_fixture(&binary, &["2", "3000", "0"], &["--placement", placement]);
+        let overhead = &report["overhead"];
+        let hits = overhead["probe_hits"].as_u64().unwrap();
+        // glibc's lock functions do not call each other: every hit is one acquisition.
+        assert_eq!(
+            Some(hits),
+            report["totals"]["acquisitions"].as_u64(),
+            "{overhead}"
+        );
+        assert!(hits >= 6000);
+        // glibc 2.36: only pthread_mutex_trylock starts with a cheap `push`.
+        assert_eq!(
+            overhead["emulated_points"], emulated,
+            "{placement}: {overhead}"
+        );
+        assert_eq!(
+            overhead["stepped_points"], stepped,
+            "{placement}: {overhead}"
+        );
+        let cost = if placement == "auto" {
+            overhead["cost_ns_per_emulated_hit"].as_u64().unwrap()
+        } else {
+            overhead["cost_ns_per_stepped_hit"].as_u64().unwrap()
+        };
+        // Every hit here is on pthread_mutex_lock.
+        assert_eq!(
+            overhead["estimated_added_ns"].as_u64().unwrap(),
+            hits * cost
+        );
+        assert!(overhead["tracer_cpu_s"].as_f64().unwrap() > 0.0);
+        let rss = overhead["tracer_peak_rss_kib"].as_u64().unwrap();
+        assert!(rss > 1024 && rss < 64 * 1024, "peak RSS {rss} KiB");
+    }
+}
