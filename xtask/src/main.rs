@@ -58,7 +58,20 @@ fn repo_root() -> PathBuf {
 enum Tracer {
     None,
     Locktrace(Vec<String>),
-    Bpftrace,
+    /// bpftrace with this probe (`uprobe:FILE:SYMBOL`) and action; `{pid}` in
+    /// the action is replaced by the fixture's pid.
+    Bpftrace {
+        probe: String,
+        action: String,
+    },
+}
+
+/// The equivalent bpftrace one-liner.
+fn bpftrace_one_liner() -> Tracer {
+    Tracer::Bpftrace {
+        probe: "uprobe:/lib/x86_64-linux-gnu/libc.so.6:pthread_mutex_lock".into(),
+        action: "/pid == {pid}/ { @[arg0] = count(); }".into(),
+    }
 }
 
 /// One measured run of a loop fixture.
@@ -91,7 +104,8 @@ fn bench(seconds: f64, runs: usize) -> Result<()> {
     let mut report = String::new();
     report.push_str(&machine()?);
     report.push_str(&format!(
-        "\nCommand: `cargo xtask bench --seconds {seconds} --runs {runs}` (median of {runs} runs)\n"
+        "\nCommand: `cargo xtask bench --seconds {seconds} --runs {runs}` (median of {runs} runs); load average at start: {}\n",
+        std::fs::read_to_string("/proc/loadavg").unwrap_or_default().split_whitespace().take(3).collect::<Vec<_>>().join(" ")
     ));
 
     // 1. Calibration.
@@ -127,6 +141,22 @@ fn bench(seconds: f64, runs: usize) -> Result<()> {
         );
         eprint!("{line}");
         report.push_str(&line);
+        if define == "CLASS_NOPL" {
+            // The kernel's floor: the same probe with an empty BPF program.
+            let empty = Tracer::Bpftrace {
+                probe: format!("uprobe:{}:pthread_mutex_lock", binary.display()),
+                action: "/pid == {pid}/ { }".into(),
+            };
+            let floor = median(runs, || run_loop(&binary, seconds, &empty, &locktrace))?;
+            let line = format!(
+                "| `{class}`, empty bpftrace program (kernel floor) | {:.1} | {:.1} | **{:.0} ns** |\n",
+                untraced.ns_per_lock,
+                floor.ns_per_lock,
+                floor.ns_per_lock - untraced.ns_per_lock
+            );
+            eprint!("{line}");
+            report.push_str(&line);
+        }
     }
 
     // 2 + 3. The uncontended loop under each tracer.
@@ -152,17 +182,26 @@ fn bench(seconds: f64, runs: usize) -> Result<()> {
                 "--sample",
                 "0.1",
                 "--sample-period",
-                "1",
+                "2",
             ])),
         ),
-        ("bpftrace uprobe one-liner", Tracer::Bpftrace),
+        ("bpftrace uprobe one-liner", bpftrace_one_liner()),
     ];
-    let mut results = Vec::new();
-    for (name, tracer) in &configs {
-        let sample = median(runs, || run_loop(&loop_bin, seconds, tracer, &locktrace))?;
-        eprintln!("{name}: {sample:?}");
-        results.push((*name, sample));
+    // Interleaved (one run of every config per round), so that load from
+    // other processes drifting over time hits all configs alike.
+    let mut all: Vec<Vec<Sample>> = vec![Vec::new(); configs.len()];
+    for round in 0..runs.max(1) {
+        for ((name, tracer), samples) in configs.iter().zip(&mut all) {
+            let sample = run_loop(&loop_bin, seconds, tracer, &locktrace)?;
+            eprintln!("round {round}: {name}: {sample:?}");
+            samples.push(sample);
+        }
     }
+    let results: Vec<(&str, Sample)> = configs
+        .iter()
+        .zip(all)
+        .map(|((name, _), samples)| (*name, median_of(samples)))
+        .collect();
     let base = results[0].1.ns_per_lock;
     let bpftrace_added = results
         .last()
@@ -229,8 +268,13 @@ fn median(runs: usize, mut one: impl FnMut() -> Result<Sample>) -> Result<Sample
     for _ in 0..runs.max(1) {
         samples.push(one()?);
     }
+    Ok(median_of(samples))
+}
+
+/// The run with the median ns/lock.
+fn median_of(mut samples: Vec<Sample>) -> Sample {
     samples.sort_by(|a, b| a.ns_per_lock.total_cmp(&b.ns_per_lock));
-    Ok(samples[samples.len() / 2])
+    samples[samples.len() / 2]
 }
 
 fn compile(root: &Path, out: &Path, name: &str, defines: &[&str]) -> Result<PathBuf> {
@@ -314,9 +358,10 @@ fn run_loop(binary: &Path, seconds: f64, tracer: &Tracer, locktrace: &Path) -> R
             std::thread::spawn(move || for _ in stderr.lines() {});
             Some(child)
         }
-        Tracer::Bpftrace => {
+        Tracer::Bpftrace { probe, action } => {
             let program = format!(
-                "uprobe:/lib/x86_64-linux-gnu/libc.so.6:pthread_mutex_lock /pid == {pid}/ {{ @[arg0] = count(); }} BEGIN {{ printf(\"ready\\n\"); }}"
+                "{probe} {} BEGIN {{ printf(\"ready\\n\"); }}",
+                action.replace("{pid}", &pid.to_string())
             );
             let mut child = Command::new("bpftrace")
                 .args(["-e", &program])
@@ -341,7 +386,7 @@ fn run_loop(binary: &Path, seconds: f64, tracer: &Tracer, locktrace: &Path) -> R
         .context("fixture output")?;
     fixture.wait()?;
     if let Some(child) = tracer_child.take() {
-        if matches!(tracer, Tracer::Bpftrace) {
+        if matches!(tracer, Tracer::Bpftrace { .. }) {
             // bpftrace runs until interrupted; only the child we started, by pid.
             unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
         }
