@@ -11,10 +11,50 @@ use crate::{
 };
 
 /// Cost of one uprobe hit on an instruction the kernel emulates, and on one it
-/// single-steps, on the reference machine (measured by `cargo xtask bench`,
-/// see docs/benchmarks.md; the BPF program's own work is included).
+/// single-steps, on the reference machine when quiet (2-core VM, Linux 6.18;
+/// the BPF program's own work included). Used when no calibration file
+/// matches the running kernel.
 pub const EMULATED_NS_PER_HIT: u64 = 800;
 pub const STEPPED_NS_PER_HIT: u64 = 9_500;
+
+/// Written by `cargo xtask bench` (its calibration step) on this machine.
+pub const CALIBRATION_FILE: &str = "/var/cache/locktrace/calibration.json";
+
+/// Cost per probe hit, and where the figures come from.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Calibration {
+    /// `uname -r` of the kernel measured.
+    pub kernel: String,
+    pub emulated_ns: u64,
+    pub stepped_ns: u64,
+}
+
+/// The calibration measured on the running kernel if there is one, else the
+/// built-in reference figures; plus a description of the source.
+pub fn calibration() -> (Calibration, String) {
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .unwrap_or_default()
+        .trim()
+        .to_string();
+    let measured = std::fs::read_to_string(CALIBRATION_FILE)
+        .ok()
+        .and_then(|text| serde_json::from_str::<Calibration>(&text).ok())
+        .filter(|calibration| calibration.kernel == kernel);
+    match measured {
+        Some(calibration) => (
+            calibration,
+            format!("measured on this kernel ({CALIBRATION_FILE})"),
+        ),
+        None => (
+            Calibration {
+                kernel,
+                emulated_ns: EMULATED_NS_PER_HIT,
+                stepped_ns: STEPPED_NS_PER_HIT,
+            },
+            "built-in reference figures (run `cargo xtask bench` to measure this machine)".into(),
+        ),
+    }
+}
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Overhead {
@@ -27,6 +67,9 @@ pub struct Overhead {
     pub estimated_added_ns: u64,
     pub cost_ns_per_emulated_hit: u64,
     pub cost_ns_per_stepped_hit: u64,
+    /// Where the costs per hit come from.
+    #[serde(default)]
+    pub cost_source: String,
     /// Time until the probes were live.
     pub attach_ms: u64,
     /// locktrace's own CPU time (user + system) and peak resident memory.
@@ -45,6 +88,7 @@ pub fn measure(
             *slot += calls;
         }
     }
+    let (calibration, cost_source) = calibration();
     let mut added = 0u64;
     let (mut emulated_points, mut stepped_points) = (0, 0);
     for (function, placement) in placed {
@@ -52,9 +96,9 @@ pub fn measure(
         emulated_points += placement.points.iter().filter(|p| p.emulated).count() as u32;
         stepped_points += placement.points.iter().filter(|p| !p.emulated).count() as u32;
         let cost = if emulated {
-            EMULATED_NS_PER_HIT
+            calibration.emulated_ns
         } else {
-            STEPPED_NS_PER_HIT
+            calibration.stepped_ns
         };
         added += hits_per_op[function.op as usize] * cost;
     }
@@ -64,8 +108,9 @@ pub fn measure(
         emulated_points,
         stepped_points,
         estimated_added_ns: added,
-        cost_ns_per_emulated_hit: EMULATED_NS_PER_HIT,
-        cost_ns_per_stepped_hit: STEPPED_NS_PER_HIT,
+        cost_ns_per_emulated_hit: calibration.emulated_ns,
+        cost_ns_per_stepped_hit: calibration.stepped_ns,
+        cost_source,
         attach_ms,
         tracer_cpu_s: cpu,
         tracer_peak_rss_kib: rss,

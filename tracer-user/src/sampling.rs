@@ -178,13 +178,14 @@ where
     for detach in detaching {
         let _ = detach.join();
     }
+    let (calibration, _) = crate::overhead::calibration();
     let cost_per_hit = if functions
         .iter()
         .all(|(_, placed)| placed.points.iter().all(|p| p.emulated))
     {
-        crate::overhead::EMULATED_NS_PER_HIT
+        calibration.emulated_ns
     } else {
-        crate::overhead::STEPPED_NS_PER_HIT
+        calibration.stepped_ns
     };
     let mut estimate = estimate(&windows, total, options.rate);
     let hits: u64 = windows.iter().map(|w| w.calls).sum();

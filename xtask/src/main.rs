@@ -111,6 +111,7 @@ fn bench(seconds: f64, runs: usize) -> Result<()> {
     // 1. Calibration.
     report.push_str("\n### Uprobe cost per hit, by instruction class (fixtures/bench/calib.c)\n\n");
     report.push_str("| first instruction | untraced ns/call | traced ns/call | cost per hit |\n|---|---:|---:|---:|\n");
+    let (mut emulated_costs, mut stepped_cost) = (Vec::new(), f64::NAN);
     for (class, define) in [
         ("mov %rdi,%rax", "CLASS_MOV"),
         ("nopl 0(%rax)", "CLASS_NOPL"),
@@ -141,6 +142,12 @@ fn bench(seconds: f64, runs: usize) -> Result<()> {
         );
         eprint!("{line}");
         report.push_str(&line);
+        let cost = traced.ns_per_lock - untraced.ns_per_lock;
+        if define == "CLASS_MOV" {
+            stepped_cost = cost;
+        } else {
+            emulated_costs.push(cost);
+        }
         if define == "CLASS_NOPL" {
             // The kernel's floor: the same probe with an empty BPF program.
             let empty = Tracer::Bpftrace {
@@ -158,6 +165,10 @@ fn bench(seconds: f64, runs: usize) -> Result<()> {
             report.push_str(&line);
         }
     }
+
+    emulated_costs.sort_by(f64::total_cmp);
+    let emulated_cost = emulated_costs[emulated_costs.len() / 2];
+    report.push_str(&save_calibration(emulated_cost, stepped_cost)?);
 
     // 2 + 3. The uncontended loop under each tracer.
     let configs: Vec<(&str, Tracer)> = vec![
@@ -257,6 +268,27 @@ fn http_throughput() -> String {
     "\n### HTTP server throughput\n\nNot measured yet: the fixture HTTP server (per-request issue) is on another branch; \
      `http_throughput()` in xtask/src/main.rs is the hook.\n"
         .into()
+}
+
+/// Writes the calibration locktrace's report footer uses (hits × cost per hit)
+/// and returns a line for the results.
+fn save_calibration(emulated_ns: f64, stepped_ns: f64) -> Result<String> {
+    let path = Path::new("/var/cache/locktrace/calibration.json");
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")?
+        .trim()
+        .to_string();
+    let json = serde_json::json!({
+        "kernel": kernel,
+        "emulated_ns": emulated_ns.round().max(0.0) as u64,
+        "stepped_ns": stepped_ns.round().max(0.0) as u64,
+    });
+    std::fs::create_dir_all(path.parent().expect("has a parent"))?;
+    std::fs::write(path, serde_json::to_string_pretty(&json)? + "\n")
+        .with_context(|| format!("writing {}", path.display()))?;
+    Ok(format!(
+        "\nCalibration saved to {} (median emulated class {emulated_ns:.0} ns, single-stepped {stepped_ns:.0} ns per hit); locktrace's `overhead` uses it on this kernel.\n",
+        path.display()
+    ))
 }
 
 fn strings(items: &[&str]) -> Vec<String> {
