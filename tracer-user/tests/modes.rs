@@ -132,3 +132,37 @@ fn overhead_reports_hits_and_cheap_points() {
         assert!(rss > 1024 && rss < 64 * 1024, "peak RSS {rss} KiB");
     }
 }
+
+/// Bad mode options: one clear line, non-zero exit, before touching the target.
+#[test]
+fn bad_mode_options_are_one_line_errors() {
+    let me = std::process::id().to_string();
+    for (args, expected) in [
+        (
+            vec!["--mode", "sampled", "--sample", "0"],
+            "--sample must be a fraction in (0, 1]",
+        ),
+        (
+            vec!["--mode", "sampled", "--sample", "2"],
+            "--sample must be a fraction in (0, 1]",
+        ),
+        (
+            vec!["--sample-period", "0.01"],
+            "--sample-period must be at least 0.1 seconds",
+        ),
+        (
+            vec!["--mode", "everything"],
+            "invalid value 'everything' for '--mode",
+        ),
+    ] {
+        let output = locktrace()
+            .args(["record", "--pid", &me])
+            .args(&args)
+            .output()
+            .unwrap();
+        assert!(!output.status.success(), "{args:?}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+        assert!(stderr.contains(expected), "{args:?}: {stderr}");
+    }
+}
