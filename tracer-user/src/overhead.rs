@@ -155,11 +155,11 @@ pub fn footer(report: &Report) -> String {
     if let Some(estimate) = report
         .estimate
         .as_ref()
-        .filter(|e| e.probe_time_share > 0.05)
+        .filter(|e| e.probe_time_share > 0.25)
     {
         let _ = writeln!(
             out,
-            "sampled: WARNING the probes took ~{:.0}% of the counted time: a CPU-bound target slows down while counted, so the estimate is low (use --mode all)",
+            "sampled: WARNING the probes took ~{:.0}% of a thread's counted time: if the target is CPU-bound it ran slower while counted and the estimate is low (use --mode all)",
             (estimate.probe_time_share * 100.0).min(100.0)
         );
     }

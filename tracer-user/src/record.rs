@@ -65,7 +65,14 @@ pub async fn record(options: &RecordOptions) -> Result<Report> {
         "locktrace: tracing pid {} ({}): {} probes in {} live after {} ms; Ctrl-C to stop",
         target.pid,
         target.exe,
-        loaded.probe_count,
+        match options.mode {
+            Mode::Sampled => format!(
+                "{} (in sampling windows, {:.0}% of the time)",
+                placed.iter().map(|(_, p)| p.points.len()).sum::<usize>(),
+                options.sample.rate * 100.0
+            ),
+            _ => loaded.probe_count.to_string(),
+        },
         modules.into_iter().collect::<Vec<_>>().join(", "),
         loaded.attach_time.as_millis()
     );
