@@ -14,10 +14,7 @@ use std::{
 use serde_json::Value;
 
 pub fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
 }
 
 pub fn locktrace() -> Command {
@@ -34,12 +31,7 @@ pub enum Flavor {
 }
 
 impl Flavor {
-    pub const ALL: [Flavor; 4] = [
-        Flavor::Glibc,
-        Flavor::GlibcStatic,
-        Flavor::Musl,
-        Flavor::MuslStatic,
-    ];
+    pub const ALL: [Flavor; 4] = [Flavor::Glibc, Flavor::GlibcStatic, Flavor::Musl, Flavor::MuslStatic];
 
     fn suffix(self) -> &'static str {
         match self {
@@ -60,23 +52,12 @@ pub fn fixture(name: &str, flavor: Flavor) -> PathBuf {
 
 /// Like [`fixture`], with extra compiler flags (which become part of the binary's name).
 pub fn fixture_with(name: &str, flavor: Flavor, extra_flags: &[&str]) -> PathBuf {
-    let _guard = BUILD_LOCK
-        .lock()
-        .unwrap_or_else(|poison| poison.into_inner());
+    let _guard = BUILD_LOCK.lock().unwrap_or_else(|poison| poison.into_inner());
     let source = repo_root().join("fixtures").join(format!("{name}.c"));
     let out_dir = repo_root().join("target").join("fixtures");
     std::fs::create_dir_all(&out_dir).unwrap();
-    let tag: String = extra_flags
-        .iter()
-        .map(|flag| flag.replace(['-', '='], ""))
-        .collect::<Vec<_>>()
-        .join("_");
-    let binary = out_dir.join(format!(
-        "{name}-{}{}{}",
-        flavor.suffix(),
-        if tag.is_empty() { "" } else { "-" },
-        tag
-    ));
+    let tag: String = extra_flags.iter().map(|flag| flag.replace(['-', '='], "")).collect::<Vec<_>>().join("_");
+    let binary = out_dir.join(format!("{name}-{}{}{}", flavor.suffix(), if tag.is_empty() { "" } else { "-" }, tag));
     let fresh = |path: &Path| {
         let built = std::fs::metadata(path).and_then(|m| m.modified()).ok();
         let changed = std::fs::metadata(&source).and_then(|m| m.modified()).ok();
@@ -90,22 +71,12 @@ pub fn fixture_with(name: &str, flavor: Flavor, extra_flags: &[&str]) -> PathBuf
         Flavor::Musl | Flavor::MuslStatic => "musl-gcc",
     };
     let mut command = Command::new(compiler);
-    command
-        .args(["-O2", "-g", "-pthread", "-o"])
-        .arg(&binary)
-        .arg(&source)
-        .args(extra_flags);
+    command.args(["-O2", "-g", "-pthread", "-o"]).arg(&binary).arg(&source).args(extra_flags);
     if matches!(flavor, Flavor::GlibcStatic | Flavor::MuslStatic) {
         command.arg("-static");
     }
-    let output = command
-        .output()
-        .unwrap_or_else(|e| panic!("running {compiler}: {e} (scripts/setup.sh installs it)"));
-    assert!(
-        output.status.success(),
-        "compiling {name} ({flavor:?}) failed:\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let output = command.output().unwrap_or_else(|e| panic!("running {compiler}: {e} (scripts/setup.sh installs it)"));
+    assert!(output.status.success(), "compiling {name} ({flavor:?}) failed:\n{}", String::from_utf8_lossy(&output.stderr));
     binary
 }
 
@@ -154,13 +125,7 @@ impl Fixture {
                 _ => lines.push(line),
             }
         }
-        Fixture {
-            child,
-            stdin,
-            addresses,
-            lines,
-            stdout,
-        }
+        Fixture { child, stdin, addresses, lines, stdout }
     }
 
     pub fn pid(&self) -> u32 {
@@ -168,10 +133,7 @@ impl Fixture {
     }
 
     pub fn address(&self, name: &str) -> u64 {
-        self.addresses
-            .get(name)
-            .and_then(|a| a.first().copied())
-            .unwrap_or_else(|| panic!("fixture printed no {name} address"))
+        self.addresses.get(name).and_then(|a| a.first().copied()).unwrap_or_else(|| panic!("fixture printed no {name} address"))
     }
 
     /// Lets the fixture start its work.
@@ -235,19 +197,11 @@ impl Trace {
             if live {
                 break;
             }
-            assert!(
-                started.elapsed() < Duration::from_secs(30),
-                "attach took too long"
-            );
+            assert!(started.elapsed() < Duration::from_secs(30), "attach took too long");
         }
         // Keep draining stderr so the tracer never blocks on a full pipe.
         std::thread::spawn(move || for _ in stderr.lines() {});
-        Trace {
-            child,
-            json,
-            stderr_lines,
-            _dir: dir,
-        }
+        Trace { child, json, stderr_lines, _dir: dir }
     }
 
     /// Waits for locktrace to finish (duration, target exit) and returns (report, stdout table).
@@ -255,10 +209,7 @@ impl Trace {
         let mut table = String::new();
         std::io::Read::read_to_string(self.child.stdout.as_mut().unwrap(), &mut table).unwrap();
         let status = self.child.wait().unwrap();
-        assert!(
-            status.success(),
-            "locktrace failed ({status}); stdout:\n{table}"
-        );
+        assert!(status.success(), "locktrace failed ({status}); stdout:\n{table}");
         let text = std::fs::read_to_string(&self.json).expect("locktrace wrote no JSON report");
         (serde_json::from_str(&text).expect("report is JSON"), table)
     }
@@ -272,10 +223,7 @@ impl Trace {
 /// The lock at `address` in a report, if present.
 pub fn lock_at(report: &Value, address: u64) -> Option<&Value> {
     let wanted = format!("{address:#x}");
-    report["locks"]
-        .as_array()?
-        .iter()
-        .find(|lock| lock["address"] == wanted.as_str())
+    report["locks"].as_array()?.iter().find(|lock| lock["address"] == wanted.as_str())
 }
 
 pub fn acquisitions(report: &Value, address: u64) -> u64 {
@@ -286,11 +234,7 @@ pub fn acquisitions(report: &Value, address: u64) -> u64 {
 }
 
 /// Runs a fixture under the tracer from start to exit and returns (report, fixture).
-pub fn trace_fixture(
-    binary: &Path,
-    args: &[&str],
-    tracer_args: &[&str],
-) -> (Value, HashMap<String, Vec<u64>>) {
+pub fn trace_fixture(binary: &Path, args: &[&str], tracer_args: &[&str]) -> (Value, HashMap<String, Vec<u64>>) {
     let mut fixture = Fixture::spawn(binary, args);
     let trace = Trace::attach(fixture.pid(), tracer_args);
     fixture.start();
