@@ -137,6 +137,10 @@ pub mod flags {
     pub const STACKS: u32 = 2;
     /// Count futex syscalls per address.
     pub const FUTEX: u32 = 4;
+    /// Sampled mode: count lock calls only while `SAMPLING[0]` is non-zero
+    /// (userspace sets it once a window's probes are all attached, and clears
+    /// it before detaching them, so the counted time is exact).
+    pub const SAMPLED: u32 = 8;
 }
 
 /// Map sizes, shared so userspace can say "map full at N entries".

@@ -51,6 +51,9 @@ static STACK_COUNTS: HashMap<StackKey, u64> = HashMap::with_max_entries(MAX_STAC
 /// Calls of the request-boundary function (index 0), when one is probed.
 #[map]
 static REQUESTS: Array<u64> = Array::with_max_entries(1, 0);
+/// Sampled mode: index 0 is non-zero while a sampling window counts.
+#[map]
+static SAMPLING: Array<u32> = Array::with_max_entries(1, 0);
 #[map]
 static DROPS: Array<u64> = Array::with_max_entries(drop_reason::COUNT, 0);
 
@@ -123,6 +126,10 @@ pub fn lock_call(ctx: ProbeContext) -> u32 {
     if !is_target() {
         return 0;
     }
+    let wanted = config(&FLAGS);
+    if wanted & flags::SAMPLED != 0 && SAMPLING.get(0).is_none_or(|active| *active == 0) {
+        return 0;
+    }
     let Some(lock) = ctx.arg::<u64>(0) else {
         return 0;
     };
@@ -134,7 +141,6 @@ pub fn lock_call(ctx: ProbeContext) -> u32 {
     if let Some(counts) = entry(&LOCKS, &lock, drop_reason::LOCKS_FULL) {
         add(unsafe { &mut (*counts).calls[op] }, 1);
     }
-    let wanted = config(&FLAGS);
     let mut return_ip = 0;
     if wanted & flags::CALLERS != 0 {
         return_ip = record_caller(&ctx, lock, cookie, op as u32);
@@ -193,6 +199,10 @@ fn record_stack<C: EbpfContext>(ctx: &C, lock: u64, return_ip: u64) {
 /// Attached to the user's request-boundary function (`--request-probe`).
 #[uprobe]
 pub fn request_boundary(_ctx: ProbeContext) -> u32 {
+    // Sampled mode: requests count over the same windows as the locks.
+    if config(&FLAGS) & flags::SAMPLED != 0 && SAMPLING.get(0).is_none_or(|active| *active == 0) {
+        return 0;
+    }
     if is_target()
         && let Some(counter) = REQUESTS.get_ptr_mut(0)
     {

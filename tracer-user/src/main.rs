@@ -4,11 +4,13 @@ mod compare;
 mod loader;
 mod loadgen;
 mod lockfuncs;
+mod overhead;
 mod placement;
 mod record;
 mod report;
 mod request_probe;
 mod requests;
+mod sampling;
 mod stacks;
 mod symbolize;
 mod table;
@@ -119,8 +121,18 @@ enum Command {
         #[arg(long)]
         json: Option<PathBuf>,
         /// Where the lock probes go.
-        #[arg(long, value_enum, default_value = "entry")]
+        #[arg(long, value_enum, default_value = "auto")]
         placement: placement::Placement,
+        /// all: every acquisition, exact; contention: futex waits/wakes only (no lock probes);
+        /// sampled: lock probes a fraction of the time, counts scaled (estimates).
+        #[arg(long, value_enum, default_value = "all")]
+        mode: record::Mode,
+        /// Sampled mode: fraction of the time the lock probes count (0 < RATE <= 1).
+        #[arg(long, default_value = "0.1")]
+        sample: f64,
+        /// Sampled mode: one counting window per this many seconds.
+        #[arg(long, default_value = "5")]
+        sample_period: f64,
         /// Show at most this many locks in the table.
         #[arg(long)]
         top: Option<usize>,
@@ -192,6 +204,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
             duration,
             json,
             placement,
+            mode,
+            sample,
+            sample_period,
             top,
             requests,
             stacks,
@@ -205,6 +220,16 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 }
                 None => None,
             };
+            if !(sample > 0.0 && sample <= 1.0) {
+                anyhow::bail!("--sample must be a fraction in (0, 1], not {sample}");
+            }
+            if !(sample_period.is_finite() && sample_period >= 0.1) {
+                anyhow::bail!("--sample-period must be at least 0.1 seconds, not {sample_period}");
+            }
+            let sample = sampling::SampleOptions {
+                rate: sample,
+                period: Duration::from_secs_f64(sample_period),
+            };
             let requests = requests.options(duration)?;
             // With --load, --duration is the load's length, not a tracing limit.
             let duration = if requests.load.is_some() {
@@ -216,6 +241,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 pid,
                 duration,
                 placement,
+                mode,
+                sample,
                 requests,
                 stacks,
             };

@@ -9,6 +9,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::lockfuncs::LockFunction;
 
+pub mod auto;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Placement {
@@ -25,6 +27,8 @@ pub struct ProbePoint {
     pub file_offset: u64,
     /// Where the return address is at this point: sp + this many bytes.
     pub return_address_sp_offset: u32,
+    /// The kernel emulates the instruction here (cheap) rather than single-stepping it.
+    pub emulated: bool,
 }
 
 /// The probe points of one function and, when auto placement fell back to
@@ -35,23 +39,97 @@ pub struct PlacedFunction {
     pub fallback_reason: Option<String>,
 }
 
+/// Places one function. Auto placement without the module's branch targets
+/// checks only branches inside the function; prefer [`place_all`].
+#[allow(dead_code)] // kept for callers that place one function
 pub fn place(function: &LockFunction, placement: Placement) -> PlacedFunction {
+    place_in_module(function, placement, None)
+}
+
+/// Places every function; for auto placement each module is read once (through
+/// `host_path`) so branches from anywhere in it into a prologue are seen.
+pub fn place_all(
+    functions: &[LockFunction],
+    placement: Placement,
+    host_path: impl Fn(&str) -> std::path::PathBuf,
+) -> Vec<(LockFunction, PlacedFunction)> {
+    let mut modules: std::collections::HashMap<&str, Option<auto::BranchTargets>> =
+        std::collections::HashMap::new();
+    functions
+        .iter()
+        .map(|function| {
+            let targets = match placement {
+                Placement::Entry => None,
+                Placement::Auto => modules
+                    .entry(function.module.as_str())
+                    .or_insert_with(|| {
+                        let data = std::fs::read(host_path(&function.module)).ok()?;
+                        auto::BranchTargets::of_elf(&data)
+                    })
+                    .as_ref(),
+            };
+            (
+                function.clone(),
+                place_in_module(function, placement, targets),
+            )
+        })
+        .collect()
+}
+
+fn place_in_module(
+    function: &LockFunction,
+    placement: Placement,
+    module: Option<&auto::BranchTargets>,
+) -> PlacedFunction {
     let entry = PlacedFunction {
         points: vec![ProbePoint {
             file_offset: function.file_offset,
             return_address_sp_offset: 0,
+            emulated: first_instruction_is_emulated(&function.code),
         }],
         fallback_reason: None,
     };
     match placement {
         Placement::Entry => entry,
-        Placement::Auto => PlacedFunction {
-            fallback_reason: Some(if function.code.is_empty() {
-                "the symbol has no size".into()
-            } else {
-                "auto placement is not implemented yet".into()
-            }),
-            ..entry
+        Placement::Auto => match auto::analyse(
+            &function.code,
+            function.file_offset,
+            auto::KERNEL_EMULATED,
+            module,
+        ) {
+            Ok(points) => PlacedFunction {
+                points,
+                fallback_reason: None,
+            },
+            Err(reason) => PlacedFunction {
+                fallback_reason: Some(reason),
+                ..entry
+            },
         },
     }
+}
+
+fn first_instruction_is_emulated(code: &[u8]) -> bool {
+    let instruction = iced_x86::Decoder::new(64, code, iced_x86::DecoderOptions::NONE).decode();
+    !instruction.is_invalid()
+        && code
+            .get(..instruction.len())
+            .and_then(auto::classify)
+            .is_some()
+}
+
+/// Functions where auto placement fell back to the entry, and why.
+pub fn fallbacks(
+    placed: &[(LockFunction, PlacedFunction)],
+) -> Vec<crate::report::PlacementFallback> {
+    placed
+        .iter()
+        .filter_map(|(function, placed)| {
+            Some(crate::report::PlacementFallback {
+                function: function.op.symbol().to_string(),
+                module: function.module.clone(),
+                reason: placed.fallback_reason.clone()?,
+            })
+        })
+        .collect()
 }

@@ -2,7 +2,7 @@
 //! wait for the end (duration, Ctrl-C, target exit), then collect and report.
 use std::time::{Duration, Instant};
 
-use anyhow::Result;
+use anyhow::{Result, bail};
 use tokio::signal::unix::{Signal, SignalKind, signal};
 use tracer_common::flags;
 
@@ -10,16 +10,29 @@ use crate::{
     collect, loader, lockfuncs,
     placement::{self, Placement},
     report::{self, RecordInfo, Report, TargetInfo},
-    symbolize,
+    sampling, symbolize,
     target::Target,
     tracefs, window,
 };
+
+/// What the lock probes do (`--mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Mode {
+    /// Every acquisition counted, exact.
+    All,
+    /// No lock probes: futex tracepoints only (contention exact, acquisitions unknown).
+    Contention,
+    /// Lock probes attached a fraction of the time (`--sample`); counts scaled, marked as estimates.
+    Sampled,
+}
 
 #[derive(Debug, Clone)]
 pub struct RecordOptions {
     pub pid: u32,
     pub duration: Option<Duration>,
     pub placement: Placement,
+    pub mode: Mode,
+    pub sample: sampling::SampleOptions,
     /// Request counting (load driver, request probe, given count).
     pub requests: window::RequestOptions,
     /// Top user stacks kept per lock (0: none recorded).
@@ -34,34 +47,47 @@ pub async fn record(options: &RecordOptions) -> Result<Report> {
     let target = Target::open(options.pid)?;
     tracefs::check_uprobes()?;
     tracefs::ensure_tracefs()?;
-    let functions = lockfuncs::find(&target)?;
-    let placed: Vec<_> = functions
-        .iter()
-        .map(|function| {
-            (
-                function.clone(),
-                placement::place(function, options.placement),
-            )
-        })
-        .collect();
-    for (function, placed) in &placed {
-        if let Some(reason) = &placed.fallback_reason {
-            eprintln!(
-                "locktrace: {}: probe at the entry ({reason})",
-                function.op.symbol()
-            );
-        }
+    if options.mode == Mode::Sampled && options.requests.load.is_some() {
+        bail!(
+            "--mode sampled cannot drive --load; count requests with --request-probe or --requests, or use --mode all"
+        );
+    }
+    let functions = match lockfuncs::find(&target) {
+        // Contention mode needs no lock functions (futex-only programs too).
+        Err(_) if options.mode == Mode::Contention => Vec::new(),
+        found => found?,
+    };
+    let placed = placement::place_all(&functions, options.placement, |module| {
+        target.host_path(module)
+    });
+    let placement_fallbacks = if options.mode == Mode::Contention {
+        Vec::new()
+    } else {
+        placement::fallbacks(&placed)
+    };
+    for fallback in &placement_fallbacks {
+        eprintln!(
+            "locktrace: auto placement fell back to the entry of {} in {}: {}",
+            fallback.function, fallback.module, fallback.reason
+        );
     }
     // Load driver connections and warmup happen before the probes go in.
     let mut window = window::Window::prepare(&options.requests, &target).await?;
+    let mut flags = flags::FUTEX | flags::CALLERS;
+    if options.stacks > 0 {
+        flags |= flags::STACKS;
+    }
+    if options.mode == Mode::Sampled {
+        flags |= flags::SAMPLED;
+    }
     let plan = loader::LoadPlan {
         target: &target,
         functions: &placed,
-        flags: flags::FUTEX | flags::CALLERS | if options.stacks > 0 { flags::STACKS } else { 0 },
-        lock_probes: true,
+        flags,
+        lock_probes: options.mode == Mode::All,
         request_probe: window.request_probe(),
     };
-    let loaded = loader::load(&plan)?;
+    let mut loaded = loader::load(&plan)?;
     // Maps and module files, kept so names resolve even after the target exits.
     let mut snapshot = symbolize::Snapshot::take(&target);
     let modules: std::collections::BTreeSet<&str> =
@@ -70,7 +96,14 @@ pub async fn record(options: &RecordOptions) -> Result<Report> {
         "locktrace: tracing pid {} ({}): {} probes in {} live after {} ms; {}",
         target.pid,
         target.exe,
-        loaded.probe_count,
+        match options.mode {
+            Mode::Sampled => format!(
+                "{} (in sampling windows, {:.0}% of the time)",
+                placed.iter().map(|(_, p)| p.points.len()).sum::<usize>(),
+                options.sample.rate * 100.0
+            ),
+            _ => loaded.probe_count.to_string(),
+        },
         modules.into_iter().collect::<Vec<_>>().join(", "),
         loaded.attach_time.as_millis(),
         if window.has_load() {
@@ -80,19 +113,49 @@ pub async fn record(options: &RecordOptions) -> Result<Report> {
         }
     );
     let started = Instant::now();
-    let stopped_by = window
-        .run(
-            &target,
-            options.duration,
-            &loaded.ebpf,
-            &mut stop_signals,
-            &mut || snapshot.refresh(),
-        )
-        .await?;
+    let mut refresh = || snapshot.refresh();
+    let (stopped_by, estimate) = match options.mode {
+        Mode::Sampled => {
+            // The sampler attaches and detaches the lock probes itself, so it
+            // owns the BPF object; no load driver runs in this mode.
+            let end = async {
+                Ok(wait_for_end(&target, options.duration, &mut stop_signals, &mut refresh).await)
+            };
+            tokio::pin!(end);
+            let (stopped_by, estimate) =
+                sampling::run(&mut loaded.ebpf, &target, &placed, options.sample, end).await?;
+            (stopped_by, Some(estimate))
+        }
+        _ => {
+            let stopped_by = window
+                .run(
+                    &target,
+                    options.duration,
+                    &loaded.ebpf,
+                    &mut stop_signals,
+                    &mut refresh,
+                )
+                .await?;
+            (stopped_by, None)
+        }
+    };
     let duration_s = started.elapsed().as_secs_f64();
     // Right after the last response: the counts cover exactly the load window.
-    let collected = collect::collect(&loaded.ebpf)?;
+    let mut collected = collect::collect(&loaded.ebpf)?;
+    let attach_ms = loaded.attach_time.as_millis() as u64;
     drop(loaded);
+    let overhead = crate::overhead::measure(
+        &collected,
+        if options.mode == Mode::Contention {
+            &[]
+        } else {
+            &placed
+        },
+        attach_ms,
+    );
+    if let Some(estimate) = &estimate {
+        sampling::scale(&mut collected, estimate);
+    }
     let info = RecordInfo {
         target: TargetInfo {
             pid: target.pid,
@@ -100,12 +163,25 @@ pub async fn record(options: &RecordOptions) -> Result<Report> {
             cmdline: target.cmdline.clone(),
         },
         duration_s,
-        mode: "all".into(),
-        placement: Some(format!("{:?}", options.placement).to_lowercase()),
+        mode: format!("{:?}", options.mode).to_lowercase(),
+        placement: (options.mode != Mode::Contention)
+            .then(|| format!("{:?}", options.placement).to_lowercase()),
         stopped_by: stopped_by.into(),
-        counted_acquisitions: true,
+        counted_acquisitions: options.mode != Mode::Contention,
     };
     let mut report = report::build(info, &collected, &functions);
+    report.placement_fallbacks = placement_fallbacks;
+    if let Some(estimate) = &estimate {
+        for lock in &mut report.locks {
+            let counted = lock
+                .acquisitions
+                .map(|n| (n as f64 / estimate.scale).round() as u64);
+            lock.acquisitions_error =
+                counted.map(|counted| sampling::lock_error(estimate, counted));
+        }
+    }
+    report.estimate = estimate;
+    report.overhead = Some(overhead);
     window.finish(&mut report, &collected);
     let naming = symbolize::NamingOptions {
         stacks_per_lock: options.stacks,

@@ -39,6 +39,22 @@ pub struct Report {
     /// Request count and source, when requests were counted (`--load`, `--request-probe`, `--requests`).
     #[serde(default)]
     pub requests: Option<crate::requests::Requests>,
+    /// Lock functions where `--placement auto` fell back to the entry, and why.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub placement_fallbacks: Vec<PlacementFallback>,
+    /// Sampled mode: how the lock counts were estimated (they are scaled).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub estimate: Option<crate::sampling::Estimate>,
+    /// What tracing cost the target and the tracer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overhead: Option<crate::overhead::Overhead>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct PlacementFallback {
+    pub function: String,
+    pub module: String,
+    pub reason: String,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -82,6 +98,9 @@ pub struct Lock {
     /// (for a futex-only lock, with `--stacks`: who waited on it, per wait).
     #[serde(default)]
     pub callers: Vec<Caller>,
+    /// Sampled mode: `acquisitions` is an estimate within ± this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub acquisitions_error: Option<u64>,
 }
 
 /// A code location: function (demangled) and module, and the offset of the
@@ -192,6 +211,7 @@ pub fn build(info: RecordInfo, collected: &Collected, functions: &[LockFunction]
                 module: None,
                 callers: Vec::new(),
                 per_request: None,
+                acquisitions_error: None,
             },
         );
     }
@@ -216,6 +236,7 @@ pub fn build(info: RecordInfo, collected: &Collected, functions: &[LockFunction]
             module: None,
             callers: Vec::new(),
             per_request: None,
+            acquisitions_error: None,
         });
         lock.contended += counts.waits;
         lock.wakes += counts.wakes;
@@ -258,6 +279,9 @@ pub fn build(info: RecordInfo, collected: &Collected, functions: &[LockFunction]
         dropped,
         totals,
         requests: None,
+        placement_fallbacks: Vec::new(),
+        estimate: None,
+        overhead: None,
     }
 }
 

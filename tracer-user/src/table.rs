@@ -42,7 +42,10 @@ pub fn render(report: &Report, limit: Option<usize>) -> String {
             lock.address,
             crate::stacks::label(lock).trim_end_matches(lock.address.as_str()).trim_end(),
             lock.kind,
-            r->lock.acquisitions.map_or("-".to_string(), |n| n.to_string()),
+            r->lock.acquisitions.map_or("-".to_string(), |n| match lock.acquisitions_error {
+                Some(error) => format!("~{n} ±{error}"),
+                None => n.to_string(),
+            }),
             r->lock.contended,
             r->lock.wakes,
             r->duration(lock.wait_ns),
@@ -69,7 +72,11 @@ pub fn render(report: &Report, limit: Option<usize>) -> String {
         report.locks.len(),
         totals
             .acquisitions
-            .map_or("-".to_string(), |n| n.to_string()),
+            .map_or("-".to_string(), |n| if report.estimate.is_some() {
+                format!("~{n}")
+            } else {
+                n.to_string()
+            }),
         totals.contended,
         totals.wakes,
         duration(totals.wait_ns)
@@ -103,6 +110,7 @@ pub fn render(report: &Report, limit: Option<usize>) -> String {
             lost.join(", ")
         );
     }
+    out.push_str(&crate::overhead::footer(report));
     out
 }
 

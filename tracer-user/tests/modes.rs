@@ -1,0 +1,168 @@
+//! Issue 5: contention mode keeps contention exact without lock probes;
+//! sampled mode's estimate lies within its stated error bound. Real BPF: root.
+mod common;
+
+use common::*;
+
+/// fixtures/locks.c with a hold time: the global lock is contended. One
+/// process, traced at once by an all-mode and a contention-mode locktrace:
+/// both must count the same waits and wakes (contention is exact in both).
+#[test]
+fn contention_mode_counts_contention_exactly_like_all_mode() {
+    let binary = fixture("locks", Flavor::Glibc);
+    let mut fixture = Fixture::spawn(&binary, &["3", "1500", "0", "30000"]);
+    let global = fixture.address("global");
+    let all = Trace::attach(fixture.pid(), &["--mode", "all"]);
+    let contention = Trace::attach(fixture.pid(), &["--mode", "contention"]);
+    fixture.start();
+    fixture.wait();
+    let (all, _) = all.finish();
+    let (contention, table) = contention.finish();
+
+    let all_lock = lock_at(&all, global).expect("global lock in all mode");
+    assert_eq!(all_lock["acquisitions"], 3 * 1500);
+    let lock = lock_at(&contention, global).expect("global lock's futex word in contention mode");
+    let waits = lock["contended"].as_u64().unwrap();
+    assert!(waits > 0, "the fixture should contend: {lock}");
+    assert_eq!(lock["contended"], all_lock["contended"]);
+    assert_eq!(lock["wakes"], all_lock["wakes"]);
+    assert_eq!(
+        contention["totals"]["contended"],
+        all["totals"]["contended"]
+    );
+    assert_eq!(contention["totals"]["wakes"], all["totals"]["wakes"]);
+    // Wait times are taken by two programs at slightly different instants.
+    let (a, b) = (
+        all_lock["wait_ns"].as_f64().unwrap(),
+        lock["wait_ns"].as_f64().unwrap(),
+    );
+    assert!((a - b).abs() <= a * 0.01 + 1e6, "wait_ns {a} vs {b}");
+
+    assert_eq!(contention["mode"], "contention");
+    assert_eq!(lock["acquisitions"], serde_json::Value::Null);
+    assert_eq!(
+        contention["totals"]["acquisitions"],
+        serde_json::Value::Null
+    );
+    assert_eq!(contention["overhead"]["probe_hits"], 0);
+    assert!(table.contains("contention mode"), "{table}");
+}
+
+/// fixtures/steady.c: 50 locks every millisecond for 6 s; truth 300,000.
+#[test]
+fn sampled_estimate_is_within_its_stated_bound() {
+    let binary = fixture("steady", Flavor::Glibc);
+    let (report, addresses) = trace_fixture(
+        &binary,
+        &["50", "6000"],
+        &[
+            "--mode",
+            "sampled",
+            "--sample",
+            "0.2",
+            "--sample-period",
+            "0.5",
+        ],
+    );
+    let truth = 50 * 6000;
+    let lock = lock_at(&report, addresses["global"][0]).expect("global lock");
+    let estimate = lock["acquisitions"].as_u64().unwrap();
+    let bound = lock["acquisitions_error"]
+        .as_u64()
+        .expect("sampled counts carry an error bound");
+    assert!(
+        estimate.abs_diff(truth) <= bound,
+        "estimate {estimate} ± {bound} misses the truth {truth}; estimate: {}",
+        report["estimate"]
+    );
+    // A useful bound, not a shrug.
+    assert!(
+        bound < truth / 4,
+        "bound {bound} too wide: {}",
+        report["estimate"]
+    );
+    assert_eq!(report["mode"], "sampled");
+    let windows = report["estimate"]["windows"].as_u64().unwrap();
+    assert!(windows >= 4, "{}", report["estimate"]);
+    assert!(
+        report["estimate"]["estimated"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|what| what == "locks[].acquisitions")
+    );
+}
+
+/// The JSON `overhead` block: probe hits and placement kinds, per placement.
+#[test]
+fn overhead_reports_hits_and_cheap_points() {
+    let binary = fixture("locks", Flavor::Glibc);
+    for (placement, emulated, stepped) in [("auto", 5, 0), ("entry", 1, 4)] {
+        let (report, _) = trace_fixture(&binary, &["2", "3000", "0"], &["--placement", placement]);
+        let overhead = &report["overhead"];
+        let hits = overhead["probe_hits"].as_u64().unwrap();
+        // glibc's lock functions do not call each other: every hit is one acquisition.
+        assert_eq!(
+            Some(hits),
+            report["totals"]["acquisitions"].as_u64(),
+            "{overhead}"
+        );
+        assert!(hits >= 6000);
+        // glibc 2.36: only pthread_mutex_trylock starts with a cheap `push`.
+        assert_eq!(
+            overhead["emulated_points"], emulated,
+            "{placement}: {overhead}"
+        );
+        assert_eq!(
+            overhead["stepped_points"], stepped,
+            "{placement}: {overhead}"
+        );
+        let cost = if placement == "auto" {
+            overhead["cost_ns_per_emulated_hit"].as_u64().unwrap()
+        } else {
+            overhead["cost_ns_per_stepped_hit"].as_u64().unwrap()
+        };
+        // Every hit here is on pthread_mutex_lock.
+        assert_eq!(
+            overhead["estimated_added_ns"].as_u64().unwrap(),
+            hits * cost
+        );
+        assert!(overhead["tracer_cpu_s"].as_f64().unwrap() > 0.0);
+        let rss = overhead["tracer_peak_rss_kib"].as_u64().unwrap();
+        assert!(rss > 1024 && rss < 64 * 1024, "peak RSS {rss} KiB");
+    }
+}
+
+/// Bad mode options: one clear line, non-zero exit, before touching the target.
+#[test]
+fn bad_mode_options_are_one_line_errors() {
+    let me = std::process::id().to_string();
+    for (args, expected) in [
+        (
+            vec!["--mode", "sampled", "--sample", "0"],
+            "--sample must be a fraction in (0, 1]",
+        ),
+        (
+            vec!["--mode", "sampled", "--sample", "2"],
+            "--sample must be a fraction in (0, 1]",
+        ),
+        (
+            vec!["--sample-period", "0.01"],
+            "--sample-period must be at least 0.1 seconds",
+        ),
+        (
+            vec!["--mode", "everything"],
+            "invalid value 'everything' for '--mode",
+        ),
+    ] {
+        let output = locktrace()
+            .args(["record", "--pid", &me])
+            .args(&args)
+            .output()
+            .unwrap();
+        assert!(!output.status.success(), "{args:?}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+        assert!(stderr.contains(expected), "{args:?}: {stderr}");
+    }
+}

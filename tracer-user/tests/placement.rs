@@ -1,0 +1,131 @@
+//! Issue 5: auto probe placement counts exactly what entry placement counts,
+//! on every libc flavor and every probed lock function, and falls back to
+//! the entry (saying why) on a function it cannot analyse. Real BPF: root.
+mod common;
+
+use common::*;
+use serde_json::Value;
+
+fn calls(report: &Value, address: u64) -> Value {
+    lock_at(report, address).unwrap_or_else(|| panic!("no lock at {address:#x}"))["calls"].clone()
+}
+
+/// The truth of fixtures/locks.c and fixtures/lockops.c, checked for both placements.
+fn check_flavor(flavor: Flavor) {
+    let locks = fixture("locks", flavor);
+    let lockops = fixture("lockops", flavor);
+    let mut reports = Vec::new();
+    for placement in ["entry", "auto"] {
+        let (report, addresses) =
+            trace_fixture(&locks, &["3", "2000", "700"], &["--placement", placement]);
+        assert_eq!(report["placement"], placement);
+        assert_eq!(
+            report.get("placement_fallbacks"),
+            None,
+            "{flavor:?} {placement}: {}",
+            report["placement_fallbacks"]
+        );
+        assert_eq!(
+            acquisitions(&report, addresses["global"][0]),
+            3 * 2000,
+            "{flavor:?} {placement}"
+        );
+        for &heap in &addresses["heap"] {
+            assert_eq!(acquisitions(&report, heap), 700, "{flavor:?} {placement}");
+        }
+
+        let (ops, addresses) = trace_fixture(&lockops, &["2", "1500"], &["--placement", placement]);
+        let n = 2 * 1500;
+        assert_eq!(
+            calls(&ops, addresses["mutex"][0]),
+            serde_json::json!({"pthread_mutex_lock": n, "pthread_mutex_trylock": n, "pthread_mutex_timedlock": n}),
+            "{flavor:?} {placement}"
+        );
+        assert_eq!(
+            calls(&ops, addresses["rwlock"][0]),
+            serde_json::json!({"pthread_rwlock_rdlock": n, "pthread_rwlock_wrlock": n}),
+            "{flavor:?} {placement}"
+        );
+        reports.push((report, ops));
+    }
+    // Identical per-lock counts (every lock, also libc's internal ones; the
+    // two runs are separate processes, so compare without addresses).
+    let per_lock = |report: &Value| -> Vec<String> {
+        let mut locks: Vec<String> = report["locks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|lock| lock["acquisitions"].is_u64())
+            .map(|lock| lock["calls"].to_string())
+            .collect();
+        locks.sort();
+        locks
+    };
+    assert_eq!(
+        per_lock(&reports[0].0),
+        per_lock(&reports[1].0),
+        "{flavor:?}: locks entry vs auto"
+    );
+    assert_eq!(
+        per_lock(&reports[0].1),
+        per_lock(&reports[1].1),
+        "{flavor:?}: lockops entry vs auto"
+    );
+}
+
+#[test]
+fn auto_equals_entry_glibc() {
+    check_flavor(Flavor::Glibc);
+}
+
+#[test]
+fn auto_equals_entry_glibc_static() {
+    check_flavor(Flavor::GlibcStatic);
+}
+
+#[test]
+fn auto_equals_entry_musl() {
+    check_flavor(Flavor::Musl);
+}
+
+#[test]
+fn auto_equals_entry_musl_static() {
+    check_flavor(Flavor::MuslStatic);
+}
+
+/// fixtures/handmade_lock.c defines pthread_mutex_lock itself and writes rdi first.
+#[test]
+fn auto_falls_back_to_entry_on_a_function_it_cannot_analyse() {
+    let binary = fixture("handmade_lock", Flavor::Glibc);
+    let mut fixture = Fixture::spawn(&binary, &["5000"]);
+    let trace = Trace::attach(fixture.pid(), &["--placement", "auto"]);
+    let said = trace
+        .stderr_lines
+        .iter()
+        .find(|line| line.contains("auto placement fell back to the entry of pthread_mutex_lock"))
+        .unwrap_or_else(|| panic!("no fallback line on stderr: {:?}", trace.stderr_lines))
+        .clone();
+    assert!(said.contains("writes rdi"), "{said}");
+    let mutex = fixture.address("mutex");
+    fixture.start();
+    fixture.wait();
+    let (report, table) = trace.finish();
+    assert_eq!(acquisitions(&report, mutex), 5000);
+    assert_eq!(calls(&report, mutex)["pthread_mutex_lock"], 5000);
+    let fallbacks = report["placement_fallbacks"]
+        .as_array()
+        .expect("placement_fallbacks in the JSON");
+    assert_eq!(fallbacks.len(), 1, "{fallbacks:?}");
+    assert_eq!(fallbacks[0]["function"], "pthread_mutex_lock");
+    assert_eq!(fallbacks[0]["module"].as_str(), binary.to_str());
+    assert!(
+        fallbacks[0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("writes rdi")
+    );
+    assert!(
+        table.contains("fell back"),
+        "table footer should name the fallback:\n{table}"
+    );
+}
