@@ -253,7 +253,7 @@ fn bench(seconds: f64, runs: usize) -> Result<()> {
             },
         ));
     }
-    report.push_str(&http_throughput());
+    report.push_str(&http_throughput(seconds, runs, &locktrace, &root, &out)?);
     let path = out.join("results.md");
     std::fs::write(&path, &report)?;
     println!("{report}");
@@ -261,13 +261,231 @@ fn bench(seconds: f64, runs: usize) -> Result<()> {
     Ok(())
 }
 
-/// Hook for part 2 of the benchmark: fixture HTTP server throughput under
-/// load, untraced / each locktrace mode / bpftrace. The server fixture is
-/// built on another branch; wire it in here when it lands.
-fn http_throughput() -> String {
-    "\n### HTTP server throughput\n\nNot measured yet: the fixture HTTP server (per-request issue) is on another branch; \
-     `http_throughput()` in xtask/src/main.rs is the hook.\n"
-        .into()
+/// Statistics updates per request in the HTTP fixture: each takes the global
+/// stats mutex and the connection's own, so 2 x 200 = 400 lock acquisitions
+/// per request, about mysqlnd's count.
+const HTTP_K: u64 = 200;
+
+/// One measured run of the HTTP fixture under load.
+#[derive(Debug, Clone, Copy, Default)]
+struct HttpSample {
+    requests_per_s: f64,
+    /// The stats mutex's acquisitions per request, as locktrace reported them.
+    stats_per_request: Option<f64>,
+}
+
+/// Part 2: throughput of the fixture HTTP server (fixtures/httpd.c, mutex
+/// mode, 400 locks per request) under wrk, untraced / each locktrace mode /
+/// bpftrace. The server runs on CPU 0 and wrk on CPU 1, so the load does not
+/// compete with the target; the tracers are not pinned.
+fn http_throughput(
+    seconds: f64,
+    runs: usize,
+    locktrace: &Path,
+    root: &Path,
+    out: &Path,
+) -> Result<String> {
+    ensure_wrk()?;
+    let httpd = out.join("httpd");
+    let status = Command::new("gcc")
+        .args(["-O2", "-pthread", "-o"])
+        .arg(&httpd)
+        .arg(root.join("fixtures/httpd.c"))
+        .status()
+        .context("running gcc")?;
+    if !status.success() {
+        bail!("compiling fixtures/httpd.c failed");
+    }
+    let probe = ["--request-probe", "httpd:handle_request"];
+    let with_probe = |args: &[&str]| strings(&[args, &probe[..]].concat());
+    let configs: Vec<(&str, Tracer)> = vec![
+        ("untraced", Tracer::None),
+        (
+            "locktrace --placement entry",
+            Tracer::Locktrace(with_probe(&["--placement", "entry"])),
+        ),
+        (
+            "locktrace --placement auto (default)",
+            Tracer::Locktrace(with_probe(&["--placement", "auto"])),
+        ),
+        (
+            "locktrace --mode contention",
+            Tracer::Locktrace(with_probe(&["--mode", "contention"])),
+        ),
+        (
+            "locktrace --mode sampled --sample 0.1",
+            Tracer::Locktrace(with_probe(&[
+                "--mode",
+                "sampled",
+                "--sample",
+                "0.1",
+                "--sample-period",
+                "1",
+            ])),
+        ),
+        ("bpftrace uprobe one-liner", bpftrace_one_liner()),
+    ];
+    let mut all: Vec<Vec<HttpSample>> = vec![Vec::new(); configs.len()];
+    for round in 0..runs.max(1) {
+        for ((name, tracer), samples) in configs.iter().zip(&mut all) {
+            let sample = run_http(&httpd, seconds, tracer, locktrace)?;
+            eprintln!("http round {round}: {name}: {sample:?}");
+            samples.push(sample);
+        }
+    }
+    let mut text = format!(
+        "\n### HTTP server throughput (fixtures/httpd.c, mutex mode, K={HTTP_K}: {} lock acquisitions per request)\n\n\
+         wrk -t1 -c4 -d{seconds}s on CPU 1, the server's 4 worker threads on CPU 0; locktrace counts requests with \
+         `--request-probe httpd:handle_request`. Median of {runs} runs.\n\n\
+         | tracer | requests/s | vs untraced | vs bpftrace | stats mutex per request (truth {HTTP_K}) |\n|---|---:|---:|---:|---:|\n",
+        2 * HTTP_K
+    );
+    let medians: Vec<HttpSample> = all
+        .into_iter()
+        .map(|mut samples| {
+            samples.sort_by(|a, b| a.requests_per_s.total_cmp(&b.requests_per_s));
+            samples[samples.len() / 2]
+        })
+        .collect();
+    let untraced = medians[0].requests_per_s;
+    let bpftrace = medians[medians.len() - 1].requests_per_s;
+    for ((name, _), sample) in configs.iter().zip(&medians) {
+        text.push_str(&format!(
+            "| {name} | {:.0} | {:.3}x | {:.1}x | {} |\n",
+            sample.requests_per_s,
+            sample.requests_per_s / untraced,
+            sample.requests_per_s / bpftrace,
+            sample.stats_per_request.map_or("-".into(), |n| format!(
+                "{n:.2} ({:+.1}%)",
+                (n / HTTP_K as f64 - 1.0) * 100.0
+            )),
+        ));
+    }
+    Ok(text)
+}
+
+fn ensure_wrk() -> Result<()> {
+    if Command::new("wrk").arg("--version").output().is_ok() {
+        return Ok(());
+    }
+    let status = Command::new("apt-get")
+        .args(["install", "-y", "-qq", "wrk"])
+        .env("DEBIAN_FRONTEND", "noninteractive")
+        .status();
+    match status {
+        Ok(status) if status.success() => Ok(()),
+        _ => bail!("the bench needs wrk; install it with: apt-get update && apt-get install wrk"),
+    }
+}
+
+fn run_http(httpd: &Path, seconds: f64, tracer: &Tracer, locktrace: &Path) -> Result<HttpSample> {
+    let mut server = Command::new("taskset")
+        .args(["-c", "0"])
+        .arg(httpd)
+        .args(["0", "mutex", &HTTP_K.to_string(), "4"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .context("starting the HTTP fixture")?;
+    let pid = server.id();
+    let mut server_out = BufReader::new(server.stdout.take().expect("piped"));
+    let port_line = read_until(&mut server_out, "httpd", |line| line.starts_with("port "))?;
+    let port = port_line["port ".len()..].to_string();
+    let stats_line = read_until(&mut server_out, "httpd", |line| {
+        line.starts_with("stats_lock ")
+    })?;
+    let stats_lock = stats_line["stats_lock ".len()..].to_string();
+    read_until(&mut server_out, "httpd", |line| line == "ready")?;
+    std::thread::spawn(move || for _ in server_out.lines() {});
+
+    let json = std::env::temp_dir().join(format!("locktrace-bench-http-{pid}.json"));
+    let tracer_child = start_tracer(tracer, pid, &json, locktrace)?.map(|(child, _)| child);
+    let wrk = Command::new("taskset")
+        .args(["-c", "1", "wrk", "-t1", "-c4"])
+        .arg(format!("-d{}s", seconds.max(1.0).round()))
+        .arg(format!("http://127.0.0.1:{port}/"))
+        .output()
+        .context("running wrk")?;
+    let wrk_text = String::from_utf8_lossy(&wrk.stdout);
+    let requests_per_s = wrk_text
+        .lines()
+        .find_map(|line| line.trim().strip_prefix("Requests/sec:"))
+        .and_then(|value| value.trim().parse::<f64>().ok())
+        .with_context(|| format!("wrk printed no Requests/sec: {wrk_text}"))?;
+    let mut sample = HttpSample {
+        requests_per_s,
+        stats_per_request: None,
+    };
+    if let Some(child) = tracer_child {
+        // Both tracers stop on SIGINT and write what they have; only our child, by pid.
+        unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+        wait_with_usage(child, Duration::from_secs(60))?;
+    }
+    if let Ok(text) = std::fs::read_to_string(&json) {
+        let report: serde_json::Value = serde_json::from_str(&text)?;
+        sample.stats_per_request = report["locks"].as_array().and_then(|locks| {
+            locks
+                .iter()
+                .find(|lock| lock["address"] == stats_lock.as_str())
+                .and_then(|lock| lock["per_request"]["acquisitions"].as_f64())
+        });
+    }
+    let _ = std::fs::remove_file(&json);
+    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+    server.wait()?;
+    Ok(sample)
+}
+
+/// Starts `tracer` on `pid` and returns once its probes are live, with the
+/// attach time in ms (locktrace's own figure; for bpftrace until `BEGIN` runs).
+fn start_tracer(
+    tracer: &Tracer,
+    pid: u32,
+    json: &Path,
+    locktrace: &Path,
+) -> Result<Option<(Child, f64)>> {
+    let started = Instant::now();
+    Ok(match tracer {
+        Tracer::None => None,
+        Tracer::Locktrace(args) => {
+            let mut child = Command::new(locktrace)
+                .args(["record", "--pid", &pid.to_string(), "--json"])
+                .arg(json)
+                .args(args)
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()?;
+            let mut stderr = BufReader::new(child.stderr.take().expect("piped"));
+            let live = read_until(&mut stderr, "locktrace", |line| {
+                line.contains(" live after ")
+            })?;
+            // "... live after N ms; ..."
+            let attach_ms = live
+                .split(" live after ")
+                .nth(1)
+                .and_then(|rest| rest.split(" ms").next())
+                .and_then(|ms| ms.parse().ok())
+                .unwrap_or(f64::NAN);
+            std::thread::spawn(move || for _ in stderr.lines() {});
+            Some((child, attach_ms))
+        }
+        Tracer::Bpftrace { probe, action } => {
+            let program = format!(
+                "{probe} {} BEGIN {{ printf(\"ready\\n\"); }}",
+                action.replace("{pid}", &pid.to_string())
+            );
+            let mut child = Command::new("bpftrace")
+                .args(["-e", &program])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::inherit())
+                .spawn()
+                .context("starting bpftrace (scripts/setup.sh installs it)")?;
+            let mut stdout: BufReader<ChildStdout> =
+                BufReader::new(child.stdout.take().expect("piped"));
+            read_until(&mut stdout, "bpftrace", |line| line == "ready")?;
+            std::thread::spawn(move || for _ in stdout.lines() {});
+            Some((child, started.elapsed().as_secs_f64() * 1e3))
+        }
+    })
 }
 
 /// Writes the calibration locktrace's report footer uses (hits × cost per hit)
@@ -363,51 +581,14 @@ fn run_loop(binary: &Path, seconds: f64, tracer: &Tracer, locktrace: &Path) -> R
     let mut fixture_out = BufReader::new(fixture.stdout.take().expect("piped"));
     read_until(&mut fixture_out, "fixture", |line| line == "ready")?;
 
-    let started = Instant::now();
     let mut sample = Sample::default();
     let json = std::env::temp_dir().join(format!("locktrace-bench-{pid}.json"));
-    let mut tracer_child: Option<Child> = match tracer {
-        Tracer::None => None,
-        Tracer::Locktrace(args) => {
-            let mut child = Command::new(locktrace)
-                .args(["record", "--pid", &pid.to_string(), "--json"])
-                .arg(&json)
-                .args(args)
-                .stdout(Stdio::null())
-                .stderr(Stdio::piped())
-                .spawn()?;
-            let mut stderr = BufReader::new(child.stderr.take().expect("piped"));
-            let live = read_until(&mut stderr, "locktrace", |line| {
-                line.contains(" live after ")
-            })?;
-            // "... live after N ms; ..."
-            sample.attach_ms = live
-                .split(" live after ")
-                .nth(1)
-                .and_then(|rest| rest.split(" ms").next())
-                .and_then(|ms| ms.parse().ok())
-                .unwrap_or(f64::NAN);
-            std::thread::spawn(move || for _ in stderr.lines() {});
+    let mut tracer_child = match start_tracer(tracer, pid, &json, locktrace)? {
+        Some((child, attach_ms)) => {
+            sample.attach_ms = attach_ms;
             Some(child)
         }
-        Tracer::Bpftrace { probe, action } => {
-            let program = format!(
-                "{probe} {} BEGIN {{ printf(\"ready\\n\"); }}",
-                action.replace("{pid}", &pid.to_string())
-            );
-            let mut child = Command::new("bpftrace")
-                .args(["-e", &program])
-                .stdout(Stdio::piped())
-                .stderr(Stdio::inherit())
-                .spawn()
-                .context("starting bpftrace (scripts/setup.sh installs it)")?;
-            let mut stdout: BufReader<ChildStdout> =
-                BufReader::new(child.stdout.take().expect("piped"));
-            read_until(&mut stdout, "bpftrace", |line| line == "ready")?;
-            sample.attach_ms = started.elapsed().as_secs_f64() * 1e3;
-            std::thread::spawn(move || for _ in stdout.lines() {});
-            Some(child)
-        }
+        None => None,
     };
     fixture.stdin.take().expect("piped").write_all(b"go\n")?;
     let line = read_until(&mut fixture_out, "fixture", |line| {
