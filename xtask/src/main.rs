@@ -286,6 +286,8 @@ fn http_throughput(
     out: &Path,
 ) -> Result<String> {
     ensure_wrk()?;
+    // At least two windows of sampled mode's default 5 s period.
+    let seconds = seconds.max(12.0);
     let httpd = out.join("httpd");
     let status = Command::new("gcc")
         .args(["-O2", "-pthread", "-o"])
@@ -314,14 +316,7 @@ fn http_throughput(
         ),
         (
             "locktrace --mode sampled --sample 0.1",
-            Tracer::Locktrace(with_probe(&[
-                "--mode",
-                "sampled",
-                "--sample",
-                "0.1",
-                "--sample-period",
-                "1",
-            ])),
+            Tracer::Locktrace(with_probe(&["--mode", "sampled", "--sample", "0.1"])),
         ),
         ("bpftrace uprobe one-liner", bpftrace_one_liner()),
     ];
