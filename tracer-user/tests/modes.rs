@@ -93,6 +93,39 @@ fn sampled_estimate_is_within_its_stated_bound() {
     );
 }
 
+/// Sampled mode with a request probe: requests are counted in the same
+/// windows as the locks, so the per-request estimate is close to the truth
+/// (50 locks per tick) even though each window's count is scaled.
+#[test]
+fn sampled_per_request_counts_requests_in_the_same_windows() {
+    let binary = fixture("steady", Flavor::Glibc);
+    let (report, addresses) = trace_fixture(
+        &binary,
+        &["50", "4000"],
+        &[
+            "--mode",
+            "sampled",
+            "--sample",
+            "0.2",
+            "--sample-period",
+            "0.5",
+            "--request-probe",
+            "steady:tick",
+        ],
+    );
+    assert_eq!(report["requests"]["source"], "probe");
+    let lock = lock_at(&report, addresses["global"][0]).expect("global lock");
+    let per_request = lock["per_request"]["acquisitions"]
+        .as_f64()
+        .expect("per-request figure");
+    // Window edges can split one tick: at most one tick per window edge.
+    assert!(
+        (per_request - 50.0).abs() <= 0.5,
+        "{per_request} per request, truth 50: {}",
+        report["estimate"]
+    );
+}
+
 /// The JSON `overhead` block: probe hits and placement kinds, per placement.
 #[test]
 fn overhead_reports_hits_and_cheap_points() {
