@@ -60,6 +60,9 @@ pub fn calibration() -> (Calibration, String) {
 pub struct Overhead {
     /// Lock probe hits counted (in sampled mode: inside the counting windows).
     pub probe_hits: u64,
+    /// Hits of the request-boundary probe (`--request-probe`), also in `estimated_added_ns`.
+    #[serde(default)]
+    pub request_probe_hits: u64,
     /// Probe points on emulated (cheap) and single-stepped instructions.
     pub emulated_points: u32,
     pub stepped_points: u32,
@@ -80,6 +83,7 @@ pub struct Overhead {
 pub fn measure(
     collected: &Collected,
     placed: &[(LockFunction, PlacedFunction)],
+    request_probe_emulated: Option<bool>,
     attach_ms: u64,
 ) -> Overhead {
     let mut hits_per_op = [0u64; tracer_common::LOCK_OPS];
@@ -102,9 +106,16 @@ pub fn measure(
         };
         added += hits_per_op[function.op as usize] * cost;
     }
+    let request_probe_hits = request_probe_emulated.map_or(0, |_| collected.requests);
+    added += request_probe_hits
+        * match request_probe_emulated {
+            Some(true) => calibration.emulated_ns,
+            _ => calibration.stepped_ns,
+        };
     let (cpu, rss) = own_usage();
     Overhead {
         probe_hits: hits_per_op.iter().sum(),
+        request_probe_hits,
         emulated_points,
         stepped_points,
         estimated_added_ns: added,
@@ -169,10 +180,15 @@ pub fn footer(report: &Report) -> String {
     if let Some(overhead) = &report.overhead {
         let _ = writeln!(
             out,
-            "overhead: {} probe hits on {} cheap + {} single-stepped points ≈ {} added to the target; attach {} ms; tracer CPU {:.2} s, peak RSS {:.1} MiB",
+            "overhead: {} probe hits on {} cheap + {} single-stepped points{} ≈ {} added to the target; attach {} ms; tracer CPU {:.2} s, peak RSS {:.1} MiB",
             overhead.probe_hits,
             overhead.emulated_points,
             overhead.stepped_points,
+            if overhead.request_probe_hits > 0 {
+                format!(", {} request probe hits", overhead.request_probe_hits)
+            } else {
+                String::new()
+            },
             crate::table::duration(overhead.estimated_added_ns),
             overhead.attach_ms,
             overhead.tracer_cpu_s,

@@ -109,7 +109,7 @@ fn place_in_module(
     }
 }
 
-fn first_instruction_is_emulated(code: &[u8]) -> bool {
+pub fn first_instruction_is_emulated(code: &[u8]) -> bool {
     let instruction = iced_x86::Decoder::new(64, code, iced_x86::DecoderOptions::NONE).decode();
     !instruction.is_invalid()
         && code

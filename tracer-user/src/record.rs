@@ -151,6 +151,7 @@ pub async fn record(options: &RecordOptions) -> Result<Report> {
         } else {
             &placed
         },
+        window.request_probe_emulated(),
         attach_ms,
     );
     if let Some(estimate) = &estimate {

@@ -14,6 +14,8 @@ pub struct RequestProbe {
     pub module: String,
     pub symbol: String,
     pub file_offset: u64,
+    /// Whether the kernel emulates the probed (first) instruction, i.e. a cheap hit.
+    pub emulated: bool,
 }
 
 impl RequestProbe {
@@ -85,10 +87,14 @@ pub fn resolve(target: &Target, spec: &str) -> Result<RequestProbe> {
     let file_offset = file_offset_of(&elf, found.address()).ok_or_else(|| {
         anyhow!("--request-probe: {symbol} in {module} is not in a loaded segment")
     })?;
+    let first_bytes = data.get(file_offset as usize..).unwrap_or_default();
+    let emulated =
+        crate::placement::first_instruction_is_emulated(&first_bytes[..first_bytes.len().min(16)]);
     Ok(RequestProbe {
         module,
         symbol,
         file_offset,
+        emulated,
     })
 }
 

@@ -79,6 +79,12 @@ impl Window {
             .map(|p| (p.module.clone(), p.file_offset))
     }
 
+    /// Whether the request probe sits on an instruction the kernel emulates
+    /// (None without a request probe); for the overhead estimate.
+    pub fn request_probe_emulated(&self) -> Option<bool> {
+        self.probe.as_ref().map(|p| p.emulated)
+    }
+
     pub fn has_load(&self) -> bool {
         self.driver.is_some()
     }

@@ -248,6 +248,8 @@ fn request_probe_counts_requests_with_and_without_load() {
     let report = read_report(&json);
     assert_eq!(report["requests"]["source"], "probe");
     assert_eq!(report["requests"]["probe_hits"], 300);
+    // The request probe's hits are part of what tracing cost.
+    assert_eq!(report["overhead"]["request_probe_hits"], 300);
     assert_exact_mutex_mode(&report, server.address("stats_lock"), 300);
 
     // Without the load driver: the test sends the requests itself.
