@@ -85,7 +85,12 @@ pub async fn record(options: &RecordOptions) -> Result<Report> {
         functions: &placed,
         flags,
         lock_probes: options.mode == Mode::All,
-        request_probe: window.request_probe(),
+        // In sampled mode the sampler attaches the request probe in its windows.
+        request_probe: if options.mode == Mode::Sampled {
+            None
+        } else {
+            window.request_probe()
+        },
     };
     let mut loaded = loader::load(&plan)?;
     // Maps and module files, kept so names resolve even after the target exits.
@@ -122,8 +127,16 @@ pub async fn record(options: &RecordOptions) -> Result<Report> {
                 Ok(wait_for_end(&target, options.duration, &mut stop_signals, &mut refresh).await)
             };
             tokio::pin!(end);
-            let (stopped_by, estimate) =
-                sampling::run(&mut loaded.ebpf, &target, &placed, options.sample, end).await?;
+            let request_probe = window.request_probe();
+            let (stopped_by, estimate) = sampling::run(
+                &mut loaded.ebpf,
+                &target,
+                &placed,
+                request_probe.as_ref(),
+                options.sample,
+                end,
+            )
+            .await?;
             (stopped_by, Some(estimate))
         }
         _ => {

@@ -73,10 +73,13 @@ struct Window {
 }
 
 /// Runs the duty cycle until `end` resolves; returns its output and the estimate basis.
+/// The request-boundary probe (module, file offset), if any, is attached in
+/// the same windows, so it costs nothing outside them.
 pub async fn run<F>(
     ebpf: &mut Ebpf,
     target: &Target,
     functions: &[(LockFunction, PlacedFunction)],
+    request_probe: Option<&(String, u64)>,
     options: SampleOptions,
     mut end: Pin<&mut F>,
 ) -> Result<(&'static str, Estimate)>
@@ -89,6 +92,13 @@ where
         .ok_or_else(|| anyhow!("BPF object lacks program lock_call (build is broken)"))?
         .try_into()?;
     program.load().context("loading the lock probe")?;
+    if request_probe.is_some() {
+        let program: &mut UProbe = ebpf
+            .program_mut("request_boundary")
+            .ok_or_else(|| anyhow!("BPF object lacks program request_boundary (build is broken)"))?
+            .try_into()?;
+        program.load().context("loading the request probe")?;
+    }
     let scope = UProbeScope::OneProcess(
         std::num::NonZeroU32::new(target.pid).ok_or_else(|| anyhow!("pid 0 is not a process"))?,
     );
@@ -103,6 +113,17 @@ where
         tokio::select! {
             stopped = &mut end => break 'periods stopped?,
             _ = tokio::time::sleep(offset) => {}
+        }
+        // A probe of the last window that is still detaching would fire
+        // alongside its new twin and count twice: wait until all are gone.
+        while detaching
+            .iter()
+            .any(|detach: &std::thread::JoinHandle<()>| !detach.is_finished())
+        {
+            tokio::select! {
+                stopped = &mut end => break 'periods stopped?,
+                _ = tokio::time::sleep(Duration::from_millis(5)) => {}
+            }
         }
         let program: &mut UProbe = ebpf
             .program_mut("lock_call")
@@ -125,6 +146,25 @@ where
                             format!("attaching {} in {}", function.op.symbol(), function.module)
                         });
                     }
+                }
+            }
+        }
+        let mut request_links = Vec::new();
+        if let Some((module, offset)) = request_probe {
+            let program: &mut UProbe = ebpf
+                .program_mut("request_boundary")
+                .expect("loaded above")
+                .try_into()?;
+            match program.attach(
+                UProbeAttachLocation::AbsoluteOffset(*offset),
+                target.host_path(module),
+                scope,
+            ) {
+                Ok(link) => request_links.push(link),
+                Err(_) if !target.is_alive() => break 'periods "target_exited",
+                Err(error) => {
+                    return Err(error)
+                        .with_context(|| format!("attaching the request probe in {module}"));
                 }
             }
         }
@@ -154,7 +194,19 @@ where
             .into_iter()
             .filter_map(|id| program.take_link(id).ok())
             .collect();
-        detaching.push(std::thread::spawn(move || drop(owned)));
+        let mut owned_requests = Vec::new();
+        if !request_links.is_empty() {
+            let program: &mut UProbe = ebpf
+                .program_mut("request_boundary")
+                .expect("loaded above")
+                .try_into()?;
+            owned_requests.extend(
+                request_links
+                    .into_iter()
+                    .filter_map(|id| program.take_link(id).ok()),
+            );
+        }
+        detaching.push(std::thread::spawn(move || drop((owned_requests, owned))));
         if std::env::var_os("LOCKTRACE_DEBUG_SAMPLING").is_some() {
             eprintln!(
                 "sampling: window {}: attach {:?}, counted {:?} ({} calls), detach {:?}",
