@@ -143,6 +143,32 @@ pub mod flags {
     pub const SAMPLED: u32 = 8;
 }
 
+/// Names of the BPF programs and maps, as userspace looks them up. The BPF
+/// side declares items of exactly these names (a mismatch fails every
+/// attach in the integration tests).
+pub mod names {
+    /// Uprobe on every lock function's probe points.
+    pub const PROGRAM_LOCK_CALL: &str = "lock_call";
+    /// Uprobe on the user's once-per-request function.
+    pub const PROGRAM_REQUEST_BOUNDARY: &str = "request_boundary";
+    /// Tracepoints syscalls:sys_enter_futex and sys_exit_futex.
+    pub const PROGRAM_FUTEX_ENTER: &str = "futex_enter";
+    pub const PROGRAM_FUTEX_EXIT: &str = "futex_exit";
+
+    pub const MAP_LOCKS: &str = "LOCKS";
+    pub const MAP_FUTEXES: &str = "FUTEXES";
+    pub const MAP_CALLERS: &str = "CALLERS";
+    pub const MAP_STACKS: &str = "STACKS";
+    pub const MAP_STACK_COUNTS: &str = "STACK_COUNTS";
+    pub const MAP_REQUESTS: &str = "REQUESTS";
+    pub const MAP_SAMPLING: &str = "SAMPLING";
+    pub const MAP_DROPS: &str = "DROPS";
+
+    /// Globals set by userspace before load.
+    pub const GLOBAL_TARGET_TGID: &str = "TARGET_TGID";
+    pub const GLOBAL_FLAGS: &str = "FLAGS";
+}
+
 /// Map sizes, shared so userspace can say "map full at N entries".
 pub const MAX_LOCKS: u32 = 65_536;
 pub const MAX_FUTEXES: u32 = 65_536;

@@ -17,7 +17,14 @@ use std::{
 use anyhow::{Context, Result, anyhow, bail};
 use prettytable::{Table, format, row};
 
-use crate::{report::Report, requests::ratio};
+use crate::{
+    model::{LockKind, Report},
+    render::format::{ratio, truncate},
+};
+
+/// Widest a lock's identity is shown in the table (the whole table stays
+/// within 160 columns); selectors still search the full identity.
+const IDENTITY_WIDTH: usize = 60;
 
 #[derive(clap::Args, Debug)]
 pub struct CompareArgs {
@@ -37,7 +44,7 @@ pub struct CompareArgs {
 /// Locks of one identity in one report, summed.
 #[derive(Debug, Clone, Default, PartialEq)]
 struct Group {
-    kind: String,
+    kind: Option<LockKind>,
     locks: usize,
     acquisitions: u64,
     contended: u64,
@@ -88,7 +95,7 @@ impl Side {
                 (None, true) => format!("unidentified {}", lock.kind),
             };
             let group = groups.entry(identity).or_insert_with(|| Group {
-                kind: lock.kind.clone(),
+                kind: Some(lock.kind),
                 ..Group::default()
             });
             group.locks += 1;
@@ -267,7 +274,7 @@ fn render(before: &Side, after: &Side) -> String {
         );
         let shown = |v: Option<f64>| v.map_or("-".to_string(), ratio);
         table.add_row(row![
-            identity,
+            truncate(identity, IDENTITY_WIDTH),
             r->count,
             r->shown(b),
             r->shown(a),
@@ -296,7 +303,7 @@ mod tests {
     /// A minimal report with requests; `locks` as JSON (naming's fields optional).
     fn write_report(dir: &std::path::Path, file: &str, requests: u64, locks: Value) -> PathBuf {
         let report = serde_json::json!({
-            "schema": crate::report::SCHEMA,
+            "schema": crate::model::SCHEMA,
             "target": {"pid": 1, "exe": "/x", "cmdline": []},
             "duration_s": 1.0,
             "mode": "all",

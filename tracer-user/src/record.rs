@@ -1,30 +1,28 @@
-//! `locktrace record`: find the lock functions, place and attach the probes,
-//! wait for the end (duration, Ctrl-C, target exit), then collect and report.
-use std::time::{Duration, Instant};
+//! `locktrace record`, end to end, in the order the data flows: prepare
+//! (probe), attach and wait (trace), build the report (analysis), name it
+//! (naming). Rendering is the caller's.
+use std::{
+    collections::BTreeSet,
+    path::PathBuf,
+    time::{Duration, Instant},
+};
 
 use anyhow::{Result, bail};
-use tokio::signal::unix::{Signal, SignalKind, signal};
 use tracer_common::flags;
 
 use crate::{
-    collect, loader, lockfuncs,
-    placement::{self, Placement},
-    report::{self, RecordInfo, Report, TargetInfo},
-    sampling, symbolize,
-    target::Target,
-    tracefs, window,
+    analysis::{self, build::RecordInfo},
+    model::{Estimate, Mode, Placement, Report, StopReason, TargetInfo},
+    naming,
+    probe::{lockfuncs, placement, target::Target},
+    trace::{
+        attach::{self, Loaded, Placed},
+        collect, preflight,
+        sampled::{self, SampleOptions},
+        stop::{self, StopSignals},
+        window::{self, RequestOptions, Window},
+    },
 };
-
-/// What the lock probes do (`--mode`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Mode {
-    /// Every acquisition counted, exact.
-    All,
-    /// No lock probes: futex tracepoints only (contention exact, acquisitions unknown).
-    Contention,
-    /// Lock probes attached a fraction of the time (`--sample`); counts scaled, marked as estimates.
-    Sampled,
-}
 
 #[derive(Debug, Clone)]
 pub struct RecordOptions {
@@ -32,21 +30,56 @@ pub struct RecordOptions {
     pub duration: Option<Duration>,
     pub placement: Placement,
     pub mode: Mode,
-    pub sample: sampling::SampleOptions,
+    pub sample: SampleOptions,
     /// Request counting (load driver, request probe, given count).
-    pub requests: window::RequestOptions,
+    pub requests: RequestOptions,
     /// Top user stacks kept per lock (0: none recorded).
     pub stacks: usize,
+    /// Written (empty) once the probes are live, for scripts and tests.
+    pub ready_file: Option<PathBuf>,
+}
+
+/// What the probe layer worked out before anything is attached.
+struct Prepared {
+    target: Target,
+    functions: Vec<lockfuncs::LockFunction>,
+    placed: Vec<Placed>,
+}
+
+/// What the trace layer measured.
+struct Traced {
+    collected: collect::Collected,
+    stopped_by: StopReason,
+    duration_s: f64,
+    attach_ms: u64,
+    sampled: Option<sampled::SampledRun>,
 }
 
 pub async fn record(options: &RecordOptions) -> Result<Report> {
-    // Handle Ctrl-C from the start, so one that comes right after the probes
-    // are announced still ends in a report.
-    let mut stop_signals = StopSignals::install()?;
-    tracefs::check_privileges()?;
+    // Stop signals are caught from the start, so one that comes right after
+    // the probes are announced still ends in a report.
+    let mut signals = StopSignals::install()?;
+    let prepared = prepare(options)?;
+    for fallback in placement_fallbacks(options, &prepared) {
+        eprintln!(
+            "locktrace: auto placement fell back to the entry of {} in {}: {}",
+            fallback.function, fallback.module, fallback.reason
+        );
+    }
+    // Load driver connections and warmup happen before the probes go in.
+    let mut window = Window::prepare(&options.requests, &prepared.target).await?;
+    // Maps and module files, kept so names resolve even after the target exits.
+    let mut snapshot = naming::Snapshot::take(&prepared.target);
+    let traced = trace(options, &prepared, &mut window, &mut signals, &mut snapshot).await?;
+    Ok(report(options, &prepared, window, traced, &mut snapshot))
+}
+
+/// Preflight checks, the target, its lock functions and their probe points.
+fn prepare(options: &RecordOptions) -> Result<Prepared> {
+    preflight::check_privileges()?;
     let target = Target::open(options.pid)?;
-    tracefs::check_uprobes()?;
-    tracefs::ensure_tracefs()?;
+    preflight::check_uprobes()?;
+    preflight::ensure_tracefs()?;
     if options.mode == Mode::Sampled && options.requests.load.is_some() {
         bail!(
             "--mode sampled cannot drive --load; count requests with --request-probe or --requests, or use --mode all"
@@ -60,19 +93,34 @@ pub async fn record(options: &RecordOptions) -> Result<Report> {
     let placed = placement::place_all(&functions, options.placement, |module| {
         target.host_path(module)
     });
-    let placement_fallbacks = if options.mode == Mode::Contention {
+    Ok(Prepared {
+        target,
+        functions,
+        placed,
+    })
+}
+
+fn placement_fallbacks(
+    options: &RecordOptions,
+    prepared: &Prepared,
+) -> Vec<crate::model::PlacementFallback> {
+    if options.mode == Mode::Contention {
         Vec::new()
     } else {
-        placement::fallbacks(&placed)
-    };
-    for fallback in &placement_fallbacks {
-        eprintln!(
-            "locktrace: auto placement fell back to the entry of {} in {}: {}",
-            fallback.function, fallback.module, fallback.reason
-        );
+        placement::fallbacks(&prepared.placed)
     }
-    // Load driver connections and warmup happen before the probes go in.
-    let mut window = window::Window::prepare(&options.requests, &target).await?;
+}
+
+/// Attaches, waits for the end, and reads the maps right after it (so with
+/// `--load` the counts cover exactly the load window).
+async fn trace(
+    options: &RecordOptions,
+    prepared: &Prepared,
+    window: &mut Window,
+    signals: &mut StopSignals,
+    snapshot: &mut naming::Snapshot,
+) -> Result<Traced> {
+    let target = &prepared.target;
     let mut flags = flags::FUTEX | flags::CALLERS;
     if options.stacks > 0 {
         flags |= flags::STACKS;
@@ -80,35 +128,91 @@ pub async fn record(options: &RecordOptions) -> Result<Report> {
     if options.mode == Mode::Sampled {
         flags |= flags::SAMPLED;
     }
-    let plan = loader::LoadPlan {
-        target: &target,
-        functions: &placed,
+    let sampled_mode = options.mode == Mode::Sampled;
+    let plan = attach::LoadPlan {
+        target,
+        functions: &prepared.placed,
         flags,
+        // In sampled mode the sampler attaches the lock and request probes in its windows.
         lock_probes: options.mode == Mode::All,
-        // In sampled mode the sampler attaches the request probe in its windows.
-        request_probe: if options.mode == Mode::Sampled {
+        request_probe: if sampled_mode {
             None
         } else {
             window.request_probe()
         },
     };
-    let mut loaded = loader::load(&plan)?;
-    // Maps and module files, kept so names resolve even after the target exits.
-    let mut snapshot = symbolize::Snapshot::take(&target);
-    let modules: std::collections::BTreeSet<&str> =
-        functions.iter().map(|f| f.module.as_str()).collect();
+    let mut loaded = attach::load(&plan)?;
+    announce(options, prepared, &loaded, window);
+    if let Some(path) = &options.ready_file {
+        std::fs::write(path, b"").map_err(|error| {
+            anyhow::anyhow!("cannot write --ready-file {}: {error}", path.display())
+        })?;
+    }
+    let started = Instant::now();
+    let mut refresh = || snapshot.refresh();
+    let (stopped_by, sampled) = if sampled_mode {
+        // The sampler attaches and detaches the lock probes itself, so it
+        // owns the BPF object; no load driver runs in this mode.
+        let end =
+            async { Ok(stop::wait_for_end(target, options.duration, signals, &mut refresh).await) };
+        tokio::pin!(end);
+        let request_probe = window.request_probe();
+        let (stopped_by, run) = sampled::run(
+            &mut loaded.ebpf,
+            target,
+            &prepared.placed,
+            request_probe.as_ref(),
+            options.sample,
+            end,
+        )
+        .await?;
+        (stopped_by, Some(run))
+    } else {
+        let stopped_by = window
+            .run(
+                target,
+                options.duration,
+                &loaded.ebpf,
+                signals,
+                &mut refresh,
+            )
+            .await?;
+        (stopped_by, None)
+    };
+    let duration_s = started.elapsed().as_secs_f64();
+    let collected = collect::collect(&loaded.ebpf)?;
+    Ok(Traced {
+        collected,
+        stopped_by,
+        duration_s,
+        attach_ms: loaded.attach_time.as_millis() as u64,
+        sampled,
+    })
+}
+
+/// The one line that says the probes are live, on stderr.
+fn announce(options: &RecordOptions, prepared: &Prepared, loaded: &Loaded, window: &Window) {
+    let modules: BTreeSet<&str> = prepared
+        .functions
+        .iter()
+        .map(|f| f.module.as_str())
+        .collect();
+    let probes = match options.mode {
+        Mode::Sampled => format!(
+            "{} (in sampling windows, {:.0}% of the time)",
+            prepared
+                .placed
+                .iter()
+                .map(|(_, p)| p.points.len())
+                .sum::<usize>(),
+            options.sample.rate * 100.0
+        ),
+        Mode::All | Mode::Contention => loaded.probe_count.to_string(),
+    };
     eprintln!(
-        "locktrace: tracing pid {} ({}): {} probes in {} live after {} ms; {}",
-        target.pid,
-        target.exe,
-        match options.mode {
-            Mode::Sampled => format!(
-                "{} (in sampling windows, {:.0}% of the time)",
-                placed.iter().map(|(_, p)| p.points.len()).sum::<usize>(),
-                options.sample.rate * 100.0
-            ),
-            _ => loaded.probe_count.to_string(),
-        },
+        "locktrace: tracing pid {} ({}): {probes} probes in {} live after {} ms; {}",
+        prepared.target.pid,
+        prepared.target.exe,
         modules.into_iter().collect::<Vec<_>>().join(", "),
         loaded.attach_time.as_millis(),
         if window.has_load() {
@@ -117,59 +221,41 @@ pub async fn record(options: &RecordOptions) -> Result<Report> {
             "Ctrl-C to stop"
         }
     );
-    let started = Instant::now();
-    let mut refresh = || snapshot.refresh();
-    let (stopped_by, estimate) = match options.mode {
-        Mode::Sampled => {
-            // The sampler attaches and detaches the lock probes itself, so it
-            // owns the BPF object; no load driver runs in this mode.
-            let end = async {
-                Ok(wait_for_end(&target, options.duration, &mut stop_signals, &mut refresh).await)
-            };
-            tokio::pin!(end);
-            let request_probe = window.request_probe();
-            let (stopped_by, estimate) = sampling::run(
-                &mut loaded.ebpf,
-                &target,
-                &placed,
-                request_probe.as_ref(),
-                options.sample,
-                end,
-            )
-            .await?;
-            (stopped_by, Some(estimate))
-        }
-        _ => {
-            let stopped_by = window
-                .run(
-                    &target,
-                    options.duration,
-                    &loaded.ebpf,
-                    &mut stop_signals,
-                    &mut refresh,
-                )
-                .await?;
-            (stopped_by, None)
-        }
+}
+
+/// Counts to the model (analysis), then names (naming).
+fn report(
+    options: &RecordOptions,
+    prepared: &Prepared,
+    window: Window,
+    traced: Traced,
+    snapshot: &mut naming::Snapshot,
+) -> Report {
+    let Traced {
+        mut collected,
+        stopped_by,
+        duration_s,
+        attach_ms,
+        sampled,
+    } = traced;
+    let counted_placement = match options.mode {
+        Mode::Contention => &[][..],
+        Mode::All | Mode::Sampled => &prepared.placed[..],
     };
-    let duration_s = started.elapsed().as_secs_f64();
-    // Right after the last response: the counts cover exactly the load window.
-    let mut collected = collect::collect(&loaded.ebpf)?;
-    let attach_ms = loaded.attach_time.as_millis() as u64;
-    drop(loaded);
-    let overhead = crate::overhead::measure(
+    let overhead = analysis::cost::measure(
         &collected,
-        if options.mode == Mode::Contention {
-            &[]
-        } else {
-            &placed
-        },
+        counted_placement,
         window.request_probe_emulated(),
         attach_ms,
     );
+    let estimate: Option<Estimate> = sampled.as_ref().map(|run| {
+        let (calibration, _) = analysis::cost::calibration();
+        analysis::estimate::of_run(run, options.sample.rate, &prepared.placed, &calibration)
+    });
     if let Some(estimate) = &estimate {
-        sampling::scale(&mut collected, estimate);
+        analysis::estimate::scale(&mut collected, estimate);
     }
+    let target = &prepared.target;
     let info = RecordInfo {
         target: TargetInfo {
             pid: target.pid,
@@ -177,77 +263,38 @@ pub async fn record(options: &RecordOptions) -> Result<Report> {
             cmdline: target.cmdline.clone(),
         },
         duration_s,
-        mode: format!("{:?}", options.mode).to_lowercase(),
-        placement: (options.mode != Mode::Contention)
-            .then(|| format!("{:?}", options.placement).to_lowercase()),
-        stopped_by: stopped_by.into(),
-        counted_acquisitions: options.mode != Mode::Contention,
+        mode: options.mode,
+        placement: (options.mode != Mode::Contention).then_some(options.placement),
+        stopped_by,
     };
-    let mut report = report::build(info, &collected, &functions);
-    report.placement_fallbacks = placement_fallbacks;
+    let mut report = analysis::build::build(info, &collected, &prepared.functions);
+    report.placement_fallbacks = placement_fallbacks(options, prepared);
     if let Some(estimate) = &estimate {
         for lock in &mut report.locks {
             let counted = lock
                 .acquisitions
                 .map(|n| (n as f64 / estimate.scale).round() as u64);
             lock.acquisitions_error =
-                counted.map(|counted| sampling::lock_error(estimate, counted));
+                counted.map(|counted| analysis::estimate::lock_error(estimate, counted));
         }
     }
     report.estimate = estimate;
     report.overhead = Some(overhead);
-    window.finish(&mut report, &collected);
-    let naming = symbolize::NamingOptions {
+    if let Some(requests) = window.finish(&collected) {
+        if requests.count > 0 && report.totals.acquisitions == Some(0) {
+            window::hint_children(report.target.pid, requests.count);
+        }
+        analysis::per_request::apply(&mut report, requests);
+    }
+    let naming_options = naming::NamingOptions {
         stacks_per_lock: options.stacks,
     };
-    symbolize::annotate(&mut report, &mut snapshot, &collected, &functions, naming);
-    Ok(report)
-}
-
-/// Ctrl-C and SIGTERM, caught from the start of the recording.
-pub struct StopSignals {
-    pub interrupt: Signal,
-    terminate: Signal,
-}
-
-impl StopSignals {
-    fn install() -> Result<StopSignals> {
-        Ok(StopSignals {
-            interrupt: signal(SignalKind::interrupt())?,
-            terminate: signal(SignalKind::terminate())?,
-        })
-    }
-}
-
-/// Waits until the duration ends, the user interrupts, or the target exits.
-/// `on_tick` runs every 200 ms meanwhile.
-pub async fn wait_for_end(
-    target: &Target,
-    duration: Option<Duration>,
-    signals: &mut StopSignals,
-    on_tick: &mut dyn FnMut(),
-) -> &'static str {
-    let deadline = async {
-        match duration {
-            Some(duration) => tokio::time::sleep(duration).await,
-            None => std::future::pending().await,
-        }
-    };
-    let exited = async {
-        let mut tick = tokio::time::interval(Duration::from_millis(20));
-        let mut ticks = 0u32;
-        while target.is_alive() {
-            tick.tick().await;
-            ticks += 1;
-            if ticks.is_multiple_of(10) {
-                on_tick();
-            }
-        }
-    };
-    tokio::select! {
-        _ = deadline => "duration",
-        _ = signals.interrupt.recv() => "interrupted",
-        _ = signals.terminate.recv() => "interrupted",
-        _ = exited => "target_exited",
-    }
+    naming::annotate(
+        &mut report,
+        snapshot,
+        &collected,
+        &prepared.functions,
+        naming_options,
+    );
+    report
 }

@@ -5,20 +5,21 @@
 use std::{io::IsTerminal, time::Duration};
 
 use anyhow::Result;
-use aya::{
-    Ebpf,
-    maps::{Array, MapData},
-};
+use aya::Ebpf;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
+use super::{
+    attach::RequestProbePoint,
+    collect::{self, Collected},
+    stop::{self, StopSignals},
+};
 use crate::{
-    collect::Collected,
     loadgen::{Amount, LoadDriver, LoadOptions, Tally},
-    record,
-    report::Report,
-    request_probe::{self, RequestProbe},
-    requests::{self, Requests},
-    target::Target,
+    model::{RequestSource, Requests, StopReason},
+    probe::{
+        request_probe::{self, RequestProbe},
+        target::Target,
+    },
 };
 
 /// How requests are counted (all optional).
@@ -72,11 +73,12 @@ impl Window {
         })
     }
 
-    /// The request-boundary probe for the loader: (module, file offset).
-    pub fn request_probe(&self) -> Option<(String, u64)> {
-        self.probe
-            .as_ref()
-            .map(|p| (p.module.clone(), p.file_offset))
+    /// The request-boundary probe point for the loader.
+    pub fn request_probe(&self) -> Option<RequestProbePoint> {
+        self.probe.as_ref().map(|p| RequestProbePoint {
+            module: p.module.clone(),
+            file_offset: p.file_offset,
+        })
     }
 
     /// Whether the request probe sits on an instruction the kernel emulates
@@ -96,9 +98,9 @@ impl Window {
         target: &Target,
         duration: Option<Duration>,
         ebpf: &Ebpf,
-        signals: &mut record::StopSignals,
+        signals: &mut StopSignals,
         on_tick: &mut dyn FnMut(),
-    ) -> Result<&'static str> {
+    ) -> Result<StopReason> {
         let progress = Progress::start(self.driver.is_some(), self.probe.is_some());
         let tick_every = Duration::from_millis(100);
         let mut tick = tokio::time::interval(tick_every);
@@ -107,13 +109,13 @@ impl Window {
                 let amount = driver.options().amount;
                 let load = driver.run(amount);
                 tokio::pin!(load);
-                let mut stopped_by = "load_done";
+                let mut stopped_by = StopReason::LoadDone;
                 let tally = loop {
                     tokio::select! {
                         tally = &mut load => break tally?,
-                        _ = signals.interrupt.recv() => { driver.stop(); stopped_by = "interrupted"; }
+                        reason = signals.recv() => { driver.stop(); stopped_by = reason; }
                         _ = tick.tick() => {
-                            progress.update(Some(driver.done()), probe_hits(ebpf));
+                            progress.update(Some(driver.done()), collect::request_probe_hits(ebpf));
                             on_tick();
                         }
                     }
@@ -122,12 +124,12 @@ impl Window {
                 stopped_by
             }
             None => {
-                let wait = record::wait_for_end(target, duration, signals, on_tick);
+                let wait = stop::wait_for_end(target, duration, signals, on_tick);
                 tokio::pin!(wait);
                 loop {
                     tokio::select! {
                         stopped_by = &mut wait => break stopped_by,
-                        _ = tick.tick() => progress.update(None, probe_hits(ebpf)),
+                        _ = tick.tick() => progress.update(None, collect::request_probe_hits(ebpf)),
                     }
                 }
             }
@@ -136,20 +138,21 @@ impl Window {
         Ok(outcome)
     }
 
-    /// Adds the `requests` block and the per-request figures to the report.
-    pub fn finish(self, report: &mut Report, collected: &Collected) {
+    /// The report's `requests` block: the count, its source, and why
+    /// per-request figures are refused if they are; None without a count.
+    pub fn finish(self, collected: &Collected) -> Option<Requests> {
         let probe_hits = self.probe.as_ref().map(|_| collected.requests);
         let (source, count) = if let Some(given) = self.options.given {
-            ("given", given)
+            (RequestSource::Given, given)
         } else if let Some(hits) = probe_hits {
-            ("probe", hits)
+            (RequestSource::Probe, hits)
         } else if let Some(tally) = &self.tally {
-            ("load", tally.responses())
+            (RequestSource::Load, tally.responses())
         } else {
-            return;
+            return None;
         };
         let mut block = Requests {
-            source: source.into(),
+            source,
             count,
             probe: self.probe.as_ref().map(RequestProbe::describe),
             probe_hits,
@@ -185,22 +188,19 @@ impl Window {
         }
         if block.refused.is_none() && count == 0 {
             block.refused = Some(match source {
-                "probe" => format!(
+                RequestSource::Probe => format!(
                     "the request probe {} never ran; no per-request figures",
                     block.probe.as_deref().unwrap_or("?")
                 ),
                 _ => "no request was counted; no per-request figures".into(),
             });
         }
-        if block.count > 0 && report.totals.acquisitions == Some(0) {
-            hint_children(report.target.pid, block.count);
-        }
-        requests::apply(report, block);
+        Some(block)
     }
 }
 
 /// A pre-forked server's parent serves no requests: say which pids do.
-fn hint_children(pid: u32, requests: u64) {
+pub fn hint_children(pid: u32, requests: u64) {
     let mut children = Vec::new();
     if let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) {
         for task in tasks.flatten() {
@@ -214,12 +214,6 @@ fn hint_children(pid: u32, requests: u64) {
             children.join(", ")
         );
     }
-}
-
-fn probe_hits(ebpf: &Ebpf) -> Option<u64> {
-    let map = ebpf.map("REQUESTS")?;
-    let array: Array<&MapData, u64> = Array::try_from(map).ok()?;
-    array.get(&0, 0).ok()
 }
 
 /// A one-line spinner on stderr, only when stderr is a terminal.

@@ -7,7 +7,7 @@ use anyhow::{Context, Result, bail};
 use object::{Object, ObjectSegment, ObjectSymbol, SymbolKind};
 use tracer_common::LockOp;
 
-use crate::target::Target;
+use super::target::Target;
 
 /// One lock function in one module of the target.
 #[derive(Debug, Clone)]

@@ -4,7 +4,7 @@
 use std::{collections::BTreeMap, fs::File, io::Read, path::Path};
 
 use super::elf::ModuleSymbols;
-use crate::target::Mapping;
+use crate::probe::target::Mapping;
 
 /// One ELF module mapped in the target.
 #[derive(Debug)]

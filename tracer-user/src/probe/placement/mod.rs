@@ -4,21 +4,11 @@
 //! single-steps most first instructions out of line, which is the dominant
 //! cost of a uprobe; `Auto` (see `placement::auto`) looks for instructions the
 //! kernel emulates instead, on every path from the entry.
-use clap::ValueEnum;
-use serde::{Deserialize, Serialize};
-
-use crate::lockfuncs::LockFunction;
+use super::lockfuncs::LockFunction;
+pub use crate::model::Placement;
+use crate::model::PlacementFallback;
 
 pub mod auto;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Placement {
-    /// One probe on each function's first instruction.
-    Entry,
-    /// Probes on the first cheap instruction of every path from the entry; falls back to Entry.
-    Auto,
-}
 
 /// Where one probe goes, and what the BPF program needs to know there.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -119,13 +109,11 @@ pub fn first_instruction_is_emulated(code: &[u8]) -> bool {
 }
 
 /// Functions where auto placement fell back to the entry, and why.
-pub fn fallbacks(
-    placed: &[(LockFunction, PlacedFunction)],
-) -> Vec<crate::report::PlacementFallback> {
+pub fn fallbacks(placed: &[(LockFunction, PlacedFunction)]) -> Vec<PlacementFallback> {
     placed
         .iter()
         .filter_map(|(function, placed)| {
-            Some(crate::report::PlacementFallback {
+            Some(PlacementFallback {
                 function: function.op.symbol().to_string(),
                 module: function.module.clone(),
                 reason: placed.fallback_reason.clone()?,

@@ -4,7 +4,7 @@ use std::io::Write;
 
 use anyhow::{Context, Result, bail};
 
-use crate::report::{Frame, Lock, Report};
+use crate::model::{Frame, Lock, Report};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {
@@ -42,15 +42,18 @@ pub fn write(report: &Report, format: Format, out: &mut dyn Write) -> Result<()>
 /// One line per stack, outermost frame first, the lock as the leaf. Reports
 /// recorded without `--stacks` give one frame per caller instead.
 pub fn folded_lines(report: &Report) -> Vec<String> {
-    let lock_label = |address: &str| {
+    let lock_label = |address: u64| {
         let lock = report.locks.iter().find(|lock| lock.address == address);
-        format!("lock {}", lock.map_or_else(|| address.to_string(), label))
+        format!(
+            "lock {}",
+            lock.map_or_else(|| format!("{address:#x}"), label)
+        )
     };
     let mut lines = Vec::new();
     if !report.stacks.is_empty() {
         for stack in &report.stacks {
             let mut parts: Vec<String> = stack.frames.iter().rev().map(frame_label).collect();
-            parts.push(lock_label(&stack.lock));
+            parts.push(lock_label(stack.lock));
             lines.push(format!("{} {}", parts.join(";"), stack.count));
         }
     } else {
@@ -86,7 +89,11 @@ pub fn render_text(report: &Report, limit: usize) -> String {
         if stacks.is_empty() {
             continue;
         }
-        out.push_str(&format!("stacks of {} ({}):\n", label(lock), lock.address));
+        out.push_str(&format!(
+            "stacks of {} ({:#x}):\n",
+            label(lock),
+            lock.address
+        ));
         for stack in stacks {
             let frames: Vec<String> = stack.frames.iter().map(frame_label).collect();
             out.push_str(&format!("  {:>10}  {}\n", stack.count, frames.join(" <- ")));
@@ -99,8 +106,8 @@ pub fn render_text(report: &Report, limit: usize) -> String {
 pub fn label(lock: &Lock) -> String {
     match &lock.name {
         Some(name) => name.clone(),
-        None if lock.region.is_empty() => lock.address.clone(),
-        None => format!("{} {}", lock.region, lock.address),
+        None if lock.region.is_empty() => format!("{:#x}", lock.address),
+        None => format!("{} {:#x}", lock.region, lock.address),
     }
 }
 

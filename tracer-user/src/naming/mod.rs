@@ -20,10 +20,13 @@ use std::{
 use region::AddressSpace;
 
 use crate::{
-    collect::Collected,
-    lockfuncs::LockFunction,
-    report::{self, Caller, Frame, LockStack, Naming, Report},
-    target::{self, Mapping, Target},
+    analysis::build::is_nested_call,
+    model::{Caller, Frame, LockKind, LockStack, Naming, Report},
+    probe::{
+        lockfuncs::LockFunction,
+        target::{self, Mapping, Target},
+    },
+    trace::collect::Collected,
 };
 
 /// Call counts per (function, module, offset) of one lock.
@@ -137,7 +140,7 @@ pub fn annotate(
 
     let mut callers: HashMap<u64, CallSites> = HashMap::new();
     for (key, &count) in &collected.callers {
-        if report::is_nested_call(key, collected, functions) {
+        if is_nested_call(key, collected, functions) {
             continue; // made by a lock function: not a caller
         }
         let frame = resolve_code(&space, key.return_ip, true);
@@ -149,9 +152,7 @@ pub fn annotate(
     }
 
     for lock in &mut report.locks {
-        let Some(address) = parse_address(&lock.address) else {
-            continue;
-        };
+        let address = lock.address;
         lock.region = space.region_of(address);
         if let Some(module) = space.module_of(address) {
             lock.module = Some(module.path.clone());
@@ -175,7 +176,7 @@ pub fn annotate(
                 )
         })
         .take(CHAIN_SEARCH_LOCKS)
-        .filter_map(|lock| parse_address(&lock.address))
+        .map(|lock| lock.address)
         .collect();
     let pointer_chains = if heap_locks.is_empty() {
         "no heap locks to name".to_string()
@@ -187,7 +188,7 @@ pub fn annotate(
     } else {
         let outcome = chain::search(&space, &chain::Memory::new(snapshot.pid), &heap_locks);
         for lock in &mut report.locks {
-            if let Some(chain) = parse_address(&lock.address).and_then(|a| outcome.chains.get(&a)) {
+            if let Some(chain) = outcome.chains.get(&lock.address) {
                 lock.name = Some(chain.clone());
             }
         }
@@ -243,29 +244,6 @@ pub fn annotate(
         pointer_chains,
         stripped,
     });
-}
-
-/// One or two lines under the table: how naming went, and what to do for
-/// modules without symbols.
-pub fn footer(report: &Report) -> String {
-    let Some(naming) = &report.naming else {
-        return String::new();
-    };
-    let mut out = format!(
-        "names: {} modules in {:.0} ms; pointer chains: {}\n",
-        naming.modules, naming.elapsed_ms, naming.pointer_chains
-    );
-    if !naming.stripped.is_empty() {
-        out.push_str(&format!(
-            "stripped (exported symbols only): {}; install their debug symbols (/usr/lib/debug) or trace unstripped builds to name internal locks and callers\n",
-            naming.stripped.join(", ")
-        ));
-    }
-    out
-}
-
-fn parse_address(text: &str) -> Option<u64> {
-    u64::from_str_radix(text.strip_prefix("0x")?, 16).ok()
 }
 
 /// The function holding a code address. A return address points after
@@ -348,9 +326,9 @@ fn attribute_futex_waits(report: &mut Report, space: &AddressSpace, collected: &
     for lock in report
         .locks
         .iter_mut()
-        .filter(|lock| lock.kind == "futex" && lock.callers.is_empty())
+        .filter(|lock| lock.kind == LockKind::Futex && lock.callers.is_empty())
     {
-        let Some(callers) = parse_address(&lock.address).and_then(|a| by_lock.remove(&a)) else {
+        let Some(callers) = by_lock.remove(&lock.address) else {
             continue;
         };
         lock.callers = sorted_callers(callers);
@@ -402,7 +380,7 @@ fn resolve_stacks(space: &AddressSpace, collected: &Collected, per_lock: usize) 
             }
         }
         by_lock.entry(key.lock).or_default().push(LockStack {
-            lock: format!("{:#x}", key.lock),
+            lock: key.lock,
             count,
             frames,
         });

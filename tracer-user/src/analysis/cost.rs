@@ -1,13 +1,11 @@
-//! What tracing cost, for the report footer and JSON `overhead`: probe hits,
-//! the time they added to the target (hits × calibrated cost per hit), the
-//! tracer's own CPU time and peak memory; plus how the probes were placed.
-use std::fmt::Write;
-
-use serde::{Deserialize, Serialize};
+//! What tracing cost, for JSON `overhead`: probe hits, the time they added
+//! to the target (hits × calibrated cost per hit), the tracer's own CPU time
+//! and peak memory; plus how the probes were placed.
 use tracer_common::LockOp;
 
 use crate::{
-    collect::Collected, lockfuncs::LockFunction, placement::PlacedFunction, report::Report,
+    model::{Calibration, Overhead},
+    trace::{attach::Placed, collect::Collected},
 };
 
 /// Cost of one uprobe hit on an instruction the kernel emulates, and on one it
@@ -19,15 +17,6 @@ pub const STEPPED_NS_PER_HIT: u64 = 9_500;
 
 /// Written by `cargo xtask bench` (its calibration step) on this machine.
 pub const CALIBRATION_FILE: &str = "/var/cache/locktrace/calibration.json";
-
-/// Cost per probe hit, and where the figures come from.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct Calibration {
-    /// `uname -r` of the kernel measured.
-    pub kernel: String,
-    pub emulated_ns: u64,
-    pub stepped_ns: u64,
-}
 
 /// The calibration measured on the running kernel if there is one, else the
 /// built-in reference figures; plus a description of the source.
@@ -56,33 +45,9 @@ pub fn calibration() -> (Calibration, String) {
     }
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct Overhead {
-    /// Lock probe hits counted (in sampled mode: inside the counting windows).
-    pub probe_hits: u64,
-    /// Hits of the request-boundary probe (`--request-probe`), also in `estimated_added_ns`.
-    #[serde(default)]
-    pub request_probe_hits: u64,
-    /// Probe points on emulated (cheap) and single-stepped instructions.
-    pub emulated_points: u32,
-    pub stepped_points: u32,
-    /// Estimated time the probes added to the target (hits × cost per hit).
-    pub estimated_added_ns: u64,
-    pub cost_ns_per_emulated_hit: u64,
-    pub cost_ns_per_stepped_hit: u64,
-    /// Where the costs per hit come from.
-    #[serde(default)]
-    pub cost_source: String,
-    /// Time until the probes were live.
-    pub attach_ms: u64,
-    /// locktrace's own CPU time (user + system) and peak resident memory.
-    pub tracer_cpu_s: f64,
-    pub tracer_peak_rss_kib: u64,
-}
-
 pub fn measure(
     collected: &Collected,
-    placed: &[(LockFunction, PlacedFunction)],
+    placed: &[Placed],
     request_probe_emulated: Option<bool>,
     attach_ms: u64,
 ) -> Overhead {
@@ -140,62 +105,6 @@ fn own_usage() -> (f64, u64) {
         seconds(usage.ru_utime) + seconds(usage.ru_stime),
         usage.ru_maxrss.max(0) as u64,
     )
-}
-
-/// Footer lines about placement, estimates and cost (empty when there is nothing to say).
-pub fn footer(report: &Report) -> String {
-    let mut out = String::new();
-    for fallback in &report.placement_fallbacks {
-        let _ = writeln!(
-            out,
-            "placement: auto fell back to the entry of {} in {}: {}",
-            fallback.function, fallback.module, fallback.reason
-        );
-    }
-    if let Some(estimate) = &report.estimate {
-        let _ = writeln!(
-            out,
-            "sampled: acquisitions are ESTIMATES (~), counted {:.2} s of {:.2} s in {} windows, scaled ×{:.2}, total within ±{:.1}%",
-            estimate.counted_s,
-            estimate.total_s,
-            estimate.windows,
-            estimate.scale,
-            estimate.relative_error * 100.0
-        );
-    }
-    if let Some(estimate) = report
-        .estimate
-        .as_ref()
-        .filter(|e| e.probe_time_share > 0.25)
-    {
-        let _ = writeln!(
-            out,
-            "sampled: WARNING the probes took ~{:.0}% of a thread's counted time: if the target is CPU-bound it ran slower while counted and the estimate is low (use --mode all)",
-            (estimate.probe_time_share * 100.0).min(100.0)
-        );
-    }
-    if report.mode == "contention" {
-        out.push_str("contention mode: lock functions not probed; acquisitions unknown (-), contention exact\n");
-    }
-    if let Some(overhead) = &report.overhead {
-        let _ = writeln!(
-            out,
-            "overhead: {} probe hits on {} cheap + {} single-stepped points{} ≈ {} added to the target; attach {} ms; tracer CPU {:.2} s, peak RSS {:.1} MiB",
-            overhead.probe_hits,
-            overhead.emulated_points,
-            overhead.stepped_points,
-            if overhead.request_probe_hits > 0 {
-                format!(", {} request probe hits", overhead.request_probe_hits)
-            } else {
-                String::new()
-            },
-            crate::table::duration(overhead.estimated_added_ns),
-            overhead.attach_ms,
-            overhead.tracer_cpu_s,
-            overhead.tracer_peak_rss_kib as f64 / 1024.0
-        );
-    }
-    out
 }
 
 /// Unused op index guard: LockOp discriminants index `calls`.

@@ -6,7 +6,7 @@ use aya::{
     Ebpf,
     maps::{Array, HashMap as BpfHashMap, MapData, StackTraceMap},
 };
-use tracer_common::{CallerKey, FutexCounts, LockCounts, StackKey, drop_reason};
+use tracer_common::{CallerKey, FutexCounts, LockCounts, StackKey, drop_reason, names};
 
 /// Everything the BPF side counted, keyed as in the maps.
 #[derive(Debug, Default, Clone)]
@@ -23,20 +23,20 @@ pub struct Collected {
 
 pub fn collect(ebpf: &Ebpf) -> Result<Collected> {
     let mut collected = Collected {
-        locks: read_hash(ebpf, "LOCKS")?,
-        futexes: read_hash(ebpf, "FUTEXES")?,
-        callers: read_hash(ebpf, "CALLERS")?,
-        stacks: read_hash(ebpf, "STACK_COUNTS")?,
+        locks: read_hash(ebpf, names::MAP_LOCKS)?,
+        futexes: read_hash(ebpf, names::MAP_FUTEXES)?,
+        callers: read_hash(ebpf, names::MAP_CALLERS)?,
+        stacks: read_hash(ebpf, names::MAP_STACK_COUNTS)?,
         ..Collected::default()
     };
-    let drops: Array<&MapData, u64> = Array::try_from(map(ebpf, "DROPS")?)?;
+    let drops: Array<&MapData, u64> = Array::try_from(map(ebpf, names::MAP_DROPS)?)?;
     for (index, slot) in collected.drops.iter_mut().enumerate() {
         *slot = drops.get(&(index as u32), 0).unwrap_or(0);
     }
-    let requests: Array<&MapData, u64> = Array::try_from(map(ebpf, "REQUESTS")?)?;
+    let requests: Array<&MapData, u64> = Array::try_from(map(ebpf, names::MAP_REQUESTS)?)?;
     collected.requests = requests.get(&0, 0).unwrap_or(0);
     if !collected.stacks.is_empty() {
-        let traces = StackTraceMap::try_from(map(ebpf, "STACKS")?)?;
+        let traces = StackTraceMap::try_from(map(ebpf, names::MAP_STACKS)?)?;
         for key in collected.stacks.keys() {
             if let Ok(trace) = traces.get(&(key.stack_id as u32), 0) {
                 let frames = trace.frames().iter().map(|frame| frame.ip).collect();
@@ -45,6 +45,24 @@ pub fn collect(ebpf: &Ebpf) -> Result<Collected> {
         }
     }
     Ok(collected)
+}
+
+/// Calls of the request-boundary function so far (None without the map).
+pub fn request_probe_hits(ebpf: &Ebpf) -> Option<u64> {
+    let array: Array<&MapData, u64> = Array::try_from(ebpf.map(names::MAP_REQUESTS)?).ok()?;
+    array.get(&0, 0).ok()
+}
+
+/// Lock calls counted so far, over all locks.
+pub fn total_lock_calls(ebpf: &Ebpf) -> Result<u64> {
+    let locks: BpfHashMap<&MapData, u64, LockCounts> =
+        BpfHashMap::try_from(map(ebpf, names::MAP_LOCKS)?)?;
+    let mut total = 0u64;
+    for entry in locks.iter() {
+        let (_, counts) = entry.context("reading map LOCKS")?;
+        total += counts.calls.iter().sum::<u64>();
+    }
+    Ok(total)
 }
 
 fn map<'a>(ebpf: &'a Ebpf, name: &str) -> Result<&'a aya::maps::Map> {

@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 use anyhow::{Context, Result, anyhow, bail};
 use object::{Object, ObjectSymbol, SymbolKind};
 
-use crate::{lockfuncs::file_offset_of, target::Target};
+use super::{lockfuncs::file_offset_of, placement, target::Target};
 
 /// A resolved request-boundary function.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -89,7 +89,7 @@ pub fn resolve(target: &Target, spec: &str) -> Result<RequestProbe> {
     })?;
     let first_bytes = data.get(file_offset as usize..).unwrap_or_default();
     let emulated =
-        crate::placement::first_instruction_is_emulated(&first_bytes[..first_bytes.len().min(16)]);
+        placement::first_instruction_is_emulated(&first_bytes[..first_bytes.len().min(16)]);
     Ok(RequestProbe {
         module,
         symbol,

@@ -1,0 +1,171 @@
+//! Collected counts to the report model, in one pass: per lock address the
+//! calls of each lock function (nested calls inside lock functions dropped),
+//! futex words folded into the lock whose bytes hold them, totals, drops.
+use std::collections::BTreeMap;
+
+use tracer_common::{CallerKey, LockOp, drop_reason};
+
+use crate::{
+    model::{Lock, LockKind, Mode, Placement, Report, SCHEMA, StopReason, TargetInfo, Totals},
+    probe::lockfuncs::LockFunction,
+    trace::collect::Collected,
+};
+
+/// How the report was recorded, for its header.
+pub struct RecordInfo {
+    pub target: TargetInfo,
+    pub duration_s: f64,
+    pub mode: Mode,
+    pub placement: Option<Placement>,
+    pub stopped_by: StopReason,
+}
+
+pub fn build(info: RecordInfo, collected: &Collected, functions: &[LockFunction]) -> Report {
+    let nested = nested_calls(collected, functions);
+    let mut locks: BTreeMap<u64, Lock> = BTreeMap::new();
+    for (&address, counts) in &collected.locks {
+        let mut calls = BTreeMap::new();
+        for op in LockOp::ALL {
+            let n = counts.calls[op as usize]
+                .saturating_sub(*nested.get(&(address, op as u32)).unwrap_or(&0));
+            if n > 0 {
+                calls.insert(op.symbol().to_string(), n);
+            }
+        }
+        if calls.is_empty() {
+            continue;
+        }
+        let is_rwlock = counts.calls[LockOp::RwlockRdlock as usize]
+            + counts.calls[LockOp::RwlockWrlock as usize]
+            > 0;
+        locks.insert(
+            address,
+            Lock {
+                address,
+                kind: if is_rwlock {
+                    LockKind::Rwlock
+                } else {
+                    LockKind::Mutex
+                },
+                acquisitions: Some(calls.values().sum()),
+                calls,
+                contended: 0,
+                wakes: 0,
+                wait_ns: 0,
+                max_wait_ns: 0,
+                name: None,
+                region: String::new(),
+                module: None,
+                callers: Vec::new(),
+                per_request: None,
+                acquisitions_error: None,
+            },
+        );
+    }
+    for (&futex, counts) in &collected.futexes {
+        // The lock whose bytes contain this futex word, if any.
+        let owner = locks
+            .range(..=futex)
+            .next_back()
+            .filter(|(start, lock)| futex < **start + lock.kind.span())
+            .map(|(start, _)| *start);
+        let lock = locks.entry(owner.unwrap_or(futex)).or_insert_with(|| Lock {
+            address: futex,
+            kind: LockKind::Futex,
+            acquisitions: None,
+            calls: BTreeMap::new(),
+            contended: 0,
+            wakes: 0,
+            wait_ns: 0,
+            max_wait_ns: 0,
+            name: None,
+            region: String::new(),
+            module: None,
+            callers: Vec::new(),
+            per_request: None,
+            acquisitions_error: None,
+        });
+        lock.contended += counts.waits;
+        lock.wakes += counts.wakes;
+        lock.wait_ns += counts.wait_ns;
+        lock.max_wait_ns = lock.max_wait_ns.max(counts.max_wait_ns);
+    }
+    let mut locks: Vec<Lock> = locks.into_values().collect();
+    locks.sort_by(|a, b| {
+        (b.acquisitions.unwrap_or(0), b.contended, b.wait_ns).cmp(&(
+            a.acquisitions.unwrap_or(0),
+            a.contended,
+            a.wait_ns,
+        ))
+    });
+    let totals = Totals {
+        acquisitions: (info.mode != Mode::Contention)
+            .then(|| locks.iter().filter_map(|lock| lock.acquisitions).sum()),
+        contended: locks.iter().map(|lock| lock.contended).sum(),
+        wakes: locks.iter().map(|lock| lock.wakes).sum(),
+        wait_ns: locks.iter().map(|lock| lock.wait_ns).sum(),
+        per_request: None,
+    };
+    let dropped = drop_reason::NAMES
+        .iter()
+        .zip(collected.drops)
+        .filter(|(_, n)| *n > 0)
+        .map(|(name, n)| (name.to_string(), n))
+        .collect();
+    Report {
+        schema: SCHEMA.into(),
+        target: info.target,
+        duration_s: info.duration_s,
+        mode: info.mode,
+        placement: info.placement,
+        stopped_by: info.stopped_by,
+        locks,
+        stacks: Vec::new(),
+        naming: None,
+        dropped,
+        totals,
+        requests: None,
+        placement_fallbacks: Vec::new(),
+        estimate: None,
+        overhead: None,
+    }
+}
+
+/// Lock calls made from inside another lock function (musl's
+/// pthread_mutex_lock calls pthread_mutex_timedlock, which calls
+/// pthread_mutex_trylock): one acquisition, so only the outer call counts.
+fn nested_calls(collected: &Collected, functions: &[LockFunction]) -> BTreeMap<(u64, u32), u64> {
+    let mut nested = BTreeMap::new();
+    for (key, &count) in &collected.callers {
+        if is_nested_call(key, collected, functions) {
+            *nested.entry((key.lock, key.op)).or_insert(0) += count;
+        }
+    }
+    nested
+}
+
+/// True for a lock call made by another lock function: called from inside
+/// one, or tail-called by one. One call site calls one function, so a second
+/// op seen with the same return address was tail-called by the first (musl's
+/// pthread_mutex_lock jumps to pthread_mutex_timedlock when contended).
+pub fn is_nested_call(key: &CallerKey, collected: &Collected, functions: &[LockFunction]) -> bool {
+    let from_lock_function = functions
+        .iter()
+        .any(|f| (f.runtime_start..f.runtime_end).contains(&key.return_ip));
+    let tail_called = tail_callers(key.op).iter().any(|&outer| {
+        collected.callers.contains_key(&CallerKey {
+            op: outer as u32,
+            ..*key
+        })
+    });
+    from_lock_function || tail_called
+}
+
+/// Lock functions that may tail-call the function of `op` (musl).
+fn tail_callers(op: u32) -> &'static [LockOp] {
+    match LockOp::from_index(op) {
+        Some(LockOp::MutexTimedlock) => &[LockOp::MutexLock],
+        Some(LockOp::MutexTrylock) => &[LockOp::MutexLock, LockOp::MutexTimedlock],
+        _ => &[],
+    }
+}

@@ -1,0 +1,151 @@
+//! Sampled mode's arithmetic: from the counting windows to the scale factor
+//! and an error bound, and the scaling of the counts.
+use std::time::Duration;
+
+use crate::{
+    model::{Calibration, Estimate},
+    trace::{
+        attach::Placed,
+        collect::Collected,
+        sampled::{SampledRun, Window},
+    },
+};
+
+/// The estimate of a sampled run. `probe_time_share` says how much of the
+/// counted time the probe hits cost one thread: when large, a CPU-bound
+/// target ran slower while counted and the estimate is low.
+pub fn of_run(
+    run: &SampledRun,
+    rate: f64,
+    functions: &[Placed],
+    calibration: &Calibration,
+) -> Estimate {
+    let cost_per_hit = if functions
+        .iter()
+        .all(|(_, placed)| placed.points.iter().all(|p| p.emulated))
+    {
+        calibration.emulated_ns
+    } else {
+        calibration.stepped_ns
+    };
+    let mut estimate = estimate(&run.windows, run.total, rate);
+    let hits: u64 = run.windows.iter().map(|w| w.calls).sum();
+    estimate.probe_time_share =
+        hits as f64 * cost_per_hit as f64 / (estimate.counted_s * 1e9).max(1.0);
+    estimate
+}
+
+fn estimate(windows: &[Window], total: Duration, rate: f64) -> Estimate {
+    let counted: f64 = windows.iter().map(|w| w.counted.as_secs_f64()).sum();
+    let total_s = total.as_secs_f64();
+    let edges = match (windows.first(), windows.last()) {
+        (Some(first), Some(last)) => {
+            (first.start + total.saturating_sub(last.start + last.counted)).as_secs_f64()
+        }
+        _ => total_s,
+    };
+    let scale = if counted > 0.0 {
+        total_s / counted
+    } else {
+        0.0
+    };
+    Estimate {
+        estimated: vec![
+            "locks[].acquisitions".into(),
+            "locks[].calls".into(),
+            "totals.acquisitions".into(),
+            "requests (counted over the same windows)".into(),
+        ],
+        sample_rate: rate,
+        windows: windows.len() as u32,
+        counted_s: counted,
+        total_s,
+        scale,
+        unsampled_edges_s: edges,
+        probe_time_share: 0.0,
+        relative_error: (relative_error(windows, counted, total_s) + edges / total_s.max(1e-9))
+            .min(1.0),
+    }
+}
+
+/// 3 standard errors of the mean per-window rate, relative, with the finite
+/// population correction; 1.0 (no better than ±100 %) with fewer than 2 windows.
+fn relative_error(windows: &[Window], counted: f64, total: f64) -> f64 {
+    let rates: Vec<f64> = windows
+        .iter()
+        .filter(|w| !w.counted.is_zero())
+        .map(|w| w.calls as f64 / w.counted.as_secs_f64())
+        .collect();
+    let n = rates.len() as f64;
+    let calls: u64 = windows.iter().map(|w| w.calls).sum();
+    if rates.len() < 2 || calls == 0 {
+        return 1.0;
+    }
+    let mean = calls as f64 / counted;
+    let variance = rates.iter().map(|r| (r - mean).powi(2)).sum::<f64>() / (n - 1.0);
+    let coverage = (counted / total).clamp(0.0, 1.0);
+    let window_term = 3.0 * variance.sqrt() / mean / n.sqrt() * (1.0 - coverage).sqrt();
+    // Never claim better than the counting noise of the total.
+    let counting_term = 3.0 / (calls as f64).sqrt();
+    window_term.hypot(counting_term).min(1.0)
+}
+
+/// Per-lock absolute error bound for a scaled count `calls_counted`.
+pub fn lock_error(estimate: &Estimate, counted_calls: u64) -> u64 {
+    let relative = estimate
+        .relative_error
+        .hypot(3.0 / (counted_calls.max(1) as f64).sqrt())
+        .min(1.0);
+    (counted_calls as f64 * estimate.scale * relative).ceil() as u64
+}
+
+/// Scales the counted lock calls (and callers) of a sampled run to the whole recording.
+pub fn scale(collected: &mut Collected, estimate: &Estimate) {
+    let scaled = |n: u64| (n as f64 * estimate.scale).round() as u64;
+    for counts in collected.locks.values_mut() {
+        for calls in &mut counts.calls {
+            *calls = scaled(*calls);
+        }
+    }
+    for count in collected.callers.values_mut() {
+        *count = scaled(*count);
+    }
+    collected.requests = scaled(collected.requests);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn steady_windows_give_a_tight_bound() {
+        let windows: Vec<Window> = (0..10)
+            .map(|i| Window {
+                start: Duration::from_millis(i * 1000),
+                counted: Duration::from_millis(100),
+                calls: 100_000 + i * 100,
+            })
+            .collect();
+        let estimate = estimate(&windows, Duration::from_millis(9100), 0.1);
+        assert!((estimate.scale - 9.1).abs() < 1e-9);
+        assert!(
+            estimate.relative_error < 0.01,
+            "{}",
+            estimate.relative_error
+        );
+        assert_eq!(estimate.windows, 10);
+    }
+
+    #[test]
+    fn one_window_claims_nothing() {
+        let windows = [Window {
+            start: Duration::ZERO,
+            counted: Duration::from_millis(100),
+            calls: 5,
+        }];
+        assert_eq!(
+            estimate(&windows, Duration::from_secs(1), 0.1).relative_error,
+            1.0
+        );
+    }
+}

@@ -1,0 +1,24 @@
+//! Per-request figures: every lock's and the totals' figures divided by the
+//! request count, unless the count was refused or is zero.
+use crate::model::{PerRequest, Report, Requests};
+
+/// Adds the request block to the report and, unless refused or zero, the
+/// per-request figures of every lock and of the totals.
+pub fn apply(report: &mut Report, requests: Requests) {
+    let divisor =
+        (requests.refused.is_none() && requests.count > 0).then_some(requests.count as f64);
+    for lock in &mut report.locks {
+        lock.per_request = divisor.map(|n| PerRequest {
+            acquisitions: lock.acquisitions.map(|a| a as f64 / n),
+            contended: lock.contended as f64 / n,
+            wait_ns: lock.wait_ns as f64 / n,
+        });
+    }
+    let totals = &mut report.totals;
+    totals.per_request = divisor.map(|n| PerRequest {
+        acquisitions: totals.acquisitions.map(|a| a as f64 / n),
+        contended: totals.contended as f64 / n,
+        wait_ns: totals.wait_ns as f64 / n,
+    });
+    report.requests = Some(requests);
+}

@@ -1,0 +1,26 @@
+//! locktrace: per-lock acquisition and contention counts for a live process,
+//! with eBPF. The layers, lowest first; each uses only those before it:
+//!
+//! - [`model`]: the report's serde types (imports nothing from the crate);
+//! - [`loadgen`]: the HTTP load driver;
+//! - [`probe`]: the target process, its lock functions, where probes go (pure, no root);
+//! - [`trace`]: everything that needs root: preflight, attach, stop, the load and sampled runs, map reading;
+//! - [`analysis`]: collected counts to the model (per request, estimates, cost);
+//! - [`naming`]: symbols, regions and pointer chains into the model;
+//! - [`render`]: text, folded stacks and flame graphs, from the model only;
+//! - [`compare`]: two reports side by side, CI assertions;
+//! - [`record`]: one recording, end to end; [`cli`]: the command line.
+pub mod model;
+
+pub mod loadgen;
+pub mod probe;
+pub mod trace;
+
+pub mod analysis;
+pub mod naming;
+pub mod render;
+
+pub mod compare;
+pub mod record;
+
+pub mod cli;

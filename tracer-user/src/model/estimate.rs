@@ -1,0 +1,29 @@
+//! What a sampled recording's report says about its estimates.
+use serde::{Deserialize, Serialize};
+
+/// What the JSON report says about a sampled run (`estimate`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Estimate {
+    /// Which numbers are estimates: lock acquisitions and calls.
+    pub estimated: Vec<String>,
+    pub sample_rate: f64,
+    pub windows: u32,
+    /// Time the lock probes counted, and the whole recording.
+    pub counted_s: f64,
+    pub total_s: f64,
+    /// Counts were multiplied by this (total_s / counted_s).
+    pub scale: f64,
+    /// Time before the first and after the last window: no rate was seen
+    /// there, the estimate assumes the mean one.
+    pub unsampled_edges_s: f64,
+    /// Relative error bound of the total: 3 standard errors of the per-window
+    /// rates and of the counts, plus the edges' share of the time (their rate
+    /// could be anywhere from 0 to twice the mean). Each lock's
+    /// `acquisitions_error` adds its own counting noise.
+    pub relative_error: f64,
+    /// Share of the counted windows' time the probe hits cost (hits × cost
+    /// per hit / window time, for one thread). When large, the target ran
+    /// slower while counted (a CPU-bound loop, not a paced server), so the
+    /// estimate is low by up to that share, beyond `relative_error`.
+    pub probe_time_share: f64,
+}

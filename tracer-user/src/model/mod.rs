@@ -1,0 +1,19 @@
+//! The report model: plain serde types that every output reads and that
+//! `analysis` and `naming` fill. Imports nothing from the rest of the crate,
+//! so any layer may use it.
+//!
+//! Schema `locktrace.report/1`: later versions add fields, never rename them.
+pub mod address;
+mod estimate;
+mod kinds;
+mod overhead;
+mod report;
+mod requests;
+
+pub use estimate::Estimate;
+pub use kinds::{LockKind, Mode, Placement, RequestSource, StopReason};
+pub use overhead::{Calibration, Overhead};
+pub use report::{
+    Caller, Frame, Lock, LockStack, Naming, PlacementFallback, Report, SCHEMA, TargetInfo, Totals,
+};
+pub use requests::{PerRequest, Requests};

@@ -1,0 +1,36 @@
+//! What tracing cost, as the report records it.
+use serde::{Deserialize, Serialize};
+
+/// Cost per probe hit, and where the figures come from.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Calibration {
+    /// `uname -r` of the kernel measured.
+    pub kernel: String,
+    pub emulated_ns: u64,
+    pub stepped_ns: u64,
+}
+
+/// What tracing cost the target and the tracer (`overhead` in JSON).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Overhead {
+    /// Lock probe hits counted (in sampled mode: inside the counting windows).
+    pub probe_hits: u64,
+    /// Hits of the request-boundary probe (`--request-probe`), also in `estimated_added_ns`.
+    #[serde(default)]
+    pub request_probe_hits: u64,
+    /// Probe points on emulated (cheap) and single-stepped instructions.
+    pub emulated_points: u32,
+    pub stepped_points: u32,
+    /// Estimated time the probes added to the target (hits × cost per hit).
+    pub estimated_added_ns: u64,
+    pub cost_ns_per_emulated_hit: u64,
+    pub cost_ns_per_stepped_hit: u64,
+    /// Where the costs per hit come from.
+    #[serde(default)]
+    pub cost_source: String,
+    /// Time until the probes were live.
+    pub attach_ms: u64,
+    /// locktrace's own CPU time (user + system) and peak resident memory.
+    pub tracer_cpu_s: f64,
+    pub tracer_peak_rss_kib: u64,
+}

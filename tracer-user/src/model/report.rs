@@ -1,0 +1,187 @@
+//! The report: a plain serde structure that the table, JSON, folded stacks,
+//! pprof and compare all read. Built by `analysis`, named by `naming`.
+//!
+//! Schema `locktrace.report/1`: later versions add fields, never rename them.
+use std::collections::BTreeMap;
+
+use anyhow::{Context, Result, bail};
+use serde::{Deserialize, Serialize};
+
+use super::{
+    Estimate, LockKind, Mode, Overhead, PerRequest, Placement, Requests, StopReason, address,
+};
+
+pub const SCHEMA: &str = "locktrace.report/1";
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Report {
+    pub schema: String,
+    pub target: TargetInfo,
+    pub duration_s: f64,
+    pub mode: Mode,
+    /// Null in contention mode (no lock probes).
+    #[serde(default)]
+    pub placement: Option<Placement>,
+    /// Why recording stopped.
+    #[serde(default)]
+    pub stopped_by: StopReason,
+    /// Sorted by acquisitions, then contended waits.
+    pub locks: Vec<Lock>,
+    /// Top user stacks per lock (`--stacks N`), innermost frame first.
+    #[serde(default)]
+    pub stacks: Vec<LockStack>,
+    /// How the locks were named (see symbolize).
+    #[serde(default)]
+    pub naming: Option<Naming>,
+    /// Events that could not be counted, by reason (zero counts omitted).
+    pub dropped: BTreeMap<String, u64>,
+    pub totals: Totals,
+    /// Request count and source, when requests were counted (`--load`, `--request-probe`, `--requests`).
+    #[serde(default)]
+    pub requests: Option<Requests>,
+    /// Lock functions where `--placement auto` fell back to the entry, and why.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub placement_fallbacks: Vec<PlacementFallback>,
+    /// Sampled mode: how the lock counts were estimated (they are scaled).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub estimate: Option<Estimate>,
+    /// What tracing cost the target and the tracer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overhead: Option<Overhead>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct PlacementFallback {
+    pub function: String,
+    pub module: String,
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct TargetInfo {
+    pub pid: u32,
+    pub exe: String,
+    pub cmdline: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Lock {
+    /// Address in the target (`"0x…"` in JSON).
+    #[serde(with = "address")]
+    pub address: u64,
+    pub kind: LockKind,
+    /// Lock calls; null where lock functions were not probed.
+    pub acquisitions: Option<u64>,
+    /// Lock calls per function (`pthread_mutex_lock`: n, …).
+    #[serde(default)]
+    pub calls: BTreeMap<String, u64>,
+    /// Futex waits on the lock (each one a contended acquisition).
+    pub contended: u64,
+    pub wakes: u64,
+    pub wait_ns: u64,
+    pub max_wait_ns: u64,
+    /// Figures per request; null without a request count.
+    #[serde(default)]
+    pub per_request: Option<PerRequest>,
+    /// Symbol (`g_lock`, `g_struct+0x40`) or pointer chain from a global
+    /// (`g_stats->+0x20->`); null when neither was found.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Memory holding the lock: a module section (`.data`, `.bss`), `[heap]`,
+    /// `[stack]`, `thread stack`, `anonymous`, …
+    #[serde(default)]
+    pub region: String,
+    /// Module (path as the target sees it) whose data holds the lock.
+    #[serde(default)]
+    pub module: Option<String>,
+    /// Functions that called the lock functions on it, most frequent first
+    /// (for a futex-only lock, with `--stacks`: who waited on it, per wait).
+    #[serde(default)]
+    pub callers: Vec<Caller>,
+    /// Sampled mode: `acquisitions` is an estimate within ± this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub acquisitions_error: Option<u64>,
+}
+
+/// A code location: function (demangled) and module, and the offset of the
+/// address in the function (in the module when the function is unknown; the
+/// absolute address when the module is unknown too).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Frame {
+    pub function: Option<String>,
+    pub module: Option<String>,
+    pub offset: u64,
+}
+
+/// One caller of a lock: the call site's function and the return address's offset in it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Caller {
+    pub function: Option<String>,
+    pub module: Option<String>,
+    pub offset: u64,
+    pub count: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct LockStack {
+    /// Address of the lock, as in `locks[].address`.
+    #[serde(with = "address")]
+    pub lock: u64,
+    pub count: u64,
+    /// Innermost first.
+    pub frames: Vec<Frame>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Naming {
+    pub elapsed_ms: f64,
+    /// ELF modules whose symbols were read.
+    pub modules: usize,
+    /// `module <- debug file` for modules with separate debug symbols.
+    pub debug_files: Vec<String>,
+    /// What the heap pointer-chain search found, or why it did not run.
+    pub pointer_chains: String,
+    /// Modules with only exported symbols (stripped, no debug file found)
+    /// that left locks or callers of this report unnamed.
+    #[serde(default)]
+    pub stripped: Vec<String>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Totals {
+    pub acquisitions: Option<u64>,
+    pub contended: u64,
+    pub wakes: u64,
+    pub wait_ns: u64,
+    /// All locks' figures per request; null without a request count.
+    #[serde(default)]
+    pub per_request: Option<PerRequest>,
+}
+
+impl Report {
+    pub fn load(path: &std::path::Path) -> Result<Report> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read report {}", path.display()))?;
+        let value: serde_json::Value = serde_json::from_str(&text)
+            .with_context(|| format!("{} is not a locktrace report (not JSON)", path.display()))?;
+        match value.get("schema").and_then(|schema| schema.as_str()) {
+            Some(SCHEMA) => {}
+            Some(other) => bail!(
+                "{} is a report of schema {other}; this locktrace reads {SCHEMA}",
+                path.display()
+            ),
+            None => bail!(
+                "{} is not a locktrace report (no \"schema\": \"{SCHEMA}\")",
+                path.display()
+            ),
+        }
+        serde_json::from_value(value)
+            .with_context(|| format!("{} is a damaged locktrace report", path.display()))
+    }
+
+    pub fn save(&self, path: &std::path::Path) -> Result<()> {
+        let text = serde_json::to_string_pretty(self)?;
+        std::fs::write(path, text + "\n")
+            .with_context(|| format!("cannot write {}", path.display()))
+    }
+}

@@ -1,0 +1,50 @@
+//! The request count of a recording (from the load driver, the
+//! request-boundary probe, or the user) and figures divided by it.
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::RequestSource;
+
+/// The `requests` block of a report.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Requests {
+    /// Where `count` comes from; with `probe`, the function is in `probe`.
+    pub source: RequestSource,
+    pub count: u64,
+    /// Load driver responses by status code (empty without `--load`).
+    #[serde(default)]
+    pub statuses: BTreeMap<String, u64>,
+    /// Unexpected responses of the load driver (status, body, connection errors).
+    #[serde(default)]
+    pub errors: u64,
+    /// The unexpected responses by kind: `status 500`, `wrong body`, `connection error`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub unexpected: BTreeMap<String, u64>,
+    /// Load driver requests resent because the server had closed the idle
+    /// keep-alive connection before reading them (not errors).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub retries: u64,
+    /// The request-boundary function (`MODULE:SYMBOL`) when one was probed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probe: Option<String>,
+    /// Calls of the request-boundary function over the window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probe_hits: Option<u64>,
+    /// Why per-request figures are absent although requests were counted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refused: Option<String>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// Figures per request, for one lock or for all of them.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct PerRequest {
+    /// Null where acquisitions were not counted.
+    pub acquisitions: Option<f64>,
+    pub contended: f64,
+    pub wait_ns: f64,
+}

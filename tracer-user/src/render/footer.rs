@@ -1,0 +1,81 @@
+//! Footer lines under the table: how naming went, placement, estimates and
+//! what tracing cost.
+use std::fmt::Write;
+
+use super::format::duration;
+use crate::model::{Mode, Report};
+
+/// One or two lines under the table: how naming went, and what to do for
+/// modules without symbols.
+pub fn naming(report: &Report) -> String {
+    let Some(naming) = &report.naming else {
+        return String::new();
+    };
+    let mut out = format!(
+        "names: {} modules in {:.0} ms; pointer chains: {}\n",
+        naming.modules, naming.elapsed_ms, naming.pointer_chains
+    );
+    if !naming.stripped.is_empty() {
+        out.push_str(&format!(
+            "stripped (exported symbols only): {}; install their debug symbols (/usr/lib/debug) or trace unstripped builds to name internal locks and callers\n",
+            naming.stripped.join(", ")
+        ));
+    }
+    out
+}
+
+/// Footer lines about placement, estimates and cost (empty when there is nothing to say).
+pub fn cost(report: &Report) -> String {
+    let mut out = String::new();
+    for fallback in &report.placement_fallbacks {
+        let _ = writeln!(
+            out,
+            "placement: auto fell back to the entry of {} in {}: {}",
+            fallback.function, fallback.module, fallback.reason
+        );
+    }
+    if let Some(estimate) = &report.estimate {
+        let _ = writeln!(
+            out,
+            "sampled: acquisitions are ESTIMATES (~), counted {:.2} s of {:.2} s in {} windows, scaled ×{:.2}, total within ±{:.1}%",
+            estimate.counted_s,
+            estimate.total_s,
+            estimate.windows,
+            estimate.scale,
+            estimate.relative_error * 100.0
+        );
+    }
+    if let Some(estimate) = report
+        .estimate
+        .as_ref()
+        .filter(|e| e.probe_time_share > 0.25)
+    {
+        let _ = writeln!(
+            out,
+            "sampled: WARNING the probes took ~{:.0}% of a thread's counted time: if the target is CPU-bound it ran slower while counted and the estimate is low (use --mode all)",
+            (estimate.probe_time_share * 100.0).min(100.0)
+        );
+    }
+    if report.mode == Mode::Contention {
+        out.push_str("contention mode: lock functions not probed; acquisitions unknown (-), contention exact\n");
+    }
+    if let Some(overhead) = &report.overhead {
+        let _ = writeln!(
+            out,
+            "overhead: {} probe hits on {} cheap + {} single-stepped points{} ≈ {} added to the target; attach {} ms; tracer CPU {:.2} s, peak RSS {:.1} MiB",
+            overhead.probe_hits,
+            overhead.emulated_points,
+            overhead.stepped_points,
+            if overhead.request_probe_hits > 0 {
+                format!(", {} request probe hits", overhead.request_probe_hits)
+            } else {
+                String::new()
+            },
+            duration(overhead.estimated_added_ns),
+            overhead.attach_ms,
+            overhead.tracer_cpu_s,
+            overhead.tracer_peak_rss_kib as f64 / 1024.0
+        );
+    }
+    out
+}

@@ -1,0 +1,62 @@
+//! Number and text formatting shared by every text output.
+
+/// Widest a rendered table may be, so it reads in a terminal and in CI logs.
+pub const MAX_TABLE_WIDTH: usize = 160;
+
+/// A duration in the unit that reads best: `850 ns`, `12.5 µs`, `3.2 ms`, `1.25 s`.
+pub fn duration(ns: u64) -> String {
+    match ns {
+        0 => "0".into(),
+        n if n < 1_000 => format!("{n} ns"),
+        n if n < 1_000_000 => format!("{:.1} µs", n as f64 / 1e3),
+        n if n < 1_000_000_000 => format!("{:.1} ms", n as f64 / 1e6),
+        n => format!("{:.2} s", n as f64 / 1e9),
+    }
+}
+
+/// A per-request figure: `8.0` when whole (exact), else two decimals (four below 0.1).
+pub fn ratio(value: f64) -> String {
+    if value.fract() == 0.0 {
+        format!("{value:.1}")
+    } else if value.abs() < 0.1 {
+        format!("{value:.4}")
+    } else {
+        format!("{value:.2}")
+    }
+}
+
+/// `text` cut to at most `max` characters, ending in `…` when cut.
+pub fn truncate(text: &str, max: usize) -> String {
+    if text.chars().count() <= max {
+        return text.to_string();
+    }
+    let kept: String = text.chars().take(max.saturating_sub(1)).collect();
+    format!("{kept}…")
+}
+
+/// Widest line of a rendered block, in characters.
+pub fn width(text: &str) -> usize {
+    text.lines()
+        .map(|line| line.chars().count())
+        .max()
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn truncates_with_an_ellipsis() {
+        assert_eq!(truncate("global_stats_add", 40), "global_stats_add");
+        assert_eq!(truncate("abcdef", 4), "abc…");
+        assert_eq!(truncate("abcdef", 4).chars().count(), 4);
+    }
+
+    #[test]
+    fn ratios_show_exact_counts_whole() {
+        assert_eq!(ratio(408.0), "408.0");
+        assert_eq!(ratio(2.345), "2.35");
+        assert_eq!(ratio(0.01234), "0.0123");
+    }
+}

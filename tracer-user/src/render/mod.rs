@@ -1,0 +1,8 @@
+//! Text outputs, each reading only the model: the table with its footers
+//! ([`table`]), folded stacks and flame graphs ([`stacks`]), and the shared
+//! number formatting ([`format`]).
+pub mod footer;
+pub mod format;
+pub mod requests;
+pub mod stacks;
+pub mod table;

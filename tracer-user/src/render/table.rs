@@ -1,0 +1,168 @@
+//! The human-readable report: a prettytable of the locks plus a footer that
+//! says how the run ended and what could not be counted.
+use std::fmt::Write;
+
+use prettytable::{Cell, Row, Table, format, row};
+
+use super::{
+    footer,
+    format::{MAX_TABLE_WIDTH, duration, truncate, width},
+    requests, stacks,
+};
+use crate::model::{Lock, Report, StopReason};
+
+/// Widest and narrowest the name and callers columns get while fitting the
+/// table into [`MAX_TABLE_WIDTH`]; full names stay in the JSON.
+const NAME_WIDTH: (usize, usize) = (48, 20);
+const CALLERS_WIDTH: (usize, usize) = (60, 16);
+
+/// Renders the report as text (table and footer).
+pub fn render(report: &Report, limit: Option<usize>) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "locktrace: pid {} ({}), {:.2} s, mode {}{}",
+        report.target.pid,
+        report.target.exe,
+        report.duration_s,
+        report.mode,
+        report
+            .placement
+            .map(|p| format!(", placement {p}"))
+            .unwrap_or_default()
+    );
+    if let Some(requests) = &report.requests {
+        out.push_str(&requests::describe(requests));
+    }
+    let shown = limit.unwrap_or(usize::MAX);
+    out.push_str(&fitted_table(report, shown));
+    if report.locks.len() > shown {
+        let _ = writeln!(out, "({} more locks not shown)", report.locks.len() - shown);
+    }
+    out.push_str(&stacks::render_text(report, shown));
+    out.push_str(&footer::naming(report));
+    let totals = &report.totals;
+    let _ = writeln!(
+        out,
+        "{} locks; total: {} acquisitions, {} contended waits, {} wakes, {} waiting",
+        report.locks.len(),
+        totals
+            .acquisitions
+            .map_or("-".to_string(), |n| if report.estimate.is_some() {
+                format!("~{n}")
+            } else {
+                n.to_string()
+            }),
+        totals.contended,
+        totals.wakes,
+        duration(totals.wait_ns)
+    );
+    if let Some(per) = &totals.per_request {
+        let cells = requests::cells(Some(per));
+        let _ = writeln!(
+            out,
+            "per request: {} acquisitions, {} contended waits, {} waiting",
+            cells[0], cells[1], cells[2]
+        );
+    }
+    match report.stopped_by {
+        StopReason::TargetExited => {
+            out.push_str("stopped: the target exited; counts cover its whole traced life\n")
+        }
+        StopReason::Interrupted => out.push_str("stopped: interrupted (a stop signal)\n"),
+        StopReason::Duration | StopReason::LoadDone => {}
+    }
+    if report.dropped.is_empty() {
+        out.push_str("lost: nothing\n");
+    } else {
+        let lost: Vec<String> = report
+            .dropped
+            .iter()
+            .map(|(what, n)| format!("{what}={n}"))
+            .collect();
+        let _ = writeln!(
+            out,
+            "lost: {} (those events are missing from the counts)",
+            lost.join(", ")
+        );
+    }
+    out.push_str(&footer::cost(report));
+    out
+}
+
+/// The lock table, its name and callers columns cut to fit [`MAX_TABLE_WIDTH`].
+fn fitted_table(report: &Report, shown: usize) -> String {
+    let (mut name_width, mut callers_width) = (NAME_WIDTH.0, CALLERS_WIDTH.0);
+    loop {
+        let table = lock_table(report, shown, name_width, callers_width);
+        let over = width(&table).saturating_sub(MAX_TABLE_WIDTH);
+        if over == 0 || (name_width, callers_width) == (NAME_WIDTH.1, CALLERS_WIDTH.1) {
+            return table;
+        }
+        // Callers give way first: the name is what the row is about.
+        let from_callers = over.min(callers_width - CALLERS_WIDTH.1);
+        callers_width -= from_callers;
+        name_width = name_width
+            .saturating_sub(over - from_callers)
+            .max(NAME_WIDTH.1);
+    }
+}
+
+fn lock_table(report: &Report, shown: usize, name_width: usize, callers_width: usize) -> String {
+    let per_request = report.totals.per_request.is_some();
+    let mut table = Table::new();
+    table.set_format(*format::consts::FORMAT_NO_BORDER_LINE_SEPARATOR);
+    let mut titles = row!["address", "name", "kind", r->"acquisitions", r->"contended", r->"wakes", r->"wait total", r->"wait max"];
+    if per_request {
+        for title in ["acq/req", "contended/req", "wait/req"] {
+            titles.add_cell(Cell::new(title).style_spec("r"));
+        }
+    }
+    titles.add_cell(Cell::new("callers"));
+    table.set_titles(titles);
+    for lock in report.locks.iter().take(shown) {
+        let mut row: Row = row![
+            format!("{:#x}", lock.address),
+            truncate(lock.name.as_deref().unwrap_or(&lock.region), name_width),
+            lock.kind,
+            r->lock.acquisitions.map_or("-".to_string(), |n| match lock.acquisitions_error {
+                Some(error) => format!("~{n} ±{error}"),
+                None => n.to_string(),
+            }),
+            r->lock.contended,
+            r->lock.wakes,
+            r->duration(lock.wait_ns),
+            r->duration(lock.max_wait_ns),
+        ];
+        if per_request {
+            for cell in requests::cells(lock.per_request.as_ref()) {
+                row.add_cell(Cell::new(&cell).style_spec("r"));
+            }
+        }
+        row.add_cell(Cell::new(&truncate(&top_callers(lock), callers_width)));
+        table.add_row(row);
+    }
+    table.to_string()
+}
+
+/// The two most frequent calling functions, for the table.
+fn top_callers(lock: &Lock) -> String {
+    let mut names: Vec<String> = lock
+        .callers
+        .iter()
+        .take(2)
+        .map(|caller| {
+            caller.function.clone().unwrap_or_else(|| {
+                format!(
+                    "{}+{:#x}",
+                    caller.module.as_deref().unwrap_or("?"),
+                    caller.offset
+                )
+            })
+        })
+        .collect();
+    if lock.callers.len() > 2 {
+        names.push("…".into());
+    }
+    names.join(", ")
+}

@@ -1,0 +1,197 @@
+//! BPF loading and attaching: loads the embedded object with the target's
+//! tgid and the wanted flags, attaches the lock probes at their probe points,
+//! the request probe and the futex tracepoints. The one place that attaches
+//! uprobes: the plain run attaches once, the sampled run once per window.
+//! Dropping the [`Loaded`] detaches everything.
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, anyhow};
+use aya::{
+    Ebpf, EbpfLoader,
+    programs::{
+        TracePoint, UProbe,
+        uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeLinkId, UProbeScope},
+    },
+};
+use tracer_common::{cookie, flags, names};
+
+use crate::probe::{lockfuncs::LockFunction, placement::PlacedFunction, target::Target};
+
+static BPF_OBJECT: &[u8] = aya::include_bytes_aligned!(env!("LOCKTRACE_BPF_OBJECT"));
+
+/// A lock function with its probe points.
+pub type Placed = (LockFunction, PlacedFunction);
+
+/// A function run once per request: module as the target sees it, and the
+/// file offset of its probe point.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestProbePoint {
+    pub module: String,
+    pub file_offset: u64,
+}
+
+/// What to load and attach.
+pub struct LoadPlan<'a> {
+    pub target: &'a Target,
+    pub functions: &'a [Placed],
+    /// Bits of `tracer_common::flags`.
+    pub flags: u32,
+    /// Attach the lock probes now (off in contention mode, and in sampled
+    /// mode, where the sampler attaches them per window).
+    pub lock_probes: bool,
+    /// Attach the request probe now (see `lock_probes`).
+    pub request_probe: Option<RequestProbePoint>,
+}
+
+pub struct Loaded {
+    pub ebpf: Ebpf,
+    pub probe_count: usize,
+    pub attach_time: Duration,
+}
+
+/// Loads the object, loads the uprobe programs, attaches what the plan says now.
+pub fn load(plan: &LoadPlan) -> Result<Loaded> {
+    let started = Instant::now();
+    let tgid = plan.target.pid;
+    let mut ebpf = EbpfLoader::new()
+        .override_global(names::GLOBAL_TARGET_TGID, &tgid, true)
+        .override_global(names::GLOBAL_FLAGS, &plan.flags, true)
+        .load(BPF_OBJECT)
+        .map_err(|error| anyhow!("the kernel refused locktrace's BPF programs ({error}); it needs BPF with BTF, uprobes and syscall tracepoints (Linux 5.15 or newer)"))?;
+    for name in [names::PROGRAM_LOCK_CALL, names::PROGRAM_REQUEST_BOUNDARY] {
+        uprobe(&mut ebpf, name)?
+            .load()
+            .with_context(|| format!("loading the BPF program {name}"))?;
+    }
+    let mut probe_count = 0;
+    if plan.lock_probes {
+        probe_count += attach_lock_probes(&mut ebpf, plan.target, plan.functions)?.len();
+    }
+    if let Some(point) = &plan.request_probe {
+        attach_request_probe(&mut ebpf, plan.target, point)?;
+        probe_count += 1;
+    }
+    if plan.flags & flags::FUTEX != 0 {
+        for (name, event) in [
+            (names::PROGRAM_FUTEX_ENTER, "sys_enter_futex"),
+            (names::PROGRAM_FUTEX_EXIT, "sys_exit_futex"),
+        ] {
+            let program: &mut TracePoint = program(&mut ebpf, name)?.try_into()?;
+            program.load().with_context(|| format!("loading {name}"))?;
+            program.attach("syscalls", event).with_context(|| {
+                format!("attaching to the syscalls:{event} tracepoint (is tracefs mounted?)")
+            })?;
+        }
+    }
+    Ok(Loaded {
+        ebpf,
+        probe_count,
+        attach_time: started.elapsed(),
+    })
+}
+
+/// Why an attach failed: the target is gone (a normal end), or a real error.
+#[derive(Debug)]
+pub enum AttachError {
+    TargetExited,
+    Failed(anyhow::Error),
+}
+
+impl From<AttachError> for anyhow::Error {
+    fn from(error: AttachError) -> anyhow::Error {
+        match error {
+            AttachError::TargetExited => anyhow!("the target exited while locktrace was attaching"),
+            AttachError::Failed(error) => error,
+        }
+    }
+}
+
+/// Attaches `lock_call` at every probe point of every function, each with
+/// the cookie that says which function it is and where the return address is.
+pub fn attach_lock_probes(
+    ebpf: &mut Ebpf,
+    target: &Target,
+    functions: &[Placed],
+) -> Result<Vec<UProbeLinkId>, AttachError> {
+    let scope = scope(target).map_err(AttachError::Failed)?;
+    let program = uprobe(ebpf, names::PROGRAM_LOCK_CALL).map_err(AttachError::Failed)?;
+    let mut links = Vec::new();
+    for (function, placed) in functions {
+        let module = target.host_path(&function.module);
+        for point in &placed.points {
+            let attach_point = UProbeAttachPoint {
+                location: UProbeAttachLocation::AbsoluteOffset(point.file_offset),
+                cookie: Some(cookie::encode(function.op, point.return_address_sp_offset)),
+            };
+            let link = program
+                .attach(attach_point, &module, scope)
+                .map_err(|error| {
+                    attach_error(
+                        target,
+                        &format!(
+                            "{} at {:#x} in {}",
+                            function.op.symbol(),
+                            point.file_offset,
+                            function.module
+                        ),
+                        error,
+                    )
+                })?;
+            links.push(link);
+        }
+    }
+    Ok(links)
+}
+
+/// Attaches `request_boundary` at the request-probe point.
+pub fn attach_request_probe(
+    ebpf: &mut Ebpf,
+    target: &Target,
+    point: &RequestProbePoint,
+) -> Result<UProbeLinkId, AttachError> {
+    let scope = scope(target).map_err(AttachError::Failed)?;
+    let program = uprobe(ebpf, names::PROGRAM_REQUEST_BOUNDARY).map_err(AttachError::Failed)?;
+    program
+        .attach(
+            UProbeAttachLocation::AbsoluteOffset(point.file_offset),
+            target.host_path(&point.module),
+            scope,
+        )
+        .map_err(|error| attach_error(target, &format!("request probe in {}", point.module), error))
+}
+
+/// The links of `program`, taken out so they can be dropped (detached) elsewhere.
+pub fn take_links(
+    ebpf: &mut Ebpf,
+    program: &str,
+    links: Vec<UProbeLinkId>,
+) -> Result<Vec<aya::programs::uprobe::UProbeLink>> {
+    let program = uprobe(ebpf, program)?;
+    Ok(links
+        .into_iter()
+        .filter_map(|id| program.take_link(id).ok())
+        .collect())
+}
+
+fn scope(target: &Target) -> Result<UProbeScope> {
+    Ok(UProbeScope::OneProcess(
+        std::num::NonZeroU32::new(target.pid).ok_or_else(|| anyhow!("pid 0 is not a process"))?,
+    ))
+}
+
+fn uprobe<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut UProbe> {
+    Ok(program(ebpf, name)?.try_into()?)
+}
+
+fn program<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut aya::programs::Program> {
+    ebpf.program_mut(name)
+        .ok_or_else(|| anyhow!("BPF object lacks program {name} (build is broken)"))
+}
+
+fn attach_error(target: &Target, what: &str, error: aya::programs::ProgramError) -> AttachError {
+    if !target.is_alive() {
+        AttachError::TargetExited
+    } else {
+        AttachError::Failed(anyhow!("attaching the uprobe for {what} failed: {error}"))
+    }
+}

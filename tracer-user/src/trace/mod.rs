@@ -1,0 +1,9 @@
+//! Everything that needs root: preflight checks, loading and attaching the
+//! BPF programs, waiting for the end (stop signals, target exit), the load
+//! and sampled runs, and reading the maps.
+pub mod attach;
+pub mod collect;
+pub mod preflight;
+pub mod sampled;
+pub mod stop;
+pub mod window;
