@@ -122,6 +122,17 @@ pub struct Caller {
     pub count: u64,
 }
 
+impl Caller {
+    /// The call site as a frame.
+    pub fn frame(&self) -> Frame {
+        Frame {
+            function: self.function.clone(),
+            module: self.module.clone(),
+            offset: self.offset,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct LockStack {
     /// Address of the lock, as in `locks[].address`.
@@ -159,7 +170,7 @@ pub struct Totals {
 
 /// Bytes a lock of each kind spans: futex words inside it belong to it.
 /// glibc x86-64: pthread_mutex_t is 40 bytes, pthread_rwlock_t 56.
-fn lock_span(kind: &str) -> u64 {
+pub fn lock_span(kind: &str) -> u64 {
     match kind {
         "rwlock" => 56,
         _ => 40,

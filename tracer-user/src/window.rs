@@ -99,7 +99,7 @@ impl Window {
         signals: &mut record::StopSignals,
         on_tick: &mut dyn FnMut(),
     ) -> Result<&'static str> {
-        let progress = Progress::start(self.driver.is_some(), self.probe.is_some());
+        let mut progress = Progress::start(self.driver.is_some(), self.probe.is_some());
         let tick_every = Duration::from_millis(100);
         let mut tick = tokio::time::interval(tick_every);
         let outcome = match &self.driver {
@@ -113,7 +113,7 @@ impl Window {
                         tally = &mut load => break tally?,
                         _ = signals.interrupt.recv() => { driver.stop(); stopped_by = "interrupted"; }
                         _ = tick.tick() => {
-                            progress.update(Some(driver.done()), probe_hits(ebpf));
+                            progress.update(ebpf, Some(driver.done()));
                             on_tick();
                         }
                     }
@@ -127,7 +127,7 @@ impl Window {
                 loop {
                     tokio::select! {
                         stopped_by = &mut wait => break stopped_by,
-                        _ = tick.tick() => progress.update(None, probe_hits(ebpf)),
+                        _ = tick.tick() => progress.update(ebpf, None),
                     }
                 }
             }
@@ -222,16 +222,33 @@ fn probe_hits(ebpf: &Ebpf) -> Option<u64> {
     array.get(&0, 0).ok()
 }
 
-/// A one-line spinner on stderr, only when stderr is a terminal.
+/// Lock probe hits so far: the calls counted in the LOCKS map.
+fn lock_probe_hits(ebpf: &Ebpf) -> Option<u64> {
+    let map = ebpf.map("LOCKS")?;
+    let table: aya::maps::HashMap<&MapData, u64, tracer_common::LockCounts> =
+        aya::maps::HashMap::try_from(map).ok()?;
+    Some(
+        table
+            .iter()
+            .filter_map(|entry| entry.ok())
+            .map(|(_, counts)| counts.calls.iter().sum::<u64>())
+            .sum(),
+    )
+}
+
+/// A live line on stderr (elapsed, probe hits, requests), only when stdout
+/// and stderr are both terminals (quiet in scripts and pipes).
 struct Progress {
     bar: ProgressBar,
     load: bool,
     probe: bool,
+    ticks: u64,
+    lock_hits: Option<u64>,
 }
 
 impl Progress {
     fn start(load: bool, probe: bool) -> Progress {
-        let target = if std::io::stderr().is_terminal() {
+        let target = if std::io::stderr().is_terminal() && std::io::stdout().is_terminal() {
             ProgressDrawTarget::stderr()
         } else {
             ProgressDrawTarget::hidden()
@@ -240,20 +257,38 @@ impl Progress {
         if let Ok(style) = ProgressStyle::with_template("{spinner} {elapsed} {msg}") {
             bar.set_style(style);
         }
-        Progress { bar, load, probe }
+        Progress {
+            bar,
+            load,
+            probe,
+            ticks: 0,
+            lock_hits: None,
+        }
     }
 
-    fn update(&self, requests: Option<u64>, probe_hits: Option<u64>) {
+    fn update(&mut self, ebpf: &Ebpf, responses: Option<u64>) {
+        if self.bar.is_hidden() {
+            return;
+        }
+        // Summing the lock map costs a lookup per lock: once a second is enough.
+        if self.ticks.is_multiple_of(10) {
+            self.lock_hits = lock_probe_hits(ebpf);
+        }
+        self.ticks += 1;
         let mut parts = Vec::new();
+        if let Some(hits) = self.lock_hits {
+            parts.push(format!("probe hits {hits}"));
+        }
         if self.load {
-            parts.push(format!("requests {}", requests.unwrap_or(0)));
+            parts.push(format!("requests {} (load)", responses.unwrap_or(0)));
         }
         if self.probe {
-            parts.push(format!("probe hits {}", probe_hits.unwrap_or(0)));
+            parts.push(format!(
+                "requests {} (probe)",
+                probe_hits(ebpf).unwrap_or(0)
+            ));
         }
-        if parts.is_empty() {
-            parts.push("recording (Ctrl-C to stop)".into());
-        }
+        parts.push("Ctrl-C to stop".into());
         self.bar.set_message(parts.join(" · "));
         self.bar.tick();
     }
