@@ -340,6 +340,19 @@ fn tmux(socket: &Path, args: &[&str]) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
+/// The tmux server of one test, on its own socket; killed when dropped.
+struct TmuxServer<'a>(&'a Path);
+
+impl Drop for TmuxServer<'_> {
+    fn drop(&mut self) {
+        let _ = Command::new("tmux")
+            .arg("-S")
+            .arg(self.0)
+            .arg("kill-server")
+            .status();
+    }
+}
+
 /// Polls the pane until `wanted` holds for its text.
 fn wait_for_pane(socket: &Path, wanted: impl Fn(&str) -> bool, what: &str) -> String {
     let started = Instant::now();
@@ -386,18 +399,7 @@ fn top_full_screen_in_tmux_sorts_and_quits() {
             &command,
         ],
     );
-    // The tmux server of this test only, on its own socket.
-    struct Server<'a>(&'a Path);
-    impl Drop for Server<'_> {
-        fn drop(&mut self) {
-            let _ = Command::new("tmux")
-                .arg("-S")
-                .arg(self.0)
-                .arg("kill-server")
-                .status();
-        }
-    }
-    let _server = Server(&socket);
+    let _server = TmuxServer(&socket);
 
     let pane = wait_for_pane(
         &socket,
@@ -436,4 +438,156 @@ fn top_full_screen_in_tmux_sorts_and_quits() {
         !pane.contains("sorted by"),
         "terminal not restored:\n{pane}"
     );
+}
+
+/// `record` on a terminal (a tmux pane) shows a live line: elapsed, probe
+/// hits and requests so far; through a pipe it shows nothing of the kind.
+#[test]
+fn record_shows_a_progress_line_on_a_terminal_only() {
+    let binary = fixture("steady", Flavor::Glibc);
+    let mut fixture = Fixture::spawn(&binary, &["40", "8000"]);
+    fixture.start();
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("tmux.sock");
+    let command = format!(
+        "{} record --pid {} --duration 4 --request-probe steady:tick; sleep 30",
+        env!("CARGO_BIN_EXE_locktrace"),
+        fixture.pid()
+    );
+    tmux(
+        &socket,
+        &[
+            "new-session",
+            "-d",
+            "-s",
+            "top",
+            "-x",
+            "100",
+            "-y",
+            "24",
+            &command,
+        ],
+    );
+    let _server = TmuxServer(&socket);
+    let pane = wait_for_pane(
+        &socket,
+        |pane| pane.contains("probe hits") && pane.contains("(probe)"),
+        "no progress line",
+    );
+    let line = pane.lines().find(|l| l.contains("probe hits")).unwrap();
+    assert!(line.contains("requests "), "{line}");
+
+    let mut fixture = Fixture::spawn(&binary, &["40", "3000"]);
+    fixture.start();
+    let output = locktrace()
+        .args([
+            "record",
+            "--pid",
+            &fixture.pid().to_string(),
+            "--duration",
+            "1",
+        ])
+        .output()
+        .unwrap();
+    assert!(output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!stderr.contains("probe hits"), "{stderr}");
+}
+
+/// A lock quiet for --expire-after loses its series and leaves the BPF
+/// maps (bounded memory), while the cost figures keep what it cost.
+/// fixtures/steady.c: 40 calls a millisecond for 1 s (40,000), then 8 s idle.
+#[test]
+fn serve_ages_out_quiet_locks_and_keeps_their_cost() {
+    let binary = fixture("steady", Flavor::Glibc);
+    let mut fixture = Fixture::spawn(&binary, &["40", "1000", "8"]);
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let pid = fixture.pid().to_string();
+    let (_serve, _) = start_live(
+        &[
+            "serve",
+            "--pid",
+            &pid,
+            "--listen",
+            &listen,
+            "--expire-after",
+            "2",
+        ],
+        Stdio::null(),
+    );
+    fixture.start();
+    assert_eq!(fixture.read_line().as_deref(), Some("done 40000"));
+    std::thread::sleep(Duration::from_millis(1500));
+    let metrics = http_get(port, "/metrics");
+    assert_eq!(
+        sample(
+            &metrics,
+            "locktrace_lock_acquisitions_total",
+            r#"lock="g_lock""#
+        ),
+        Some(40_000.0),
+        "{metrics}"
+    );
+    assert_eq!(sample(&metrics, "locktrace_tracked_locks", ""), Some(1.0));
+    std::thread::sleep(Duration::from_millis(3000));
+    let metrics = http_get(port, "/metrics");
+    assert_eq!(
+        sample(
+            &metrics,
+            "locktrace_lock_acquisitions_total",
+            r#"lock="g_lock""#
+        ),
+        None,
+        "{metrics}"
+    );
+    assert_eq!(sample(&metrics, "locktrace_tracked_locks", ""), Some(0.0));
+    assert_eq!(
+        sample(&metrics, "locktrace_probe_hits", ""),
+        Some(40_000.0),
+        "{metrics}"
+    );
+}
+
+#[test]
+fn live_views_refuse_bad_input_in_one_line() {
+    let fixture = Fixture::spawn(&fixture("steady", Flavor::Glibc), &["1", "1"]);
+    let pid = fixture.pid().to_string();
+    for (args, says) in [
+        (
+            vec![
+                "serve",
+                "--pid",
+                &pid,
+                "--listen",
+                "127.0.0.1:0",
+                "--mode",
+                "sampled",
+            ],
+            "--mode sampled is for record",
+        ),
+        (
+            vec!["serve", "--pid", &pid, "--listen", "nonsense"],
+            "invalid value 'nonsense'",
+        ),
+        (vec!["top", "--pid", "999999999"], "999999999"),
+        (
+            vec![
+                "serve",
+                "--pid",
+                &pid,
+                "--listen",
+                "127.0.0.1:0",
+                "--max-locks",
+                "0",
+            ],
+            "--max-locks must be at least 1",
+        ),
+    ] {
+        let output = locktrace().args(&args).output().unwrap();
+        assert!(!output.status.success(), "{args:?}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+    }
 }
