@@ -290,19 +290,18 @@ impl LiveSession {
         if wanted.is_empty() {
             return;
         }
-        let mut partial = Report {
-            locks: wanted,
-            ..report.clone()
-        };
+        // Name only the wanted locks: swap them in, then the full list back.
+        let all = std::mem::replace(&mut report.locks, wanted);
         let options = symbolize::NamingOptions { stacks_per_lock: 0 };
         symbolize::annotate(
-            &mut partial,
+            report,
             &mut self.snapshot,
             collected,
             &self.functions,
             options,
         );
-        for lock in &partial.locks {
+        let named = std::mem::replace(&mut report.locks, all);
+        for lock in &named {
             let Some(address) = parse_address(&lock.address) else {
                 continue;
             };
