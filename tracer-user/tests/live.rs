@@ -595,3 +595,64 @@ fn live_views_refuse_bad_input_in_one_line() {
         assert!(stderr.contains(says), "{args:?}: {stderr}");
     }
 }
+
+/// When the target exits under the full-screen `top`, the terminal comes
+/// back, one line says so, and the exit status is 1.
+#[test]
+fn top_says_so_in_one_line_when_the_target_exits() {
+    let binary = fixture("steady", Flavor::Glibc);
+    let mut fixture = Fixture::spawn(&binary, &["40", "2500"]);
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("tmux.sock");
+    let status_file = dir.path().join("status");
+    let command = format!(
+        "{} top --pid {} 2> {}; echo exit=$? > {}; sleep 30",
+        env!("CARGO_BIN_EXE_locktrace"),
+        fixture.pid(),
+        dir.path().join("stderr").display(),
+        status_file.display()
+    );
+    tmux(
+        &socket,
+        &[
+            "new-session",
+            "-d",
+            "-s",
+            "top",
+            "-x",
+            "80",
+            "-y",
+            "24",
+            &command,
+        ],
+    );
+    let _server = TmuxServer(&socket);
+    wait_for_pane(
+        &socket,
+        |pane| pane.contains("sorted by"),
+        "top did not start",
+    );
+    let pid = fixture.pid();
+    fixture.start();
+    fixture.wait();
+    let started = Instant::now();
+    while !status_file.exists() {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "top did not stop"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(
+        std::fs::read_to_string(&status_file).unwrap().trim(),
+        "exit=1"
+    );
+    let stderr = std::fs::read_to_string(dir.path().join("stderr")).unwrap();
+    let last = stderr.lines().last().unwrap_or_default();
+    assert!(last.contains(&format!("pid {pid} exited")), "{stderr}");
+    let pane = tmux(&socket, &["capture-pane", "-p", "-t", "top"]);
+    assert!(
+        !pane.contains("sorted by"),
+        "terminal not restored:\n{pane}"
+    );
+}
