@@ -2,11 +2,13 @@
 //! Pyroscope, Parca and Grafana read, shaped like Go's mutex profile
 //! (`contentions/count`, `delay/nanoseconds`) plus `acquisitions/count`.
 //!
-//! Each stack (`--stacks`) or, without stacks, each caller becomes a sample
-//! carrying its acquisitions, with the lock as the leaf frame (`lock NAME`)
-//! and as the label `lock`. Contention and wait time are known per lock, not
-//! per caller, so each lock's contentions and delay go on one sample whose
-//! only frame is the lock. Reads only the report model.
+//! Each stack of a lock call (`--stacks`) or, without stacks, each caller
+//! becomes a sample carrying its acquisitions, with the lock as the leaf
+//! frame (`lock NAME`) and as the label `lock`; stacks of futex waits carry
+//! contentions. What no stack accounts for (stacks past the top N kept, and
+//! the wait time, known per lock only) goes on a sample whose only frame is
+//! the lock, so each lock's totals in the profile are the report's. Reads
+//! only the report model.
 use std::{collections::HashMap, io::Write};
 
 use anyhow::{Context, Result};
@@ -14,7 +16,7 @@ use flate2::{Compression, write::GzEncoder};
 use prost::Message;
 
 use crate::{
-    report::{Frame, Lock, Report},
+    report::{Frame, Lock, LockStack, Report},
     stacks::{frame_label, label, short_module},
 };
 
@@ -22,6 +24,20 @@ use crate::{
 const ACQUISITIONS: usize = 0;
 const CONTENTIONS: usize = 1;
 const DELAY: usize = 2;
+
+/// True when the stack's innermost frame is a lock function (`pthread_mutex_lock`,
+/// glibc's `___pthread_mutex_lock`, …): a stack of a lock call, not of a futex wait.
+fn starts_in_lock_function(stack: &LockStack, lock: &Lock) -> bool {
+    let Some(function) = stack.frames.first().and_then(|f| f.function.as_deref()) else {
+        return false;
+    };
+    let function = function.trim_start_matches('_');
+    lock.calls
+        .keys()
+        .any(|symbol| function.starts_with(symbol.trim_start_matches('_')))
+        || function.starts_with("pthread_mutex_")
+        || function.starts_with("pthread_rwlock_")
+}
 
 /// Writes the report as a gzipped pprof profile.
 pub fn write(report: &Report, out: &mut dyn Write) -> Result<()> {
@@ -51,30 +67,50 @@ pub fn encode(report: &Report) -> Profile {
     ]
     .map(|(kind, unit)| builder.value_type(kind, unit))
     .to_vec();
-    let by_address: HashMap<&str, &Lock> = report
-        .locks
-        .iter()
-        .map(|lock| (lock.address.as_str(), lock))
-        .collect();
-    if report.stacks.is_empty() {
-        for lock in &report.locks {
-            for caller in &lock.callers {
-                builder.sample(lock, &[caller.frame()], ACQUISITIONS, caller.count);
-            }
-        }
-    } else {
-        for stack in &report.stacks {
-            if let Some(lock) = by_address.get(stack.lock.as_str()) {
-                builder.sample(lock, &stack.frames, ACQUISITIONS, stack.count);
-            }
-        }
-    }
     for lock in &report.locks {
-        if lock.contended > 0 {
-            builder.sample(lock, &[], CONTENTIONS, lock.contended);
+        let stacks: Vec<&LockStack> = report
+            .stacks
+            .iter()
+            .filter(|stack| stack.lock == lock.address)
+            .collect();
+        // Stacks of lock calls start in a lock function; the others are
+        // stacks of futex waits (which is all a futex-only lock has).
+        let (calls, waits): (Vec<&LockStack>, Vec<&LockStack>) = stacks
+            .into_iter()
+            .partition(|stack| starts_in_lock_function(stack, lock));
+        let acquisitions = lock.acquisitions.unwrap_or(0);
+        let mut placed = [0u64; 3];
+        if !calls.is_empty() || !waits.is_empty() {
+            for stack in calls {
+                placed[ACQUISITIONS] +=
+                    builder.sample(lock, &stack.frames, ACQUISITIONS, stack.count);
+            }
+            for stack in waits {
+                placed[CONTENTIONS] +=
+                    builder.sample(lock, &stack.frames, CONTENTIONS, stack.count);
+            }
+        } else {
+            // A futex-only lock's callers are its waiters, counted per wait.
+            let index = if lock.acquisitions.is_some() {
+                ACQUISITIONS
+            } else {
+                CONTENTIONS
+            };
+            for caller in &lock.callers {
+                placed[index] += builder.sample(lock, &[caller.frame()], index, caller.count);
+            }
         }
-        if lock.wait_ns > 0 {
-            builder.sample(lock, &[], DELAY, lock.wait_ns);
+        // What no stack or caller accounts for (stacks beyond the top N,
+        // lost ones, delay) sits on the lock's frame, so each lock's totals
+        // are the report's.
+        for (index, total) in [
+            (ACQUISITIONS, acquisitions),
+            (CONTENTIONS, lock.contended),
+            (DELAY, lock.wait_ns),
+        ] {
+            if total > placed[index] {
+                builder.sample(lock, &[], index, total - placed[index]);
+            }
         }
     }
     let comment = vec![builder.string(&format!(
@@ -157,8 +193,9 @@ impl Builder {
         id
     }
 
-    /// One sample: the lock as the leaf, then `frames` (innermost first).
-    fn sample(&mut self, lock: &Lock, frames: &[Frame], index: usize, value: u64) {
+    /// One sample: the lock as the leaf, then `frames` (innermost first);
+    /// returns `value`.
+    fn sample(&mut self, lock: &Lock, frames: &[Frame], index: usize, value: u64) -> u64 {
         let lock_name = label(lock);
         let mut location_id = vec![self.location(
             format!("lock {lock_name}"),
@@ -194,6 +231,7 @@ impl Builder {
             value: values,
             label,
         });
+        value
     }
 }
 

@@ -7,6 +7,11 @@ use common::*;
 
 /// `go tool pprof -top` of a profile for one sample type, with every node shown.
 fn pprof_top(profile: &Path, sample_index: &str) -> String {
+    pprof_top_unit(profile, sample_index, "minimum")
+}
+
+/// Like [`pprof_top`], with values in `unit` (`ns`: plain nanoseconds).
+fn pprof_top_unit(profile: &Path, sample_index: &str, unit: &str) -> String {
     let output = Command::new("go")
         .args([
             "tool",
@@ -14,6 +19,7 @@ fn pprof_top(profile: &Path, sample_index: &str) -> String {
             "-top",
             "-nodefraction=0",
             "-edgefraction=0",
+            &format!("-unit={unit}"),
             &format!("-sample_index={sample_index}"),
         ])
         .arg(profile)
@@ -36,7 +42,8 @@ fn flat_and_cum(top: &str, name: &str) -> (u64, u64) {
         // flat flat% sum% cum cum% name…
         if fields.len() >= 6 && fields[5..].join(" ") == name {
             let number = |text: &str| {
-                text.parse::<u64>()
+                text.trim_end_matches("ns")
+                    .parse::<u64>()
                     .unwrap_or_else(|_| panic!("{text:?} in {line:?} is not a plain count"))
             };
             return (number(fields[0]), number(fields[3]));
@@ -82,27 +89,37 @@ fn record_pprof_shows_the_lock_and_its_caller_with_the_exact_count() {
     );
 }
 
-/// fixtures/locks.c with g_lock held 20 µs: contended waits and wait time
-/// in the pprof profile equal the report's, on the lock's frame.
+/// fixtures/locks.c with g_lock held 20 µs, recorded with `--stacks`:
+/// per lock, the profile's acquisitions, contentions and delay are exactly
+/// the report's (stacks past the top N kept go on the lock's own frame),
+/// and the stacks show who took the lock.
 #[test]
-fn contentions_and_delay_match_the_report() {
+fn with_stacks_each_locks_totals_match_the_report() {
     let binary = fixture("locks", Flavor::Glibc);
     let dir = tempfile::tempdir().unwrap();
     let profile = dir.path().join("locks.pb.gz");
     let mut fixture = Fixture::spawn(&binary, &["4", "3000", "0", "20000"]);
     let g_lock = fixture.address("global");
-    let trace = Trace::attach(fixture.pid(), &["--pprof", profile.to_str().unwrap()]);
+    let trace = Trace::attach(
+        fixture.pid(),
+        &["--stacks", "2", "--pprof", profile.to_str().unwrap()],
+    );
     fixture.start();
     fixture.wait();
     let (report, _) = trace.finish();
     let lock = lock_at(&report, g_lock).expect("g_lock in the report");
     let contended = lock["contended"].as_u64().unwrap();
     assert!(contended > 0, "no contention to check: {lock}");
+    assert!(!report["stacks"].as_array().unwrap().is_empty());
 
+    let top = pprof_top(&profile, "acquisitions");
+    assert_eq!(flat_and_cum(&top, "lock g_lock"), (12_000, 12_000));
+    assert!(flat_and_cum(&top, "worker").1 > 0, "{top}");
     let top = pprof_top(&profile, "contentions");
     assert_eq!(flat_and_cum(&top, "lock g_lock").0, contended);
-    let top = pprof_top(&profile, "acquisitions");
-    assert_eq!(flat_and_cum(&top, "lock g_lock").0, 12_000);
+    let wait_ns = lock["wait_ns"].as_u64().unwrap();
+    let top = pprof_top_unit(&profile, "delay", "ns");
+    assert_eq!(flat_and_cum(&top, "lock g_lock").0, wait_ns);
 }
 
 #[test]
