@@ -233,6 +233,7 @@ impl LiveSession {
         }
         // Entries merged into another lock (a futex word found to be inside a lock).
         self.previous.retain(|address, _| seen.contains(address));
+        self.names.retain(|address, _| seen.contains(address));
 
         let requests = self.request_probe.as_ref().map(|_| {
             let delta = collected.requests.saturating_sub(self.previous_requests);
