@@ -5,10 +5,11 @@ use anyhow::Result;
 use clap::{Parser, Subcommand};
 
 use crate::{
-    compare, loadgen,
+    compare, live, loadgen,
     model::{Mode, Placement, Report},
     record,
-    render::{stacks, table},
+    render::{pprof, stacks, table},
+    serve, top,
     trace::{sampled::SampleOptions, window::RequestOptions},
 };
 
@@ -135,6 +136,49 @@ impl RequestArgs {
     }
 }
 
+/// What the live views (`serve`, `top`) attach to and how.
+#[derive(clap::Args)]
+struct LiveArgs {
+    /// Process to trace (the host's pid, also for a process in a container).
+    #[arg(long, short)]
+    pid: u32,
+    /// all: every acquisition; contention: futex waits/wakes only (cheapest).
+    #[arg(long, value_enum, default_value = "all")]
+    mode: ModeArg,
+    /// Where the lock probes go.
+    #[arg(long, value_enum, default_value = "auto")]
+    placement: PlacementArg,
+    /// Count calls of a function that runs once per request, e.g. libphp.so:php_request_startup.
+    #[arg(long, value_name = "MODULE:SYMBOL")]
+    request_probe: Option<String>,
+    /// Locks quiet this many seconds are forgotten (bounded memory when running for days).
+    #[arg(long, value_name = "SECS", default_value_t = 300)]
+    expire_after: u64,
+}
+
+impl LiveArgs {
+    fn options(self) -> Result<live::LiveOptions> {
+        if self.expire_after == 0 {
+            anyhow::bail!("--expire-after must be at least 1 second");
+        }
+        Ok(live::LiveOptions {
+            pid: self.pid,
+            mode: self.mode.into(),
+            placement: self.placement.into(),
+            request_probe: self.request_probe,
+            expire_after: Duration::from_secs(self.expire_after),
+        })
+    }
+}
+
+/// The runtime of the commands that attach: one worker thread is plenty.
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()?)
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Attach to a running process and count its lock acquisitions and contention.
@@ -172,15 +216,35 @@ enum Command {
         /// Create this (empty) file once the probes are live, for scripts and tests.
         #[arg(long, value_name = "PATH")]
         ready_file: Option<PathBuf>,
+        /// Also write the report as a gzipped pprof profile (go tool pprof, Pyroscope, Parca).
+        #[arg(long, value_name = "FILE")]
+        pprof: Option<PathBuf>,
     },
     /// Compare two reports per request: which locks appeared, disappeared or changed.
     Compare(compare::CompareArgs),
+    /// Serve live per-lock counters on a Prometheus /metrics endpoint (OpenMetrics text).
+    Serve {
+        #[command(flatten)]
+        live: LiveArgs,
+        /// Address to listen on, e.g. 127.0.0.1:9464 or 0.0.0.0:9464.
+        #[arg(long, value_name = "ADDR")]
+        listen: std::net::SocketAddr,
+        /// Lock series exported at most, the most active; the rest add up in lock="other".
+        #[arg(long, value_name = "N", default_value_t = 50)]
+        max_locks: usize,
+    },
+    /// A live full-screen table of the busiest locks, refreshed every second (s: sort, q: quit).
+    Top {
+        #[command(flatten)]
+        live: LiveArgs,
+    },
     /// Print a saved JSON report again.
     Report {
         file: PathBuf,
         #[arg(long)]
         top: Option<usize>,
-        /// `table`, `folded` (stacks for flame graph tools) or `svg` (a flame graph).
+        /// `table`, `folded` (stacks for flame graph tools), `svg` (a flame graph) or
+        /// `pprof` (gzipped protobuf for go tool pprof, Pyroscope, Parca: redirect to a file).
         #[arg(long, value_enum, default_value = "table")]
         format: stacks::Format,
     },
@@ -245,6 +309,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             requests,
             stacks,
             ready_file,
+            pprof,
         } => {
             let duration = match duration {
                 Some(seconds) if seconds.is_finite() && seconds > 0.0 => {
@@ -282,13 +347,12 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 stacks,
                 ready_file,
             };
-            let runtime = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(1)
-                .enable_all()
-                .build()?;
-            let report = runtime.block_on(record::record(&options))?;
+            let report = runtime()?.block_on(record::record(&options))?;
             if let Some(path) = json {
                 report.save(&path)?;
+            }
+            if let Some(path) = pprof {
+                pprof::save(&report, &path)?;
             }
             print!("{}", table::render(&report, top));
             if let Some(reason) = report.requests.as_ref().and_then(|r| r.refused.as_ref()) {
@@ -298,10 +362,34 @@ fn run(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Compare(args) => compare::run(&args),
+        Command::Serve {
+            live,
+            listen,
+            max_locks,
+        } => {
+            if max_locks == 0 {
+                anyhow::bail!("--max-locks must be at least 1");
+            }
+            let options = serve::ServeOptions {
+                live: live.options()?,
+                listen,
+                max_locks,
+            };
+            runtime()?.block_on(serve::serve(&options))
+        }
+        Command::Top { live } => {
+            let options = live.options()?;
+            runtime()?.block_on(top::run(&options))
+        }
         Command::Report { file, top, format } => {
             let report = Report::load(&file)?;
             match format {
                 stacks::Format::Table => print!("{}", table::render(&report, top)),
+                stacks::Format::Pprof if std::io::IsTerminal::is_terminal(&std::io::stdout()) => {
+                    anyhow::bail!(
+                        "--format pprof writes binary data: redirect it to a file (> FILE.pb.gz)"
+                    )
+                }
                 other => stacks::write(&report, other, &mut std::io::stdout().lock())?,
             }
             Ok(ExitCode::SUCCESS)

@@ -9,7 +9,10 @@
 //! - [`naming`]: symbols, regions and pointer chains into the model;
 //! - [`render`]: text, folded stacks and flame graphs, from the model only;
 //! - [`compare`]: two reports side by side, CI assertions;
-//! - [`record`]: one recording, end to end; [`cli`]: the command line.
+//! - [`record`]: one recording, end to end; [`live`]: a session that stays
+//!   attached and reports each interval;
+//! - [`serve`] (Prometheus endpoint) and [`top`] (live table), on a live session;
+//! - [`cli`]: the command line.
 pub mod model;
 
 pub mod loadgen;
@@ -21,6 +24,10 @@ pub mod naming;
 pub mod render;
 
 pub mod compare;
+pub mod live;
 pub mod record;
+
+pub mod serve;
+pub mod top;
 
 pub mod cli;

@@ -40,10 +40,10 @@ pub struct RecordOptions {
 }
 
 /// What the probe layer worked out before anything is attached.
-struct Prepared {
-    target: Target,
-    functions: Vec<lockfuncs::LockFunction>,
-    placed: Vec<Placed>,
+pub struct Prepared {
+    pub target: Target,
+    pub functions: Vec<lockfuncs::LockFunction>,
+    pub placed: Vec<Placed>,
 }
 
 /// What the trace layer measured.
@@ -59,7 +59,12 @@ pub async fn record(options: &RecordOptions) -> Result<Report> {
     // Stop signals are caught from the start, so one that comes right after
     // the probes are announced still ends in a report.
     let mut signals = StopSignals::install()?;
-    let prepared = prepare(options)?;
+    if options.mode == Mode::Sampled && options.requests.load.is_some() {
+        bail!(
+            "--mode sampled cannot drive --load; count requests with --request-probe or --requests, or use --mode all"
+        );
+    }
+    let prepared = prepare(options.pid, options.mode, options.placement)?;
     for fallback in placement_fallbacks(options, &prepared) {
         eprintln!(
             "locktrace: auto placement fell back to the entry of {} in {}: {}",
@@ -74,25 +79,19 @@ pub async fn record(options: &RecordOptions) -> Result<Report> {
     Ok(report(options, &prepared, window, traced, &mut snapshot))
 }
 
-/// Preflight checks, the target, its lock functions and their probe points.
-fn prepare(options: &RecordOptions) -> Result<Prepared> {
+/// Preflight checks, the target, its lock functions and their probe points
+/// (also what the live views start from).
+pub fn prepare(pid: u32, mode: Mode, placement: Placement) -> Result<Prepared> {
     preflight::check_privileges()?;
-    let target = Target::open(options.pid)?;
+    let target = Target::open(pid)?;
     preflight::check_uprobes()?;
     preflight::ensure_tracefs()?;
-    if options.mode == Mode::Sampled && options.requests.load.is_some() {
-        bail!(
-            "--mode sampled cannot drive --load; count requests with --request-probe or --requests, or use --mode all"
-        );
-    }
     let functions = match lockfuncs::find(&target) {
         // Contention mode needs no lock functions (futex-only programs too).
-        Err(_) if options.mode == Mode::Contention => Vec::new(),
+        Err(_) if mode == Mode::Contention => Vec::new(),
         found => found?,
     };
-    let placed = placement::place_all(&functions, options.placement, |module| {
-        target.host_path(module)
-    });
+    let placed = placement::place_all(&functions, placement, |module| target.host_path(module));
     Ok(Prepared {
         target,
         functions,

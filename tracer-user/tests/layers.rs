@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 /// Top-level modules, lowest layer first.
 const LAYERS: &[&str] = &[
     "model", "loadgen", "probe", "trace", "analysis", "naming", "render", "compare", "record",
-    "cli",
+    "live", "serve", "top", "cli",
 ];
 
 fn rank(module: &str) -> Option<usize> {

@@ -122,6 +122,17 @@ pub struct Caller {
     pub count: u64,
 }
 
+impl Caller {
+    /// The call site as a frame.
+    pub fn frame(&self) -> Frame {
+        Frame {
+            function: self.function.clone(),
+            module: self.module.clone(),
+            offset: self.offset,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct LockStack {
     /// Address of the lock, as in `locks[].address`.

@@ -1,8 +1,9 @@
 //! Text outputs, each reading only the model: the table with its footers
 //! ([`table`]), folded stacks and flame graphs ([`stacks`]), and the shared
-//! number formatting ([`format`]).
+//! number formatting ([`format`]), gzipped pprof profiles ([`pprof`]).
 pub mod footer;
 pub mod format;
+pub mod pprof;
 pub mod requests;
 pub mod stacks;
 pub mod table;

@@ -11,16 +11,21 @@ pub enum Format {
     Table,
     Folded,
     Svg,
+    /// Gzipped pprof protobuf (`go tool pprof`, Pyroscope, Parca).
+    Pprof,
 }
 
 /// Writes the report's stacks in `format` (folded or svg).
 pub fn write(report: &Report, format: Format, out: &mut dyn Write) -> Result<()> {
+    if format == Format::Pprof {
+        return super::pprof::write(report, out);
+    }
     let lines = folded_lines(report);
     if lines.is_empty() {
         bail!("the report has no stacks or callers to show; record with --stacks N");
     }
     match format {
-        Format::Folded | Format::Table => {
+        Format::Folded | Format::Table | Format::Pprof => {
             for line in &lines {
                 writeln!(out, "{line}")?;
             }
@@ -59,14 +64,9 @@ pub fn folded_lines(report: &Report) -> Vec<String> {
     } else {
         for lock in &report.locks {
             for caller in &lock.callers {
-                let frame = Frame {
-                    function: caller.function.clone(),
-                    module: caller.module.clone(),
-                    offset: caller.offset,
-                };
                 lines.push(format!(
                     "{};lock {} {}",
-                    frame_label(&frame),
+                    frame_label(&caller.frame()),
                     label(lock),
                     caller.count
                 ));
@@ -111,7 +111,7 @@ pub fn label(lock: &Lock) -> String {
     }
 }
 
-fn frame_label(frame: &Frame) -> String {
+pub fn frame_label(frame: &Frame) -> String {
     let text = match (&frame.function, &frame.module) {
         (Some(function), _) => function.clone(),
         (None, Some(module)) => format!("{}+{:#x}", short_module(module), frame.offset),

@@ -101,7 +101,7 @@ impl Window {
         signals: &mut StopSignals,
         on_tick: &mut dyn FnMut(),
     ) -> Result<StopReason> {
-        let progress = Progress::start(self.driver.is_some(), self.probe.is_some());
+        let mut progress = Progress::start(self.driver.is_some(), self.probe.is_some());
         let tick_every = Duration::from_millis(100);
         let mut tick = tokio::time::interval(tick_every);
         let outcome = match &self.driver {
@@ -115,7 +115,7 @@ impl Window {
                         tally = &mut load => break tally?,
                         reason = signals.recv() => { driver.stop(); stopped_by = reason; }
                         _ = tick.tick() => {
-                            progress.update(Some(driver.done()), collect::request_probe_hits(ebpf));
+                            progress.update(ebpf, Some(driver.done()));
                             on_tick();
                         }
                     }
@@ -129,7 +129,7 @@ impl Window {
                 loop {
                     tokio::select! {
                         stopped_by = &mut wait => break stopped_by,
-                        _ = tick.tick() => progress.update(None, collect::request_probe_hits(ebpf)),
+                        _ = tick.tick() => progress.update(ebpf, None),
                     }
                 }
             }
@@ -216,16 +216,19 @@ pub fn hint_children(pid: u32, requests: u64) {
     }
 }
 
-/// A one-line spinner on stderr, only when stderr is a terminal.
+/// A live line on stderr (elapsed, probe hits, requests), only when stdout
+/// and stderr are both terminals (quiet in scripts and pipes).
 struct Progress {
     bar: ProgressBar,
     load: bool,
     probe: bool,
+    ticks: u64,
+    lock_hits: Option<u64>,
 }
 
 impl Progress {
     fn start(load: bool, probe: bool) -> Progress {
-        let target = if std::io::stderr().is_terminal() {
+        let target = if std::io::stderr().is_terminal() && std::io::stdout().is_terminal() {
             ProgressDrawTarget::stderr()
         } else {
             ProgressDrawTarget::hidden()
@@ -234,20 +237,38 @@ impl Progress {
         if let Ok(style) = ProgressStyle::with_template("{spinner} {elapsed} {msg}") {
             bar.set_style(style);
         }
-        Progress { bar, load, probe }
+        Progress {
+            bar,
+            load,
+            probe,
+            ticks: 0,
+            lock_hits: None,
+        }
     }
 
-    fn update(&self, requests: Option<u64>, probe_hits: Option<u64>) {
+    fn update(&mut self, ebpf: &Ebpf, responses: Option<u64>) {
+        if self.bar.is_hidden() {
+            return;
+        }
+        // Summing the lock map costs a lookup per lock: once a second is enough.
+        if self.ticks.is_multiple_of(10) {
+            self.lock_hits = collect::total_lock_calls(ebpf).ok();
+        }
+        self.ticks += 1;
         let mut parts = Vec::new();
+        if let Some(hits) = self.lock_hits {
+            parts.push(format!("probe hits {hits}"));
+        }
         if self.load {
-            parts.push(format!("requests {}", requests.unwrap_or(0)));
+            parts.push(format!("requests {} (load)", responses.unwrap_or(0)));
         }
         if self.probe {
-            parts.push(format!("probe hits {}", probe_hits.unwrap_or(0)));
+            parts.push(format!(
+                "requests {} (probe)",
+                collect::request_probe_hits(ebpf).unwrap_or(0)
+            ));
         }
-        if parts.is_empty() {
-            parts.push("recording (Ctrl-C to stop)".into());
-        }
+        parts.push("Ctrl-C to stop".into());
         self.bar.set_message(parts.join(" · "));
         self.bar.tick();
     }

@@ -1,0 +1,439 @@
+//! A live session for the views that stay attached (`serve`, `top`): attach
+//! once as `record` does, then every interval read the maps, build the report
+//! model from the running totals, name the locks that newly became active,
+//! and hand out what changed since the previous interval.
+//!
+//! Memory stays bounded for days: locks quiet for `expire_after` are deleted
+//! from the BPF maps and forgotten here (an increment racing the delete can be
+//! lost; the lock was quiet for minutes). What they cost is kept in running
+//! totals so the tracer-cost figures never go backwards.
+use std::{
+    collections::{BTreeMap, HashMap, HashSet},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Result, bail};
+use aya::maps::{HashMap as BpfHashMap, MapData};
+use tracer_common::{CallerKey, FutexCounts, LockCounts, flags, names};
+
+use crate::{
+    analysis::{self, build::RecordInfo},
+    model::{Lock, LockKind, Mode, Placement, Report, StopReason, TargetInfo},
+    naming,
+    probe::{
+        lockfuncs::LockFunction,
+        request_probe::{self, RequestProbe},
+        target::Target,
+    },
+    record,
+    render::stacks,
+    trace::{
+        attach::{self, Placed, RequestProbePoint},
+        collect::{self, Collected},
+    },
+};
+
+/// Locks named per interval at most (the most active unnamed ones first):
+/// naming reads every module's symbols, so a server creating many heap locks
+/// must not make every interval pay for all of them.
+const NAMED_PER_INTERVAL: usize = 64;
+
+#[derive(Debug, Clone)]
+pub struct LiveOptions {
+    pub pid: u32,
+    pub mode: Mode,
+    pub placement: Placement,
+    /// `MODULE:SYMBOL` of a function run once per request.
+    pub request_probe: Option<String>,
+    /// Locks with no activity for this long are dropped from the maps.
+    pub expire_after: Duration,
+}
+
+/// What one lock did in an interval, with its name as far as known.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LockActivity {
+    pub address: u64,
+    /// Name, else region and address (see `stacks::label`).
+    pub label: String,
+    pub kind: LockKind,
+    pub module: Option<String>,
+    /// The most frequent caller's function (or module+offset).
+    pub top_caller: Option<String>,
+    /// Null where acquisitions are not counted (contention mode).
+    pub acquisitions: Option<u64>,
+    pub contended: u64,
+    pub wait_ns: u64,
+}
+
+impl LockActivity {
+    pub fn is_active(&self) -> bool {
+        self.acquisitions.unwrap_or(0) + self.contended + self.wait_ns > 0
+    }
+}
+
+/// What happened since the previous interval.
+#[derive(Debug, Clone)]
+pub struct Interval {
+    pub elapsed: Duration,
+    /// Active locks only, most acquisitions first.
+    pub locks: Vec<LockActivity>,
+    /// Request probe hits in the interval (None without a request probe).
+    pub requests: Option<u64>,
+    /// Since attach: probe hits, estimated time added, tracer CPU and RSS.
+    pub cost: Cost,
+    /// Locks tracked now (in the BPF maps and here).
+    pub tracked_locks: usize,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Cost {
+    pub probe_hits: u64,
+    pub estimated_added_ns: u64,
+    pub tracer_cpu_s: f64,
+    pub tracer_peak_rss_kib: u64,
+}
+
+/// A lock's name, region, module and top caller, resolved once.
+#[derive(Debug, Clone)]
+struct Named {
+    label: String,
+    module: Option<String>,
+    top_caller: Option<String>,
+    /// Distinct call sites seen when named: more later means re-naming the callers.
+    call_sites: usize,
+}
+
+/// A lock's running totals as of the previous interval.
+#[derive(Debug, Clone, Copy, Default)]
+struct Totals {
+    acquisitions: u64,
+    contended: u64,
+    wait_ns: u64,
+    last_active: Option<Instant>,
+}
+
+pub struct LiveSession {
+    pub target: Target,
+    pub mode: Mode,
+    pub probe_count: usize,
+    pub attach_ms: u64,
+    functions: Vec<LockFunction>,
+    placed: Vec<Placed>,
+    request_probe: Option<RequestProbe>,
+    loaded: attach::Loaded,
+    snapshot: naming::Snapshot,
+    names: HashMap<u64, Named>,
+    previous: HashMap<u64, Totals>,
+    previous_requests: u64,
+    /// Cost of the locks already expired from the maps.
+    expired_cost: Cost,
+    last_tick: Instant,
+    expire_after: Duration,
+}
+
+impl LiveSession {
+    /// Finds the lock functions, places and attaches the probes (as `record` does).
+    pub fn attach(options: &LiveOptions) -> Result<LiveSession> {
+        if options.mode == Mode::Sampled {
+            bail!(
+                "--mode sampled is for record; live views take --mode all or --mode contention (contention costs least)"
+            );
+        }
+        let record::Prepared {
+            target,
+            functions,
+            placed,
+        } = record::prepare(options.pid, options.mode, options.placement)?;
+        let request_probe = options
+            .request_probe
+            .as_deref()
+            .map(|spec| request_probe::resolve(&target, spec))
+            .transpose()?;
+        let plan = attach::LoadPlan {
+            target: &target,
+            functions: &placed,
+            flags: flags::FUTEX | flags::CALLERS,
+            lock_probes: options.mode == Mode::All,
+            request_probe: request_probe.as_ref().map(|p| RequestProbePoint {
+                module: p.module.clone(),
+                file_offset: p.file_offset,
+            }),
+        };
+        let loaded = attach::load(&plan)?;
+        let snapshot = naming::Snapshot::take(&target);
+        Ok(LiveSession {
+            mode: options.mode,
+            probe_count: loaded.probe_count,
+            attach_ms: loaded.attach_time.as_millis() as u64,
+            target,
+            functions,
+            placed,
+            request_probe,
+            loaded,
+            snapshot,
+            names: HashMap::new(),
+            previous: HashMap::new(),
+            previous_requests: 0,
+            expired_cost: Cost::default(),
+            last_tick: Instant::now(),
+            expire_after: options.expire_after,
+        })
+    }
+
+    pub fn has_request_probe(&self) -> bool {
+        self.request_probe.is_some()
+    }
+
+    /// Reads the maps and returns what changed since the previous call.
+    pub fn tick(&mut self) -> Result<Interval> {
+        let now = Instant::now();
+        let elapsed = now - self.last_tick;
+        self.last_tick = now;
+        let collected = collect::collect(&self.loaded.ebpf)?;
+        let mut report = analysis::build::build(self.record_info(), &collected, &self.functions);
+        self.name_new_locks(&mut report, &collected);
+
+        let mut locks = Vec::new();
+        let mut seen = HashSet::new();
+        for lock in &report.locks {
+            let address = lock.address;
+            seen.insert(address);
+            let before = self.previous.entry(address).or_default();
+            // A count below the previous one means the lock was expired and came back.
+            let delta = |now: u64, then: u64| now.checked_sub(then).unwrap_or(now);
+            let activity = LockActivity {
+                address,
+                label: String::new(),
+                kind: lock.kind,
+                module: None,
+                top_caller: None,
+                acquisitions: lock.acquisitions.map(|n| delta(n, before.acquisitions)),
+                contended: delta(lock.contended, before.contended),
+                wait_ns: delta(lock.wait_ns, before.wait_ns),
+            };
+            before.acquisitions = lock.acquisitions.unwrap_or(0);
+            before.contended = lock.contended;
+            before.wait_ns = lock.wait_ns;
+            if activity.is_active() || before.last_active.is_none() {
+                before.last_active = Some(now);
+            }
+            if activity.is_active() {
+                let named = self.names.get(&address);
+                locks.push(LockActivity {
+                    label: named.map_or_else(|| stacks::label(lock), |n| n.label.clone()),
+                    module: named.and_then(|n| n.module.clone()),
+                    top_caller: named.and_then(|n| n.top_caller.clone()),
+                    ..activity
+                });
+            }
+        }
+        // Entries merged into another lock (a futex word found to be inside a lock).
+        self.previous.retain(|address, _| seen.contains(address));
+        self.names.retain(|address, _| seen.contains(address));
+
+        let requests = self.request_probe.as_ref().map(|_| {
+            let delta = collected.requests.saturating_sub(self.previous_requests);
+            self.previous_requests = collected.requests;
+            delta
+        });
+        let cost = self.cost(&collected);
+        self.expire(&report, &collected, now)?;
+        Ok(Interval {
+            elapsed,
+            locks,
+            requests,
+            cost,
+            tracked_locks: self.previous.len(),
+        })
+    }
+
+    fn record_info(&self) -> RecordInfo {
+        RecordInfo {
+            target: TargetInfo {
+                pid: self.target.pid,
+                exe: self.target.exe.clone(),
+                cmdline: self.target.cmdline.clone(),
+            },
+            duration_s: 0.0,
+            mode: self.mode,
+            placement: None,
+            stopped_by: StopReason::Duration,
+        }
+    }
+
+    /// Names the locks not named yet and those with new call sites, most
+    /// active first, at most [`NAMED_PER_INTERVAL`] per interval.
+    fn name_new_locks(&mut self, report: &mut Report, collected: &Collected) {
+        let mut call_sites: HashMap<u64, usize> = HashMap::new();
+        for key in collected.callers.keys() {
+            *call_sites.entry(key.lock).or_default() += 1;
+        }
+        let wanted: Vec<Lock> = report
+            .locks
+            .iter()
+            .filter(|lock| {
+                let address = lock.address;
+                let sites = call_sites.get(&address).copied().unwrap_or(0);
+                self.names
+                    .get(&address)
+                    .is_none_or(|named| named.call_sites < sites)
+            })
+            .take(NAMED_PER_INTERVAL)
+            .cloned()
+            .collect();
+        if wanted.is_empty() {
+            return;
+        }
+        // Name only the wanted locks: swap them in, then the full list back.
+        let all = std::mem::replace(&mut report.locks, wanted);
+        let options = naming::NamingOptions { stacks_per_lock: 0 };
+        naming::annotate(
+            report,
+            &mut self.snapshot,
+            collected,
+            &self.functions,
+            options,
+        );
+        let named = std::mem::replace(&mut report.locks, all);
+        for lock in &named {
+            let address = lock.address;
+            let top_caller = lock
+                .callers
+                .first()
+                .map(|caller| stacks::frame_label(&caller.frame()));
+            self.names.insert(
+                address,
+                Named {
+                    label: stacks::label(lock),
+                    module: lock.module.clone(),
+                    top_caller,
+                    call_sites: call_sites.get(&address).copied().unwrap_or(0),
+                },
+            );
+        }
+    }
+
+    /// Cost since attach: what the maps hold now plus what expired locks had.
+    fn cost(&self, collected: &Collected) -> Cost {
+        let now = analysis::cost::measure(
+            collected,
+            self.placed_probes(),
+            self.request_probe.as_ref().map(|p| p.emulated),
+            self.attach_ms,
+        );
+        Cost {
+            probe_hits: now.probe_hits + self.expired_cost.probe_hits,
+            estimated_added_ns: now.estimated_added_ns + self.expired_cost.estimated_added_ns,
+            tracer_cpu_s: now.tracer_cpu_s,
+            tracer_peak_rss_kib: now.tracer_peak_rss_kib,
+        }
+    }
+
+    fn placed_probes(&self) -> &[Placed] {
+        if self.mode == Mode::Contention {
+            &[]
+        } else {
+            &self.placed
+        }
+    }
+
+    /// Deletes locks quiet for `expire_after` from the BPF maps (with their
+    /// futex words and call sites) and forgets them here.
+    fn expire(&mut self, report: &Report, collected: &Collected, now: Instant) -> Result<()> {
+        let quiet: Vec<u64> = self
+            .previous
+            .iter()
+            .filter(|(_, totals)| {
+                totals
+                    .last_active
+                    .is_some_and(|at| now.duration_since(at) >= self.expire_after)
+            })
+            .map(|(&address, _)| address)
+            .collect();
+        if quiet.is_empty() {
+            return Ok(());
+        }
+        let gone = Collected {
+            locks: collected
+                .locks
+                .iter()
+                .filter(|(address, _)| quiet.contains(address))
+                .map(|(&address, &counts)| (address, counts))
+                .collect(),
+            ..Collected::default()
+        };
+        let expired = analysis::cost::measure(&gone, self.placed_probes(), None, 0);
+        self.expired_cost.probe_hits += expired.probe_hits;
+        self.expired_cost.estimated_added_ns += expired.estimated_added_ns;
+
+        // A futex word belongs to the lock whose bytes hold it (as report::build
+        // decides), else it is a lock of its own.
+        let lock_ends: BTreeMap<u64, u64> = report
+            .locks
+            .iter()
+            .filter(|lock| lock.kind != LockKind::Futex)
+            .map(|lock| (lock.address, lock.address + lock.kind.span()))
+            .collect();
+        let owner = |word: u64| {
+            lock_ends
+                .range(..=word)
+                .next_back()
+                .filter(|(_, end)| word < **end)
+                .map_or(word, |(start, _)| *start)
+        };
+        let ebpf = &mut self.loaded.ebpf;
+        remove_keys::<u64, LockCounts>(ebpf, names::MAP_LOCKS, quiet.iter().copied())?;
+        remove_keys::<u64, FutexCounts>(
+            ebpf,
+            names::MAP_FUTEXES,
+            collected
+                .futexes
+                .keys()
+                .copied()
+                .filter(|&word| quiet.contains(&owner(word))),
+        )?;
+        remove_keys::<CallerKey, u64>(
+            ebpf,
+            names::MAP_CALLERS,
+            collected
+                .callers
+                .keys()
+                .copied()
+                .filter(|key| quiet.contains(&key.lock)),
+        )?;
+        for address in &quiet {
+            self.previous.remove(address);
+            self.names.remove(address);
+        }
+        Ok(())
+    }
+}
+
+/// Deletes `keys` from the BPF hash map `name`.
+fn remove_keys<K: aya::Pod, V: aya::Pod>(
+    ebpf: &mut aya::Ebpf,
+    name: &str,
+    keys: impl Iterator<Item = K>,
+) -> Result<()> {
+    let map = ebpf
+        .map_mut(name)
+        .ok_or_else(|| anyhow::anyhow!("BPF object lacks map {name}"))?;
+    let mut table: BpfHashMap<&mut MapData, K, V> = BpfHashMap::try_from(map)?;
+    for key in keys {
+        // The BPF side never deletes; a key already gone is no error here.
+        let _ = table.remove(&key);
+    }
+    Ok(())
+}
+
+/// Waits for a stop signal (SIGINT, SIGTERM or SIGHUP).
+pub async fn stop_requested() -> Result<()> {
+    let mut signals = crate::trace::stop::StopSignals::install()?;
+    signals.recv().await;
+    Ok(())
+}
+
+/// The one line said when the target exits under a live view (the caller exits non-zero).
+pub fn target_exited(pid: u32) -> String {
+    format!("locktrace: pid {pid} exited; nothing left to trace (restart with the new pid)")
+}

@@ -1,0 +1,362 @@
+//! pprof export of a report: a gzipped `profile.proto` that `go tool pprof`,
+//! Pyroscope, Parca and Grafana read, shaped like Go's mutex profile
+//! (`contentions/count`, `delay/nanoseconds`) plus `acquisitions/count`.
+//!
+//! Each stack of a lock call (`--stacks`) or, without stacks, each caller
+//! becomes a sample carrying its acquisitions, with the lock as the leaf
+//! frame (`lock NAME`) and as the label `lock`; stacks of futex waits carry
+//! contentions. What no stack accounts for (stacks past the top N kept, and
+//! the wait time, known per lock only) goes on a sample whose only frame is
+//! the lock, so each lock's totals in the profile are the report's. Reads
+//! only the report model.
+use std::{collections::HashMap, io::Write};
+
+use anyhow::{Context, Result};
+use flate2::{Compression, write::GzEncoder};
+use prost::Message;
+
+use super::stacks::{frame_label, label, short_module};
+use crate::model::{Frame, Lock, LockStack, Report};
+
+/// Sample value positions, in the order of `sample_type`.
+const ACQUISITIONS: usize = 0;
+const CONTENTIONS: usize = 1;
+const DELAY: usize = 2;
+
+/// True when the stack's innermost frame is a lock function (`pthread_mutex_lock`,
+/// glibc's `___pthread_mutex_lock`, …): a stack of a lock call, not of a futex wait.
+fn starts_in_lock_function(stack: &LockStack, lock: &Lock) -> bool {
+    let Some(function) = stack.frames.first().and_then(|f| f.function.as_deref()) else {
+        return false;
+    };
+    let function = function.trim_start_matches('_');
+    lock.calls
+        .keys()
+        .any(|symbol| function.starts_with(symbol.trim_start_matches('_')))
+        || function.starts_with("pthread_mutex_")
+        || function.starts_with("pthread_rwlock_")
+}
+
+/// Writes the report as a gzipped pprof profile.
+pub fn write(report: &Report, out: &mut dyn Write) -> Result<()> {
+    let bytes = encode(report).encode_to_vec();
+    let mut gzip = GzEncoder::new(out, Compression::default());
+    gzip.write_all(&bytes)
+        .and_then(|_| gzip.finish().map(|_| ()))
+        .context("cannot write the pprof profile")
+}
+
+/// Writes the report as a gzipped pprof profile to `path`.
+pub fn save(report: &Report, path: &std::path::Path) -> Result<()> {
+    let mut file =
+        std::fs::File::create(path).with_context(|| format!("cannot write {}", path.display()))?;
+    write(report, &mut file)
+}
+
+/// The profile of a report (not yet serialized).
+pub fn encode(report: &Report) -> Profile {
+    let mut builder = Builder::default();
+    // String 0 must be "".
+    builder.string("");
+    let sample_type = [
+        ("acquisitions", "count"),
+        ("contentions", "count"),
+        ("delay", "nanoseconds"),
+    ]
+    .map(|(kind, unit)| builder.value_type(kind, unit))
+    .to_vec();
+    for lock in &report.locks {
+        let stacks: Vec<&LockStack> = report
+            .stacks
+            .iter()
+            .filter(|stack| stack.lock == lock.address)
+            .collect();
+        // Stacks of lock calls start in a lock function; the others are
+        // stacks of futex waits (which is all a futex-only lock has).
+        let (calls, waits): (Vec<&LockStack>, Vec<&LockStack>) = stacks
+            .into_iter()
+            .partition(|stack| starts_in_lock_function(stack, lock));
+        let acquisitions = lock.acquisitions.unwrap_or(0);
+        let mut placed = [0u64; 3];
+        if !calls.is_empty() || !waits.is_empty() {
+            for stack in calls {
+                placed[ACQUISITIONS] +=
+                    builder.sample(lock, &stack.frames, ACQUISITIONS, stack.count);
+            }
+            for stack in waits {
+                placed[CONTENTIONS] +=
+                    builder.sample(lock, &stack.frames, CONTENTIONS, stack.count);
+            }
+        } else {
+            // A futex-only lock's callers are its waiters, counted per wait.
+            let index = if lock.acquisitions.is_some() {
+                ACQUISITIONS
+            } else {
+                CONTENTIONS
+            };
+            for caller in &lock.callers {
+                placed[index] += builder.sample(lock, &[caller.frame()], index, caller.count);
+            }
+        }
+        // What no stack or caller accounts for (stacks beyond the top N,
+        // lost ones, delay) sits on the lock's frame, so each lock's totals
+        // are the report's.
+        for (index, total) in [
+            (ACQUISITIONS, acquisitions),
+            (CONTENTIONS, lock.contended),
+            (DELAY, lock.wait_ns),
+        ] {
+            if total > placed[index] {
+                builder.sample(lock, &[], index, total - placed[index]);
+            }
+        }
+    }
+    let comment = vec![builder.string(&format!(
+        "locktrace: pid {} ({}), mode {}",
+        report.target.pid, report.target.exe, report.mode
+    ))];
+    let period_type = Some(builder.value_type("contentions", "count"));
+    Profile {
+        sample_type,
+        sample: builder.samples,
+        mapping: Vec::new(),
+        location: builder.locations,
+        function: builder.functions,
+        string_table: builder.strings,
+        drop_frames: 0,
+        keep_frames: 0,
+        time_nanos: 0,
+        duration_nanos: (report.duration_s * 1e9) as i64,
+        period_type,
+        period: 1,
+        comment,
+        default_sample_type: 0,
+    }
+}
+
+/// Interns strings, functions and locations as profile.proto wants them (ids from 1).
+#[derive(Default)]
+struct Builder {
+    strings: Vec<String>,
+    string_ids: HashMap<String, i64>,
+    functions: Vec<Function>,
+    /// (name, file) -> location id; one location per function, as pprof shows functions.
+    location_ids: HashMap<(String, String), u64>,
+    locations: Vec<Location>,
+    samples: Vec<Sample>,
+}
+
+impl Builder {
+    fn string(&mut self, text: &str) -> i64 {
+        if let Some(&id) = self.string_ids.get(text) {
+            return id;
+        }
+        let id = self.strings.len() as i64;
+        self.strings.push(text.to_string());
+        self.string_ids.insert(text.to_string(), id);
+        id
+    }
+
+    fn value_type(&mut self, kind: &str, unit: &str) -> ValueType {
+        ValueType {
+            r#type: self.string(kind),
+            unit: self.string(unit),
+        }
+    }
+
+    fn location(&mut self, name: String, file: String) -> u64 {
+        if let Some(&id) = self.location_ids.get(&(name.clone(), file.clone())) {
+            return id;
+        }
+        let id = self.locations.len() as u64 + 1;
+        let function = Function {
+            id,
+            name: self.string(&name),
+            system_name: self.string(&name),
+            filename: self.string(&file),
+            start_line: 0,
+        };
+        self.functions.push(function);
+        self.locations.push(Location {
+            id,
+            mapping_id: 0,
+            address: 0,
+            line: vec![Line {
+                function_id: id,
+                line: 0,
+            }],
+            is_folded: false,
+        });
+        self.location_ids.insert((name, file), id);
+        id
+    }
+
+    /// One sample: the lock as the leaf, then `frames` (innermost first);
+    /// returns `value`.
+    fn sample(&mut self, lock: &Lock, frames: &[Frame], index: usize, value: u64) -> u64 {
+        let lock_name = label(lock);
+        let mut location_id = vec![self.location(
+            format!("lock {lock_name}"),
+            lock.module.clone().unwrap_or_default(),
+        )];
+        for frame in frames {
+            let file = frame
+                .module
+                .as_deref()
+                .map(short_module)
+                .unwrap_or_default()
+                .to_string();
+            location_id.push(self.location(frame_label(frame), file));
+        }
+        let mut values = vec![0i64; 3];
+        values[index] = i64::try_from(value).unwrap_or(i64::MAX);
+        let label = vec![
+            Label {
+                key: self.string("lock"),
+                str: self.string(&lock_name),
+                num: 0,
+                num_unit: 0,
+            },
+            Label {
+                key: self.string("kind"),
+                str: self.string(&lock.kind.to_string()),
+                num: 0,
+                num_unit: 0,
+            },
+        ];
+        self.samples.push(Sample {
+            location_id,
+            value: values,
+            label,
+        });
+        value
+    }
+}
+
+// profile.proto (github.com/google/pprof/proto/profile.proto), the fields used.
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct Profile {
+    #[prost(message, repeated, tag = "1")]
+    pub sample_type: Vec<ValueType>,
+    #[prost(message, repeated, tag = "2")]
+    pub sample: Vec<Sample>,
+    #[prost(message, repeated, tag = "3")]
+    pub mapping: Vec<Mapping>,
+    #[prost(message, repeated, tag = "4")]
+    pub location: Vec<Location>,
+    #[prost(message, repeated, tag = "5")]
+    pub function: Vec<Function>,
+    #[prost(string, repeated, tag = "6")]
+    pub string_table: Vec<String>,
+    #[prost(int64, tag = "7")]
+    pub drop_frames: i64,
+    #[prost(int64, tag = "8")]
+    pub keep_frames: i64,
+    #[prost(int64, tag = "9")]
+    pub time_nanos: i64,
+    #[prost(int64, tag = "10")]
+    pub duration_nanos: i64,
+    #[prost(message, optional, tag = "11")]
+    pub period_type: Option<ValueType>,
+    #[prost(int64, tag = "12")]
+    pub period: i64,
+    #[prost(int64, repeated, tag = "13")]
+    pub comment: Vec<i64>,
+    #[prost(int64, tag = "14")]
+    pub default_sample_type: i64,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ValueType {
+    #[prost(int64, tag = "1")]
+    pub r#type: i64,
+    #[prost(int64, tag = "2")]
+    pub unit: i64,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct Sample {
+    #[prost(uint64, repeated, tag = "1")]
+    pub location_id: Vec<u64>,
+    #[prost(int64, repeated, tag = "2")]
+    pub value: Vec<i64>,
+    #[prost(message, repeated, tag = "3")]
+    pub label: Vec<Label>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct Label {
+    #[prost(int64, tag = "1")]
+    pub key: i64,
+    #[prost(int64, tag = "2")]
+    pub str: i64,
+    #[prost(int64, tag = "3")]
+    pub num: i64,
+    #[prost(int64, tag = "4")]
+    pub num_unit: i64,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct Mapping {
+    #[prost(uint64, tag = "1")]
+    pub id: u64,
+    #[prost(uint64, tag = "2")]
+    pub memory_start: u64,
+    #[prost(uint64, tag = "3")]
+    pub memory_limit: u64,
+    #[prost(uint64, tag = "4")]
+    pub file_offset: u64,
+    #[prost(int64, tag = "5")]
+    pub filename: i64,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct Location {
+    #[prost(uint64, tag = "1")]
+    pub id: u64,
+    #[prost(uint64, tag = "2")]
+    pub mapping_id: u64,
+    #[prost(uint64, tag = "3")]
+    pub address: u64,
+    #[prost(message, repeated, tag = "4")]
+    pub line: Vec<Line>,
+    #[prost(bool, tag = "5")]
+    pub is_folded: bool,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct Line {
+    #[prost(uint64, tag = "1")]
+    pub function_id: u64,
+    #[prost(int64, tag = "2")]
+    pub line: i64,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct Function {
+    #[prost(uint64, tag = "1")]
+    pub id: u64,
+    #[prost(int64, tag = "2")]
+    pub name: i64,
+    #[prost(int64, tag = "3")]
+    pub system_name: i64,
+    #[prost(int64, tag = "4")]
+    pub filename: i64,
+    #[prost(int64, tag = "5")]
+    pub start_line: i64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strings_start_empty_and_are_interned_once() {
+        let mut builder = Builder::default();
+        assert_eq!(builder.string(""), 0);
+        assert_eq!(builder.string("lock"), 1);
+        assert_eq!(builder.string("lock"), 1);
+        assert_eq!(builder.strings, vec!["", "lock"]);
+    }
+}

@@ -1,0 +1,486 @@
+//! `locktrace serve`: a Prometheus endpoint on a live session. Every second
+//! the session's interval is added to counters labelled `lock`, `kind` and
+//! `module`; `/metrics` answers in the OpenMetrics text format.
+//!
+//! Bounded: at most `max_locks` lock series, chosen by recent activity (a
+//! decaying average; a newcomer replaces the weakest series only when twice as
+//! active, so series do not flap); the rest add to `lock="other"`. Series and
+//! map entries of locks quiet for `expire_after` are dropped. When the target
+//! exits, serve says so in one line and exits non-zero (a supervisor restarts
+//! it on the new pid).
+use std::{
+    collections::HashMap,
+    net::SocketAddr,
+    sync::{Arc, atomic::AtomicU64},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context, Result};
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::{Request, Response, StatusCode, body::Incoming, service::service_fn};
+use hyper_util::rt::TokioIo;
+use prometheus_client::{
+    encoding::EncodeLabelSet,
+    metrics::{counter::Counter, family::Family, gauge::Gauge},
+    registry::Registry,
+};
+
+use crate::live::{self, Interval, LiveOptions, LiveSession, LockActivity};
+
+pub const OPENMETRICS_CONTENT_TYPE: &str =
+    "application/openmetrics-text; version=1.0.0; charset=utf-8";
+pub const CLASSIC_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// Weight of the newest interval in a series' activity average.
+const ACTIVITY_WEIGHT: f64 = 0.3;
+
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    pub live: LiveOptions,
+    pub listen: SocketAddr,
+    /// Lock series exported at most (plus `lock="other"`).
+    pub max_locks: usize,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LockLabels {
+    lock: String,
+    kind: String,
+    module: String,
+}
+
+impl LockLabels {
+    fn of(lock: &LockActivity) -> LockLabels {
+        LockLabels {
+            lock: label_value(&lock.label),
+            kind: lock.kind.to_string(),
+            module: label_value(lock.module.as_deref().unwrap_or("")),
+        }
+    }
+
+    fn other() -> LockLabels {
+        LockLabels {
+            lock: "other".into(),
+            kind: "other".into(),
+            module: String::new(),
+        }
+    }
+}
+
+/// The encoder writes label values as given: keep them valid.
+fn label_value(text: &str) -> String {
+    text.replace('\\', "/").replace('"', "'").replace('\n', " ")
+}
+
+/// The metrics, registered once; `/metrics` encodes the registry.
+struct Metrics {
+    acquisitions: Family<LockLabels, Counter>,
+    contended: Family<LockLabels, Counter>,
+    wait_seconds: Family<LockLabels, Counter<f64, AtomicU64>>,
+    requests: Option<Counter>,
+    probe_hits: Gauge,
+    estimated_added_seconds: Gauge<f64, AtomicU64>,
+    tracer_cpu_seconds: Gauge<f64, AtomicU64>,
+    tracer_peak_rss_bytes: Gauge,
+    tracked_locks: Gauge,
+    exported_series: Gauge,
+}
+
+impl Metrics {
+    fn register(registry: &mut Registry, with_requests: bool) -> Metrics {
+        let metrics = Metrics {
+            acquisitions: Family::default(),
+            contended: Family::default(),
+            wait_seconds: Family::default(),
+            requests: with_requests.then(Counter::default),
+            probe_hits: Gauge::default(),
+            estimated_added_seconds: Gauge::default(),
+            tracer_cpu_seconds: Gauge::default(),
+            tracer_peak_rss_bytes: Gauge::default(),
+            tracked_locks: Gauge::default(),
+            exported_series: Gauge::default(),
+        };
+        registry.register(
+            "locktrace_lock_acquisitions",
+            "Lock calls (pthread mutex/rwlock) on the lock",
+            metrics.acquisitions.clone(),
+        );
+        registry.register(
+            "locktrace_lock_contended",
+            "Futex waits on the lock (contended acquisitions)",
+            metrics.contended.clone(),
+        );
+        registry.register(
+            "locktrace_lock_wait_seconds",
+            "Time threads spent waiting for the lock in futex calls",
+            metrics.wait_seconds.clone(),
+        );
+        if let Some(requests) = &metrics.requests {
+            registry.register(
+                "locktrace_requests",
+                "Hits of the request probe (--request-probe)",
+                requests.clone(),
+            );
+        }
+        registry.register(
+            "locktrace_probe_hits",
+            "Tracer cost: lock probe hits since attach",
+            metrics.probe_hits.clone(),
+        );
+        registry.register(
+            "locktrace_estimated_added_seconds",
+            "Tracer cost: estimated time the probes added to the target since attach (hits x calibrated cost per hit)",
+            metrics.estimated_added_seconds.clone(),
+        );
+        registry.register(
+            "locktrace_tracer_cpu_seconds",
+            "Tracer cost: locktrace's own CPU time (user + system) since start",
+            metrics.tracer_cpu_seconds.clone(),
+        );
+        registry.register(
+            "locktrace_tracer_peak_rss_bytes",
+            "Tracer cost: locktrace's peak resident memory",
+            metrics.tracer_peak_rss_bytes.clone(),
+        );
+        registry.register(
+            "locktrace_tracked_locks",
+            "Locks held in the tracer's maps now (quiet ones age out)",
+            metrics.tracked_locks.clone(),
+        );
+        registry.register(
+            "locktrace_exported_lock_series",
+            "Lock label sets exported now (at most --max-locks, plus other)",
+            metrics.exported_series.clone(),
+        );
+        metrics
+    }
+
+    fn add(&self, labels: &LockLabels, lock: &LockActivity) {
+        if let Some(n) = lock.acquisitions {
+            self.acquisitions.get_or_create(labels).inc_by(n);
+        }
+        self.contended.get_or_create(labels).inc_by(lock.contended);
+        self.wait_seconds
+            .get_or_create(labels)
+            .inc_by(lock.wait_ns as f64 / 1e9);
+    }
+
+    fn remove(&self, labels: &LockLabels) {
+        self.acquisitions.remove(labels);
+        self.contended.remove(labels);
+        self.wait_seconds.remove(labels);
+    }
+}
+
+/// Which lock label sets have a series of their own.
+struct SeriesSet {
+    max: usize,
+    expire_after: Duration,
+    /// Activity average and last activity of every label set seen recently.
+    activity: HashMap<LockLabels, (f64, Instant)>,
+    exported: std::collections::HashSet<LockLabels>,
+}
+
+impl SeriesSet {
+    /// Adds an interval to the metrics: each lock to its series or to `other`.
+    fn apply(&mut self, metrics: &Metrics, interval: &Interval, now: Instant) {
+        let mut this_interval: HashMap<LockLabels, f64> = HashMap::new();
+        for lock in &interval.locks {
+            *this_interval.entry(LockLabels::of(lock)).or_default() +=
+                (lock.acquisitions.unwrap_or(0) + lock.contended) as f64;
+        }
+        for (labels, (average, _)) in self.activity.iter_mut() {
+            let n = this_interval.get(labels).copied().unwrap_or(0.0);
+            *average = (1.0 - ACTIVITY_WEIGHT) * *average + ACTIVITY_WEIGHT * n;
+        }
+        for (labels, n) in &this_interval {
+            let entry = self
+                .activity
+                .entry(labels.clone())
+                .or_insert((ACTIVITY_WEIGHT * n, now));
+            entry.1 = now;
+        }
+        // Quiet series age out.
+        let expire_after = self.expire_after;
+        let quiet: Vec<LockLabels> = self
+            .activity
+            .iter()
+            .filter(|(_, (_, last))| now.duration_since(*last) >= expire_after)
+            .map(|(labels, _)| labels.clone())
+            .collect();
+        for labels in quiet {
+            self.activity.remove(&labels);
+            if self.exported.remove(&labels) {
+                metrics.remove(&labels);
+            }
+        }
+        // Newcomers, most active first, take free slots or replace a weaker series.
+        let mut newcomers: Vec<(&LockLabels, f64)> = this_interval
+            .keys()
+            .filter(|labels| !self.exported.contains(*labels))
+            .map(|labels| (labels, self.activity[labels].0))
+            .collect();
+        newcomers.sort_by(|a, b| b.1.total_cmp(&a.1));
+        for (labels, score) in newcomers {
+            if self.exported.len() >= self.max {
+                let weakest = self
+                    .exported
+                    .iter()
+                    .map(|l| (l, self.activity.get(l).map_or(0.0, |a| a.0)))
+                    .min_by(|a, b| a.1.total_cmp(&b.1))
+                    .map(|(l, s)| (l.clone(), s));
+                match weakest {
+                    Some((weakest, weakest_score)) if score > 2.0 * weakest_score => {
+                        self.exported.remove(&weakest);
+                        metrics.remove(&weakest);
+                    }
+                    _ => continue,
+                }
+            }
+            self.exported.insert(labels.clone());
+        }
+        let other = LockLabels::other();
+        for lock in &interval.locks {
+            let labels = LockLabels::of(lock);
+            if self.exported.contains(&labels) {
+                metrics.add(&labels, lock);
+            } else {
+                metrics.add(&other, lock);
+            }
+        }
+        metrics
+            .exported_series
+            .set(self.exported.len() as i64 + metrics.contended.get(&other).is_some() as i64);
+    }
+}
+
+pub async fn serve(options: &ServeOptions) -> Result<std::process::ExitCode> {
+    let stop = live::stop_requested();
+    tokio::pin!(stop);
+    let listener = tokio::net::TcpListener::bind(options.listen)
+        .await
+        .with_context(|| {
+            format!(
+                "cannot listen on {} (in use? try another port)",
+                options.listen
+            )
+        })?;
+    let mut session = LiveSession::attach(&options.live)?;
+    let mut registry = Registry::default();
+    let metrics = Metrics::register(&mut registry, session.has_request_probe());
+    let registry = Arc::new(registry);
+    eprintln!(
+        "locktrace: serving metrics of pid {} ({}) on http://{}/metrics: {} probes live after {} ms; Ctrl-C to stop",
+        session.target.pid,
+        session.target.exe,
+        listener.local_addr()?,
+        session.probe_count,
+        session.attach_ms
+    );
+    let mut series = SeriesSet {
+        max: options.max_locks,
+        expire_after: options.live.expire_after,
+        activity: HashMap::new(),
+        exported: Default::default(),
+    };
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.tick().await;
+    loop {
+        tokio::select! {
+            result = &mut stop => {
+                result?;
+                return Ok(std::process::ExitCode::SUCCESS);
+            }
+            accepted = listener.accept() => {
+                // A failed accept (peer gone, fd limit) only loses that scrape.
+                if let Ok((stream, _)) = accepted {
+                    tokio::spawn(answer(stream, registry.clone()));
+                }
+            }
+            _ = tick.tick() => {
+                if !session.target.is_alive() {
+                    eprintln!("{}", live::target_exited(session.target.pid));
+                    return Ok(std::process::ExitCode::FAILURE);
+                }
+                let interval = session.tick()?;
+                series.apply(&metrics, &interval, Instant::now());
+                if let (Some(counter), Some(n)) = (&metrics.requests, interval.requests) {
+                    counter.inc_by(n);
+                }
+                let cost = &interval.cost;
+                metrics.probe_hits.set(cost.probe_hits as i64);
+                metrics.estimated_added_seconds.set(cost.estimated_added_ns as f64 / 1e9);
+                metrics.tracer_cpu_seconds.set(cost.tracer_cpu_s);
+                metrics.tracer_peak_rss_bytes.set(cost.tracer_peak_rss_kib as i64 * 1024);
+                metrics.tracked_locks.set(interval.tracked_locks as i64);
+            }
+        }
+    }
+}
+
+/// Serves one connection: `/metrics`, else 404.
+async fn answer(stream: tokio::net::TcpStream, registry: Arc<Registry>) {
+    let service = service_fn(move |request: Request<Incoming>| {
+        let registry = registry.clone();
+        async move { Ok::<_, std::convert::Infallible>(respond(&request, &registry)) }
+    });
+    let _ = hyper::server::conn::http1::Builder::new()
+        .serve_connection(TokioIo::new(stream), service)
+        .await;
+}
+
+fn respond(request: &Request<Incoming>, registry: &Registry) -> Response<Full<Bytes>> {
+    let reply = |status: StatusCode, content_type: &str, body: String| {
+        let mut response = Response::new(Full::new(Bytes::from(body)));
+        *response.status_mut() = status;
+        if let Ok(value) = content_type.parse() {
+            response
+                .headers_mut()
+                .insert(hyper::header::CONTENT_TYPE, value);
+        }
+        response
+    };
+    if request.uri().path() != "/metrics" {
+        return reply(
+            StatusCode::NOT_FOUND,
+            "text/plain",
+            "locktrace serves /metrics\n".into(),
+        );
+    }
+    // Prometheus asks for OpenMetrics; other readers (curl, promtool) get the classic text format.
+    let openmetrics = request
+        .headers()
+        .get_all(hyper::header::ACCEPT)
+        .iter()
+        .any(|value| {
+            value
+                .to_str()
+                .is_ok_and(|v| v.contains("application/openmetrics-text"))
+        });
+    let mut body = String::new();
+    match prometheus_client::encoding::text::encode(&mut body, registry) {
+        Ok(()) if openmetrics => reply(StatusCode::OK, OPENMETRICS_CONTENT_TYPE, body),
+        Ok(()) => reply(StatusCode::OK, CLASSIC_CONTENT_TYPE, classic_text(&body)),
+        Err(_) => reply(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "text/plain",
+            "encoding the metrics failed\n".into(),
+        ),
+    }
+}
+
+/// The classic Prometheus text format (0.0.4) of OpenMetrics text: a
+/// counter family is named with its `_total` suffix, and there is no `# EOF`.
+fn classic_text(openmetrics: &str) -> String {
+    let lines: Vec<&str> = openmetrics.lines().collect();
+    let counters: std::collections::HashSet<&str> = lines
+        .iter()
+        .filter_map(|line| line.strip_prefix("# TYPE ")?.strip_suffix(" counter"))
+        .collect();
+    let mut out = String::with_capacity(openmetrics.len());
+    for line in lines {
+        if line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
+        }
+        let renamed = ["# HELP ", "# TYPE "].iter().find_map(|prefix| {
+            let rest = line.strip_prefix(prefix)?;
+            let (name, tail) = rest.split_once(' ')?;
+            counters
+                .contains(name)
+                .then(|| format!("{prefix}{name}_total {tail}"))
+        });
+        out.push_str(renamed.as_deref().unwrap_or(line));
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lock(label: &str, acquisitions: u64) -> LockActivity {
+        LockActivity {
+            address: 0,
+            label: label.into(),
+            kind: crate::model::LockKind::Mutex,
+            module: Some("/bin/x".into()),
+            top_caller: None,
+            acquisitions: Some(acquisitions),
+            contended: 0,
+            wait_ns: 0,
+        }
+    }
+
+    fn interval(locks: Vec<LockActivity>) -> Interval {
+        Interval {
+            elapsed: Duration::from_secs(1),
+            locks,
+            requests: None,
+            cost: Default::default(),
+            tracked_locks: 0,
+        }
+    }
+
+    fn acquisitions(metrics: &Metrics, lock: &str) -> Option<u64> {
+        let labels = if lock == "other" {
+            LockLabels::other()
+        } else {
+            LockLabels::of(&self::lock(lock, 0))
+        };
+        metrics.acquisitions.get(&labels).map(|c| c.get())
+    }
+
+    #[test]
+    fn series_are_bounded_and_the_rest_goes_to_other_then_quiet_ones_age_out() {
+        let mut registry = Registry::default();
+        let metrics = Metrics::register(&mut registry, false);
+        let mut series = SeriesSet {
+            max: 2,
+            expire_after: Duration::from_secs(10),
+            activity: HashMap::new(),
+            exported: Default::default(),
+        };
+        let start = Instant::now();
+        series.apply(
+            &metrics,
+            &interval(vec![lock("a", 100), lock("b", 50), lock("c", 10)]),
+            start,
+        );
+        assert_eq!(acquisitions(&metrics, "a"), Some(100));
+        assert_eq!(acquisitions(&metrics, "b"), Some(50));
+        assert_eq!(acquisitions(&metrics, "c"), None);
+        assert_eq!(acquisitions(&metrics, "other"), Some(10));
+        // b goes quiet; c becomes far more active and takes b's place.
+        for second in 1..=3 {
+            series.apply(
+                &metrics,
+                &interval(vec![lock("a", 100), lock("c", 1000)]),
+                start + Duration::from_secs(second),
+            );
+        }
+        assert_eq!(acquisitions(&metrics, "b"), None);
+        assert!(acquisitions(&metrics, "c").is_some());
+        // All quiet past the expiry: nothing but other is left.
+        series.apply(&metrics, &interval(vec![]), start + Duration::from_secs(20));
+        assert!(series.exported.is_empty() && series.activity.is_empty());
+        assert_eq!(acquisitions(&metrics, "a"), None);
+        assert!(acquisitions(&metrics, "other").unwrap() >= 10);
+    }
+
+    #[test]
+    fn classic_text_names_counter_families_with_total() {
+        let openmetrics = "# HELP a_b Help.\n# TYPE a_b counter\na_b_total{x=\"1\"} 2\n# HELP g Gauge.\n# TYPE g gauge\ng 1\n# EOF\n";
+        assert_eq!(
+            classic_text(openmetrics),
+            "# HELP a_b_total Help.\n# TYPE a_b_total counter\na_b_total{x=\"1\"} 2\n# HELP g Gauge.\n# TYPE g gauge\ng 1\n"
+        );
+    }
+
+    #[test]
+    fn label_values_stay_valid() {
+        assert_eq!(label_value("a\"b\\c\nd"), "a'b/c d");
+    }
+}

@@ -1,0 +1,380 @@
+//! `locktrace top`: a live table of the busiest locks, refreshed every second.
+//! On a terminal it takes the full screen (crossterm: alternate screen, raw
+//! mode, restored on every way out); `s` cycles the sort key, `q` or Ctrl-C
+//! quits. When stdout is not a terminal it prints one plain table per second.
+use std::{
+    fmt::Write as _,
+    io::{IsTerminal, Write},
+    process::ExitCode,
+    time::{Duration, Instant},
+};
+
+use anyhow::Result;
+use crossterm::{
+    cursor, event, execute, queue,
+    style::Print,
+    terminal::{self, ClearType},
+};
+
+use crate::{
+    live::{self, Interval, LiveOptions, LiveSession, LockActivity},
+    render::format,
+};
+
+/// Rows of the plain (not a terminal) table per interval.
+const PLAIN_ROWS: usize = 20;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SortKey {
+    Acquisitions,
+    Contended,
+    Wait,
+    Name,
+}
+
+impl SortKey {
+    fn next(self) -> SortKey {
+        match self {
+            SortKey::Acquisitions => SortKey::Contended,
+            SortKey::Contended => SortKey::Wait,
+            SortKey::Wait => SortKey::Name,
+            SortKey::Name => SortKey::Acquisitions,
+        }
+    }
+
+    fn title(self) -> &'static str {
+        match self {
+            SortKey::Acquisitions => "acq/s",
+            SortKey::Contended => "contended/s",
+            SortKey::Wait => "wait ms/s",
+            SortKey::Name => "lock name",
+        }
+    }
+
+    fn sort(self, locks: &mut [LockActivity]) {
+        locks.sort_by(|a, b| {
+            let order = match self {
+                SortKey::Acquisitions => b.acquisitions.cmp(&a.acquisitions),
+                SortKey::Contended => b.contended.cmp(&a.contended),
+                SortKey::Wait => b.wait_ns.cmp(&a.wait_ns),
+                SortKey::Name => a.label.cmp(&b.label),
+            };
+            order.then(a.address.cmp(&b.address))
+        });
+    }
+}
+
+pub async fn run(options: &LiveOptions) -> Result<ExitCode> {
+    let stop = live::stop_requested();
+    tokio::pin!(stop);
+    let mut session = LiveSession::attach(options)?;
+    let started = Instant::now();
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.tick().await;
+    if !std::io::stdout().is_terminal() {
+        eprintln!(
+            "locktrace: top of pid {} ({}): {} probes live after {} ms; a table per second, Ctrl-C to stop",
+            session.target.pid, session.target.exe, session.probe_count, session.attach_ms
+        );
+        loop {
+            tokio::select! {
+                result = &mut stop => { result?; return Ok(ExitCode::SUCCESS); }
+                _ = tick.tick() => {
+                    if !session.target.is_alive() {
+                        eprintln!("{}", live::target_exited(session.target.pid));
+                        return Ok(ExitCode::FAILURE);
+                    }
+                    let mut interval = session.tick()?;
+                    SortKey::Acquisitions.sort(&mut interval.locks);
+                    let text = plain(&session, &interval, started.elapsed());
+                    let mut stdout = std::io::stdout().lock();
+                    // A closed pipe (| head) ends top quietly.
+                    if stdout.write_all(text.as_bytes()).and_then(|_| stdout.flush()).is_err() {
+                        return Ok(ExitCode::SUCCESS);
+                    }
+                }
+            }
+        }
+    }
+
+    let screen = Screen::enter()?;
+    let mut keys = key_events();
+    let mut sort = SortKey::Acquisitions;
+    let mut last: Option<Interval> = None;
+    let outcome = loop {
+        tokio::select! {
+            result = &mut stop => break result.map(|_| ExitCode::SUCCESS),
+            key = keys.recv() => match key {
+                Some(Key::Quit) | None => break Ok(ExitCode::SUCCESS),
+                Some(Key::Sort) => sort = sort.next(),
+                Some(Key::Redraw) => {}
+            },
+            _ = tick.tick() => {
+                if !session.target.is_alive() {
+                    drop(screen);
+                    eprintln!("{}", live::target_exited(session.target.pid));
+                    return Ok(ExitCode::FAILURE);
+                }
+                match session.tick() {
+                    Ok(interval) => last = Some(interval),
+                    Err(error) => break Err(error),
+                }
+            }
+        }
+        if let Some(interval) = &mut last {
+            sort.sort(&mut interval.locks);
+            let (width, height) = terminal::size().unwrap_or((80, 24));
+            let lines = full_screen(&session, interval, sort, width as usize, height as usize);
+            screen.draw(&lines)?;
+        }
+    };
+    drop(screen);
+    outcome
+}
+
+enum Key {
+    Quit,
+    Sort,
+    Redraw,
+}
+
+/// Key presses, read on a thread of their own (crossterm's reads block).
+fn key_events() -> tokio::sync::mpsc::UnboundedReceiver<Key> {
+    let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
+    std::thread::spawn(move || {
+        use event::{Event, KeyCode, KeyEventKind, KeyModifiers};
+        while let Ok(event) = event::read() {
+            let key = match event {
+                Event::Key(key) if key.kind != KeyEventKind::Release => match key.code {
+                    KeyCode::Char('c') if key.modifiers.contains(KeyModifiers::CONTROL) => {
+                        Key::Quit
+                    }
+                    KeyCode::Char('q') | KeyCode::Esc => Key::Quit,
+                    KeyCode::Char('s') | KeyCode::Tab => Key::Sort,
+                    _ => continue,
+                },
+                Event::Resize(..) => Key::Redraw,
+                _ => continue,
+            };
+            if sender.send(key).is_err() {
+                break;
+            }
+        }
+    });
+    receiver
+}
+
+/// The terminal in full-screen mode; dropping it restores the terminal.
+struct Screen;
+
+impl Screen {
+    fn enter() -> Result<Screen> {
+        terminal::enable_raw_mode()?;
+        let screen = Screen;
+        execute!(
+            std::io::stdout(),
+            terminal::EnterAlternateScreen,
+            cursor::Hide,
+            terminal::Clear(ClearType::All)
+        )?;
+        Ok(screen)
+    }
+
+    fn draw(&self, lines: &[String]) -> Result<()> {
+        let mut stdout = std::io::stdout().lock();
+        for (row, line) in lines.iter().enumerate() {
+            queue!(
+                stdout,
+                cursor::MoveTo(0, row as u16),
+                Print(line),
+                terminal::Clear(ClearType::UntilNewLine)
+            )?;
+        }
+        queue!(
+            stdout,
+            cursor::MoveTo(0, lines.len() as u16),
+            terminal::Clear(ClearType::FromCursorDown)
+        )?;
+        stdout.flush()?;
+        Ok(())
+    }
+}
+
+impl Drop for Screen {
+    fn drop(&mut self) {
+        let _ = execute!(
+            std::io::stdout(),
+            cursor::Show,
+            terminal::LeaveAlternateScreen
+        );
+        let _ = terminal::disable_raw_mode();
+    }
+}
+
+/// Per-second rates of one lock, as table cells.
+fn cells(lock: &LockActivity, seconds: f64) -> [String; 3] {
+    let rate = |n: u64| n as f64 / seconds;
+    [
+        lock.acquisitions
+            .map_or_else(|| "-".into(), |n| format_rate(rate(n))),
+        format_rate(rate(lock.contended)),
+        format!("{:.1}", rate(lock.wait_ns) / 1e6),
+    ]
+}
+
+fn format_rate(rate: f64) -> String {
+    if rate >= 10_000_000.0 {
+        format!("{:.0}M", rate / 1e6)
+    } else if rate >= 100_000.0 {
+        format!("{:.0}k", rate / 1e3)
+    } else {
+        format!("{rate:.0}")
+    }
+}
+
+/// Cuts `text` to `width` characters, marking the cut with `…`.
+fn fit(text: &str, width: usize) -> String {
+    if text.chars().count() <= width {
+        return text.to_string();
+    }
+    let mut out: String = text.chars().take(width.saturating_sub(1)).collect();
+    out.push('…');
+    out
+}
+
+/// The lines of the full-screen view, each at most `width` wide, at most `height` of them.
+fn full_screen(
+    session: &LiveSession,
+    interval: &Interval,
+    sort: SortKey,
+    width: usize,
+    height: usize,
+) -> Vec<String> {
+    let seconds = interval.elapsed.as_secs_f64().max(1e-3);
+    let mut status = format!(
+        "locktrace top · pid {} {} · mode {} · probe hits {} ≈ {} added",
+        session.target.pid,
+        crate::render::stacks::short_module(&session.target.exe),
+        format!("{:?}", session.mode).to_lowercase(),
+        interval.cost.probe_hits,
+        format::duration(interval.cost.estimated_added_ns),
+    );
+    if let Some(requests) = interval.requests {
+        let _ = write!(
+            status,
+            " · {} req/s",
+            format_rate(requests as f64 / seconds)
+        );
+    }
+    let help = format!(
+        "sorted by {} · s: change sort · q: quit · {} active locks",
+        sort.title(),
+        interval.locks.len()
+    );
+    // Fixed columns: kind 6, acq/s 8, contended/s 8, wait ms/s 9, and 5 gaps.
+    let fixed = 6 + 8 + 8 + 9 + 5;
+    let flexible = width.saturating_sub(fixed).max(20);
+    let name_width = flexible * 11 / 20;
+    let caller_width = flexible - name_width;
+    let row = |name: &str, kind: &str, numbers: [&str; 3], caller: &str| {
+        fit(
+            &format!(
+                "{:<name_width$} {:<6} {:>8} {:>8} {:>9} {}",
+                fit(name, name_width),
+                fit(kind, 6),
+                numbers[0],
+                numbers[1],
+                numbers[2],
+                fit(caller, caller_width)
+            ),
+            width,
+        )
+    };
+    let mut lines = vec![
+        fit(&status, width),
+        fit(&help, width),
+        row(
+            "lock",
+            "kind",
+            ["acq/s", "cont/s", "wait ms/s"],
+            "top caller",
+        ),
+    ];
+    for lock in interval
+        .locks
+        .iter()
+        .take(height.saturating_sub(lines.len()))
+    {
+        let [acquisitions, contended, wait] = cells(lock, seconds);
+        lines.push(row(
+            &lock.label,
+            &lock.kind.to_string(),
+            [&acquisitions, &contended, &wait],
+            lock.top_caller.as_deref().unwrap_or("-"),
+        ));
+    }
+    lines
+}
+
+/// One plain table (for a pipe or a file): a header line, then a row per lock.
+fn plain(session: &LiveSession, interval: &Interval, since_attach: Duration) -> String {
+    let seconds = interval.elapsed.as_secs_f64().max(1e-3);
+    let mut out = format!(
+        "# {:.0}s pid {} mode {} probe_hits {}{}\n",
+        since_attach.as_secs_f64(),
+        session.target.pid,
+        format!("{:?}", session.mode).to_lowercase(),
+        interval.cost.probe_hits,
+        interval
+            .requests
+            .map(|n| format!(" req/s {}", format_rate(n as f64 / seconds)))
+            .unwrap_or_default()
+    );
+    let _ = writeln!(
+        out,
+        "{:<32} {:<6} {:>10} {:>10} {:>10}  top caller",
+        "lock", "kind", "acq/s", "cont/s", "wait ms/s"
+    );
+    for lock in interval.locks.iter().take(PLAIN_ROWS) {
+        let [acquisitions, contended, wait] = cells(lock, seconds);
+        let _ = writeln!(
+            out,
+            "{:<32} {:<6} {:>10} {:>10} {:>10}  {}",
+            lock.label,
+            lock.kind,
+            acquisitions,
+            contended,
+            wait,
+            lock.top_caller.as_deref().unwrap_or("-")
+        );
+    }
+    if interval.locks.len() > PLAIN_ROWS {
+        let _ = writeln!(out, "(+{} more)", interval.locks.len() - PLAIN_ROWS);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sort_key_cycles_through_all_four() {
+        let mut key = SortKey::Acquisitions;
+        let mut seen = vec![key];
+        for _ in 0..3 {
+            key = key.next();
+            seen.push(key);
+        }
+        assert_eq!(key.next(), SortKey::Acquisitions);
+        seen.dedup();
+        assert_eq!(seen.len(), 4);
+    }
+
+    #[test]
+    fn fit_cuts_with_an_ellipsis() {
+        assert_eq!(fit("abcdef", 4), "abc…");
+        assert_eq!(fit("abc", 4), "abc");
+    }
+}

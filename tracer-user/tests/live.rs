@@ -1,0 +1,658 @@
+//! The live views on a real target: `serve` read by promtool and a real
+//! Prometheus server, `top` in a tmux pane and through a pipe.
+mod common;
+
+use std::{
+    io::{BufRead, BufReader, Read, Write},
+    net::{TcpListener, TcpStream},
+    path::Path,
+    process::{Child, Command, Stdio},
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use common::*;
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A child process this test started, killed by its pid when dropped.
+struct Started(Child);
+
+impl Drop for Started {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
+/// Starts a locktrace live command and waits for its "live" line on stderr;
+/// the rest of stderr is collected in the returned lines.
+fn start_live(args: &[&str], stdout: Stdio) -> (Started, Arc<Mutex<Vec<String>>>) {
+    let mut child = locktrace()
+        .args(args)
+        .stdout(stdout)
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting locktrace");
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let lines = Arc::new(Mutex::new(Vec::new()));
+    loop {
+        let mut line = String::new();
+        if stderr.read_line(&mut line).unwrap() == 0 {
+            let status = child.wait().unwrap();
+            panic!("locktrace exited ({status}) before it was live: {lines:?}");
+        }
+        lines.lock().unwrap().push(line.trim_end().to_string());
+        if line.contains(" live after ") {
+            break;
+        }
+    }
+    let collected = lines.clone();
+    std::thread::spawn(move || {
+        for line in stderr.lines().map_while(Result::ok) {
+            collected.lock().unwrap().push(line);
+        }
+    });
+    (Started(child), lines)
+}
+
+/// Body of `GET http://127.0.0.1:PORT/PATH_AND_QUERY`.
+fn http_get(port: u16, path_and_query: &str) -> String {
+    try_http_get(port, path_and_query).expect("an HTTP 200 response")
+}
+
+/// Like [`http_get`]; None when nothing answers with 200 (yet).
+fn try_http_get(port: u16, path_and_query: &str) -> Option<String> {
+    try_http_get_with(port, path_and_query, "")
+}
+
+/// `/metrics` as Prometheus asks for it: OpenMetrics.
+fn openmetrics_get(port: u16) -> String {
+    try_http_get_with(
+        port,
+        "/metrics",
+        "Accept: application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5\r\n",
+    )
+    .expect("an HTTP 200 response")
+}
+
+fn try_http_get_with(port: u16, path_and_query: &str, headers: &str) -> Option<String> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .ok()?;
+    write!(
+        stream,
+        "GET {path_and_query} HTTP/1.1\r\nHost: 127.0.0.1\r\n{headers}Connection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    let (head, body) = response.split_once("\r\n\r\n")?;
+    head.starts_with("HTTP/1.1 200").then(|| body.to_string())
+}
+
+/// The value of the sample whose line starts with `name{` and contains `label`.
+fn sample(metrics: &str, name: &str, label: &str) -> Option<f64> {
+    metrics
+        .lines()
+        .filter(|line| {
+            line.starts_with(&format!("{name}{{")) || line.starts_with(&format!("{name} "))
+        })
+        .find(|line| line.contains(label))
+        .and_then(|line| line.rsplit(' ').next()?.parse().ok())
+}
+
+fn percent_encode(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// A Debian `prometheus` server scraping `target_port` every second, with its
+/// storage in a temporary directory; killed (by pid) when dropped.
+struct PrometheusServer {
+    _process: Started,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl PrometheusServer {
+    fn start(target_port: u16) -> PrometheusServer {
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("prometheus.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  - job_name: locktrace\n    static_configs:\n      - targets: ['127.0.0.1:{target_port}']\n"
+            ),
+        )
+        .unwrap();
+        let port = free_port();
+        let process = Command::new("prometheus")
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.path().join("data").display()
+            ))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("starting prometheus (scripts/setup.sh installs it)");
+        PrometheusServer {
+            _process: Started(process),
+            port,
+            _dir: dir,
+        }
+    }
+
+    /// The instant query's result vector (empty until the data is there).
+    fn query(&self, promql: &str) -> Vec<serde_json::Value> {
+        let path = format!("/api/v1/query?query={}", percent_encode(promql));
+        let Some(body) = try_http_get(self.port, &path) else {
+            return Vec::new(); // not up yet
+        };
+        let answer: serde_json::Value = serde_json::from_str(&body).expect("JSON from prometheus");
+        assert_eq!(answer["status"], "success", "{answer}");
+        answer["data"]["result"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    }
+}
+
+fn promtool_check(metrics: &str) {
+    let mut child = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("running promtool (scripts/setup.sh installs prometheus)");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(metrics.as_bytes())
+        .unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert!(
+        output.status.success(),
+        "promtool check metrics: {}{}\n{metrics}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// fixtures/steady.c: 40 lock calls in `tick` every millisecond for 12 s,
+/// then it lingers 4 s and exits. Truth: 480,000 acquisitions of g_lock and
+/// 12,000 calls of `tick` (the request probe).
+#[test]
+fn serve_feeds_promtool_and_a_real_prometheus_with_exact_totals() {
+    let binary = fixture("steady", Flavor::Glibc);
+    let mut fixture = Fixture::spawn(&binary, &["40", "12000", "4"]);
+    let port = free_port();
+    let pid = fixture.pid().to_string();
+    let listen = format!("127.0.0.1:{port}");
+    let (mut serve, stderr) = start_live(
+        &[
+            "serve",
+            "--pid",
+            &pid,
+            "--listen",
+            &listen,
+            "--request-probe",
+            "steady:tick",
+        ],
+        Stdio::null(),
+    );
+    let prometheus = PrometheusServer::start(port);
+    fixture.start();
+
+    let promql = r#"rate(locktrace_lock_acquisitions_total{lock="g_lock",kind="mutex"}[5s]) > 0"#;
+    let started = Instant::now();
+    loop {
+        if !prometheus.query(promql).is_empty() {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(11),
+            "prometheus saw no rate for g_lock"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    // Once the 5 s window lies within the run, the rate is about the pace,
+    // 40,000 a second: 1 s counter updates seen by 1 s scrapes put 4 to 6
+    // updates in a 5 s window, and a loaded machine delays the fixture's
+    // ticks, so only the order of magnitude is checked here; the exact
+    // totals are checked below.
+    std::thread::sleep(Duration::from_secs(6));
+    let result = prometheus.query(promql);
+    let rate: f64 = result[0]["value"][1].as_str().unwrap().parse().unwrap();
+    assert!(
+        (20_000.0..60_000.0).contains(&rate),
+        "rate {rate}/s, truth 40000/s"
+    );
+    assert!(
+        result[0]["metric"]["module"]
+            .as_str()
+            .is_some_and(|m| m.ends_with("steady-glibc")),
+        "{result:?}"
+    );
+
+    let metrics = http_get(port, "/metrics");
+    promtool_check(&metrics);
+    let openmetrics = openmetrics_get(port);
+    assert!(
+        openmetrics.ends_with("# EOF\n"),
+        "not OpenMetrics: {openmetrics}"
+    );
+
+    assert_eq!(fixture.read_line().as_deref(), Some("done 480000"));
+    std::thread::sleep(Duration::from_millis(2500));
+    let metrics = http_get(port, "/metrics");
+    promtool_check(&metrics);
+    assert_eq!(
+        sample(
+            &metrics,
+            "locktrace_lock_acquisitions_total",
+            r#"lock="g_lock""#
+        ),
+        Some(480_000.0),
+        "{metrics}"
+    );
+    assert_eq!(
+        sample(&metrics, "locktrace_requests_total", ""),
+        Some(12_000.0),
+        "{metrics}"
+    );
+    let hits = sample(&metrics, "locktrace_probe_hits", "").expect("probe hits gauge");
+    assert_eq!(hits, 480_000.0, "{metrics}");
+
+    // The target exits: one line, non-zero exit.
+    fixture.wait();
+    let status = serve.0.wait().unwrap();
+    assert_eq!(status.code(), Some(1), "{:?}", stderr.lock().unwrap());
+    std::thread::sleep(Duration::from_millis(100));
+    let lines = stderr.lock().unwrap();
+    let last = lines.last().unwrap();
+    assert!(last.contains(&format!("pid {pid} exited")), "{lines:?}");
+}
+
+/// `top` with stdout a pipe: a plain table per second with g_lock, its
+/// caller `tick`, and its rate (40 calls a millisecond).
+#[test]
+fn top_prints_plain_tables_when_not_a_terminal() {
+    let binary = fixture("steady", Flavor::Glibc);
+    let mut fixture = Fixture::spawn(&binary, &["40", "6000"]);
+    let pid = fixture.pid().to_string();
+    let (mut top, _) = start_live(&["top", "--pid", &pid], Stdio::piped());
+    fixture.start();
+    let mut stdout = BufReader::new(top.0.stdout.take().unwrap());
+    let mut tables = 0;
+    let mut rows = Vec::new();
+    let started = Instant::now();
+    while tables < 4 && started.elapsed() < Duration::from_secs(15) {
+        let mut line = String::new();
+        if stdout.read_line(&mut line).unwrap() == 0 {
+            break;
+        }
+        if line.starts_with("# ") {
+            tables += 1;
+        } else if line.starts_with("g_lock ") {
+            rows.push(line);
+        }
+    }
+    assert!(tables >= 4, "top printed {tables} tables");
+    // The first interval may start before the fixture does.
+    let row = rows.last().expect("a g_lock row");
+    let fields: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(fields[1], "mutex", "{row}");
+    let rate: f64 = fields[2].parse().unwrap();
+    assert!((30_000.0..50_000.0).contains(&rate), "{row}");
+    assert_eq!(fields.last(), Some(&"tick"), "{row}");
+    unsafe { libc::kill(top.0.id() as i32, libc::SIGINT) };
+    assert!(top.0.wait().unwrap().success());
+}
+
+fn tmux(socket: &Path, args: &[&str]) -> String {
+    let output = Command::new("tmux")
+        .arg("-S")
+        .arg(socket)
+        .args(args)
+        .output()
+        .expect("running tmux (scripts/setup.sh installs it)");
+    assert!(
+        output.status.success(),
+        "tmux {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// The tmux server of one test, on its own socket; killed when dropped.
+struct TmuxServer<'a>(&'a Path);
+
+impl Drop for TmuxServer<'_> {
+    fn drop(&mut self) {
+        let _ = Command::new("tmux")
+            .arg("-S")
+            .arg(self.0)
+            .arg("kill-server")
+            .status();
+    }
+}
+
+/// Polls the pane until `wanted` holds for its text.
+fn wait_for_pane(socket: &Path, wanted: impl Fn(&str) -> bool, what: &str) -> String {
+    let started = Instant::now();
+    loop {
+        let pane = tmux(socket, &["capture-pane", "-p", "-t", "top"]);
+        if wanted(&pane) {
+            return pane;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(15),
+            "{what}; the pane shows:\n{pane}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// `top` in an 80x24 tmux pane: the g_lock row with its caller, `s` changes
+/// the sort key, `q` quits and gives the terminal back.
+#[test]
+fn top_full_screen_in_tmux_sorts_and_quits() {
+    let binary = fixture("steady", Flavor::Glibc);
+    let mut fixture = Fixture::spawn(&binary, &["40", "30000"]);
+    fixture.start();
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("tmux.sock");
+    let status_file = dir.path().join("status");
+    let command = format!(
+        "{} top --pid {}; echo exit=$? > {}; sleep 30",
+        env!("CARGO_BIN_EXE_locktrace"),
+        fixture.pid(),
+        status_file.display()
+    );
+    tmux(
+        &socket,
+        &[
+            "new-session",
+            "-d",
+            "-s",
+            "top",
+            "-x",
+            "80",
+            "-y",
+            "24",
+            &command,
+        ],
+    );
+    let _server = TmuxServer(&socket);
+
+    let pane = wait_for_pane(
+        &socket,
+        |pane| {
+            pane.lines()
+                .any(|l| l.starts_with("g_lock") && l.contains("tick"))
+        },
+        "no g_lock row with caller tick",
+    );
+    assert!(pane.contains("sorted by acq/s"), "{pane}");
+    for line in pane.lines() {
+        assert!(line.chars().count() <= 80, "line wider than 80: {line:?}");
+    }
+    tmux(&socket, &["send-keys", "-t", "top", "s"]);
+    wait_for_pane(
+        &socket,
+        |pane| pane.contains("sorted by contended/s"),
+        "s did not change the sort key",
+    );
+    tmux(&socket, &["send-keys", "-t", "top", "q"]);
+    let started = Instant::now();
+    while !status_file.exists() {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "q did not quit"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(
+        std::fs::read_to_string(&status_file).unwrap().trim(),
+        "exit=0"
+    );
+    // Back on the normal screen: the table is gone.
+    let pane = tmux(&socket, &["capture-pane", "-p", "-t", "top"]);
+    assert!(
+        !pane.contains("sorted by"),
+        "terminal not restored:\n{pane}"
+    );
+}
+
+/// `record` on a terminal (a tmux pane) shows a live line: elapsed, probe
+/// hits and requests so far; through a pipe it shows nothing of the kind.
+#[test]
+fn record_shows_a_progress_line_on_a_terminal_only() {
+    let binary = fixture("steady", Flavor::Glibc);
+    let mut fixture = Fixture::spawn(&binary, &["40", "8000"]);
+    fixture.start();
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("tmux.sock");
+    let command = format!(
+        "{} record --pid {} --duration 4 --request-probe steady:tick; sleep 30",
+        env!("CARGO_BIN_EXE_locktrace"),
+        fixture.pid()
+    );
+    tmux(
+        &socket,
+        &[
+            "new-session",
+            "-d",
+            "-s",
+            "top",
+            "-x",
+            "100",
+            "-y",
+            "24",
+            &command,
+        ],
+    );
+    let _server = TmuxServer(&socket);
+    let pane = wait_for_pane(
+        &socket,
+        |pane| pane.contains("probe hits") && pane.contains("(probe)"),
+        "no progress line",
+    );
+    let line = pane.lines().find(|l| l.contains("probe hits")).unwrap();
+    assert!(line.contains("requests "), "{line}");
+
+    let mut fixture = Fixture::spawn(&binary, &["40", "3000"]);
+    fixture.start();
+    let output = locktrace()
+        .args([
+            "record",
+            "--pid",
+            &fixture.pid().to_string(),
+            "--duration",
+            "1",
+        ])
+        .output()
+        .unwrap();
+    assert!(output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!stderr.contains("probe hits"), "{stderr}");
+}
+
+/// A lock quiet for --expire-after loses its series and leaves the BPF
+/// maps (bounded memory), while the cost figures keep what it cost.
+/// fixtures/steady.c: 40 calls a millisecond for 1 s (40,000), then 8 s idle.
+#[test]
+fn serve_ages_out_quiet_locks_and_keeps_their_cost() {
+    let binary = fixture("steady", Flavor::Glibc);
+    let mut fixture = Fixture::spawn(&binary, &["40", "1000", "8"]);
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let pid = fixture.pid().to_string();
+    let (_serve, _) = start_live(
+        &[
+            "serve",
+            "--pid",
+            &pid,
+            "--listen",
+            &listen,
+            "--expire-after",
+            "2",
+        ],
+        Stdio::null(),
+    );
+    fixture.start();
+    assert_eq!(fixture.read_line().as_deref(), Some("done 40000"));
+    std::thread::sleep(Duration::from_millis(1500));
+    let metrics = http_get(port, "/metrics");
+    assert_eq!(
+        sample(
+            &metrics,
+            "locktrace_lock_acquisitions_total",
+            r#"lock="g_lock""#
+        ),
+        Some(40_000.0),
+        "{metrics}"
+    );
+    assert_eq!(sample(&metrics, "locktrace_tracked_locks", ""), Some(1.0));
+    std::thread::sleep(Duration::from_millis(3000));
+    let metrics = http_get(port, "/metrics");
+    assert_eq!(
+        sample(
+            &metrics,
+            "locktrace_lock_acquisitions_total",
+            r#"lock="g_lock""#
+        ),
+        None,
+        "{metrics}"
+    );
+    assert_eq!(sample(&metrics, "locktrace_tracked_locks", ""), Some(0.0));
+    assert_eq!(
+        sample(&metrics, "locktrace_probe_hits", ""),
+        Some(40_000.0),
+        "{metrics}"
+    );
+}
+
+#[test]
+fn live_views_refuse_bad_input_in_one_line() {
+    let fixture = Fixture::spawn(&fixture("steady", Flavor::Glibc), &["1", "1"]);
+    let pid = fixture.pid().to_string();
+    for (args, says) in [
+        (
+            vec![
+                "serve",
+                "--pid",
+                &pid,
+                "--listen",
+                "127.0.0.1:0",
+                "--mode",
+                "sampled",
+            ],
+            "--mode sampled is for record",
+        ),
+        (
+            vec!["serve", "--pid", &pid, "--listen", "nonsense"],
+            "invalid value 'nonsense'",
+        ),
+        (vec!["top", "--pid", "999999999"], "999999999"),
+        (
+            vec![
+                "serve",
+                "--pid",
+                &pid,
+                "--listen",
+                "127.0.0.1:0",
+                "--max-locks",
+                "0",
+            ],
+            "--max-locks must be at least 1",
+        ),
+    ] {
+        let output = locktrace().args(&args).output().unwrap();
+        assert!(!output.status.success(), "{args:?}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+    }
+}
+
+/// When the target exits under the full-screen `top`, the terminal comes
+/// back, one line says so, and the exit status is 1.
+#[test]
+fn top_says_so_in_one_line_when_the_target_exits() {
+    let binary = fixture("steady", Flavor::Glibc);
+    let mut fixture = Fixture::spawn(&binary, &["40", "2500"]);
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("tmux.sock");
+    let status_file = dir.path().join("status");
+    let command = format!(
+        "{} top --pid {} 2> {}; echo exit=$? > {}; sleep 30",
+        env!("CARGO_BIN_EXE_locktrace"),
+        fixture.pid(),
+        dir.path().join("stderr").display(),
+        status_file.display()
+    );
+    tmux(
+        &socket,
+        &[
+            "new-session",
+            "-d",
+            "-s",
+            "top",
+            "-x",
+            "80",
+            "-y",
+            "24",
+            &command,
+        ],
+    );
+    let _server = TmuxServer(&socket);
+    wait_for_pane(
+        &socket,
+        |pane| pane.contains("sorted by"),
+        "top did not start",
+    );
+    let pid = fixture.pid();
+    fixture.start();
+    fixture.wait();
+    let started = Instant::now();
+    while !status_file.exists() {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "top did not stop"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(
+        std::fs::read_to_string(&status_file).unwrap().trim(),
+        "exit=1"
+    );
+    let stderr = std::fs::read_to_string(dir.path().join("stderr")).unwrap();
+    let last = stderr.lines().last().unwrap_or_default();
+    assert!(last.contains(&format!("pid {pid} exited")), "{stderr}");
+    let pane = tmux(&socket, &["capture-pane", "-p", "-t", "top"]);
+    assert!(
+        !pane.contains("sorted by"),
+        "terminal not restored:\n{pane}"
+    );
+}
