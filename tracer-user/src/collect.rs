@@ -13,6 +13,10 @@ use tracer_common::{CallerKey, FutexCounts, LockCounts, StackKey, drop_reason};
 pub struct Collected {
     pub locks: HashMap<u64, LockCounts>,
     pub futexes: HashMap<u64, FutexCounts>,
+    /// Waits inside the condvar wait functions, keyed by the condvar.
+    pub condvars: HashMap<u64, FutexCounts>,
+    /// Futex calls of the Go runtime, keyed by the futex word.
+    pub go_futexes: HashMap<u64, FutexCounts>,
     pub callers: HashMap<CallerKey, u64>,
     pub stacks: HashMap<StackKey, u64>,
     /// User stack frames (instruction pointers, innermost first) per stack id.
@@ -25,6 +29,8 @@ pub fn collect(ebpf: &Ebpf) -> Result<Collected> {
     let mut collected = Collected {
         locks: read_hash(ebpf, "LOCKS")?,
         futexes: read_hash(ebpf, "FUTEXES")?,
+        condvars: read_hash(ebpf, "CONDVARS")?,
+        go_futexes: read_hash(ebpf, "GO_FUTEXES")?,
         callers: read_hash(ebpf, "CALLERS")?,
         stacks: read_hash(ebpf, "STACK_COUNTS")?,
         ..Collected::default()

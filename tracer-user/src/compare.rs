@@ -87,6 +87,11 @@ impl Side {
                 (None, false) => format!("{} via {}", lock.kind, callers.join(", ")),
                 (None, true) => format!("unidentified {}", lock.kind),
             };
+            // Like with like: a condvar or runtime word never matches a lock.
+            let identity = match lock.wait_class {
+                crate::report::WaitClass::Lock => identity,
+                class => format!("[{}] {identity}", class.name()),
+            };
             let group = groups.entry(identity).or_insert_with(|| Group {
                 kind: lock.kind.clone(),
                 ..Group::default()

@@ -27,6 +27,8 @@ pub struct LoadPlan<'a> {
     pub lock_probes: bool,
     /// A function run once per request: (module as the target sees it, file offset).
     pub request_probe: Option<(String, u64)>,
+    /// Condvar wait functions and Go's `runtime.futex`: what classifies waits.
+    pub waits: &'a crate::waitfuncs::WaitFunctions,
 }
 
 pub struct Loaded {
@@ -38,9 +40,18 @@ pub struct Loaded {
 pub fn load(plan: &LoadPlan) -> Result<Loaded> {
     let started = Instant::now();
     let tgid = plan.target.pid;
+    let (go_start, go_end) = plan.waits.go_futex.unwrap_or((0, 0));
+    let flags = plan.flags
+        | if plan.waits.go_futex.is_some() {
+            tracer_common::flags::GO_RUNTIME
+        } else {
+            0
+        };
     let mut ebpf = EbpfLoader::new()
         .override_global("TARGET_TGID", &tgid, true)
-        .override_global("FLAGS", &plan.flags, true)
+        .override_global("FLAGS", &flags, true)
+        .override_global("GO_FUTEX_START", &go_start, true)
+        .override_global("GO_FUTEX_END", &go_end, true)
         .load(BPF_OBJECT)
         .map_err(|error| anyhow!("the kernel refused locktrace's BPF programs ({error}); it needs BPF with BTF, uprobes and syscall tracepoints (Linux 5.15 or newer)"))?;
     let scope = UProbeScope::OneProcess(
@@ -91,6 +102,7 @@ pub fn load(plan: &LoadPlan) -> Result<Loaded> {
         probe_count += 1;
     }
     if plan.flags & tracer_common::flags::FUTEX != 0 {
+        probe_count += crate::waitfuncs::attach(&mut ebpf, plan.target, plan.waits)?;
         for (name, event) in [
             ("futex_enter", "sys_enter_futex"),
             ("futex_exit", "sys_exit_futex"),

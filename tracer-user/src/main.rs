@@ -16,6 +16,8 @@ mod symbolize;
 mod table;
 mod target;
 mod tracefs;
+mod waitfuncs;
+mod waits;
 mod window;
 
 use std::{path::PathBuf, process::ExitCode, time::Duration};

@@ -80,7 +80,9 @@ pub async fn record(options: &RecordOptions) -> Result<Report> {
     if options.mode == Mode::Sampled {
         flags |= flags::SAMPLED;
     }
+    let waits = crate::waitfuncs::find(&target);
     let plan = loader::LoadPlan {
+        waits: &waits,
         target: &target,
         functions: &placed,
         flags,

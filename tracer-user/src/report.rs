@@ -101,6 +101,58 @@ pub struct Lock {
     /// Sampled mode: `acquisitions` is an estimate within ± this.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub acquisitions_error: Option<u64>,
+    /// What its futex waits are: lock contention (`lock`) or not
+    /// (`condvar`, `go_runtime`, `other`); only `lock` counts in the totals.
+    #[serde(default)]
+    pub wait_class: WaitClass,
+}
+
+/// What a futex word's waits mean (see `waits`).
+#[derive(
+    Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq, PartialOrd, Ord, Hash,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum WaitClass {
+    /// A pthread mutex or rwlock (its futex words): lock contention.
+    #[default]
+    Lock,
+    /// A condition variable: threads waiting for work or an event.
+    Condvar,
+    /// A Go runtime word (notes, semaphores, runtime locks): the scheduler parking threads.
+    GoRuntime,
+    /// Any other futex word: no pthread lock, condvar or Go runtime call was seen on it.
+    Other,
+}
+
+impl WaitClass {
+    pub const ALL: [WaitClass; 4] = [
+        WaitClass::Lock,
+        WaitClass::Condvar,
+        WaitClass::GoRuntime,
+        WaitClass::Other,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            WaitClass::Lock => "lock",
+            WaitClass::Condvar => "condvar",
+            WaitClass::GoRuntime => "go_runtime",
+            WaitClass::Other => "other",
+        }
+    }
+}
+
+/// Futex figures of one wait class.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct ClassTotals {
+    /// Rows (locks or futex words) of the class.
+    pub words: usize,
+    pub waits: u64,
+    pub wakes: u64,
+    pub wait_ns: u64,
+    /// Waits and wait time per request; null without a request count.
+    #[serde(default)]
+    pub per_request: Option<crate::requests::PerRequest>,
 }
 
 /// A code location: function (demangled) and module, and the offset of the
@@ -155,6 +207,10 @@ pub struct Totals {
     /// All locks' figures per request; null without a request count.
     #[serde(default)]
     pub per_request: Option<crate::requests::PerRequest>,
+    /// Futex figures by wait class; `contended`, `wakes`, `wait_ns` above are
+    /// those of `lock` only (absent in reports of older versions).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub by_wait_class: BTreeMap<WaitClass, ClassTotals>,
 }
 
 /// Bytes a lock of each kind spans: futex words inside it belong to it.
@@ -212,6 +268,7 @@ pub fn build(info: RecordInfo, collected: &Collected, functions: &[LockFunction]
                 callers: Vec::new(),
                 per_request: None,
                 acquisitions_error: None,
+                wait_class: WaitClass::Lock,
             },
         );
     }
@@ -237,12 +294,14 @@ pub fn build(info: RecordInfo, collected: &Collected, functions: &[LockFunction]
             callers: Vec::new(),
             per_request: None,
             acquisitions_error: None,
+            wait_class: WaitClass::Other,
         });
         lock.contended += counts.waits;
         lock.wakes += counts.wakes;
         lock.wait_ns += counts.wait_ns;
         lock.max_wait_ns = lock.max_wait_ns.max(counts.max_wait_ns);
     }
+    crate::waits::classify(&mut locks, collected, info.counted_acquisitions);
     let mut locks: Vec<Lock> = locks.into_values().collect();
     locks.sort_by(|a, b| {
         (b.acquisitions.unwrap_or(0), b.contended, b.wait_ns).cmp(&(
@@ -251,15 +310,7 @@ pub fn build(info: RecordInfo, collected: &Collected, functions: &[LockFunction]
             a.wait_ns,
         ))
     });
-    let totals = Totals {
-        acquisitions: info
-            .counted_acquisitions
-            .then(|| locks.iter().filter_map(|lock| lock.acquisitions).sum()),
-        contended: locks.iter().map(|lock| lock.contended).sum(),
-        wakes: locks.iter().map(|lock| lock.wakes).sum(),
-        wait_ns: locks.iter().map(|lock| lock.wait_ns).sum(),
-        per_request: None,
-    };
+    let totals = crate::waits::totals(&locks, info.counted_acquisitions);
     let dropped = drop_reason::NAMES
         .iter()
         .zip(collected.drops)

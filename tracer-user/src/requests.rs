@@ -69,6 +69,7 @@ pub fn apply(report: &mut Report, requests: Requests) {
         contended: totals.contended as f64 / n,
         wait_ns: totals.wait_ns as f64 / n,
     });
+    crate::waits::apply_per_request(totals, divisor);
     report.requests = Some(requests);
 }
 

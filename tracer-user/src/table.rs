@@ -37,7 +37,12 @@ pub fn render(report: &Report, limit: Option<usize>) -> String {
     titles.add_cell(Cell::new("callers"));
     table.set_titles(titles);
     let shown = limit.unwrap_or(usize::MAX);
-    for lock in report.locks.iter().take(shown) {
+    let contention: Vec<&Lock> = report
+        .locks
+        .iter()
+        .filter(|lock| crate::waits::is_contention_row(lock))
+        .collect();
+    for lock in contention.iter().take(shown) {
         let mut row: Row = row![
             lock.address,
             crate::stacks::label(lock).trim_end_matches(lock.address.as_str()).trim_end(),
@@ -60,8 +65,8 @@ pub fn render(report: &Report, limit: Option<usize>) -> String {
         table.add_row(row);
     }
     out.push_str(&table.to_string());
-    if report.locks.len() > shown {
-        let _ = writeln!(out, "({} more locks not shown)", report.locks.len() - shown);
+    if contention.len() > shown {
+        let _ = writeln!(out, "({} more locks not shown)", contention.len() - shown);
     }
     out.push_str(&crate::stacks::render_text(report, shown));
     out.push_str(&crate::symbolize::footer(report));
@@ -69,7 +74,7 @@ pub fn render(report: &Report, limit: Option<usize>) -> String {
     let _ = writeln!(
         out,
         "{} locks; total: {} acquisitions, {} contended waits, {} wakes, {} waiting",
-        report.locks.len(),
+        contention.len(),
         totals
             .acquisitions
             .map_or("-".to_string(), |n| if report.estimate.is_some() {
@@ -89,6 +94,7 @@ pub fn render(report: &Report, limit: Option<usize>) -> String {
             cells[0], cells[1], cells[2]
         );
     }
+    out.push_str(&crate::waits::render(report, limit));
     match report.stopped_by.as_str() {
         "target_exited" => {
             out.push_str("stopped: the target exited; counts cover its whole traced life\n")

@@ -171,7 +171,11 @@ pub fn annotate(
             lock.name.is_none()
                 && matches!(
                     lock.region.as_str(),
-                    "[heap]" | "anonymous" | region::SPARE_HEAP
+                    "[heap]"
+                        | "anonymous"
+                        | region::SPARE_HEAP
+                        | region::MMAP_HEAP
+                        | region::THREAD_ARENA
                 )
         })
         .take(CHAIN_SEARCH_LOCKS)

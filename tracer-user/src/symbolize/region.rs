@@ -41,6 +41,19 @@ pub fn thread_stack_pointers(pid: u32) -> Vec<u64> {
 
 /// Region of heap memory inside a module's mapping (see `region_of`).
 pub const SPARE_HEAP: &str = "heap (module page tail)";
+/// glibc's per-thread malloc arenas.
+pub const THREAD_ARENA: &str = "heap (thread arena)";
+/// Other writable anonymous memory: mmap'ed C heaps (musl's malloc, large
+/// glibc allocations) and whatever else a program maps.
+pub const MMAP_HEAP: &str = "heap (mmap)";
+/// The Go runtime's heap arenas, goroutine stacks included.
+pub const GO_HEAP: &str = "Go heap";
+/// Where the Go runtime puts its heap on x86-64 (its first arena hint,
+/// 0x00c0 << 32, and the rest of that terabyte it grows into).
+const GO_ARENA: std::ops::Range<u64> = 0x00c0_0000_0000..0x0100_0000_0000;
+/// Largest no-access mapping taken for a thread stack's guard (glibc and
+/// musl use a page or two); the Go runtime's huge reservations are not guards.
+const MAX_GUARD: u64 = 64 << 10;
 
 impl LoadedModule {
     /// End of the module's last allocated section: what follows up to `end`
@@ -72,6 +85,8 @@ pub struct AddressSpace {
     pub modules: Vec<LoadedModule>,
     /// Start addresses of mappings seen holding a thread's stack pointer.
     pub thread_stacks: std::collections::BTreeSet<u64>,
+    /// The target is a Go program (its runtime's symbols are present).
+    pub is_go: bool,
 }
 
 impl AddressSpace {
@@ -115,10 +130,18 @@ impl AddressSpace {
                 symbols,
             });
         }
+        let is_go = modules.iter().any(|module| {
+            module
+                .symbols
+                .functions
+                .iter()
+                .any(|f| f.name == "runtime.goexit")
+        });
         AddressSpace {
             maps,
             modules,
             thread_stacks: Default::default(),
+            is_go,
         }
     }
 
@@ -176,6 +199,11 @@ impl AddressSpace {
         if mapping.is_file() {
             return format!("file {}", mapping.path);
         }
+        // Before the stack checks: goroutine stacks are in the Go heap, and
+        // threads in a syscall have their stack pointer there.
+        if self.is_go && GO_ARENA.contains(&address) {
+            return GO_HEAP.into();
+        }
         if self.thread_stacks.contains(&mapping.start) {
             return "thread stack".into();
         }
@@ -185,15 +213,21 @@ impl AddressSpace {
         let reserve_above =
             above.is_some_and(|next| next.start == mapping.end && next.perms.starts_with("---"));
         if mapping.start.is_multiple_of(ARENA_ALIGN) && reserve_above {
-            return "malloc arena".into();
+            return THREAD_ARENA.into();
         }
         // glibc and musl put a no-access guard page right below each thread
         // stack.
         let below = index.checked_sub(1).map(|i| &self.maps[i]);
         if below.is_some_and(|guard| {
-            guard.end == mapping.start && guard.perms.starts_with("---") && guard.path.is_empty()
+            guard.end == mapping.start
+                && guard.perms.starts_with("---")
+                && guard.path.is_empty()
+                && guard.end - guard.start <= MAX_GUARD
         }) {
             return "thread stack".into();
+        }
+        if mapping.perms.starts_with("rw") {
+            return MMAP_HEAP.into();
         }
         "anonymous".into()
     }
