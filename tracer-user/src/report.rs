@@ -279,23 +279,9 @@ pub fn build(info: RecordInfo, collected: &Collected, functions: &[LockFunction]
             .next_back()
             .filter(|(start, lock)| futex < **start + lock_span(&lock.kind))
             .map(|(start, _)| *start);
-        let lock = locks.entry(owner.unwrap_or(futex)).or_insert_with(|| Lock {
-            address: format!("{futex:#x}"),
-            kind: "futex".into(),
-            acquisitions: None,
-            calls: BTreeMap::new(),
-            contended: 0,
-            wakes: 0,
-            wait_ns: 0,
-            max_wait_ns: 0,
-            name: None,
-            region: String::new(),
-            module: None,
-            callers: Vec::new(),
-            per_request: None,
-            acquisitions_error: None,
-            wait_class: WaitClass::Other,
-        });
+        let lock = locks
+            .entry(owner.unwrap_or(futex))
+            .or_insert_with(|| crate::waits::empty_row(futex, "futex", WaitClass::Other));
         lock.contended += counts.waits;
         lock.wakes += counts.wakes;
         lock.wait_ns += counts.wait_ns;

@@ -107,11 +107,13 @@ fn definitions(elf: &object::File, name: &str) -> BTreeSet<u64> {
         .collect()
 }
 
-/// `runtime.futex` of a Go executable, as a runtime address range.
+/// `runtime.futex` of a Go executable, as a runtime address range. It is
+/// written in assembly, so its ELF symbol carries the ABI0 suffix.
 fn go_futex(elf: &object::File, module: &str, target: &Target) -> Option<(u64, u64)> {
-    let symbol = elf
-        .symbols()
-        .find(|symbol| symbol.kind() == SymbolKind::Text && symbol.name() == Ok("runtime.futex"))?;
+    let symbol = elf.symbols().find(|symbol| {
+        symbol.kind() == SymbolKind::Text
+            && matches!(symbol.name(), Ok("runtime.futex.abi0" | "runtime.futex"))
+    })?;
     let start = runtime_address(target, module, file_offset_of(elf, symbol.address())?)?;
     Some((start, start + symbol.size().max(1)))
 }

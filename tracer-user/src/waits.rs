@@ -80,7 +80,8 @@ pub fn classify(locks: &mut BTreeMap<u64, Lock>, collected: &Collected, lock_spa
     }
 }
 
-fn empty_row(address: u64, kind: &str, wait_class: WaitClass) -> Lock {
+/// A row with no counts yet.
+pub fn empty_row(address: u64, kind: &str, wait_class: WaitClass) -> Lock {
     Lock {
         address: format!("{address:#x}"),
         kind: kind.into(),

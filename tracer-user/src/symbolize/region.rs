@@ -83,8 +83,9 @@ impl LoadedModule {
 pub struct AddressSpace {
     pub maps: Vec<Mapping>,
     pub modules: Vec<LoadedModule>,
-    /// Start addresses of mappings seen holding a thread's stack pointer.
-    pub thread_stacks: std::collections::BTreeSet<u64>,
+    /// Start addresses of mappings seen holding a thread's stack pointer,
+    /// with the highest stack pointer seen in each.
+    pub thread_stacks: BTreeMap<u64, u64>,
     /// The target is a Go program (its runtime's symbols are present).
     pub is_go: bool,
 }
@@ -135,7 +136,7 @@ impl AddressSpace {
                 .symbols
                 .functions
                 .iter()
-                .any(|f| f.name == "runtime.goexit")
+                .any(|f| f.name == "runtime.main")
         });
         AddressSpace {
             maps,
@@ -155,13 +156,29 @@ impl AddressSpace {
         let mut ranges: Vec<(u64, u64)> = self
             .maps
             .iter()
-            .filter(|m| {
+            .enumerate()
+            .filter(|(_, m)| {
                 m.perms.starts_with("rw")
                     && !m.is_file()
                     && (m.path.is_empty() || m.path == "[heap]")
             })
-            .filter(|m| self.module_of(m.start).is_none())
-            .map(|m| (m.start, m.end))
+            .filter(|(_, m)| self.module_of(m.start).is_none())
+            // The Go heap has no object bounds to read: a C pointer boxed in
+            // some Go object near a Go global's target would make a false
+            // chain. Chains name C locks through C memory.
+            .filter(|(_, m)| !(self.is_go && GO_ARENA.contains(&m.start)))
+            // Nor through thread stacks: a frame's pointers name nothing
+            // that lasts (musl's condvar waiters are nodes on their stacks).
+            .map(|(index, m)| {
+                let is_stack = self.thread_stacks.contains_key(&m.start) || self.above_guard(index);
+                let start = if is_stack {
+                    self.thread_stack_end(index)
+                } else {
+                    m.start
+                };
+                (start, m.end)
+            })
+            .filter(|(start, end)| start < end)
             .collect();
         ranges.extend(
             self.modules
@@ -204,7 +221,8 @@ impl AddressSpace {
         if self.is_go && GO_ARENA.contains(&address) {
             return GO_HEAP.into();
         }
-        if self.thread_stacks.contains(&mapping.start) {
+        let in_stack_part = address < self.thread_stack_end(index);
+        if self.thread_stacks.contains_key(&mapping.start) && in_stack_part {
             return "thread stack".into();
         }
         // glibc's per-thread malloc arenas: 64 MiB-aligned, the unused rest
@@ -217,19 +235,51 @@ impl AddressSpace {
         }
         // glibc and musl put a no-access guard page right below each thread
         // stack.
-        let below = index.checked_sub(1).map(|i| &self.maps[i]);
-        if below.is_some_and(|guard| {
-            guard.end == mapping.start
-                && guard.perms.starts_with("---")
-                && guard.path.is_empty()
-                && guard.end - guard.start <= MAX_GUARD
-        }) {
+        if self.above_guard(index) && in_stack_part {
             return "thread stack".into();
         }
         if mapping.perms.starts_with("rw") {
             return MMAP_HEAP.into();
         }
         "anonymous".into()
+    }
+}
+
+impl AddressSpace {
+    /// glibc and musl put a small no-access guard right below each thread stack.
+    fn above_guard(&self, index: usize) -> bool {
+        let mapping = &self.maps[index];
+        let below = index.checked_sub(1).map(|i| &self.maps[i]);
+        below.is_some_and(|guard| {
+            guard.end == mapping.start
+                && guard.perms.starts_with("---")
+                && guard.path.is_empty()
+                && guard.end - guard.start <= MAX_GUARD
+        })
+    }
+
+    /// Where the thread stack at the bottom of mapping `index` ends. Memory
+    /// mapped right above a thread stack with the same permissions merges
+    /// with it into one mapping (musl's mmap'ed heap above a cgo thread's
+    /// stack), so the stack is taken to end at the smallest size other
+    /// thread stacks have that still holds the highest stack pointer seen
+    /// in it; the whole mapping when no other stack is smaller.
+    fn thread_stack_end(&self, index: usize) -> u64 {
+        let mapping = &self.maps[index];
+        let above_sp = self
+            .thread_stacks
+            .get(&mapping.start)
+            .map_or(mapping.start, |&sp| (sp + 0x1000) & !0xfff);
+        self.maps
+            .iter()
+            .enumerate()
+            .filter(|&(i, other)| {
+                i != index && other.perms.starts_with("rw") && self.above_guard(i)
+            })
+            .map(|(_, other)| mapping.start + (other.end - other.start))
+            .filter(|&end| end >= above_sp && end < mapping.end)
+            .min()
+            .unwrap_or(mapping.end)
     }
 }
 
