@@ -7,7 +7,7 @@ set -euo pipefail
 NIGHTLY=${LOCKTRACE_NIGHTLY:-nightly}
 NIGHTLY_DATE=2026-05-19
 BPF_LINKER_VERSION=0.13.0
-APT_PACKAGES=(gcc musl-tools libc6-dev apache2 mariadb-server sysbench bpftrace libc6-dbg binutils util-linux)
+APT_PACKAGES=(gcc musl-tools libc6-dev golang-go apache2 mariadb-server sysbench bpftrace libc6-dbg binutils util-linux)
 
 die() { echo "setup: $*" >&2; exit 1; }
 
