@@ -262,7 +262,10 @@ pub fn cond_wait_enter(ctx: ProbeContext) -> u32 {
         return 0;
     };
     let tid = bpf_get_current_pid_tgid() as u32;
-    if COND_THREADS.insert(tid, CondWait { cond, mutex }, 0).is_err() {
+    if COND_THREADS
+        .insert(tid, CondWait { cond, mutex }, 0)
+        .is_err()
+    {
         count_drop(drop_reason::COND_WAITS_UNTRACKED);
     }
     0
