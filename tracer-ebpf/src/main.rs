@@ -67,6 +67,9 @@ static COND_THREADS: HashMap<u32, CondWait> = HashMap::with_max_entries(MAX_WAIT
 /// sleep on a node on their own stack, so the futex word would not say which).
 #[map]
 static CONDVARS: HashMap<u64, FutexCounts> = HashMap::with_max_entries(MAX_CONDVARS, 0);
+/// Calls of the condvar wait functions (index 0): what their probes cost.
+#[map]
+static COND_CALLS: Array<u64> = Array::with_max_entries(1, 0);
 /// Futex calls of the Go runtime (`runtime.futex`), keyed by the futex word.
 #[map]
 static GO_FUTEXES: HashMap<u64, FutexCounts> = HashMap::with_max_entries(MAX_FUTEXES, 0);
@@ -261,6 +264,9 @@ pub fn cond_wait_enter(ctx: ProbeContext) -> u32 {
     let (Some(cond), Some(mutex)) = (ctx.arg::<u64>(0), ctx.arg::<u64>(1)) else {
         return 0;
     };
+    if let Some(calls) = COND_CALLS.get_ptr_mut(0) {
+        add(calls, 1);
+    }
     let tid = bpf_get_current_pid_tgid() as u32;
     if COND_THREADS
         .insert(tid, CondWait { cond, mutex }, 0)

@@ -23,6 +23,8 @@ pub struct Collected {
     pub stack_frames: HashMap<i64, Vec<u64>>,
     pub drops: [u64; drop_reason::COUNT as usize],
     pub requests: u64,
+    /// Calls of the condvar wait functions (each one an entry and a return probe hit).
+    pub cond_wait_calls: u64,
 }
 
 pub fn collect(ebpf: &Ebpf) -> Result<Collected> {
@@ -41,6 +43,8 @@ pub fn collect(ebpf: &Ebpf) -> Result<Collected> {
     }
     let requests: Array<&MapData, u64> = Array::try_from(map(ebpf, "REQUESTS")?)?;
     collected.requests = requests.get(&0, 0).unwrap_or(0);
+    let cond_calls: Array<&MapData, u64> = Array::try_from(map(ebpf, "COND_CALLS")?)?;
+    collected.cond_wait_calls = cond_calls.get(&0, 0).unwrap_or(0);
     if !collected.stacks.is_empty() {
         let traces = StackTraceMap::try_from(map(ebpf, "STACKS")?)?;
         for key in collected.stacks.keys() {

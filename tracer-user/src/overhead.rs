@@ -63,6 +63,10 @@ pub struct Overhead {
     /// Hits of the request-boundary probe (`--request-probe`), also in `estimated_added_ns`.
     #[serde(default)]
     pub request_probe_hits: u64,
+    /// Hits of the condvar wait probes (entry and return of each call), also
+    /// in `estimated_added_ns` (counted as one single-stepped and one cheap hit).
+    #[serde(default)]
+    pub cond_wait_probe_hits: u64,
     /// Probe points on emulated (cheap) and single-stepped instructions.
     pub emulated_points: u32,
     pub stepped_points: u32,
@@ -112,10 +116,12 @@ pub fn measure(
             Some(true) => calibration.emulated_ns,
             _ => calibration.stepped_ns,
         };
+    added += collected.cond_wait_calls * (calibration.stepped_ns + calibration.emulated_ns);
     let (cpu, rss) = own_usage();
     Overhead {
         probe_hits: hits_per_op.iter().sum(),
         request_probe_hits,
+        cond_wait_probe_hits: 2 * collected.cond_wait_calls,
         emulated_points,
         stepped_points,
         estimated_added_ns: added,
@@ -180,12 +186,17 @@ pub fn footer(report: &Report) -> String {
     if let Some(overhead) = &report.overhead {
         let _ = writeln!(
             out,
-            "overhead: {} probe hits on {} cheap + {} single-stepped points{} ≈ {} added to the target; attach {} ms; tracer CPU {:.2} s, peak RSS {:.1} MiB",
+            "overhead: {} probe hits on {} cheap + {} single-stepped points{}{} ≈ {} added to the target; attach {} ms; tracer CPU {:.2} s, peak RSS {:.1} MiB",
             overhead.probe_hits,
             overhead.emulated_points,
             overhead.stepped_points,
             if overhead.request_probe_hits > 0 {
                 format!(", {} request probe hits", overhead.request_probe_hits)
+            } else {
+                String::new()
+            },
+            if overhead.cond_wait_probe_hits > 0 {
+                format!(", {} condvar probe hits", overhead.cond_wait_probe_hits)
             } else {
                 String::new()
             },
