@@ -75,9 +75,38 @@ pub struct FutexCounts {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct FutexWait {
+    /// The futex word, or for a condition-variable wait the condvar's address.
     pub uaddr: u64,
     pub start_ns: u64,
+    /// [`wait_class`] of the wait: which map its counts go to.
+    pub class: u32,
+    pub _pad: u32,
 }
+
+/// Value of the per-thread `COND_THREADS` map: the thread is inside
+/// `pthread_cond_wait`/`_timedwait`/`_clockwait` on `cond` with `mutex`.
+/// Its futex waits there are waits for the condition, except those on the
+/// mutex's own bytes (re-acquiring it after the wake), which stay lock waits.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CondWait {
+    pub cond: u64,
+    pub mutex: u64,
+}
+
+/// Where a futex wait or wake is counted, decided in the BPF program.
+pub mod wait_class {
+    /// Any futex word: `FUTEXES`, keyed by the word (userspace joins it to a lock).
+    pub const FUTEX: u32 = 0;
+    /// A wait inside a condvar wait function: `CONDVARS`, keyed by the condvar.
+    pub const CONDVAR: u32 = 1;
+    /// A futex call made by the Go runtime's `runtime.futex`: `GO_FUTEXES`.
+    pub const GO_RUNTIME: u32 = 2;
+}
+
+/// Bytes of a pthread mutex (glibc and musl, x86-64): a futex word inside
+/// them is the mutex's.
+pub const MUTEX_SPAN: u64 = 40;
 
 /// Key of the `CALLERS` map: which code address called which lock function on which lock.
 /// Userspace also uses it to drop nested calls (musl's `pthread_mutex_lock`
@@ -118,7 +147,10 @@ pub mod drop_reason {
     pub const WAITS_UNTRACKED: u32 = 4;
     /// Reading the return address from the target's stack failed.
     pub const CALLER_UNREADABLE: u32 = 5;
-    pub const COUNT: u32 = 6;
+    /// A thread's condvar wait did not fit in `COND_THREADS`: its futex
+    /// waits there were counted as plain futex waits.
+    pub const COND_WAITS_UNTRACKED: u32 = 6;
+    pub const COUNT: u32 = 7;
     pub const NAMES: [&str; COUNT as usize] = [
         "locks_map_full",
         "futex_map_full",
@@ -126,6 +158,7 @@ pub mod drop_reason {
         "stacks_lost",
         "waits_untracked",
         "caller_unreadable",
+        "cond_waits_untracked",
     ];
 }
 
@@ -141,6 +174,9 @@ pub mod flags {
     /// (userspace sets it once a window's probes are all attached, and clears
     /// it before detaching them, so the counted time is exact).
     pub const SAMPLED: u32 = 8;
+    /// The target is a Go program: futex calls whose user instruction pointer
+    /// lies in `runtime.futex` (`GO_FUTEX_START..GO_FUTEX_END`) are the runtime's.
+    pub const GO_RUNTIME: u32 = 16;
 }
 
 /// Names of the BPF programs and maps, as userspace looks them up. The BPF
@@ -154,6 +190,9 @@ pub mod names {
     /// Tracepoints syscalls:sys_enter_futex and sys_exit_futex.
     pub const PROGRAM_FUTEX_ENTER: &str = "futex_enter";
     pub const PROGRAM_FUTEX_EXIT: &str = "futex_exit";
+    /// Uprobe and uretprobe on the condvar wait functions.
+    pub const PROGRAM_COND_WAIT_ENTER: &str = "cond_wait_enter";
+    pub const PROGRAM_COND_WAIT_EXIT: &str = "cond_wait_exit";
 
     pub const MAP_LOCKS: &str = "LOCKS";
     pub const MAP_FUTEXES: &str = "FUTEXES";
@@ -163,10 +202,15 @@ pub mod names {
     pub const MAP_REQUESTS: &str = "REQUESTS";
     pub const MAP_SAMPLING: &str = "SAMPLING";
     pub const MAP_DROPS: &str = "DROPS";
+    pub const MAP_CONDVARS: &str = "CONDVARS";
+    pub const MAP_COND_CALLS: &str = "COND_CALLS";
+    pub const MAP_GO_FUTEXES: &str = "GO_FUTEXES";
 
     /// Globals set by userspace before load.
     pub const GLOBAL_TARGET_TGID: &str = "TARGET_TGID";
     pub const GLOBAL_FLAGS: &str = "FLAGS";
+    pub const GLOBAL_GO_FUTEX_START: &str = "GO_FUTEX_START";
+    pub const GLOBAL_GO_FUTEX_END: &str = "GO_FUTEX_END";
 }
 
 /// Map sizes, shared so userspace can say "map full at N entries".
@@ -175,6 +219,7 @@ pub const MAX_FUTEXES: u32 = 65_536;
 pub const MAX_CALLERS: u32 = 65_536;
 pub const MAX_STACKS: u32 = 16_384;
 pub const MAX_WAITING_THREADS: u32 = 16_384;
+pub const MAX_CONDVARS: u32 = 16_384;
 
 /// The uprobe cookie says which lock function a probe is in and where the
 /// return address is on the stack at that probe (8 bytes per push done
@@ -201,6 +246,7 @@ mod pod {
     unsafe impl aya::Pod for super::LockCounts {}
     unsafe impl aya::Pod for super::FutexCounts {}
     unsafe impl aya::Pod for super::FutexWait {}
+    unsafe impl aya::Pod for super::CondWait {}
     unsafe impl aya::Pod for super::CallerKey {}
     unsafe impl aya::Pod for super::StackKey {}
 }

@@ -20,13 +20,14 @@ use aya_ebpf::{
         bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_user,
         generated::bpf_get_attach_cookie,
     },
-    macros::{map, tracepoint, uprobe},
+    macros::{map, tracepoint, uprobe, uretprobe},
     maps::{Array, HashMap, StackTrace},
-    programs::{ProbeContext, TracePointContext},
+    programs::{ProbeContext, RetProbeContext, TracePointContext},
 };
 use tracer_common::{
-    CallerKey, FutexCounts, FutexWait, LOCK_OPS, LockCounts, MAX_CALLERS, MAX_FUTEXES, MAX_LOCKS,
-    MAX_STACKS, MAX_WAITING_THREADS, StackKey, cookie, drop_reason, flags,
+    CallerKey, CondWait, FutexCounts, FutexWait, LOCK_OPS, LockCounts, MAX_CALLERS, MAX_CONDVARS,
+    MAX_FUTEXES, MAX_LOCKS, MAX_STACKS, MAX_WAITING_THREADS, MUTEX_SPAN, StackKey, cookie,
+    drop_reason, flags, wait_class,
 };
 
 /// Host tgid of the target process; set by userspace before load.
@@ -35,6 +36,11 @@ static TARGET_TGID: u32 = 0;
 /// Bits from `tracer_common::flags`; set by userspace before load.
 #[unsafe(no_mangle)]
 static FLAGS: u32 = 0;
+/// Go programs: the code range of `runtime.futex`; set by userspace before load.
+#[unsafe(no_mangle)]
+static GO_FUTEX_START: u64 = 0;
+#[unsafe(no_mangle)]
+static GO_FUTEX_END: u64 = 0;
 
 #[map]
 static LOCKS: HashMap<u64, LockCounts> = HashMap::with_max_entries(MAX_LOCKS, 0);
@@ -54,11 +60,24 @@ static REQUESTS: Array<u64> = Array::with_max_entries(1, 0);
 /// Sampled mode: index 0 is non-zero while a sampling window counts.
 #[map]
 static SAMPLING: Array<u32> = Array::with_max_entries(1, 0);
+/// Threads inside a condvar wait function, by thread id.
+#[map]
+static COND_THREADS: HashMap<u32, CondWait> = HashMap::with_max_entries(MAX_WAITING_THREADS, 0);
+/// Waits for a condition, keyed by the condvar's address (musl's waiters
+/// sleep on a node on their own stack, so the futex word would not say which).
+#[map]
+static CONDVARS: HashMap<u64, FutexCounts> = HashMap::with_max_entries(MAX_CONDVARS, 0);
+/// Calls of the condvar wait functions (index 0): what their probes cost.
+#[map]
+static COND_CALLS: Array<u64> = Array::with_max_entries(1, 0);
+/// Futex calls of the Go runtime (`runtime.futex`), keyed by the futex word.
+#[map]
+static GO_FUTEXES: HashMap<u64, FutexCounts> = HashMap::with_max_entries(MAX_FUTEXES, 0);
 #[map]
 static DROPS: Array<u64> = Array::with_max_entries(drop_reason::COUNT, 0);
 
 #[inline(always)]
-fn config(global: &'static u32) -> u32 {
+fn config<T: Copy>(global: &'static T) -> T {
     // Globals live in .rodata and are rewritten at load time; read them volatile
     // so the compiler does not fold the link-time zero.
     unsafe { core::ptr::read_volatile(global) }
@@ -235,6 +254,82 @@ fn futex_kind(op: u64) -> FutexKind {
     }
 }
 
+/// Entry of `pthread_cond_wait`, `_timedwait`, `_clockwait` (cond, mutex, …):
+/// the thread's futex waits until the return are waits for the condition.
+#[uprobe]
+pub fn cond_wait_enter(ctx: ProbeContext) -> u32 {
+    if !is_target() {
+        return 0;
+    }
+    let (Some(cond), Some(mutex)) = (ctx.arg::<u64>(0), ctx.arg::<u64>(1)) else {
+        return 0;
+    };
+    if let Some(calls) = COND_CALLS.get_ptr_mut(0) {
+        add(calls, 1);
+    }
+    let tid = bpf_get_current_pid_tgid() as u32;
+    if COND_THREADS
+        .insert(tid, CondWait { cond, mutex }, 0)
+        .is_err()
+    {
+        count_drop(drop_reason::COND_WAITS_UNTRACKED);
+    }
+    0
+}
+
+/// Return of the condvar wait functions.
+#[uretprobe]
+pub fn cond_wait_exit(_ctx: RetProbeContext) -> u32 {
+    if is_target() {
+        let _ = COND_THREADS.remove(bpf_get_current_pid_tgid() as u32);
+    }
+    0
+}
+
+/// True when the futex call was made from the Go runtime's `runtime.futex`:
+/// the first frame of the user stack is the instruction after its `syscall`.
+#[inline(always)]
+fn from_go_runtime(ctx: &TracePointContext) -> bool {
+    if config(&FLAGS) & flags::GO_RUNTIME == 0 {
+        return false;
+    }
+    let mut ip = [0u64; 1];
+    let copied = unsafe {
+        aya_ebpf::helpers::generated::bpf_get_stack(
+            ctx.as_ptr(),
+            ip.as_mut_ptr() as *mut core::ffi::c_void,
+            8,
+            BPF_F_USER_STACK as u64,
+        )
+    };
+    copied == 8 && ip[0] >= config(&GO_FUTEX_START) && ip[0] < config(&GO_FUTEX_END)
+}
+
+/// Where a wait of this thread on `uaddr` is counted: (class, key).
+#[inline(always)]
+fn classify_wait(ctx: &TracePointContext, tid: u32, uaddr: u64) -> (u32, u64) {
+    if from_go_runtime(ctx) {
+        return (wait_class::GO_RUNTIME, uaddr);
+    }
+    if let Some(cond) = unsafe { COND_THREADS.get(tid) } {
+        // Re-acquiring the mutex after the wake is lock contention.
+        let on_mutex = uaddr >= cond.mutex && uaddr < cond.mutex + MUTEX_SPAN;
+        if !on_mutex {
+            return (wait_class::CONDVAR, cond.cond);
+        }
+    }
+    (wait_class::FUTEX, uaddr)
+}
+
+#[inline(always)]
+fn futex_map(class: u32) -> &'static HashMap<u64, FutexCounts> {
+    match class {
+        wait_class::CONDVAR => &CONDVARS,
+        wait_class::GO_RUNTIME => &GO_FUTEXES,
+        _ => &FUTEXES,
+    }
+}
+
 #[tracepoint]
 pub fn futex_enter(ctx: TracePointContext) -> u32 {
     if !is_target() {
@@ -248,19 +343,27 @@ pub fn futex_enter(ctx: TracePointContext) -> u32 {
     match futex_kind(op) {
         FutexKind::Wait => {
             let tid = bpf_get_current_pid_tgid() as u32;
+            let (class, key) = classify_wait(&ctx, tid, uaddr);
             let wait = FutexWait {
-                uaddr,
+                uaddr: key,
                 start_ns: unsafe { bpf_ktime_get_ns() },
+                class,
+                _pad: 0,
             };
             if WAITING.insert(tid, wait, 0).is_err() {
                 count_drop(drop_reason::WAITS_UNTRACKED);
             }
             if config(&FLAGS) & flags::STACKS != 0 {
-                record_stack(&ctx, uaddr, 0);
+                record_stack(&ctx, key, 0);
             }
         }
         FutexKind::Wake => {
-            if let Some(counts) = entry(&FUTEXES, &uaddr, drop_reason::FUTEXES_FULL) {
+            let map = if from_go_runtime(&ctx) {
+                &GO_FUTEXES
+            } else {
+                &FUTEXES
+            };
+            if let Some(counts) = entry(map, &uaddr, drop_reason::FUTEXES_FULL) {
                 add(unsafe { &mut (*counts).wakes }, 1);
             }
         }
@@ -280,7 +383,11 @@ pub fn futex_exit(_ctx: TracePointContext) -> u32 {
     };
     let _ = WAITING.remove(tid);
     let waited = unsafe { bpf_ktime_get_ns() }.saturating_sub(wait.start_ns);
-    if let Some(counts) = entry(&FUTEXES, &wait.uaddr, drop_reason::FUTEXES_FULL) {
+    if let Some(counts) = entry(
+        futex_map(wait.class),
+        &wait.uaddr,
+        drop_reason::FUTEXES_FULL,
+    ) {
         unsafe {
             add(&mut (*counts).waits, 1);
             add(&mut (*counts).wait_ns, waited);

@@ -18,7 +18,7 @@ use anyhow::{Context, Result, anyhow, bail};
 use prettytable::{Table, format, row};
 
 use crate::{
-    model::{LockKind, Report},
+    model::{LockKind, Report, WaitClass},
     render::format::{ratio, truncate},
 };
 
@@ -51,6 +51,9 @@ struct Group {
     wait_ns: u64,
     /// Name and caller functions: what selectors search.
     labels: Vec<String>,
+    /// Lock contention rows (not condvar, Go runtime or other futex words):
+    /// the only ones assertions select.
+    is_lock: bool,
 }
 
 struct Side {
@@ -94,8 +97,14 @@ impl Side {
                 (None, false) => format!("{} via {}", lock.kind, callers.join(", ")),
                 (None, true) => format!("unidentified {}", lock.kind),
             };
+            // Like with like: a condvar or runtime word never matches a lock.
+            let identity = match lock.wait_class {
+                WaitClass::Lock => identity,
+                class => format!("[{class}] {identity}"),
+            };
             let group = groups.entry(identity).or_insert_with(|| Group {
                 kind: Some(lock.kind),
+                is_lock: lock.is_contention(),
                 ..Group::default()
             });
             group.locks += 1;
@@ -118,14 +127,14 @@ impl Side {
         value as f64 / self.requests as f64
     }
 
-    /// Groups a selector matches: by name or caller function (substring).
+    /// Lock groups a selector matches: by name or caller function (substring).
     fn matching<'a>(
         &'a self,
         selector: &'a str,
     ) -> impl Iterator<Item = (&'a String, &'a Group)> + 'a {
-        self.groups
-            .iter()
-            .filter(move |(_, group)| group.labels.iter().any(|label| label.contains(selector)))
+        self.groups.iter().filter(move |(_, group)| {
+            group.is_lock && group.labels.iter().any(|label| label.contains(selector))
+        })
     }
 }
 
@@ -380,6 +389,25 @@ mod tests {
         assert_eq!(before.matching("global_stats").count(), 1);
         assert_eq!(before.matching("g_stats->").count(), 1);
         assert_eq!(after.matching("global_stats").count(), 0);
+    }
+
+    #[test]
+    fn condvars_match_condvars_and_assertions_select_locks() {
+        let dir = tempfile::tempdir().unwrap();
+        let locks = serde_json::json!([
+            lock("0x1000", 20, serde_json::json!({"name": "g_pool->"})),
+            lock(
+                "0x1028",
+                0,
+                serde_json::json!({"name": "g_pool->", "kind": "condvar", "wait_class": "condvar", "acquisitions": null, "contended": 30})
+            ),
+        ]);
+        let side = Side::load(&write_report(dir.path(), "r.json", 10, locks)).unwrap();
+        assert_eq!(side.groups["g_pool->"].acquisitions, 20);
+        assert_eq!(side.groups["g_pool->"].contended, 0);
+        assert_eq!(side.groups["[condvar] g_pool->"].contended, 30);
+        let selected: Vec<&String> = side.matching("g_pool").map(|(id, _)| id).collect();
+        assert_eq!(selected, ["g_pool->"]);
     }
 
     #[test]

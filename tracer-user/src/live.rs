@@ -143,6 +143,7 @@ impl LiveSession {
             target,
             functions,
             placed,
+            waits,
         } = record::prepare(options.pid, options.mode, options.placement)?;
         let request_probe = options
             .request_probe
@@ -150,6 +151,7 @@ impl LiveSession {
             .map(|spec| request_probe::resolve(&target, spec))
             .transpose()?;
         let plan = attach::LoadPlan {
+            waits: &waits,
             target: &target,
             functions: &placed,
             flags: flags::FUTEX | flags::CALLERS,

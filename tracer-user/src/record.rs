@@ -14,7 +14,11 @@ use crate::{
     analysis::{self, build::RecordInfo},
     model::{Estimate, Mode, Placement, Report, StopReason, TargetInfo},
     naming,
-    probe::{lockfuncs, placement, target::Target},
+    probe::{
+        lockfuncs, placement,
+        target::Target,
+        waitfuncs::{self, WaitFunctions},
+    },
     trace::{
         attach::{self, Loaded, Placed},
         collect, preflight,
@@ -44,6 +48,8 @@ pub struct Prepared {
     pub target: Target,
     pub functions: Vec<lockfuncs::LockFunction>,
     pub placed: Vec<Placed>,
+    /// What classifies futex waits (condvar functions, Go's runtime.futex).
+    pub waits: WaitFunctions,
 }
 
 /// What the trace layer measured.
@@ -92,10 +98,12 @@ pub fn prepare(pid: u32, mode: Mode, placement: Placement) -> Result<Prepared> {
         found => found?,
     };
     let placed = placement::place_all(&functions, placement, |module| target.host_path(module));
+    let waits = waitfuncs::find(&target);
     Ok(Prepared {
         target,
         functions,
         placed,
+        waits,
     })
 }
 
@@ -129,6 +137,7 @@ async fn trace(
     }
     let sampled_mode = options.mode == Mode::Sampled;
     let plan = attach::LoadPlan {
+        waits: &prepared.waits,
         target,
         functions: &prepared.placed,
         flags,

@@ -86,7 +86,7 @@ fn check_named(report: &Value, fixture: &Fixture, binary: &Path, flavor: Flavor)
     assert!(
         matches!(
             stats["region"].as_str(),
-            Some("[heap]" | "anonymous" | "heap (module page tail)")
+            Some("[heap]" | "heap (mmap)" | "heap (thread arena)" | "heap (module page tail)")
         ),
         "{flavor:?}: stats lock region {}",
         stats["region"]

@@ -26,11 +26,7 @@ fn start_server(mode: &str, fault: Option<&str>) -> (Fixture, u16) {
     let mut args = vec!["0", mode, k.as_str(), "4"];
     args.extend(fault);
     let server = Fixture::spawn(&httpd(), &args);
-    let port = server
-        .lines
-        .iter()
-        .find_map(|line| line.strip_prefix("port ")?.parse().ok())
-        .expect("fixture printed its port");
+    let port = server.port();
     (server, port)
 }
 

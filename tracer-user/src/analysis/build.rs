@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 use tracer_common::{CallerKey, LockOp, drop_reason};
 
 use crate::{
-    model::{Lock, LockKind, Mode, Placement, Report, SCHEMA, StopReason, TargetInfo, Totals},
+    analysis::waits,
+    model::{Lock, LockKind, Mode, Placement, Report, SCHEMA, StopReason, TargetInfo, WaitClass},
     probe::lockfuncs::LockFunction,
     trace::collect::Collected,
 };
@@ -59,6 +60,7 @@ pub fn build(info: RecordInfo, collected: &Collected, functions: &[LockFunction]
                 callers: Vec::new(),
                 per_request: None,
                 acquisitions_error: None,
+                wait_class: WaitClass::Lock,
             },
         );
     }
@@ -69,27 +71,16 @@ pub fn build(info: RecordInfo, collected: &Collected, functions: &[LockFunction]
             .next_back()
             .filter(|(start, lock)| futex < **start + lock.kind.span())
             .map(|(start, _)| *start);
-        let lock = locks.entry(owner.unwrap_or(futex)).or_insert_with(|| Lock {
-            address: futex,
-            kind: LockKind::Futex,
-            acquisitions: None,
-            calls: BTreeMap::new(),
-            contended: 0,
-            wakes: 0,
-            wait_ns: 0,
-            max_wait_ns: 0,
-            name: None,
-            region: String::new(),
-            module: None,
-            callers: Vec::new(),
-            per_request: None,
-            acquisitions_error: None,
-        });
+        let lock = locks
+            .entry(owner.unwrap_or(futex))
+            .or_insert_with(|| Lock::empty(futex, LockKind::Futex, WaitClass::Other));
         lock.contended += counts.waits;
         lock.wakes += counts.wakes;
         lock.wait_ns += counts.wait_ns;
         lock.max_wait_ns = lock.max_wait_ns.max(counts.max_wait_ns);
     }
+    let counted_acquisitions = info.mode != Mode::Contention;
+    waits::classify(&mut locks, collected, counted_acquisitions);
     let mut locks: Vec<Lock> = locks.into_values().collect();
     locks.sort_by(|a, b| {
         (b.acquisitions.unwrap_or(0), b.contended, b.wait_ns).cmp(&(
@@ -98,14 +89,7 @@ pub fn build(info: RecordInfo, collected: &Collected, functions: &[LockFunction]
             a.wait_ns,
         ))
     });
-    let totals = Totals {
-        acquisitions: (info.mode != Mode::Contention)
-            .then(|| locks.iter().filter_map(|lock| lock.acquisitions).sum()),
-        contended: locks.iter().map(|lock| lock.contended).sum(),
-        wakes: locks.iter().map(|lock| lock.wakes).sum(),
-        wait_ns: locks.iter().map(|lock| lock.wait_ns).sum(),
-        per_request: None,
-    };
+    let totals = waits::totals(&locks, counted_acquisitions);
     let dropped = drop_reason::NAMES
         .iter()
         .zip(collected.drops)

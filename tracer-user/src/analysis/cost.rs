@@ -77,10 +77,12 @@ pub fn measure(
             Some(true) => calibration.emulated_ns,
             _ => calibration.stepped_ns,
         };
+    added += collected.cond_wait_calls * (calibration.stepped_ns + calibration.emulated_ns);
     let (cpu, rss) = own_usage();
     Overhead {
         probe_hits: hits_per_op.iter().sum(),
         request_probe_hits,
+        cond_wait_probe_hits: 2 * collected.cond_wait_calls,
         emulated_points,
         stepped_points,
         estimated_added_ns: added,

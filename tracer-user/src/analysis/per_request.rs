@@ -20,5 +20,6 @@ pub fn apply(report: &mut Report, requests: Requests) {
         contended: totals.contended as f64 / n,
         wait_ns: totals.wait_ns as f64 / n,
     });
+    super::waits::apply_per_request(totals, divisor);
     report.requests = Some(requests);
 }

@@ -35,6 +35,8 @@ pub enum LockKind {
     Rwlock,
     /// A futex word no pthread lock function was seen on.
     Futex,
+    /// A condition variable (its wait functions were seen on it).
+    Condvar,
 }
 
 impl LockKind {
@@ -44,8 +46,36 @@ impl LockKind {
         match self {
             LockKind::Rwlock => 56,
             LockKind::Mutex | LockKind::Futex => 40,
+            // pthread_cond_t, glibc and musl.
+            LockKind::Condvar => 48,
         }
     }
+}
+
+/// What a futex word's waits mean: only `Lock` is contention.
+#[derive(
+    Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq, PartialOrd, Ord, Hash,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum WaitClass {
+    /// A pthread mutex or rwlock (its futex words): lock contention.
+    #[default]
+    Lock,
+    /// A condition variable: threads waiting for work or an event.
+    Condvar,
+    /// A Go runtime word (notes, semaphores, runtime locks): the scheduler parking threads.
+    GoRuntime,
+    /// Any other futex word: no pthread lock, condvar or Go runtime call was seen on it.
+    Other,
+}
+
+impl WaitClass {
+    pub const ALL: [WaitClass; 4] = [
+        WaitClass::Lock,
+        WaitClass::Condvar,
+        WaitClass::GoRuntime,
+        WaitClass::Other,
+    ];
 }
 
 /// Why a recording stopped.
@@ -91,7 +121,14 @@ macro_rules! display_as_serde_word {
     )*};
 }
 
-display_as_serde_word!(Mode, Placement, LockKind, StopReason, RequestSource);
+display_as_serde_word!(
+    Mode,
+    Placement,
+    LockKind,
+    WaitClass,
+    StopReason,
+    RequestSource
+);
 
 #[cfg(test)]
 mod tests {

@@ -11,9 +11,10 @@ mod report;
 mod requests;
 
 pub use estimate::Estimate;
-pub use kinds::{LockKind, Mode, Placement, RequestSource, StopReason};
+pub use kinds::{LockKind, Mode, Placement, RequestSource, StopReason, WaitClass};
 pub use overhead::{Calibration, Overhead};
 pub use report::{
-    Caller, Frame, Lock, LockStack, Naming, PlacementFallback, Report, SCHEMA, TargetInfo, Totals,
+    Caller, ClassTotals, Frame, Lock, LockStack, Naming, PlacementFallback, Report, SCHEMA,
+    TargetInfo, Totals,
 };
 pub use requests::{PerRequest, Requests};

@@ -18,6 +18,10 @@ pub struct Overhead {
     /// Hits of the request-boundary probe (`--request-probe`), also in `estimated_added_ns`.
     #[serde(default)]
     pub request_probe_hits: u64,
+    /// Hits of the condvar wait probes (entry and return of each call), also
+    /// in `estimated_added_ns` (counted as one single-stepped and one cheap hit).
+    #[serde(default)]
+    pub cond_wait_probe_hits: u64,
     /// Probe points on emulated (cheap) and single-stepped instructions.
     pub emulated_points: u32,
     pub stepped_points: u32,

@@ -8,7 +8,8 @@ use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 
 use super::{
-    Estimate, LockKind, Mode, Overhead, PerRequest, Placement, Requests, StopReason, address,
+    Estimate, LockKind, Mode, Overhead, PerRequest, Placement, Requests, StopReason, WaitClass,
+    address,
 };
 
 pub const SCHEMA: &str = "locktrace.report/1";
@@ -101,6 +102,51 @@ pub struct Lock {
     /// Sampled mode: `acquisitions` is an estimate within ± this.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub acquisitions_error: Option<u64>,
+    /// What its futex waits are: lock contention (`lock`) or not
+    /// (`condvar`, `go_runtime`, `other`); only `lock` counts in the totals.
+    #[serde(default)]
+    pub wait_class: WaitClass,
+}
+
+impl Lock {
+    /// A row with no counts yet.
+    pub fn empty(address: u64, kind: LockKind, wait_class: WaitClass) -> Lock {
+        Lock {
+            address,
+            kind,
+            acquisitions: None,
+            calls: BTreeMap::new(),
+            contended: 0,
+            wakes: 0,
+            wait_ns: 0,
+            max_wait_ns: 0,
+            per_request: None,
+            name: None,
+            region: String::new(),
+            module: None,
+            callers: Vec::new(),
+            acquisitions_error: None,
+            wait_class,
+        }
+    }
+
+    /// True for lock contention (the main table and the totals).
+    pub fn is_contention(&self) -> bool {
+        self.wait_class == WaitClass::Lock
+    }
+}
+
+/// Futex figures of one wait class.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct ClassTotals {
+    /// Rows (locks or futex words) of the class.
+    pub words: usize,
+    pub waits: u64,
+    pub wakes: u64,
+    pub wait_ns: u64,
+    /// Waits and wait time per request; null without a request count.
+    #[serde(default)]
+    pub per_request: Option<PerRequest>,
 }
 
 /// A code location: function (demangled) and module, and the offset of the
@@ -167,6 +213,10 @@ pub struct Totals {
     /// All locks' figures per request; null without a request count.
     #[serde(default)]
     pub per_request: Option<PerRequest>,
+    /// Futex figures by wait class; `contended`, `wakes`, `wait_ns` above are
+    /// those of `lock` only (absent in reports of older versions).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub by_wait_class: BTreeMap<WaitClass, ClassTotals>,
 }
 
 impl Report {

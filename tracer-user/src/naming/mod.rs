@@ -11,7 +11,7 @@ pub mod elf;
 pub mod region;
 
 use std::{
-    collections::{BTreeMap, BTreeSet, HashMap},
+    collections::{BTreeMap, HashMap},
     fs::File,
     path::PathBuf,
     time::Instant,
@@ -43,7 +43,7 @@ pub struct Snapshot {
     /// map_files): open handles stay readable after the target exits.
     files: BTreeMap<String, File>,
     /// Start addresses of mappings seen holding a thread's stack pointer.
-    thread_stacks: BTreeSet<u64>,
+    thread_stacks: BTreeMap<u64, u64>,
 }
 
 impl Snapshot {
@@ -52,7 +52,7 @@ impl Snapshot {
             pid: target.pid,
             maps: target.maps.clone(),
             files: BTreeMap::new(),
-            thread_stacks: BTreeSet::new(),
+            thread_stacks: BTreeMap::new(),
         };
         snapshot.note_thread_stacks();
         snapshot.open_files();
@@ -91,7 +91,8 @@ impl Snapshot {
     fn note_thread_stacks(&mut self) {
         for sp in region::thread_stack_pointers(self.pid) {
             if let Some(mapping) = self.maps.iter().find(|m| m.contains(sp)) {
-                self.thread_stacks.insert(mapping.start);
+                let highest = self.thread_stacks.entry(mapping.start).or_insert(sp);
+                *highest = (*highest).max(sp);
             }
         }
     }
@@ -172,7 +173,11 @@ pub fn annotate(
             lock.name.is_none()
                 && matches!(
                     lock.region.as_str(),
-                    "[heap]" | "anonymous" | region::SPARE_HEAP
+                    "[heap]"
+                        | "anonymous"
+                        | region::SPARE_HEAP
+                        | region::MMAP_HEAP
+                        | region::THREAD_ARENA
                 )
         })
         .take(CHAIN_SEARCH_LOCKS)

@@ -41,6 +41,19 @@ pub fn thread_stack_pointers(pid: u32) -> Vec<u64> {
 
 /// Region of heap memory inside a module's mapping (see `region_of`).
 pub const SPARE_HEAP: &str = "heap (module page tail)";
+/// glibc's per-thread malloc arenas.
+pub const THREAD_ARENA: &str = "heap (thread arena)";
+/// Other writable anonymous memory: mmap'ed C heaps (musl's malloc, large
+/// glibc allocations) and whatever else a program maps.
+pub const MMAP_HEAP: &str = "heap (mmap)";
+/// The Go runtime's heap arenas, goroutine stacks included.
+pub const GO_HEAP: &str = "Go heap";
+/// Where the Go runtime puts its heap on x86-64 (its first arena hint,
+/// 0x00c0 << 32, and the rest of that terabyte it grows into).
+const GO_ARENA: std::ops::Range<u64> = 0x00c0_0000_0000..0x0100_0000_0000;
+/// Largest no-access mapping taken for a thread stack's guard (glibc and
+/// musl use a page or two); the Go runtime's huge reservations are not guards.
+const MAX_GUARD: u64 = 64 << 10;
 
 impl LoadedModule {
     /// End of the module's last allocated section: what follows up to `end`
@@ -70,8 +83,11 @@ impl LoadedModule {
 pub struct AddressSpace {
     pub maps: Vec<Mapping>,
     pub modules: Vec<LoadedModule>,
-    /// Start addresses of mappings seen holding a thread's stack pointer.
-    pub thread_stacks: std::collections::BTreeSet<u64>,
+    /// Start addresses of mappings seen holding a thread's stack pointer,
+    /// with the highest stack pointer seen in each.
+    pub thread_stacks: BTreeMap<u64, u64>,
+    /// The target is a Go program (its runtime's symbols are present).
+    pub is_go: bool,
 }
 
 impl AddressSpace {
@@ -115,10 +131,18 @@ impl AddressSpace {
                 symbols,
             });
         }
+        let is_go = modules.iter().any(|module| {
+            module
+                .symbols
+                .functions
+                .iter()
+                .any(|f| f.name == "runtime.main")
+        });
         AddressSpace {
             maps,
             modules,
             thread_stacks: Default::default(),
+            is_go,
         }
     }
 
@@ -132,13 +156,29 @@ impl AddressSpace {
         let mut ranges: Vec<(u64, u64)> = self
             .maps
             .iter()
-            .filter(|m| {
+            .enumerate()
+            .filter(|(_, m)| {
                 m.perms.starts_with("rw")
                     && !m.is_file()
                     && (m.path.is_empty() || m.path == "[heap]")
             })
-            .filter(|m| self.module_of(m.start).is_none())
-            .map(|m| (m.start, m.end))
+            .filter(|(_, m)| self.module_of(m.start).is_none())
+            // The Go heap has no object bounds to read: a C pointer boxed in
+            // some Go object near a Go global's target would make a false
+            // chain. Chains name C locks through C memory.
+            .filter(|(_, m)| !(self.is_go && GO_ARENA.contains(&m.start)))
+            // Nor through thread stacks: a frame's pointers name nothing
+            // that lasts (musl's condvar waiters are nodes on their stacks).
+            .map(|(index, m)| {
+                let is_stack = self.thread_stacks.contains_key(&m.start) || self.above_guard(index);
+                let start = if is_stack {
+                    self.thread_stack_end(index)
+                } else {
+                    m.start
+                };
+                (start, m.end)
+            })
+            .filter(|(start, end)| start < end)
             .collect();
         ranges.extend(
             self.modules
@@ -176,7 +216,13 @@ impl AddressSpace {
         if mapping.is_file() {
             return format!("file {}", mapping.path);
         }
-        if self.thread_stacks.contains(&mapping.start) {
+        // Before the stack checks: goroutine stacks are in the Go heap, and
+        // threads in a syscall have their stack pointer there.
+        if self.is_go && GO_ARENA.contains(&address) {
+            return GO_HEAP.into();
+        }
+        let in_stack_part = address < self.thread_stack_end(index);
+        if self.thread_stacks.contains_key(&mapping.start) && in_stack_part {
             return "thread stack".into();
         }
         // glibc's per-thread malloc arenas: 64 MiB-aligned, the unused rest
@@ -185,17 +231,55 @@ impl AddressSpace {
         let reserve_above =
             above.is_some_and(|next| next.start == mapping.end && next.perms.starts_with("---"));
         if mapping.start.is_multiple_of(ARENA_ALIGN) && reserve_above {
-            return "malloc arena".into();
+            return THREAD_ARENA.into();
         }
         // glibc and musl put a no-access guard page right below each thread
         // stack.
-        let below = index.checked_sub(1).map(|i| &self.maps[i]);
-        if below.is_some_and(|guard| {
-            guard.end == mapping.start && guard.perms.starts_with("---") && guard.path.is_empty()
-        }) {
+        if self.above_guard(index) && in_stack_part {
             return "thread stack".into();
         }
+        if mapping.perms.starts_with("rw") {
+            return MMAP_HEAP.into();
+        }
         "anonymous".into()
+    }
+}
+
+impl AddressSpace {
+    /// glibc and musl put a small no-access guard right below each thread stack.
+    fn above_guard(&self, index: usize) -> bool {
+        let mapping = &self.maps[index];
+        let below = index.checked_sub(1).map(|i| &self.maps[i]);
+        below.is_some_and(|guard| {
+            guard.end == mapping.start
+                && guard.perms.starts_with("---")
+                && guard.path.is_empty()
+                && guard.end - guard.start <= MAX_GUARD
+        })
+    }
+
+    /// Where the thread stack at the bottom of mapping `index` ends. Memory
+    /// mapped right above a thread stack with the same permissions merges
+    /// with it into one mapping (musl's mmap'ed heap above a cgo thread's
+    /// stack), so the stack is taken to end at the smallest size other
+    /// thread stacks have that still holds the highest stack pointer seen
+    /// in it; the whole mapping when no other stack is smaller.
+    fn thread_stack_end(&self, index: usize) -> u64 {
+        let mapping = &self.maps[index];
+        let above_sp = self
+            .thread_stacks
+            .get(&mapping.start)
+            .map_or(mapping.start, |&sp| (sp + 0x1000) & !0xfff);
+        self.maps
+            .iter()
+            .enumerate()
+            .filter(|&(i, other)| {
+                i != index && other.perms.starts_with("rw") && self.above_guard(i)
+            })
+            .map(|(_, other)| mapping.start + (other.end - other.start))
+            .filter(|&end| end >= above_sp && end < mapping.end)
+            .min()
+            .unwrap_or(mapping.end)
     }
 }
 

@@ -1,7 +1,9 @@
 //! What to probe, worked out without root: the target process and its
 //! memory map, its lock functions, where each probe goes, and the
-//! request-boundary function. Pure functions of files and /proc, unit-testable.
+//! request-boundary function, and what tells waiting for work apart from
+//! lock contention (condvar wait functions, Go's `runtime.futex`). Pure functions of files and /proc, unit-testable.
 pub mod lockfuncs;
 pub mod placement;
 pub mod request_probe;
 pub mod target;
+pub mod waitfuncs;

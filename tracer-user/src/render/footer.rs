@@ -62,12 +62,17 @@ pub fn cost(report: &Report) -> String {
     if let Some(overhead) = &report.overhead {
         let _ = writeln!(
             out,
-            "overhead: {} probe hits on {} cheap + {} single-stepped points{} ≈ {} added to the target; attach {} ms; tracer CPU {:.2} s, peak RSS {:.1} MiB",
+            "overhead: {} probe hits on {} cheap + {} single-stepped points{}{} ≈ {} added to the target; attach {} ms; tracer CPU {:.2} s, peak RSS {:.1} MiB",
             overhead.probe_hits,
             overhead.emulated_points,
             overhead.stepped_points,
             if overhead.request_probe_hits > 0 {
                 format!(", {} request probe hits", overhead.request_probe_hits)
+            } else {
+                String::new()
+            },
+            if overhead.cond_wait_probe_hits > 0 {
+                format!(", {} condvar probe hits", overhead.cond_wait_probe_hits)
             } else {
                 String::new()
             },

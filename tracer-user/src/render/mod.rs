@@ -7,3 +7,4 @@ pub mod pprof;
 pub mod requests;
 pub mod stacks;
 pub mod table;
+pub mod waits;

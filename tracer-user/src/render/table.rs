@@ -7,7 +7,7 @@ use prettytable::{Cell, Row, Table, format, row};
 use super::{
     footer,
     format::{MAX_TABLE_WIDTH, duration, truncate, width},
-    requests, stacks,
+    requests, stacks, waits,
 };
 use crate::model::{Lock, Report, StopReason};
 
@@ -35,9 +35,14 @@ pub fn render(report: &Report, limit: Option<usize>) -> String {
         out.push_str(&requests::describe(requests));
     }
     let shown = limit.unwrap_or(usize::MAX);
+    let contention = report
+        .locks
+        .iter()
+        .filter(|lock| lock.is_contention())
+        .count();
     out.push_str(&fitted_table(report, shown));
-    if report.locks.len() > shown {
-        let _ = writeln!(out, "({} more locks not shown)", report.locks.len() - shown);
+    if contention > shown {
+        let _ = writeln!(out, "({} more locks not shown)", contention - shown);
     }
     out.push_str(&stacks::render_text(report, shown));
     out.push_str(&footer::naming(report));
@@ -45,7 +50,7 @@ pub fn render(report: &Report, limit: Option<usize>) -> String {
     let _ = writeln!(
         out,
         "{} locks; total: {} acquisitions, {} contended waits, {} wakes, {} waiting",
-        report.locks.len(),
+        contention,
         totals
             .acquisitions
             .map_or("-".to_string(), |n| if report.estimate.is_some() {
@@ -65,6 +70,7 @@ pub fn render(report: &Report, limit: Option<usize>) -> String {
             cells[0], cells[1], cells[2]
         );
     }
+    out.push_str(&waits::render(report, limit));
     match report.stopped_by {
         StopReason::TargetExited => {
             out.push_str("stopped: the target exited; counts cover its whole traced life\n")
@@ -120,7 +126,12 @@ fn lock_table(report: &Report, shown: usize, name_width: usize, callers_width: u
     }
     titles.add_cell(Cell::new("callers"));
     table.set_titles(titles);
-    for lock in report.locks.iter().take(shown) {
+    for lock in report
+        .locks
+        .iter()
+        .filter(|lock| lock.is_contention())
+        .take(shown)
+    {
         let mut row: Row = row![
             format!("{:#x}", lock.address),
             truncate(lock.name.as_deref().unwrap_or(&lock.region), name_width),

@@ -15,7 +15,9 @@ use aya::{
 };
 use tracer_common::{cookie, flags, names};
 
-use crate::probe::{lockfuncs::LockFunction, placement::PlacedFunction, target::Target};
+use crate::probe::{
+    lockfuncs::LockFunction, placement::PlacedFunction, target::Target, waitfuncs::WaitFunctions,
+};
 
 static BPF_OBJECT: &[u8] = aya::include_bytes_aligned!(env!("LOCKTRACE_BPF_OBJECT"));
 
@@ -41,6 +43,8 @@ pub struct LoadPlan<'a> {
     pub lock_probes: bool,
     /// Attach the request probe now (see `lock_probes`).
     pub request_probe: Option<RequestProbePoint>,
+    /// Condvar wait functions and Go's `runtime.futex`: what classifies waits.
+    pub waits: &'a WaitFunctions,
 }
 
 pub struct Loaded {
@@ -53,9 +57,18 @@ pub struct Loaded {
 pub fn load(plan: &LoadPlan) -> Result<Loaded> {
     let started = Instant::now();
     let tgid = plan.target.pid;
+    let (go_start, go_end) = plan.waits.go_futex.unwrap_or((0, 0));
+    let flags = plan.flags
+        | if plan.waits.go_futex.is_some() {
+            flags::GO_RUNTIME
+        } else {
+            0
+        };
     let mut ebpf = EbpfLoader::new()
         .override_global(names::GLOBAL_TARGET_TGID, &tgid, true)
-        .override_global(names::GLOBAL_FLAGS, &plan.flags, true)
+        .override_global(names::GLOBAL_FLAGS, &flags, true)
+        .override_global(names::GLOBAL_GO_FUTEX_START, &go_start, true)
+        .override_global(names::GLOBAL_GO_FUTEX_END, &go_end, true)
         .load(BPF_OBJECT)
         .map_err(|error| anyhow!("the kernel refused locktrace's BPF programs ({error}); it needs BPF with BTF, uprobes and syscall tracepoints (Linux 5.15 or newer)"))?;
     for name in [names::PROGRAM_LOCK_CALL, names::PROGRAM_REQUEST_BOUNDARY] {
@@ -72,6 +85,7 @@ pub fn load(plan: &LoadPlan) -> Result<Loaded> {
         probe_count += 1;
     }
     if plan.flags & flags::FUTEX != 0 {
+        probe_count += attach_cond_wait_probes(&mut ebpf, plan.target, plan.waits)?;
         for (name, event) in [
             (names::PROGRAM_FUTEX_ENTER, "sys_enter_futex"),
             (names::PROGRAM_FUTEX_EXIT, "sys_exit_futex"),
@@ -158,6 +172,46 @@ pub fn attach_request_probe(
             scope,
         )
         .map_err(|error| attach_error(target, &format!("request probe in {}", point.module), error))
+}
+
+/// Attaches the entry and return probes of every condvar wait function.
+/// Returns how many probes were attached.
+fn attach_cond_wait_probes(
+    ebpf: &mut Ebpf,
+    target: &Target,
+    waits: &WaitFunctions,
+) -> Result<usize> {
+    if waits.cond_waits.is_empty() {
+        return Ok(0);
+    }
+    let scope = scope(target)?;
+    let mut attached = 0;
+    for (name, which) in [
+        (names::PROGRAM_COND_WAIT_ENTER, "entry"),
+        (names::PROGRAM_COND_WAIT_EXIT, "return"),
+    ] {
+        let program = uprobe(ebpf, name)?;
+        program
+            .load()
+            .map_err(|error| anyhow!("loading {name}: {error}"))?;
+        for function in &waits.cond_waits {
+            program
+                .attach(
+                    UProbeAttachLocation::AbsoluteOffset(function.file_offset),
+                    target.host_path(&function.module),
+                    scope,
+                )
+                .map_err(|error| {
+                    anyhow!(
+                        "attaching the {which} probe of {} in {} failed: {error}",
+                        function.symbol,
+                        function.module
+                    )
+                })?;
+            attached += 1;
+        }
+    }
+    Ok(attached)
 }
 
 /// The links of `program`, taken out so they can be dropped (detached) elsewhere.

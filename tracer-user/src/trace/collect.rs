@@ -13,18 +13,26 @@ use tracer_common::{CallerKey, FutexCounts, LockCounts, StackKey, drop_reason, n
 pub struct Collected {
     pub locks: HashMap<u64, LockCounts>,
     pub futexes: HashMap<u64, FutexCounts>,
+    /// Waits inside the condvar wait functions, keyed by the condvar.
+    pub condvars: HashMap<u64, FutexCounts>,
+    /// Futex calls of the Go runtime, keyed by the futex word.
+    pub go_futexes: HashMap<u64, FutexCounts>,
     pub callers: HashMap<CallerKey, u64>,
     pub stacks: HashMap<StackKey, u64>,
     /// User stack frames (instruction pointers, innermost first) per stack id.
     pub stack_frames: HashMap<i64, Vec<u64>>,
     pub drops: [u64; drop_reason::COUNT as usize],
     pub requests: u64,
+    /// Calls of the condvar wait functions (each one an entry and a return probe hit).
+    pub cond_wait_calls: u64,
 }
 
 pub fn collect(ebpf: &Ebpf) -> Result<Collected> {
     let mut collected = Collected {
         locks: read_hash(ebpf, names::MAP_LOCKS)?,
         futexes: read_hash(ebpf, names::MAP_FUTEXES)?,
+        condvars: read_hash(ebpf, names::MAP_CONDVARS)?,
+        go_futexes: read_hash(ebpf, names::MAP_GO_FUTEXES)?,
         callers: read_hash(ebpf, names::MAP_CALLERS)?,
         stacks: read_hash(ebpf, names::MAP_STACK_COUNTS)?,
         ..Collected::default()
@@ -35,6 +43,8 @@ pub fn collect(ebpf: &Ebpf) -> Result<Collected> {
     }
     let requests: Array<&MapData, u64> = Array::try_from(map(ebpf, names::MAP_REQUESTS)?)?;
     collected.requests = requests.get(&0, 0).unwrap_or(0);
+    let cond_calls: Array<&MapData, u64> = Array::try_from(map(ebpf, names::MAP_COND_CALLS)?)?;
+    collected.cond_wait_calls = cond_calls.get(&0, 0).unwrap_or(0);
     if !collected.stacks.is_empty() {
         let traces = StackTraceMap::try_from(map(ebpf, names::MAP_STACKS)?)?;
         for key in collected.stacks.keys() {

@@ -174,6 +174,14 @@ impl Fixture {
             .unwrap_or_else(|| panic!("fixture printed no {name} address"))
     }
 
+    /// The port a server fixture printed (`port N`).
+    pub fn port(&self) -> u16 {
+        self.lines
+            .iter()
+            .find_map(|line| line.strip_prefix("port ")?.parse().ok())
+            .expect("fixture printed its port")
+    }
+
     /// Lets the fixture start its work.
     pub fn start(&mut self) {
         let mut stdin = self.stdin.take().expect("fixture already started");

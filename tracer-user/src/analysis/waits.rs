@@ -1,0 +1,182 @@
+//! Waiting for a lock versus waiting for work: every futex word of a report
+//! gets a wait class, and only lock contention counts in the totals.
+//!
+//! - `lock`: a futex word inside a pthread mutex or rwlock the lock probes
+//!   saw (in contention mode, where no lock is probed, every word that is
+//!   not one of the others);
+//! - `condvar`: waits made inside `pthread_cond_wait`/`_timedwait`/
+//!   `_clockwait` (the BPF side marks the thread between their entry and
+//!   return), keyed by the condvar, plus futex words inside a condvar's bytes
+//!   (glibc's signallers wake and quiesce there);
+//! - `go_runtime`: futex calls made by the Go runtime's `runtime.futex`;
+//! - `other`: the rest (a futex-based lock of another library, a semaphore,
+//!   `pthread_join`, a musl condvar waiter's wake-up node).
+use std::collections::BTreeMap;
+
+use tracer_common::FutexCounts;
+
+use crate::{
+    model::{ClassTotals, Lock, LockKind, PerRequest, Totals, WaitClass},
+    trace::collect::Collected,
+};
+
+/// Sets the wait class of every row, adds the condvar and Go runtime rows,
+/// and joins futex words inside a condvar into it. `lock_spans_known` is
+/// false in contention mode (no lock probes: a futex word cannot be told to
+/// be a pthread lock's, so unknown words count as locks there).
+pub fn classify(locks: &mut BTreeMap<u64, Lock>, collected: &Collected, lock_spans_known: bool) {
+    for lock in locks.values_mut() {
+        lock.wait_class = if lock.kind != LockKind::Futex || !lock_spans_known {
+            WaitClass::Lock
+        } else {
+            WaitClass::Other
+        };
+    }
+    for (&word, counts) in &collected.go_futexes {
+        let row = locks
+            .entry(word)
+            .or_insert_with(|| Lock::empty(word, LockKind::Futex, WaitClass::GoRuntime));
+        if row.kind == LockKind::Futex {
+            row.wait_class = WaitClass::GoRuntime;
+        }
+        add(row, counts);
+    }
+    for (&cond, counts) in &collected.condvars {
+        let row = locks
+            .entry(cond)
+            .or_insert_with(|| Lock::empty(cond, LockKind::Condvar, WaitClass::Condvar));
+        if row.kind == LockKind::Futex {
+            row.kind = LockKind::Condvar;
+            row.wait_class = WaitClass::Condvar;
+        }
+        add(row, counts);
+    }
+    let conds: Vec<u64> = collected.condvars.keys().copied().collect();
+    let inside_cond: Vec<(u64, u64)> = locks
+        .iter()
+        .filter(|(_, lock)| lock.kind == LockKind::Futex && lock.wait_class != WaitClass::GoRuntime)
+        .filter_map(|(&word, _)| {
+            conds
+                .iter()
+                .find(|&&cond| word > cond && word < cond + LockKind::Condvar.span())
+                .map(|&cond| (word, cond))
+        })
+        .collect();
+    for (word, cond) in inside_cond {
+        let Some(inner) = locks.remove(&word) else {
+            continue;
+        };
+        if let Some(row) = locks.get_mut(&cond) {
+            row.contended += inner.contended;
+            row.wakes += inner.wakes;
+            row.wait_ns += inner.wait_ns;
+            row.max_wait_ns = row.max_wait_ns.max(inner.max_wait_ns);
+        }
+    }
+}
+
+fn add(row: &mut Lock, counts: &FutexCounts) {
+    row.contended += counts.waits;
+    row.wakes += counts.wakes;
+    row.wait_ns += counts.wait_ns;
+    row.max_wait_ns = row.max_wait_ns.max(counts.max_wait_ns);
+}
+
+/// Totals of a report: acquisitions of every lock, futex figures of the
+/// `lock` class only, and every class on its own.
+pub fn totals(locks: &[Lock], counted_acquisitions: bool) -> Totals {
+    let mut by_wait_class: BTreeMap<WaitClass, ClassTotals> = WaitClass::ALL
+        .into_iter()
+        .map(|class| (class, ClassTotals::default()))
+        .collect();
+    for lock in locks {
+        let class = by_wait_class.entry(lock.wait_class).or_default();
+        class.words += 1;
+        class.waits += lock.contended;
+        class.wakes += lock.wakes;
+        class.wait_ns += lock.wait_ns;
+    }
+    let contention = by_wait_class
+        .get(&WaitClass::Lock)
+        .cloned()
+        .unwrap_or_default();
+    Totals {
+        acquisitions: counted_acquisitions
+            .then(|| locks.iter().filter_map(|lock| lock.acquisitions).sum()),
+        contended: contention.waits,
+        wakes: contention.wakes,
+        wait_ns: contention.wait_ns,
+        per_request: None,
+        by_wait_class,
+    }
+}
+
+/// Per-request waits of each class (`divisor`: the request count, if usable).
+pub fn apply_per_request(totals: &mut Totals, divisor: Option<f64>) {
+    for class in totals.by_wait_class.values_mut() {
+        class.per_request = divisor.map(|n| PerRequest {
+            acquisitions: None,
+            contended: class.waits as f64 / n,
+            wait_ns: class.wait_ns as f64 / n,
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn counts(waits: u64, wakes: u64) -> FutexCounts {
+        FutexCounts {
+            waits,
+            wait_ns: waits * 1000,
+            max_wait_ns: 1000,
+            wakes,
+        }
+    }
+
+    #[test]
+    fn only_lock_waits_count_as_contention() {
+        let mut collected = Collected::default();
+        collected.futexes.insert(0x1000, counts(3, 3)); // inside the mutex below
+        collected.futexes.insert(0x2028, counts(1, 5)); // inside the condvar at 0x2000
+        collected.futexes.insert(0x3000, counts(2, 2)); // nobody's
+        collected.condvars.insert(0x2000, counts(7, 0));
+        collected.go_futexes.insert(0xc000010148, counts(4, 4));
+        let mut locks = BTreeMap::new();
+        let mut mutex = Lock::empty(0x1000, LockKind::Mutex, WaitClass::Lock);
+        mutex.acquisitions = Some(10);
+        mutex.contended = 3;
+        mutex.wakes = 3;
+        locks.insert(0x1000, mutex);
+        for (word, c) in [(0x2028u64, counts(1, 5)), (0x3000, counts(2, 2))] {
+            let mut row = Lock::empty(word, LockKind::Futex, WaitClass::Other);
+            add(&mut row, &c);
+            locks.insert(word, row);
+        }
+        classify(&mut locks, &collected, true);
+        assert_eq!(locks[&0x2000].kind, LockKind::Condvar);
+        assert_eq!(locks[&0x2000].contended, 8);
+        assert_eq!(locks[&0x2000].wakes, 5);
+        assert!(!locks.contains_key(&0x2028));
+        assert_eq!(locks[&0x3000].wait_class, WaitClass::Other);
+        assert_eq!(locks[&0xc000010148].wait_class, WaitClass::GoRuntime);
+        let rows: Vec<Lock> = locks.into_values().collect();
+        let totals = totals(&rows, true);
+        assert_eq!((totals.contended, totals.wakes), (3, 3));
+        assert_eq!(totals.acquisitions, Some(10));
+        assert_eq!(totals.by_wait_class[&WaitClass::Condvar].waits, 8);
+        assert_eq!(totals.by_wait_class[&WaitClass::GoRuntime].waits, 4);
+        assert_eq!(totals.by_wait_class[&WaitClass::Other].waits, 2);
+    }
+
+    #[test]
+    fn without_lock_probes_unknown_words_are_locks() {
+        let mut locks = BTreeMap::new();
+        let mut row = Lock::empty(0x3000, LockKind::Futex, WaitClass::Other);
+        row.contended = 2;
+        locks.insert(0x3000, row);
+        classify(&mut locks, &Collected::default(), false);
+        assert_eq!(locks[&0x3000].wait_class, WaitClass::Lock);
+    }
+}

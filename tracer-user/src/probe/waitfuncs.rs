@@ -1,0 +1,111 @@
+//! Finds what tells waiting for work apart from lock contention: the
+//! condition-variable wait functions (glibc's and musl's, in the executable
+//! first for static builds, as for the lock functions) and, in a Go program,
+//! the Go runtime's `runtime.futex`, the one function that makes its futex
+//! calls. `trace::attach` attaches the condvar probes.
+use std::collections::BTreeSet;
+
+use object::{Object, ObjectSymbol, SymbolKind};
+
+use super::{
+    lockfuncs::{file_offset_of, runtime_address},
+    target::Target,
+};
+
+/// The condvar wait functions; all take (cond, mutex, …).
+pub const COND_WAIT_SYMBOLS: [&str; 3] = [
+    "pthread_cond_wait",
+    "pthread_cond_timedwait",
+    "pthread_cond_clockwait",
+];
+
+/// One condvar wait function (one symbol version) in one module.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CondWaitFunction {
+    pub symbol: String,
+    /// Module path as the target sees it.
+    pub module: String,
+    pub file_offset: u64,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct WaitFunctions {
+    pub cond_waits: Vec<CondWaitFunction>,
+    /// Runtime address range of `runtime.futex` when the target is a Go program.
+    pub go_futex: Option<(u64, u64)>,
+}
+
+/// Looks in the executable first, then the libraries in load order; each
+/// symbol is taken from the first module defining it, every version of it
+/// (glibc keeps an old `pthread_cond_wait@GLIBC_2.2.5` beside the current one).
+pub fn find(target: &Target) -> WaitFunctions {
+    let mut modules: Vec<String> = Vec::new();
+    for mapping in target
+        .maps
+        .iter()
+        .filter(|m| m.is_file() && m.is_executable())
+    {
+        if modules.contains(&mapping.path) {
+            continue;
+        }
+        if mapping.path == target.exe {
+            modules.insert(0, mapping.path.clone());
+        } else {
+            modules.push(mapping.path.clone());
+        }
+    }
+    let mut found = WaitFunctions::default();
+    let mut pending: Vec<&str> = COND_WAIT_SYMBOLS.to_vec();
+    for (index, module) in modules.iter().enumerate() {
+        let Ok(data) = std::fs::read(target.host_path(module)) else {
+            continue;
+        };
+        let Ok(elf) = object::File::parse(&*data) else {
+            continue;
+        };
+        if index == 0 && module == &target.exe {
+            found.go_futex = go_futex(&elf, module, target);
+        }
+        pending.retain(|name| {
+            let offsets = definitions(&elf, name);
+            for &file_offset in &offsets {
+                found.cond_waits.push(CondWaitFunction {
+                    symbol: name.to_string(),
+                    module: module.clone(),
+                    file_offset,
+                });
+            }
+            offsets.is_empty()
+        });
+        if pending.is_empty() {
+            break;
+        }
+    }
+    found
+}
+
+/// File offsets of every text definition of `name` (any version), distinct.
+fn definitions(elf: &object::File, name: &str) -> BTreeSet<u64> {
+    elf.symbols()
+        .chain(elf.dynamic_symbols())
+        .filter(|symbol| {
+            symbol.kind() == SymbolKind::Text
+                && symbol.is_definition()
+                && symbol.name().is_ok_and(|n| {
+                    n == name || n.strip_prefix(name).is_some_and(|v| v.starts_with('@'))
+                })
+        })
+        .filter_map(|symbol| file_offset_of(elf, symbol.address()))
+        .collect()
+}
+
+/// `runtime.futex` of a Go executable, as a runtime address range. It is
+/// written in assembly, so its ELF symbol carries the ABI0 suffix.
+fn go_futex(elf: &object::File, module: &str, target: &Target) -> Option<(u64, u64)> {
+    let symbol = elf.symbols().find(|symbol| {
+        symbol.kind() == SymbolKind::Text
+            && matches!(symbol.name(), Ok("runtime.futex.abi0" | "runtime.futex"))
+    })?;
+    let start = runtime_address(target, module, file_offset_of(elf, symbol.address())?)?;
+    Some((start, start + symbol.size().max(1)))
+}

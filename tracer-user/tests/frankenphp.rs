@@ -1,0 +1,235 @@
+//! Issue 9: FrankenPHP's shape. A Go net/http server runs C through cgo
+//! (fixtures/goserver), built dynamic glibc and static musl (as FrankenPHP's
+//! Docker images and release binaries are), in two shapes: handlers call C
+//! directly, or hand each request to a C pthread pool over condvars.
+//! On each: the statistics mutex is taken exactly K times per request and
+//! named by its pointer chain, the Go runtime's and the idle pool's waits
+//! are classified apart from lock contention, and a request probe on the
+//! per-request C function counts the requests. Real BPF: root.
+mod common;
+
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+    sync::Mutex,
+};
+
+use common::*;
+use serde_json::Value;
+
+/// Statistics mutex acquisitions per request in the fixture.
+const K: u64 = 8;
+const REQUESTS: u64 = 1000;
+
+#[derive(Debug, Clone, Copy)]
+enum GoBuild {
+    /// Like FrankenPHP's Docker images.
+    GlibcDynamic,
+    /// Like FrankenPHP's release binaries: `CC=musl-gcc`, external linking, `-static`.
+    MuslStatic,
+}
+
+static GO_BUILD_LOCK: Mutex<()> = Mutex::new(());
+
+/// Builds fixtures/goserver (stdlib only, nothing downloaded) once per
+/// source change; the Go build cache lives under target/.
+fn goserver(build: GoBuild) -> PathBuf {
+    let _guard = GO_BUILD_LOCK.lock().unwrap_or_else(|p| p.into_inner());
+    let source = repo_root().join("fixtures").join("goserver");
+    let target = repo_root().join("target");
+    let binary = target.join("fixtures").join(match build {
+        GoBuild::GlibcDynamic => "goserver-glibc",
+        GoBuild::MuslStatic => "goserver-musl-static",
+    });
+    let newest_source = std::fs::read_dir(&source)
+        .unwrap()
+        .filter_map(|entry| entry.ok()?.metadata().ok()?.modified().ok())
+        .max();
+    let built = std::fs::metadata(&binary).and_then(|m| m.modified()).ok();
+    if matches!((built, newest_source), (Some(b), Some(s)) if b >= s) {
+        return binary;
+    }
+    std::fs::create_dir_all(binary.parent().unwrap()).unwrap();
+    let mut command = Command::new("go");
+    command
+        .current_dir(&source)
+        .env("GOCACHE", target.join("go-cache"))
+        .env("GOPATH", target.join("go-path"))
+        .env("GOFLAGS", "-buildvcs=false")
+        .env("GOPROXY", "off")
+        .env("CGO_ENABLED", "1")
+        .arg("build")
+        .arg("-o")
+        .arg(&binary);
+    if let GoBuild::MuslStatic = build {
+        command
+            .env("CC", "musl-gcc")
+            .args(["-ldflags", "-linkmode external -extldflags -static"]);
+    }
+    let output = command
+        .arg(".")
+        .output()
+        .expect("running go (scripts/setup.sh installs golang-go)");
+    assert!(
+        output.status.success(),
+        "building goserver ({build:?}) failed:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    binary
+}
+
+fn start(binary: &Path, shape: &str) -> (Fixture, u16) {
+    let server = Fixture::spawn(binary, &[shape, &K.to_string(), "4"]);
+    let port = server.port();
+    (server, port)
+}
+
+/// `locktrace record` under the load driver, requests counted by the probe.
+fn record(server: &Fixture, port: u16, probe: &str) -> (Value, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("report.json");
+    let url = format!("http://127.0.0.1:{port}/");
+    let n = REQUESTS.to_string();
+    let output = locktrace()
+        .args(["record", "--pid", &server.pid().to_string(), "--json"])
+        .arg(&json)
+        .args(["--load", &url, "-n", &n, "-c", "4", "--warmup", "100"])
+        .args(["--expect-body", "hello", "--request-probe", probe])
+        .output()
+        .expect("running locktrace");
+    let table = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "record failed: {}\n{table}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    (report, table)
+}
+
+fn rows<'a>(report: &'a Value, class: &'a str) -> impl Iterator<Item = &'a Value> + 'a {
+    report["locks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(move |lock| lock["wait_class"] == class)
+}
+
+/// What every build and shape must show.
+fn assert_frankenphp_truths(report: &Value, table: &str, stats_lock: u64, what: &str) {
+    assert_eq!(report["requests"]["source"], "probe", "{what}");
+    assert_eq!(report["requests"]["count"], REQUESTS, "{what}: probe hits");
+    assert_eq!(report["requests"]["statuses"]["200"], REQUESTS, "{what}");
+
+    let stats = lock_at(report, stats_lock)
+        .unwrap_or_else(|| panic!("{what}: stats mutex missing:\n{table}"));
+    assert_eq!(stats["acquisitions"], K * REQUESTS, "{what}");
+    assert_eq!(
+        stats["per_request"]["acquisitions"].as_f64(),
+        Some(K as f64),
+        "{what}"
+    );
+    assert_eq!(stats["name"], "g_stats->+0x200->", "{what}: {table}");
+    assert_eq!(stats["wait_class"], "lock", "{what}");
+    let region = stats["region"].as_str().unwrap();
+    assert!(
+        region.starts_with("heap") || region == "[heap]",
+        "{what}: stats mutex region {region}"
+    );
+    assert_eq!(caller_functions(stats), ["stats_add"], "{what}");
+
+    // The Go scheduler parks and wakes threads under load: those waits are
+    // the runtime's, named as such, and none of them is lock contention.
+    let go_waits = report["totals"]["by_wait_class"]["go_runtime"]["waits"]
+        .as_u64()
+        .unwrap();
+    assert!(go_waits > 0, "{what}: no Go runtime waits:\n{table}");
+    assert!(
+        rows(report, "go_runtime").all(|row| row["region"] == "Go heap"
+            || row["name"]
+                .as_str()
+                .is_some_and(|n| n.starts_with("runtime."))),
+        "{what}: a Go runtime word outside the Go heap and runtime.* globals:\n{table}"
+    );
+    for row in rows(report, "lock") {
+        assert!(
+            matches!(row["kind"].as_str(), Some("mutex" | "rwlock")),
+            "{what}: a lock-class row that is no pthread lock: {row}"
+        );
+        assert_ne!(row["region"], "Go heap", "{what}: {row}");
+    }
+    let lock_waits: u64 = rows(report, "lock")
+        .map(|row| row["contended"].as_u64().unwrap())
+        .sum();
+    assert_eq!(report["totals"]["contended"], lock_waits, "{what}");
+    assert!(
+        table.contains("go_runtime") && table.contains("not contention:"),
+        "{what}: no runtime section:\n{table}"
+    );
+}
+
+fn shape_a_handlers_call_c(build: GoBuild) {
+    let binary = goserver(build);
+    let name = binary.file_name().unwrap().to_str().unwrap().to_string();
+    let (server, port) = start(&binary, "direct");
+    let (report, table) = record(&server, port, &format!("{name}:handle_request"));
+    let what = format!("{build:?} direct");
+    assert_frankenphp_truths(&report, &table, server.address("stats_lock"), &what);
+}
+
+fn shape_b_c_pool_fed_by_go(build: GoBuild) {
+    let binary = goserver(build);
+    let name = binary.file_name().unwrap().to_str().unwrap().to_string();
+    let (server, port) = start(&binary, "pool");
+    let (report, table) = record(&server, port, &format!("{name}:run_request"));
+    let what = format!("{build:?} pool");
+    assert_frankenphp_truths(&report, &table, server.address("stats_lock"), &what);
+    let pool = server.address("pool");
+    // The pool mutex: taken by the submitter and by the worker, twice each
+    // per request (hand-over, hand-back); musl's condvar wait relocks it
+    // through pthread_mutex_lock, glibc's through an internal function.
+    let pool_lock = lock_at(&report, pool).expect("pool mutex");
+    assert_eq!(pool_lock["wait_class"], "lock", "{what}");
+    assert_eq!(pool_lock["name"], "g_pool->", "{what}: {table}");
+    // Workers wait for work on `work`, submitters for answers on `done`:
+    // condvar waits, named by the pointer chain, never contention.
+    for (offset, field) in [(0x28, "work"), (0x58, "done")] {
+        let cond = lock_at(&report, pool + offset)
+            .unwrap_or_else(|| panic!("{what}: no row for the {field} condvar:\n{table}"));
+        assert_eq!(cond["kind"], "condvar", "{what} {field}");
+        assert_eq!(cond["wait_class"], "condvar", "{what} {field}");
+        assert_eq!(
+            cond["name"],
+            format!("g_pool->+{offset:#x}").as_str(),
+            "{what} {field}: {table}"
+        );
+        assert!(cond["contended"].as_u64().unwrap() > 0, "{what} {field}");
+    }
+    let condvar_waits: u64 = rows(&report, "condvar")
+        .map(|row| row["contended"].as_u64().unwrap())
+        .sum();
+    assert_eq!(
+        report["totals"]["by_wait_class"]["condvar"]["waits"], condvar_waits,
+        "{what}"
+    );
+}
+
+#[test]
+fn shape_a_glibc_dynamic() {
+    shape_a_handlers_call_c(GoBuild::GlibcDynamic);
+}
+
+#[test]
+fn shape_a_musl_static() {
+    shape_a_handlers_call_c(GoBuild::MuslStatic);
+}
+
+#[test]
+fn shape_b_glibc_dynamic() {
+    shape_b_c_pool_fed_by_go(GoBuild::GlibcDynamic);
+}
+
+#[test]
+fn shape_b_musl_static() {
+    shape_b_c_pool_fed_by_go(GoBuild::MuslStatic);
+}
