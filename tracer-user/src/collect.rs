@@ -6,7 +6,10 @@ use aya::{
     Ebpf,
     maps::{Array, HashMap as BpfHashMap, MapData, StackTraceMap},
 };
-use tracer_common::{CallerKey, FutexCounts, LockCounts, StackKey, drop_reason};
+use tracer_common::{
+    CallerKey, FutexCounts, HoldCounts, HolderHolds, HolderKey, LockCounts, StackKey,
+    WaitHolderKey, WaitTime, drop_reason,
+};
 
 /// Everything the BPF side counted, keyed as in the maps.
 #[derive(Debug, Default, Clone)]
@@ -19,6 +22,13 @@ pub struct Collected {
     pub stack_frames: HashMap<i64, Vec<u64>>,
     pub drops: [u64; drop_reason::COUNT as usize],
     pub requests: u64,
+    /// Futex waits per (futex word, holder when the wait began).
+    pub wait_holders: HashMap<WaitHolderKey, WaitTime>,
+    /// `--hold-times`: whether holds were recorded, and what.
+    pub hold_times: bool,
+    pub holds: HashMap<u64, HoldCounts>,
+    pub holders: HashMap<HolderKey, HolderHolds>,
+    pub unlock_hits: u64,
 }
 
 pub fn collect(ebpf: &Ebpf) -> Result<Collected> {
@@ -27,8 +37,13 @@ pub fn collect(ebpf: &Ebpf) -> Result<Collected> {
         futexes: read_hash(ebpf, "FUTEXES")?,
         callers: read_hash(ebpf, "CALLERS")?,
         stacks: read_hash(ebpf, "STACK_COUNTS")?,
+        wait_holders: read_hash(ebpf, "WAIT_HOLDERS")?,
+        holds: read_hash(ebpf, "HOLDS")?,
+        holders: read_hash(ebpf, "HOLDERS")?,
         ..Collected::default()
     };
+    let unlock_hits: Array<&MapData, u64> = Array::try_from(map(ebpf, "UNLOCK_HITS")?)?;
+    collected.unlock_hits = unlock_hits.get(&0, 0).unwrap_or(0);
     let drops: Array<&MapData, u64> = Array::try_from(map(ebpf, "DROPS")?)?;
     for (index, slot) in collected.drops.iter_mut().enumerate() {
         *slot = drops.get(&(index as u32), 0).unwrap_or(0);

@@ -27,6 +27,8 @@ pub struct LoadPlan<'a> {
     pub lock_probes: bool,
     /// A function run once per request: (module as the target sees it, file offset).
     pub request_probe: Option<(String, u64)>,
+    /// `--hold-times`: the unlock functions, probed along with the lock functions.
+    pub unlock_functions: &'a [(LockFunction, PlacedFunction)],
 }
 
 pub struct Loaded {
@@ -38,9 +40,13 @@ pub struct Loaded {
 pub fn load(plan: &LoadPlan) -> Result<Loaded> {
     let started = Instant::now();
     let tgid = plan.target.pid;
+    let lock_functions: Vec<LockFunction> = plan.functions.iter().map(|(f, _)| f.clone()).collect();
+    let (lock_code_start, lock_code_end) = crate::holds::lock_code_range(&lock_functions);
     let mut ebpf = EbpfLoader::new()
         .override_global("TARGET_TGID", &tgid, true)
         .override_global("FLAGS", &plan.flags, true)
+        .override_global("LOCK_CODE_START", &lock_code_start, true)
+        .override_global("LOCK_CODE_END", &lock_code_end, true)
         .load(BPF_OBJECT)
         .map_err(|error| anyhow!("the kernel refused locktrace's BPF programs ({error}); it needs BPF with BTF, uprobes and syscall tracepoints (Linux 5.15 or newer)"))?;
     let scope = UProbeScope::OneProcess(
@@ -49,32 +55,12 @@ pub fn load(plan: &LoadPlan) -> Result<Loaded> {
 
     let mut probe_count = 0;
     if plan.lock_probes {
+        // Unlock probes first: every hold begun is then seen to end.
+        probe_count +=
+            crate::holds::attach_unlocks(&mut ebpf, plan.target, plan.unlock_functions, scope)?;
         let program: &mut UProbe = program(&mut ebpf, "lock_call")?.try_into()?;
         program.load().context("loading the lock probe")?;
-        for (function, placed) in plan.functions {
-            let module = plan.target.host_path(&function.module);
-            for point in &placed.points {
-                let attach_point = UProbeAttachPoint {
-                    location: UProbeAttachLocation::AbsoluteOffset(point.file_offset),
-                    cookie: Some(cookie::encode(function.op, point.return_address_sp_offset)),
-                };
-                program
-                    .attach(attach_point, &module, scope)
-                    .map_err(|error| {
-                        attach_error(
-                            plan.target,
-                            &format!(
-                                "{} at {:#x} in {}",
-                                function.op.symbol(),
-                                point.file_offset,
-                                function.module
-                            ),
-                            error,
-                        )
-                    })?;
-                probe_count += 1;
-            }
-        }
+        probe_count += attach_functions(program, plan.target, plan.functions, scope)?;
     }
     if let Some((module, offset)) = &plan.request_probe {
         let program: &mut UProbe = program(&mut ebpf, "request_boundary")?.try_into()?;
@@ -107,6 +93,42 @@ pub fn load(plan: &LoadPlan) -> Result<Loaded> {
         probe_count,
         attach_time: started.elapsed(),
     })
+}
+
+/// Attaches `program` at every probe point of `functions`, with the cookie
+/// saying which function and where its return address is; returns the count.
+pub fn attach_functions(
+    program: &mut UProbe,
+    target: &Target,
+    functions: &[(LockFunction, PlacedFunction)],
+    scope: UProbeScope,
+) -> Result<usize> {
+    let mut count = 0;
+    for (function, placed) in functions {
+        let module = target.host_path(&function.module);
+        for point in &placed.points {
+            let attach_point = UProbeAttachPoint {
+                location: UProbeAttachLocation::AbsoluteOffset(point.file_offset),
+                cookie: Some(cookie::encode(function.op, point.return_address_sp_offset)),
+            };
+            program
+                .attach(attach_point, &module, scope)
+                .map_err(|error| {
+                    attach_error(
+                        target,
+                        &format!(
+                            "{} at {:#x} in {}",
+                            function.op.symbol(),
+                            point.file_offset,
+                            function.module
+                        ),
+                        error,
+                    )
+                })?;
+            count += 1;
+        }
+    }
+    Ok(count)
 }
 
 fn program<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut aya::programs::Program> {

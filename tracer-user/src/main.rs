@@ -1,6 +1,7 @@
 //! locktrace: per-lock acquisition and contention counts for a live process.
 mod collect;
 mod compare;
+mod holds;
 mod loader;
 mod loadgen;
 mod lockfuncs;
@@ -141,6 +142,9 @@ enum Command {
         /// Record user stacks and keep the top N per lock (names resolved).
         #[arg(long, value_name = "N", default_value_t = 0)]
         stacks: usize,
+        /// Also probe the unlock functions: hold time per lock and per holder function (about doubles the probe hits).
+        #[arg(long)]
+        hold_times: bool,
     },
     /// Compare two reports per request: which locks appeared, disappeared or changed.
     Compare(compare::CompareArgs),
@@ -152,6 +156,9 @@ enum Command {
         /// `table`, `folded` (stacks for flame graph tools) or `svg` (a flame graph).
         #[arg(long, value_enum, default_value = "table")]
         format: stacks::Format,
+        /// With the table: print every lock's wait (and hold) histogram in full.
+        #[arg(long)]
+        histograms: bool,
     },
 }
 
@@ -210,6 +217,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             top,
             requests,
             stacks,
+            hold_times,
         } => {
             let duration = match duration {
                 Some(seconds) if seconds.is_finite() && seconds > 0.0 => {
@@ -245,6 +253,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 sample,
                 requests,
                 stacks,
+                hold_times,
             };
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(1)
@@ -262,10 +271,20 @@ fn run(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Compare(args) => compare::run(&args),
-        Command::Report { file, top, format } => {
+        Command::Report {
+            file,
+            top,
+            format,
+            histograms,
+        } => {
             let report = report::Report::load(&file)?;
             match format {
-                stacks::Format::Table => print!("{}", table::render(&report, top)),
+                stacks::Format::Table => {
+                    print!("{}", table::render(&report, top));
+                    if histograms {
+                        print!("{}", holds::render_histograms(&report, top));
+                    }
+                }
                 other => stacks::write(&report, other, &mut std::io::stdout().lock())?,
             }
             Ok(ExitCode::SUCCESS)

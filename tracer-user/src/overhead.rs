@@ -63,6 +63,9 @@ pub struct Overhead {
     /// Hits of the request-boundary probe (`--request-probe`), also in `estimated_added_ns`.
     #[serde(default)]
     pub request_probe_hits: u64,
+    /// `--hold-times`: hits of the unlock probes, also in `estimated_added_ns`.
+    #[serde(default)]
+    pub unlock_probe_hits: u64,
     /// Probe points on emulated (cheap) and single-stepped instructions.
     pub emulated_points: u32,
     pub stepped_points: u32,
@@ -116,6 +119,7 @@ pub fn measure(
     Overhead {
         probe_hits: hits_per_op.iter().sum(),
         request_probe_hits,
+        unlock_probe_hits: 0,
         emulated_points,
         stepped_points,
         estimated_added_ns: added,
@@ -180,8 +184,16 @@ pub fn footer(report: &Report) -> String {
     if let Some(overhead) = &report.overhead {
         let _ = writeln!(
             out,
-            "overhead: {} probe hits on {} cheap + {} single-stepped points{} ≈ {} added to the target; attach {} ms; tracer CPU {:.2} s, peak RSS {:.1} MiB",
+            "overhead: {} probe hits{} on {} cheap + {} single-stepped points{} ≈ {} added to the target; attach {} ms; tracer CPU {:.2} s, peak RSS {:.1} MiB",
             overhead.probe_hits,
+            if overhead.unlock_probe_hits > 0 {
+                format!(
+                    " + {} unlock probe hits (--hold-times)",
+                    overhead.unlock_probe_hits
+                )
+            } else {
+                String::new()
+            },
             overhead.emulated_points,
             overhead.stepped_points,
             if overhead.request_probe_hits > 0 {

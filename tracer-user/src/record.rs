@@ -37,6 +37,8 @@ pub struct RecordOptions {
     pub requests: window::RequestOptions,
     /// Top user stacks kept per lock (0: none recorded).
     pub stacks: usize,
+    /// Also probe the unlock functions and time every hold.
+    pub hold_times: bool,
 }
 
 pub async fn record(options: &RecordOptions) -> Result<Report> {
@@ -52,6 +54,11 @@ pub async fn record(options: &RecordOptions) -> Result<Report> {
             "--mode sampled cannot drive --load; count requests with --request-probe or --requests, or use --mode all"
         );
     }
+    if options.hold_times && options.mode != Mode::All {
+        bail!(
+            "--hold-times needs every lock and unlock call probed: use it with --mode all (the default)"
+        );
+    }
     let functions = match lockfuncs::find(&target) {
         // Contention mode needs no lock functions (futex-only programs too).
         Err(_) if options.mode == Mode::Contention => Vec::new(),
@@ -60,11 +67,18 @@ pub async fn record(options: &RecordOptions) -> Result<Report> {
     let placed = placement::place_all(&functions, options.placement, |module| {
         target.host_path(module)
     });
-    let placement_fallbacks = if options.mode == Mode::Contention {
+    let unlocks = if options.hold_times {
+        let found = crate::holds::find_unlocks(&target)?;
+        placement::place_all(&found, options.placement, |module| target.host_path(module))
+    } else {
+        Vec::new()
+    };
+    let mut placement_fallbacks = if options.mode == Mode::Contention {
         Vec::new()
     } else {
         placement::fallbacks(&placed)
     };
+    placement_fallbacks.extend(placement::fallbacks(&unlocks));
     for fallback in &placement_fallbacks {
         eprintln!(
             "locktrace: auto placement fell back to the entry of {} in {}: {}",
@@ -80,6 +94,9 @@ pub async fn record(options: &RecordOptions) -> Result<Report> {
     if options.mode == Mode::Sampled {
         flags |= flags::SAMPLED;
     }
+    if options.hold_times {
+        flags |= flags::HOLDS;
+    }
     let plan = loader::LoadPlan {
         target: &target,
         functions: &placed,
@@ -91,6 +108,7 @@ pub async fn record(options: &RecordOptions) -> Result<Report> {
         } else {
             window.request_probe()
         },
+        unlock_functions: &unlocks,
     };
     let mut loaded = loader::load(&plan)?;
     // Maps and module files, kept so names resolve even after the target exits.
@@ -155,9 +173,10 @@ pub async fn record(options: &RecordOptions) -> Result<Report> {
     let duration_s = started.elapsed().as_secs_f64();
     // Right after the last response: the counts cover exactly the load window.
     let mut collected = collect::collect(&loaded.ebpf)?;
+    collected.hold_times = options.hold_times;
     let attach_ms = loaded.attach_time.as_millis() as u64;
     drop(loaded);
-    let overhead = crate::overhead::measure(
+    let mut overhead = crate::overhead::measure(
         &collected,
         if options.mode == Mode::Contention {
             &[]
@@ -167,6 +186,7 @@ pub async fn record(options: &RecordOptions) -> Result<Report> {
         window.request_probe_emulated(),
         attach_ms,
     );
+    crate::holds::add_unlock_overhead(&mut overhead, collected.unlock_hits, &unlocks);
     if let Some(estimate) = &estimate {
         sampling::scale(&mut collected, estimate);
     }
@@ -184,6 +204,7 @@ pub async fn record(options: &RecordOptions) -> Result<Report> {
         counted_acquisitions: options.mode != Mode::Contention,
     };
     let mut report = report::build(info, &collected, &functions);
+    crate::holds::apply(&mut report, &collected);
     report.placement_fallbacks = placement_fallbacks;
     if let Some(estimate) = &estimate {
         for lock in &mut report.locks {

@@ -101,6 +101,16 @@ pub struct Lock {
     /// Sampled mode: `acquisitions` is an estimate within ± this.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub acquisitions_error: Option<u64>,
+    /// Futex waits by duration: `[upper_bound_ns, count]`, log2 buckets
+    /// (non-empty ones), counts adding up to `contended`.
+    #[serde(default)]
+    pub wait_histogram: Vec<(u64, u64)>,
+    /// Who held the lock while others waited, most waits first.
+    #[serde(default)]
+    pub holders: Vec<crate::holds::WaitHolder>,
+    /// `--hold-times`: completed holds; null where not recorded.
+    #[serde(default)]
+    pub holds: Option<crate::holds::Holds>,
 }
 
 /// A code location: function (demangled) and module, and the offset of the
@@ -152,6 +162,9 @@ pub struct Totals {
     pub contended: u64,
     pub wakes: u64,
     pub wait_ns: u64,
+    /// `--hold-times`: all locks' hold time; null where not recorded.
+    #[serde(default)]
+    pub hold_ns: Option<u64>,
     /// All locks' figures per request; null without a request count.
     #[serde(default)]
     pub per_request: Option<crate::requests::PerRequest>,
@@ -159,7 +172,7 @@ pub struct Totals {
 
 /// Bytes a lock of each kind spans: futex words inside it belong to it.
 /// glibc x86-64: pthread_mutex_t is 40 bytes, pthread_rwlock_t 56.
-fn lock_span(kind: &str) -> u64 {
+pub(crate) fn lock_span(kind: &str) -> u64 {
     match kind {
         "rwlock" => 56,
         _ => 40,
@@ -212,6 +225,9 @@ pub fn build(info: RecordInfo, collected: &Collected, functions: &[LockFunction]
                 callers: Vec::new(),
                 per_request: None,
                 acquisitions_error: None,
+                wait_histogram: Vec::new(),
+                holders: Vec::new(),
+                holds: None,
             },
         );
     }
@@ -237,11 +253,15 @@ pub fn build(info: RecordInfo, collected: &Collected, functions: &[LockFunction]
             callers: Vec::new(),
             per_request: None,
             acquisitions_error: None,
+            wait_histogram: Vec::new(),
+            holders: Vec::new(),
+            holds: None,
         });
         lock.contended += counts.waits;
         lock.wakes += counts.wakes;
         lock.wait_ns += counts.wait_ns;
         lock.max_wait_ns = lock.max_wait_ns.max(counts.max_wait_ns);
+        crate::holds::add_histogram(&mut lock.wait_histogram, &counts.wait_histogram);
     }
     let mut locks: Vec<Lock> = locks.into_values().collect();
     locks.sort_by(|a, b| {
@@ -258,6 +278,7 @@ pub fn build(info: RecordInfo, collected: &Collected, functions: &[LockFunction]
         contended: locks.iter().map(|lock| lock.contended).sum(),
         wakes: locks.iter().map(|lock| lock.wakes).sum(),
         wait_ns: locks.iter().map(|lock| lock.wait_ns).sum(),
+        hold_ns: None,
         per_request: None,
     };
     let dropped = drop_reason::NAMES

@@ -49,6 +49,9 @@ pub struct PerRequest {
     pub acquisitions: Option<f64>,
     pub contended: f64,
     pub wait_ns: f64,
+    /// `--hold-times`: hold time per request; null where not recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hold_ns: Option<f64>,
 }
 
 /// Adds the request block to the report and, unless refused or zero, the
@@ -61,6 +64,7 @@ pub fn apply(report: &mut Report, requests: Requests) {
             acquisitions: lock.acquisitions.map(|a| a as f64 / n),
             contended: lock.contended as f64 / n,
             wait_ns: lock.wait_ns as f64 / n,
+            hold_ns: lock.holds.as_ref().map(|h| h.hold_ns as f64 / n),
         });
     }
     let totals = &mut report.totals;
@@ -68,6 +72,7 @@ pub fn apply(report: &mut Report, requests: Requests) {
         acquisitions: totals.acquisitions.map(|a| a as f64 / n),
         contended: totals.contended as f64 / n,
         wait_ns: totals.wait_ns as f64 / n,
+        hold_ns: totals.hold_ns.map(|h| h as f64 / n),
     });
     report.requests = Some(requests);
 }

@@ -34,6 +34,16 @@ pub fn render(report: &Report, limit: Option<usize>) -> String {
             titles.add_cell(Cell::new(title).style_spec("r"));
         }
     }
+    // Wait distribution always; hold time and holders where recorded.
+    let any_holds = report.locks.iter().any(|lock| lock.holds.is_some());
+    let any_holders = report.locks.iter().any(|lock| !lock.holders.is_empty());
+    titles.add_cell(Cell::new("wait p50/p99").style_spec("r"));
+    if any_holds {
+        titles.add_cell(Cell::new("held total/max").style_spec("r"));
+    }
+    if any_holders {
+        titles.add_cell(Cell::new("top holder"));
+    }
     titles.add_cell(Cell::new("callers"));
     table.set_titles(titles);
     let shown = limit.unwrap_or(usize::MAX);
@@ -55,6 +65,13 @@ pub fn render(report: &Report, limit: Option<usize>) -> String {
             for cell in crate::requests::cells(lock.per_request.as_ref()) {
                 row.add_cell(Cell::new(&cell).style_spec("r"));
             }
+        }
+        row.add_cell(Cell::new(&crate::holds::wait_percentiles(lock)).style_spec("r"));
+        if any_holds {
+            row.add_cell(Cell::new(&crate::holds::hold_cell(lock)).style_spec("r"));
+        }
+        if any_holders {
+            row.add_cell(Cell::new(&crate::holds::top_holder(lock)));
         }
         row.add_cell(Cell::new(&top_callers(lock)));
         table.add_row(row);
@@ -81,6 +98,12 @@ pub fn render(report: &Report, limit: Option<usize>) -> String {
         totals.wakes,
         duration(totals.wait_ns)
     );
+    if let Some(hold_ns) = totals.hold_ns {
+        let _ = writeln!(out, "held: {} in total (--hold-times)", duration(hold_ns));
+    }
+    if report.mode == "contention" && any_holders {
+        out.push_str("holders: contention mode has no lock probes; the holder is the owner thread read from glibc's mutex (its name from /proc), no function (record --hold-times for functions)\n");
+    }
     if let Some(per) = &totals.per_request {
         let cells = crate::requests::cells(Some(per));
         let _ = writeln!(
