@@ -272,6 +272,11 @@ pub struct Held {
     pub depth: u32,
     /// 1 when taken by a trylock: it may have failed, so the next lock call restarts it.
     pub tentative: u32,
+    /// Where the return address of the last lock call counted in `depth` was
+    /// on the stack, and its value: a lock function tail-called by another
+    /// (musl) sees both the same, so it is not counted again.
+    pub call_slot: u64,
+    pub call_ip: u64,
 }
 
 /// Value of the `LOCK_HOLDER` map (`--hold-times`), keyed by lock: the thread

@@ -177,7 +177,7 @@ pub fn lock_call(ctx: ProbeContext) -> u32 {
         record_stack(&ctx, lock, return_ip);
     }
     if wanted & flags::HOLDS != 0 {
-        hold_begin(lock, op as u32, return_ip);
+        hold_begin(&ctx, lock, cookie, op as u32, return_ip);
     }
     0
 }
@@ -347,19 +347,23 @@ const FUTEX_WORD_OFFSETS: [u64; 4] = [0, 4, 8, 12];
 const GLIBC_MUTEX_OWNER_OFFSET: u64 = 8;
 
 #[inline(always)]
-fn hold_begin(lock: u64, op: u32, return_ip: u64) {
+fn hold_begin(ctx: &ProbeContext, lock: u64, cookie: u64, op: u32, return_ip: u64) {
     let tid = bpf_get_current_pid_tgid() as u32;
     let key = HeldKey { lock, tid, _pad: 0 };
     let tentative = u32::from(op == LockOp::MutexTrylock as u32);
+    let call_slot = unsafe { (*ctx.regs).rsp } + cookie::return_address_sp_offset(cookie);
     let now = unsafe { bpf_ktime_get_ns() };
-    if let Some(held) = HELD.get_ptr_mut(key) {
-        let nested = (config64(&LOCK_CODE_START)..config64(&LOCK_CODE_END)).contains(&return_ip)
-            || unsafe { (*held).return_ip } == return_ip
-                && (op == LockOp::MutexTimedlock as u32 || op == LockOp::MutexTrylock as u32);
-        if nested {
+    if let Some(held) = HELD.get_ptr_mut(&key) {
+        let called_by_lock_function =
+            (config64(&LOCK_CODE_START)..config64(&LOCK_CODE_END)).contains(&return_ip);
+        let tail_called = unsafe { (*held).call_slot == call_slot && (*held).call_ip == return_ip }
+            && (op == LockOp::MutexTimedlock as u32 || op == LockOp::MutexTrylock as u32);
+        if called_by_lock_function || tail_called {
             return;
         }
         unsafe {
+            (*held).call_slot = call_slot;
+            (*held).call_ip = return_ip;
             if (*held).tentative != 0 {
                 // The earlier trylock may have failed: this call starts the hold.
                 (*held).start_ns = now;
@@ -377,6 +381,8 @@ fn hold_begin(lock: u64, op: u32, return_ip: u64) {
         return_ip,
         depth: 1,
         tentative,
+        call_slot,
+        call_ip: return_ip,
     };
     if HELD.insert(key, held, 0).is_err() {
         count_drop(drop_reason::HOLDS_UNTRACKED);
