@@ -353,7 +353,7 @@ fn hold_begin(ctx: &ProbeContext, lock: u64, cookie: u64, op: u32, return_ip: u6
     let tentative = u32::from(op == LockOp::MutexTrylock as u32);
     let call_slot = unsafe { (*ctx.regs).rsp } + cookie::return_address_sp_offset(cookie);
     let now = unsafe { bpf_ktime_get_ns() };
-    if let Some(held) = HELD.get_ptr_mut(&key) {
+    if let Some(held) = HELD.get_ptr_mut(key) {
         let called_by_lock_function =
             (config64(&LOCK_CODE_START)..config64(&LOCK_CODE_END)).contains(&return_ip);
         let tail_called = unsafe { (*held).call_slot == call_slot && (*held).call_ip == return_ip }
