@@ -70,10 +70,11 @@ static WAIT_HOLDERS: HashMap<WaitHolderKey, WaitTime> =
 /// `--hold-times` state: holds in progress per (lock, thread), the current
 /// holder per lock, and completed holds per lock and per (lock, call site).
 #[map]
-static HELD: HashMap<HeldKey, tracer_common::Held> =
-    HashMap::with_max_entries(MAX_HELD, BPF_F_NO_PREALLOC);
+// HELD and LOCK_HOLDER churn (an insert and a delete per hold): preallocated,
+// so neither allocates on the lock path.
+static HELD: HashMap<HeldKey, tracer_common::Held> = HashMap::with_max_entries(MAX_HELD, 0);
 #[map]
-static LOCK_HOLDER: HashMap<u64, Holder> = HashMap::with_max_entries(MAX_HELD, BPF_F_NO_PREALLOC);
+static LOCK_HOLDER: HashMap<u64, Holder> = HashMap::with_max_entries(MAX_HELD, 0);
 #[map]
 static HOLDS: HashMap<u64, HoldCounts> = HashMap::with_max_entries(MAX_LOCKS, BPF_F_NO_PREALLOC);
 #[map]

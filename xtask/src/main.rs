@@ -6,7 +6,7 @@
 //!    instruction is of that class, probed at the entry by locktrace);
 //! 2. ns added per lock on an uncontended one-thread loop
 //!    (fixtures/bench/loop.c): untraced, locktrace entry / auto placement,
-//!    contention mode, sampled mode, and Debian's bpftrace with the
+//!    `--hold-times` (unlock probes too), contention mode, sampled mode, and Debian's bpftrace with the
 //!    equivalent one-liner;
 //! 3. locktrace's attach time, CPU time and peak RSS (from wait4's rusage,
 //!    the same way for bpftrace).
@@ -180,6 +180,10 @@ fn bench(seconds: f64, runs: usize) -> Result<()> {
         (
             "locktrace --placement auto",
             Tracer::Locktrace(strings(&["--placement", "auto"])),
+        ),
+        (
+            "locktrace --hold-times (lock + unlock probes)",
+            Tracer::Locktrace(strings(&["--hold-times"])),
         ),
         (
             "locktrace --mode contention",
