@@ -111,6 +111,9 @@ pub fn render(report: &Report, limit: Option<usize>) -> String {
             "per request: {} acquisitions, {} contended waits, {} waiting",
             cells[0], cells[1], cells[2]
         );
+        if let Some(held) = per.hold_ns {
+            let _ = writeln!(out, "per request: {} held", duration(held.round() as u64));
+        }
     }
     match report.stopped_by.as_str() {
         "target_exited" => {

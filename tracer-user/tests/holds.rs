@@ -86,8 +86,11 @@ fn assert_wait_histograms_add_up(report: &Value) {
 /// waits are attributed to it, and every count is exact.
 #[test]
 fn slow_holder_hold_time_and_waits() {
-    let (report, table, truth, addresses, _) =
-        trace_holds(Flavor::Glibc, &["150", "2000"], &["--hold-times"]);
+    let (report, table, truth, addresses, _) = trace_holds(
+        Flavor::Glibc,
+        &["150", "2000"],
+        &["--hold-times", "--requests", "150"],
+    );
     assert_wait_histograms_add_up(&report);
     let g_lock = lock(&report, &addresses, "g_lock");
     let holds = &g_lock["holds"];
@@ -148,6 +151,11 @@ fn slow_holder_hold_time_and_waits() {
     assert!(table.contains("unlock probe hits"), "{table}");
     assert!(report["overhead"]["unlock_probe_hits"].as_u64().unwrap() >= 1000);
     assert!(report["totals"]["hold_ns"].as_u64().unwrap() >= truth.slow_held_ns);
+    // Per request (150 given): hold time divided like the other figures.
+    let per_request = g_lock["per_request"]["hold_ns"].as_f64().unwrap();
+    let total = holds["hold_ns"].as_u64().unwrap() as f64;
+    assert!((per_request - total / 150.0).abs() < 1.0, "{per_request}");
+    assert!(table.contains(" held\n"), "{table}");
 }
 
 /// Exact hold counts where the lock functions live in the executable
