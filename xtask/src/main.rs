@@ -108,7 +108,8 @@ fn bench(seconds: f64, runs: usize, only_loop: bool) -> Result<()> {
     let mut report = String::new();
     report.push_str(&machine()?);
     report.push_str(&format!(
-        "\nCommand: `cargo xtask bench --seconds {seconds} --runs {runs}` (median of {runs} runs); load average at start: {}\n",
+        "\nCommand: `cargo xtask bench --seconds {seconds} --runs {runs}{}` (median of {runs} runs); load average at start: {}\n",
+        if only_loop { " --only loop" } else { "" },
         std::fs::read_to_string("/proc/loadavg").unwrap_or_default().split_whitespace().take(3).collect::<Vec<_>>().join(" ")
     ));
 
