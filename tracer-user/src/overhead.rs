@@ -188,7 +188,7 @@ pub fn footer(report: &Report) -> String {
             overhead.probe_hits,
             if overhead.unlock_probe_hits > 0 {
                 format!(
-                    " + {} unlock probe hits (--hold-times)",
+                    " + {} unlock probe hits (--hold-times; its hold bookkeeping, ~25 % more, is not in the estimate)",
                     overhead.unlock_probe_hits
                 )
             } else {
