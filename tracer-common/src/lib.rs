@@ -12,12 +12,19 @@ pub enum LockOp {
     MutexTimedlock = 2,
     RwlockRdlock = 3,
     RwlockWrlock = 4,
+    /// Unlock functions (`--hold-times`): probed by their own program, never
+    /// counted in [`LockCounts::calls`].
+    MutexUnlock = 5,
+    RwlockUnlock = 6,
 }
 
 /// Number of [`LockOp`] variants.
 pub const LOCK_OPS: usize = 5;
 
 impl LockOp {
+    /// The unlock functions probed with `--hold-times`.
+    pub const UNLOCKS: [LockOp; 2] = [LockOp::MutexUnlock, LockOp::RwlockUnlock];
+
     pub const ALL: [LockOp; LOCK_OPS] = [
         LockOp::MutexLock,
         LockOp::MutexTrylock,
@@ -34,6 +41,8 @@ impl LockOp {
             LockOp::MutexTimedlock => "pthread_mutex_timedlock",
             LockOp::RwlockRdlock => "pthread_rwlock_rdlock",
             LockOp::RwlockWrlock => "pthread_rwlock_wrlock",
+            LockOp::MutexUnlock => "pthread_mutex_unlock",
+            LockOp::RwlockUnlock => "pthread_rwlock_unlock",
         }
     }
 
@@ -44,6 +53,8 @@ impl LockOp {
             2 => Some(LockOp::MutexTimedlock),
             3 => Some(LockOp::RwlockRdlock),
             4 => Some(LockOp::RwlockWrlock),
+            5 => Some(LockOp::MutexUnlock),
+            6 => Some(LockOp::RwlockUnlock),
             _ => None,
         }
     }
@@ -69,6 +80,8 @@ pub struct FutexCounts {
     pub max_wait_ns: u64,
     /// futex calls that wake (WAKE, WAKE_BITSET, UNLOCK_PI, WAKE_OP, REQUEUE, CMP_REQUEUE).
     pub wakes: u64,
+    /// The waits by duration, log2 buckets (see [`histogram`]); they add up to `waits`.
+    pub wait_histogram: [u64; histogram::BUCKETS],
 }
 
 /// Value of the per-thread `WAITING` map, keyed by thread id: a futex wait in progress.
@@ -80,7 +93,9 @@ pub struct FutexWait {
     pub start_ns: u64,
     /// [`wait_class`] of the wait: which map its counts go to.
     pub class: u32,
-    pub _pad: u32,
+    /// Who held the lock when the wait began (see [`WaitHolderKey`]).
+    pub holder_tid: u32,
+    pub holder_ip: u64,
 }
 
 /// Value of the per-thread `COND_THREADS` map: the thread is inside
@@ -150,7 +165,11 @@ pub mod drop_reason {
     /// A thread's condvar wait did not fit in `COND_THREADS`: its futex
     /// waits there were counted as plain futex waits.
     pub const COND_WAITS_UNTRACKED: u32 = 6;
-    pub const COUNT: u32 = 7;
+    /// A hold did not fit in the `HELD` (or its totals in the `HOLDS`/`HOLDERS`) map.
+    pub const HOLDS_UNTRACKED: u32 = 7;
+    /// A (futex, holder) pair did not fit in the `WAIT_HOLDERS` map.
+    pub const WAIT_HOLDERS_FULL: u32 = 8;
+    pub const COUNT: u32 = 9;
     pub const NAMES: [&str; COUNT as usize] = [
         "locks_map_full",
         "futex_map_full",
@@ -159,6 +178,8 @@ pub mod drop_reason {
         "waits_untracked",
         "caller_unreadable",
         "cond_waits_untracked",
+        "holds_untracked",
+        "wait_holders_full",
     ];
 }
 
@@ -177,6 +198,8 @@ pub mod flags {
     /// The target is a Go program: futex calls whose user instruction pointer
     /// lies in `runtime.futex` (`GO_FUTEX_START..GO_FUTEX_END`) are the runtime's.
     pub const GO_RUNTIME: u32 = 16;
+    /// `--hold-times`: keep per-thread hold state at lock calls, unlock probes attached.
+    pub const HOLDS: u32 = 32;
 }
 
 /// Names of the BPF programs and maps, as userspace looks them up. The BPF
@@ -193,6 +216,8 @@ pub mod names {
     /// Uprobe and uretprobe on the condvar wait functions.
     pub const PROGRAM_COND_WAIT_ENTER: &str = "cond_wait_enter";
     pub const PROGRAM_COND_WAIT_EXIT: &str = "cond_wait_exit";
+    /// Uprobe on the unlock functions' probe points (`--hold-times`).
+    pub const PROGRAM_UNLOCK_CALL: &str = "unlock_call";
 
     pub const MAP_LOCKS: &str = "LOCKS";
     pub const MAP_FUTEXES: &str = "FUTEXES";
@@ -205,12 +230,18 @@ pub mod names {
     pub const MAP_CONDVARS: &str = "CONDVARS";
     pub const MAP_COND_CALLS: &str = "COND_CALLS";
     pub const MAP_GO_FUTEXES: &str = "GO_FUTEXES";
+    pub const MAP_WAIT_HOLDERS: &str = "WAIT_HOLDERS";
+    pub const MAP_HOLDS: &str = "HOLDS";
+    pub const MAP_HOLDERS: &str = "HOLDERS";
+    pub const MAP_UNLOCK_HITS: &str = "UNLOCK_HITS";
 
     /// Globals set by userspace before load.
     pub const GLOBAL_TARGET_TGID: &str = "TARGET_TGID";
     pub const GLOBAL_FLAGS: &str = "FLAGS";
     pub const GLOBAL_GO_FUTEX_START: &str = "GO_FUTEX_START";
     pub const GLOBAL_GO_FUTEX_END: &str = "GO_FUTEX_END";
+    pub const GLOBAL_LOCK_CODE_START: &str = "LOCK_CODE_START";
+    pub const GLOBAL_LOCK_CODE_END: &str = "LOCK_CODE_END";
 }
 
 /// Map sizes, shared so userspace can say "map full at N entries".
@@ -240,6 +271,152 @@ pub mod cookie {
     }
 }
 
+/// Log2 buckets of durations, shared by the wait and hold histograms.
+/// Bucket 0 holds durations under 256 ns, bucket `b` in 1..BUCKETS-1 holds
+/// [2^(7+b), 2^(8+b)) ns, and the last one everything from 2^38 ns (~275 s) up.
+pub mod histogram {
+    pub const BUCKETS: usize = 32;
+    /// log2 of bucket 0's (exclusive) upper bound.
+    pub const FIRST_BITS: u32 = 8;
+
+    /// The bucket of a duration; branchy binary search, as BPF has no clz.
+    #[inline(always)]
+    pub fn bucket(ns: u64) -> usize {
+        // bits = number of significant bits of ns (0 for 0).
+        let mut value = ns;
+        let mut bits = 0u32;
+        if value >= 1 << 32 {
+            value >>= 32;
+            bits += 32;
+        }
+        if value >= 1 << 16 {
+            value >>= 16;
+            bits += 16;
+        }
+        if value >= 1 << 8 {
+            value >>= 8;
+            bits += 8;
+        }
+        if value >= 1 << 4 {
+            value >>= 4;
+            bits += 4;
+        }
+        if value >= 1 << 2 {
+            value >>= 2;
+            bits += 2;
+        }
+        if value >= 1 << 1 {
+            value >>= 1;
+            bits += 1;
+        }
+        bits += value as u32;
+        let bucket = bits.saturating_sub(FIRST_BITS) as usize;
+        if bucket >= BUCKETS {
+            BUCKETS - 1
+        } else {
+            bucket
+        }
+    }
+
+    /// Exclusive upper bound of a bucket in ns (u64::MAX for the last).
+    pub const fn upper_bound_ns(bucket: usize) -> u64 {
+        if bucket + 1 >= BUCKETS {
+            u64::MAX
+        } else {
+            1 << (FIRST_BITS as usize + bucket)
+        }
+    }
+}
+
+/// Key of the `HELD` map (`--hold-times`): a thread's hold, or attempt, of a lock.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct HeldKey {
+    pub lock: u64,
+    pub tid: u32,
+    pub _pad: u32,
+}
+
+/// Value of the `HELD` map: when the hold began and who took it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Held {
+    /// The lock call, or the end of the thread's last futex wait on the lock.
+    pub start_ns: u64,
+    /// Return address of the outermost lock call (the holder's call site).
+    pub return_ip: u64,
+    /// Lock calls not yet matched by unlocks (recursive mutexes, re-entered read locks).
+    pub depth: u32,
+    /// 1 when taken by a trylock: it may have failed, so the next lock call restarts it.
+    pub tentative: u32,
+    /// Where the return address of the last lock call counted in `depth` was
+    /// on the stack, and its value: a lock function tail-called by another
+    /// (musl) sees both the same, so it is not counted again.
+    pub call_slot: u64,
+    pub call_ip: u64,
+}
+
+/// Value of the `LOCK_HOLDER` map (`--hold-times`), keyed by lock: the thread
+/// believed to hold it now, and its call site.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Holder {
+    pub return_ip: u64,
+    pub tid: u32,
+    pub _pad: u32,
+}
+
+/// Value of the `HOLDS` map (`--hold-times`), keyed by lock: completed holds.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct HoldCounts {
+    pub holds: u64,
+    pub hold_ns: u64,
+    pub max_hold_ns: u64,
+    pub hold_histogram: [u64; histogram::BUCKETS],
+}
+
+/// Key of the `HOLDERS` map: holds of a lock taken at one call site.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct HolderKey {
+    pub lock: u64,
+    pub return_ip: u64,
+}
+
+/// Value of the `HOLDERS` map.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct HolderHolds {
+    pub holds: u64,
+    pub hold_ns: u64,
+}
+
+/// Key of the `WAIT_HOLDERS` map: futex waits on `uaddr` while the lock was
+/// held by the call site `return_ip` (0: unknown, no lock probes) in thread
+/// `tid` (0: unknown; in contention mode read from glibc's mutex owner field,
+/// so userspace checks it is a thread of the target).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct WaitHolderKey {
+    pub uaddr: u64,
+    pub return_ip: u64,
+    pub tid: u32,
+    pub _pad: u32,
+}
+
+/// Value of the `WAIT_HOLDERS` map.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct WaitTime {
+    pub waits: u64,
+    pub wait_ns: u64,
+}
+
+/// Map sizes of the hold state.
+pub const MAX_HELD: u32 = 65_536;
+pub const MAX_HOLDERS: u32 = 65_536;
+
 #[cfg(feature = "user")]
 mod pod {
     // SAFETY: all of these are repr(C) plain integers without padding.
@@ -249,4 +426,12 @@ mod pod {
     unsafe impl aya::Pod for super::CondWait {}
     unsafe impl aya::Pod for super::CallerKey {}
     unsafe impl aya::Pod for super::StackKey {}
+    unsafe impl aya::Pod for super::HeldKey {}
+    unsafe impl aya::Pod for super::Held {}
+    unsafe impl aya::Pod for super::Holder {}
+    unsafe impl aya::Pod for super::HoldCounts {}
+    unsafe impl aya::Pod for super::HolderKey {}
+    unsafe impl aya::Pod for super::HolderHolds {}
+    unsafe impl aya::Pod for super::WaitHolderKey {}
+    unsafe impl aya::Pod for super::WaitTime {}
 }

@@ -15,7 +15,7 @@ use core::intrinsics::{AtomicOrdering, atomic_cxchg, atomic_xadd};
 
 use aya_ebpf::{
     EbpfContext,
-    bindings::{BPF_F_USER_STACK, BPF_NOEXIST},
+    bindings::{BPF_F_NO_PREALLOC, BPF_F_USER_STACK, BPF_NOEXIST},
     helpers::{
         bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_user,
         generated::bpf_get_attach_cookie,
@@ -25,9 +25,10 @@ use aya_ebpf::{
     programs::{ProbeContext, RetProbeContext, TracePointContext},
 };
 use tracer_common::{
-    CallerKey, CondWait, FutexCounts, FutexWait, LOCK_OPS, LockCounts, MAX_CALLERS, MAX_CONDVARS,
-    MAX_FUTEXES, MAX_LOCKS, MAX_STACKS, MAX_WAITING_THREADS, MUTEX_SPAN, StackKey, cookie,
-    drop_reason, flags, wait_class,
+    CallerKey, CondWait, FutexCounts, FutexWait, HeldKey, HoldCounts, Holder, HolderHolds,
+    HolderKey, LOCK_OPS, LockCounts, LockOp, MAX_CALLERS, MAX_CONDVARS, MAX_FUTEXES, MAX_HELD,
+    MAX_HOLDERS, MAX_LOCKS, MAX_STACKS, MAX_WAITING_THREADS, MUTEX_SPAN, StackKey, WaitHolderKey,
+    WaitTime, cookie, drop_reason, flags, histogram, wait_class,
 };
 
 /// Host tgid of the target process; set by userspace before load.
@@ -41,11 +42,18 @@ static FLAGS: u32 = 0;
 static GO_FUTEX_START: u64 = 0;
 #[unsafe(no_mangle)]
 static GO_FUTEX_END: u64 = 0;
+/// Runtime range spanning the lock functions (`--hold-times`): a lock call
+/// returning into it was made by another lock function (musl nests them).
+#[unsafe(no_mangle)]
+static LOCK_CODE_START: u64 = 0;
+#[unsafe(no_mangle)]
+static LOCK_CODE_END: u64 = 0;
 
 #[map]
 static LOCKS: HashMap<u64, LockCounts> = HashMap::with_max_entries(MAX_LOCKS, 0);
 #[map]
-static FUTEXES: HashMap<u64, FutexCounts> = HashMap::with_max_entries(MAX_FUTEXES, 0);
+static FUTEXES: HashMap<u64, FutexCounts> =
+    HashMap::with_max_entries(MAX_FUTEXES, BPF_F_NO_PREALLOC);
 #[map]
 static WAITING: HashMap<u32, FutexWait> = HashMap::with_max_entries(MAX_WAITING_THREADS, 0);
 #[map]
@@ -73,6 +81,26 @@ static COND_CALLS: Array<u64> = Array::with_max_entries(1, 0);
 /// Futex calls of the Go runtime (`runtime.futex`), keyed by the futex word.
 #[map]
 static GO_FUTEXES: HashMap<u64, FutexCounts> = HashMap::with_max_entries(MAX_FUTEXES, 0);
+/// Futex waits per (futex word, holder at the wait's start).
+#[map]
+static WAIT_HOLDERS: HashMap<WaitHolderKey, WaitTime> =
+    HashMap::with_max_entries(MAX_HOLDERS, BPF_F_NO_PREALLOC);
+/// `--hold-times` state: holds in progress per (lock, thread), the current
+/// holder per lock, and completed holds per lock and per (lock, call site).
+#[map]
+// HELD and LOCK_HOLDER churn (an insert and a delete per hold): preallocated,
+// so neither allocates on the lock path.
+static HELD: HashMap<HeldKey, tracer_common::Held> = HashMap::with_max_entries(MAX_HELD, 0);
+#[map]
+static LOCK_HOLDER: HashMap<u64, Holder> = HashMap::with_max_entries(MAX_HELD, 0);
+#[map]
+static HOLDS: HashMap<u64, HoldCounts> = HashMap::with_max_entries(MAX_LOCKS, BPF_F_NO_PREALLOC);
+#[map]
+static HOLDERS: HashMap<HolderKey, HolderHolds> =
+    HashMap::with_max_entries(MAX_HOLDERS, BPF_F_NO_PREALLOC);
+/// Hits of the unlock probes (index 0), for the overhead footer.
+#[map]
+static UNLOCK_HITS: Array<u64> = Array::with_max_entries(1, 0);
 #[map]
 static DROPS: Array<u64> = Array::with_max_entries(drop_reason::COUNT, 0);
 
@@ -166,6 +194,9 @@ pub fn lock_call(ctx: ProbeContext) -> u32 {
     }
     if wanted & flags::STACKS != 0 {
         record_stack(&ctx, lock, return_ip);
+    }
+    if wanted & flags::HOLDS != 0 {
+        hold_begin(&ctx, lock, cookie, op as u32, return_ip);
     }
     0
 }
@@ -344,11 +375,18 @@ pub fn futex_enter(ctx: TracePointContext) -> u32 {
         FutexKind::Wait => {
             let tid = bpf_get_current_pid_tgid() as u32;
             let (class, key) = classify_wait(&ctx, tid, uaddr);
+            // Holders only mean something for a lock's own futex words.
+            let (holder_ip, holder_tid) = if class == wait_class::FUTEX {
+                holder_at_wait(uaddr, tid)
+            } else {
+                (0, 0)
+            };
             let wait = FutexWait {
                 uaddr: key,
                 start_ns: unsafe { bpf_ktime_get_ns() },
                 class,
-                _pad: 0,
+                holder_ip,
+                holder_tid,
             };
             if WAITING.insert(tid, wait, 0).is_err() {
                 count_drop(drop_reason::WAITS_UNTRACKED);
@@ -392,9 +430,210 @@ pub fn futex_exit(_ctx: TracePointContext) -> u32 {
             add(&mut (*counts).waits, 1);
             add(&mut (*counts).wait_ns, waited);
             raise_to(&mut (*counts).max_wait_ns, waited);
+            add(&mut (*counts).wait_histogram[histogram::bucket(waited)], 1);
+        }
+    }
+    count_wait_holder(&wait, waited);
+    if config(&FLAGS) & flags::HOLDS != 0 && wait.class == wait_class::FUTEX {
+        hold_after_wait(wait.uaddr, tid);
+    }
+    0
+}
+
+// ---- holds (`--hold-times`) and holders of contended locks ----
+//
+// A hold is timed from the thread's lock call (or the end of its last futex
+// wait on the lock: it waited, so it had not got it) to its unlock call.
+// Without return probes a failed trylock is not seen: its entry is marked
+// tentative and restarted by the thread's next lock call on the lock, and it
+// only counts as a hold if an unlock comes. Recursive locks and re-entered
+// read locks nest (depth): the outermost hold is timed. Read locks are held
+// per thread, so an rwlock's hold time sums its readers' holds.
+
+/// Futex words sit at these offsets in the locks (glibc mutex 0, musl mutex
+/// 4, glibc rwlock 8 and 12, musl rwlock 0).
+const FUTEX_WORD_OFFSETS: [u64; 4] = [0, 4, 8, 12];
+/// glibc's pthread_mutex_t keeps the owner's tid at byte 8 (`__data.__owner`).
+const GLIBC_MUTEX_OWNER_OFFSET: u64 = 8;
+
+#[inline(always)]
+fn hold_begin(ctx: &ProbeContext, lock: u64, cookie: u64, op: u32, return_ip: u64) {
+    let tid = bpf_get_current_pid_tgid() as u32;
+    let key = HeldKey { lock, tid, _pad: 0 };
+    let tentative = u32::from(op == LockOp::MutexTrylock as u32);
+    let call_slot = unsafe { (*ctx.regs).rsp } + cookie::return_address_sp_offset(cookie);
+    let now = unsafe { bpf_ktime_get_ns() };
+    if let Some(held) = HELD.get_ptr_mut(key) {
+        let called_by_lock_function =
+            (config64(&LOCK_CODE_START)..config64(&LOCK_CODE_END)).contains(&return_ip);
+        let tail_called = unsafe { (*held).call_slot == call_slot && (*held).call_ip == return_ip }
+            && (op == LockOp::MutexTimedlock as u32 || op == LockOp::MutexTrylock as u32);
+        if called_by_lock_function || tail_called {
+            return;
+        }
+        unsafe {
+            (*held).call_slot = call_slot;
+            (*held).call_ip = return_ip;
+            if (*held).tentative != 0 {
+                // The earlier trylock may have failed: this call starts the hold.
+                (*held).start_ns = now;
+                (*held).return_ip = return_ip;
+                (*held).depth = 1;
+                (*held).tentative = tentative;
+            } else {
+                (*held).depth += 1;
+            }
+        }
+        return;
+    }
+    let held = tracer_common::Held {
+        start_ns: now,
+        return_ip,
+        depth: 1,
+        tentative,
+        call_slot,
+        call_ip: return_ip,
+    };
+    if HELD.insert(key, held, 0).is_err() {
+        count_drop(drop_reason::HOLDS_UNTRACKED);
+        return;
+    }
+    // Only a free lock gets a new holder: a thread that will wait for it
+    // must not replace the one holding it.
+    let holder = Holder {
+        return_ip,
+        tid,
+        _pad: 0,
+    };
+    let _ = LOCK_HOLDER.insert(lock, holder, BPF_NOEXIST as u64);
+}
+
+/// A thread's futex wait on a lock it is acquiring ended: its hold (if it
+/// gets the lock now) starts here, and it becomes the holder if none is known.
+#[inline(always)]
+fn hold_after_wait(uaddr: u64, tid: u32) {
+    for offset in FUTEX_WORD_OFFSETS {
+        let lock = uaddr.wrapping_sub(offset);
+        let key = HeldKey { lock, tid, _pad: 0 };
+        if let Some(held) = HELD.get_ptr_mut(key) {
+            let return_ip = unsafe {
+                (*held).start_ns = bpf_ktime_get_ns();
+                (*held).return_ip
+            };
+            let holder = Holder {
+                return_ip,
+                tid,
+                _pad: 0,
+            };
+            let _ = LOCK_HOLDER.insert(lock, holder, BPF_NOEXIST as u64);
+            return;
+        }
+    }
+}
+
+/// Who holds the lock of futex word `uaddr` as thread `waiter` starts waiting:
+/// (call site, tid), 0 where unknown. The owner field of a glibc mutex is
+/// exact; otherwise the holder recorded at its acquisition (`--hold-times`).
+#[inline(always)]
+fn holder_at_wait(uaddr: u64, waiter: u32) -> (u64, u32) {
+    let owner = unsafe {
+        bpf_probe_read_user((uaddr + GLIBC_MUTEX_OWNER_OFFSET) as *const u32).unwrap_or(0)
+    };
+    if config(&FLAGS) & flags::HOLDS == 0 {
+        return (0, owner);
+    }
+    let key = HeldKey {
+        lock: uaddr,
+        tid: owner,
+        _pad: 0,
+    };
+    if owner != 0
+        && owner != waiter
+        && let Some(held) = unsafe { HELD.get(key) }
+    {
+        return (held.return_ip, owner);
+    }
+    for offset in FUTEX_WORD_OFFSETS {
+        if let Some(holder) = unsafe { LOCK_HOLDER.get(uaddr.wrapping_sub(offset)) }
+            && holder.tid != waiter
+        {
+            return (holder.return_ip, holder.tid);
+        }
+    }
+    (0, owner)
+}
+
+#[inline(always)]
+fn count_wait_holder(wait: &FutexWait, waited: u64) {
+    if wait.holder_ip == 0 && wait.holder_tid == 0 {
+        return;
+    }
+    let key = WaitHolderKey {
+        uaddr: wait.uaddr,
+        return_ip: wait.holder_ip,
+        tid: wait.holder_tid,
+        _pad: 0,
+    };
+    if let Some(time) = entry(&WAIT_HOLDERS, &key, drop_reason::WAIT_HOLDERS_FULL) {
+        unsafe {
+            add(&mut (*time).waits, 1);
+            add(&mut (*time).wait_ns, waited);
+        }
+    }
+}
+
+/// Attached (`--hold-times`) to every probe point of pthread_mutex_unlock
+/// and pthread_rwlock_unlock: ends the outermost hold of the lock.
+#[uprobe]
+pub fn unlock_call(ctx: ProbeContext) -> u32 {
+    if !is_target() {
+        return 0;
+    }
+    if let Some(hits) = UNLOCK_HITS.get_ptr_mut(0) {
+        add(hits, 1);
+    }
+    let Some(lock) = ctx.arg::<u64>(0) else {
+        return 0;
+    };
+    let tid = bpf_get_current_pid_tgid() as u32;
+    let key = HeldKey { lock, tid, _pad: 0 };
+    // No entry: the lock was taken before tracing began.
+    let Some(held) = HELD.get_ptr_mut(key) else {
+        return 0;
+    };
+    let (start_ns, return_ip) = unsafe {
+        if (*held).depth > 1 {
+            (*held).depth -= 1;
+            return 0;
+        }
+        ((*held).start_ns, (*held).return_ip)
+    };
+    let _ = HELD.remove(key);
+    if unsafe { LOCK_HOLDER.get(lock) }.is_some_and(|holder| holder.tid == tid) {
+        let _ = LOCK_HOLDER.remove(lock);
+    }
+    let held_ns = unsafe { bpf_ktime_get_ns() }.saturating_sub(start_ns);
+    if let Some(counts) = entry(&HOLDS, &lock, drop_reason::HOLDS_UNTRACKED) {
+        unsafe {
+            add(&mut (*counts).holds, 1);
+            add(&mut (*counts).hold_ns, held_ns);
+            raise_to(&mut (*counts).max_hold_ns, held_ns);
+            add(&mut (*counts).hold_histogram[histogram::bucket(held_ns)], 1);
+        }
+    }
+    let site = HolderKey { lock, return_ip };
+    if let Some(holds) = entry(&HOLDERS, &site, drop_reason::HOLDS_UNTRACKED) {
+        unsafe {
+            add(&mut (*holds).holds, 1);
+            add(&mut (*holds).hold_ns, held_ns);
         }
     }
     0
+}
+
+#[inline(always)]
+fn config64(global: &'static u64) -> u64 {
+    unsafe { core::ptr::read_volatile(global) }
 }
 
 #[cfg(not(test))]

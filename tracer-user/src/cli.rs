@@ -8,7 +8,7 @@ use crate::{
     compare, live, loadgen,
     model::{Mode, Placement, Report},
     record,
-    render::{pprof, stacks, table},
+    render::{holds, pprof, stacks, table},
     serve, top,
     trace::{sampled::SampleOptions, window::RequestOptions},
 };
@@ -219,6 +219,9 @@ enum Command {
         /// Also write the report as a gzipped pprof profile (go tool pprof, Pyroscope, Parca).
         #[arg(long, value_name = "FILE")]
         pprof: Option<PathBuf>,
+        /// Also probe the unlock functions: hold time per lock and per holder function (about doubles the probe hits).
+        #[arg(long)]
+        hold_times: bool,
     },
     /// Compare two reports per request: which locks appeared, disappeared or changed.
     Compare(compare::CompareArgs),
@@ -247,6 +250,9 @@ enum Command {
         /// `pprof` (gzipped protobuf for go tool pprof, Pyroscope, Parca: redirect to a file).
         #[arg(long, value_enum, default_value = "table")]
         format: stacks::Format,
+        /// With the table: print every lock's wait (and hold) histogram in full.
+        #[arg(long)]
+        histograms: bool,
     },
 }
 
@@ -310,6 +316,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             stacks,
             ready_file,
             pprof,
+            hold_times,
         } => {
             let duration = match duration {
                 Some(seconds) if seconds.is_finite() && seconds > 0.0 => {
@@ -346,6 +353,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 requests,
                 stacks,
                 ready_file,
+                hold_times,
             };
             let report = runtime()?.block_on(record::record(&options))?;
             if let Some(path) = json {
@@ -381,10 +389,20 @@ fn run(cli: Cli) -> Result<ExitCode> {
             let options = live.options()?;
             runtime()?.block_on(top::run(&options))
         }
-        Command::Report { file, top, format } => {
+        Command::Report {
+            file,
+            top,
+            format,
+            histograms,
+        } => {
             let report = Report::load(&file)?;
             match format {
-                stacks::Format::Table => print!("{}", table::render(&report, top)),
+                stacks::Format::Table => {
+                    print!("{}", table::render(&report, top));
+                    if histograms {
+                        print!("{}", holds::render_histograms(&report, top));
+                    }
+                }
                 stacks::Format::Pprof if std::io::IsTerminal::is_terminal(&std::io::stdout()) => {
                     anyhow::bail!(
                         "--format pprof writes binary data: redirect it to a file (> FILE.pb.gz)"

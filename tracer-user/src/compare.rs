@@ -49,6 +49,8 @@ struct Group {
     acquisitions: u64,
     contended: u64,
     wait_ns: u64,
+    /// `--hold-times`: time held, where recorded.
+    hold_ns: Option<u64>,
     /// Name and caller functions: what selectors search.
     labels: Vec<String>,
     /// Lock contention rows (not condvar, Go runtime or other futex words):
@@ -111,6 +113,9 @@ impl Side {
             group.acquisitions += lock.acquisitions.unwrap_or(0);
             group.contended += lock.contended;
             group.wait_ns += lock.wait_ns;
+            if let Some(holds) = &lock.holds {
+                *group.hold_ns.get_or_insert(0) += holds.hold_ns;
+            }
             group.labels.extend(name);
             group.labels.extend(callers);
             group.labels.sort();
@@ -294,6 +299,7 @@ fn render(before: &Side, after: &Side) -> String {
         ]);
     }
     out.push_str(&table.to_string());
+    out.push_str(&render_hold_changes(before, after));
     let total = |side: &Side| side.per_request(side.groups.values().map(|g| g.acquisitions).sum());
     let _ = writeln!(
         out,
@@ -301,6 +307,46 @@ fn render(before: &Side, after: &Side) -> String {
         ratio(total(before)),
         ratio(total(after))
     );
+    out
+}
+
+/// Hold time per request of the locks whose holds either side recorded
+/// (`record --hold-times`), and its change.
+fn render_hold_changes(before: &Side, after: &Side) -> String {
+    let mut identities: Vec<&String> = before
+        .groups
+        .iter()
+        .chain(&after.groups)
+        .filter(|(_, group)| group.hold_ns.is_some())
+        .map(|(identity, _)| identity)
+        .collect();
+    identities.sort();
+    identities.dedup();
+    let mut out = String::new();
+    for identity in identities {
+        let held = |side: &Side| {
+            side.groups
+                .get(identity)
+                .and_then(|g| g.hold_ns)
+                .map(|ns| side.per_request(ns))
+        };
+        let shown = |ns: Option<f64>| {
+            ns.map_or("-".to_string(), |ns| {
+                crate::render::format::duration(ns.round() as u64)
+            })
+        };
+        let (b, a) = (held(before), held(after));
+        let change = match (b, a) {
+            (Some(b), Some(a)) if b > 0.0 => format!(" ({:+.0}%)", (a - b) / b * 100.0),
+            _ => String::new(),
+        };
+        let _ = writeln!(
+            out,
+            "held per request: {identity}: {} -> {}{change}",
+            shown(b),
+            shown(a)
+        );
+    }
     out
 }
 
@@ -335,6 +381,29 @@ mod tests {
             lock[key] = value.clone();
         }
         lock
+    }
+
+    #[test]
+    fn shows_hold_time_changes_per_request() {
+        let dir = tempfile::tempdir().unwrap();
+        let holds = |ns: u64| serde_json::json!({"name": "g_lock", "holds": {"holds": 10, "hold_ns": ns, "max_hold_ns": ns, "histogram": [], "by_function": []}});
+        let before = write_report(
+            dir.path(),
+            "before.json",
+            10,
+            serde_json::json!([lock("0x1000", 10, holds(4_000_000))]),
+        );
+        let after = write_report(
+            dir.path(),
+            "after.json",
+            10,
+            serde_json::json!([lock("0x1000", 10, holds(1_000_000))]),
+        );
+        let text = render(&Side::load(&before).unwrap(), &Side::load(&after).unwrap());
+        assert!(
+            text.contains("held per request: g_lock: 400.0 µs -> 100.0 µs (-75%)"),
+            "{text}"
+        );
     }
 
     #[test]

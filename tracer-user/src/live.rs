@@ -144,13 +144,15 @@ impl LiveSession {
             functions,
             placed,
             waits,
-        } = record::prepare(options.pid, options.mode, options.placement)?;
+            ..
+        } = record::prepare(options.pid, options.mode, options.placement, false)?;
         let request_probe = options
             .request_probe
             .as_deref()
             .map(|spec| request_probe::resolve(&target, spec))
             .transpose()?;
         let plan = attach::LoadPlan {
+            unlock_functions: &[],
             waits: &waits,
             target: &target,
             functions: &placed,

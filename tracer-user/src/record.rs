@@ -41,6 +41,8 @@ pub struct RecordOptions {
     pub stacks: usize,
     /// Written (empty) once the probes are live, for scripts and tests.
     pub ready_file: Option<PathBuf>,
+    /// Also probe the unlock functions and time every hold.
+    pub hold_times: bool,
 }
 
 /// What the probe layer worked out before anything is attached.
@@ -50,6 +52,8 @@ pub struct Prepared {
     pub placed: Vec<Placed>,
     /// What classifies futex waits (condvar functions, Go's runtime.futex).
     pub waits: WaitFunctions,
+    /// `--hold-times`: the unlock functions and their probe points (else empty).
+    pub unlocks: Vec<Placed>,
 }
 
 /// What the trace layer measured.
@@ -70,7 +74,17 @@ pub async fn record(options: &RecordOptions) -> Result<Report> {
             "--mode sampled cannot drive --load; count requests with --request-probe or --requests, or use --mode all"
         );
     }
-    let prepared = prepare(options.pid, options.mode, options.placement)?;
+    if options.hold_times && options.mode != Mode::All {
+        bail!(
+            "--hold-times needs every lock and unlock call probed: use it with --mode all (the default)"
+        );
+    }
+    let prepared = prepare(
+        options.pid,
+        options.mode,
+        options.placement,
+        options.hold_times,
+    )?;
     for fallback in placement_fallbacks(options, &prepared) {
         eprintln!(
             "locktrace: auto placement fell back to the entry of {} in {}: {}",
@@ -87,7 +101,7 @@ pub async fn record(options: &RecordOptions) -> Result<Report> {
 
 /// Preflight checks, the target, its lock functions and their probe points
 /// (also what the live views start from).
-pub fn prepare(pid: u32, mode: Mode, placement: Placement) -> Result<Prepared> {
+pub fn prepare(pid: u32, mode: Mode, placement: Placement, hold_times: bool) -> Result<Prepared> {
     preflight::check_privileges()?;
     let target = Target::open(pid)?;
     preflight::check_uprobes()?;
@@ -99,11 +113,18 @@ pub fn prepare(pid: u32, mode: Mode, placement: Placement) -> Result<Prepared> {
     };
     let placed = placement::place_all(&functions, placement, |module| target.host_path(module));
     let waits = waitfuncs::find(&target);
+    let unlocks = if hold_times {
+        let found = lockfuncs::find_unlocks(&target)?;
+        placement::place_all(&found, placement, |module| target.host_path(module))
+    } else {
+        Vec::new()
+    };
     Ok(Prepared {
         target,
         functions,
         placed,
         waits,
+        unlocks,
     })
 }
 
@@ -111,11 +132,13 @@ fn placement_fallbacks(
     options: &RecordOptions,
     prepared: &Prepared,
 ) -> Vec<crate::model::PlacementFallback> {
-    if options.mode == Mode::Contention {
+    let mut fallbacks = if options.mode == Mode::Contention {
         Vec::new()
     } else {
         placement::fallbacks(&prepared.placed)
-    }
+    };
+    fallbacks.extend(placement::fallbacks(&prepared.unlocks));
+    fallbacks
 }
 
 /// Attaches, waits for the end, and reads the maps right after it (so with
@@ -135,6 +158,9 @@ async fn trace(
     if options.mode == Mode::Sampled {
         flags |= flags::SAMPLED;
     }
+    if options.hold_times {
+        flags |= flags::HOLDS;
+    }
     let sampled_mode = options.mode == Mode::Sampled;
     let plan = attach::LoadPlan {
         waits: &prepared.waits,
@@ -148,6 +174,7 @@ async fn trace(
         } else {
             window.request_probe()
         },
+        unlock_functions: &prepared.unlocks,
     };
     let mut loaded = attach::load(&plan)?;
     announce(options, prepared, &loaded, window);
@@ -188,7 +215,8 @@ async fn trace(
         (stopped_by, None)
     };
     let duration_s = started.elapsed().as_secs_f64();
-    let collected = collect::collect(&loaded.ebpf)?;
+    let mut collected = collect::collect(&loaded.ebpf)?;
+    collected.hold_times = options.hold_times;
     Ok(Traced {
         collected,
         stopped_by,
@@ -250,7 +278,7 @@ fn report(
         Mode::Contention => &[][..],
         Mode::All | Mode::Sampled => &prepared.placed[..],
     };
-    let overhead = analysis::cost::measure(
+    let mut overhead = analysis::cost::measure(
         &collected,
         counted_placement,
         window.request_probe_emulated(),
@@ -260,6 +288,7 @@ fn report(
         let (calibration, _) = analysis::cost::calibration();
         analysis::estimate::of_run(run, options.sample.rate, &prepared.placed, &calibration)
     });
+    analysis::cost::add_unlock_overhead(&mut overhead, collected.unlock_hits, &prepared.unlocks);
     if let Some(estimate) = &estimate {
         analysis::estimate::scale(&mut collected, estimate);
     }
@@ -276,6 +305,7 @@ fn report(
         stopped_by,
     };
     let mut report = analysis::build::build(info, &collected, &prepared.functions);
+    analysis::holds::apply(&mut report, &collected);
     report.placement_fallbacks = placement_fallbacks(options, prepared);
     if let Some(estimate) = &estimate {
         for lock in &mut report.locks {

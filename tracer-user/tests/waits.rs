@@ -21,7 +21,8 @@ fn class_totals<'a>(report: &'a Value, class: &str) -> &'a Value {
     &report["totals"]["by_wait_class"][class]
 }
 
-/// Four workers idle for 1.5 s, waking every 20 ms: about 300 condvar waits,
+/// Four workers idle for 3 s, waking every 60 ms (15 ms apart, so a late
+/// wake-up on a busy machine does not collide with the next): about 200 condvar waits,
 /// none of them contention. The contention totals hold no more waits than
 /// the fixture saw its mutex busy (zero in practice), and the condvar waits
 /// are all in the condvar row, named by its symbol.
@@ -29,14 +30,14 @@ fn class_totals<'a>(report: &'a Value, class: &str) -> &'a Value {
 fn idle_pool_workers_are_not_lock_contention() {
     for flavor in [Flavor::Glibc, Flavor::MuslStatic] {
         let binary = fixture("threadpool", flavor);
-        let mut pool = Fixture::spawn(&binary, &["4", "1500", "20"]);
+        let mut pool = Fixture::spawn(&binary, &["4", "3000", "60"]);
         let (lock_address, work_address) = (pool.address("pool_lock"), pool.address("pool_work"));
         let trace = Trace::attach(pool.pid(), &[]);
         pool.start();
         let (timeouts, busy) = fixture_truth(&pool.wait());
         let (report, table) = trace.finish();
 
-        assert!(timeouts >= 200, "{flavor:?}: only {timeouts} timeouts");
+        assert!(timeouts >= 150, "{flavor:?}: only {timeouts} timeouts");
         let contended = report["totals"]["contended"].as_u64().unwrap();
         assert!(
             contended <= busy,

@@ -6,12 +6,13 @@
 //!    instruction is of that class, probed at the entry by locktrace);
 //! 2. ns added per lock on an uncontended one-thread loop
 //!    (fixtures/bench/loop.c): untraced, locktrace entry / auto placement,
-//!    contention mode, sampled mode, and Debian's bpftrace with the
+//!    `--hold-times` (unlock probes too), contention mode, sampled mode, and Debian's bpftrace with the
 //!    equivalent one-liner;
 //! 3. locktrace's attach time, CPU time and peak RSS (from wait4's rusage,
 //!    the same way for bpftrace).
 //!
-//! Needs root (BPF). Run: `cargo xtask bench [--seconds S] [--runs N]`.
+//! Needs root (BPF). Run: `cargo xtask bench [--seconds S] [--runs N] [--only loop]`
+//! (`--only loop`: part 2 and 3 on the loop only, a quick look at one change).
 use std::{
     io::{BufRead, BufReader, Write},
     path::{Path, PathBuf},
@@ -27,6 +28,7 @@ fn main() -> Result<()> {
         Some("bench") => {
             let mut seconds = 3.0;
             let mut runs = 3;
+            let mut only_loop = false;
             let mut rest = args[1..].iter();
             while let Some(arg) = rest.next() {
                 let value = rest
@@ -34,15 +36,16 @@ fn main() -> Result<()> {
                     .with_context(|| format!("{arg} needs a value"))?;
                 match arg.as_str() {
                     "--seconds" => seconds = value.parse().context("--seconds")?,
+                    "--only" if value == "loop" => only_loop = true,
                     "--runs" => runs = value.parse().context("--runs")?,
                     other => bail!(
-                        "unknown option {other} (usage: cargo xtask bench [--seconds S] [--runs N])"
+                        "unknown option {other} (usage: cargo xtask bench [--seconds S] [--runs N] [--only loop])"
                     ),
                 }
             }
-            bench(seconds, runs)
+            bench(seconds, runs, only_loop)
         }
-        _ => bail!("usage: cargo xtask bench [--seconds S] [--runs N]"),
+        _ => bail!("usage: cargo xtask bench [--seconds S] [--runs N] [--only loop]"),
     }
 }
 
@@ -83,7 +86,8 @@ struct Sample {
     tracer_rss_mib: f64,
 }
 
-fn bench(seconds: f64, runs: usize) -> Result<()> {
+/// `only_loop`: just the uncontended loop (no calibration, no HTTP server).
+fn bench(seconds: f64, runs: usize, only_loop: bool) -> Result<()> {
     if unsafe { libc::geteuid() } != 0 {
         bail!("cargo xtask bench needs root (it attaches BPF programs)");
     }
@@ -104,71 +108,76 @@ fn bench(seconds: f64, runs: usize) -> Result<()> {
     let mut report = String::new();
     report.push_str(&machine()?);
     report.push_str(&format!(
-        "\nCommand: `cargo xtask bench --seconds {seconds} --runs {runs}` (median of {runs} runs); load average at start: {}\n",
+        "\nCommand: `cargo xtask bench --seconds {seconds} --runs {runs}{}` (median of {runs} runs); load average at start: {}\n",
+        if only_loop { " --only loop" } else { "" },
         std::fs::read_to_string("/proc/loadavg").unwrap_or_default().split_whitespace().take(3).collect::<Vec<_>>().join(" ")
     ));
 
-    // 1. Calibration.
-    report.push_str("\n### Uprobe cost per hit, by instruction class (fixtures/bench/calib.c)\n\n");
-    report.push_str("| first instruction | untraced ns/call | traced ns/call | cost per hit |\n|---|---:|---:|---:|\n");
-    let (mut emulated_costs, mut stepped_cost) = (Vec::new(), f64::NAN);
-    for (class, define) in [
-        ("mov %rdi,%rax", "CLASS_MOV"),
-        ("nopl 0(%rax)", "CLASS_NOPL"),
-        ("nop", "CLASS_NOP"),
-        ("push %rbx", "CLASS_PUSH"),
-        ("jmp rel8", "CLASS_JMP"),
-        ("jne rel8", "CLASS_JCC"),
-        ("call rel32", "CLASS_CALL"),
-    ] {
-        let binary = compile(&root, &out, "calib", &[define])?;
-        let seconds = seconds.min(2.0);
-        let untraced = median(runs, || {
-            run_loop(&binary, seconds, &Tracer::None, &locktrace)
-        })?;
-        let traced = median(runs, || {
-            run_loop(
-                &binary,
-                seconds,
-                &Tracer::Locktrace(vec!["--placement".into(), "entry".into()]),
-                &locktrace,
-            )
-        })?;
-        let line = format!(
-            "| `{class}` | {:.1} | {:.1} | **{:.0} ns** |\n",
-            untraced.ns_per_lock,
-            traced.ns_per_lock,
-            traced.ns_per_lock - untraced.ns_per_lock
+    if !only_loop {
+        // 1. Calibration.
+        report.push_str(
+            "\n### Uprobe cost per hit, by instruction class (fixtures/bench/calib.c)\n\n",
         );
-        eprint!("{line}");
-        report.push_str(&line);
-        let cost = traced.ns_per_lock - untraced.ns_per_lock;
-        if define == "CLASS_MOV" {
-            stepped_cost = cost;
-        } else {
-            emulated_costs.push(cost);
-        }
-        if define == "CLASS_NOPL" {
-            // The kernel's floor: the same probe with an empty BPF program.
-            let empty = Tracer::Bpftrace {
-                probe: format!("uprobe:{}:pthread_mutex_lock", binary.display()),
-                action: "/pid == {pid}/ { }".into(),
-            };
-            let floor = median(runs, || run_loop(&binary, seconds, &empty, &locktrace))?;
+        report.push_str("| first instruction | untraced ns/call | traced ns/call | cost per hit |\n|---|---:|---:|---:|\n");
+        let (mut emulated_costs, mut stepped_cost) = (Vec::new(), f64::NAN);
+        for (class, define) in [
+            ("mov %rdi,%rax", "CLASS_MOV"),
+            ("nopl 0(%rax)", "CLASS_NOPL"),
+            ("nop", "CLASS_NOP"),
+            ("push %rbx", "CLASS_PUSH"),
+            ("jmp rel8", "CLASS_JMP"),
+            ("jne rel8", "CLASS_JCC"),
+            ("call rel32", "CLASS_CALL"),
+        ] {
+            let binary = compile(&root, &out, "calib", &[define])?;
+            let seconds = seconds.min(2.0);
+            let untraced = median(runs, || {
+                run_loop(&binary, seconds, &Tracer::None, &locktrace)
+            })?;
+            let traced = median(runs, || {
+                run_loop(
+                    &binary,
+                    seconds,
+                    &Tracer::Locktrace(vec!["--placement".into(), "entry".into()]),
+                    &locktrace,
+                )
+            })?;
             let line = format!(
-                "| `{class}`, empty bpftrace program (kernel floor) | {:.1} | {:.1} | **{:.0} ns** |\n",
+                "| `{class}` | {:.1} | {:.1} | **{:.0} ns** |\n",
                 untraced.ns_per_lock,
-                floor.ns_per_lock,
-                floor.ns_per_lock - untraced.ns_per_lock
+                traced.ns_per_lock,
+                traced.ns_per_lock - untraced.ns_per_lock
             );
             eprint!("{line}");
             report.push_str(&line);
+            let cost = traced.ns_per_lock - untraced.ns_per_lock;
+            if define == "CLASS_MOV" {
+                stepped_cost = cost;
+            } else {
+                emulated_costs.push(cost);
+            }
+            if define == "CLASS_NOPL" {
+                // The kernel's floor: the same probe with an empty BPF program.
+                let empty = Tracer::Bpftrace {
+                    probe: format!("uprobe:{}:pthread_mutex_lock", binary.display()),
+                    action: "/pid == {pid}/ { }".into(),
+                };
+                let floor = median(runs, || run_loop(&binary, seconds, &empty, &locktrace))?;
+                let line = format!(
+                    "| `{class}`, empty bpftrace program (kernel floor) | {:.1} | {:.1} | **{:.0} ns** |\n",
+                    untraced.ns_per_lock,
+                    floor.ns_per_lock,
+                    floor.ns_per_lock - untraced.ns_per_lock
+                );
+                eprint!("{line}");
+                report.push_str(&line);
+            }
         }
-    }
 
-    emulated_costs.sort_by(f64::total_cmp);
-    let emulated_cost = emulated_costs[emulated_costs.len() / 2];
-    report.push_str(&save_calibration(emulated_cost, stepped_cost)?);
+        emulated_costs.sort_by(f64::total_cmp);
+        let emulated_cost = emulated_costs[emulated_costs.len() / 2];
+        report.push_str(&save_calibration(emulated_cost, stepped_cost)?);
+    }
 
     // 2 + 3. The uncontended loop under each tracer.
     let configs: Vec<(&str, Tracer)> = vec![
@@ -180,6 +189,10 @@ fn bench(seconds: f64, runs: usize) -> Result<()> {
         (
             "locktrace --placement auto",
             Tracer::Locktrace(strings(&["--placement", "auto"])),
+        ),
+        (
+            "locktrace --hold-times (lock + unlock probes)",
+            Tracer::Locktrace(strings(&["--hold-times"])),
         ),
         (
             "locktrace --mode contention",
@@ -253,7 +266,9 @@ fn bench(seconds: f64, runs: usize) -> Result<()> {
             },
         ));
     }
-    report.push_str(&http_throughput(seconds, runs, &locktrace, &root, &out)?);
+    if !only_loop {
+        report.push_str(&http_throughput(seconds, runs, &locktrace, &root, &out)?);
+    }
     let path = out.join("results.md");
     std::fs::write(&path, &report)?;
     println!("{report}");

@@ -7,7 +7,10 @@ use tracer_common::{CallerKey, LockOp, drop_reason};
 
 use crate::{
     analysis::waits,
-    model::{Lock, LockKind, Mode, Placement, Report, SCHEMA, StopReason, TargetInfo, WaitClass},
+    model::{
+        Lock, LockKind, Mode, Placement, Report, SCHEMA, StopReason, TargetInfo, WaitClass,
+        add_histogram,
+    },
     probe::lockfuncs::LockFunction,
     trace::collect::Collected,
 };
@@ -61,6 +64,9 @@ pub fn build(info: RecordInfo, collected: &Collected, functions: &[LockFunction]
                 per_request: None,
                 acquisitions_error: None,
                 wait_class: WaitClass::Lock,
+                wait_histogram: Vec::new(),
+                holders: Vec::new(),
+                holds: None,
             },
         );
     }
@@ -78,6 +84,7 @@ pub fn build(info: RecordInfo, collected: &Collected, functions: &[LockFunction]
         lock.wakes += counts.wakes;
         lock.wait_ns += counts.wait_ns;
         lock.max_wait_ns = lock.max_wait_ns.max(counts.max_wait_ns);
+        add_histogram(&mut lock.wait_histogram, &counts.wait_histogram);
     }
     let counted_acquisitions = info.mode != Mode::Contention;
     waits::classify(&mut locks, collected, counted_acquisitions);

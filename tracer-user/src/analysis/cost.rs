@@ -83,6 +83,7 @@ pub fn measure(
         probe_hits: hits_per_op.iter().sum(),
         request_probe_hits,
         cond_wait_probe_hits: 2 * collected.cond_wait_calls,
+        unlock_probe_hits: 0,
         emulated_points,
         stepped_points,
         estimated_added_ns: added,
@@ -111,3 +112,24 @@ fn own_usage() -> (f64, u64) {
 
 /// Unused op index guard: LockOp discriminants index `calls`.
 const _: () = assert!(LockOp::RwlockWrlock as usize + 1 == tracer_common::LOCK_OPS);
+
+/// Adds the unlock probes' points, hits and estimated cost (same
+/// calibration as the lock probes) to the overhead.
+pub fn add_unlock_overhead(overhead: &mut Overhead, hits: u64, unlocks: &[Placed]) {
+    let points = unlocks.iter().flat_map(|(_, placed)| &placed.points);
+    for point in points.clone() {
+        if point.emulated {
+            overhead.emulated_points += 1;
+        } else {
+            overhead.stepped_points += 1;
+        }
+    }
+    let all_emulated = points.clone().all(|p| p.emulated);
+    overhead.unlock_probe_hits = hits;
+    overhead.estimated_added_ns += hits
+        * if all_emulated {
+            overhead.cost_ns_per_emulated_hit
+        } else {
+            overhead.cost_ns_per_stepped_hit
+        };
+}

@@ -6,5 +6,6 @@
 pub mod build;
 pub mod cost;
 pub mod estimate;
+pub mod holds;
 pub mod per_request;
 pub mod waits;

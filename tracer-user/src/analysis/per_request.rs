@@ -12,6 +12,7 @@ pub fn apply(report: &mut Report, requests: Requests) {
             acquisitions: lock.acquisitions.map(|a| a as f64 / n),
             contended: lock.contended as f64 / n,
             wait_ns: lock.wait_ns as f64 / n,
+            hold_ns: lock.holds.as_ref().map(|h| h.hold_ns as f64 / n),
         });
     }
     let totals = &mut report.totals;
@@ -19,6 +20,7 @@ pub fn apply(report: &mut Report, requests: Requests) {
         acquisitions: totals.acquisitions.map(|a| a as f64 / n),
         contended: totals.contended as f64 / n,
         wait_ns: totals.wait_ns as f64 / n,
+        hold_ns: totals.hold_ns.map(|h| h as f64 / n),
     });
     super::waits::apply_per_request(totals, divisor);
     report.requests = Some(requests);

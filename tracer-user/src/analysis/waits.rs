@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use tracer_common::FutexCounts;
 
 use crate::{
-    model::{ClassTotals, Lock, LockKind, PerRequest, Totals, WaitClass},
+    model::{ClassTotals, Lock, LockKind, PerRequest, Totals, WaitClass, add_histogram},
     trace::collect::Collected,
 };
 
@@ -71,6 +71,9 @@ pub fn classify(locks: &mut BTreeMap<u64, Lock>, collected: &Collected, lock_spa
             row.wakes += inner.wakes;
             row.wait_ns += inner.wait_ns;
             row.max_wait_ns = row.max_wait_ns.max(inner.max_wait_ns);
+            for (bound, count) in inner.wait_histogram {
+                add_bucket(&mut row.wait_histogram, bound, count);
+            }
         }
     }
 }
@@ -80,6 +83,15 @@ fn add(row: &mut Lock, counts: &FutexCounts) {
     row.wakes += counts.wakes;
     row.wait_ns += counts.wait_ns;
     row.max_wait_ns = row.max_wait_ns.max(counts.max_wait_ns);
+    add_histogram(&mut row.wait_histogram, &counts.wait_histogram);
+}
+
+/// Adds `count` waits to the bucket of upper bound `bound` (kept sorted).
+fn add_bucket(histogram: &mut Vec<(u64, u64)>, bound: u64, count: u64) {
+    match histogram.binary_search_by_key(&bound, |&(b, _)| b) {
+        Ok(at) => histogram[at].1 += count,
+        Err(at) => histogram.insert(at, (bound, count)),
+    }
 }
 
 /// Totals of a report: acquisitions of every lock, futex figures of the
@@ -107,6 +119,7 @@ pub fn totals(locks: &[Lock], counted_acquisitions: bool) -> Totals {
         wakes: contention.wakes,
         wait_ns: contention.wait_ns,
         per_request: None,
+        hold_ns: None,
         by_wait_class,
     }
 }
@@ -118,6 +131,7 @@ pub fn apply_per_request(totals: &mut Totals, divisor: Option<f64>) {
             acquisitions: None,
             contended: class.waits as f64 / n,
             wait_ns: class.wait_ns as f64 / n,
+            hold_ns: None,
         });
     }
 }
@@ -132,6 +146,7 @@ mod tests {
             wait_ns: waits * 1000,
             max_wait_ns: 1000,
             wakes,
+            ..FutexCounts::default()
         }
     }
 

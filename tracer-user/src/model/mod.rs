@@ -5,12 +5,14 @@
 //! Schema `locktrace.report/1`: later versions add fields, never rename them.
 pub mod address;
 mod estimate;
+mod holds;
 mod kinds;
 mod overhead;
 mod report;
 mod requests;
 
 pub use estimate::Estimate;
+pub use holds::{HoldSite, Holds, WaitHolder, add_histogram, quantile};
 pub use kinds::{LockKind, Mode, Placement, RequestSource, StopReason, WaitClass};
 pub use overhead::{Calibration, Overhead};
 pub use report::{

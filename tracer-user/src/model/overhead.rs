@@ -22,6 +22,9 @@ pub struct Overhead {
     /// in `estimated_added_ns` (counted as one single-stepped and one cheap hit).
     #[serde(default)]
     pub cond_wait_probe_hits: u64,
+    /// `--hold-times`: hits of the unlock probes, also in `estimated_added_ns`.
+    #[serde(default)]
+    pub unlock_probe_hits: u64,
     /// Probe points on emulated (cheap) and single-stepped instructions.
     pub emulated_points: u32,
     pub stepped_points: u32,

@@ -8,8 +8,8 @@ use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 
 use super::{
-    Estimate, LockKind, Mode, Overhead, PerRequest, Placement, Requests, StopReason, WaitClass,
-    address,
+    Estimate, Holds, LockKind, Mode, Overhead, PerRequest, Placement, Requests, StopReason,
+    WaitClass, WaitHolder, address,
 };
 
 pub const SCHEMA: &str = "locktrace.report/1";
@@ -106,6 +106,16 @@ pub struct Lock {
     /// (`condvar`, `go_runtime`, `other`); only `lock` counts in the totals.
     #[serde(default)]
     pub wait_class: WaitClass,
+    /// Futex waits by duration: `[upper_bound_ns, count]`, log2 buckets
+    /// (non-empty ones), counts adding up to `contended`.
+    #[serde(default)]
+    pub wait_histogram: Vec<(u64, u64)>,
+    /// Who held the lock while others waited, most waits first.
+    #[serde(default)]
+    pub holders: Vec<WaitHolder>,
+    /// `--hold-times`: completed holds; null where not recorded.
+    #[serde(default)]
+    pub holds: Option<Holds>,
 }
 
 impl Lock {
@@ -127,6 +137,9 @@ impl Lock {
             callers: Vec::new(),
             acquisitions_error: None,
             wait_class,
+            wait_histogram: Vec::new(),
+            holders: Vec::new(),
+            holds: None,
         }
     }
 
@@ -210,6 +223,9 @@ pub struct Totals {
     pub contended: u64,
     pub wakes: u64,
     pub wait_ns: u64,
+    /// `--hold-times`: all locks' hold time; null where not recorded.
+    #[serde(default)]
+    pub hold_ns: Option<u64>,
     /// All locks' figures per request; null without a request count.
     #[serde(default)]
     pub per_request: Option<PerRequest>,

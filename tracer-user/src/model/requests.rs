@@ -47,4 +47,7 @@ pub struct PerRequest {
     pub acquisitions: Option<f64>,
     pub contended: f64,
     pub wait_ns: f64,
+    /// `--hold-times`: hold time per request; null where not recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hold_ns: Option<f64>,
 }

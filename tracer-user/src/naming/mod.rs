@@ -8,6 +8,7 @@
 //! the target has exited; pointer chains need it alive.
 pub mod chain;
 pub mod elf;
+pub mod holders;
 pub mod region;
 
 use std::{
@@ -44,6 +45,8 @@ pub struct Snapshot {
     files: BTreeMap<String, File>,
     /// Start addresses of mappings seen holding a thread's stack pointer.
     thread_stacks: BTreeMap<u64, u64>,
+    /// The target's threads seen, and their names (for lock holders).
+    pub thread_names: BTreeMap<u32, String>,
 }
 
 impl Snapshot {
@@ -53,6 +56,7 @@ impl Snapshot {
             maps: target.maps.clone(),
             files: BTreeMap::new(),
             thread_stacks: BTreeMap::new(),
+            thread_names: BTreeMap::new(),
         };
         snapshot.note_thread_stacks();
         snapshot.open_files();
@@ -89,6 +93,7 @@ impl Snapshot {
 
     /// Remembers which mappings hold a thread's stack pointer now.
     fn note_thread_stacks(&mut self) {
+        holders::note_threads(self.pid, &mut self.thread_names);
         for sp in region::thread_stack_pointers(self.pid) {
             if let Some(mapping) = self.maps.iter().find(|m| m.contains(sp)) {
                 let highest = self.thread_stacks.entry(mapping.start).or_insert(sp);
@@ -217,6 +222,13 @@ pub fn annotate(
         report.stacks = resolve_stacks(&space, collected, options.stacks_per_lock);
         attribute_futex_waits(report, &space, collected);
     }
+    holders::name(
+        report,
+        &space,
+        collected,
+        &snapshot.thread_names,
+        |space, ip| resolve_code(space, ip, true),
+    );
     // Stripped modules that left a lock or a caller in the report unnamed.
     let unnamed_in = |path: &str| {
         report.locks.iter().any(|lock| {

@@ -27,6 +27,27 @@ pub struct LockFunction {
 /// Every lock function, per op, from the module that defines it first in
 /// symbol lookup order (the executable, then libraries in load order).
 pub fn find(target: &Target) -> Result<Vec<LockFunction>> {
+    let (found, stripped) = find_ops(target, &LockOp::ALL)?;
+    if !found.iter().any(|f| f.op == LockOp::MutexLock) {
+        if !stripped.is_empty() {
+            bail!(
+                "no pthread_mutex_lock symbol in process {}: {} has no symbol table (stripped); trace an unstripped build or install its debug symbols",
+                target.pid,
+                stripped.join(", ")
+            );
+        }
+        bail!(
+            "no libc with pthread lock functions found in process {} ({}); it does not use pthread mutexes (try --mode contention for futex-only locks)",
+            target.pid,
+            target.exe
+        );
+    }
+    Ok(found)
+}
+
+/// The functions of `ops` found, each from the first module in lookup order
+/// that defines it, and the stripped modules passed over.
+pub fn find_ops(target: &Target, ops: &[LockOp]) -> Result<(Vec<LockFunction>, Vec<String>)> {
     let mut modules: Vec<String> = Vec::new();
     let mut seen = BTreeSet::new();
     // The executable first: a static binary (or one that interposes) wins.
@@ -42,8 +63,9 @@ pub fn find(target: &Target) -> Result<Vec<LockFunction>> {
     let mut found: Vec<LockFunction> = Vec::new();
     let mut stripped = Vec::new();
     for module in &modules {
-        let missing: Vec<LockOp> = LockOp::ALL
-            .into_iter()
+        let missing: Vec<LockOp> = ops
+            .iter()
+            .copied()
             .filter(|op| !found.iter().any(|f| f.op == *op))
             .collect();
         if missing.is_empty() {
@@ -66,21 +88,7 @@ pub fn find(target: &Target) -> Result<Vec<LockFunction>> {
             }
         }
     }
-    if !found.iter().any(|f| f.op == LockOp::MutexLock) {
-        if !stripped.is_empty() {
-            bail!(
-                "no pthread_mutex_lock symbol in process {}: {} has no symbol table (stripped); trace an unstripped build or install its debug symbols",
-                target.pid,
-                stripped.join(", ")
-            );
-        }
-        bail!(
-            "no libc with pthread lock functions found in process {} ({}); it does not use pthread mutexes (try --mode contention for futex-only locks)",
-            target.pid,
-            target.exe
-        );
-    }
-    Ok(found)
+    Ok((found, stripped))
 }
 
 fn lookup(
@@ -142,4 +150,25 @@ pub fn runtime_address(target: &Target, module: &str, file_offset: u64) -> Optio
         (mapping.path == module && file_offset >= mapping.offset && file_offset < end_offset)
             .then(|| mapping.start + file_offset - mapping.offset)
     })
+}
+
+/// The unlock functions, from the modules the lock functions came from
+/// (the executable first, as for the lock functions).
+pub fn find_unlocks(target: &Target) -> Result<Vec<LockFunction>> {
+    let (found, _) = find_ops(target, &LockOp::UNLOCKS)?;
+    if !found.iter().any(|f| f.op == LockOp::MutexUnlock) {
+        anyhow::bail!(
+            "--hold-times: no pthread_mutex_unlock symbol in process {}; record without --hold-times",
+            target.pid
+        );
+    }
+    Ok(found)
+}
+
+/// Runtime range spanning the lock functions: a lock call returning into it
+/// came from another lock function (musl nests them).
+pub fn lock_code_range(functions: &[LockFunction]) -> (u64, u64) {
+    let start = functions.iter().map(|f| f.runtime_start).min();
+    let end = functions.iter().map(|f| f.runtime_end).max();
+    (start.unwrap_or(0), end.unwrap_or(0))
 }

@@ -62,8 +62,16 @@ pub fn cost(report: &Report) -> String {
     if let Some(overhead) = &report.overhead {
         let _ = writeln!(
             out,
-            "overhead: {} probe hits on {} cheap + {} single-stepped points{}{} ≈ {} added to the target; attach {} ms; tracer CPU {:.2} s, peak RSS {:.1} MiB",
+            "overhead: {} probe hits{} on {} cheap + {} single-stepped points{}{} ≈ {} added to the target; attach {} ms; tracer CPU {:.2} s, peak RSS {:.1} MiB",
             overhead.probe_hits,
+            if overhead.unlock_probe_hits > 0 {
+                format!(
+                    " + {} unlock probe hits (--hold-times; its hold bookkeeping, ~25 % more, is not in the estimate)",
+                    overhead.unlock_probe_hits
+                )
+            } else {
+                String::new()
+            },
             overhead.emulated_points,
             overhead.stepped_points,
             if overhead.request_probe_hits > 0 {

@@ -3,6 +3,7 @@
 //! number formatting ([`format`]), gzipped pprof profiles ([`pprof`]).
 pub mod footer;
 pub mod format;
+pub mod holds;
 pub mod pprof;
 pub mod requests;
 pub mod stacks;

@@ -7,9 +7,9 @@ use prettytable::{Cell, Row, Table, format, row};
 use super::{
     footer,
     format::{MAX_TABLE_WIDTH, duration, truncate, width},
-    requests, stacks, waits,
+    holds, requests, stacks, waits,
 };
-use crate::model::{Lock, Report, StopReason};
+use crate::model::{Lock, Mode, Report, StopReason};
 
 /// Widest and narrowest the name and callers columns get while fitting the
 /// table into [`MAX_TABLE_WIDTH`]; full names stay in the JSON.
@@ -62,6 +62,12 @@ pub fn render(report: &Report, limit: Option<usize>) -> String {
         totals.wakes,
         duration(totals.wait_ns)
     );
+    if let Some(hold_ns) = totals.hold_ns {
+        let _ = writeln!(out, "held: {} in total (--hold-times)", duration(hold_ns));
+    }
+    if report.mode == Mode::Contention && report.locks.iter().any(|lock| !lock.holders.is_empty()) {
+        out.push_str("holders: contention mode has no lock probes; the holder is the owner thread read from glibc's mutex (its name from /proc), no function (record --hold-times for functions)\n");
+    }
     if let Some(per) = &totals.per_request {
         let cells = requests::cells(Some(per));
         let _ = writeln!(
@@ -69,6 +75,9 @@ pub fn render(report: &Report, limit: Option<usize>) -> String {
             "per request: {} acquisitions, {} contended waits, {} waiting",
             cells[0], cells[1], cells[2]
         );
+        if let Some(held) = per.hold_ns {
+            let _ = writeln!(out, "per request: {} held", duration(held.round() as u64));
+        }
     }
     out.push_str(&waits::render(report, limit));
     match report.stopped_by {
@@ -124,6 +133,16 @@ fn lock_table(report: &Report, shown: usize, name_width: usize, callers_width: u
             titles.add_cell(Cell::new(title).style_spec("r"));
         }
     }
+    // Wait distribution always; hold time and holders where recorded.
+    let any_holds = report.locks.iter().any(|lock| lock.holds.is_some());
+    let any_holders = report.locks.iter().any(|lock| !lock.holders.is_empty());
+    titles.add_cell(Cell::new("wait p50/p99").style_spec("r"));
+    if any_holds {
+        titles.add_cell(Cell::new("held total/max").style_spec("r"));
+    }
+    if any_holders {
+        titles.add_cell(Cell::new("top holder"));
+    }
     titles.add_cell(Cell::new("callers"));
     table.set_titles(titles);
     for lock in report
@@ -149,6 +168,16 @@ fn lock_table(report: &Report, shown: usize, name_width: usize, callers_width: u
             for cell in requests::cells(lock.per_request.as_ref()) {
                 row.add_cell(Cell::new(&cell).style_spec("r"));
             }
+        }
+        row.add_cell(Cell::new(&holds::wait_percentiles(lock)).style_spec("r"));
+        if any_holds {
+            row.add_cell(Cell::new(&holds::hold_cell(lock)).style_spec("r"));
+        }
+        if any_holders {
+            row.add_cell(Cell::new(&truncate(
+                &holds::top_holder(lock),
+                callers_width,
+            )));
         }
         row.add_cell(Cell::new(&truncate(&top_callers(lock), callers_width)));
         table.add_row(row);

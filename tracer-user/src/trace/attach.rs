@@ -16,7 +16,10 @@ use aya::{
 use tracer_common::{cookie, flags, names};
 
 use crate::probe::{
-    lockfuncs::LockFunction, placement::PlacedFunction, target::Target, waitfuncs::WaitFunctions,
+    lockfuncs::{self, LockFunction},
+    placement::PlacedFunction,
+    target::Target,
+    waitfuncs::WaitFunctions,
 };
 
 static BPF_OBJECT: &[u8] = aya::include_bytes_aligned!(env!("LOCKTRACE_BPF_OBJECT"));
@@ -45,6 +48,8 @@ pub struct LoadPlan<'a> {
     pub request_probe: Option<RequestProbePoint>,
     /// Condvar wait functions and Go's `runtime.futex`: what classifies waits.
     pub waits: &'a WaitFunctions,
+    /// `--hold-times`: the unlock functions, probed along with the lock functions.
+    pub unlock_functions: &'a [Placed],
 }
 
 pub struct Loaded {
@@ -58,6 +63,8 @@ pub fn load(plan: &LoadPlan) -> Result<Loaded> {
     let started = Instant::now();
     let tgid = plan.target.pid;
     let (go_start, go_end) = plan.waits.go_futex.unwrap_or((0, 0));
+    let lock_functions: Vec<LockFunction> = plan.functions.iter().map(|(f, _)| f.clone()).collect();
+    let lock_code = lockfuncs::lock_code_range(&lock_functions);
     let flags = plan.flags
         | if plan.waits.go_futex.is_some() {
             flags::GO_RUNTIME
@@ -69,15 +76,29 @@ pub fn load(plan: &LoadPlan) -> Result<Loaded> {
         .override_global(names::GLOBAL_FLAGS, &flags, true)
         .override_global(names::GLOBAL_GO_FUTEX_START, &go_start, true)
         .override_global(names::GLOBAL_GO_FUTEX_END, &go_end, true)
+        .override_global(names::GLOBAL_LOCK_CODE_START, &lock_code.0, true)
+        .override_global(names::GLOBAL_LOCK_CODE_END, &lock_code.1, true)
         .load(BPF_OBJECT)
         .map_err(|error| anyhow!("the kernel refused locktrace's BPF programs ({error}); it needs BPF with BTF, uprobes and syscall tracepoints (Linux 5.15 or newer)"))?;
-    for name in [names::PROGRAM_LOCK_CALL, names::PROGRAM_REQUEST_BOUNDARY] {
+    for name in [
+        names::PROGRAM_LOCK_CALL,
+        names::PROGRAM_REQUEST_BOUNDARY,
+        names::PROGRAM_UNLOCK_CALL,
+    ] {
         uprobe(&mut ebpf, name)?
             .load()
             .with_context(|| format!("loading the BPF program {name}"))?;
     }
     let mut probe_count = 0;
     if plan.lock_probes {
+        // Unlock probes first: every hold begun is then seen to end.
+        probe_count += attach_points(
+            &mut ebpf,
+            names::PROGRAM_UNLOCK_CALL,
+            plan.target,
+            plan.unlock_functions,
+        )?
+        .len();
         probe_count += attach_lock_probes(&mut ebpf, plan.target, plan.functions)?.len();
     }
     if let Some(point) = &plan.request_probe {
@@ -120,15 +141,25 @@ impl From<AttachError> for anyhow::Error {
     }
 }
 
-/// Attaches `lock_call` at every probe point of every function, each with
-/// the cookie that says which function it is and where the return address is.
+/// Attaches `lock_call` at every probe point of every lock function.
 pub fn attach_lock_probes(
     ebpf: &mut Ebpf,
     target: &Target,
     functions: &[Placed],
 ) -> Result<Vec<UProbeLinkId>, AttachError> {
+    attach_points(ebpf, names::PROGRAM_LOCK_CALL, target, functions)
+}
+
+/// Attaches `program` at every probe point of every function, each with the
+/// cookie that says which function it is and where the return address is.
+fn attach_points(
+    ebpf: &mut Ebpf,
+    program: &str,
+    target: &Target,
+    functions: &[Placed],
+) -> Result<Vec<UProbeLinkId>, AttachError> {
     let scope = scope(target).map_err(AttachError::Failed)?;
-    let program = uprobe(ebpf, names::PROGRAM_LOCK_CALL).map_err(AttachError::Failed)?;
+    let program = uprobe(ebpf, program).map_err(AttachError::Failed)?;
     let mut links = Vec::new();
     for (function, placed) in functions {
         let module = target.host_path(&function.module);

@@ -6,7 +6,10 @@ use aya::{
     Ebpf,
     maps::{Array, HashMap as BpfHashMap, MapData, StackTraceMap},
 };
-use tracer_common::{CallerKey, FutexCounts, LockCounts, StackKey, drop_reason, names};
+use tracer_common::{
+    CallerKey, FutexCounts, HoldCounts, HolderHolds, HolderKey, LockCounts, StackKey,
+    WaitHolderKey, WaitTime, drop_reason, names,
+};
 
 /// Everything the BPF side counted, keyed as in the maps.
 #[derive(Debug, Default, Clone)]
@@ -25,6 +28,13 @@ pub struct Collected {
     pub requests: u64,
     /// Calls of the condvar wait functions (each one an entry and a return probe hit).
     pub cond_wait_calls: u64,
+    /// Futex waits per (futex word, holder when the wait began).
+    pub wait_holders: HashMap<WaitHolderKey, WaitTime>,
+    /// `--hold-times`: whether holds were recorded, and what.
+    pub hold_times: bool,
+    pub holds: HashMap<u64, HoldCounts>,
+    pub holders: HashMap<HolderKey, HolderHolds>,
+    pub unlock_hits: u64,
 }
 
 pub fn collect(ebpf: &Ebpf) -> Result<Collected> {
@@ -35,8 +45,13 @@ pub fn collect(ebpf: &Ebpf) -> Result<Collected> {
         go_futexes: read_hash(ebpf, names::MAP_GO_FUTEXES)?,
         callers: read_hash(ebpf, names::MAP_CALLERS)?,
         stacks: read_hash(ebpf, names::MAP_STACK_COUNTS)?,
+        wait_holders: read_hash(ebpf, names::MAP_WAIT_HOLDERS)?,
+        holds: read_hash(ebpf, names::MAP_HOLDS)?,
+        holders: read_hash(ebpf, names::MAP_HOLDERS)?,
         ..Collected::default()
     };
+    let unlock_hits: Array<&MapData, u64> = Array::try_from(map(ebpf, names::MAP_UNLOCK_HITS)?)?;
+    collected.unlock_hits = unlock_hits.get(&0, 0).unwrap_or(0);
     let drops: Array<&MapData, u64> = Array::try_from(map(ebpf, names::MAP_DROPS)?)?;
     for (index, slot) in collected.drops.iter_mut().enumerate() {
         *slot = drops.get(&(index as u32), 0).unwrap_or(0);
