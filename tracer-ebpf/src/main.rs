@@ -14,7 +14,7 @@
 use core::intrinsics::{AtomicOrdering, atomic_cxchg, atomic_xadd};
 
 use aya_ebpf::{
-    EbpfContext,
+    EbpfContext, Global,
     bindings::{BPF_F_NO_PREALLOC, BPF_F_USER_STACK, BPF_NOEXIST},
     helpers::{
         bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_user,
@@ -22,7 +22,7 @@ use aya_ebpf::{
     },
     macros::{map, tracepoint, uprobe, uretprobe},
     maps::{Array, HashMap, StackTrace},
-    programs::{ProbeContext, RetProbeContext, TracePointContext},
+    programs::{ProbeContext, RetProbeContext, TracePointContext, tracing::StackIdContext},
 };
 use tracer_common::{
     CallerKey, CondWait, FutexCounts, FutexWait, HeldKey, HoldCounts, Holder, HolderHolds,
@@ -33,21 +33,21 @@ use tracer_common::{
 
 /// Host tgid of the target process; set by userspace before load.
 #[unsafe(no_mangle)]
-static TARGET_TGID: u32 = 0;
+static TARGET_TGID: Global<u32> = Global::new(0);
 /// Bits from `tracer_common::flags`; set by userspace before load.
 #[unsafe(no_mangle)]
-static FLAGS: u32 = 0;
+static FLAGS: Global<u32> = Global::new(0);
 /// Go programs: the code range of `runtime.futex`; set by userspace before load.
 #[unsafe(no_mangle)]
-static GO_FUTEX_START: u64 = 0;
+static GO_FUTEX_START: Global<u64> = Global::new(0);
 #[unsafe(no_mangle)]
-static GO_FUTEX_END: u64 = 0;
+static GO_FUTEX_END: Global<u64> = Global::new(0);
 /// Runtime range spanning the lock functions (`--hold-times`): a lock call
 /// returning into it was made by another lock function (musl nests them).
 #[unsafe(no_mangle)]
-static LOCK_CODE_START: u64 = 0;
+static LOCK_CODE_START: Global<u64> = Global::new(0);
 #[unsafe(no_mangle)]
-static LOCK_CODE_END: u64 = 0;
+static LOCK_CODE_END: Global<u64> = Global::new(0);
 
 #[map]
 static LOCKS: HashMap<u64, LockCounts> = HashMap::with_max_entries(MAX_LOCKS, 0);
@@ -104,16 +104,10 @@ static UNLOCK_HITS: Array<u64> = Array::with_max_entries(1, 0);
 #[map]
 static DROPS: Array<u64> = Array::with_max_entries(drop_reason::COUNT, 0);
 
+/// True when the program runs in the target process (its tgid, loaded by userspace).
 #[inline(always)]
-fn config<T: Copy>(global: &'static T) -> T {
-    // Globals live in .rodata and are rewritten at load time; read them volatile
-    // so the compiler does not fold the link-time zero.
-    unsafe { core::ptr::read_volatile(global) }
-}
-
-#[inline(always)]
-fn is_target() -> bool {
-    (bpf_get_current_pid_tgid() >> 32) as u32 == config(&TARGET_TGID)
+fn is_target<C: EbpfContext>(ctx: &C) -> bool {
+    ctx.tgid() == TARGET_TGID.load()
 }
 
 #[inline(always)]
@@ -170,10 +164,10 @@ fn raise_to(slot: *mut u64, value: u64) {
 /// says which function, and where its return address is on the stack.
 #[uprobe]
 pub fn lock_call(ctx: ProbeContext) -> u32 {
-    if !is_target() {
+    if !is_target(&ctx) {
         return 0;
     }
-    let wanted = config(&FLAGS);
+    let wanted = FLAGS.load();
     if wanted & flags::SAMPLED != 0 && SAMPLING.get(0).is_none_or(|active| *active == 0) {
         return 0;
     }
@@ -224,18 +218,11 @@ fn record_caller(ctx: &ProbeContext, lock: u64, cookie: u64, op: u32) -> u64 {
 }
 
 #[inline(always)]
-fn record_stack<C: EbpfContext>(ctx: &C, lock: u64, return_ip: u64) {
-    let stack_id = unsafe {
-        aya_ebpf::helpers::bpf_get_stackid(
-            ctx.as_ptr(),
-            &STACKS as *const StackTrace as *mut core::ffi::c_void,
-            BPF_F_USER_STACK as u64,
-        )
-    };
-    if stack_id < 0 {
+fn record_stack<C: StackIdContext>(ctx: &C, lock: u64, return_ip: u64) {
+    let Ok(stack_id) = ctx.get_stackid(&STACKS, BPF_F_USER_STACK as u64) else {
         count_drop(drop_reason::STACKS_LOST);
         return;
-    }
+    };
     let key = StackKey {
         lock,
         stack_id,
@@ -248,12 +235,12 @@ fn record_stack<C: EbpfContext>(ctx: &C, lock: u64, return_ip: u64) {
 
 /// Attached to the user's request-boundary function (`--request-probe`).
 #[uprobe]
-pub fn request_boundary(_ctx: ProbeContext) -> u32 {
+pub fn request_boundary(ctx: ProbeContext) -> u32 {
     // Sampled mode: requests count over the same windows as the locks.
-    if config(&FLAGS) & flags::SAMPLED != 0 && SAMPLING.get(0).is_none_or(|active| *active == 0) {
+    if FLAGS.load() & flags::SAMPLED != 0 && SAMPLING.get(0).is_none_or(|active| *active == 0) {
         return 0;
     }
-    if is_target()
+    if is_target(&ctx)
         && let Some(counter) = REQUESTS.get_ptr_mut(0)
     {
         add(counter, 1);
@@ -289,7 +276,7 @@ fn futex_kind(op: u64) -> FutexKind {
 /// the thread's futex waits until the return are waits for the condition.
 #[uprobe]
 pub fn cond_wait_enter(ctx: ProbeContext) -> u32 {
-    if !is_target() {
+    if !is_target(&ctx) {
         return 0;
     }
     let (Some(cond), Some(mutex)) = (ctx.arg::<u64>(0), ctx.arg::<u64>(1)) else {
@@ -310,8 +297,8 @@ pub fn cond_wait_enter(ctx: ProbeContext) -> u32 {
 
 /// Return of the condvar wait functions.
 #[uretprobe]
-pub fn cond_wait_exit(_ctx: RetProbeContext) -> u32 {
-    if is_target() {
+pub fn cond_wait_exit(ctx: RetProbeContext) -> u32 {
+    if is_target(&ctx) {
         let _ = COND_THREADS.remove(bpf_get_current_pid_tgid() as u32);
     }
     0
@@ -321,7 +308,7 @@ pub fn cond_wait_exit(_ctx: RetProbeContext) -> u32 {
 /// the first frame of the user stack is the instruction after its `syscall`.
 #[inline(always)]
 fn from_go_runtime(ctx: &TracePointContext) -> bool {
-    if config(&FLAGS) & flags::GO_RUNTIME == 0 {
+    if FLAGS.load() & flags::GO_RUNTIME == 0 {
         return false;
     }
     let mut ip = [0u64; 1];
@@ -333,7 +320,7 @@ fn from_go_runtime(ctx: &TracePointContext) -> bool {
             BPF_F_USER_STACK as u64,
         )
     };
-    copied == 8 && ip[0] >= config(&GO_FUTEX_START) && ip[0] < config(&GO_FUTEX_END)
+    copied == 8 && ip[0] >= GO_FUTEX_START.load() && ip[0] < GO_FUTEX_END.load()
 }
 
 /// Where a wait of this thread on `uaddr` is counted: (class, key).
@@ -363,7 +350,7 @@ fn futex_map(class: u32) -> &'static HashMap<u64, FutexCounts> {
 
 #[tracepoint]
 pub fn futex_enter(ctx: TracePointContext) -> u32 {
-    if !is_target() {
+    if !is_target(&ctx) {
         return 0;
     }
     let (Ok(uaddr), Ok(op)) = (unsafe { ctx.read_at::<u64>(ENTER_UADDR) }, unsafe {
@@ -391,7 +378,7 @@ pub fn futex_enter(ctx: TracePointContext) -> u32 {
             if WAITING.insert(tid, wait, 0).is_err() {
                 count_drop(drop_reason::WAITS_UNTRACKED);
             }
-            if config(&FLAGS) & flags::STACKS != 0 {
+            if FLAGS.load() & flags::STACKS != 0 {
                 record_stack(&ctx, key, 0);
             }
         }
@@ -411,8 +398,8 @@ pub fn futex_enter(ctx: TracePointContext) -> u32 {
 }
 
 #[tracepoint]
-pub fn futex_exit(_ctx: TracePointContext) -> u32 {
-    if !is_target() {
+pub fn futex_exit(ctx: TracePointContext) -> u32 {
+    if !is_target(&ctx) {
         return 0;
     }
     let tid = bpf_get_current_pid_tgid() as u32;
@@ -434,7 +421,7 @@ pub fn futex_exit(_ctx: TracePointContext) -> u32 {
         }
     }
     count_wait_holder(&wait, waited);
-    if config(&FLAGS) & flags::HOLDS != 0 && wait.class == wait_class::FUTEX {
+    if FLAGS.load() & flags::HOLDS != 0 && wait.class == wait_class::FUTEX {
         hold_after_wait(wait.uaddr, tid);
     }
     0
@@ -465,7 +452,7 @@ fn hold_begin(ctx: &ProbeContext, lock: u64, cookie: u64, op: u32, return_ip: u6
     let now = unsafe { bpf_ktime_get_ns() };
     if let Some(held) = HELD.get_ptr_mut(key) {
         let called_by_lock_function =
-            (config64(&LOCK_CODE_START)..config64(&LOCK_CODE_END)).contains(&return_ip);
+            (LOCK_CODE_START.load()..LOCK_CODE_END.load()).contains(&return_ip);
         let tail_called = unsafe { (*held).call_slot == call_slot && (*held).call_ip == return_ip }
             && (op == LockOp::MutexTimedlock as u32 || op == LockOp::MutexTrylock as u32);
         if called_by_lock_function || tail_called {
@@ -539,7 +526,7 @@ fn holder_at_wait(uaddr: u64, waiter: u32) -> (u64, u32) {
     let owner = unsafe {
         bpf_probe_read_user((uaddr + GLIBC_MUTEX_OWNER_OFFSET) as *const u32).unwrap_or(0)
     };
-    if config(&FLAGS) & flags::HOLDS == 0 {
+    if FLAGS.load() & flags::HOLDS == 0 {
         return (0, owner);
     }
     let key = HeldKey {
@@ -586,7 +573,7 @@ fn count_wait_holder(wait: &FutexWait, waited: u64) {
 /// and pthread_rwlock_unlock: ends the outermost hold of the lock.
 #[uprobe]
 pub fn unlock_call(ctx: ProbeContext) -> u32 {
-    if !is_target() {
+    if !is_target(&ctx) {
         return 0;
     }
     if let Some(hits) = UNLOCK_HITS.get_ptr_mut(0) {
@@ -629,11 +616,6 @@ pub fn unlock_call(ctx: ProbeContext) -> u32 {
         }
     }
     0
-}
-
-#[inline(always)]
-fn config64(global: &'static u64) -> u64 {
-    unsafe { core::ptr::read_volatile(global) }
 }
 
 #[cfg(not(test))]
