@@ -118,7 +118,8 @@ pub async fn record(options: &RecordOptions) -> Result<Report> {
         }
     );
     let started = Instant::now();
-    let mut refresh = || snapshot.refresh();
+    snapshot.watch(&loaded.ebpf);
+    let mut refresh = || snapshot.tick();
     let (stopped_by, estimate) = match options.mode {
         Mode::Sampled => {
             // The sampler attaches and detaches the lock probes itself, so it

@@ -7,7 +7,10 @@
 //! files) is snapshotted at attach time, so names from ELF still work when
 //! the target has exited; pointer chains need it alive.
 pub mod chain;
+pub mod dwarf;
 pub mod elf;
+pub mod live;
+pub mod names;
 pub mod region;
 
 use std::{
@@ -41,6 +44,8 @@ pub struct Snapshot {
     files: BTreeMap<String, File>,
     /// Start addresses of mappings seen holding a thread's stack pointer.
     thread_stacks: BTreeSet<u64>,
+    /// Heap locks' pointer chains, searched during the recording.
+    live: live::LiveNames,
 }
 
 impl Snapshot {
@@ -50,6 +55,7 @@ impl Snapshot {
             maps: target.maps.clone(),
             files: BTreeMap::new(),
             thread_stacks: BTreeSet::new(),
+            live: live::LiveNames::default(),
         };
         snapshot.note_thread_stacks();
         snapshot.open_files();
@@ -82,6 +88,18 @@ impl Snapshot {
         self.maps.sort_by_key(|mapping| mapping.start);
         self.note_thread_stacks();
         self.open_files();
+    }
+
+    /// Searches heap locks' chains during the recording (see [`live`]).
+    pub fn watch(&mut self, ebpf: &aya::Ebpf) {
+        self.live = live::LiveNames::watch(ebpf);
+    }
+
+    /// The recording's tick: fresh maps, then chains for new heap locks.
+    pub fn tick(&mut self) {
+        self.refresh();
+        self.live
+            .tick(self.pid, &self.maps, &mut self.files, &self.thread_stacks);
     }
 
     /// Remembers which mappings hold a thread's stack pointer now.
@@ -148,6 +166,7 @@ pub fn annotate(
             .or_insert(0) += count;
     }
 
+    let mut namer = names::Namer::new(&space, &snapshot.files);
     for lock in &mut report.locks {
         let Some(address) = parse_address(&lock.address) else {
             continue;
@@ -155,10 +174,11 @@ pub fn annotate(
         lock.region = space.region_of(address);
         if let Some(module) = space.module_of(address) {
             lock.module = Some(module.path.clone());
-            lock.name = module
-                .symbols
-                .object_at(module.link_address(address))
-                .map(|(symbol, offset)| symbol.with_offset(offset));
+            if let Some(named) = namer.global(module, module.link_address(address), &lock.kind) {
+                lock.name = Some(named.name);
+                lock.offset_name = Some(named.offset_name);
+                lock.chain = Some(named.chain);
+            }
         }
         lock.callers = sorted_callers(callers.remove(&address).unwrap_or_default());
     }
@@ -177,23 +197,35 @@ pub fn annotate(
         .take(CHAIN_SEARCH_LOCKS)
         .filter_map(|lock| parse_address(&lock.address))
         .collect();
-    let pointer_chains = if heap_locks.is_empty() {
-        "no heap locks to name".to_string()
+    let live = &snapshot.live;
+    let live_named = heap_locks
+        .iter()
+        .filter(|lock| live.found.contains_key(lock))
+        .count();
+    let (found, pointer_chains) = if heap_locks.is_empty() {
+        (BTreeMap::new(), "no heap locks to name".to_string())
     } else if !alive {
-        format!(
-            "{} heap locks not named: the target exited before naming (pointer chains are read from its live memory)",
-            heap_locks.len()
-        )
+        let message = if live_named > 0 {
+            format!(
+                "{live_named} of {} heap locks named by pointer chains found during the recording (the target exited before naming)",
+                heap_locks.len()
+            )
+        } else {
+            format!(
+                "{} heap locks not named: the target exited before naming and no chain was found during the recording (pointer chains are read from its live memory)",
+                heap_locks.len()
+            )
+        };
+        (live.found.clone(), message)
     } else {
         let outcome = chain::search(&space, &chain::Memory::new(snapshot.pid), &heap_locks);
-        for lock in &mut report.locks {
-            if let Some(chain) = parse_address(&lock.address).and_then(|a| outcome.chains.get(&a)) {
-                lock.name = Some(chain.clone());
-            }
-        }
-        format!(
-            "{} of {} heap locks named by a pointer chain from a global ({} pointers followed in {} ms{}; at most {} hops, fields up to {:#x}); the others: no chain found",
-            outcome.chains.len(),
+        let mut found = live.found.clone();
+        let named_now = outcome.chains.len();
+        // Routes read now are the current ones; those from the recording fill in.
+        found.extend(outcome.chains);
+        let named = heap_locks.iter().filter(|l| found.contains_key(l)).count();
+        let message = format!(
+            "{named} of {} heap locks named by a pointer chain from a global ({named_now} by the search now: {} pointers followed in {} ms{}; at most {} hops, fields up to {:#x}; {} only by the searches during the recording)",
             heap_locks.len(),
             outcome.pointers_followed,
             outcome.elapsed.as_millis(),
@@ -203,9 +235,27 @@ pub fn annotate(
                 ", budget ran out"
             },
             chain::MAX_HOPS,
-            chain::MAX_FIELD_OFFSET
-        )
+            chain::MAX_FIELD_OFFSET,
+            named.saturating_sub(named_now),
+        );
+        (found, message)
     };
+    for lock in &mut report.locks {
+        let Some(candidates) = parse_address(&lock.address).and_then(|a| found.get(&a)) else {
+            continue;
+        };
+        if lock.name.is_some() {
+            continue;
+        }
+        if let Some((best, runner_up)) = namer.choose(candidates, &lock.kind) {
+            lock.alternatives = runner_up.iter().map(names::Named::alternative).collect();
+            lock.name = Some(best.name);
+            lock.offset_name = Some(best.offset_name);
+            lock.chain = Some(best.chain);
+        }
+    }
+    let debug_info = namer.debug_info_used();
+    drop(namer);
 
     if options.stacks_per_lock > 0 {
         report.stacks = resolve_stacks(&space, collected, options.stacks_per_lock);
@@ -242,6 +292,8 @@ pub fn annotate(
             .collect(),
         pointer_chains,
         stripped,
+        debug_info,
+        live: (snapshot.live.stats.searches > 0).then(|| snapshot.live.stats.clone()),
     });
 }
 
