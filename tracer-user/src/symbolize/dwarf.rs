@@ -653,3 +653,150 @@ pub fn looks_like_lock(name: &str) -> bool {
         || lower.starts_with("lock<")
         || lower == "mtx_t"
 }
+
+#[cfg(test)]
+mod tests {
+    use object::ObjectSymbol;
+
+    use super::*;
+
+    const SOURCE: &str = r#"
+#include <pthread.h>
+struct inner { int a; pthread_mutex_t m; };
+struct outer {
+    char pad[8];
+    union { long x; struct inner *p; } u;
+    struct inner arr[2];
+    pthread_mutex_t *lp;
+};
+struct outer g_outer;
+struct outer *g_ptr;
+int main(void) { return g_outer.arr[1].a + (g_ptr != 0); }
+"#;
+
+    /// A small executable with DWARF, compiled by gcc.
+    fn compiled() -> Vec<u8> {
+        let dir = tempfile::tempdir().unwrap();
+        let source = dir.path().join("t.c");
+        std::fs::write(&source, SOURCE).unwrap();
+        let binary = dir.path().join("t");
+        let status = std::process::Command::new("gcc")
+            .args(["-g", "-O0", "-pthread", "-o"])
+            .arg(&binary)
+            .arg(&source)
+            .status()
+            .expect("gcc (scripts/setup.sh installs it)");
+        assert!(status.success());
+        std::fs::read(binary).unwrap()
+    }
+
+    fn symbol_address(data: &[u8], name: &str) -> u64 {
+        let elf = object::File::parse(data).unwrap();
+        elf.symbols()
+            .find(|s| s.name() == Ok(name))
+            .map(|s| s.address())
+            .unwrap()
+    }
+
+    #[test]
+    fn names_fields_array_elements_union_members_and_pointers() {
+        let data = compiled();
+        let info = DebugInfo::parse(&data).expect("DWARF");
+        let outer = symbol_address(&data, "g_outer");
+        let (variable, offset) = info.variable_at(outer + 72).unwrap();
+        assert_eq!((variable.name.as_str(), offset), ("g_outer", 72));
+        let outer_type = variable.type_ref.unwrap();
+        assert_eq!(info.size_of(outer_type), Some(120));
+        let lock = Want::Lock { span: 40 };
+        assert_eq!(info.describe(outer_type, 72, lock).text, ".arr[1].m");
+        assert_eq!(info.describe(outer_type, 72, lock).fields, 3);
+        assert_eq!(info.describe(outer_type, 24, lock).text, ".arr[0].m");
+        // Inside no field: the rest in offsets.
+        assert_eq!(info.describe(outer_type, 3, lock).text, ".pad[3]");
+        assert_eq!(info.describe(outer_type, 20, lock).text, ".arr[0]+0x4");
+        // A union: its pointer member for a pointer slot, with its pointee.
+        let slot = info.describe(outer_type, 8, Want::Pointer);
+        assert_eq!(slot.text, ".u.p");
+        assert!(slot.is_pointer);
+        let inner = slot.pointee.unwrap();
+        assert_eq!(info.describe(inner, 8, lock).text, ".m");
+        let pointer = info.describe(outer_type, 112, Want::Pointer);
+        assert_eq!(pointer.text, ".lp");
+        assert!(pointer.pointee.is_some());
+
+        let ptr = symbol_address(&data, "g_ptr");
+        let (variable, offset) = info.variable_at(ptr).unwrap();
+        assert_eq!((variable.name.as_str(), offset), ("g_ptr", 0));
+        assert!(info.is_pointer(variable.type_ref));
+        assert!(
+            info.variable_at(ptr + 8)
+                .is_none_or(|(v, _)| v.name != "g_ptr")
+        );
+    }
+
+    /// Corrupted and truncated files: no panic, and lookups stay bounded.
+    #[test]
+    fn hostile_files_never_panic() {
+        let data = compiled();
+        let elf = object::File::parse(&*data).unwrap();
+        let ranges: Vec<(usize, usize)> = [".debug_info", ".debug_abbrev", ".debug_str"]
+            .iter()
+            .filter_map(|name| elf.section_by_name(name)?.file_range())
+            .map(|(start, size)| (start as usize, size as usize))
+            .collect();
+        let outer = symbol_address(&data, "g_outer");
+        let exercise = |bytes: &[u8]| {
+            if let Some(info) = DebugInfo::parse(bytes) {
+                for variable in info.variables.clone() {
+                    let Some(type_ref) = variable.type_ref else {
+                        continue;
+                    };
+                    for offset in [0, 8, 72, 1 << 40] {
+                        info.describe(type_ref, offset, Want::Pointer);
+                        info.describe(type_ref, offset, Want::Lock { span: 40 });
+                    }
+                    info.is_pointer(Some(type_ref));
+                }
+                info.variable_at(outer + 72);
+            }
+        };
+        // A cheap deterministic generator (xorshift).
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for _ in 0..200 {
+            let mut bytes = data.clone();
+            for _ in 0..16 {
+                let (start, size) = ranges[next() as usize % ranges.len()];
+                let at = start + next() as usize % size.max(1);
+                bytes[at] = next() as u8;
+            }
+            exercise(&bytes);
+        }
+        for cut in [0, 16, 64, data.len() / 3, data.len() / 2, data.len() - 1] {
+            exercise(&data[..cut]);
+        }
+        exercise(b"\x7fELF garbage");
+    }
+
+    #[test]
+    fn tells_lock_types() {
+        for name in [
+            "pthread_mutex_t",
+            "Mutex<u64>",
+            "mysql_mutex_t",
+            "pthread_rwlock_t",
+            "spinlock_t",
+            "mtx_t",
+        ] {
+            assert!(looks_like_lock(name), "{name}");
+        }
+        for name in ["clock_t", "block", "stats", "int"] {
+            assert!(!looks_like_lock(name), "{name}");
+        }
+    }
+}
