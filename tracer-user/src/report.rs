@@ -143,7 +143,8 @@ pub struct LiveNaming {
     /// Heap locks searched for, and named, during the recording.
     pub heap_locks_seen: usize,
     pub heap_locks_named: usize,
-    /// Time spent, in total and in the longest search (each one is bounded).
+    /// Time spent (searches, and reading the modules' symbols once, which
+    /// naming at the end then reuses), and the longest search (each is bounded).
     pub elapsed_ms: f64,
     pub max_search_ms: f64,
 }

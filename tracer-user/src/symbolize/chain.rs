@@ -324,7 +324,7 @@ pub fn search_within(
             match by_address.get(&value) {
                 Some(&known) => {
                     let target = &mut reached[known];
-                    if target.arrivals.len() < MAX_ARRIVALS && target.hops > 1 {
+                    if target.arrivals.len() < MAX_ARRIVALS {
                         target.arrivals.push(arrival);
                         target.pointer_rooted |= pointer_rooted;
                     }
@@ -505,6 +505,29 @@ mod tests {
         assert!(!super::is_freed_chunk(&chunk(7, 0x20), 0, None));
         assert_eq!(super::malloc_usable_size(0x31), Some(0x28));
         assert_eq!(super::malloc_usable_size(0x2d30303000000000), None);
+    }
+
+    #[test]
+    fn ranks_routes_like_a_person() {
+        let chain = |root: &str, size: u64, offsets: &[u64]| super::RawChain {
+            module: "/bin/x".into(),
+            root: root.into(),
+            root_address: 0x4000,
+            root_size: size,
+            offsets: offsets.to_vec(),
+            origin_class: 0,
+        };
+        let direct = chain("g_global_stats", 8, &[0, 0x10, 0]);
+        let registry = chain("g_plugin_core", 0x38, &[0x30, 0x10, 0]);
+        let inside = chain("g_global_stats", 8, &[0, 0x10, 0x8]);
+        assert!(direct.pointer_root() && !registry.pointer_root());
+        assert!(direct.rank() < registry.rank());
+        // Ending right at the lock first, whatever the root.
+        assert!(registry.rank() < inside.rank());
+        assert_eq!(direct.offset_name(), "g_global_stats->+0x10->");
+        assert_eq!(registry.offset_name(), "g_plugin_core+0x30->+0x10->");
+        assert_eq!(inside.offset_name(), "g_global_stats->+0x10->+0x8");
+        assert_eq!(direct.hops(), 2);
     }
 
     #[test]

@@ -642,16 +642,26 @@ fn plus_uconst(expression: gimli::Expression<Reader>, encoding: gimli::Encoding)
     }
 }
 
-/// Types a lock is: pthread's, C11's, a Rust or C++ `Mutex`, a `*_lock_t`.
+/// Types a lock is, where naming stops descending: pthread's (mutex,
+/// rwlock, cond, barrier, …), semaphores, C11's `mtx_t`, a Rust or C++
+/// `Mutex`/`Condvar`, a `*_lock_t`.
 pub fn looks_like_lock(name: &str) -> bool {
     let lower = name.to_ascii_lowercase();
-    ["mutex", "rwlock", "spinlock", "futex"]
-        .iter()
-        .any(|word| lower.contains(word))
-        || lower == "lock"
+    [
+        "mutex",
+        "rwlock",
+        "spinlock",
+        "futex",
+        "condvar",
+        "condition",
+        "semaphore",
+    ]
+    .iter()
+    .any(|word| lower.contains(word))
+        || lower.starts_with("pthread_")
+        || ["lock", "sem_t", "mtx_t", "cnd_t"].contains(&lower.as_str())
         || lower.ends_with("_lock_t")
         || lower.starts_with("lock<")
-        || lower == "mtx_t"
 }
 
 #[cfg(test)]
@@ -795,7 +805,7 @@ int main(void) { return g_outer.arr[1].a + (g_ptr != 0); }
         ] {
             assert!(looks_like_lock(name), "{name}");
         }
-        for name in ["clock_t", "block", "stats", "int"] {
+        for name in ["clock_t", "block", "stats", "int", "seconds"] {
             assert!(!looks_like_lock(name), "{name}");
         }
     }

@@ -86,6 +86,11 @@ impl LiveNames {
         }
     }
 
+    /// The address space built for the searches, if it covers `modules` module files.
+    pub fn take_space(&mut self, modules: usize) -> Option<AddressSpace> {
+        self.space.take().filter(|_| self.modules_seen == modules)
+    }
+
     /// Called on every recording tick (200 ms): reads the maps' keys when
     /// due, and searches chains for heap locks not searched yet.
     pub fn tick(
@@ -106,6 +111,19 @@ impl LiveNames {
             return;
         }
         self.last_keys = Some(now);
+        // Built on the first tick, while the target may still be idle (it
+        // is needed the moment a heap lock appears, and by naming at the end).
+        if self.space.is_none() {
+            let root = PathBuf::from(format!("/proc/{pid}/root"));
+            self.modules_seen = files.len();
+            self.space = Some(AddressSpace::build(
+                maps.to_vec(),
+                files,
+                Some(root.as_path()),
+            ));
+            self.stats.elapsed_ms += now.elapsed().as_secs_f64() * 1e3;
+        }
+        let work_started = Instant::now();
         // Heaviest first: (acquisitions or waits, address).
         let mut seen: Vec<(u64, u64)> = Vec::new();
         if let Some(locks) = &self.locks {
@@ -125,14 +143,26 @@ impl LiveNames {
             );
         }
         // Big maps are read less often: reading keys costs syscalls per key.
-        self.key_interval = MIN_KEY_READ_INTERVAL.max(now.elapsed() * 20);
+        self.key_interval = MIN_KEY_READ_INTERVAL.max(work_started.elapsed() * 20);
         let retry_due = self
             .last_retry
             .is_none_or(|last| now.duration_since(last) >= RETRY_EVERY);
+        // Only what may be heap memory (writable, not a file), from the maps alone.
+        let maybe_heap = |address: u64| {
+            maps.iter()
+                .any(|m| m.contains(address) && m.perms.starts_with("rw") && !m.is_file())
+        };
+        for &(_, address) in &seen {
+            if !maybe_heap(address) {
+                self.ignored.insert(address);
+            }
+        }
         let is_new =
             |address: &u64| !self.attempts.contains_key(address) && !self.ignored.contains(address);
         let has_new = seen.iter().any(|(_, address)| is_new(address));
-        if !has_new && !retry_due {
+        let has_retries = self.attempts.values().any(|&tries| tries < MAX_ATTEMPTS);
+        let retry_now = retry_due && has_retries;
+        if !has_new && !retry_now {
             return;
         }
         let root = PathBuf::from(format!("/proc/{pid}/root"));
@@ -180,10 +210,12 @@ impl LiveNames {
             *self.attempts.entry(address).or_insert(0) += 1;
         }
         self.found.extend(outcome.chains);
-        let elapsed_ms = now.elapsed().as_secs_f64() * 1e3;
         self.stats.searches += 1;
-        self.stats.elapsed_ms += elapsed_ms;
-        self.stats.max_search_ms = self.stats.max_search_ms.max(elapsed_ms);
+        self.stats.elapsed_ms += work_started.elapsed().as_secs_f64() * 1e3;
+        self.stats.max_search_ms = self
+            .stats
+            .max_search_ms
+            .max(outcome.elapsed.as_secs_f64() * 1e3);
         self.stats.heap_locks_named = self.found.len();
         self.stats.heap_locks_seen = self.attempts.len();
     }

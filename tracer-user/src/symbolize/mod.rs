@@ -149,8 +149,14 @@ pub fn annotate(
         snapshot.refresh();
     }
     let root = alive.then(|| PathBuf::from(format!("/proc/{}/root", snapshot.pid)));
-    let mut space =
-        AddressSpace::build(snapshot.maps.clone(), &mut snapshot.files, root.as_deref());
+    // The address space built during the recording, when no module came since.
+    let mut space = match snapshot.live.take_space(snapshot.files.len()) {
+        Some(mut space) => {
+            space.maps = snapshot.maps.clone();
+            space
+        }
+        None => AddressSpace::build(snapshot.maps.clone(), &mut snapshot.files, root.as_deref()),
+    };
     space.thread_stacks = snapshot.thread_stacks.clone();
 
     let mut callers: HashMap<u64, CallSites> = HashMap::new();

@@ -116,11 +116,7 @@ impl<'a> Namer<'a> {
         let symbol = module.symbols.object_at(link_address);
         let typed = self.debug_info(module).and_then(|info| {
             let (variable, offset) = info.variable_at(link_address)?;
-            let root = root_name(
-                &variable.name,
-                variable.address,
-                symbol.map(|(s, o)| (s, o)),
-            );
+            let root = root_name(&variable.name, variable.address, symbol);
             let path = match variable.type_ref {
                 Some(type_ref) => info.describe(
                     type_ref,
@@ -131,12 +127,17 @@ impl<'a> Namer<'a> {
                 ),
                 None => untyped(offset),
             };
+            // The chain is relative to the symbol, as heap chains are.
+            let (chain_root, chain_offset) = match symbol {
+                Some((symbol, symbol_offset)) => (symbol.name.clone(), symbol_offset),
+                None => (variable.name.clone(), offset),
+            };
             Some((
                 format!("{root}{}", path.text),
                 LockChain {
                     module: module.path.clone(),
-                    root: variable.name.clone(),
-                    offsets: vec![offset],
+                    root: chain_root,
+                    offsets: vec![chain_offset],
                 },
             ))
         });
