@@ -252,7 +252,8 @@ pub fn search_within(
     // Breadth-first, so every route of a given length is known before any
     // object of the next length is read. Done when each lock is reached
     // exactly (a pointer to the lock itself) by a route from a pointer
-    // variable, once the level it was found at is finished.
+    // variable, once the level it was found at is finished; or one level
+    // after each is reached exactly from any root.
     let mut settled_level: Option<usize> = None;
     // The word before the object too: glibc malloc's chunk size bounds the object.
     let mut buffer = vec![0u8; 8 + MAX_FIELD_OFFSET as usize];
@@ -294,16 +295,22 @@ pub fn search_within(
                 found.push((id, lock - object));
             }
         }
-        if settled_level.is_none()
-            && wanted.iter().all(|lock| {
+        let all_exact = |pointer_rooted: bool| {
+            wanted.iter().all(|lock| {
                 hits.get(lock).is_some_and(|found| {
-                    found
-                        .iter()
-                        .any(|&(id, offset)| offset == 0 && reached[id].pointer_rooted)
+                    found.iter().any(|&(id, offset)| {
+                        offset == 0 && (reached[id].pointer_rooted || !pointer_rooted)
+                    })
                 })
             })
-        {
-            settled_level = Some(hops);
+        };
+        // A route from a pointer variable may be a level longer: one more
+        // level is searched for it, not more (the cost stays near the old
+        // first-exact-hit stop).
+        if all_exact(true) {
+            settled_level = Some(settled_level.map_or(hops, |level| level.min(hops)));
+        } else if settled_level.is_none() && all_exact(false) {
+            settled_level = Some(hops + 1);
         }
         if hops >= MAX_HOPS {
             continue;
