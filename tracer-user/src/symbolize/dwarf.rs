@@ -665,7 +665,7 @@ pub fn looks_like_lock(name: &str) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
+pub mod tests {
     use object::ObjectSymbol;
 
     use super::*;
@@ -684,23 +684,27 @@ struct outer *g_ptr;
 int main(void) { return g_outer.arr[1].a + (g_ptr != 0); }
 "#;
 
-    /// A small executable with DWARF, compiled by gcc.
     fn compiled() -> Vec<u8> {
+        compile_c(SOURCE)
+    }
+
+    /// A small executable with DWARF, compiled by gcc from `source`.
+    pub fn compile_c(source: &str) -> Vec<u8> {
         let dir = tempfile::tempdir().unwrap();
-        let source = dir.path().join("t.c");
-        std::fs::write(&source, SOURCE).unwrap();
+        let path = dir.path().join("t.c");
+        std::fs::write(&path, source).unwrap();
         let binary = dir.path().join("t");
         let status = std::process::Command::new("gcc")
             .args(["-g", "-O0", "-pthread", "-o"])
             .arg(&binary)
-            .arg(&source)
+            .arg(&path)
             .status()
             .expect("gcc (scripts/setup.sh installs it)");
         assert!(status.success());
         std::fs::read(binary).unwrap()
     }
 
-    fn symbol_address(data: &[u8], name: &str) -> u64 {
+    pub fn symbol_address(data: &[u8], name: &str) -> u64 {
         let elf = object::File::parse(data).unwrap();
         elf.symbols()
             .find(|s| s.name() == Ok(name))

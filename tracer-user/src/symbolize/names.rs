@@ -287,3 +287,60 @@ fn untyped(offset: u64) -> FieldPath {
         ..FieldPath::default()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::symbolize::dwarf::tests::{compile_c, symbol_address};
+
+    const SOURCE: &str = r#"
+#include <pthread.h>
+struct conn { long id; pthread_mutex_t lock; };
+struct stats { long v; void *opaque; pthread_mutex_t *LOCK_access; struct conn *conn; };
+struct stats *g_stats;
+struct holder { long pad; struct stats *stats; } g_holder;
+pthread_mutex_t *g_lockp;
+int main(void) { return g_stats != 0 || g_holder.pad || g_lockp != 0; }
+"#;
+
+    #[test]
+    fn renders_chains_by_fields() {
+        let data = compile_c(SOURCE);
+        let info = DebugInfo::parse(&data).unwrap();
+        let render = |root: &str, size: u64, offsets: &[u64]| {
+            let raw = RawChain {
+                module: "/t".into(),
+                root: root.into(),
+                root_address: symbol_address(&data, root),
+                root_size: size,
+                offsets: offsets.to_vec(),
+                origin_class: 0,
+            };
+            typed_chain(&info, &raw, 40, None).unwrap()
+        };
+        assert_eq!(
+            render("g_stats", 8, &[0, 0x10, 0]),
+            ("g_stats->LOCK_access".to_string(), 1, true)
+        );
+        // A lock inside the object reached: named in it.
+        assert_eq!(
+            render("g_stats", 8, &[0, 0x18, 8]),
+            ("g_stats->conn->lock".to_string(), 2, true)
+        );
+        assert_eq!(
+            render("g_holder", 16, &[8, 0x10, 0]),
+            ("g_holder.stats->LOCK_access".to_string(), 2, false)
+        );
+        // The variable itself points to the lock: the dereference shows.
+        assert_eq!(
+            render("g_lockp", 8, &[0, 0]),
+            ("g_lockp->".to_string(), 0, true)
+        );
+        // Through a `void *`: offsets from there on.
+        assert_eq!(
+            render("g_stats", 8, &[0, 0x8, 0x20, 0]).0,
+            "g_stats->opaque->+0x20->"
+        );
+        assert_eq!(lock_span("rwlock"), 56);
+    }
+}
