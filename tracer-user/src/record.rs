@@ -95,6 +95,7 @@ pub async fn record(options: &RecordOptions) -> Result<Report> {
     let mut loaded = loader::load(&plan)?;
     // Maps and module files, kept so names resolve even after the target exits.
     let mut snapshot = symbolize::Snapshot::take(&target);
+    snapshot.watch(&loaded.ebpf);
     let modules: std::collections::BTreeSet<&str> =
         functions.iter().map(|f| f.module.as_str()).collect();
     eprintln!(
@@ -118,7 +119,6 @@ pub async fn record(options: &RecordOptions) -> Result<Report> {
         }
     );
     let started = Instant::now();
-    snapshot.watch(&loaded.ebpf);
     let mut refresh = || snapshot.tick();
     let (stopped_by, estimate) = match options.mode {
         Mode::Sampled => {

@@ -86,6 +86,20 @@ impl LiveNames {
         }
     }
 
+    /// Reads every module's symbols once, before the target's work is
+    /// traced: needed the moment a heap lock appears, and by naming at the end.
+    pub fn prepare(&mut self, pid: u32, maps: &[Mapping], files: &mut BTreeMap<String, File>) {
+        let started = Instant::now();
+        let root = PathBuf::from(format!("/proc/{pid}/root"));
+        self.modules_seen = files.len();
+        self.space = Some(AddressSpace::build(
+            maps.to_vec(),
+            files,
+            Some(root.as_path()),
+        ));
+        self.stats.elapsed_ms += started.elapsed().as_secs_f64() * 1e3;
+    }
+
     /// The address space built for the searches, if it covers `modules` module files.
     pub fn take_space(&mut self, modules: usize) -> Option<AddressSpace> {
         self.space.take().filter(|_| self.modules_seen == modules)
@@ -111,17 +125,8 @@ impl LiveNames {
             return;
         }
         self.last_keys = Some(now);
-        // Built on the first tick, while the target may still be idle (it
-        // is needed the moment a heap lock appears, and by naming at the end).
         if self.space.is_none() {
-            let root = PathBuf::from(format!("/proc/{pid}/root"));
-            self.modules_seen = files.len();
-            self.space = Some(AddressSpace::build(
-                maps.to_vec(),
-                files,
-                Some(root.as_path()),
-            ));
-            self.stats.elapsed_ms += now.elapsed().as_secs_f64() * 1e3;
+            self.prepare(pid, maps, files);
         }
         let work_started = Instant::now();
         // Heaviest first: (acquisitions or waits, address).

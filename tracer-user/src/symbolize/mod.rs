@@ -93,6 +93,7 @@ impl Snapshot {
     /// Searches heap locks' chains during the recording (see [`live`]).
     pub fn watch(&mut self, ebpf: &aya::Ebpf) {
         self.live = live::LiveNames::watch(ebpf);
+        self.live.prepare(self.pid, &self.maps, &mut self.files);
     }
 
     /// The recording's tick: fresh maps, then chains for new heap locks.
