@@ -3,9 +3,13 @@
 //! `g_struct+0x40`), or for heap locks a pointer chain from a global
 //! (`g_stats->+0x20->`); each lock's callers and stacks become functions.
 //!
+//! Fields come from DWARF where the module has it (`dwarf.rs`, `names.rs`:
+//! `g_registry.locks[2]`, `g_stats->LOCK_access`).
+//!
 //! Runs once after collect. What needs the target (its maps, its module
 //! files) is snapshotted at attach time, so names from ELF still work when
-//! the target has exited; pointer chains need it alive.
+//! the target has exited; pointer chains need it alive, so they are also
+//! searched during the recording (`live.rs`).
 pub mod chain;
 pub mod dwarf;
 pub mod elf;
