@@ -4,11 +4,14 @@
 //!
 //! Identity, first that exists: the lock's `name` (symbol or pointer chain),
 //! else the set of its caller functions (`callers[].function`), else
-//! `unidentified KIND`. Locks with the
+//! `unidentified KIND`. A lock also answers to its other names (its
+//! `offset_name`, its alternative routes), so a report from before field
+//! names (`g_stats->+0x20->`) still matches one with them
+//! (`g_stats->LOCK_access`). Locks with the
 //! same identity (e.g. one mutex per connection, all taken by the same
 //! function) are one row, their figures summed.
 use std::{
-    collections::BTreeMap,
+    collections::{BTreeMap, BTreeSet},
     fmt::Write,
     path::{Path, PathBuf},
     process::ExitCode,
@@ -56,6 +59,25 @@ struct Group {
     /// Lock contention rows (not condvar, Go runtime or other futex words):
     /// the only ones assertions select.
     is_lock: bool,
+    /// Other names of the same locks (offset notation, other routes).
+    aliases: BTreeSet<String>,
+}
+
+impl Group {
+    fn absorb(&mut self, other: Group) {
+        self.locks += other.locks;
+        self.acquisitions += other.acquisitions;
+        self.contended += other.contended;
+        self.wait_ns += other.wait_ns;
+        if let Some(held) = other.hold_ns {
+            *self.hold_ns.get_or_insert(0) += held;
+        }
+        self.is_lock |= other.is_lock;
+        self.labels.extend(other.labels);
+        self.labels.sort();
+        self.labels.dedup();
+        self.aliases.extend(other.aliases);
+    }
 }
 
 struct Side {
@@ -116,8 +138,21 @@ impl Side {
             if let Some(holds) = &lock.holds {
                 *group.hold_ns.get_or_insert(0) += holds.hold_ns;
             }
+            let aliases: Vec<String> = lock
+                .offset_name
+                .iter()
+                .cloned()
+                .chain(
+                    lock.alternatives
+                        .iter()
+                        .flat_map(|a| [a.name.clone(), a.offset_name.clone()]),
+                )
+                .filter(|alias| Some(alias) != name.as_ref())
+                .collect();
             group.labels.extend(name);
             group.labels.extend(callers);
+            group.labels.extend(aliases.iter().cloned());
+            group.aliases.extend(aliases);
             group.labels.sort();
             group.labels.dedup();
         }
@@ -143,9 +178,42 @@ impl Side {
     }
 }
 
+/// A group of one side known on the other only by one of its aliases (an
+/// older report's offset name, another route) takes the group's identity.
+fn unify(before: &mut Side, after: &mut Side) {
+    adopt(before, after);
+    adopt(after, before);
+}
+
+fn adopt(named: &Side, other: &mut Side) {
+    for (identity, group) in &named.groups {
+        if other.groups.contains_key(identity) {
+            continue;
+        }
+        let Some(alias) = group
+            .aliases
+            .iter()
+            .find(|alias| other.groups.contains_key(*alias))
+        else {
+            continue;
+        };
+        if let Some(found) = other.groups.remove(alias) {
+            other
+                .groups
+                .entry(identity.clone())
+                .or_insert_with(|| Group {
+                    kind: found.kind.clone(),
+                    ..Group::default()
+                })
+                .absorb(found);
+        }
+    }
+}
+
 pub fn run(args: &CompareArgs) -> Result<ExitCode> {
-    let before = Side::load(&args.before)?;
-    let after = Side::load(&args.after)?;
+    let mut before = Side::load(&args.before)?;
+    let mut after = Side::load(&args.after)?;
+    unify(&mut before, &mut after);
     let limits = args
         .assert_max
         .iter()
@@ -458,6 +526,73 @@ mod tests {
         assert_eq!(before.matching("global_stats").count(), 1);
         assert_eq!(before.matching("g_stats->").count(), 1);
         assert_eq!(after.matching("global_stats").count(), 0);
+    }
+
+    /// A report from before field names (the lock named in offsets, by the
+    /// registry route) compares with one that has them: one row.
+    #[test]
+    fn matches_old_offset_names() {
+        let dir = tempfile::tempdir().unwrap();
+        let old = write_report(
+            dir.path(),
+            "old.json",
+            10,
+            serde_json::json!([lock(
+                "0x1000",
+                80,
+                serde_json::json!({"name": "g_plugin_core+0x30->+0x10->"})
+            )]),
+        );
+        let older = write_report(
+            dir.path(),
+            "older.json",
+            10,
+            serde_json::json!([lock(
+                "0x1000",
+                40,
+                serde_json::json!({"name": "g_global_stats->+0x10->"})
+            )]),
+        );
+        let new = write_report(
+            dir.path(),
+            "new.json",
+            10,
+            serde_json::json!([lock(
+                "0x2000",
+                20,
+                serde_json::json!({
+                    "name": "g_global_stats->LOCK_access",
+                    "offset_name": "g_global_stats->+0x10->",
+                    "alternatives": [{
+                        "name": "g_plugin_core.plugin_header.plugin_stats->LOCK_access",
+                        "offset_name": "g_plugin_core+0x30->+0x10->",
+                        "chain": {"module": "/x", "root": "g_plugin_core", "offsets": [48, 16, 0]},
+                    }],
+                })
+            )]),
+        );
+        for (old, acquisitions) in [(&old, 80), (&older, 40)] {
+            let mut before = Side::load(old).unwrap();
+            let mut after = Side::load(&new).unwrap();
+            unify(&mut before, &mut after);
+            assert_eq!(
+                before.groups.keys().collect::<Vec<_>>(),
+                ["g_global_stats->LOCK_access"]
+            );
+            assert_eq!(
+                before.groups["g_global_stats->LOCK_access"].acquisitions,
+                acquisitions
+            );
+            let table = render(&before, &after);
+            assert!(!table.contains("disappeared"), "{table}");
+            // Selectors find it by any of its names.
+            assert_eq!(after.matching("g_global_stats->+0x10->").count(), 1);
+            // Old on the after side works too.
+            let mut before = Side::load(&new).unwrap();
+            let mut after = Side::load(old).unwrap();
+            unify(&mut before, &mut after);
+            assert!(after.groups.contains_key("g_global_stats->LOCK_access"));
+        }
     }
 
     #[test]

@@ -177,6 +177,8 @@ async fn trace(
         unlock_functions: &prepared.unlocks,
     };
     let mut loaded = attach::load(&plan)?;
+    // Pointer chains of heap locks are searched while the target lives.
+    snapshot.watch(&loaded.ebpf);
     announce(options, prepared, &loaded, window);
     if let Some(path) = &options.ready_file {
         std::fs::write(path, b"").map_err(|error| {
@@ -184,7 +186,7 @@ async fn trace(
         })?;
     }
     let started = Instant::now();
-    let mut refresh = || snapshot.refresh();
+    let mut refresh = || snapshot.tick();
     let (stopped_by, sampled) = if sampled_mode {
         // The sampler attaches and detaches the lock probes itself, so it
         // owns the BPF object; no load driver runs in this mode.

@@ -63,7 +63,9 @@ fn check_named(report: &Value, fixture: &Fixture, binary: &Path, flavor: Flavor)
     }
 
     let registry = lock_at(report, fixture.address("registry")).expect("registry lock in report");
-    assert_eq!(registry["name"], "g_registry+0x40", "{flavor:?}");
+    // Built with -g: the field, from DWARF; the offset notation alongside.
+    assert_eq!(registry["name"], "g_registry.lock", "{flavor:?}");
+    assert_eq!(registry["offset_name"], "g_registry+0x40", "{flavor:?}");
     assert_eq!(registry["acquisitions"], READS, "{flavor:?}");
     assert_eq!(
         callers(registry),
@@ -73,10 +75,11 @@ fn check_named(report: &Value, fixture: &Fixture, binary: &Path, flavor: Flavor)
 
     let stats = lock_at(report, fixture.address("stats")).expect("stats lock in report");
     assert_eq!(
-        stats["name"], "g_stats->+0x20->",
+        stats["name"], "g_stats->LOCK_access",
         "{flavor:?}: {}",
         report["naming"]
     );
+    assert_eq!(stats["offset_name"], "g_stats->+0x20->", "{flavor:?}");
     assert_eq!(stats["acquisitions"], READS, "{flavor:?}");
     assert_eq!(
         callers(stats),
@@ -136,8 +139,7 @@ fn names_and_callers_static_and_musl() {
     }
 }
 
-/// After the target exits, ELF names still resolve (files opened at attach);
-/// heap chains cannot, and the report says why.
+/// After the target exits, ELF names still resolve (files opened at attach).
 #[test]
 fn names_after_target_exit() {
     let binary = fixture("naming", Flavor::Glibc);
@@ -150,14 +152,8 @@ fn names_after_target_exit() {
         callers(global),
         owned(&[("reader", READS), ("writer", WRITES)])
     );
-    let stats = lock_at(&report, addresses["stats"][0]).unwrap();
-    assert_eq!(stats["name"], Value::Null);
-    assert!(
-        report["naming"]["pointer_chains"]
-            .as_str()
-            .unwrap()
-            .contains("target exited")
-    );
+    let registry = lock_at(&report, addresses["registry"][0]).unwrap();
+    assert_eq!(registry["name"], "g_registry.lock");
 }
 
 /// `--stacks N`: stacks with the immediate caller, folded and SVG output.
@@ -218,7 +214,7 @@ fn stacks_folded_and_svg() {
         "{folded}"
     );
     assert_eq!(
-        folded_count("stats_update;pthread_mutex_lock;lock g_stats->+0x20->"),
+        folded_count("stats_update;pthread_mutex_lock;lock g_stats->LOCK_access"),
         READS,
         "{folded}"
     );
@@ -368,4 +364,140 @@ fn rust_std_mutex_futex_named_and_attributed() {
         callers(lock),
         owned(&[("rust_mutex::bump_counter", contended)])
     );
+}
+
+const STATS: u64 = 4000;
+const REGISTRY: u64 = 3000;
+const SLOT: u64 = 2000;
+
+/// Runs the mysqlnd-shaped fixture; `linger` seconds after its work it
+/// exits. With `interrupt`, the recording stops while it is still alive.
+fn trace_mysqlnd(binary: &Path, linger: u32, interrupt: bool) -> (Value, Fixture) {
+    let mut fixture = Fixture::spawn(
+        binary,
+        &[
+            &STATS.to_string(),
+            &REGISTRY.to_string(),
+            &SLOT.to_string(),
+            &linger.to_string(),
+        ],
+    );
+    let trace = Trace::attach(fixture.pid(), &["--duration", "60"]);
+    fixture.start();
+    let done = fixture
+        .read_line()
+        .expect("fixture printed nothing after its work");
+    assert_eq!(done, "done");
+    if interrupt {
+        trace.interrupt();
+    }
+    let (report, _table) = trace.finish();
+    (report, fixture)
+}
+
+/// The fixture's locks inside g_registry: names and exact counts.
+fn assert_struct_locks(report: &Value, fixture: &Fixture, (registry, slot): (&str, &str)) {
+    for (address, name, count) in [("registry", registry, REGISTRY), ("slot", slot, SLOT)] {
+        let lock = lock_at(report, fixture.address(address)).expect("lock in report");
+        assert_eq!(lock["name"], name);
+        assert_eq!(lock["acquisitions"], count);
+    }
+    let registry_lock = lock_at(report, fixture.address("registry")).unwrap();
+    assert_eq!(registry_lock["offset_name"], "g_registry+0x68");
+    let slot_lock = lock_at(report, fixture.address("slot")).unwrap();
+    assert_eq!(slot_lock["offset_name"], "g_registry+0x90");
+}
+
+/// Issue 10: built with -g, the heap statistics mutex is named by the
+/// field that points to it, through the typed global pointer (the direct
+/// route), with the registry route as the alternative; globals inside a
+/// struct by array element and union member. Exact counts.
+#[test]
+fn mysqlnd_shaped_names_from_debug_info() {
+    let binary = fixture("mysqlnd_stats", Flavor::Glibc);
+    let (report, fixture) = trace_mysqlnd(&binary, 60, true);
+    let module = binary.to_str().unwrap();
+    let stats = lock_at(&report, fixture.address("stats")).expect("stats lock in report");
+    assert_eq!(
+        stats["name"], "g_global_stats->LOCK_access",
+        "{}",
+        report["naming"]
+    );
+    assert_eq!(stats["offset_name"], "g_global_stats->+0x10->");
+    assert_eq!(
+        stats["chain"],
+        serde_json::json!({"module": module, "root": "g_global_stats", "offsets": [0, 0x10, 0]})
+    );
+    assert_eq!(
+        stats["alternatives"][0],
+        serde_json::json!({
+            "name": "g_plugin_core.plugin_header.plugin_stats->LOCK_access",
+            "offset_name": "g_plugin_core+0x30->+0x10->",
+            "chain": {"module": module, "root": "g_plugin_core", "offsets": [0x30, 0x10, 0]},
+        })
+    );
+    assert_eq!(stats["acquisitions"], STATS);
+    assert_eq!(callers(stats), owned(&[("stats_add", STATS)]));
+
+    assert_struct_locks(
+        &report,
+        &fixture,
+        ("g_registry.locks[2]", "g_registry.slot.mutex"),
+    );
+    assert!(
+        report["naming"]["debug_info"]
+            .to_string()
+            .contains(&format!("{module} <- {module}")),
+        "{}",
+        report["naming"]
+    );
+}
+
+/// Without debug info the same rule picks the same root, in offsets.
+#[test]
+fn mysqlnd_shaped_names_without_debug_info() {
+    let binary = fixture_with("mysqlnd_stats", Flavor::Glibc, &["-g0"]);
+    let (report, fixture) = trace_mysqlnd(&binary, 60, true);
+    let stats = lock_at(&report, fixture.address("stats")).expect("stats lock in report");
+    assert_eq!(
+        stats["name"], "g_global_stats->+0x10->",
+        "{}",
+        report["naming"]
+    );
+    assert_eq!(stats["offset_name"], "g_global_stats->+0x10->");
+    assert_eq!(
+        stats["alternatives"][0]["name"],
+        "g_plugin_core+0x30->+0x10->"
+    );
+    assert_eq!(stats["acquisitions"], STATS);
+    assert_struct_locks(&report, &fixture, ("g_registry+0x68", "g_registry+0x90"));
+}
+
+/// A target that exits one second after its work, before the recording
+/// ends: its heap lock keeps the name found while it was alive.
+#[test]
+fn heap_names_kept_after_target_exit() {
+    let binary = fixture("mysqlnd_stats", Flavor::Glibc);
+    let (report, fixture) = trace_mysqlnd(&binary, 1, false);
+    assert_eq!(report["stopped_by"], "target_exited");
+    let stats = lock_at(&report, fixture.address("stats")).expect("stats lock in report");
+    assert_eq!(
+        stats["name"], "g_global_stats->LOCK_access",
+        "{}",
+        report["naming"]
+    );
+    assert_eq!(stats["acquisitions"], STATS);
+    let naming = &report["naming"];
+    assert!(
+        naming["pointer_chains"]
+            .as_str()
+            .unwrap()
+            .starts_with("1 of 1 heap locks named by pointer chains found during the recording"),
+        "{naming}"
+    );
+    let live = &naming["live"];
+    assert!(live["searches"].as_u64().unwrap() >= 1, "{naming}");
+    assert_eq!(live["heap_locks_named"], 1, "{naming}");
+    // Bounded: each search has a 250 ms budget.
+    assert!(live["max_search_ms"].as_f64().unwrap() < 1000.0, "{naming}");
 }

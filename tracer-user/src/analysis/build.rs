@@ -42,33 +42,15 @@ pub fn build(info: RecordInfo, collected: &Collected, functions: &[LockFunction]
         let is_rwlock = counts.calls[LockOp::RwlockRdlock as usize]
             + counts.calls[LockOp::RwlockWrlock as usize]
             > 0;
-        locks.insert(
-            address,
-            Lock {
-                address,
-                kind: if is_rwlock {
-                    LockKind::Rwlock
-                } else {
-                    LockKind::Mutex
-                },
-                acquisitions: Some(calls.values().sum()),
-                calls,
-                contended: 0,
-                wakes: 0,
-                wait_ns: 0,
-                max_wait_ns: 0,
-                name: None,
-                region: String::new(),
-                module: None,
-                callers: Vec::new(),
-                per_request: None,
-                acquisitions_error: None,
-                wait_class: WaitClass::Lock,
-                wait_histogram: Vec::new(),
-                holders: Vec::new(),
-                holds: None,
-            },
-        );
+        let kind = if is_rwlock {
+            LockKind::Rwlock
+        } else {
+            LockKind::Mutex
+        };
+        let mut lock = Lock::empty(address, kind, WaitClass::Lock);
+        lock.acquisitions = Some(calls.values().sum());
+        lock.calls = calls;
+        locks.insert(address, lock);
     }
     for (&futex, counts) in &collected.futexes {
         // The lock whose bytes contain this futex word, if any.

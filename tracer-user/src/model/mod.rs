@@ -16,7 +16,7 @@ pub use holds::{HoldSite, Holds, WaitHolder, add_histogram, quantile};
 pub use kinds::{LockKind, Mode, Placement, RequestSource, StopReason, WaitClass};
 pub use overhead::{Calibration, Overhead};
 pub use report::{
-    Caller, ClassTotals, Frame, Lock, LockStack, Naming, PlacementFallback, Report, SCHEMA,
-    TargetInfo, Totals,
+    AlternativeName, Caller, ClassTotals, Frame, LiveNaming, Lock, LockChain, LockStack, Naming,
+    PlacementFallback, Report, SCHEMA, TargetInfo, Totals,
 };
 pub use requests::{PerRequest, Requests};

@@ -116,6 +116,16 @@ pub struct Lock {
     /// `--hold-times`: completed holds; null where not recorded.
     #[serde(default)]
     pub holds: Option<Holds>,
+    /// The name in offsets from the symbol (`g_stats->+0x10->`), as
+    /// without debug info; what older reports called the lock.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offset_name: Option<String>,
+    /// The raw route to the lock, for tools.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chain: Option<LockChain>,
+    /// Other routes to the same heap lock, the runner-up first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub alternatives: Vec<AlternativeName>,
 }
 
 impl Lock {
@@ -140,6 +150,9 @@ impl Lock {
             wait_histogram: Vec::new(),
             holders: Vec::new(),
             holds: None,
+            offset_name: None,
+            chain: None,
+            alternatives: Vec::new(),
         }
     }
 
@@ -160,6 +173,42 @@ pub struct ClassTotals {
     /// Waits and wait time per request; null without a request count.
     #[serde(default)]
     pub per_request: Option<PerRequest>,
+}
+
+/// A route from a global to a lock: the pointer stored at `offsets[0]` in
+/// `root` points to an object whose pointer at `offsets[1]` points to the
+/// next, …; the lock is at the last offset of the last object. One offset:
+/// the lock is inside the global itself.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct LockChain {
+    /// Module (as the target sees it) whose data holds `root`.
+    pub module: String,
+    /// The root variable, as in the symbol table (or DWARF).
+    pub root: String,
+    pub offsets: Vec<u64>,
+}
+
+/// Another name of the same lock (a longer route to it).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct AlternativeName {
+    pub name: String,
+    pub offset_name: String,
+    pub chain: LockChain,
+}
+
+/// Naming during the recording: pointer chains searched for heap locks
+/// while the target is alive, so a target that exits first keeps them.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct LiveNaming {
+    /// Searches run (about one a second while new heap locks appear).
+    pub searches: u64,
+    /// Heap locks searched for, and named, during the recording.
+    pub heap_locks_seen: usize,
+    pub heap_locks_named: usize,
+    /// Time spent (searches, and reading the modules' symbols once, which
+    /// naming at the end then reuses), and the longest search (each is bounded).
+    pub elapsed_ms: f64,
+    pub max_search_ms: f64,
 }
 
 /// A code location: function (demangled) and module, and the offset of the
@@ -215,6 +264,12 @@ pub struct Naming {
     /// that left locks or callers of this report unnamed.
     #[serde(default)]
     pub stripped: Vec<String>,
+    /// `module <- file (N variables, T ms)`: DWARF read to name fields.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub debug_info: Vec<String>,
+    /// Pointer chains searched during the recording.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub live: Option<LiveNaming>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]

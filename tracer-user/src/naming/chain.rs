@@ -3,7 +3,7 @@
 //! live target's memory breadth-first from its modules' data, with bounded
 //! hops, field offsets, reads and time.
 use std::{
-    collections::{BTreeMap, BTreeSet, HashSet, VecDeque},
+    collections::{BTreeMap, BTreeSet, HashMap, VecDeque},
     time::{Duration, Instant},
 };
 
@@ -16,14 +16,74 @@ pub const MAX_FIELD_OFFSET: u64 = 0x400;
 pub const TIME_BUDGET: Duration = Duration::from_secs(2);
 const MAX_READS: usize = 200_000;
 
+/// Routes kept per object and candidate chains kept per lock.
+const MAX_ARRIVALS: usize = 4;
+const MAX_CANDIDATES: usize = 8;
+
 /// How the search went, for the report.
 #[derive(Debug, Default, Clone)]
 pub struct SearchOutcome {
-    pub chains: BTreeMap<u64, String>,
+    /// Candidate chains per lock, the structurally best first (see [`RawChain::rank`]).
+    pub chains: BTreeMap<u64, Vec<RawChain>>,
     pub pointers_followed: usize,
     /// False when the time or read budget ran out first.
     pub complete: bool,
     pub elapsed: Duration,
+}
+
+/// One route from a global to a lock, in offsets: the pointer stored at
+/// `offsets[0]` in the root variable points to an object, whose pointer at
+/// `offsets[1]` points to the next, …; the lock is at the last offset of
+/// the last object. `offsets.len() - 1` pointers are followed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RawChain {
+    /// Path of the module holding the root variable.
+    pub module: String,
+    /// The root variable's symbol (as in the symbol table).
+    pub root: String,
+    /// Link-time address and size of the root symbol.
+    pub root_address: u64,
+    pub root_size: u64,
+    pub offsets: Vec<u64>,
+    /// 0: the root is in the executable, 1: in a library.
+    pub origin_class: u8,
+}
+
+impl RawChain {
+    pub fn hops(&self) -> usize {
+        self.offsets.len().saturating_sub(1)
+    }
+
+    /// The root variable's whole value is the first pointer (`g_stats`, not `g_core+0x30`).
+    pub fn pointer_root(&self) -> bool {
+        self.offsets.first() == Some(&0) && self.root_size == 8
+    }
+
+    /// Lower is better: ends right at the lock, a pointer variable as root,
+    /// fewer hops, fewer non-zero offsets, the executable first.
+    pub fn rank(&self) -> (bool, bool, usize, usize, u8) {
+        (
+            self.offsets.last().is_some_and(|&o| o != 0),
+            !self.pointer_root(),
+            self.hops(),
+            self.offsets.iter().filter(|&&o| o != 0).count(),
+            self.origin_class,
+        )
+    }
+
+    /// Offset notation: `g_stats->+0x20->`, `g_core+0x30->+0x10->`.
+    pub fn offset_name(&self) -> String {
+        let mut text = super::elf::Symbol {
+            address: self.root_address,
+            size: self.root_size,
+            name: self.root.clone(),
+        }
+        .with_offset(self.offsets.first().copied().unwrap_or(0));
+        for &offset in self.offsets.iter().skip(1) {
+            text = render(&format!("{text}->"), offset);
+        }
+        text
+    }
 }
 
 /// Reads the target's memory (process_vm_readv: no ptrace stop needed).
@@ -52,24 +112,39 @@ impl Memory {
     }
 }
 
-/// (ends inside an object, hops, origin class, final offset): lower is better.
-type ChainRank = (bool, usize, u8, u64);
+/// How the search reached an object.
+#[derive(Debug, Clone, Copy)]
+enum Arrival {
+    /// A pointer stored in a global: module index and link-time slot address.
+    Root { module: usize, slot: u64 },
+    /// A pointer at `offset` in an object already reached.
+    Field { parent: usize, offset: u64 },
+}
 
-struct Node {
-    /// Address the last pointer points to (start of the pointed-to object).
-    object: u64,
-    /// Rendered chain up to and including the dereference that reached `object`.
-    path: String,
+/// A pointed-to object the search reached.
+struct Reached {
+    address: u64,
     hops: usize,
-    /// Where the chain starts: 0 the executable, 1 a library.
-    origin_class: u8,
+    arrivals: Vec<Arrival>,
+    /// Some route to it starts at a pointer variable.
+    pointer_rooted: bool,
 }
 
 /// Searches chains to each of `locks` (heap addresses), breadth-first from
-/// the pointers held in named globals. A chain ending in a pointer to the
-/// lock itself wins over one ending inside a larger object, then fewer hops,
-/// then a start in the executable over one in a library.
+/// the pointers held in named globals; every route of the shortest length
+/// (and a few longer ones) is kept, for [`RawChain::rank`] and the namer to
+/// choose from.
 pub fn search(space: &AddressSpace, memory: &Memory, locks: &[u64]) -> SearchOutcome {
+    search_within(space, memory, locks, TIME_BUDGET)
+}
+
+/// [`search`] with its own time budget.
+pub fn search_within(
+    space: &AddressSpace,
+    memory: &Memory,
+    locks: &[u64],
+    budget: Duration,
+) -> SearchOutcome {
     let started = Instant::now();
     let mut outcome = SearchOutcome {
         complete: true,
@@ -93,22 +168,24 @@ pub fn search(space: &AddressSpace, memory: &Memory, locks: &[u64]) -> SearchOut
             .iter()
             .any(|&(start, end)| value >= start && value < end)
     };
-    // Best chain so far per lock: (ends inside an object, hops, origin, offset), text.
-    let mut best: BTreeMap<u64, (ChainRank, String)> = BTreeMap::new();
     let executable = space
         .maps
         .iter()
         .find(|m| m.is_file())
         .map(|m| m.path.as_str());
 
+    let mut reached: Vec<Reached> = Vec::new();
+    let mut by_address: HashMap<u64, usize> = HashMap::new();
     let mut queue = VecDeque::new();
-    let mut visited = HashSet::new();
+    // Objects holding each lock, and the lock's offset in them.
+    let mut hits: BTreeMap<u64, Vec<(usize, u64)>> = BTreeMap::new();
     let mut reads = 0usize;
     // Hop 1: pointers stored in named globals.
     // Executable first, so breadth-first order is also origin order.
-    let mut modules: Vec<_> = space.modules.iter().collect();
-    modules.sort_by_key(|module| Some(module.path.as_str()) != executable);
-    for module in modules {
+    let mut modules: Vec<(usize, &super::region::LoadedModule)> =
+        space.modules.iter().enumerate().collect();
+    modules.sort_by_key(|(_, module)| Some(module.path.as_str()) != executable);
+    for (module_index, module) in modules {
         let is_executable = Some(module.path.as_str()) == executable;
         // The allocator's and the dynamic linker's own data (arenas, bins,
         // tcache, brk, link maps) point at chunks live or freed: chains from
@@ -122,7 +199,6 @@ pub fn search(space: &AddressSpace, memory: &Memory, locks: &[u64]) -> SearchOut
         if is_runtime && !is_executable {
             continue;
         }
-        let origin_class = if is_executable { 0 } else { 1 };
         for section in module
             .symbols
             .sections
@@ -146,39 +222,57 @@ pub fn search(space: &AddressSpace, memory: &Memory, locks: &[u64]) -> SearchOut
                 if is_runtime_internal(&symbol.name) {
                     continue;
                 }
-                let origin = symbol.with_offset(offset);
-                if visited.insert(value) {
-                    queue.push_back(Node {
-                        object: value,
-                        path: format!("{origin}->"),
-                        hops: 1,
-                        origin_class,
-                    });
+                let arrival = Arrival::Root {
+                    module: module_index,
+                    slot: module.link_address(slot),
+                };
+                let pointer_rooted = offset == 0 && symbol.size == 8;
+                match by_address.get(&value) {
+                    Some(&id) => {
+                        let object = &mut reached[id];
+                        if object.arrivals.len() < MAX_ARRIVALS {
+                            object.arrivals.push(arrival);
+                            object.pointer_rooted |= pointer_rooted;
+                        }
+                    }
+                    None => {
+                        by_address.insert(value, reached.len());
+                        queue.push_back(reached.len());
+                        reached.push(Reached {
+                            address: value,
+                            hops: 1,
+                            arrivals: vec![arrival],
+                            pointer_rooted,
+                        });
+                    }
                 }
             }
         }
     }
+    // Breadth-first, so every route of a given length is known before any
+    // object of the next length is read. Done when each lock is reached
+    // exactly (a pointer to the lock itself) by a route from a pointer
+    // variable, once the level it was found at is finished; or one level
+    // after each is reached exactly from any root.
+    let mut settled_level: Option<usize> = None;
     // The word before the object too: glibc malloc's chunk size bounds the object.
     let mut buffer = vec![0u8; 8 + MAX_FIELD_OFFSET as usize];
-    while let Some(node) = queue.pop_front() {
-        // Done when every lock has a chain that points right at it.
-        if wanted
-            .iter()
-            .all(|lock| best.get(lock).is_some_and(|((inside, _, _, _), _)| !inside))
-        {
+    while let Some(id) = queue.pop_front() {
+        let (object, hops) = (reached[id].address, reached[id].hops);
+        if settled_level.is_some_and(|level| hops > level) {
             break;
         }
-        if started.elapsed() > TIME_BUDGET || reads > MAX_READS {
+        if started.elapsed() > budget || reads > MAX_READS {
             outcome.complete = false;
             break;
         }
         outcome.pointers_followed += 1;
         // An object at the start of a mapping has no readable word before it.
-        let read = if is_heap(node.object.wrapping_sub(8)) {
-            memory.read(node.object - 8, &mut buffer)
+        let read = if is_heap(object.wrapping_sub(8)) {
+            memory.read(object - 8, &mut buffer)
         } else {
             buffer[..8].fill(0);
-            8 + memory.read(node.object, &mut buffer[8..])
+            8 + memory.read(object, &mut buffer[8..])
         };
         reads += 1;
         if read < 16 {
@@ -195,14 +289,30 @@ pub fn search(space: &AddressSpace, memory: &Memory, locks: &[u64]) -> SearchOut
             None if glibc_malloc => 1,
             _ => object_size,
         };
-        for &lock in wanted.range(node.object..node.object + match_size) {
-            let offset = lock - node.object;
-            let rank = (offset != 0, node.hops, node.origin_class, offset);
-            if best.get(&lock).is_none_or(|(known, _)| rank < *known) {
-                best.insert(lock, (rank, render(&node.path, offset)));
+        for &lock in wanted.range(object..object + match_size) {
+            let found = hits.entry(lock).or_default();
+            if found.len() < MAX_CANDIDATES {
+                found.push((id, lock - object));
             }
         }
-        if node.hops >= MAX_HOPS {
+        let all_exact = |pointer_rooted: bool| {
+            wanted.iter().all(|lock| {
+                hits.get(lock).is_some_and(|found| {
+                    found.iter().any(|&(id, offset)| {
+                        offset == 0 && (reached[id].pointer_rooted || !pointer_rooted)
+                    })
+                })
+            })
+        };
+        // A route from a pointer variable may be a level longer: one more
+        // level is searched for it, not more (the cost stays near the old
+        // first-exact-hit stop).
+        if all_exact(true) {
+            settled_level = Some(settled_level.map_or(hops, |level| level.min(hops)));
+        } else if settled_level.is_none() && all_exact(false) {
+            settled_level = Some(hops + 1);
+        }
+        if hops >= MAX_HOPS {
             continue;
         }
         for (index, word) in buffer[8..8 + object_size as usize]
@@ -210,23 +320,100 @@ pub fn search(space: &AddressSpace, memory: &Memory, locks: &[u64]) -> SearchOut
             .enumerate()
         {
             let value = u64::from_le_bytes(word.try_into().unwrap_or_default());
-            if is_heap(value) && visited.insert(value) {
-                let field = render(&node.path, index as u64 * 8);
-                queue.push_back(Node {
-                    object: value,
-                    path: format!("{field}->"),
-                    hops: node.hops + 1,
-                    origin_class: node.origin_class,
-                });
+            if !is_heap(value) || value == object {
+                continue;
+            }
+            let arrival = Arrival::Field {
+                parent: id,
+                offset: index as u64 * 8,
+            };
+            let pointer_rooted = reached[id].pointer_rooted;
+            match by_address.get(&value) {
+                Some(&known) => {
+                    let target = &mut reached[known];
+                    if target.arrivals.len() < MAX_ARRIVALS {
+                        target.arrivals.push(arrival);
+                        target.pointer_rooted |= pointer_rooted;
+                    }
+                }
+                None => {
+                    by_address.insert(value, reached.len());
+                    queue.push_back(reached.len());
+                    reached.push(Reached {
+                        address: value,
+                        hops: hops + 1,
+                        arrivals: vec![arrival],
+                        pointer_rooted,
+                    });
+                }
             }
         }
     }
-    outcome.chains = best
-        .into_iter()
-        .map(|(lock, (_, chain))| (lock, chain))
-        .collect();
+    for (lock, found) in hits {
+        let mut chains = Vec::new();
+        for (id, offset) in found {
+            routes(space, &reached, id, vec![offset], executable, &mut chains);
+        }
+        chains.sort_by(|a, b| {
+            a.rank()
+                .cmp(&b.rank())
+                .then_with(|| a.offsets.cmp(&b.offsets))
+        });
+        chains.dedup();
+        chains.truncate(MAX_CANDIDATES);
+        if !chains.is_empty() {
+            outcome.chains.insert(lock, chains);
+        }
+    }
     outcome.elapsed = started.elapsed();
     outcome
+}
+
+/// Every route (up to [`MAX_HOPS`] pointers, at most [`MAX_CANDIDATES`]
+/// per call chain) from a global to object `id`; `tail` holds the offsets
+/// after it, innermost last.
+fn routes(
+    space: &AddressSpace,
+    reached: &[Reached],
+    id: usize,
+    tail: Vec<u64>,
+    executable: Option<&str>,
+    out: &mut Vec<RawChain>,
+) {
+    if tail.len() > MAX_HOPS || out.len() >= MAX_CANDIDATES * 4 {
+        return;
+    }
+    for arrival in &reached[id].arrivals {
+        match *arrival {
+            Arrival::Root { module, slot } => {
+                let Some(loaded) = space.modules.get(module) else {
+                    continue;
+                };
+                let Some((symbol, offset)) = loaded.symbols.object_at(slot) else {
+                    continue;
+                };
+                let mut offsets = vec![offset];
+                offsets.extend(&tail);
+                out.push(RawChain {
+                    module: loaded.path.clone(),
+                    root: symbol.name.clone(),
+                    root_address: symbol.address,
+                    root_size: symbol.size,
+                    offsets,
+                    origin_class: u8::from(Some(loaded.path.as_str()) != executable),
+                });
+            }
+            Arrival::Field { parent, offset } => {
+                // A route through the object itself goes round in a circle.
+                if parent == id {
+                    continue;
+                }
+                let mut longer = vec![offset];
+                longer.extend(&tail);
+                routes(space, reached, parent, longer, executable, out);
+            }
+        }
+    }
 }
 
 /// glibc marks a freed tcache chunk with the process's random `tcache_key`
@@ -325,6 +512,29 @@ mod tests {
         assert!(!super::is_freed_chunk(&chunk(7, 0x20), 0, None));
         assert_eq!(super::malloc_usable_size(0x31), Some(0x28));
         assert_eq!(super::malloc_usable_size(0x2d30303000000000), None);
+    }
+
+    #[test]
+    fn ranks_routes_like_a_person() {
+        let chain = |root: &str, size: u64, offsets: &[u64]| super::RawChain {
+            module: "/bin/x".into(),
+            root: root.into(),
+            root_address: 0x4000,
+            root_size: size,
+            offsets: offsets.to_vec(),
+            origin_class: 0,
+        };
+        let direct = chain("g_global_stats", 8, &[0, 0x10, 0]);
+        let registry = chain("g_plugin_core", 0x38, &[0x30, 0x10, 0]);
+        let inside = chain("g_global_stats", 8, &[0, 0x10, 0x8]);
+        assert!(direct.pointer_root() && !registry.pointer_root());
+        assert!(direct.rank() < registry.rank());
+        // Ending right at the lock first, whatever the root.
+        assert!(registry.rank() < inside.rank());
+        assert_eq!(direct.offset_name(), "g_global_stats->+0x10->");
+        assert_eq!(registry.offset_name(), "g_plugin_core+0x30->+0x10->");
+        assert_eq!(inside.offset_name(), "g_global_stats->+0x10->+0x8");
+        assert_eq!(direct.hops(), 2);
     }
 
     #[test]

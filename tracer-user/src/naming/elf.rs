@@ -62,6 +62,8 @@ pub struct ModuleSymbols {
     /// The separate debug file whose symbols were merged in, if any.
     /// The separate debug file, as a path in the target's root (or the host's).
     pub debug_file: Option<String>,
+    /// The same file as the tracer opens it (its DWARF is read from there).
+    pub debug_path: Option<PathBuf>,
 }
 
 impl ModuleSymbols {
@@ -105,7 +107,8 @@ impl ModuleSymbols {
             let shown = root
                 .and_then(|root| debug_path.strip_prefix(root).ok())
                 .map(|p| Path::new("/").join(p));
-            module.debug_file = Some(shown.unwrap_or(debug_path).display().to_string());
+            module.debug_file = Some(shown.unwrap_or(debug_path.clone()).display().to_string());
+            module.debug_path = Some(debug_path);
         }
         for list in [&mut module.objects, &mut module.functions] {
             list.sort_by(|a, b| {

@@ -3,12 +3,19 @@
 //! `g_struct+0x40`), or for heap locks a pointer chain from a global
 //! (`g_stats->+0x20->`); each lock's callers and stacks become functions.
 //!
+//! Fields come from DWARF where the module has it (`dwarf.rs`, `names.rs`:
+//! `g_registry.locks[2]`, `g_stats->LOCK_access`).
+//!
 //! Runs once after collect. What needs the target (its maps, its module
 //! files) is snapshotted at attach time, so names from ELF still work when
-//! the target has exited; pointer chains need it alive.
+//! the target has exited; pointer chains need it alive, so they are also
+//! searched during the recording (`live.rs`).
 pub mod chain;
+pub mod dwarf;
 pub mod elf;
 pub mod holders;
+pub mod live;
+pub mod names;
 pub mod region;
 
 use std::{
@@ -47,6 +54,8 @@ pub struct Snapshot {
     thread_stacks: BTreeMap<u64, u64>,
     /// The target's threads seen, and their names (for lock holders).
     pub thread_names: BTreeMap<u32, String>,
+    /// Heap locks' pointer chains, searched during the recording.
+    live: live::LiveNames,
 }
 
 impl Snapshot {
@@ -57,6 +66,7 @@ impl Snapshot {
             files: BTreeMap::new(),
             thread_stacks: BTreeMap::new(),
             thread_names: BTreeMap::new(),
+            live: live::LiveNames::default(),
         };
         snapshot.note_thread_stacks();
         snapshot.open_files();
@@ -89,6 +99,19 @@ impl Snapshot {
         self.maps.sort_by_key(|mapping| mapping.start);
         self.note_thread_stacks();
         self.open_files();
+    }
+
+    /// Searches heap locks' chains during the recording (see [`live`]).
+    pub fn watch(&mut self, ebpf: &aya::Ebpf) {
+        self.live = live::LiveNames::watch(ebpf);
+        self.live.prepare(self.pid, &self.maps, &mut self.files);
+    }
+
+    /// The recording's tick: fresh maps, then chains for new heap locks.
+    pub fn tick(&mut self) {
+        self.refresh();
+        self.live
+            .tick(self.pid, &self.maps, &mut self.files, &self.thread_stacks);
     }
 
     /// Remembers which mappings hold a thread's stack pointer now.
@@ -140,8 +163,14 @@ pub fn annotate(
         snapshot.refresh();
     }
     let root = alive.then(|| PathBuf::from(format!("/proc/{}/root", snapshot.pid)));
-    let mut space =
-        AddressSpace::build(snapshot.maps.clone(), &mut snapshot.files, root.as_deref());
+    // The address space built during the recording, when no module came since.
+    let mut space = match snapshot.live.take_space(snapshot.files.len()) {
+        Some(mut space) => {
+            space.maps = snapshot.maps.clone();
+            space
+        }
+        None => AddressSpace::build(snapshot.maps.clone(), &mut snapshot.files, root.as_deref()),
+    };
     space.thread_stacks = snapshot.thread_stacks.clone();
 
     let mut callers: HashMap<u64, CallSites> = HashMap::new();
@@ -157,15 +186,17 @@ pub fn annotate(
             .or_insert(0) += count;
     }
 
+    let mut namer = names::Namer::new(&space, &snapshot.files);
     for lock in &mut report.locks {
         let address = lock.address;
         lock.region = space.region_of(address);
         if let Some(module) = space.module_of(address) {
             lock.module = Some(module.path.clone());
-            lock.name = module
-                .symbols
-                .object_at(module.link_address(address))
-                .map(|(symbol, offset)| symbol.with_offset(offset));
+            if let Some(named) = namer.global(module, module.link_address(address), lock.kind) {
+                lock.name = Some(named.name);
+                lock.offset_name = Some(named.offset_name);
+                lock.chain = Some(named.chain);
+            }
         }
         lock.callers = sorted_callers(callers.remove(&address).unwrap_or_default());
     }
@@ -188,23 +219,35 @@ pub fn annotate(
         .take(CHAIN_SEARCH_LOCKS)
         .map(|lock| lock.address)
         .collect();
-    let pointer_chains = if heap_locks.is_empty() {
-        "no heap locks to name".to_string()
+    let live = &snapshot.live;
+    let live_named = heap_locks
+        .iter()
+        .filter(|lock| live.found.contains_key(lock))
+        .count();
+    let (found, pointer_chains) = if heap_locks.is_empty() {
+        (BTreeMap::new(), "no heap locks to name".to_string())
     } else if !alive {
-        format!(
-            "{} heap locks not named: the target exited before naming (pointer chains are read from its live memory)",
-            heap_locks.len()
-        )
+        let message = if live_named > 0 {
+            format!(
+                "{live_named} of {} heap locks named by pointer chains found during the recording (the target exited before naming)",
+                heap_locks.len()
+            )
+        } else {
+            format!(
+                "{} heap locks not named: the target exited before naming and no chain was found during the recording (pointer chains are read from its live memory)",
+                heap_locks.len()
+            )
+        };
+        (live.found.clone(), message)
     } else {
         let outcome = chain::search(&space, &chain::Memory::new(snapshot.pid), &heap_locks);
-        for lock in &mut report.locks {
-            if let Some(chain) = outcome.chains.get(&lock.address) {
-                lock.name = Some(chain.clone());
-            }
-        }
-        format!(
-            "{} of {} heap locks named by a pointer chain from a global ({} pointers followed in {} ms{}; at most {} hops, fields up to {:#x}); the others: no chain found",
-            outcome.chains.len(),
+        let mut found = live.found.clone();
+        let named_now = outcome.chains.len();
+        // Routes read now are the current ones; those from the recording fill in.
+        found.extend(outcome.chains);
+        let named = heap_locks.iter().filter(|l| found.contains_key(l)).count();
+        let message = format!(
+            "{named} of {} heap locks named by a pointer chain from a global ({named_now} by the search now: {} pointers followed in {} ms{}; at most {} hops, fields up to {:#x}; {} only by the searches during the recording)",
             heap_locks.len(),
             outcome.pointers_followed,
             outcome.elapsed.as_millis(),
@@ -214,9 +257,27 @@ pub fn annotate(
                 ", budget ran out"
             },
             chain::MAX_HOPS,
-            chain::MAX_FIELD_OFFSET
-        )
+            chain::MAX_FIELD_OFFSET,
+            named.saturating_sub(named_now),
+        );
+        (found, message)
     };
+    for lock in &mut report.locks {
+        let Some(candidates) = found.get(&lock.address) else {
+            continue;
+        };
+        if lock.name.is_some() {
+            continue;
+        }
+        if let Some((best, runner_up)) = namer.choose(candidates, lock.kind) {
+            lock.alternatives = runner_up.iter().map(names::Named::alternative).collect();
+            lock.name = Some(best.name);
+            lock.offset_name = Some(best.offset_name);
+            lock.chain = Some(best.chain);
+        }
+    }
+    let debug_info = namer.debug_info_used();
+    drop(namer);
 
     if options.stacks_per_lock > 0 {
         report.stacks = resolve_stacks(&space, collected, options.stacks_per_lock);
@@ -260,6 +321,8 @@ pub fn annotate(
             .collect(),
         pointer_chains,
         stripped,
+        debug_info,
+        live: (snapshot.live.stats.searches > 0).then(|| snapshot.live.stats.clone()),
     });
 }
 

@@ -1,0 +1,238 @@
+//! Pointer chains searched during the recording, while the target is alive:
+//! the heap locks the BPF maps have seen are looked for shortly after they
+//! first appear (and retried about once a second), so a target that exits
+//! before the recording ends keeps its heap names. Each search is bounded in
+//! time and locks; the report's `naming.live` says what it cost.
+use std::{
+    collections::{BTreeMap, HashMap, HashSet},
+    fs::File,
+    path::PathBuf,
+    time::{Duration, Instant},
+};
+
+use aya::{
+    Ebpf,
+    maps::{HashMap as BpfHashMap, Map, MapData},
+};
+use tracer_common::{FutexCounts, LockCounts};
+
+use super::{
+    chain::{self, RawChain},
+    region::{self, AddressSpace},
+};
+use crate::{model::LiveNaming, probe::target::Mapping};
+
+/// Time one search may take (the recording's tick waits for it).
+const SEARCH_BUDGET: Duration = Duration::from_millis(250);
+/// Heap locks looked for per search.
+const LOCKS_PER_SEARCH: usize = super::CHAIN_SEARCH_LOCKS;
+/// Searches per lock before it is given up (its pointer may be stored after its first use).
+const MAX_ATTEMPTS: u8 = 3;
+const RETRY_EVERY: Duration = Duration::from_secs(1);
+const MIN_KEY_READ_INTERVAL: Duration = Duration::from_millis(200);
+
+pub struct LiveNames {
+    locks: Option<BpfHashMap<MapData, u64, LockCounts>>,
+    futexes: Option<BpfHashMap<MapData, u64, FutexCounts>>,
+    space: Option<AddressSpace>,
+    /// Module files known when `space` was built.
+    modules_seen: usize,
+    attempts: HashMap<u64, u8>,
+    /// Addresses seen that are not heap locks.
+    ignored: HashSet<u64>,
+    /// Candidate chains found per heap lock.
+    pub found: BTreeMap<u64, Vec<RawChain>>,
+    last_keys: Option<Instant>,
+    key_interval: Duration,
+    last_retry: Option<Instant>,
+    pub stats: LiveNaming,
+}
+
+impl Default for LiveNames {
+    fn default() -> Self {
+        LiveNames {
+            locks: None,
+            futexes: None,
+            space: None,
+            modules_seen: 0,
+            attempts: HashMap::new(),
+            ignored: HashSet::new(),
+            found: BTreeMap::new(),
+            last_keys: None,
+            key_interval: MIN_KEY_READ_INTERVAL,
+            last_retry: None,
+            stats: LiveNaming::default(),
+        }
+    }
+}
+
+/// A second handle on a loaded map, by its kernel id: readable while the
+/// recording (or the sampler) owns the BPF object.
+fn reopen<K: aya::Pod, V: aya::Pod>(ebpf: &Ebpf, name: &str) -> Option<BpfHashMap<MapData, K, V>> {
+    let Some(Map::HashMap(data)) = ebpf.map(name) else {
+        return None;
+    };
+    let id = data.info().ok()?.id();
+    BpfHashMap::try_from(Map::HashMap(MapData::from_id(id).ok()?)).ok()
+}
+
+impl LiveNames {
+    /// Watches the lock and futex maps of a loaded BPF object.
+    pub fn watch(ebpf: &Ebpf) -> LiveNames {
+        LiveNames {
+            locks: reopen(ebpf, "LOCKS"),
+            futexes: reopen(ebpf, "FUTEXES"),
+            ..LiveNames::default()
+        }
+    }
+
+    /// Reads every module's symbols once, before the target's work is
+    /// traced: needed the moment a heap lock appears, and by naming at the end.
+    pub fn prepare(&mut self, pid: u32, maps: &[Mapping], files: &mut BTreeMap<String, File>) {
+        let started = Instant::now();
+        let root = PathBuf::from(format!("/proc/{pid}/root"));
+        self.modules_seen = files.len();
+        self.space = Some(AddressSpace::build(
+            maps.to_vec(),
+            files,
+            Some(root.as_path()),
+        ));
+        self.stats.elapsed_ms += started.elapsed().as_secs_f64() * 1e3;
+    }
+
+    /// The address space built for the searches, if it covers `modules` module files.
+    pub fn take_space(&mut self, modules: usize) -> Option<AddressSpace> {
+        self.space.take().filter(|_| self.modules_seen == modules)
+    }
+
+    /// Called on every recording tick (200 ms): reads the maps' keys when
+    /// due, and searches chains for heap locks not searched yet.
+    pub fn tick(
+        &mut self,
+        pid: u32,
+        maps: &[Mapping],
+        files: &mut BTreeMap<String, File>,
+        thread_stacks: &BTreeMap<u64, u64>,
+    ) {
+        if self.locks.is_none() && self.futexes.is_none() {
+            return;
+        }
+        let now = Instant::now();
+        if self
+            .last_keys
+            .is_some_and(|last| now.duration_since(last) < self.key_interval)
+        {
+            return;
+        }
+        self.last_keys = Some(now);
+        if self.space.is_none() {
+            self.prepare(pid, maps, files);
+        }
+        let work_started = Instant::now();
+        // Heaviest first: (acquisitions or waits, address).
+        let mut seen: Vec<(u64, u64)> = Vec::new();
+        if let Some(locks) = &self.locks {
+            seen.extend(
+                locks
+                    .iter()
+                    .flatten()
+                    .map(|(address, counts)| (counts.calls.iter().sum::<u64>(), address)),
+            );
+        }
+        if let Some(futexes) = &self.futexes {
+            seen.extend(
+                futexes
+                    .iter()
+                    .flatten()
+                    .map(|(address, counts)| (counts.waits, address)),
+            );
+        }
+        // Big maps are read less often: reading keys costs syscalls per key.
+        self.key_interval = MIN_KEY_READ_INTERVAL.max(work_started.elapsed() * 20);
+        let retry_due = self
+            .last_retry
+            .is_none_or(|last| now.duration_since(last) >= RETRY_EVERY);
+        // Only what may be heap memory (writable, not a file), from the maps alone.
+        let maybe_heap = |address: u64| {
+            maps.iter()
+                .any(|m| m.contains(address) && m.perms.starts_with("rw") && !m.is_file())
+        };
+        for &(_, address) in &seen {
+            if !maybe_heap(address) {
+                self.ignored.insert(address);
+            }
+        }
+        let is_new =
+            |address: &u64| !self.attempts.contains_key(address) && !self.ignored.contains(address);
+        let has_new = seen.iter().any(|(_, address)| is_new(address));
+        let has_retries = self.attempts.values().any(|&tries| tries < MAX_ATTEMPTS);
+        let retry_now = retry_due && has_retries;
+        if !has_new && !retry_now {
+            return;
+        }
+        let root = PathBuf::from(format!("/proc/{pid}/root"));
+        let space = match &mut self.space {
+            Some(space) if self.modules_seen == files.len() => {
+                space.maps = maps.to_vec();
+                space
+            }
+            _ => {
+                self.modules_seen = files.len();
+                self.space.insert(AddressSpace::build(
+                    maps.to_vec(),
+                    files,
+                    Some(root.as_path()),
+                ))
+            }
+        };
+        space.thread_stacks = thread_stacks.clone();
+        seen.sort_by(|a, b| b.cmp(a));
+        let mut batch = Vec::new();
+        for &(_, address) in &seen {
+            if self.found.contains_key(&address) || self.ignored.contains(&address) {
+                continue;
+            }
+            let tries = self.attempts.get(&address).copied().unwrap_or(0);
+            if tries >= MAX_ATTEMPTS || (tries > 0 && !retry_due) {
+                continue;
+            }
+            if !is_heap_lock(space, address) {
+                self.ignored.insert(address);
+                continue;
+            }
+            if batch.len() < LOCKS_PER_SEARCH {
+                batch.push(address);
+            }
+        }
+        if batch.is_empty() {
+            return;
+        }
+        if retry_due {
+            self.last_retry = Some(now);
+        }
+        let outcome = chain::search_within(space, &chain::Memory::new(pid), &batch, SEARCH_BUDGET);
+        for &address in &batch {
+            *self.attempts.entry(address).or_insert(0) += 1;
+        }
+        self.found.extend(outcome.chains);
+        self.stats.searches += 1;
+        self.stats.elapsed_ms += work_started.elapsed().as_secs_f64() * 1e3;
+        self.stats.max_search_ms = self
+            .stats
+            .max_search_ms
+            .max(outcome.elapsed.as_secs_f64() * 1e3);
+        self.stats.heap_locks_named = self.found.len();
+        self.stats.heap_locks_seen = self.attempts.len();
+    }
+}
+
+/// A lock on the heap (outside every module's data), where only a pointer chain names it.
+fn is_heap_lock(space: &AddressSpace, address: u64) -> bool {
+    space
+        .module_of(address)
+        .is_none_or(|module| module.spare_start() <= address)
+        && matches!(
+            space.region_of(address).as_str(),
+            "[heap]" | "anonymous" | region::SPARE_HEAP
+        )
+}

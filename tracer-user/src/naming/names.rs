@@ -1,0 +1,346 @@
+//! Names a person would write for a lock: the variable and the fields that
+//! hold it, from the module's DWARF (`g_registry.locks[2]`,
+//! `g_global_stats->LOCK_access`), else offsets from its symbol
+//! (`g_registry+0x40`, `g_global_stats->+0x10->`); and, when several
+//! pointer chains reach one heap lock, the route a person would take.
+//!
+//! Route choice, first difference wins: a chain ending right at the lock
+//! (not inside a bigger object), a root that is itself a pointer variable,
+//! fewer pointer hops, fewer fields, the executable before libraries,
+//! shorter text.
+use std::{
+    collections::{BTreeMap, HashMap},
+    fs::File,
+    os::fd::AsRawFd,
+    path::PathBuf,
+    sync::Arc,
+};
+
+use super::{
+    chain::RawChain,
+    dwarf::{self, DebugInfo, FieldPath, Want},
+    elf::Symbol,
+    region::{AddressSpace, LoadedModule},
+};
+use crate::model::{AlternativeName, LockChain, LockKind};
+
+/// A lock's names: for people, in offsets, and the raw chain.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Named {
+    pub name: String,
+    pub offset_name: String,
+    pub chain: LockChain,
+    rank: (bool, bool, usize, usize, u8, usize),
+}
+
+impl Named {
+    pub fn alternative(&self) -> AlternativeName {
+        AlternativeName {
+            name: self.name.clone(),
+            offset_name: self.offset_name.clone(),
+            chain: self.chain.clone(),
+        }
+    }
+}
+
+/// Bytes a lock of `kind` spans: where naming stops descending into fields
+/// (a bare futex word is one `u32`).
+pub fn lock_span(kind: LockKind) -> u64 {
+    match kind {
+        LockKind::Futex => 4,
+        other => other.span(),
+    }
+}
+
+/// Reads DWARF on demand, once per module, and names with it.
+pub struct Namer<'a> {
+    space: &'a AddressSpace,
+    files: &'a BTreeMap<String, File>,
+    debug: HashMap<String, Option<(Arc<DebugInfo>, String)>>,
+}
+
+impl<'a> Namer<'a> {
+    pub fn new(space: &'a AddressSpace, files: &'a BTreeMap<String, File>) -> Namer<'a> {
+        Namer {
+            space,
+            files,
+            debug: HashMap::new(),
+        }
+    }
+
+    /// `module <- DWARF file (N variables, T ms)` for each module whose DWARF was read.
+    pub fn debug_info_used(&self) -> Vec<String> {
+        let mut used: Vec<String> = self
+            .debug
+            .iter()
+            .filter_map(|(module, found)| {
+                let (info, file) = found.as_ref()?;
+                Some(format!(
+                    "{module} <- {file} ({} variables, {:.0} ms)",
+                    info.variable_count(),
+                    info.parse_time.as_secs_f64() * 1e3
+                ))
+            })
+            .collect();
+        used.sort();
+        used
+    }
+
+    /// The module's DWARF: in the module file, else in its separate debug file.
+    fn debug_info(&mut self, module: &LoadedModule) -> Option<Arc<DebugInfo>> {
+        if let Some(known) = self.debug.get(&module.path) {
+            return known.as_ref().map(|(info, _)| info.clone());
+        }
+        let own = self
+            .files
+            .get(&module.path)
+            .map(|file| PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd())));
+        let found = own
+            .and_then(|path| dwarf::load_cached(&path).map(|info| (info, module.path.clone())))
+            .or_else(|| {
+                let path = module.symbols.debug_path.as_ref()?;
+                let info = dwarf::load_cached(path)?;
+                Some((info, module.symbols.debug_file.clone().unwrap_or_default()))
+            });
+        self.debug.insert(module.path.clone(), found.clone());
+        found.map(|(info, _)| info)
+    }
+
+    /// A lock in a module's data: `g_registry.locks[2]`, else `g_registry+0x40`.
+    pub fn global(
+        &mut self,
+        module: &LoadedModule,
+        link_address: u64,
+        kind: LockKind,
+    ) -> Option<Named> {
+        let symbol = module.symbols.object_at(link_address);
+        let typed = self.debug_info(module).and_then(|info| {
+            let (variable, offset) = info.variable_at(link_address)?;
+            let root = root_name(&variable.name, variable.address, symbol);
+            let path = match variable.type_ref {
+                Some(type_ref) => info.describe(
+                    type_ref,
+                    offset,
+                    Want::Lock {
+                        span: lock_span(kind),
+                    },
+                ),
+                None => untyped(offset),
+            };
+            // The chain is relative to the symbol, as heap chains are.
+            let (chain_root, chain_offset) = match symbol {
+                Some((symbol, symbol_offset)) => (symbol.name.clone(), symbol_offset),
+                None => (variable.name.clone(), offset),
+            };
+            Some((
+                format!("{root}{}", path.text),
+                LockChain {
+                    module: module.path.clone(),
+                    root: chain_root,
+                    offsets: vec![chain_offset],
+                },
+            ))
+        });
+        let offset_name = symbol.map(|(s, o)| s.with_offset(o));
+        let (name, chain) = match (typed, symbol) {
+            (Some(typed), _) => typed,
+            (None, Some((symbol, offset))) => (
+                symbol.with_offset(offset),
+                LockChain {
+                    module: module.path.clone(),
+                    root: symbol.name.clone(),
+                    offsets: vec![offset],
+                },
+            ),
+            (None, None) => return None,
+        };
+        Some(Named {
+            offset_name: offset_name.unwrap_or_else(|| name.clone()),
+            name,
+            chain,
+            rank: Default::default(),
+        })
+    }
+
+    /// The best of the candidate chains to one heap lock, and the runner-up.
+    pub fn choose(
+        &mut self,
+        candidates: &[RawChain],
+        kind: LockKind,
+    ) -> Option<(Named, Option<Named>)> {
+        let mut named: Vec<Named> = candidates.iter().map(|c| self.chain(c, kind)).collect();
+        named.sort_by(|a, b| (a.rank, a.name.len(), &a.name).cmp(&(b.rank, b.name.len(), &b.name)));
+        named.dedup_by(|later, earlier| later.name == earlier.name);
+        let mut named = named.into_iter();
+        let best = named.next()?;
+        Some((best, named.next()))
+    }
+
+    /// One chain in words where the DWARF knows the types, in offsets where not.
+    pub fn chain(&mut self, raw: &RawChain, kind: LockKind) -> Named {
+        let offset_name = raw.offset_name();
+        let module = self.space.modules.iter().find(|m| m.path == raw.module);
+        let info = module.and_then(|module| self.debug_info(module));
+        let typed = info.and_then(|info| typed_chain(&info, raw, lock_span(kind), module));
+        let (name, fields, pointer_root) = typed.unwrap_or_else(|| {
+            (
+                offset_name.clone(),
+                raw.offsets.iter().filter(|&&o| o != 0).count(),
+                raw.pointer_root(),
+            )
+        });
+        Named {
+            rank: (
+                raw.offsets.last().is_some_and(|&o| o != 0),
+                !pointer_root,
+                raw.hops(),
+                fields,
+                raw.origin_class,
+                0,
+            ),
+            name,
+            offset_name,
+            chain: LockChain {
+                module: raw.module.clone(),
+                root: raw.root.clone(),
+                offsets: raw.offsets.clone(),
+            },
+        }
+    }
+}
+
+/// (name, fields named, root is a pointer variable) of a chain through typed memory.
+fn typed_chain(
+    info: &DebugInfo,
+    raw: &RawChain,
+    span: u64,
+    module: Option<&LoadedModule>,
+) -> Option<(String, usize, bool)> {
+    let slot = raw.root_address.checked_add(*raw.offsets.first()?)?;
+    let (variable, root_offset) = info.variable_at(slot)?;
+    let symbol = module.and_then(|m| m.symbols.object_at(variable.address));
+    let mut text = root_name(&variable.name, variable.address, symbol);
+    let pointer_root = root_offset == 0 && info.is_pointer(variable.type_ref);
+    let mut fields = 0;
+    let mut current = variable.type_ref;
+    let mut previous_piece = String::new();
+    let last = raw.offsets.len() - 1;
+    for (index, &offset) in raw.offsets.iter().enumerate() {
+        let offset = if index == 0 { root_offset } else { offset };
+        let want = if index == last {
+            Want::Lock { span }
+        } else {
+            Want::Pointer
+        };
+        let Some(type_ref) = current else {
+            // Untyped from here on (a `void *` on the way): offsets, as without DWARF.
+            for (later, &rest) in raw.offsets.iter().enumerate().skip(index) {
+                let rest = if later == 0 { root_offset } else { rest };
+                if later > 0 {
+                    text.push_str("->");
+                }
+                if rest != 0 {
+                    text.push_str(&format!("+{rest:#x}"));
+                    fields += 1;
+                }
+            }
+            return Some((text, fields, pointer_root));
+        };
+        let path = info.describe(type_ref, offset, want);
+        fields += path.fields;
+        if index > 0 {
+            // `g->LOCK_access` names the lock that field points to: the
+            // last dereference is implied when a named field holds it.
+            if index == last && path.text.is_empty() && !previous_piece.is_empty() {
+                break;
+            }
+            text.push_str("->");
+            text.push_str(path.text.strip_prefix('.').unwrap_or(&path.text));
+        } else {
+            text.push_str(&path.text);
+        }
+        previous_piece = path.text;
+        current = path.pointee;
+    }
+    Some((text, fields, pointer_root))
+}
+
+/// The root variable's name: its symbol (qualified, demangled) when one
+/// starts there, else DWARF's (a function's `static` has `lock.0` as symbol).
+fn root_name(dwarf_name: &str, address: u64, symbol: Option<(&Symbol, u64)>) -> String {
+    match symbol {
+        Some((symbol, 0)) if symbol.address == address && !symbol.name.contains('.') => {
+            symbol.readable_name()
+        }
+        _ => dwarf_name.to_string(),
+    }
+}
+
+fn untyped(offset: u64) -> FieldPath {
+    FieldPath {
+        text: if offset == 0 {
+            String::new()
+        } else {
+            format!("+{offset:#x}")
+        },
+        fields: usize::from(offset != 0),
+        ..FieldPath::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::naming::dwarf::tests::{compile_c, symbol_address};
+
+    const SOURCE: &str = r#"
+#include <pthread.h>
+struct conn { long id; pthread_mutex_t lock; };
+struct stats { long v; void *opaque; pthread_mutex_t *LOCK_access; struct conn *conn; };
+struct stats *g_stats;
+struct holder { long pad; struct stats *stats; } g_holder;
+pthread_mutex_t *g_lockp;
+int main(void) { return g_stats != 0 || g_holder.pad || g_lockp != 0; }
+"#;
+
+    #[test]
+    fn renders_chains_by_fields() {
+        let data = compile_c(SOURCE);
+        let info = DebugInfo::parse(&data).unwrap();
+        let render = |root: &str, size: u64, offsets: &[u64]| {
+            let raw = RawChain {
+                module: "/t".into(),
+                root: root.into(),
+                root_address: symbol_address(&data, root),
+                root_size: size,
+                offsets: offsets.to_vec(),
+                origin_class: 0,
+            };
+            typed_chain(&info, &raw, 40, None).unwrap()
+        };
+        assert_eq!(
+            render("g_stats", 8, &[0, 0x10, 0]),
+            ("g_stats->LOCK_access".to_string(), 1, true)
+        );
+        // A lock inside the object reached: named in it.
+        assert_eq!(
+            render("g_stats", 8, &[0, 0x18, 8]),
+            ("g_stats->conn->lock".to_string(), 2, true)
+        );
+        assert_eq!(
+            render("g_holder", 16, &[8, 0x10, 0]),
+            ("g_holder.stats->LOCK_access".to_string(), 2, false)
+        );
+        // The variable itself points to the lock: the dereference shows.
+        assert_eq!(
+            render("g_lockp", 8, &[0, 0]),
+            ("g_lockp->".to_string(), 0, true)
+        );
+        // Through a `void *`: offsets from there on.
+        assert_eq!(
+            render("g_stats", 8, &[0, 0x8, 0x20, 0]).0,
+            "g_stats->opaque->+0x20->"
+        );
+        assert_eq!(lock_span(LockKind::Rwlock), 56);
+    }
+}
