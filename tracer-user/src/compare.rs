@@ -202,7 +202,7 @@ fn adopt(named: &Side, other: &mut Side) {
                 .groups
                 .entry(identity.clone())
                 .or_insert_with(|| Group {
-                    kind: found.kind.clone(),
+                    kind: found.kind,
                     ..Group::default()
                 })
                 .absorb(found);

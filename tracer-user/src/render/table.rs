@@ -15,6 +15,8 @@ use crate::model::{Lock, Mode, Report, StopReason};
 /// table into [`MAX_TABLE_WIDTH`]; full names stay in the JSON.
 const NAME_WIDTH: (usize, usize) = (48, 20);
 const CALLERS_WIDTH: (usize, usize) = (60, 16);
+/// The top holder (`slow_path (12/40 waits)`, `thread 4711 (php-fpm)`).
+const HOLDER_WIDTH: usize = 32;
 
 /// Renders the report as text (table and footer).
 pub fn render(report: &Report, limit: Option<usize>) -> String {
@@ -174,10 +176,7 @@ fn lock_table(report: &Report, shown: usize, name_width: usize, callers_width: u
             row.add_cell(Cell::new(&holds::hold_cell(lock)).style_spec("r"));
         }
         if any_holders {
-            row.add_cell(Cell::new(&truncate(
-                &holds::top_holder(lock),
-                callers_width,
-            )));
+            row.add_cell(Cell::new(&truncate(&holds::top_holder(lock), HOLDER_WIDTH)));
         }
         row.add_cell(Cell::new(&truncate(&top_callers(lock), callers_width)));
         table.add_row(row);
