@@ -129,7 +129,9 @@ fn assert_frankenphp_truths(report: &Value, table: &str, stats_lock: u64, what: 
         Some(K as f64),
         "{what}"
     );
-    assert_eq!(stats["name"], "g_stats->+0x200->", "{what}: {table}");
+    // Named by its field (DWARF of the cgo-compiled C), and in offsets for tools.
+    assert_eq!(stats["name"], "g_stats->lock", "{what}: {table}");
+    assert_eq!(stats["offset_name"], "g_stats->+0x200->", "{what}");
     assert_eq!(stats["wait_class"], "lock", "{what}");
     let region = stats["region"].as_str().unwrap();
     assert!(
@@ -190,7 +192,8 @@ fn shape_b_c_pool_fed_by_go(build: GoBuild) {
     // through pthread_mutex_lock, glibc's through an internal function.
     let pool_lock = lock_at(&report, pool).expect("pool mutex");
     assert_eq!(pool_lock["wait_class"], "lock", "{what}");
-    assert_eq!(pool_lock["name"], "g_pool->", "{what}: {table}");
+    assert_eq!(pool_lock["name"], "g_pool->lock", "{what}: {table}");
+    assert_eq!(pool_lock["offset_name"], "g_pool->", "{what}");
     // Workers wait for work on `work`, submitters for answers on `done`:
     // condvar waits, named by the pointer chain, never contention.
     for (offset, field) in [(0x28, "work"), (0x58, "done")] {
@@ -200,8 +203,13 @@ fn shape_b_c_pool_fed_by_go(build: GoBuild) {
         assert_eq!(cond["wait_class"], "condvar", "{what} {field}");
         assert_eq!(
             cond["name"],
-            format!("g_pool->+{offset:#x}").as_str(),
+            format!("g_pool->{field}").as_str(),
             "{what} {field}: {table}"
+        );
+        assert_eq!(
+            cond["offset_name"],
+            format!("g_pool->+{offset:#x}").as_str(),
+            "{what} {field}"
         );
         assert!(cond["contended"].as_u64().unwrap() > 0, "{what} {field}");
     }
