@@ -4,11 +4,16 @@ use std::{path::PathBuf, process::ExitCode, time::Duration};
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 
+mod limits;
+
 use crate::{
     compare, loadgen,
     model::{Mode, Placement, Report},
     record,
-    render::{stacks, table},
+    render::{
+        output::{self, Written},
+        stacks, table,
+    },
     trace::{sampled::SampleOptions, window::RequestOptions},
 };
 
@@ -78,10 +83,21 @@ struct RequestArgs {
     )]
     load_requests: Option<u64>,
     /// Connections (each keep-alive, one request in flight) for --load.
-    #[arg(short = 'c', long, default_value_t = 4, requires = "load")]
+    #[arg(
+        short = 'c',
+        long,
+        default_value_t = 4,
+        requires = "load",
+        allow_negative_numbers = true
+    )]
     concurrency: usize,
     /// The status every response must have.
-    #[arg(long, default_value_t = 200, requires = "load")]
+    #[arg(
+        long,
+        default_value_t = 200,
+        requires = "load",
+        allow_negative_numbers = true
+    )]
     expect_status: u16,
     /// Text every response body must contain.
     #[arg(long, value_name = "TEXT", requires = "load")]
@@ -90,7 +106,13 @@ struct RequestArgs {
     #[arg(long, requires = "load")]
     allow_errors: bool,
     /// Requests sent before tracing starts (not counted).
-    #[arg(long, default_value_t = 0, value_name = "N", requires = "load")]
+    #[arg(
+        long,
+        default_value_t = 0,
+        value_name = "N",
+        requires = "load",
+        allow_negative_numbers = true
+    )]
     warmup: u64,
     /// CPUs for the load driver's threads, e.g. 1 or 0,2-3 (keep them off the target's).
     #[arg(long, value_name = "LIST", requires = "load")]
@@ -107,15 +129,19 @@ impl RequestArgs {
     fn options(self, duration: Option<Duration>) -> Result<RequestOptions> {
         let load = match self.load {
             Some(url) => Some(loadgen::LoadOptions {
-                url,
+                // Checked here, before anything is attached.
+                url: {
+                    loadgen::check_url(&url)?;
+                    url
+                },
                 amount: match (self.load_requests, duration) {
                     (Some(0), _) => anyhow::bail!("-n must be at least 1"),
                     (Some(n), _) => loadgen::Amount::Requests(n),
                     (None, Some(duration)) => loadgen::Amount::Duration(duration),
                     (None, None) => loadgen::Amount::Requests(1000),
                 },
-                concurrency: self.concurrency,
-                expect_status: self.expect_status,
+                concurrency: limits::concurrency(self.concurrency)?,
+                expect_status: limits::status(self.expect_status)?,
                 expect_body: self.expect_body,
                 warmup: self.warmup,
                 cpus: self
@@ -143,7 +169,7 @@ enum Command {
         #[arg(long, short)]
         pid: u32,
         /// Stop after this many seconds (default: until Ctrl-C or the target exits); with --load, send load this long.
-        #[arg(long, short)]
+        #[arg(long, short, allow_negative_numbers = true)]
         duration: Option<f64>,
         /// Also write the report as JSON to this file.
         #[arg(long)]
@@ -155,19 +181,24 @@ enum Command {
         /// sampled: lock probes a fraction of the time, counts scaled (estimates).
         #[arg(long, value_enum, default_value = "all")]
         mode: ModeArg,
-        /// Sampled mode: fraction of the time the lock probes count (0 < RATE <= 1).
-        #[arg(long, default_value = "0.1")]
-        sample: f64,
-        /// Sampled mode: one counting window per this many seconds.
-        #[arg(long, default_value = "5")]
-        sample_period: f64,
+        /// Sampled mode: fraction of the time the lock probes count (0 < RATE <= 1; default 0.1).
+        #[arg(long, value_name = "RATE", allow_negative_numbers = true)]
+        sample: Option<f64>,
+        /// Sampled mode: one counting window per this many seconds (default 5).
+        #[arg(long, value_name = "SECONDS", allow_negative_numbers = true)]
+        sample_period: Option<f64>,
         /// Show at most this many locks in the table.
-        #[arg(long)]
+        #[arg(long, allow_negative_numbers = true)]
         top: Option<usize>,
         #[command(flatten)]
         requests: RequestArgs,
         /// Record user stacks and keep the top N per lock (names resolved).
-        #[arg(long, value_name = "N", default_value_t = 0)]
+        #[arg(
+            long,
+            value_name = "N",
+            default_value_t = 0,
+            allow_negative_numbers = true
+        )]
         stacks: usize,
         /// Create this (empty) file once the probes are live, for scripts and tests.
         #[arg(long, value_name = "PATH")]
@@ -200,6 +231,7 @@ pub fn main() -> ExitCode {
                     | ErrorKind::DisplayVersion
                     | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
             ) {
+                // --help into a closed pipe is not an error either.
                 let _ = error.print();
                 return ExitCode::SUCCESS;
             }
@@ -218,14 +250,14 @@ pub fn main() -> ExitCode {
             } else {
                 joined.trim_start_matches("error: ")
             };
-            eprintln!("locktrace: {first} (see locktrace --help)");
+            output::note(format_args!("locktrace: {first} (see locktrace --help)"));
             return ExitCode::from(2);
         }
     };
     match run(cli) {
         Ok(code) => code,
         Err(error) => {
-            eprintln!("locktrace: {error:#}");
+            output::note(format_args!("locktrace: {error:#}"));
             ExitCode::FAILURE
         }
     }
@@ -246,26 +278,24 @@ fn run(cli: Cli) -> Result<ExitCode> {
             stacks,
             ready_file,
         } => {
-            let duration = match duration {
-                Some(seconds) if seconds.is_finite() && seconds > 0.0 => {
-                    Some(Duration::from_secs_f64(seconds))
+            let duration = duration.map(limits::duration).transpose()?;
+            if mode != ModeArg::Sampled {
+                for (flag, given) in [("--sample", sample), ("--sample-period", sample_period)] {
+                    if given.is_some() {
+                        anyhow::bail!(
+                            "{flag} applies only with --mode sampled; add --mode sampled or drop {flag}"
+                        );
+                    }
                 }
-                Some(seconds) => {
-                    anyhow::bail!("--duration must be a positive number of seconds, not {seconds}")
-                }
-                None => None,
-            };
-            if !(sample > 0.0 && sample <= 1.0) {
-                anyhow::bail!("--sample must be a fraction in (0, 1], not {sample}");
-            }
-            if !(sample_period.is_finite() && sample_period >= 0.1) {
-                anyhow::bail!("--sample-period must be at least 0.1 seconds, not {sample_period}");
             }
             let sample = SampleOptions {
-                rate: sample,
-                period: Duration::from_secs_f64(sample_period),
+                rate: limits::sample_rate(sample.unwrap_or(0.1))?,
+                period: limits::sample_period(sample_period.unwrap_or(5.0))?,
             };
             let requests = requests.options(duration)?;
+            if let Some(path) = &json {
+                limits::writable(path)?;
+            }
             // With --load, --duration is the load's length, not a tracing limit.
             let duration = if requests.load.is_some() {
                 None
@@ -287,12 +317,13 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 .enable_all()
                 .build()?;
             let report = runtime.block_on(record::record(&options))?;
-            if let Some(path) = json {
-                report.save(&path)?;
-            }
-            print!("{}", table::render(&report, top));
+            // The JSON first: it is the recording, and must not depend on stdout.
+            let saved = json.map(|path| report.save(&path)).transpose();
+            // A reader that went away (`| head`) is a normal end.
+            let _: Written = output::stdout(table::render(&report, top).as_bytes())?;
+            saved?;
             if let Some(reason) = report.requests.as_ref().and_then(|r| r.refused.as_ref()) {
-                eprintln!("locktrace: {reason}");
+                output::note(format_args!("locktrace: {reason}"));
                 return Ok(ExitCode::FAILURE);
             }
             Ok(ExitCode::SUCCESS)
@@ -300,10 +331,15 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Compare(args) => compare::run(&args),
         Command::Report { file, top, format } => {
             let report = Report::load(&file)?;
-            match format {
-                stacks::Format::Table => print!("{}", table::render(&report, top)),
-                other => stacks::write(&report, other, &mut std::io::stdout().lock())?,
-            }
+            let text = match format {
+                stacks::Format::Table => table::render(&report, top).into_bytes(),
+                other => {
+                    let mut bytes = Vec::new();
+                    stacks::write(&report, other, &mut bytes)?;
+                    bytes
+                }
+            };
+            output::stdout(&text)?;
             Ok(ExitCode::SUCCESS)
         }
     }

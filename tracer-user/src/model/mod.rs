@@ -4,12 +4,14 @@
 //!
 //! Schema `locktrace.report/1`: later versions add fields, never rename them.
 pub mod address;
+mod coverage;
 mod estimate;
 mod kinds;
 mod overhead;
 mod report;
 mod requests;
 
+pub use coverage::{Coverage, ExecLoss, ExecSeen};
 pub use estimate::Estimate;
 pub use kinds::{LockKind, Mode, Placement, RequestSource, StopReason};
 pub use overhead::{Calibration, Overhead};

@@ -3,6 +3,7 @@
 //! number formatting ([`format`]).
 pub mod footer;
 pub mod format;
+pub mod lost;
 pub mod output;
 pub mod requests;
 pub mod stacks;
