@@ -88,6 +88,7 @@ fn watch(pid: u32, probed: &BTreeMap<u64, String>, stop: &AtomicBool) -> Seen {
         forks: connector.as_ref().map(|_| 0),
         ..Seen::default()
     };
+    let mut last_poll = Instant::now();
     while !stop.load(Ordering::Relaxed) {
         let mut exec_now = false;
         match &connector {
@@ -106,11 +107,14 @@ fn watch(pid: u32, probed: &BTreeMap<u64, String>, stop: &AtomicBool) -> Seen {
                     }
                 }
             }
-            None => {
-                std::thread::sleep(TICK);
-                let now = exe_inode();
-                exec_now = now.is_some() && now != first_exe;
-            }
+            None => std::thread::sleep(TICK),
+        }
+        // Also without the connector, or when its socket overflowed
+        // (ENOBUFS under a storm of events elsewhere): the executable changed.
+        if last_poll.elapsed() >= TICK {
+            last_poll = Instant::now();
+            let now = exe_inode();
+            exec_now |= now.is_some() && now != first_exe;
         }
         if exec_now && seen.exec.is_none() {
             seen.exec = Some(Exec {
