@@ -105,7 +105,7 @@ fn full_report() -> Value {
                      "cost_ns_per_stepped_hit": 10000, "cost_source": "x", "attach_ms": 12,
                      "tracer_cpu_s": 0.1, "tracer_peak_rss_kib": 20000},
         "coverage": {"children_followed": false,
-                     "exec": {"after_s": 1.0, "exe": "/bin/static", "not_counted": "lock_calls"}}
+                     "exec": {"after_s": 1.0, "exe": "/bin/static", "not_counted": "all_lock_calls"}}
     })
 }
 
