@@ -114,7 +114,8 @@ fn watch(pid: u32, probed: &BTreeMap<u64, String>, stop: &AtomicBool) -> Seen {
         if last_poll.elapsed() >= TICK {
             last_poll = Instant::now();
             let now = exe_inode();
-            exec_now |= now.is_some() && now != first_exe;
+            // Unknown at the start (or gone at the exit) proves nothing.
+            exec_now |= first_exe.is_some() && now.is_some() && now != first_exe;
         }
         if exec_now && seen.exec.is_none() {
             seen.exec = Some(Exec {
