@@ -4,11 +4,17 @@ use std::{path::PathBuf, process::ExitCode, time::Duration};
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 
+mod limits;
+
 use crate::{
     compare, live, loadgen,
     model::{Mode, Placement, Report},
     record,
-    render::{holds, pprof, stacks, table},
+    render::{
+        holds,
+        output::{self, Written},
+        pprof, stacks, table,
+    },
     serve, top,
     trace::{sampled::SampleOptions, window::RequestOptions},
 };
@@ -79,10 +85,21 @@ struct RequestArgs {
     )]
     load_requests: Option<u64>,
     /// Connections (each keep-alive, one request in flight) for --load.
-    #[arg(short = 'c', long, default_value_t = 4, requires = "load")]
+    #[arg(
+        short = 'c',
+        long,
+        default_value_t = 4,
+        requires = "load",
+        allow_negative_numbers = true
+    )]
     concurrency: usize,
     /// The status every response must have.
-    #[arg(long, default_value_t = 200, requires = "load")]
+    #[arg(
+        long,
+        default_value_t = 200,
+        requires = "load",
+        allow_negative_numbers = true
+    )]
     expect_status: u16,
     /// Text every response body must contain.
     #[arg(long, value_name = "TEXT", requires = "load")]
@@ -91,7 +108,13 @@ struct RequestArgs {
     #[arg(long, requires = "load")]
     allow_errors: bool,
     /// Requests sent before tracing starts (not counted).
-    #[arg(long, default_value_t = 0, value_name = "N", requires = "load")]
+    #[arg(
+        long,
+        default_value_t = 0,
+        value_name = "N",
+        requires = "load",
+        allow_negative_numbers = true
+    )]
     warmup: u64,
     /// CPUs for the load driver's threads, e.g. 1 or 0,2-3 (keep them off the target's).
     #[arg(long, value_name = "LIST", requires = "load")]
@@ -108,15 +131,19 @@ impl RequestArgs {
     fn options(self, duration: Option<Duration>) -> Result<RequestOptions> {
         let load = match self.load {
             Some(url) => Some(loadgen::LoadOptions {
-                url,
+                // Checked here, before anything is attached.
+                url: {
+                    loadgen::check_url(&url)?;
+                    url
+                },
                 amount: match (self.load_requests, duration) {
                     (Some(0), _) => anyhow::bail!("-n must be at least 1"),
                     (Some(n), _) => loadgen::Amount::Requests(n),
                     (None, Some(duration)) => loadgen::Amount::Duration(duration),
                     (None, None) => loadgen::Amount::Requests(1000),
                 },
-                concurrency: self.concurrency,
-                expect_status: self.expect_status,
+                concurrency: limits::concurrency(self.concurrency)?,
+                expect_status: limits::status(self.expect_status)?,
                 expect_body: self.expect_body,
                 warmup: self.warmup,
                 cpus: self
@@ -179,6 +206,8 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
         .build()?)
 }
 
+// Parsed once per run: the size of the largest variant does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Command {
     /// Attach to a running process and count its lock acquisitions and contention.
@@ -187,7 +216,7 @@ enum Command {
         #[arg(long, short)]
         pid: u32,
         /// Stop after this many seconds (default: until Ctrl-C or the target exits); with --load, send load this long.
-        #[arg(long, short)]
+        #[arg(long, short, allow_negative_numbers = true)]
         duration: Option<f64>,
         /// Also write the report as JSON to this file.
         #[arg(long)]
@@ -199,19 +228,24 @@ enum Command {
         /// sampled: lock probes a fraction of the time, counts scaled (estimates).
         #[arg(long, value_enum, default_value = "all")]
         mode: ModeArg,
-        /// Sampled mode: fraction of the time the lock probes count (0 < RATE <= 1).
-        #[arg(long, default_value = "0.1")]
-        sample: f64,
-        /// Sampled mode: one counting window per this many seconds.
-        #[arg(long, default_value = "5")]
-        sample_period: f64,
+        /// Sampled mode: fraction of the time the lock probes count (0 < RATE <= 1; default 0.1).
+        #[arg(long, value_name = "RATE", allow_negative_numbers = true)]
+        sample: Option<f64>,
+        /// Sampled mode: one counting window per this many seconds (default 5).
+        #[arg(long, value_name = "SECONDS", allow_negative_numbers = true)]
+        sample_period: Option<f64>,
         /// Show at most this many locks in the table.
-        #[arg(long)]
+        #[arg(long, allow_negative_numbers = true)]
         top: Option<usize>,
         #[command(flatten)]
         requests: RequestArgs,
         /// Record user stacks and keep the top N per lock (names resolved).
-        #[arg(long, value_name = "N", default_value_t = 0)]
+        #[arg(
+            long,
+            value_name = "N",
+            default_value_t = 0,
+            allow_negative_numbers = true
+        )]
         stacks: usize,
         /// Create this (empty) file once the probes are live, for scripts and tests.
         #[arg(long, value_name = "PATH")]
@@ -270,6 +304,7 @@ pub fn main() -> ExitCode {
                     | ErrorKind::DisplayVersion
                     | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
             ) {
+                // --help into a closed pipe is not an error either.
                 let _ = error.print();
                 return ExitCode::SUCCESS;
             }
@@ -288,14 +323,14 @@ pub fn main() -> ExitCode {
             } else {
                 joined.trim_start_matches("error: ")
             };
-            eprintln!("locktrace: {first} (see locktrace --help)");
+            output::note(format_args!("locktrace: {first} (see locktrace --help)"));
             return ExitCode::from(2);
         }
     };
     match run(cli) {
         Ok(code) => code,
         Err(error) => {
-            eprintln!("locktrace: {error:#}");
+            output::note(format_args!("locktrace: {error:#}"));
             ExitCode::FAILURE
         }
     }
@@ -318,26 +353,24 @@ fn run(cli: Cli) -> Result<ExitCode> {
             pprof,
             hold_times,
         } => {
-            let duration = match duration {
-                Some(seconds) if seconds.is_finite() && seconds > 0.0 => {
-                    Some(Duration::from_secs_f64(seconds))
+            let duration = duration.map(limits::duration).transpose()?;
+            if mode != ModeArg::Sampled {
+                for (flag, given) in [("--sample", sample), ("--sample-period", sample_period)] {
+                    if given.is_some() {
+                        anyhow::bail!(
+                            "{flag} applies only with --mode sampled; add --mode sampled or drop {flag}"
+                        );
+                    }
                 }
-                Some(seconds) => {
-                    anyhow::bail!("--duration must be a positive number of seconds, not {seconds}")
-                }
-                None => None,
-            };
-            if !(sample > 0.0 && sample <= 1.0) {
-                anyhow::bail!("--sample must be a fraction in (0, 1], not {sample}");
-            }
-            if !(sample_period.is_finite() && sample_period >= 0.1) {
-                anyhow::bail!("--sample-period must be at least 0.1 seconds, not {sample_period}");
             }
             let sample = SampleOptions {
-                rate: sample,
-                period: Duration::from_secs_f64(sample_period),
+                rate: limits::sample_rate(sample.unwrap_or(0.1))?,
+                period: limits::sample_period(sample_period.unwrap_or(5.0))?,
             };
             let requests = requests.options(duration)?;
+            if let Some(path) = &json {
+                limits::writable(path)?;
+            }
             // With --load, --duration is the load's length, not a tracing limit.
             let duration = if requests.load.is_some() {
                 None
@@ -356,15 +389,15 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 hold_times,
             };
             let report = runtime()?.block_on(record::record(&options))?;
-            if let Some(path) = json {
-                report.save(&path)?;
-            }
-            if let Some(path) = pprof {
-                pprof::save(&report, &path)?;
-            }
-            print!("{}", table::render(&report, top));
+            // The JSON first: it is the recording, and must not depend on stdout.
+            let saved = json.map(|path| report.save(&path)).transpose();
+            let pprof_saved = pprof.map(|path| pprof::save(&report, &path)).transpose();
+            // A reader that went away (`| head`) is a normal end.
+            let _: Written = output::stdout(table::render(&report, top).as_bytes())?;
+            saved?;
+            pprof_saved?;
             if let Some(reason) = report.requests.as_ref().and_then(|r| r.refused.as_ref()) {
-                eprintln!("locktrace: {reason}");
+                output::note(format_args!("locktrace: {reason}"));
                 return Ok(ExitCode::FAILURE);
             }
             Ok(ExitCode::SUCCESS)
@@ -396,20 +429,26 @@ fn run(cli: Cli) -> Result<ExitCode> {
             histograms,
         } => {
             let report = Report::load(&file)?;
-            match format {
+            let text = match format {
                 stacks::Format::Table => {
-                    print!("{}", table::render(&report, top));
+                    let mut text = table::render(&report, top);
                     if histograms {
-                        print!("{}", holds::render_histograms(&report, top));
+                        text.push_str(&holds::render_histograms(&report, top));
                     }
+                    text.into_bytes()
                 }
                 stacks::Format::Pprof if std::io::IsTerminal::is_terminal(&std::io::stdout()) => {
                     anyhow::bail!(
                         "--format pprof writes binary data: redirect it to a file (> FILE.pb.gz)"
                     )
                 }
-                other => stacks::write(&report, other, &mut std::io::stdout().lock())?,
-            }
+                other => {
+                    let mut bytes = Vec::new();
+                    stacks::write(&report, other, &mut bytes)?;
+                    bytes
+                }
+            };
+            output::stdout(&text)?;
             Ok(ExitCode::SUCCESS)
         }
     }

@@ -22,7 +22,10 @@ use prettytable::{Table, format, row};
 
 use crate::{
     model::{LockKind, Report, WaitClass},
-    render::format::{ratio, truncate},
+    render::{
+        format::{ratio, truncate},
+        output,
+    },
 };
 
 /// Widest a lock's identity is shown in the table (the whole table stays
@@ -211,17 +214,49 @@ fn adopt(named: &Side, other: &mut Side) {
 }
 
 pub fn run(args: &CompareArgs) -> Result<ExitCode> {
-    let mut before = Side::load(&args.before)?;
-    let mut after = Side::load(&args.after)?;
+    let outcome = evaluate(
+        &args.before,
+        &args.after,
+        &args.assert_gone,
+        &args.assert_max,
+    )?;
+    // A reader that went away (`| head`) is a normal end; the verdict stands.
+    output::stdout(outcome.text.as_bytes())?;
+    if outcome.failures.is_empty() {
+        return Ok(ExitCode::SUCCESS);
+    }
+    for failure in &outcome.failures {
+        output::note(format_args!("locktrace: assertion failed: {failure}"));
+    }
+    Ok(ExitCode::FAILURE)
+}
+
+/// What a comparison prints and which assertions failed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outcome {
+    /// The table and the `ok:` lines, for stdout.
+    pub text: String,
+    pub failures: Vec<String>,
+}
+
+/// Loads both reports, renders the comparison and checks the assertions
+/// (`--assert-gone SELECTOR`, `--assert-max SELECTOR=N`).
+pub fn evaluate(
+    before: &Path,
+    after: &Path,
+    assert_gone: &[String],
+    assert_max: &[String],
+) -> Result<Outcome> {
+    let mut before = Side::load(before)?;
+    let mut after = Side::load(after)?;
     unify(&mut before, &mut after);
-    let limits = args
-        .assert_max
+    let limits = assert_max
         .iter()
         .map(|spec| parse_max(spec))
         .collect::<Result<Vec<_>>>()?;
-    print!("{}", render(&before, &after));
+    let mut text = render(&before, &after);
     let mut failures = Vec::new();
-    for selector in &args.assert_gone {
+    for selector in assert_gone {
         let still: Vec<String> = after
             .matching(selector)
             .filter(|(_, group)| group.acquisitions + group.contended > 0)
@@ -244,11 +279,13 @@ pub fn run(args: &CompareArgs) -> Result<ExitCode> {
                 before.path.display()
             ));
         } else {
-            println!("ok: no lock matching {selector:?} is taken after");
+            let _ = writeln!(text, "ok: no lock matching {selector:?} is taken after");
         }
     }
     for (selector, max) in &limits {
+        let mut matched = false;
         for (identity, group) in after.matching(selector) {
+            matched = true;
             let per_request = after.per_request(group.acquisitions);
             if per_request > *max {
                 failures.push(format!(
@@ -256,20 +293,31 @@ pub fn run(args: &CompareArgs) -> Result<ExitCode> {
                     ratio(per_request)
                 ));
             } else {
-                println!(
+                let _ = writeln!(
+                    text,
                     "ok: {identity}: {} per request <= {max}",
                     ratio(per_request)
                 );
             }
         }
+        if matched {
+            continue;
+        }
+        if before.matching(selector).next().is_none() {
+            // As with --assert-gone: a selector that matches nothing is a typo, not a pass.
+            failures.push(format!(
+                "--assert-max {selector:?} matches no lock in {} or {} (check the selector)",
+                before.path.display(),
+                after.path.display()
+            ));
+        } else {
+            let _ = writeln!(
+                text,
+                "ok: no lock matching {selector:?} is taken after (0 per request <= {max})"
+            );
+        }
     }
-    if failures.is_empty() {
-        return Ok(ExitCode::SUCCESS);
-    }
-    for failure in &failures {
-        eprintln!("locktrace: assertion failed: {failure}");
-    }
-    Ok(ExitCode::FAILURE)
+    Ok(Outcome { text, failures })
 }
 
 /// `+` for a rise or no change (ratio prints the `-` itself).
@@ -620,6 +668,28 @@ mod tests {
         let path = write_report(dir.path(), "r.json", 0, serde_json::json!([]));
         let error = Side::load(&path).err().unwrap().to_string();
         assert!(error.contains("no request count"), "{error}");
+    }
+
+    #[test]
+    fn assert_max_fails_on_a_selector_that_matches_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let locks = serde_json::json!([lock(
+            "0x1000",
+            40,
+            serde_json::json!({"name": "g_stats->lock"})
+        )]);
+        let before = write_report(dir.path(), "before.json", 10, locks.clone());
+        let after = write_report(dir.path(), "after.json", 10, locks);
+        let max = |spec: &str| evaluate(&before, &after, &[], &[spec.to_string()]).unwrap();
+        let typo = max("nosuchlock=0");
+        assert_eq!(typo.failures.len(), 1, "{typo:?}");
+        assert!(
+            typo.failures[0].contains("\"nosuchlock\" matches no lock"),
+            "{typo:?}"
+        );
+        // A selector that matches still passes or fails on the figure.
+        assert_eq!(max("g_stats=4").failures, Vec::<String>::new());
+        assert_eq!(max("g_stats=3.9").failures.len(), 1);
     }
 
     #[test]

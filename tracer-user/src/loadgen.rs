@@ -16,7 +16,7 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Empty};
 use hyper::{Request, Uri, client::conn::http1::SendRequest, header};
 use hyper_util::rt::TokioIo;
-use tokio::net::TcpStream;
+use tokio::{net::TcpStream, sync::Notify};
 
 /// How much load one phase sends.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -87,6 +87,8 @@ type Sender = SendRequest<Empty<Bytes>>;
 
 /// How long one request may wait for its whole response.
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a response in flight may still take after a stop.
+pub const STOP_GRACE: Duration = Duration::from_secs(1);
 
 /// Open keep-alive connections to the server, ready to send load.
 pub struct LoadDriver {
@@ -97,6 +99,9 @@ pub struct LoadDriver {
     /// Responses received in the running phase (for progress).
     done: Arc<AtomicU64>,
     stop: Arc<AtomicBool>,
+    /// Wakes the connections' tasks when `stop` is set, so none waits on a
+    /// connect or a response after a stop signal.
+    stopped: Arc<Notify>,
 }
 
 impl LoadDriver {
@@ -143,6 +148,7 @@ impl LoadDriver {
             connections: Mutex::new(connections),
             done: Arc::new(AtomicU64::new(0)),
             stop: Arc::new(AtomicBool::new(false)),
+            stopped: Arc::new(Notify::new()),
         })
     }
 
@@ -155,9 +161,11 @@ impl LoadDriver {
         self.done.load(Ordering::Relaxed)
     }
 
-    /// Ends the running phase after the requests in flight.
+    /// Ends the running phase: no new request or connect; a response in
+    /// flight gets [`STOP_GRACE`] to arrive.
     pub fn stop(&self) {
-        self.stop.store(true, Ordering::Relaxed);
+        self.stop.store(true, Ordering::SeqCst);
+        self.stopped.notify_waiters();
     }
 
     /// Sends one phase of load on every connection and waits for all of it.
@@ -171,6 +179,7 @@ impl LoadDriver {
             started: Instant::now(),
             done: self.done.clone(),
             stop: self.stop.clone(),
+            stopped: self.stopped.clone(),
             expect_status: self.options.expect_status,
             expect_body: self.options.expect_body.clone().map(Bytes::from),
             tally: Mutex::new(Tally::default()),
@@ -223,6 +232,7 @@ struct Phase {
     started: Instant,
     done: Arc<AtomicU64>,
     stop: Arc<AtomicBool>,
+    stopped: Arc<Notify>,
     expect_status: u16,
     expect_body: Option<Bytes>,
     tally: Mutex<Tally>,
@@ -237,6 +247,24 @@ impl Phase {
         match self.amount {
             Amount::Requests(n) => self.issued.fetch_add(1, Ordering::Relaxed) < n,
             Amount::Duration(d) => self.started.elapsed() < d,
+        }
+    }
+
+    /// Resolves once the phase is stopped.
+    async fn stopped(&self) {
+        // Registered before the flag is read, so a stop in between still wakes it.
+        let notified = self.stopped.notified();
+        if self.stop.load(Ordering::SeqCst) {
+            return;
+        }
+        notified.await;
+    }
+
+    /// `work`, unless the phase is stopped first (then None).
+    async fn unless_stopped<T>(&self, work: impl std::future::Future<Output = T>) -> Option<T> {
+        tokio::select! {
+            out = work => Some(out),
+            () = self.stopped() => None,
         }
     }
 
@@ -259,12 +287,19 @@ async fn drive(mut sender: Option<Sender>, endpoint: &Endpoint, phase: &Phase) -
         resend = false;
         // The server may have closed the connection (keep-alive limit): reopen, not an error.
         let usable = match sender.as_mut() {
-            Some(s) => !s.is_closed() && s.ready().await.is_ok(),
-            None => false,
+            Some(s) if !s.is_closed() => match phase.unless_stopped(s.ready()).await {
+                Some(ready) => ready.is_ok(),
+                None => break,
+            },
+            _ => false,
         };
         if !usable {
             served = 0;
-            match open(endpoint).await {
+            // A server with a full backlog leaves a connect hanging for minutes.
+            let Some(opened) = phase.unless_stopped(open(endpoint)).await else {
+                break;
+            };
+            match opened {
                 Ok(fresh) => sender = Some(fresh),
                 Err(error) => {
                     phase.record_error(format!("{error:#}"));
@@ -296,7 +331,15 @@ async fn drive(mut sender: Option<Sender>, endpoint: &Endpoint, phase: &Phase) -
         };
         // A server that never answers (e.g. fewer server threads than
         // connections) must not hang the recording.
-        let Ok(outcome) = tokio::time::timeout(RESPONSE_TIMEOUT, exchange).await else {
+        let stopped_and_grace = async {
+            phase.stopped().await;
+            tokio::time::sleep(STOP_GRACE).await;
+        };
+        let answered = tokio::select! {
+            answered = tokio::time::timeout(RESPONSE_TIMEOUT, exchange) => answered,
+            () = stopped_and_grace => break,
+        };
+        let Ok(outcome) = answered else {
             phase.record_error(format!(
                 "no response within {} s",
                 RESPONSE_TIMEOUT.as_secs()
@@ -351,6 +394,11 @@ async fn open(endpoint: &Endpoint) -> Result<Sender> {
     Ok(sender)
 }
 
+/// Checks a `--load` URL (scheme, host, port) without connecting.
+pub fn check_url(url: &str) -> Result<()> {
+    parse_url(url).map(|_| ())
+}
+
 fn parse_url(url: &str) -> Result<Endpoint> {
     let uri: Uri = url
         .parse()
@@ -367,7 +415,7 @@ fn parse_url(url: &str) -> Result<Endpoint> {
         .trim_start_matches('[')
         .trim_end_matches(']')
         .to_string();
-    let port = uri.port_u16().unwrap_or(80);
+    let port = port_of(url, &uri)?;
     let authority = uri
         .authority()
         .map_or_else(|| host.clone(), |a| a.to_string());
@@ -382,6 +430,30 @@ fn parse_url(url: &str) -> Result<Endpoint> {
         authority,
         path,
     })
+}
+
+/// The URL's port: 80 when none is written; a written one must be 1 to
+/// 65535 (`:99999`, `:abc`, `:-1` or a bare `:` must not become port 80).
+fn port_of(url: &str, uri: &Uri) -> Result<u16> {
+    let authority = uri.authority().map_or("", |a| a.as_str());
+    // After the userinfo, and after the closing bracket of an IPv6 host.
+    let host_port = authority
+        .rsplit_once('@')
+        .map_or(authority, |(_, rest)| rest);
+    let after_host = match host_port.rfind(']') {
+        Some(bracket) => &host_port[bracket + 1..],
+        None => host_port,
+    };
+    let Some((_, written)) = after_host.rsplit_once(':') else {
+        return Ok(80);
+    };
+    written
+        .parse::<u16>()
+        .ok()
+        .filter(|&port| port != 0)
+        .ok_or_else(|| {
+            anyhow!("--load {url:?} has an invalid port {written:?}: want a number from 1 to 65535")
+        })
 }
 
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {
@@ -408,6 +480,11 @@ pub fn parse_cpu_list(text: &str) -> Result<Vec<usize>> {
                 );
                 if from > to {
                     return Err(bad());
+                }
+                // Checked before the range is expanded: 0-18446744073709551615 is no list to build.
+                let online = num_configured_cpus().max(1);
+                if to >= online.max(std::thread::available_parallelism().map_or(1, |n| n.get())) {
+                    bail!("--load-cpus: CPU {to} does not exist (this machine has {online})");
                 }
                 cpus.extend(from..=to);
             }
@@ -459,6 +536,16 @@ mod tests {
         assert_eq!(parse_url("http://localhost").unwrap().path, "/");
         assert!(parse_url("https://x/").is_err());
         assert!(parse_url("nonsense").is_err());
+        assert_eq!(parse_url("http://[::1]:8080/").unwrap().port, 8080);
+        assert_eq!(parse_url("http://[::1]/").unwrap().port, 80);
+        for bad in [":99999", ":abc", ":-1", ":", ":459990", ":0"] {
+            let url = format!("http://127.0.0.1{bad}/");
+            let error = parse_url(&url).err().map(|e| e.to_string());
+            assert!(
+                error.as_deref().is_some_and(|e| e.contains("invalid port")),
+                "{url}: {error:?}"
+            );
+        }
     }
 
     #[test]
@@ -467,6 +554,7 @@ mod tests {
         assert!(parse_cpu_list("1-0").is_err());
         assert!(parse_cpu_list("x").is_err());
         assert!(parse_cpu_list("100000").is_err());
+        assert!(parse_cpu_list("0-18446744073709551615").is_err());
     }
 
     #[test]

@@ -12,16 +12,20 @@ use tracer_common::flags;
 
 use crate::{
     analysis::{self, build::RecordInfo},
-    model::{Estimate, Mode, Placement, Report, StopReason, TargetInfo},
+    model::{
+        Coverage, Estimate, ExecLoss, ExecSeen, Mode, Placement, Report, StopReason, TargetInfo,
+    },
     naming,
     probe::{
         lockfuncs, placement,
         target::Target,
         waitfuncs::{self, WaitFunctions},
     },
+    render::output,
     trace::{
         attach::{self, Loaded, Placed},
         collect, preflight,
+        proc_events::{self, ProcWatch},
         sampled::{self, SampleOptions},
         stop::{self, StopSignals},
         window::{self, RequestOptions, Window},
@@ -63,6 +67,9 @@ struct Traced {
     duration_s: f64,
     attach_ms: u64,
     sampled: Option<sampled::SampledRun>,
+    /// Exec and forks of the target while traced.
+    seen: proc_events::Seen,
+    started: Instant,
 }
 
 pub async fn record(options: &RecordOptions) -> Result<Report> {
@@ -86,13 +93,13 @@ pub async fn record(options: &RecordOptions) -> Result<Report> {
         options.hold_times,
     )?;
     for fallback in placement_fallbacks(options, &prepared) {
-        eprintln!(
+        output::note(format_args!(
             "locktrace: auto placement fell back to the entry of {} in {}: {}",
             fallback.function, fallback.module, fallback.reason
-        );
+        ));
     }
     // Load driver connections and warmup happen before the probes go in.
-    let mut window = Window::prepare(&options.requests, &prepared.target).await?;
+    let mut window = Window::prepare(&options.requests, &prepared.target, &mut signals).await?;
     // Maps and module files, kept so names resolve even after the target exits.
     let mut snapshot = naming::Snapshot::take(&prepared.target);
     let traced = trace(options, &prepared, &mut window, &mut signals, &mut snapshot).await?;
@@ -151,6 +158,20 @@ async fn trace(
     snapshot: &mut naming::Snapshot,
 ) -> Result<Traced> {
     let target = &prepared.target;
+    if let Some(stopped_by) = window.stopped_early() {
+        output::note(format_args!(
+            "locktrace: stopped by a signal before tracing started (connecting or warming up the load); nothing was counted"
+        ));
+        return Ok(Traced {
+            collected: collect::Collected::default(),
+            stopped_by,
+            duration_s: 0.0,
+            attach_ms: 0,
+            sampled: None,
+            seen: proc_events::Seen::default(),
+            started: Instant::now(),
+        });
+    }
     let mut flags = flags::FUTEX | flags::CALLERS;
     if options.stacks > 0 {
         flags |= flags::STACKS;
@@ -176,6 +197,18 @@ async fn trace(
         },
         unlock_functions: &prepared.unlocks,
     };
+    let probed: Vec<(String, PathBuf)> = prepared
+        .functions
+        .iter()
+        .map(|f| f.module.clone())
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .map(|module| {
+            let host = target.host_path(&module);
+            (module, host)
+        })
+        .collect();
+    let watch = ProcWatch::start(target.pid, &probed);
     let mut loaded = attach::load(&plan)?;
     // Pointer chains of heap locks are searched while the target lives.
     snapshot.watch(&loaded.ebpf);
@@ -217,6 +250,7 @@ async fn trace(
         (stopped_by, None)
     };
     let duration_s = started.elapsed().as_secs_f64();
+    let seen = watch.finish();
     let mut collected = collect::collect(&loaded.ebpf)?;
     collected.hold_times = options.hold_times;
     Ok(Traced {
@@ -225,7 +259,29 @@ async fn trace(
         duration_s,
         attach_ms: loaded.attach_time.as_millis() as u64,
         sampled,
+        seen,
+        started,
     })
+}
+
+/// What the recording covered: children are never followed; an exec
+/// leaves the new program's lock calls out unless it maps a probed module.
+fn coverage(mode: Mode, seen: proc_events::Seen, started: Instant) -> Coverage {
+    let exec = seen.exec.map(|exec| ExecSeen {
+        after_s: exec.at.saturating_duration_since(started).as_secs_f64(),
+        exe: exec.exe,
+        not_counted: match mode {
+            Mode::Contention => ExecLoss::Nothing,
+            Mode::All | Mode::Sampled if exec.still_probed.is_empty() => ExecLoss::AllLockCalls,
+            Mode::All | Mode::Sampled => ExecLoss::LockCallsOutsideProbedModules,
+        },
+        still_probed: exec.still_probed,
+    });
+    Coverage {
+        children_followed: false,
+        children_forked: seen.forks,
+        exec,
+    }
 }
 
 /// The one line that says the probes are live, on stderr.
@@ -247,7 +303,7 @@ fn announce(options: &RecordOptions, prepared: &Prepared, loaded: &Loaded, windo
         ),
         Mode::All | Mode::Contention => loaded.probe_count.to_string(),
     };
-    eprintln!(
+    output::note(format_args!(
         "locktrace: tracing pid {} ({}): {probes} probes in {} live after {} ms; {}",
         prepared.target.pid,
         prepared.target.exe,
@@ -258,7 +314,7 @@ fn announce(options: &RecordOptions, prepared: &Prepared, loaded: &Loaded, windo
         } else {
             "Ctrl-C to stop"
         }
-    );
+    ));
 }
 
 /// Counts to the model (analysis), then names (naming).
@@ -275,6 +331,8 @@ fn report(
         duration_s,
         attach_ms,
         sampled,
+        seen,
+        started,
     } = traced;
     let counted_placement = match options.mode {
         Mode::Contention => &[][..],
@@ -320,6 +378,7 @@ fn report(
     }
     report.estimate = estimate;
     report.overhead = Some(overhead);
+    report.coverage = Some(coverage(options.mode, seen, started));
     if let Some(requests) = window.finish(&collected) {
         if requests.count > 0 && report.totals.acquisitions == Some(0) {
             window::hint_children(report.target.pid, requests.count);

@@ -192,8 +192,12 @@ fn bad_mode_options_are_one_line_errors() {
             "--sample must be a fraction in (0, 1]",
         ),
         (
-            vec!["--sample-period", "0.01"],
-            "--sample-period must be at least 0.1 seconds",
+            vec!["--mode", "sampled", "--sample-period", "0.01"],
+            "--sample-period must be between 0.1 and 3600 seconds",
+        ),
+        (
+            vec!["--sample-period", "1"],
+            "--sample-period applies only with --mode sampled",
         ),
         (
             vec!["--mode", "everything"],

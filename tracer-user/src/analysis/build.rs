@@ -101,6 +101,7 @@ pub fn build(info: RecordInfo, collected: &Collected, functions: &[LockFunction]
         placement_fallbacks: Vec::new(),
         estimate: None,
         overhead: None,
+        coverage: None,
     }
 }
 

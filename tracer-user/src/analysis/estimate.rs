@@ -32,7 +32,26 @@ pub fn of_run(
     let hits: u64 = run.windows.iter().map(|w| w.calls).sum();
     estimate.probe_time_share =
         hits as f64 * cost_per_hit as f64 / (estimate.counted_s * 1e9).max(1.0);
+    estimate.relative_error = widened(estimate.relative_error, estimate.probe_time_share);
     estimate
+}
+
+/// Largest relative error a report states (×100): beyond it the estimate says nothing.
+pub const MAX_RELATIVE_ERROR: f64 = 100.0;
+
+/// The error bound with the probes' slowdown in it. A CPU-bound target
+/// that spent share `s` of its counted time in probes ran `1 - s` as fast
+/// while counted, so the truth may be up to `1 / (1 - s)` times the
+/// estimate: the bound grows by `s / (1 - s)` (a paced server does not slow
+/// down, but the tracer cannot tell which it traced).
+fn widened(statistical: f64, probe_time_share: f64) -> f64 {
+    let share = probe_time_share.clamp(0.0, 1.0);
+    let slowdown = if share < 1.0 {
+        share / (1.0 - share)
+    } else {
+        MAX_RELATIVE_ERROR
+    };
+    (statistical + slowdown).min(MAX_RELATIVE_ERROR)
 }
 
 fn estimate(windows: &[Window], total: Duration, rate: f64) -> Estimate {
@@ -95,7 +114,7 @@ pub fn lock_error(estimate: &Estimate, counted_calls: u64) -> u64 {
     let relative = estimate
         .relative_error
         .hypot(3.0 / (counted_calls.max(1) as f64).sqrt())
-        .min(1.0);
+        .min(MAX_RELATIVE_ERROR);
     (counted_calls as f64 * estimate.scale * relative).ceil() as u64
 }
 
@@ -117,15 +136,20 @@ pub fn scale(collected: &mut Collected, estimate: &Estimate) {
 mod tests {
     use super::*;
 
-    #[test]
-    fn steady_windows_give_a_tight_bound() {
-        let windows: Vec<Window> = (0..10)
+    /// Ten 100 ms windows, one a second, ~1 M calls/s each.
+    fn steady_windows() -> Vec<Window> {
+        (0..10)
             .map(|i| Window {
                 start: Duration::from_millis(i * 1000),
                 counted: Duration::from_millis(100),
                 calls: 100_000 + i * 100,
             })
-            .collect();
+            .collect()
+    }
+
+    #[test]
+    fn steady_windows_give_a_tight_bound() {
+        let windows = steady_windows();
         let estimate = estimate(&windows, Duration::from_millis(9100), 0.1);
         assert!((estimate.scale - 9.1).abs() < 1e-9);
         assert!(
@@ -134,6 +158,27 @@ mod tests {
             estimate.relative_error
         );
         assert_eq!(estimate.windows, 10);
+    }
+
+    #[test]
+    fn probes_that_slowed_the_target_widen_the_bound() {
+        let run = SampledRun {
+            windows: steady_windows(),
+            total: Duration::from_millis(9100),
+        };
+        let calibration = Calibration {
+            kernel: "test".into(),
+            emulated_ns: 990,
+            stepped_ns: 990,
+        };
+        // ~1,004,500 hits × 990 ns in 1 s counted: the probes took ~99% of it,
+        // so a CPU-bound target ran at ~1% speed and the truth may be ~100×.
+        let estimate = of_run(&run, 0.1, &[], &calibration);
+        assert!(estimate.probe_time_share > 0.99, "{estimate:?}");
+        assert!(estimate.relative_error >= 99.0, "{estimate:?}");
+        // A share of zero leaves the statistical bound alone.
+        assert_eq!(widened(0.01, 0.0), 0.01);
+        assert!((widened(0.0, 0.5) - 1.0).abs() < 1e-12);
     }
 
     #[test]

@@ -4,6 +4,7 @@
 //!
 //! Schema `locktrace.report/1`: later versions add fields, never rename them.
 pub mod address;
+mod coverage;
 mod estimate;
 mod holds;
 mod kinds;
@@ -11,6 +12,7 @@ mod overhead;
 mod report;
 mod requests;
 
+pub use coverage::{Coverage, ExecLoss, ExecSeen};
 pub use estimate::Estimate;
 pub use holds::{HoldSite, Holds, WaitHolder, add_histogram, quantile};
 pub use kinds::{LockKind, Mode, Placement, RequestSource, StopReason, WaitClass};

@@ -8,8 +8,8 @@ use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 
 use super::{
-    Estimate, Holds, LockKind, Mode, Overhead, PerRequest, Placement, Requests, StopReason,
-    WaitClass, WaitHolder, address,
+    Coverage, Estimate, Holds, LockKind, Mode, Overhead, PerRequest, Placement, Requests,
+    StopReason, WaitClass, WaitHolder, address,
 };
 
 pub const SCHEMA: &str = "locktrace.report/1";
@@ -49,6 +49,9 @@ pub struct Report {
     /// What tracing cost the target and the tracer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub overhead: Option<Overhead>,
+    /// Whether children were followed, and an exec of the target, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub coverage: Option<Coverage>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -294,21 +297,23 @@ impl Report {
     pub fn load(path: &std::path::Path) -> Result<Report> {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("cannot read report {}", path.display()))?;
-        let value: serde_json::Value = serde_json::from_str(&text)
-            .with_context(|| format!("{} is not a locktrace report (not JSON)", path.display()))?;
+        Report::from_json(&text, &path.display().to_string())
+    }
+
+    /// Parses a report's JSON text; `source` names it in errors. Never
+    /// panics, whatever the text (fuzzed in tests/fuzz.rs).
+    pub fn from_json(text: &str, source: &str) -> Result<Report> {
+        let value: serde_json::Value = serde_json::from_str(text)
+            .with_context(|| format!("{source} is not a locktrace report (not JSON)"))?;
         match value.get("schema").and_then(|schema| schema.as_str()) {
             Some(SCHEMA) => {}
-            Some(other) => bail!(
-                "{} is a report of schema {other}; this locktrace reads {SCHEMA}",
-                path.display()
-            ),
-            None => bail!(
-                "{} is not a locktrace report (no \"schema\": \"{SCHEMA}\")",
-                path.display()
-            ),
+            Some(other) => {
+                bail!("{source} is a report of schema {other}; this locktrace reads {SCHEMA}")
+            }
+            None => bail!("{source} is not a locktrace report (no \"schema\": \"{SCHEMA}\")"),
         }
         serde_json::from_value(value)
-            .with_context(|| format!("{} is a damaged locktrace report", path.display()))
+            .with_context(|| format!("{source} is a damaged locktrace report"))
     }
 
     pub fn save(&self, path: &std::path::Path) -> Result<()> {

@@ -158,7 +158,8 @@ impl ModuleSymbols {
         self.sections
             .iter()
             .filter(|section| {
-                address >= section.address && address < section.address + section.size
+                // Subtracting, not adding: a hostile size must not overflow.
+                address >= section.address && address - section.address < section.size
             })
             // .tbss overlaps the next section at link time; prefer real ones.
             .min_by_key(|section| section.name.starts_with(".t"))
@@ -179,7 +180,8 @@ fn containing(symbols: &[Symbol], address: u64, open_ended: bool) -> Option<(&Sy
         .iter()
         .rev()
         .take(256)
-        .filter(|symbol| address < symbol.address + symbol.size)
+        // `address - start`, not `start + size`: a hostile size must not overflow.
+        .filter(|symbol| address - symbol.address < symbol.size)
         .min_by_key(|symbol| symbol.size);
     let found = sized.or_else(|| {
         let last = candidates.last()?;
@@ -257,6 +259,31 @@ mod tests {
         );
         assert_eq!(demangle("_ZN5Query7executeEv"), "Query::execute()");
         assert_eq!(demangle("g_lock"), "g_lock");
+    }
+
+    #[test]
+    fn hostile_sizes_do_not_overflow() {
+        // A symbol and a section at the top of the address space with sizes
+        // that run past it, as a crafted ELF file can have.
+        let symbols = vec![Symbol {
+            address: u64::MAX - 4,
+            size: u64::MAX,
+            name: "top".into(),
+        }];
+        assert_eq!(
+            containing(&symbols, u64::MAX, false).map(|(s, o)| (s.name.as_str(), o)),
+            Some(("top", 4))
+        );
+        let module = ModuleSymbols {
+            sections: vec![Section {
+                name: ".data".into(),
+                address: u64::MAX - 1,
+                size: 16,
+            }],
+            ..ModuleSymbols::default()
+        };
+        assert!(module.section_at(u64::MAX).is_some());
+        assert!(module.section_at(1).is_none());
     }
 
     #[test]

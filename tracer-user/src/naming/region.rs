@@ -63,7 +63,7 @@ impl LoadedModule {
             .symbols
             .sections
             .iter()
-            .map(|s| s.address + s.size)
+            .map(|s| s.address.saturating_add(s.size))
             .max()
             .unwrap_or(0);
         last.wrapping_add(self.bias).max(self.start)
@@ -119,7 +119,12 @@ impl AddressSpace {
             let end = symbols
                 .segments
                 .iter()
-                .map(|s| (s.address + s.memory_size + 0xfff) & !0xfff)
+                .map(|s| {
+                    s.address
+                        .saturating_add(s.memory_size)
+                        .saturating_add(0xfff)
+                        & !0xfff
+                })
                 .max()
                 .unwrap_or(0)
                 .wrapping_add(bias);
@@ -292,7 +297,7 @@ fn load_bias(maps: &[Mapping], path: &str, symbols: &ModuleSymbols) -> Option<u6
             let segment = symbols.segments.iter().find(|segment| {
                 let page_start = segment.offset & !0xfff;
                 mapping.offset >= page_start
-                    && mapping.offset < segment.offset + segment.file_size.max(1)
+                    && mapping.offset < segment.offset.saturating_add(segment.file_size.max(1))
             })?;
             // runtime(mapping.start) = bias + link address of file offset mapping.offset
             let link = segment

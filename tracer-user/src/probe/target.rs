@@ -63,9 +63,7 @@ impl Target {
             .collect();
         let exe = fs::read_link(proc_dir.join("exe"))
             .map(|path| path.to_string_lossy().into_owned())
-            .with_context(|| {
-                format!("cannot read /proc/{pid}/exe (process exited, or not root?)")
-            })?;
+            .map_err(|error| unreadable_exe(pid, &error))?;
         let maps = read_maps(pid)?;
         Ok(Target {
             pid,
@@ -96,6 +94,26 @@ impl Target {
 
     pub fn is_alive(&self) -> bool {
         is_alive(self.pid)
+    }
+}
+
+/// Why /proc/PID/exe could not be read, precisely: the process is gone,
+/// this user may not look at it, or (as root) the kernel's ptrace access
+/// check refused (the target holds capabilities this process lacks, as pid 1
+/// or a process of another container often does).
+fn unreadable_exe(pid: u32, error: &std::io::Error) -> anyhow::Error {
+    use std::io::ErrorKind;
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    match error.kind() {
+        ErrorKind::NotFound => anyhow::anyhow!("process {pid} exited"),
+        ErrorKind::PermissionDenied if root => anyhow::anyhow!(
+            "cannot read /proc/{pid}/exe even as root ({error}): the kernel's ptrace access check refused, so pid {pid} cannot be traced from here; it holds capabilities this locktrace lacks (CapPrm in /proc/{pid}/status), or it is a kernel-protected process; run locktrace with those capabilities (e.g. from the host, not a container)"
+        ),
+        ErrorKind::PermissionDenied => anyhow::anyhow!(
+            "cannot read /proc/{pid}/exe ({error}): process {pid} belongs to another user; run locktrace as root"
+        ),
+        _ => anyhow::anyhow!("cannot read /proc/{pid}/exe: {error}"),
     }
 }
 

@@ -4,6 +4,8 @@
 pub mod footer;
 pub mod format;
 pub mod holds;
+pub mod lost;
+pub mod output;
 pub mod pprof;
 pub mod requests;
 pub mod stacks;

@@ -7,7 +7,7 @@ use prettytable::{Cell, Row, Table, format, row};
 use super::{
     footer,
     format::{MAX_TABLE_WIDTH, duration, truncate, width},
-    holds, requests, stacks, waits,
+    holds, lost, requests, stacks, waits,
 };
 use crate::model::{Lock, Mode, Report, StopReason};
 
@@ -83,26 +83,14 @@ pub fn render(report: &Report, limit: Option<usize>) -> String {
     }
     out.push_str(&waits::render(report, limit));
     match report.stopped_by {
-        StopReason::TargetExited => {
+        StopReason::TargetExited if lost::counts_whole(report) => {
             out.push_str("stopped: the target exited; counts cover its whole traced life\n")
         }
+        StopReason::TargetExited => out.push_str("stopped: the target exited\n"),
         StopReason::Interrupted => out.push_str("stopped: interrupted (a stop signal)\n"),
         StopReason::Duration | StopReason::LoadDone => {}
     }
-    if report.dropped.is_empty() {
-        out.push_str("lost: nothing\n");
-    } else {
-        let lost: Vec<String> = report
-            .dropped
-            .iter()
-            .map(|(what, n)| format!("{what}={n}"))
-            .collect();
-        let _ = writeln!(
-            out,
-            "lost: {} (those events are missing from the counts)",
-            lost.join(", ")
-        );
-    }
+    out.push_str(&lost::render(report));
     out.push_str(&footer::cost(report));
     out
 }

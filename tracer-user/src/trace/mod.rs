@@ -4,6 +4,7 @@
 pub mod attach;
 pub mod collect;
 pub mod preflight;
+pub mod proc_events;
 pub mod sampled;
 pub mod stop;
 pub mod window;

@@ -47,6 +47,15 @@ pub fn ensure_tracefs() -> Result<&'static str> {
             return check_futex_events(dir);
         }
     }
+    // Mounted but closed to this user (tracefs is mode 0700 by default): say
+    // so, rather than try to mount it (which needs CAP_SYS_ADMIN) and blame
+    // the mount.
+    if let Some(mode) = unreadable_mount(TRACEFS) {
+        bail!(
+            "tracefs is mounted at {TRACEFS} but this user cannot read it (mode {mode:o}, owner uid {}); run locktrace as root, or let this user in: mount -o remount,mode=755 {TRACEFS} (or chown it to a group of this user)",
+            owner(TRACEFS)
+        );
+    }
     let source = c"nodev";
     let target = c"/sys/kernel/tracing";
     let fstype = c"tracefs";
@@ -67,6 +76,34 @@ pub fn ensure_tracefs() -> Result<&'static str> {
         );
     }
     check_futex_events(TRACEFS)
+}
+
+/// The mode of `dir` when it is a mounted tracefs whose `events` this
+/// process may not read.
+fn unreadable_mount(dir: &str) -> Option<u32> {
+    use std::os::unix::fs::MetadataExt;
+    let mounted = std::fs::read_to_string("/proc/self/mounts")
+        .unwrap_or_default()
+        .lines()
+        .any(|line| {
+            let mut fields = line.split_whitespace();
+            fields.nth(1) == Some(dir) && fields.next() == Some("tracefs")
+        });
+    let denied = matches!(
+        std::fs::read_dir(Path::new(dir).join("events")),
+        Err(error) if error.kind() == std::io::ErrorKind::PermissionDenied
+    ) || matches!(
+        std::fs::read_dir(dir),
+        Err(error) if error.kind() == std::io::ErrorKind::PermissionDenied
+    );
+    (mounted && denied)
+        .then(|| std::fs::metadata(dir).ok().map(|m| m.mode() & 0o7777))
+        .flatten()
+}
+
+fn owner(dir: &str) -> String {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(dir).map_or_else(|_| "?".into(), |m| m.uid().to_string())
 }
 
 fn check_futex_events(dir: &'static str) -> Result<&'static str> {

@@ -2,7 +2,10 @@
 //! open the load driver's connections and send the warmup; while tracing,
 //! send the counted load (or wait) and show progress; after, turn what was
 //! counted into the report's `requests` block.
-use std::{io::IsTerminal, time::Duration};
+use std::{
+    io::{IsTerminal, Write},
+    time::Duration,
+};
 
 use anyhow::Result;
 use aya::Ebpf;
@@ -39,38 +42,66 @@ pub struct Window {
     driver: Option<LoadDriver>,
     probe: Option<RequestProbe>,
     tally: Option<Tally>,
+    /// A stop signal came during the connects or the warmup: nothing is traced.
+    stopped_early: Option<StopReason>,
 }
 
 impl Window {
     /// Resolves the request probe, connects the load driver and sends the
     /// warmup, all before any probe is attached (so none of it is counted).
-    pub async fn prepare(options: &RequestOptions, target: &Target) -> Result<Window> {
+    /// A stop signal meanwhile ends both at once (see [`Window::stopped_early`]).
+    pub async fn prepare(
+        options: &RequestOptions,
+        target: &Target,
+        signals: &mut StopSignals,
+    ) -> Result<Window> {
         let probe = options
             .probe
             .as_deref()
             .map(|spec| request_probe::resolve(target, spec))
             .transpose()?;
-        let driver = match &options.load {
-            Some(load) => {
-                let driver = LoadDriver::connect(load).await?;
-                if load.warmup > 0 {
-                    let warmup = driver.run(Amount::Requests(load.warmup)).await?;
-                    eprintln!(
-                        "locktrace: warmup: {} responses in {} ms (not counted)",
-                        warmup.responses(),
-                        warmup.elapsed.as_millis()
-                    );
-                }
-                Some(driver)
-            }
-            None => None,
-        };
-        Ok(Window {
+        let mut window = Window {
             options: options.clone(),
-            driver,
+            driver: None,
             probe,
             tally: None,
-        })
+            stopped_early: None,
+        };
+        let Some(load) = &options.load else {
+            return Ok(window);
+        };
+        // Dropping the connect or warmup future (and the driver) abandons
+        // their connections: a full backlog must not hold the tracer.
+        let driver = tokio::select! {
+            driver = LoadDriver::connect(load) => driver?,
+            reason = signals.recv() => {
+                window.stopped_early = Some(reason);
+                return Ok(window);
+            }
+        };
+        if load.warmup > 0 {
+            let warmup = tokio::select! {
+                warmup = driver.run(Amount::Requests(load.warmup)) => warmup?,
+                reason = signals.recv() => {
+                    driver.stop();
+                    window.stopped_early = Some(reason);
+                    return Ok(window);
+                }
+            };
+            let _ = writeln!(
+                std::io::stderr(),
+                "locktrace: warmup: {} responses in {} ms (not counted)",
+                warmup.responses(),
+                warmup.elapsed.as_millis()
+            );
+        }
+        window.driver = Some(driver);
+        Ok(window)
+    }
+
+    /// The stop signal that came before tracing started, if one did.
+    pub fn stopped_early(&self) -> Option<StopReason> {
+        self.stopped_early
     }
 
     /// The request-boundary probe point for the loader.
@@ -209,7 +240,8 @@ pub fn hint_children(pid: u32, requests: u64) {
         }
     }
     if !children.is_empty() {
-        eprintln!(
+        let _ = writeln!(
+            std::io::stderr(),
             "locktrace: note: pid {pid} took no lock during {requests} requests; its child processes ({}) may be the ones serving them (e.g. Apache's worker): trace one of those",
             children.join(", ")
         );

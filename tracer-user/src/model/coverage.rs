@@ -1,0 +1,51 @@
+//! What a recording covered beyond its counts: whether forked children were
+//! followed, and an exec of the target with what it left uncounted.
+use serde::{Deserialize, Serialize};
+
+/// `coverage` in JSON (absent in reports of older versions).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Coverage {
+    /// Whether processes the target forked were traced too. Always false:
+    /// a child is another process, its locks are not in the counts (trace
+    /// its pid separately).
+    pub children_followed: bool,
+    /// Processes the target forked while traced (None: not watched).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub children_forked: Option<u64>,
+    /// The target ran exec while traced (the first exec seen).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exec: Option<ExecSeen>,
+}
+
+/// An exec of the target during the recording: the probes stay on the old
+/// program's lock functions, so from `after_s` on the counts miss what
+/// `not_counted` says.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ExecSeen {
+    /// Seconds into the recording when the exec was seen.
+    pub after_s: f64,
+    /// The new program, when it could still be read.
+    #[serde(default)]
+    pub exe: Option<String>,
+    pub not_counted: ExecLoss,
+    /// Probed lock modules the new program mapped too (their lock calls were
+    /// still counted after the exec).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub still_probed: Vec<String>,
+}
+
+/// What an exec left out of the counts from then on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExecLoss {
+    /// The new program mapped none of the probed lock modules (e.g. a static
+    /// binary): none of its lock calls were counted. Its futex waits were,
+    /// but their names come from the old program's memory map.
+    AllLockCalls,
+    /// The new program's lock calls through the probed modules were counted
+    /// (`still_probed`); calls into any other lock functions were not.
+    LockCallsOutsideProbedModules,
+    /// No lock probes (contention mode): every futex wait was counted; only
+    /// the names after the exec come from the old program's map.
+    Nothing,
+}

@@ -1,0 +1,133 @@
+//! The footer's `lost:` lines: per reason, what is missing and from which
+//! figures (a lost stack leaves the counts exact; a full lock map does not),
+//! plus what an exec of the target or its forked children left uncounted.
+use std::fmt::Write;
+
+use crate::model::{ExecLoss, Report};
+
+/// What one drop reason leaves out, by the schema's reason word.
+fn missing(reason: &str, n: u64) -> String {
+    match reason {
+        "locks_map_full" => {
+            format!("{n} lock calls on locks beyond the map's capacity (missing from acquisitions)")
+        }
+        "futex_map_full" => format!(
+            "{n} futex waits or wakes on words beyond the map's capacity (missing from contended, wakes and wait times)"
+        ),
+        "waits_untracked" => {
+            format!("{n} futex waits not tracked (missing from contended and wait times)")
+        }
+        "callers_map_full" | "caller_unreadable" => {
+            format!("{n} callers ({reason}; counts exact, callers incomplete)")
+        }
+        "stacks_lost" => format!("{n} stacks (counts exact, stacks incomplete)"),
+        other => format!("{other}={n}"),
+    }
+}
+
+/// True when nothing the counts cover was lost (drops, exec).
+pub fn counts_whole(report: &Report) -> bool {
+    report.coverage.as_ref().is_none_or(|c| c.exec.is_none())
+}
+
+/// `lost:` lines (`lost: nothing` when nothing was), then a line on
+/// children that were forked and not followed.
+pub fn render(report: &Report) -> String {
+    let mut out = String::new();
+    let coverage = report.coverage.as_ref();
+    let exec = coverage.and_then(|c| c.exec.as_ref());
+    if report.dropped.is_empty() && exec.is_none() {
+        out.push_str("lost: nothing\n");
+    }
+    for (reason, &n) in &report.dropped {
+        let _ = writeln!(out, "lost: {}", missing(reason, n));
+    }
+    if let Some(exec) = exec {
+        let program = exec.exe.as_deref().unwrap_or("a program not read in time");
+        let what = match exec.not_counted {
+            ExecLoss::AllLockCalls => {
+                "every lock call of the new program (its futex waits are counted, named from the old program's map)".to_string()
+            }
+            ExecLoss::LockCallsOutsideProbedModules => format!(
+                "the new program's lock calls outside {} (futex waits counted)",
+                exec.still_probed.join(", ")
+            ),
+            ExecLoss::Nothing => "no count (contention mode); names after it come from the old program's map".to_string(),
+        };
+        let _ = writeln!(
+            out,
+            "lost: the target ran exec ({program}) {:.2} s into the recording; from then on: {what}",
+            exec.after_s
+        );
+    }
+    if let Some(forked) = coverage.and_then(|c| c.children_forked).filter(|&n| n > 0) {
+        let _ = writeln!(
+            out,
+            "children: {forked} processes forked by the target were not followed; their locks are not counted (trace their pids)"
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{
+        model::{Coverage, ExecSeen, StopReason},
+        render::table,
+    };
+
+    fn report() -> Report {
+        serde_json::from_value(serde_json::json!({
+            "schema": crate::model::SCHEMA,
+            "target": {"pid": 1, "exe": "/x", "cmdline": []},
+            "duration_s": 1.0, "mode": "all", "stopped_by": "target_exited",
+            "locks": [], "dropped": {},
+            "totals": {"acquisitions": 0, "contended": 0, "wakes": 0, "wait_ns": 0},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn lost_stacks_leave_the_counts_exact() {
+        let mut report = report();
+        report.dropped.insert("stacks_lost".into(), 7);
+        report.dropped.insert("locks_map_full".into(), 3);
+        let text = table::render(&report, None);
+        assert!(!text.contains("missing from the counts"), "{text}");
+        assert!(
+            text.contains("lost: 7 stacks (counts exact, stacks incomplete)"),
+            "{text}"
+        );
+        assert!(text.contains("lost: 3 lock calls"), "{text}");
+        assert!(text.contains("(missing from acquisitions)"), "{text}");
+    }
+
+    #[test]
+    fn an_exec_is_never_a_whole_life_with_nothing_lost() {
+        let mut report = report();
+        assert!(table::render(&report, None).contains("counts cover its whole traced life"));
+        report.stopped_by = StopReason::TargetExited;
+        report.coverage = Some(Coverage {
+            children_followed: false,
+            children_forked: Some(2),
+            exec: Some(ExecSeen {
+                after_s: 0.5,
+                exe: Some("/bin/static".into()),
+                not_counted: ExecLoss::AllLockCalls,
+                still_probed: Vec::new(),
+            }),
+        });
+        let text = table::render(&report, None);
+        assert!(!text.contains("whole traced life"), "{text}");
+        assert!(!text.contains("lost: nothing"), "{text}");
+        assert!(
+            text.contains("lost: the target ran exec (/bin/static) 0.50 s into the recording; from then on: every lock call of the new program"),
+            "{text}"
+        );
+        assert!(
+            text.contains("children: 2 processes forked by the target were not followed"),
+            "{text}"
+        );
+    }
+}

@@ -1,0 +1,62 @@
+//! Writing what the user asked for to stdout without ever panicking
+//! (`print!` panics when stdout is gone). A reader that went away
+//! (`| head`, EPIPE) is a normal end; any other failure (`> /dev/full`) is an
+//! error the caller reports in one line.
+use std::io::{ErrorKind, Write};
+
+use anyhow::{Context, Result};
+
+/// How a write to stdout ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Written {
+    All,
+    /// The reader closed the pipe first; the rest was not wanted.
+    ReaderGone,
+}
+
+/// Writes `bytes` to the locked stdout and flushes.
+pub fn stdout(bytes: &[u8]) -> Result<Written> {
+    to(&mut std::io::stdout().lock(), bytes)
+}
+
+/// Writes `bytes` to `out` and flushes; EPIPE is [`Written::ReaderGone`].
+pub fn to(out: &mut dyn Write, bytes: &[u8]) -> Result<Written> {
+    match out.write_all(bytes).and_then(|()| out.flush()) {
+        Ok(()) => Ok(Written::All),
+        Err(error) if error.kind() == ErrorKind::BrokenPipe => Ok(Written::ReaderGone),
+        Err(error) => Err(error).context("cannot write to stdout"),
+    }
+}
+
+/// A diagnostic line on stderr; a stderr that is gone is ignored (the
+/// result is on stdout or in the JSON, and there is nowhere to say more).
+pub fn note(line: std::fmt::Arguments) {
+    let _ = writeln!(std::io::stderr().lock(), "{line}");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Failing(ErrorKind);
+
+    impl Write for Failing {
+        fn write(&mut self, _: &[u8]) -> std::io::Result<usize> {
+            Err(self.0.into())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_closed_pipe_is_a_normal_end_and_a_full_disk_an_error() {
+        assert_eq!(
+            to(&mut Failing(ErrorKind::BrokenPipe), b"x").unwrap(),
+            Written::ReaderGone
+        );
+        let error = to(&mut Failing(ErrorKind::StorageFull), b"x").unwrap_err();
+        assert!(format!("{error:#}").starts_with("cannot write to stdout"));
+        assert_eq!(to(&mut Vec::new(), b"x").unwrap(), Written::All);
+    }
+}

@@ -1,0 +1,519 @@
+//! A hostile but fair user (issue 13): closed or full stdout, bad ports and
+//! numbers, stop signals in every phase, an unwritable --json, exec and
+//! fork in the target, a process root may not trace, a capable non-root
+//! user. Real BPF as root, real processes.
+mod common;
+
+use std::{
+    net::TcpListener,
+    os::fd::{FromRawFd, OwnedFd},
+    path::{Path, PathBuf},
+    process::{Child, Command, Output, Stdio},
+    time::{Duration, Instant},
+};
+
+use common::{Fixture, Flavor, acquisitions, fixture, locktrace};
+use serde_json::Value;
+
+fn steady() -> PathBuf {
+    fixture("steady", Flavor::Glibc)
+}
+
+/// Waits for `child` at most `limit`; kills it (by its pid) and fails if it takes longer.
+fn wait_within(mut child: Child, limit: Duration, what: &str) -> Output {
+    let started = Instant::now();
+    loop {
+        if let Ok(Some(_)) = child.try_wait() {
+            return child.wait_with_output().unwrap();
+        }
+        if started.elapsed() > limit {
+            let _ = child.kill();
+            let output = child.wait_with_output().unwrap();
+            panic!(
+                "{what}: still running after {limit:?}; stderr: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn wait_for_file(path: &Path, limit: Duration) {
+    let started = Instant::now();
+    while !path.exists() {
+        assert!(
+            started.elapsed() < limit,
+            "{} never appeared",
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn signal(child: &Child, signal: i32) {
+    // Only the locktrace this test started, by its pid.
+    unsafe { libc::kill(child.id() as i32, signal) };
+}
+
+fn stderr_of(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// The error is one line that starts with `locktrace:`, and no panic.
+fn assert_one_line_error(output: &Output, wanted: &str) {
+    let stderr = stderr_of(output);
+    assert!(
+        matches!(output.status.code(), Some(1) | Some(2)),
+        "exit {:?}: {stderr}",
+        output.status
+    );
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "not one line: {stderr}");
+    assert!(lines[0].starts_with("locktrace: "), "{stderr}");
+    assert!(stderr.contains(wanted), "wanted {wanted:?} in: {stderr}");
+}
+
+fn read_json(path: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(path).expect("JSON report written"))
+        .expect("JSON report parses")
+}
+
+/// A pipe whose reader is already closed (`| head` that has exited).
+fn closed_pipe() -> Stdio {
+    let mut fds = [0; 2];
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    unsafe { libc::close(fds[0]) };
+    Stdio::from(unsafe { OwnedFd::from_raw_fd(fds[1]) })
+}
+
+fn dev_full() -> Stdio {
+    Stdio::from(
+        std::fs::File::options()
+            .write(true)
+            .open("/dev/full")
+            .unwrap(),
+    )
+}
+
+/// `locktrace record` on a steady fixture (started once the probes are live),
+/// with stdout as given; returns its output and the JSON path.
+fn record_steady(stdout: Stdio, dir: &Path) -> (Output, PathBuf) {
+    let json = dir.join("r.json");
+    let ready = dir.join("ready");
+    let mut target = Fixture::spawn(&steady(), &["20", "200"]);
+    let tracer = locktrace()
+        .args(["record", "--pid", &target.pid().to_string(), "--json"])
+        .arg(&json)
+        .arg("--ready-file")
+        .arg(&ready)
+        .stdout(stdout)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for_file(&ready, Duration::from_secs(30));
+    target.start();
+    target.wait();
+    (wait_within(tracer, Duration::from_secs(20), "record"), json)
+}
+
+#[test]
+fn a_closed_or_full_stdout_keeps_the_json_and_never_panics() {
+    let dir = tempfile::tempdir().unwrap();
+    // `record --json F | head` with head gone: a normal end.
+    let (output, json) = record_steady(closed_pipe(), dir.path());
+    assert!(output.status.success(), "{}", stderr_of(&output));
+    let report = read_json(&json);
+    assert_eq!(report["stopped_by"], "target_exited");
+    // `> /dev/full`: the JSON is still written, the error is one line.
+    std::fs::remove_file(&json).unwrap();
+    std::fs::remove_file(dir.path().join("ready")).unwrap();
+    let (output, json) = record_steady(dev_full(), dir.path());
+    assert_eq!(output.status.code(), Some(1), "{}", stderr_of(&output));
+    let stderr = stderr_of(&output);
+    assert!(
+        stderr
+            .lines()
+            .last()
+            .is_some_and(|l| l.starts_with("locktrace: cannot write to stdout: ")),
+        "{stderr}"
+    );
+    assert_eq!(read_json(&json)["stopped_by"], "target_exited");
+    // `report` and `compare` the same way.
+    let mut with_requests = read_json(&json);
+    with_requests["requests"] = serde_json::json!({"source": "given", "count": 10});
+    let saved = dir.path().join("given.json");
+    std::fs::write(&saved, with_requests.to_string()).unwrap();
+    let commands: [Vec<&Path>; 2] = [vec![&json], vec![&saved, &saved]];
+    for files in commands {
+        let subcommand = if files.len() == 1 {
+            "report"
+        } else {
+            "compare"
+        };
+        for (stdout, ok) in [(closed_pipe(), true), (dev_full(), false)] {
+            let output = locktrace()
+                .arg(subcommand)
+                .args(&files)
+                .stdout(stdout)
+                .output()
+                .unwrap();
+            if ok {
+                assert!(
+                    output.status.success(),
+                    "{subcommand}: {}",
+                    stderr_of(&output)
+                );
+            } else {
+                assert_one_line_error(&output, "cannot write to stdout");
+            }
+        }
+    }
+}
+
+/// `record --pid SELF ARGS…`: errors that come before anything is attached.
+fn record_args(args: &[&str]) -> Output {
+    let child = locktrace()
+        .args(["record", "--pid", &std::process::id().to_string()])
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_within(child, Duration::from_secs(20), &format!("record {args:?}"))
+}
+
+#[test]
+fn invalid_load_ports_are_refused() {
+    for port in [":99999", ":abc", ":-1", ":", ":459990"] {
+        let url = format!("http://127.0.0.1{port}/");
+        let output = record_args(&["--load", &url]);
+        assert_one_line_error(&output, "invalid port");
+    }
+}
+
+#[test]
+fn numeric_flags_are_bounded() {
+    let load = "http://127.0.0.1:9/";
+    let cases: [(&[&str], &str); 7] = [
+        (
+            &["--duration", "1e20"],
+            "--duration 100000000000000000000 is too long",
+        ),
+        (&["--duration", "-1"], "--duration must be positive"),
+        (
+            &["--mode", "sampled", "--sample-period", "1e20"],
+            "--sample-period must be between",
+        ),
+        (
+            &["--load", load, "--load-cpus", "0-18446744073709551615"],
+            "--load-cpus: CPU 18446744073709551615 does not exist",
+        ),
+        (
+            &["--load", load, "-c", "18446744073709551615"],
+            "-c (concurrency) must be between 1 and 10000",
+        ),
+        (
+            &["--sample", "0.5"],
+            "--sample applies only with --mode sampled",
+        ),
+        (&["--top", "-1"], "--top"),
+    ];
+    for (args, wanted) in cases {
+        let output = record_args(args);
+        assert_one_line_error(&output, wanted);
+    }
+}
+
+#[test]
+fn an_unwritable_json_path_fails_before_attaching() {
+    let dir = tempfile::tempdir().unwrap();
+    let target = Fixture::spawn(&steady(), &["1", "1"]);
+    let ready = dir.path().join("ready");
+    let started = Instant::now();
+    let child = locktrace()
+        .args([
+            "record",
+            "--pid",
+            &target.pid().to_string(),
+            "--duration",
+            "30",
+        ])
+        .args(["--json", "/nonexistent-dir/r.json", "--ready-file"])
+        .arg(&ready)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let output = wait_within(child, Duration::from_secs(10), "record --json unwritable");
+    assert_one_line_error(&output, "cannot write --json /nonexistent-dir/r.json");
+    assert!(!ready.exists(), "probes were attached first");
+    assert!(started.elapsed() < Duration::from_secs(5));
+}
+
+/// Starts `record` with a ready file; returns it once the probes are live.
+fn start_record(pid: u32, dir: &Path, extra: &[&str]) -> Child {
+    let ready = dir.join("ready");
+    let child = locktrace()
+        .args(["record", "--pid", &pid.to_string(), "--json"])
+        .arg(dir.join("r.json"))
+        .arg("--ready-file")
+        .arg(&ready)
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for_file(&ready, Duration::from_secs(30));
+    child
+}
+
+#[test]
+fn sighup_stops_a_recording_with_a_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut target = Fixture::spawn(&steady(), &["1", "100000"]);
+    let tracer = start_record(target.pid(), dir.path(), &[]);
+    target.start();
+    std::thread::sleep(Duration::from_millis(300));
+    signal(&tracer, libc::SIGHUP);
+    let output = wait_within(tracer, Duration::from_secs(5), "record after SIGHUP");
+    assert!(output.status.success(), "{}", stderr_of(&output));
+    let report = read_json(&dir.path().join("r.json"));
+    assert_eq!(report["stopped_by"], "interrupted");
+    assert!(acquisitions(&report, target.address("global")) > 0);
+}
+
+/// Updates of the stats lock per request in the httpd fixture (`K`).
+const K: u64 = 8;
+
+#[test]
+fn sigterm_stops_a_long_load_and_keeps_exact_counts() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Fixture::spawn(&fixture("httpd", Flavor::Glibc), &["0", "mutex", "8", "4"]);
+    let port: u16 = server
+        .lines
+        .iter()
+        .find_map(|line| line.strip_prefix("port ")?.parse().ok())
+        .expect("fixture printed its port");
+    let url = format!("http://127.0.0.1:{port}/");
+    let tracer = start_record(
+        server.pid(),
+        dir.path(),
+        &["--load", &url, "--duration", "600"],
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    signal(&tracer, libc::SIGTERM);
+    let output = wait_within(
+        tracer,
+        Duration::from_secs(5),
+        "record --load after SIGTERM",
+    );
+    assert!(output.status.success(), "{}", stderr_of(&output));
+    let report = read_json(&dir.path().join("r.json"));
+    assert_eq!(report["stopped_by"], "interrupted");
+    let requests = report["requests"]["count"].as_u64().unwrap();
+    assert!(requests > 0);
+    assert_eq!(
+        acquisitions(&report, server.address("stats_lock")),
+        K * requests,
+        "every counted request's stats updates, no more"
+    );
+}
+
+/// A server that accepts connections and never answers.
+fn silent_server() -> (u16, std::sync::mpsc::Receiver<()>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (accepted, seen) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in listener.incoming().flatten() {
+            held.push(stream);
+            let _ = accepted.send(());
+        }
+    });
+    (port, seen)
+}
+
+/// `record --load` that is stopped by `signal_number` before tracing starts:
+/// a report anyway, within seconds.
+fn stopped_before_tracing(url: &str, extra: &[&str], settle: impl FnOnce(), signal_number: i32) {
+    let dir = tempfile::tempdir().unwrap();
+    let target = Fixture::spawn(&steady(), &["1", "1"]);
+    let json = dir.path().join("r.json");
+    let tracer = locktrace()
+        .args([
+            "record",
+            "--pid",
+            &target.pid().to_string(),
+            "--load",
+            url,
+            "--json",
+        ])
+        .arg(&json)
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    settle();
+    signal(&tracer, signal_number);
+    let output = wait_within(
+        tracer,
+        Duration::from_secs(5),
+        "record stopped before tracing",
+    );
+    assert!(output.status.success(), "{}", stderr_of(&output));
+    let report = read_json(&json);
+    assert_eq!(report["stopped_by"], "interrupted");
+    assert_eq!(report["duration_s"], 0.0);
+}
+
+#[test]
+fn sigint_stops_the_warmup() {
+    let (port, accepted) = silent_server();
+    let url = format!("http://127.0.0.1:{port}/");
+    stopped_before_tracing(
+        &url,
+        &["--warmup", "1000", "-n", "10", "-c", "2"],
+        || {
+            for _ in 0..2 {
+                accepted.recv_timeout(Duration::from_secs(20)).unwrap();
+            }
+            // The warmup's first requests are in flight and unanswered.
+            std::thread::sleep(Duration::from_millis(300));
+        },
+        libc::SIGINT,
+    );
+}
+
+#[test]
+fn sigterm_stops_connects_to_a_full_backlog() {
+    // Listening with a backlog of 0 and never accepting: the kernel drops
+    // further SYNs, and connects retry for minutes.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0) };
+    assert!(fd >= 0);
+    let _socket = unsafe { OwnedFd::from_raw_fd(fd) };
+    let mut address: libc::sockaddr_in = unsafe { std::mem::zeroed() };
+    address.sin_family = libc::AF_INET as u16;
+    address.sin_addr.s_addr = u32::from_ne_bytes([127, 0, 0, 1]);
+    let size = std::mem::size_of::<libc::sockaddr_in>() as u32;
+    assert_eq!(
+        unsafe { libc::bind(fd, &address as *const _ as *const libc::sockaddr, size) },
+        0
+    );
+    assert_eq!(unsafe { libc::listen(fd, 0) }, 0);
+    let mut bound: libc::sockaddr_in = unsafe { std::mem::zeroed() };
+    let mut length = size;
+    unsafe { libc::getsockname(fd, &mut bound as *mut _ as *mut libc::sockaddr, &mut length) };
+    let url = format!("http://127.0.0.1:{}/", u16::from_be(bound.sin_port));
+    stopped_before_tracing(
+        &url,
+        &["-c", "200", "-n", "10"],
+        || std::thread::sleep(Duration::from_millis(1500)),
+        libc::SIGTERM,
+    );
+}
+
+fn lifecycle(flavor: Flavor) -> PathBuf {
+    fixture("lifecycle", flavor)
+}
+
+/// Records the lifecycle fixture (dynamic glibc) with `args` from start to
+/// exit; returns the JSON report, the table and g_lock's address.
+fn record_lifecycle(args: &[&str]) -> (Value, String, u64) {
+    let mut target = Fixture::spawn(&lifecycle(Flavor::Glibc), args);
+    let dir = tempfile::tempdir().unwrap();
+    let tracer = start_record(target.pid(), dir.path(), &[]);
+    target.start();
+    let global = target.address("global");
+    target.wait();
+    let output = wait_within(
+        tracer,
+        Duration::from_secs(20),
+        "record of the lifecycle fixture",
+    );
+    assert!(output.status.success(), "{}", stderr_of(&output));
+    let table = String::from_utf8_lossy(&output.stdout).into_owned();
+    (read_json(&dir.path().join("r.json")), table, global)
+}
+
+#[test]
+fn an_exec_into_a_static_binary_is_reported_not_hidden() {
+    let static_binary = lifecycle(Flavor::GlibcStatic);
+    let static_path = static_binary.to_str().unwrap();
+    let (report, table, global) = record_lifecycle(&["exec", "100000", static_path, "200000"]);
+    // Before the exec: exact. After it: said to be missing, not silently.
+    assert_eq!(acquisitions(&report, global), 100_000);
+    let exec = &report["coverage"]["exec"];
+    assert_eq!(exec["not_counted"], "all_lock_calls", "{report:#}");
+    assert!(!table.contains("whole traced life"), "{table}");
+    assert!(!table.contains("lost: nothing"), "{table}");
+    assert!(
+        table.contains("lost: the target ran exec (")
+            && table.contains("every lock call of the new program"),
+        "{table}"
+    );
+}
+
+#[test]
+fn forked_children_are_said_not_followed() {
+    let (report, table, global) = record_lifecycle(&["fork", "1000", "2000"]);
+    assert_eq!(acquisitions(&report, global), 1000, "the parent's only");
+    assert_eq!(report["coverage"]["children_followed"], false);
+    assert_eq!(report["coverage"]["children_forked"], 1);
+    assert!(
+        table.contains("children: 1 processes forked by the target were not followed"),
+        "{table}"
+    );
+}
+
+#[test]
+fn root_refused_by_the_ptrace_check_is_told_so() {
+    // As pid 1 does here: the target holds a capability this locktrace lacks.
+    let target = Fixture::spawn(&steady(), &["1", "1"]);
+    let output = Command::new("setpriv")
+        .args(["--bounding-set=-sys_ptrace", "--inh-caps=-sys_ptrace", "--"])
+        .arg(env!("CARGO_BIN_EXE_locktrace"))
+        .args(["record", "--pid", &target.pid().to_string()])
+        .output()
+        .unwrap();
+    assert_one_line_error(&output, "even as root");
+    let stderr = stderr_of(&output);
+    assert!(stderr.contains("ptrace access check"), "{stderr}");
+    assert!(!stderr.contains("not root?"), "{stderr}");
+}
+
+#[test]
+fn a_capable_user_is_told_tracefs_is_closed_not_missing() {
+    // tracefs is mounted mode 0700 (its default); a non-root user with
+    // CAP_BPF and CAP_PERFMON traces its own process.
+    let mode = std::fs::metadata("/sys/kernel/tracing")
+        .map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o777)
+        .unwrap();
+    assert_eq!(
+        mode, 0o700,
+        "this test needs tracefs at its default mode 0700"
+    );
+    let user = ["--reuid=65534", "--regid=65534", "--clear-groups"];
+    let caps = ["--inh-caps=+bpf,+perfmon", "--ambient-caps=+bpf,+perfmon"];
+    let target = Fixture::spawn_command(
+        Command::new("setpriv")
+            .args(user)
+            .arg("--")
+            .arg(steady())
+            .args(["1", "1"]),
+    );
+    let output = Command::new("setpriv")
+        .args(user)
+        .args(caps)
+        .arg("--")
+        .arg(env!("CARGO_BIN_EXE_locktrace"))
+        .args(["record", "--pid", &target.pid().to_string()])
+        .output()
+        .unwrap();
+    assert_one_line_error(
+        &output,
+        "tracefs is mounted at /sys/kernel/tracing but this user cannot read it (mode 700",
+    );
+    assert!(!stderr_of(&output).contains("not mounted"));
+}
