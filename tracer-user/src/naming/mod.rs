@@ -13,8 +13,8 @@ pub mod region;
 
 use std::{
     collections::{BTreeMap, HashMap},
-    fs::File,
     path::PathBuf,
+    sync::Arc,
     time::Instant,
 };
 
@@ -25,6 +25,7 @@ use crate::{
     model::{Caller, Frame, LockKind, LockStack, Naming, Report},
     probe::{
         lockfuncs::LockFunction,
+        modules::{ModuleFile, ModuleStore},
         target::{self, Mapping, Target},
     },
     trace::collect::Collected,
@@ -40,9 +41,10 @@ pub const CHAIN_SEARCH_LOCKS: usize = 20;
 pub struct Snapshot {
     pid: u32,
     maps: Vec<Mapping>,
-    /// Every mapped module file, opened through /proc/PID/root (or
-    /// map_files): open handles stay readable after the target exits.
-    files: BTreeMap<String, File>,
+    /// Every mapped ELF module, from the recording's store (opened through
+    /// map_files or /proc/PID/root): mappings stay readable after the target exits.
+    files: BTreeMap<String, Arc<ModuleFile>>,
+    store: ModuleStore,
     /// Start addresses of mappings seen holding a thread's stack pointer.
     thread_stacks: BTreeMap<u64, u64>,
     /// The target's threads seen, and their names (for lock holders).
@@ -55,6 +57,7 @@ impl Snapshot {
             pid: target.pid,
             maps: target.maps.clone(),
             files: BTreeMap::new(),
+            store: target.modules.clone(),
             thread_stacks: BTreeMap::new(),
             thread_names: BTreeMap::new(),
         };
@@ -108,11 +111,14 @@ impl Snapshot {
                 continue;
             }
             // map_files first: the mapped inode, whatever the path reads like from here.
-            let by_map_file = File::open(format!(
-                "/proc/{}/map_files/{:x}-{:x}",
-                self.pid, mapping.start, mapping.end
-            ));
-            let by_root = || File::open(target::host_path(self.pid, &mapping.path));
+            let by_map_file = self.store.open(
+                format!(
+                    "/proc/{}/map_files/{:x}-{:x}",
+                    self.pid, mapping.start, mapping.end
+                )
+                .as_ref(),
+            );
+            let by_root = || self.store.open(&target::host_path(self.pid, &mapping.path));
             if let Ok(file) = by_map_file.or_else(|_| by_root()) {
                 self.files.insert(mapping.path.clone(), file);
             }
@@ -140,8 +146,7 @@ pub fn annotate(
         snapshot.refresh();
     }
     let root = alive.then(|| PathBuf::from(format!("/proc/{}/root", snapshot.pid)));
-    let mut space =
-        AddressSpace::build(snapshot.maps.clone(), &mut snapshot.files, root.as_deref());
+    let mut space = AddressSpace::build(snapshot.maps.clone(), &snapshot.files, root.as_deref());
     space.thread_stacks = snapshot.thread_stacks.clone();
 
     let mut callers: HashMap<u64, CallSites> = HashMap::new();

@@ -5,9 +5,12 @@
 use std::{
     fs,
     path::{Path, PathBuf},
+    sync::Arc,
 };
 
 use anyhow::{Context, Result, bail};
+
+use super::modules::{ModuleFile, ModuleStore};
 
 /// One line of /proc/PID/maps.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,6 +45,8 @@ pub struct Target {
     pub exe: String,
     pub cmdline: Vec<String>,
     pub maps: Vec<Mapping>,
+    /// Its module files, each mapped once and shared by every reader.
+    pub modules: ModuleStore,
 }
 
 impl Target {
@@ -72,6 +77,7 @@ impl Target {
             exe,
             cmdline,
             maps,
+            modules: ModuleStore::default(),
         })
     }
 
@@ -92,6 +98,11 @@ impl Target {
             }
         }
         host_path(self.pid, target_path)
+    }
+
+    /// The mapped ELF file of a module of the target, read once per recording.
+    pub fn module_file(&self, target_path: &str) -> Result<Arc<ModuleFile>> {
+        self.modules.open(&self.host_path(target_path))
     }
 
     pub fn is_alive(&self) -> bool {
