@@ -71,10 +71,9 @@ impl Snapshot {
     /// Mappings gone since (a finished thread's stack) are kept where nothing
     /// new overlaps them, so addresses in them still get a region.
     pub fn refresh(&mut self) {
-        let Ok(text) = std::fs::read_to_string(format!("/proc/{}/maps", self.pid)) else {
+        let Ok(fresh) = target::read_maps(self.pid) else {
             return;
         };
-        let fresh = target::parse_maps(&text);
         if fresh.is_empty() {
             return;
         }
