@@ -44,6 +44,8 @@ pub struct Snapshot {
     /// Every mapped ELF module, from the recording's store (opened through
     /// map_files or /proc/PID/root): mappings stay readable after the target exits.
     files: BTreeMap<String, Arc<ModuleFile>>,
+    /// Mapped files that are not ELF or cannot be opened: not tried again.
+    skipped: BTreeSet<String>,
     store: ModuleStore,
     /// Start addresses of mappings seen holding a thread's stack pointer.
     thread_stacks: BTreeMap<u64, u64>,
@@ -57,6 +59,7 @@ impl Snapshot {
             pid: target.pid,
             maps: target.maps.clone(),
             files: BTreeMap::new(),
+            skipped: BTreeSet::new(),
             store: target.modules.clone(),
             thread_stacks: BTreeMap::new(),
             thread_names: BTreeMap::new(),
@@ -106,7 +109,7 @@ impl Snapshot {
 
     fn open_files(&mut self) {
         for mapping in self.maps.iter().filter(|m| m.is_file()) {
-            if self.files.contains_key(&mapping.path) {
+            if self.files.contains_key(&mapping.path) || self.skipped.contains(&mapping.path) {
                 continue;
             }
             // map_files first: the mapped inode, whatever the path reads like from here.
@@ -118,8 +121,13 @@ impl Snapshot {
                 .as_ref(),
             );
             let by_root = || self.store.open(&target::host_path(self.pid, &mapping.path));
-            if let Ok(file) = by_map_file.or_else(|_| by_root()) {
-                self.files.insert(mapping.path.clone(), file);
+            match by_map_file.or_else(|_| by_root()) {
+                Ok(file) => {
+                    self.files.insert(mapping.path.clone(), file);
+                }
+                Err(_) => {
+                    self.skipped.insert(mapping.path.clone());
+                }
             }
         }
     }
