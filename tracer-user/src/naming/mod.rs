@@ -12,7 +12,7 @@ pub mod holders;
 pub mod region;
 
 use std::{
-    collections::{BTreeMap, HashMap},
+    collections::{BTreeMap, BTreeSet, HashMap},
     path::PathBuf,
     sync::Arc,
     time::Instant,
