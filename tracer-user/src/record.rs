@@ -117,7 +117,7 @@ pub fn prepare(pid: u32, mode: Mode, placement: Placement, hold_times: bool) -> 
     let waits = waitfuncs::find(&target);
     let unlocks = if hold_times {
         let found = lockfuncs::find_unlocks(&target)?;
-        placement::place_all(&found, placement, |module| target.host_path(module))
+        placement::place_all(&found, placement, |module| target.module_file(module).ok())
     } else {
         Vec::new()
     };
