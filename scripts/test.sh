@@ -5,8 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 cargo fmt --all -- --check
-cargo clippy --workspace --all-targets --locked -- -D warnings
+cargo clippy --workspace --all-targets --locked --features tracer-user/root-tests -- -D warnings
 # The BPF crate is its own workspace (nightly, bpfel-unknown-none).
 (cd tracer-ebpf && cargo +nightly fmt --check && CARGO_TARGET_DIR=../target/bpf cargo +nightly clippy --release --locked -- -D warnings)
 # Integration tests share 2 cores with the fixtures they trace: run two at a time.
-cargo test --workspace --locked -- --test-threads=2
+cargo test --workspace --locked --features tracer-user/root-tests -- --test-threads=2

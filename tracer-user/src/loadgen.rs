@@ -505,23 +505,25 @@ pub fn parse_cpu_list(text: &str) -> Result<Vec<usize>> {
 }
 
 fn num_configured_cpus() -> usize {
-    // SAFETY: sysconf has no memory effects.
-    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_CONF) };
-    usize::try_from(n).unwrap_or(1)
+    use nix::unistd::{SysconfVar, sysconf};
+    match sysconf(SysconfVar::_NPROCESSORS_CONF) {
+        Ok(Some(n)) => usize::try_from(n).unwrap_or(1),
+        _ => 1,
+    }
 }
 
 fn pin_current_thread(cpus: &[usize]) {
-    // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET stays within it
-    // for CPU numbers below CPU_SETSIZE, which parse_cpu_list checked.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        for &cpu in cpus {
-            if cpu < libc::CPU_SETSIZE as usize {
-                libc::CPU_SET(cpu, &mut set);
-            }
-        }
-        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+    use nix::{
+        sched::{CpuSet, sched_setaffinity},
+        unistd::Pid,
+    };
+    let mut set = CpuSet::new();
+    for &cpu in cpus {
+        // Beyond CpuSet's size (parse_cpu_list already checked the range): skipped.
+        let _ = set.set(cpu);
     }
+    // Best effort, as before: unpinned load still works.
+    let _ = sched_setaffinity(Pid::from_raw(0), &set);
 }
 
 #[cfg(test)]

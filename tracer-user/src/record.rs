@@ -118,11 +118,13 @@ pub fn prepare(pid: u32, mode: Mode, placement: Placement, hold_times: bool) -> 
         Err(_) if mode == Mode::Contention => Vec::new(),
         found => found?,
     };
-    let placed = placement::place_all(&functions, placement, |module| target.host_path(module));
+    let placed = placement::place_all(&functions, placement, |module| {
+        target.module_file(module).ok()
+    });
     let waits = waitfuncs::find(&target);
     let unlocks = if hold_times {
         let found = lockfuncs::find_unlocks(&target)?;
-        placement::place_all(&found, placement, |module| target.host_path(module))
+        placement::place_all(&found, placement, |module| target.module_file(module).ok())
     } else {
         Vec::new()
     };

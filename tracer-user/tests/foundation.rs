@@ -3,6 +3,7 @@
 mod common;
 
 use common::*;
+use locktrace::model::StopReason;
 
 /// N threads × M global locks and K locks of each thread's own heap mutex.
 #[test]
@@ -68,15 +69,15 @@ fn duration_and_interrupt_still_report() {
     let binary = fixture("locks", Flavor::Glibc);
     let fixture = Fixture::spawn(&binary, &["1", "1", "1"]);
     let trace = Trace::attach(fixture.pid(), &["--duration", "0.5"]);
-    let (report, table) = trace.finish();
-    assert_eq!(report["stopped_by"], "duration");
-    assert!(report["duration_s"].as_f64().unwrap() >= 0.5);
+    let (report, table) = trace.finish_typed();
+    assert_eq!(report.stopped_by, StopReason::Duration);
+    assert!(report.duration_s >= 0.5);
     assert!(table.contains("locks; total"), "{table}");
 
     let trace = Trace::attach(fixture.pid(), &[]);
     trace.interrupt();
-    let (report, table) = trace.finish();
-    assert_eq!(report["stopped_by"], "interrupted");
+    let (report, table) = trace.finish_typed();
+    assert_eq!(report.stopped_by, StopReason::Interrupted);
     assert!(table.contains("stopped: interrupted"), "{table}");
 }
 

@@ -98,16 +98,15 @@ pub fn measure(
 
 /// (user + system CPU seconds, peak RSS in KiB) of this process.
 fn own_usage() -> (f64, u64) {
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: getrusage fills the struct we own.
-    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) } != 0 {
+    use nix::sys::{
+        resource::{UsageWho, getrusage},
+        time::TimeValLike,
+    };
+    let Ok(usage) = getrusage(UsageWho::RUSAGE_SELF) else {
         return (0.0, 0);
-    }
-    let seconds = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-    (
-        seconds(usage.ru_utime) + seconds(usage.ru_stime),
-        usage.ru_maxrss.max(0) as u64,
-    )
+    };
+    let cpu_us = usage.user_time().num_microseconds() + usage.system_time().num_microseconds();
+    (cpu_us as f64 / 1e6, usage.max_rss().max(0) as u64)
 }
 
 /// Unused op index guard: LockOp discriminants index `calls`.

@@ -16,6 +16,8 @@ use std::{
 };
 
 use gimli::{AttributeValue, Reader as _, UnitOffset, constants as dw};
+
+use crate::probe::modules::{FileIdentity, ModuleFile};
 use object::{Object, ObjectSection};
 
 type Reader = gimli::EndianArcSlice<gimli::RunTimeEndian>;
@@ -113,23 +115,24 @@ struct TypeView {
 }
 
 /// Parsed modules by file identity (device, inode, size, mtime).
-type CacheKey = (u64, u64, u64, i64);
+type CacheKey = FileIdentity;
 static CACHE: OnceLock<Mutex<HashMap<CacheKey, Option<Arc<DebugInfo>>>>> = OnceLock::new();
 
 /// The DWARF of the file at `path`, parsed once per process; None when it
 /// has no `.debug_info` or cannot be read.
 pub fn load_cached(path: &Path) -> Option<Arc<DebugInfo>> {
-    use std::os::unix::fs::MetadataExt;
-    let meta = std::fs::metadata(path).ok()?;
-    let key = (meta.dev(), meta.ino(), meta.size(), meta.mtime());
+    let file = ModuleFile::open(path).ok()?;
+    load_module(&file)
+}
+
+/// The DWARF of a mapped module file, parsed once per process.
+pub fn load_module(file: &ModuleFile) -> Option<Arc<DebugInfo>> {
+    let key = file.identity();
     let cache = CACHE.get_or_init(Default::default);
     if let Some(found) = cache.lock().ok()?.get(&key) {
         return found.clone();
     }
-    let parsed = std::fs::read(path)
-        .ok()
-        .and_then(|data| DebugInfo::parse(&data))
-        .map(Arc::new);
+    let parsed = DebugInfo::parse(file.bytes()).map(Arc::new);
     cache.lock().ok()?.insert(key, parsed.clone());
     parsed
 }

@@ -5,6 +5,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, SectionKind, SymbolKind};
 
+use crate::probe::modules::ModuleFile;
+
 /// A named range of the module's link-time addresses.
 #[derive(Debug, Clone)]
 pub struct Symbol {
@@ -100,8 +102,8 @@ impl ModuleSymbols {
         };
         module.add_symbols(&elf);
         if let Some(debug_path) = find_debug_file(&elf, module_path, root)
-            && let Ok(debug_data) = std::fs::read(&debug_path)
-            && let Ok(debug_elf) = object::File::parse(&*debug_data)
+            && let Ok(debug_file) = ModuleFile::open(&debug_path)
+            && let Ok(debug_elf) = debug_file.elf()
         {
             module.add_symbols(&debug_elf);
             let shown = root

@@ -5,8 +5,8 @@
 //! time and locks; the report's `naming.live` says what it cost.
 use std::{
     collections::{BTreeMap, HashMap, HashSet},
-    fs::File,
     path::PathBuf,
+    sync::Arc,
     time::{Duration, Instant},
 };
 
@@ -20,7 +20,10 @@ use super::{
     chain::{self, RawChain},
     region::{self, AddressSpace},
 };
-use crate::{model::LiveNaming, probe::target::Mapping};
+use crate::{
+    model::LiveNaming,
+    probe::{modules::ModuleFile, target::Mapping},
+};
 
 /// Time one search may take (the recording's tick waits for it).
 const SEARCH_BUDGET: Duration = Duration::from_millis(250);
@@ -88,7 +91,12 @@ impl LiveNames {
 
     /// Reads every module's symbols once, before the target's work is
     /// traced: needed the moment a heap lock appears, and by naming at the end.
-    pub fn prepare(&mut self, pid: u32, maps: &[Mapping], files: &mut BTreeMap<String, File>) {
+    pub fn prepare(
+        &mut self,
+        pid: u32,
+        maps: &[Mapping],
+        files: &BTreeMap<String, Arc<ModuleFile>>,
+    ) {
         let started = Instant::now();
         let root = PathBuf::from(format!("/proc/{pid}/root"));
         self.modules_seen = files.len();
@@ -111,7 +119,7 @@ impl LiveNames {
         &mut self,
         pid: u32,
         maps: &[Mapping],
-        files: &mut BTreeMap<String, File>,
+        files: &BTreeMap<String, Arc<ModuleFile>>,
         thread_stacks: &BTreeMap<u64, u64>,
     ) {
         if self.locks.is_none() && self.futexes.is_none() {

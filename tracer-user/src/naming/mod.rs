@@ -19,9 +19,9 @@ pub mod names;
 pub mod region;
 
 use std::{
-    collections::{BTreeMap, HashMap},
-    fs::File,
+    collections::{BTreeMap, BTreeSet, HashMap},
     path::PathBuf,
+    sync::Arc,
     time::Instant,
 };
 
@@ -32,6 +32,7 @@ use crate::{
     model::{Caller, Frame, LockKind, LockStack, Naming, Report},
     probe::{
         lockfuncs::LockFunction,
+        modules::{ModuleFile, ModuleStore},
         target::{self, Mapping, Target},
     },
     trace::collect::Collected,
@@ -47,9 +48,12 @@ pub const CHAIN_SEARCH_LOCKS: usize = 20;
 pub struct Snapshot {
     pid: u32,
     maps: Vec<Mapping>,
-    /// Every mapped module file, opened through /proc/PID/root (or
-    /// map_files): open handles stay readable after the target exits.
-    files: BTreeMap<String, File>,
+    /// Every mapped ELF module, from the recording's store (opened through
+    /// map_files or /proc/PID/root): mappings stay readable after the target exits.
+    files: BTreeMap<String, Arc<ModuleFile>>,
+    /// Mapped files that are not ELF or cannot be opened: not tried again.
+    skipped: BTreeSet<String>,
+    store: ModuleStore,
     /// Start addresses of mappings seen holding a thread's stack pointer.
     thread_stacks: BTreeMap<u64, u64>,
     /// The target's threads seen, and their names (for lock holders).
@@ -64,6 +68,8 @@ impl Snapshot {
             pid: target.pid,
             maps: target.maps.clone(),
             files: BTreeMap::new(),
+            skipped: BTreeSet::new(),
+            store: target.modules.clone(),
             thread_stacks: BTreeMap::new(),
             thread_names: BTreeMap::new(),
             live: live::LiveNames::default(),
@@ -78,10 +84,9 @@ impl Snapshot {
     /// Mappings gone since (a finished thread's stack) are kept where nothing
     /// new overlaps them, so addresses in them still get a region.
     pub fn refresh(&mut self) {
-        let Ok(text) = std::fs::read_to_string(format!("/proc/{}/maps", self.pid)) else {
+        let Ok(fresh) = target::read_maps(self.pid) else {
             return;
         };
-        let fresh = target::parse_maps(&text);
         if fresh.is_empty() {
             return;
         }
@@ -104,14 +109,14 @@ impl Snapshot {
     /// Searches heap locks' chains during the recording (see [`live`]).
     pub fn watch(&mut self, ebpf: &aya::Ebpf) {
         self.live = live::LiveNames::watch(ebpf);
-        self.live.prepare(self.pid, &self.maps, &mut self.files);
+        self.live.prepare(self.pid, &self.maps, &self.files);
     }
 
     /// The recording's tick: fresh maps, then chains for new heap locks.
     pub fn tick(&mut self) {
         self.refresh();
         self.live
-            .tick(self.pid, &self.maps, &mut self.files, &self.thread_stacks);
+            .tick(self.pid, &self.maps, &self.files, &self.thread_stacks);
     }
 
     /// Remembers which mappings hold a thread's stack pointer now.
@@ -127,17 +132,25 @@ impl Snapshot {
 
     fn open_files(&mut self) {
         for mapping in self.maps.iter().filter(|m| m.is_file()) {
-            if self.files.contains_key(&mapping.path) {
+            if self.files.contains_key(&mapping.path) || self.skipped.contains(&mapping.path) {
                 continue;
             }
             // map_files first: the mapped inode, whatever the path reads like from here.
-            let by_map_file = File::open(format!(
-                "/proc/{}/map_files/{:x}-{:x}",
-                self.pid, mapping.start, mapping.end
-            ));
-            let by_root = || File::open(target::host_path(self.pid, &mapping.path));
-            if let Ok(file) = by_map_file.or_else(|_| by_root()) {
-                self.files.insert(mapping.path.clone(), file);
+            let by_map_file = self.store.open(
+                format!(
+                    "/proc/{}/map_files/{:x}-{:x}",
+                    self.pid, mapping.start, mapping.end
+                )
+                .as_ref(),
+            );
+            let by_root = || self.store.open(&target::host_path(self.pid, &mapping.path));
+            match by_map_file.or_else(|_| by_root()) {
+                Ok(file) => {
+                    self.files.insert(mapping.path.clone(), file);
+                }
+                Err(_) => {
+                    self.skipped.insert(mapping.path.clone());
+                }
             }
         }
     }
@@ -169,7 +182,7 @@ pub fn annotate(
             space.maps = snapshot.maps.clone();
             space
         }
-        None => AddressSpace::build(snapshot.maps.clone(), &mut snapshot.files, root.as_deref()),
+        None => AddressSpace::build(snapshot.maps.clone(), &snapshot.files, root.as_deref()),
     };
     space.thread_stacks = snapshot.thread_stacks.clone();
 

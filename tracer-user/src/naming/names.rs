@@ -10,9 +10,6 @@
 //! shorter text.
 use std::{
     collections::{BTreeMap, HashMap},
-    fs::File,
-    os::fd::AsRawFd,
-    path::PathBuf,
     sync::Arc,
 };
 
@@ -22,7 +19,10 @@ use super::{
     elf::Symbol,
     region::{AddressSpace, LoadedModule},
 };
-use crate::model::{AlternativeName, LockChain, LockKind};
+use crate::{
+    model::{AlternativeName, LockChain, LockKind},
+    probe::modules::ModuleFile,
+};
 
 /// A lock's names: for people, in offsets, and the raw chain.
 #[derive(Debug, Clone, PartialEq)]
@@ -55,12 +55,12 @@ pub fn lock_span(kind: LockKind) -> u64 {
 /// Reads DWARF on demand, once per module, and names with it.
 pub struct Namer<'a> {
     space: &'a AddressSpace,
-    files: &'a BTreeMap<String, File>,
+    files: &'a BTreeMap<String, Arc<ModuleFile>>,
     debug: HashMap<String, Option<(Arc<DebugInfo>, String)>>,
 }
 
 impl<'a> Namer<'a> {
-    pub fn new(space: &'a AddressSpace, files: &'a BTreeMap<String, File>) -> Namer<'a> {
+    pub fn new(space: &'a AddressSpace, files: &'a BTreeMap<String, Arc<ModuleFile>>) -> Namer<'a> {
         Namer {
             space,
             files,
@@ -91,12 +91,10 @@ impl<'a> Namer<'a> {
         if let Some(known) = self.debug.get(&module.path) {
             return known.as_ref().map(|(info, _)| info.clone());
         }
-        let own = self
+        let found = self
             .files
             .get(&module.path)
-            .map(|file| PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd())));
-        let found = own
-            .and_then(|path| dwarf::load_cached(&path).map(|info| (info, module.path.clone())))
+            .and_then(|file| dwarf::load_module(file).map(|info| (info, module.path.clone())))
             .or_else(|| {
                 let path = module.symbols.debug_path.as_ref()?;
                 let info = dwarf::load_cached(path)?;

@@ -1,10 +1,10 @@
 //! The target's address space as the namer needs it: its mappings and, for
 //! each ELF module, where it was loaded (bias) and how far it extends
 //! (including .bss that the kernel maps anonymously after the file).
-use std::{collections::BTreeMap, fs::File, io::Read, path::Path};
+use std::{collections::BTreeMap, path::Path, sync::Arc};
 
 use super::elf::ModuleSymbols;
-use crate::probe::target::Mapping;
+use crate::probe::{modules::ModuleFile, target::Mapping};
 
 /// One ELF module mapped in the target.
 #[derive(Debug)]
@@ -94,16 +94,12 @@ impl AddressSpace {
     /// Builds the address space from a maps snapshot and open module files.
     pub fn build(
         maps: Vec<Mapping>,
-        files: &mut BTreeMap<String, File>,
+        files: &BTreeMap<String, Arc<ModuleFile>>,
         root: Option<&Path>,
     ) -> AddressSpace {
         let mut modules = Vec::new();
-        for (path, file) in files.iter_mut() {
-            let mut data = Vec::new();
-            if std::io::Seek::rewind(file).is_err() || file.read_to_end(&mut data).is_err() {
-                continue;
-            }
-            let Ok(symbols) = ModuleSymbols::parse(&data, path, root) else {
+        for (path, file) in files {
+            let Ok(symbols) = ModuleSymbols::parse(file.bytes(), path, root) else {
                 continue;
             };
             let Some(bias) = load_bias(&maps, path, &symbols) else {

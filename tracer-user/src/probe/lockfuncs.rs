@@ -71,11 +71,10 @@ pub fn find_ops(target: &Target, ops: &[LockOp]) -> Result<(Vec<LockFunction>, V
         if missing.is_empty() {
             break;
         }
-        let path = target.host_path(module);
-        let Ok(data) = std::fs::read(&path) else {
+        let Ok(file) = target.module_file(module) else {
             continue;
         };
-        let Ok(elf) = object::File::parse(&*data) else {
+        let Ok(elf) = file.elf() else {
             continue;
         };
         if elf.symbols().next().is_none() && elf.dynamic_symbols().next().is_none() {
@@ -83,7 +82,7 @@ pub fn find_ops(target: &Target, ops: &[LockOp]) -> Result<(Vec<LockFunction>, V
             continue;
         }
         for op in missing {
-            if let Some(function) = lookup(&elf, &data, op, module, target)? {
+            if let Some(function) = lookup(&elf, file.bytes(), op, module, target)? {
                 found.push(function);
             }
         }

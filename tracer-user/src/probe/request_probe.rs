@@ -66,10 +66,13 @@ pub fn resolve(target: &Target, spec: &str) -> Result<RequestProbe> {
             several.join(", ")
         ),
     };
-    let data = std::fs::read(target.host_path(&module))
-        .with_context(|| format!("cannot read {module}"))?;
-    let elf = object::File::parse(&*data)
-        .map_err(|error| anyhow!("{module} is not an ELF file: {error}"))?;
+    let file = target
+        .module_file(&module)
+        .with_context(|| format!("--request-probe: cannot read {module}"))?;
+    let data = file.bytes();
+    let elf = file
+        .elf()
+        .with_context(|| format!("--request-probe: {module}"))?;
     let found = elf.symbols().chain(elf.dynamic_symbols()).find(|s| {
         s.kind() == SymbolKind::Text
             && s.is_definition()

@@ -3,11 +3,14 @@
 //! /proc/PID/root so a process in another mount namespace (a container) is
 //! seen with its own paths.
 use std::{
-    fs,
     path::{Path, PathBuf},
+    sync::Arc,
 };
 
 use anyhow::{Context, Result, bail};
+use procfs::process::{MMapPath, MemoryMap, Process};
+
+use super::modules::{ModuleFile, ModuleStore};
 
 /// One line of /proc/PID/maps.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,26 +45,33 @@ pub struct Target {
     pub exe: String,
     pub cmdline: Vec<String>,
     pub maps: Vec<Mapping>,
+    /// Its module files, each mapped once and shared by every reader.
+    pub modules: ModuleStore,
 }
 
 impl Target {
     /// Checks that `pid` is a live user process and reads its description.
     pub fn open(pid: u32) -> Result<Target> {
-        let proc_dir = PathBuf::from(format!("/proc/{pid}"));
-        if pid == 0 || !proc_dir.exists() {
-            bail!("no process with pid {pid}; give the pid of a running process (see ps or pgrep)");
-        }
-        if is_kernel_thread(pid)? {
+        let process = i32::try_from(pid)
+            .ok()
+            .filter(|&pid| pid > 0)
+            .and_then(|pid| Process::new(pid).ok())
+            .with_context(|| {
+                format!(
+                    "no process with pid {pid}; give the pid of a running process (see ps or pgrep)"
+                )
+            })?;
+        let stat = process
+            .stat()
+            .with_context(|| format!("no process with pid {pid}"))?;
+        if stat.flags & PF_KTHREAD != 0 {
             bail!("pid {pid} is a kernel thread; locktrace traces user processes");
         }
-        let cmdline = fs::read(proc_dir.join("cmdline"))
+        let cmdline = process
+            .cmdline()
             .with_context(|| format!("process {pid} exited or cannot be read"))?;
-        let cmdline: Vec<String> = cmdline
-            .split(|&b| b == 0)
-            .filter(|part| !part.is_empty())
-            .map(|part| String::from_utf8_lossy(part).into_owned())
-            .collect();
-        let exe = fs::read_link(proc_dir.join("exe"))
+        let exe = process
+            .exe()
             .map(|path| path.to_string_lossy().into_owned())
             .map_err(|error| unreadable_exe(pid, &error))?;
         let maps = read_maps(pid)?;
@@ -70,6 +80,7 @@ impl Target {
             exe,
             cmdline,
             maps,
+            modules: ModuleStore::default(),
         })
     }
 
@@ -92,6 +103,11 @@ impl Target {
         host_path(self.pid, target_path)
     }
 
+    /// The mapped ELF file of a module of the target, read once per recording.
+    pub fn module_file(&self, target_path: &str) -> Result<Arc<ModuleFile>> {
+        self.modules.open(&self.host_path(target_path))
+    }
+
     pub fn is_alive(&self) -> bool {
         is_alive(self.pid)
     }
@@ -101,16 +117,15 @@ impl Target {
 /// this user may not look at it, or (as root) the kernel's ptrace access
 /// check refused (the target holds capabilities this process lacks, as pid 1
 /// or a process of another container often does).
-fn unreadable_exe(pid: u32, error: &std::io::Error) -> anyhow::Error {
-    use std::io::ErrorKind;
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
-    match error.kind() {
-        ErrorKind::NotFound => anyhow::anyhow!("process {pid} exited"),
-        ErrorKind::PermissionDenied if root => anyhow::anyhow!(
+fn unreadable_exe(pid: u32, error: &procfs::ProcError) -> anyhow::Error {
+    use procfs::ProcError;
+    let root = nix::unistd::geteuid().is_root();
+    match error {
+        ProcError::NotFound(_) => anyhow::anyhow!("process {pid} exited"),
+        ProcError::PermissionDenied(_) if root => anyhow::anyhow!(
             "cannot read /proc/{pid}/exe even as root ({error}): the kernel's ptrace access check refused, so pid {pid} cannot be traced from here; it holds capabilities this locktrace lacks (CapPrm in /proc/{pid}/status), or it is a kernel-protected process; run locktrace with those capabilities (e.g. from the host, not a container)"
         ),
-        ErrorKind::PermissionDenied => anyhow::anyhow!(
+        ProcError::PermissionDenied(_) => anyhow::anyhow!(
             "cannot read /proc/{pid}/exe ({error}): process {pid} belongs to another user; run locktrace as root"
         ),
         _ => anyhow::anyhow!("cannot read /proc/{pid}/exe: {error}"),
@@ -123,58 +138,56 @@ pub fn host_path(pid: u32, target_path: &str) -> PathBuf {
 
 /// True while the process exists and is not a zombie.
 pub fn is_alive(pid: u32) -> bool {
-    match fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => process_state(&stat).is_some_and(|state| state != 'Z' && state != 'X'),
-        Err(_) => false,
-    }
+    i32::try_from(pid)
+        .ok()
+        .and_then(|pid| Process::new(pid).ok()?.stat().ok())
+        .is_some_and(|stat| stat.state != 'Z' && stat.state != 'X')
 }
 
-fn process_state(stat: &str) -> Option<char> {
-    // The command name is in parentheses and may contain spaces or ')'.
-    let after_name = &stat[stat.rfind(')')? + 1..];
-    after_name.split_whitespace().next()?.chars().next()
-}
+/// The kernel-thread bit of the flags in /proc/PID/stat.
+const PF_KTHREAD: u32 = 0x0020_0000;
 
-fn is_kernel_thread(pid: u32) -> Result<bool> {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat"))
-        .with_context(|| format!("no process with pid {pid}"))?;
-    const PF_KTHREAD: u64 = 0x0020_0000;
-    // Field 9 (1-based) is the flags word; fields after the name start at 3.
-    let after_name = &stat[stat.rfind(')').map_or(0, |i| i + 1)..];
-    let flags = after_name
-        .split_whitespace()
-        .nth(6)
-        .and_then(|field| field.parse::<u64>().ok())
-        .unwrap_or(0);
-    Ok(flags & PF_KTHREAD != 0)
-}
-
-fn read_maps(pid: u32) -> Result<Vec<Mapping>> {
-    let text = fs::read_to_string(format!("/proc/{pid}/maps"))
+/// The target's memory map (/proc/PID/maps).
+pub fn read_maps(pid: u32) -> Result<Vec<Mapping>> {
+    let maps = i32::try_from(pid)
+        .ok()
+        .and_then(|pid| Process::new(pid).ok()?.maps().ok())
         .with_context(|| format!("cannot read /proc/{pid}/maps (process exited?)"))?;
-    Ok(parse_maps(&text))
+    Ok(maps.into_iter().map(Mapping::from).collect())
 }
 
+/// Parses the text of a maps file (for tests and saved maps).
 pub fn parse_maps(text: &str) -> Vec<Mapping> {
-    text.lines().filter_map(parse_maps_line).collect()
+    use procfs::FromBufRead;
+    procfs::process::MemoryMaps::from_buf_read(text.as_bytes())
+        .map(|maps| maps.into_iter().map(Mapping::from).collect())
+        .unwrap_or_default()
 }
 
-fn parse_maps_line(line: &str) -> Option<Mapping> {
-    let mut fields = line.splitn(6, char::is_whitespace);
-    let range = fields.next()?;
-    let perms = fields.next()?.to_string();
-    let offset = u64::from_str_radix(fields.next()?, 16).ok()?;
-    let _device = fields.next()?;
-    let _inode = fields.next()?;
-    let path = fields.next().unwrap_or("").trim().to_string();
-    let (start, end) = range.split_once('-')?;
-    Some(Mapping {
-        start: u64::from_str_radix(start, 16).ok()?,
-        end: u64::from_str_radix(end, 16).ok()?,
-        perms,
-        offset,
-        path,
-    })
+impl From<MemoryMap> for Mapping {
+    fn from(map: MemoryMap) -> Mapping {
+        let path = match map.pathname {
+            MMapPath::Path(path) => path.to_string_lossy().into_owned(),
+            MMapPath::Heap => "[heap]".into(),
+            MMapPath::Stack => "[stack]".into(),
+            MMapPath::TStack(tid) => format!("[stack:{tid}]"),
+            MMapPath::Vdso => "[vdso]".into(),
+            MMapPath::Vvar => "[vvar]".into(),
+            MMapPath::Vsyscall => "[vsyscall]".into(),
+            MMapPath::Rollup => "[rollup]".into(),
+            MMapPath::Anonymous => String::new(),
+            MMapPath::Vsys(key) => format!("/SYSV{key:08x}"),
+            // procfs strips the brackets of other pseudo paths (`[anon:name]`).
+            MMapPath::Other(other) => format!("[{other}]"),
+        };
+        Mapping {
+            start: map.address.0,
+            end: map.address.1,
+            perms: map.perms.as_str(),
+            offset: map.offset,
+            path,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -196,8 +209,14 @@ mod tests {
     }
 
     #[test]
-    fn reads_state_after_odd_names() {
-        assert_eq!(process_state("12 (a) b) S 1 2"), Some('S'));
-        assert_eq!(process_state("12 (x) Z 1"), Some('Z'));
+    fn reads_this_process() {
+        let me = Target::open(std::process::id()).unwrap();
+        assert!(me.is_alive());
+        assert!(
+            me.maps
+                .iter()
+                .any(|m| m.path == me.exe && m.is_executable())
+        );
+        assert!(Target::open(0).is_err());
     }
 }

@@ -57,10 +57,10 @@ pub fn find(target: &Target) -> WaitFunctions {
     let mut found = WaitFunctions::default();
     let mut pending: Vec<&str> = COND_WAIT_SYMBOLS.to_vec();
     for (index, module) in modules.iter().enumerate() {
-        let Ok(data) = std::fs::read(target.host_path(module)) else {
+        let Ok(file) = target.module_file(module) else {
             continue;
         };
-        let Ok(elf) = object::File::parse(&*data) else {
+        let Ok(elf) = file.elf() else {
             continue;
         };
         if index == 0 && module == &target.exe {

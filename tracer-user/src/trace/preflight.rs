@@ -16,12 +16,9 @@ const CAP_PERFMON: u32 = 38;
 const CAP_BPF: u32 = 39;
 
 pub fn check_privileges() -> Result<()> {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let effective = status
-        .lines()
-        .find_map(|line| line.strip_prefix("CapEff:"))
-        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
-        .unwrap_or(0);
+    let effective = procfs::process::Process::myself()
+        .and_then(|me| me.status())
+        .map_or(0, |status| status.capeff);
     let has = |cap: u32| effective & (1u64 << cap) != 0;
     if !(has(CAP_SYS_ADMIN) || has(CAP_BPF) && has(CAP_PERFMON)) {
         bail!(
@@ -56,21 +53,18 @@ pub fn ensure_tracefs() -> Result<&'static str> {
             owner(TRACEFS)
         );
     }
-    let source = c"nodev";
-    let target = c"/sys/kernel/tracing";
-    let fstype = c"tracefs";
-    // SAFETY: plain mount(2) with valid NUL-terminated strings.
-    let rc = unsafe {
-        libc::mount(
-            source.as_ptr(),
-            target.as_ptr(),
-            fstype.as_ptr(),
-            0,
-            std::ptr::null(),
-        )
-    };
-    if rc != 0 || !Path::new(TRACEFS).join("events").is_dir() {
-        let error = std::io::Error::last_os_error();
+    let mounted = nix::mount::mount(
+        Some("nodev"),
+        TRACEFS,
+        Some("tracefs"),
+        nix::mount::MsFlags::empty(),
+        None::<&str>,
+    );
+    if mounted.is_err() || !Path::new(TRACEFS).join("events").is_dir() {
+        let error = mounted.err().map_or_else(
+            || String::from("no events directory"),
+            |e| e.desc().to_string(),
+        );
         bail!(
             "tracefs is not mounted and mounting it failed ({error}); mount it with: mount -t tracefs nodev {TRACEFS}"
         );

@@ -11,6 +11,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+use locktrace::model::Report;
 use serde_json::Value;
 
 pub fn repo_root() -> PathBuf {
@@ -221,48 +222,54 @@ impl Drop for Fixture {
 pub struct Trace {
     pub child: Child,
     pub json: PathBuf,
+    /// What locktrace printed on stderr until its probes were live.
     pub stderr_lines: Vec<String>,
+    /// locktrace's stderr goes to a file: everything it printed before
+    /// creating the ready file is there once that file exists.
+    stderr: PathBuf,
     _dir: tempfile::TempDir,
 }
 
 impl Trace {
-    /// Starts `locktrace record --pid PID --json FILE EXTRA…` and waits until it says its probes are live.
+    /// Starts `locktrace record --pid PID --json FILE --ready-file FILE EXTRA…`
+    /// and waits for the ready file, which it creates once its probes are live.
     pub fn attach(pid: u32, extra: &[&str]) -> Trace {
         let dir = tempfile::tempdir().unwrap();
         let json = dir.path().join("report.json");
+        let ready = dir.path().join("ready");
+        let stderr = dir.path().join("stderr");
         let mut child = locktrace()
             .args(["record", "--pid", &pid.to_string(), "--json"])
             .arg(&json)
+            .arg("--ready-file")
+            .arg(&ready)
             .args(extra)
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
+            .stderr(std::fs::File::create(&stderr).unwrap())
             .spawn()
             .expect("starting locktrace");
-        let mut stderr = BufReader::new(child.stderr.take().unwrap());
-        let mut stderr_lines = Vec::new();
         let started = Instant::now();
-        loop {
-            let mut line = String::new();
-            if stderr.read_line(&mut line).unwrap() == 0 {
-                let status = child.wait().unwrap();
-                panic!("locktrace exited ({status}) before its probes were live: {stderr_lines:?}");
-            }
-            let live = line.contains(" live after ");
-            stderr_lines.push(line.trim_end().to_string());
-            if live {
-                break;
+        let printed = || std::fs::read_to_string(&stderr).unwrap_or_default();
+        while !ready.exists() {
+            if let Some(status) = child.try_wait().unwrap() {
+                panic!(
+                    "locktrace exited ({status}) before its probes were live: {}",
+                    printed()
+                );
             }
             assert!(
                 started.elapsed() < Duration::from_secs(30),
-                "attach took too long"
+                "attach took too long: {}",
+                printed()
             );
+            std::thread::sleep(Duration::from_millis(5));
         }
-        // Keep draining stderr so the tracer never blocks on a full pipe.
-        std::thread::spawn(move || for _ in stderr.lines() {});
+        let stderr_lines = printed().lines().map(str::to_string).collect();
         Trace {
             child,
             json,
             stderr_lines,
+            stderr,
             _dir: dir,
         }
     }
@@ -274,10 +281,19 @@ impl Trace {
         let status = self.child.wait().unwrap();
         assert!(
             status.success(),
-            "locktrace failed ({status}); stdout:\n{table}"
+            "locktrace failed ({status}); stdout:\n{table}\nstderr:\n{}",
+            std::fs::read_to_string(&self.stderr).unwrap_or_default()
         );
         let text = std::fs::read_to_string(&self.json).expect("locktrace wrote no JSON report");
-        (serde_json::from_str(&text).expect("report is JSON"), table)
+        let report: Value = serde_json::from_str(&text).expect("report is JSON");
+        typed(&report);
+        (report, table)
+    }
+
+    /// Like [`Trace::finish`], with the report in the library's types.
+    pub fn finish_typed(self) -> (Report, String) {
+        let (report, table) = self.finish();
+        (typed(&report), table)
     }
 
     /// Like [`Trace::finish`], and keeps a copy of the JSON report at `copy`.
@@ -289,8 +305,17 @@ impl Trace {
 
     /// Sends SIGINT (as Ctrl-C would) to this locktrace, by its pid.
     pub fn interrupt(&self) {
+        // SAFETY: kill(2) on the pid of the child this test started.
         unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
     }
+}
+
+/// The report in the library's types: every report locktrace writes must
+/// read back as one (the schema is a contract).
+pub fn typed(report: &Value) -> Report {
+    serde_json::from_value(report.clone()).unwrap_or_else(|error| {
+        panic!("the report does not match locktrace::model::Report: {error}")
+    })
 }
 
 /// The lock at `address` in a report, if present.

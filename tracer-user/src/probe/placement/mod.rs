@@ -36,12 +36,13 @@ pub fn place(function: &LockFunction, placement: Placement) -> PlacedFunction {
     place_in_module(function, placement, None)
 }
 
-/// Places every function; for auto placement each module is read once (through
-/// `host_path`) so branches from anywhere in it into a prologue are seen.
+/// Places every function; for auto placement each module (from `module_file`,
+/// the recording's store) is swept once so branches from anywhere in it into
+/// a prologue are seen.
 pub fn place_all(
     functions: &[LockFunction],
     placement: Placement,
-    host_path: impl Fn(&str) -> std::path::PathBuf,
+    module_file: impl Fn(&str) -> Option<std::sync::Arc<super::modules::ModuleFile>>,
 ) -> Vec<(LockFunction, PlacedFunction)> {
     let mut modules: std::collections::HashMap<&str, Option<auto::BranchTargets>> =
         std::collections::HashMap::new();
@@ -53,8 +54,7 @@ pub fn place_all(
                 Placement::Auto => modules
                     .entry(function.module.as_str())
                     .or_insert_with(|| {
-                        let data = std::fs::read(host_path(&function.module)).ok()?;
-                        auto::BranchTargets::of_elf(&data)
+                        auto::BranchTargets::of_elf(module_file(&function.module)?.bytes())
                     })
                     .as_ref(),
             };

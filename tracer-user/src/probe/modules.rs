@@ -1,0 +1,149 @@
+//! The module files of one recording, each read once: memory-mapped and kept
+//! by (device, inode), so the lock-function search, probe placement, the
+//! request probe and naming all share one copy of libc however many paths
+//! (map_files links, /proc/PID/root paths) lead to it.
+//!
+//! Only ELF files are mapped: the magic is read first, so a mapped data
+//! file (the locale archive, a database file) is never read whole.
+use std::{
+    collections::HashMap,
+    fs::File,
+    os::unix::fs::{FileExt, MetadataExt},
+    path::Path,
+    sync::{Arc, Mutex},
+};
+
+use anyhow::{Context, Result, bail};
+use memmap2::Mmap;
+
+/// One ELF file, mapped read-only. The mapping stays valid after the target
+/// exits (it holds the inode), so names resolve from it afterwards.
+pub struct ModuleFile {
+    data: Mmap,
+    identity: FileIdentity,
+}
+
+/// Which file this is: (device, inode, size, mtime); what caches key on.
+pub type FileIdentity = (u64, u64, u64, i64);
+
+impl ModuleFile {
+    /// Maps `file` if it starts with the ELF magic.
+    pub fn map(file: &File, shown: &str) -> Result<ModuleFile> {
+        let mut magic = [0u8; 4];
+        file.read_exact_at(&mut magic, 0)
+            .with_context(|| format!("cannot read {shown}"))?;
+        if magic != *b"\x7fELF" {
+            bail!("{shown} is not an ELF file");
+        }
+        // SAFETY: the mapping is read-only and private. Modules and debug
+        // files are replaced by rename when a package is upgraded, not
+        // rewritten in place, so the bytes do not change under us.
+        let data = unsafe { Mmap::map(file) }.with_context(|| format!("cannot map {shown}"))?;
+        let meta = file
+            .metadata()
+            .with_context(|| format!("cannot stat {shown}"))?;
+        let identity = (meta.dev(), meta.ino(), meta.size(), meta.mtime());
+        Ok(ModuleFile { data, identity })
+    }
+
+    /// Opens and maps a file that is not shared (a separate debug file).
+    pub fn open(path: &Path) -> Result<ModuleFile> {
+        let file = File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+        ModuleFile::map(&file, &path.display().to_string())
+    }
+
+    pub fn identity(&self) -> FileIdentity {
+        self.identity
+    }
+
+    pub fn bytes(&self) -> &[u8] {
+        &self.data
+    }
+
+    /// The file's ELF view. `object` decodes headers only and borrows the
+    /// mapped bytes, so this is cheap to call per reader.
+    pub fn elf(&self) -> Result<object::File<'_>> {
+        object::File::parse(self.bytes()).context("not a valid ELF file")
+    }
+}
+
+impl std::fmt::Debug for ModuleFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ModuleFile({} bytes)", self.data.len())
+    }
+}
+
+/// (device, inode): one file however it is reached.
+type FileKey = (u64, u64);
+
+/// The shared store; clones share it.
+#[derive(Clone, Default)]
+pub struct ModuleStore {
+    /// `None` for a file that is not ELF (remembered, so it is not re-checked).
+    files: Arc<Mutex<HashMap<FileKey, Option<Arc<ModuleFile>>>>>,
+}
+
+impl ModuleStore {
+    /// The mapped ELF file at `path`, from the store if its inode was read
+    /// before. Errors for unreadable and non-ELF files.
+    pub fn open(&self, path: &Path) -> Result<Arc<ModuleFile>> {
+        let shown = path.display().to_string();
+        let file = File::open(path).with_context(|| format!("cannot open {shown}"))?;
+        let metadata = file
+            .metadata()
+            .with_context(|| format!("cannot stat {shown}"))?;
+        let key = (metadata.dev(), metadata.ino());
+        let mut files = self.files.lock().unwrap_or_else(|e| e.into_inner());
+        match files.get(&key) {
+            Some(Some(module)) => return Ok(module.clone()),
+            Some(None) => bail!("{shown} is not an ELF file"),
+            None => {}
+        }
+        let mapped = ModuleFile::map(&file, &shown).map(Arc::new);
+        files.insert(key, mapped.as_ref().ok().cloned());
+        mapped
+    }
+
+    /// How many distinct ELF files were mapped.
+    pub fn len(&self) -> usize {
+        let files = self.files.lock().unwrap_or_else(|e| e.into_inner());
+        files.values().filter(|f| f.is_some()).count()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl std::fmt::Debug for ModuleStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ModuleStore({} files)", self.len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn maps_each_inode_once_and_skips_non_elf() {
+        let store = ModuleStore::default();
+        let exe = std::env::current_exe().unwrap();
+        let first = store.open(&exe).unwrap();
+        // Another path to the same inode: the same mapping.
+        let dir = tempfile::tempdir().unwrap();
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&exe, &link).unwrap();
+        let second = store.open(&link).unwrap();
+        assert!(Arc::ptr_eq(&first, &second));
+        assert_eq!(store.len(), 1);
+        assert!(first.elf().is_ok());
+
+        let text = dir.path().join("data");
+        std::fs::write(&text, b"not an ELF file, and never mapped").unwrap();
+        let error = store.open(&text).unwrap_err().to_string();
+        assert!(error.ends_with("is not an ELF file"), "{error}");
+        assert!(store.open(&text).is_err());
+        assert_eq!(store.len(), 1);
+    }
+}

@@ -1,0 +1,97 @@
+//! Calibration: the cost of one uprobe hit per instruction class on the
+//! running kernel (fixtures/bench/calib.c: a pthread_mutex_lock whose first
+//! instruction is of that class, probed at the entry), saved where
+//! locktrace's `overhead` reads it.
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use locktrace::{analysis::cost::CALIBRATION_FILE, model::Calibration};
+
+use crate::{
+    Bench,
+    fixtures::compile,
+    loop_bench::{median, run_loop},
+    tracers::{self, Tracer},
+};
+
+/// Instruction classes measured, with the fixture's define for each.
+const CLASSES: &[(&str, &str)] = &[
+    ("mov %rdi,%rax", "CLASS_MOV"),
+    ("nopl 0(%rax)", "CLASS_NOPL"),
+    ("nop", "CLASS_NOP"),
+    ("push %rbx", "CLASS_PUSH"),
+    ("jmp rel8", "CLASS_JMP"),
+    ("jne rel8", "CLASS_JCC"),
+    ("call rel32", "CLASS_CALL"),
+];
+
+/// Measures every class, saves the calibration; returns the results section.
+pub fn run(bench: &Bench) -> Result<String> {
+    let mut text = String::from(
+        "\n### Uprobe cost per hit, by instruction class (fixtures/bench/calib.c)\n\n\
+         | first instruction | untraced ns/call | traced ns/call | cost per hit |\n|---|---:|---:|---:|\n",
+    );
+    let (mut emulated_costs, mut stepped_cost) = (Vec::new(), f64::NAN);
+    let seconds = bench.seconds.min(2.0);
+    for &(class, define) in CLASSES {
+        let binary = compile(&bench.root, &bench.out, "calib", &[define])?;
+        let measure = |tracer: &Tracer| {
+            median(bench.runs, || {
+                run_loop(&binary, seconds, tracer, &bench.locktrace)
+            })
+        };
+        let untraced = measure(&Tracer::None)?;
+        let traced = measure(&tracers::locktrace(&["--placement", "entry"]))?;
+        let cost = traced.ns_per_lock - untraced.ns_per_lock;
+        let line = format!(
+            "| `{class}` | {:.1} | {:.1} | **{cost:.0} ns** |\n",
+            untraced.ns_per_lock, traced.ns_per_lock,
+        );
+        eprint!("{line}");
+        text.push_str(&line);
+        if define == "CLASS_MOV" {
+            stepped_cost = cost;
+        } else {
+            emulated_costs.push(cost);
+        }
+        if define == "CLASS_NOPL" {
+            // The kernel's floor: the same probe with an empty BPF program.
+            let floor = measure(&Tracer::Bpftrace {
+                probe: format!("uprobe:{}:pthread_mutex_lock", binary.display()),
+                action: "/pid == {pid}/ { }".into(),
+            })?;
+            let line = format!(
+                "| `{class}`, empty bpftrace program (kernel floor) | {:.1} | {:.1} | **{:.0} ns** |\n",
+                untraced.ns_per_lock,
+                floor.ns_per_lock,
+                floor.ns_per_lock - untraced.ns_per_lock
+            );
+            eprint!("{line}");
+            text.push_str(&line);
+        }
+    }
+    emulated_costs.sort_by(f64::total_cmp);
+    let emulated_cost = emulated_costs[emulated_costs.len() / 2];
+    text.push_str(&save(emulated_cost, stepped_cost)?);
+    Ok(text)
+}
+
+/// Writes the calibration locktrace's report footer uses (hits × cost per hit)
+/// and returns a line for the results.
+fn save(emulated_ns: f64, stepped_ns: f64) -> Result<String> {
+    let path = Path::new(CALIBRATION_FILE);
+    let calibration = Calibration {
+        kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")?
+            .trim()
+            .to_string(),
+        emulated_ns: emulated_ns.round().max(0.0) as u64,
+        stepped_ns: stepped_ns.round().max(0.0) as u64,
+    };
+    std::fs::create_dir_all(path.parent().expect("has a parent"))?;
+    std::fs::write(path, serde_json::to_string_pretty(&calibration)? + "\n")
+        .with_context(|| format!("writing {}", path.display()))?;
+    Ok(format!(
+        "\nCalibration saved to {} (median emulated class {emulated_ns:.0} ns, single-stepped {stepped_ns:.0} ns per hit); locktrace's `overhead` uses it on this kernel.\n",
+        path.display()
+    ))
+}

@@ -1,0 +1,52 @@
+//! Compiling and talking to the C fixtures the bench runs.
+use std::{
+    io::BufRead,
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use anyhow::{Context, Result, bail};
+
+/// Compiles fixtures/bench/NAME.c with `-DDEFINE`s into `out`.
+pub fn compile(root: &Path, out: &Path, name: &str, defines: &[&str]) -> Result<PathBuf> {
+    let source = root.join("fixtures/bench").join(format!("{name}.c"));
+    let binary = out.join(format!(
+        "{name}{}",
+        defines.iter().map(|d| format!("-{d}")).collect::<String>()
+    ));
+    let mut command = Command::new("gcc");
+    command
+        .args(["-O2", "-pthread", "-o"])
+        .arg(&binary)
+        .arg(&source);
+    for define in defines {
+        command.arg(format!("-D{define}"));
+    }
+    let output = command.output().context("running gcc")?;
+    if !output.status.success() {
+        bail!(
+            "compiling {}: {}",
+            source.display(),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    Ok(binary)
+}
+
+/// Reads lines until one satisfies `done`; returns that line.
+pub fn read_until(
+    reader: &mut impl BufRead,
+    what: &str,
+    done: impl Fn(&str) -> bool,
+) -> Result<String> {
+    let mut line = String::new();
+    loop {
+        line.clear();
+        if reader.read_line(&mut line)? == 0 {
+            bail!("{what} ended early");
+        }
+        if done(line.trim()) {
+            return Ok(line.trim().to_string());
+        }
+    }
+}

@@ -1,0 +1,125 @@
+//! The uncontended one-thread lock loop (fixtures/bench/loop.c) under each
+//! tracer: ns added per lock, attach time, tracer CPU and memory.
+use std::{
+    io::{BufReader, Write},
+    path::Path,
+    process::{Command, Stdio},
+};
+
+use anyhow::{Context, Result};
+
+use crate::{
+    Bench,
+    fixtures::{compile, read_until},
+    results,
+    tracers::{self, Tracer},
+};
+
+/// One measured run of a loop fixture.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Sample {
+    pub ns_per_lock: f64,
+    pub attach_ms: f64,
+    pub tracer_cpu_s: f64,
+    pub tracer_rss_mib: f64,
+}
+
+pub fn run(bench: &Bench) -> Result<String> {
+    let loop_bin = compile(&bench.root, &bench.out, "loop", &[])?;
+    let configs: Vec<(&str, Tracer)> = vec![
+        ("untraced", Tracer::None),
+        (
+            "locktrace --placement entry",
+            tracers::locktrace(&["--placement", "entry"]),
+        ),
+        (
+            "locktrace --placement auto",
+            tracers::locktrace(&["--placement", "auto"]),
+        ),
+        (
+            "locktrace --hold-times (lock + unlock probes)",
+            tracers::locktrace(&["--hold-times"]),
+        ),
+        (
+            "locktrace --mode contention",
+            tracers::locktrace(&["--mode", "contention"]),
+        ),
+        (
+            "locktrace --mode sampled --sample 0.1",
+            tracers::locktrace(&[
+                "--mode",
+                "sampled",
+                "--sample",
+                "0.1",
+                "--sample-period",
+                "2",
+            ]),
+        ),
+        ("bpftrace uprobe one-liner", tracers::bpftrace_one_liner()),
+    ];
+    // Interleaved (one run of every config per round), so that load from
+    // other processes drifting over time hits all configs alike.
+    let mut all: Vec<Vec<Sample>> = vec![Vec::new(); configs.len()];
+    for round in 0..bench.runs {
+        for ((name, tracer), samples) in configs.iter().zip(&mut all) {
+            let sample = run_loop(&loop_bin, bench.seconds, tracer, &bench.locktrace)?;
+            eprintln!("round {round}: {name}: {sample:?}");
+            samples.push(sample);
+        }
+    }
+    let medians: Vec<(&str, Sample)> = configs
+        .iter()
+        .zip(all)
+        .map(|((name, _), samples)| (*name, median_of(samples)))
+        .collect();
+    Ok(results::loop_table(&medians))
+}
+
+/// Runs `one` `runs` times and keeps the median run.
+pub fn median(runs: usize, mut one: impl FnMut() -> Result<Sample>) -> Result<Sample> {
+    let mut samples = Vec::new();
+    for _ in 0..runs.max(1) {
+        samples.push(one()?);
+    }
+    Ok(median_of(samples))
+}
+
+/// The run with the median ns/lock.
+fn median_of(mut samples: Vec<Sample>) -> Sample {
+    samples.sort_by(|a, b| a.ns_per_lock.total_cmp(&b.ns_per_lock));
+    samples[samples.len() / 2]
+}
+
+/// One run of a loop fixture: it waits for "go" on stdin (sent once the
+/// tracer is live), locks for `seconds` and prints its ns per lock.
+pub fn run_loop(binary: &Path, seconds: f64, tracer: &Tracer, locktrace: &Path) -> Result<Sample> {
+    let mut fixture = Command::new(binary)
+        .arg(seconds.to_string())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("starting {}", binary.display()))?;
+    let pid = fixture.id();
+    let mut fixture_out = BufReader::new(fixture.stdout.take().expect("piped"));
+    read_until(&mut fixture_out, "fixture", |line| line == "ready")?;
+
+    let running = tracers::start(tracer, pid, locktrace)?;
+    fixture.stdin.take().expect("piped").write_all(b"go\n")?;
+    let line = read_until(&mut fixture_out, "fixture", |line| {
+        line.starts_with("ns_per_lock ")
+    })?;
+    let mut sample = Sample {
+        ns_per_lock: line["ns_per_lock ".len()..]
+            .parse()
+            .context("fixture output")?,
+        ..Sample::default()
+    };
+    fixture.wait()?;
+    if let Some(running) = running {
+        let finished = running.finish()?;
+        sample.attach_ms = finished.attach_ms;
+        sample.tracer_cpu_s = finished.cpu_s;
+        sample.tracer_rss_mib = finished.rss_mib;
+    }
+    Ok(sample)
+}
