@@ -181,6 +181,9 @@ struct LiveArgs {
     /// Locks quiet this many seconds are forgotten (bounded memory when running for days).
     #[arg(long, value_name = "SECS", default_value_t = 300)]
     expire_after: u64,
+    /// Create this (empty) file once the probes are live, for scripts and tests.
+    #[arg(long, value_name = "PATH")]
+    ready_file: Option<PathBuf>,
 }
 
 impl LiveArgs {
@@ -194,6 +197,7 @@ impl LiveArgs {
             placement: self.placement.into(),
             request_probe: self.request_probe,
             expire_after: Duration::from_secs(self.expire_after),
+            ready_file: self.ready_file,
         })
     }
 }

@@ -47,6 +47,8 @@ pub struct LiveOptions {
     pub request_probe: Option<String>,
     /// Locks with no activity for this long are dropped from the maps.
     pub expire_after: Duration,
+    /// Created (empty) once the probes are live, for scripts and tests.
+    pub ready_file: Option<std::path::PathBuf>,
 }
 
 /// What one lock did in an interval, with its name as far as known.
@@ -165,6 +167,11 @@ impl LiveSession {
         };
         let loaded = attach::load(&plan)?;
         let snapshot = naming::Snapshot::take(&target);
+        if let Some(path) = &options.ready_file {
+            std::fs::write(path, b"").map_err(|error| {
+                anyhow::anyhow!("cannot write --ready-file {}: {error}", path.display())
+            })?;
+        }
         Ok(LiveSession {
             mode: options.mode,
             probe_count: loaded.probe_count,

@@ -33,34 +33,35 @@ impl Drop for Started {
     }
 }
 
-/// Starts a locktrace live command and waits for its "live" line on stderr;
-/// the rest of stderr is collected in the returned lines.
+/// Starts a locktrace live command and waits until its probes are live
+/// (`--ready-file`); its stderr is collected in the returned lines.
 fn start_live(args: &[&str], stdout: Stdio) -> (Started, Arc<Mutex<Vec<String>>>) {
+    let dir = tempfile::tempdir().unwrap();
+    let ready = dir.path().join("ready");
     let mut child = locktrace()
         .args(args)
+        .arg("--ready-file")
+        .arg(&ready)
         .stdout(stdout)
         .stderr(Stdio::piped())
         .spawn()
         .expect("starting locktrace");
-    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let stderr = BufReader::new(child.stderr.take().unwrap());
     let lines = Arc::new(Mutex::new(Vec::new()));
-    loop {
-        let mut line = String::new();
-        if stderr.read_line(&mut line).unwrap() == 0 {
-            let status = child.wait().unwrap();
-            panic!("locktrace exited ({status}) before it was live: {lines:?}");
-        }
-        lines.lock().unwrap().push(line.trim_end().to_string());
-        if line.contains(" live after ") {
-            break;
-        }
-    }
     let collected = lines.clone();
     std::thread::spawn(move || {
         for line in stderr.lines().map_while(Result::ok) {
             collected.lock().unwrap().push(line);
         }
     });
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !ready.exists() {
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!("locktrace exited ({status}) before it was live: {lines:?}");
+        }
+        assert!(Instant::now() < deadline, "not live after 60 s: {lines:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
     (Started(child), lines)
 }
 
