@@ -33,6 +33,24 @@ impl Drop for Started {
     }
 }
 
+/// A detached 80×24 tmux session (server at `socket`) running `command`.
+fn new_80x24_session(socket: &Path, command: &str) {
+    tmux(
+        socket,
+        &[
+            "new-session",
+            "-d",
+            "-s",
+            "top",
+            "-x",
+            "80",
+            "-y",
+            "24",
+            command,
+        ],
+    );
+}
+
 /// Starts a locktrace live command and waits until its probes are live
 /// (`--ready-file`); its stderr is collected in the returned lines.
 fn start_live(args: &[&str], stdout: Stdio) -> (Started, Arc<Mutex<Vec<String>>>) {
@@ -390,20 +408,7 @@ fn top_full_screen_in_tmux_sorts_and_quits() {
         fixture.pid(),
         status_file.display()
     );
-    tmux(
-        &socket,
-        &[
-            "new-session",
-            "-d",
-            "-s",
-            "top",
-            "-x",
-            "80",
-            "-y",
-            "24",
-            &command,
-        ],
-    );
+    new_80x24_session(&socket, &command);
     let _server = TmuxServer(&socket);
 
     let pane = wait_for_pane(
@@ -613,20 +618,7 @@ fn top_says_so_in_one_line_when_the_target_exits() {
         dir.path().join("stderr").display(),
         status_file.display()
     );
-    tmux(
-        &socket,
-        &[
-            "new-session",
-            "-d",
-            "-s",
-            "top",
-            "-x",
-            "80",
-            "-y",
-            "24",
-            &command,
-        ],
-    );
+    new_80x24_session(&socket, &command);
     let _server = TmuxServer(&socket);
     wait_for_pane(
         &socket,
