@@ -33,6 +33,19 @@ impl Drop for Started {
     }
 }
 
+/// The `exit=N` line the tmux shell writes when `top` ends, within 10 s.
+fn wait_for_status(status_file: &Path, what: &str) -> String {
+    let started = Instant::now();
+    while !status_file.exists() {
+        assert!(started.elapsed() < Duration::from_secs(10), "{what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::fs::read_to_string(status_file)
+        .unwrap()
+        .trim()
+        .to_string()
+}
+
 /// A detached 80×24 tmux session (server at `socket`) running `command`.
 fn new_80x24_session(socket: &Path, command: &str) {
     tmux(
@@ -430,18 +443,7 @@ fn top_full_screen_in_tmux_sorts_and_quits() {
         "s did not change the sort key",
     );
     tmux(&socket, &["send-keys", "-t", "top", "q"]);
-    let started = Instant::now();
-    while !status_file.exists() {
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "q did not quit"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    assert_eq!(
-        std::fs::read_to_string(&status_file).unwrap().trim(),
-        "exit=0"
-    );
+    assert_eq!(wait_for_status(&status_file, "q did not quit"), "exit=0");
     // Back on the normal screen: the table is gone.
     let pane = tmux(&socket, &["capture-pane", "-p", "-t", "top"]);
     assert!(
@@ -628,18 +630,7 @@ fn top_says_so_in_one_line_when_the_target_exits() {
     let pid = fixture.pid();
     fixture.start();
     fixture.wait();
-    let started = Instant::now();
-    while !status_file.exists() {
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "top did not stop"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    assert_eq!(
-        std::fs::read_to_string(&status_file).unwrap().trim(),
-        "exit=1"
-    );
+    assert_eq!(wait_for_status(&status_file, "top did not stop"), "exit=1");
     let stderr = std::fs::read_to_string(dir.path().join("stderr")).unwrap();
     let last = stderr.lines().last().unwrap_or_default();
     assert!(last.contains(&format!("pid {pid} exited")), "{stderr}");
