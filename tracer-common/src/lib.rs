@@ -234,6 +234,9 @@ pub mod names {
     pub const MAP_HOLDS: &str = "HOLDS";
     pub const MAP_HOLDERS: &str = "HOLDERS";
     pub const MAP_UNLOCK_HITS: &str = "UNLOCK_HITS";
+    /// In-flight state, read at the end for what is still going on.
+    pub const MAP_WAITING: &str = "WAITING";
+    pub const MAP_HELD: &str = "HELD";
 
     /// Globals set by userspace before load.
     pub const GLOBAL_TARGET_TGID: &str = "TARGET_TGID";

@@ -18,7 +18,7 @@ use tracer_common::{CallerKey, FutexCounts, LockCounts, flags, names};
 
 use crate::{
     analysis::{self, build::RecordInfo},
-    model::{Lock, LockKind, Mode, Placement, Report, StopReason, TargetInfo},
+    model::{Lock, LockKind, Mode, Placement, Report, StopReason, TargetInfo, WaitClass},
     naming,
     probe::{
         lockfuncs::LockFunction,
@@ -58,6 +58,8 @@ pub struct LockActivity {
     /// Name, else region and address (see `stacks::label`).
     pub label: String,
     pub kind: LockKind,
+    /// Lock contention, or waiting for work / the runtime (as `record` classifies it).
+    pub wait_class: WaitClass,
     pub module: Option<String>,
     /// The most frequent caller's function (or module+offset).
     pub top_caller: Option<String>,
@@ -77,8 +79,14 @@ impl LockActivity {
 #[derive(Debug, Clone)]
 pub struct Interval {
     pub elapsed: Duration,
-    /// Active locks only, most acquisitions first.
+    /// Active locks only (lock contention and acquisitions), most acquisitions first.
     pub locks: Vec<LockActivity>,
+    /// Active futex words that are not lock contention (condvar, Go
+    /// runtime, other waits): never counted as contention.
+    pub other_waits: Vec<LockActivity>,
+    /// Events the BPF side could not count since attach, by reason (the
+    /// report's `dropped`; empty when nothing was lost).
+    pub dropped: BTreeMap<String, u64>,
     /// Request probe hits in the interval (None without a request probe).
     pub requests: Option<u64>,
     /// Since attach: probe hits, estimated time added, tracer CPU and RSS.
@@ -205,6 +213,7 @@ impl LiveSession {
         self.name_new_locks(&mut report, &collected);
 
         let mut locks = Vec::new();
+        let mut other_waits = Vec::new();
         let mut seen = HashSet::new();
         for lock in &report.locks {
             let address = lock.address;
@@ -216,6 +225,7 @@ impl LiveSession {
                 address,
                 label: String::new(),
                 kind: lock.kind,
+                wait_class: lock.wait_class,
                 module: None,
                 top_caller: None,
                 acquisitions: lock.acquisitions.map(|n| delta(n, before.acquisitions)),
@@ -230,7 +240,12 @@ impl LiveSession {
             }
             if activity.is_active() {
                 let named = self.names.get(&address);
-                locks.push(LockActivity {
+                let list = if lock.is_contention() {
+                    &mut locks
+                } else {
+                    &mut other_waits
+                };
+                list.push(LockActivity {
                     label: named.map_or_else(|| stacks::label(lock), |n| n.label.clone()),
                     module: named.and_then(|n| n.module.clone()),
                     top_caller: named.and_then(|n| n.top_caller.clone()),
@@ -252,6 +267,8 @@ impl LiveSession {
         Ok(Interval {
             elapsed,
             locks,
+            other_waits,
+            dropped: report.dropped.clone(),
             requests,
             cost,
             tracked_locks: self.previous.len(),

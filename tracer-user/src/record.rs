@@ -24,7 +24,7 @@ use crate::{
     render::output,
     trace::{
         attach::{self, Loaded, Placed},
-        collect, preflight,
+        collect, inflight, preflight,
         proc_events::{self, ProcWatch},
         sampled::{self, SampleOptions},
         stop::{self, StopSignals},
@@ -212,6 +212,9 @@ async fn trace(
         .collect();
     let watch = ProcWatch::start(target.pid, &probed);
     let mut loaded = attach::load(&plan)?;
+    // Waits older than the probes: only the kernel knows of them.
+    let attached_ns = inflight::monotonic_ns();
+    let blocked_at_attach = inflight::blocked_threads(target.pid);
     // Pointer chains of heap locks are searched while the target lives.
     snapshot.watch(&loaded.ebpf);
     announce(options, prepared, &loaded, window);
@@ -255,6 +258,7 @@ async fn trace(
     let seen = watch.finish();
     let mut collected = collect::collect(&loaded.ebpf)?;
     collected.hold_times = options.hold_times;
+    collected.in_flight = inflight::read(&loaded.ebpf, target.pid, attached_ns, blocked_at_attach);
     Ok(Traced {
         collected,
         stopped_by,

@@ -73,11 +73,26 @@ fn label_value(text: &str) -> String {
     text.replace('\\', "/").replace('"', "'").replace('\n', " ")
 }
 
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WaitClassLabels {
+    wait_class: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabels {
+    reason: String,
+}
+
 /// The metrics, registered once; `/metrics` encodes the registry.
 struct Metrics {
     acquisitions: Family<LockLabels, Counter>,
     contended: Family<LockLabels, Counter>,
     wait_seconds: Family<LockLabels, Counter<f64, AtomicU64>>,
+    /// Futex waits that are not lock contention, by wait class.
+    other_waits: Family<WaitClassLabels, Counter>,
+    other_wait_seconds: Family<WaitClassLabels, Counter<f64, AtomicU64>>,
+    /// Events the BPF side could not count, by the report's drop reason.
+    lost: Family<ReasonLabels, Counter>,
     requests: Option<Counter>,
     probe_hits: Gauge,
     estimated_added_seconds: Gauge<f64, AtomicU64>,
@@ -93,6 +108,9 @@ impl Metrics {
             acquisitions: Family::default(),
             contended: Family::default(),
             wait_seconds: Family::default(),
+            other_waits: Family::default(),
+            other_wait_seconds: Family::default(),
+            lost: Family::default(),
             requests: with_requests.then(Counter::default),
             probe_hits: Gauge::default(),
             estimated_added_seconds: Gauge::default(),
@@ -116,6 +134,27 @@ impl Metrics {
             "Time threads spent waiting for the lock in futex calls",
             metrics.wait_seconds.clone(),
         );
+        registry.register(
+            "locktrace_futex_waits",
+            "Futex waits that are not lock contention, by wait_class (condvar: waiting for work; go_runtime; other), as record classifies them",
+            metrics.other_waits.clone(),
+        );
+        registry.register(
+            "locktrace_futex_wait_seconds",
+            "Time spent in futex waits that are not lock contention, by wait_class",
+            metrics.other_wait_seconds.clone(),
+        );
+        registry.register(
+            "locktrace_lost",
+            "Events the tracer could not count, by reason (the report's dropped): the lock figures miss them",
+            metrics.lost.clone(),
+        );
+        // Every reason from the start, so an alert on a rise sees a series at 0.
+        for reason in tracer_common::drop_reason::NAMES {
+            drop(metrics.lost.get_or_create(&ReasonLabels {
+                reason: reason.to_string(),
+            }));
+        }
         if let Some(requests) = &metrics.requests {
             registry.register(
                 "locktrace_requests",
@@ -164,6 +203,29 @@ impl Metrics {
         self.wait_seconds
             .get_or_create(labels)
             .inc_by(lock.wait_ns as f64 / 1e9);
+    }
+
+    /// Adds waits that are not lock contention to their class's counters.
+    fn add_other_wait(&self, wait: &LockActivity) {
+        let labels = WaitClassLabels {
+            wait_class: wait.wait_class.to_string(),
+        };
+        self.other_waits
+            .get_or_create(&labels)
+            .inc_by(wait.contended);
+        self.other_wait_seconds
+            .get_or_create(&labels)
+            .inc_by(wait.wait_ns as f64 / 1e9);
+    }
+
+    /// Raises each reason's counter to the total lost since attach.
+    fn set_lost(&self, dropped: &std::collections::BTreeMap<String, u64>) {
+        for (reason, &total) in dropped {
+            let counter = self.lost.get_or_create(&ReasonLabels {
+                reason: reason.clone(),
+            });
+            counter.inc_by(total.saturating_sub(counter.get()));
+        }
     }
 
     fn remove(&self, labels: &LockLabels) {
@@ -306,6 +368,10 @@ pub async fn serve(options: &ServeOptions) -> Result<std::process::ExitCode> {
                 }
                 let interval = session.tick()?;
                 series.apply(&metrics, &interval, Instant::now());
+                for wait in &interval.other_waits {
+                    metrics.add_other_wait(wait);
+                }
+                metrics.set_lost(&interval.dropped);
                 if let (Some(counter), Some(n)) = (&metrics.requests, interval.requests) {
                     counter.inc_by(n);
                 }
@@ -406,6 +472,7 @@ mod tests {
             address: 0,
             label: label.into(),
             kind: crate::model::LockKind::Mutex,
+            wait_class: crate::model::WaitClass::Lock,
             module: Some("/bin/x".into()),
             top_caller: None,
             acquisitions: Some(acquisitions),
@@ -418,6 +485,8 @@ mod tests {
         Interval {
             elapsed: Duration::from_secs(1),
             locks,
+            other_waits: Vec::new(),
+            dropped: Default::default(),
             requests: None,
             cost: Default::default(),
             tracked_locks: 0,

@@ -18,6 +18,7 @@ use crossterm::{
 
 use crate::{
     live::{self, Interval, LiveOptions, LiveSession, LockActivity},
+    model::WaitClass,
     render::format,
 };
 
@@ -233,6 +234,43 @@ fn format_rate(rate: f64) -> String {
     }
 }
 
+/// Lines under the header: waits that are not lock contention (per class,
+/// as `record` classifies them) and what the tracer lost since attach.
+fn notes(interval: &Interval, seconds: f64) -> Vec<String> {
+    let mut notes = Vec::new();
+    let mut by_class: std::collections::BTreeMap<WaitClass, (u64, u64)> = Default::default();
+    for wait in &interval.other_waits {
+        let class = by_class.entry(wait.wait_class).or_default();
+        class.0 += wait.contended;
+        class.1 += wait.wait_ns;
+    }
+    if !by_class.is_empty() {
+        let classes: Vec<String> = by_class
+            .iter()
+            .map(|(class, (waits, wait_ns))| {
+                format!(
+                    "{class} {} waits/s {:.1} wait ms/s",
+                    format_rate(*waits as f64 / seconds),
+                    *wait_ns as f64 / seconds / 1e6
+                )
+            })
+            .collect();
+        notes.push(format!("not contention: {}", classes.join("; ")));
+    }
+    if !interval.dropped.is_empty() {
+        let reasons: Vec<String> = interval
+            .dropped
+            .iter()
+            .map(|(reason, n)| format!("{reason} {n}"))
+            .collect();
+        notes.push(format!(
+            "lost since attach: {} (figures above incomplete)",
+            reasons.join(", ")
+        ));
+    }
+    notes
+}
+
 /// Cuts `text` to `width` characters, marking the cut with `…`.
 fn fit(text: &str, width: usize) -> String {
     if text.chars().count() <= width {
@@ -291,16 +329,14 @@ fn full_screen(
             width,
         )
     };
-    let mut lines = vec![
-        fit(&status, width),
-        fit(&help, width),
-        row(
-            "lock",
-            "kind",
-            ["acq/s", "cont/s", "wait ms/s"],
-            "top caller",
-        ),
-    ];
+    let mut lines = vec![fit(&status, width), fit(&help, width)];
+    lines.extend(notes(interval, seconds).iter().map(|note| fit(note, width)));
+    lines.extend([row(
+        "lock",
+        "kind",
+        ["acq/s", "cont/s", "wait ms/s"],
+        "top caller",
+    )]);
     for lock in interval
         .locks
         .iter()
@@ -331,6 +367,9 @@ fn plain(session: &LiveSession, interval: &Interval, since_attach: Duration) -> 
             .map(|n| format!(" req/s {}", format_rate(n as f64 / seconds)))
             .unwrap_or_default()
     );
+    for note in notes(interval, seconds) {
+        let _ = writeln!(out, "{note}");
+    }
     let _ = writeln!(
         out,
         "{:<32} {:<6} {:>10} {:>10} {:>10}  top caller",

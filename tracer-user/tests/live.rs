@@ -640,3 +640,162 @@ fn top_says_so_in_one_line_when_the_target_exits() {
         "terminal not restored:\n{pane}"
     );
 }
+
+/// Polls `/metrics` until `wanted` holds for the value of the sample
+/// `name{…label…}` (None: no such sample), within 30 s.
+fn wait_for_sample(
+    port: u16,
+    name: &str,
+    label: &str,
+    wanted: impl Fn(Option<f64>) -> bool,
+) -> String {
+    let started = Instant::now();
+    loop {
+        let metrics = try_http_get(port, "/metrics").unwrap_or_default();
+        if wanted(sample(&metrics, name, label)) {
+            return metrics;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "{name}{{{label}}} never got the wanted value:\n{metrics}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Reads `top`'s plain output until a line satisfies `wanted` (30 s at most).
+fn wait_for_top_line(stdout: &mut impl BufRead, mut wanted: impl FnMut(&str) -> bool) -> String {
+    let started = Instant::now();
+    let mut seen = Vec::new();
+    while started.elapsed() < Duration::from_secs(30) {
+        let mut line = String::new();
+        if stdout.read_line(&mut line).unwrap() == 0 {
+            break;
+        }
+        if wanted(&line) {
+            return line;
+        }
+        seen.push(line);
+    }
+    panic!(
+        "top never printed the wanted line; it printed:\n{}",
+        seen.concat()
+    );
+}
+
+/// fixtures/manylocks.c takes 70,000 distinct mutexes once each: 4,464
+/// more than the lock map holds. serve exports them as lost, and top says
+/// so, exactly (the fixture lingers after `done` so both can be read).
+#[test]
+fn serve_and_top_say_what_was_lost() {
+    const LOST: f64 = 70_000.0 - 65_536.0;
+    let binary = fixture("manylocks", Flavor::Glibc);
+    let mut fixture = Fixture::spawn(&binary, &["70000", "60"]);
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let pid = fixture.pid().to_string();
+    let (_serve, _) = start_live(
+        &["serve", "--pid", &pid, "--listen", &listen],
+        Stdio::null(),
+    );
+    let (mut top, _) = start_live(&["top", "--pid", &pid], Stdio::piped());
+    let metrics = http_get(port, "/metrics");
+    assert_eq!(
+        sample(
+            &metrics,
+            "locktrace_lost_total",
+            r#"reason="locks_map_full""#
+        ),
+        Some(0.0),
+        "every reason has a series from the start:\n{metrics}"
+    );
+    fixture.start();
+    assert_eq!(fixture.read_line().as_deref(), Some("done"));
+    let metrics = wait_for_sample(
+        port,
+        "locktrace_lost_total",
+        r#"reason="locks_map_full""#,
+        |value| value == Some(LOST),
+    );
+    promtool_check(&metrics);
+    assert_eq!(
+        sample(
+            &metrics,
+            "locktrace_lost_total",
+            r#"reason="callers_map_full""#
+        ),
+        Some(LOST),
+        "{metrics}"
+    );
+    assert_eq!(
+        sample(
+            &metrics,
+            "locktrace_lost_total",
+            r#"reason="futex_map_full""#
+        ),
+        Some(0.0),
+        "{metrics}"
+    );
+    let mut stdout = BufReader::new(top.0.stdout.take().unwrap());
+    let line = wait_for_top_line(&mut stdout, |line| {
+        line.starts_with("lost since attach: ") && line.contains("locks_map_full")
+    });
+    // The caller map, as big as the lock map, overflows by as many.
+    assert_eq!(
+        line.trim(),
+        "lost since attach: callers_map_full 4464, locks_map_full 4464 (figures above incomplete)"
+    );
+}
+
+/// fixtures/threadpool.c: 4 idle workers time out on the pool's condition
+/// variable every 60 ms. Those waits are waiting for work: serve exports
+/// them as `wait_class="condvar"`, never as the pool's lock contention, and
+/// top lists them under "not contention", not as a lock row.
+#[test]
+fn serve_and_top_do_not_count_condvar_waits_as_contention() {
+    let binary = fixture("threadpool", Flavor::Glibc);
+    let mut pool = Fixture::spawn(&binary, &["4", "6000", "60"]);
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let pid = pool.pid().to_string();
+    let (_serve, _) = start_live(
+        &["serve", "--pid", &pid, "--listen", &listen],
+        Stdio::null(),
+    );
+    let (mut top, _) = start_live(&["top", "--pid", &pid], Stdio::piped());
+    pool.start();
+    let metrics = wait_for_sample(
+        port,
+        "locktrace_futex_waits_total",
+        r#"wait_class="condvar""#,
+        |waits| waits.is_some_and(|n| n >= 20.0),
+    );
+    promtool_check(&metrics);
+    assert!(
+        !metrics
+            .lines()
+            .any(|line| line.contains(r#"kind="condvar""#)),
+        "a condvar counted as a lock:\n{metrics}"
+    );
+    let mut stdout = BufReader::new(top.0.stdout.take().unwrap());
+    let mut lock_rows = Vec::new();
+    let note = wait_for_top_line(&mut stdout, |line| {
+        if line.starts_with("g_pool.") {
+            lock_rows.push(line.to_string());
+        }
+        line.starts_with("not contention: condvar ")
+    });
+    assert!(note.contains("waits/s"), "{note}");
+    // The table shows only the pool's mutex, if it was contended at all.
+    assert!(
+        lock_rows.iter().all(|row| row.starts_with("g_pool.lock ")),
+        "{lock_rows:?}"
+    );
+    let (timeouts, _busy) = {
+        let line = pool.read_line().unwrap_or_default();
+        let mut fields = line.split_whitespace().skip(1).step_by(2);
+        let mut next = || fields.next().and_then(|n| n.parse::<u64>().ok());
+        (next(), next())
+    };
+    assert!(timeouts.is_some_and(|n| n >= 200), "{timeouts:?}");
+}

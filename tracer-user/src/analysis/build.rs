@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use tracer_common::{CallerKey, LockOp, drop_reason};
 
 use crate::{
-    analysis::waits,
+    analysis::{in_progress, waits},
     model::{
         Lock, LockKind, Mode, Placement, Report, SCHEMA, StopReason, TargetInfo, WaitClass,
         add_histogram,
@@ -79,6 +79,8 @@ pub fn build(info: RecordInfo, collected: &Collected, functions: &[LockFunction]
         ))
     });
     let totals = waits::totals(&locks, counted_acquisitions);
+    let (in_progress, deadlocks) =
+        in_progress::apply(&locks, &collected.in_flight, counted_acquisitions);
     let dropped = drop_reason::NAMES
         .iter()
         .zip(collected.drops)
@@ -102,6 +104,8 @@ pub fn build(info: RecordInfo, collected: &Collected, functions: &[LockFunction]
         estimate: None,
         overhead: None,
         coverage: None,
+        in_progress,
+        deadlocks,
     }
 }
 

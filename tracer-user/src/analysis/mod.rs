@@ -7,5 +7,6 @@ pub mod build;
 pub mod cost;
 pub mod estimate;
 pub mod holds;
+pub mod in_progress;
 pub mod per_request;
 pub mod waits;

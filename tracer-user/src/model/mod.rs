@@ -7,6 +7,7 @@ pub mod address;
 mod coverage;
 mod estimate;
 mod holds;
+mod in_progress;
 mod kinds;
 mod overhead;
 mod report;
@@ -15,6 +16,7 @@ mod requests;
 pub use coverage::{Coverage, ExecLoss, ExecSeen};
 pub use estimate::Estimate;
 pub use holds::{HoldSite, Holds, WaitHolder, add_histogram, quantile};
+pub use in_progress::{Activity, Deadlock, DeadlockStep, InProgress, ThreadRef};
 pub use kinds::{LockKind, Mode, Placement, RequestSource, StopReason, WaitClass};
 pub use overhead::{Calibration, Overhead};
 pub use report::{

@@ -8,8 +8,8 @@ use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 
 use super::{
-    Coverage, Estimate, Holds, LockKind, Mode, Overhead, PerRequest, Placement, Requests,
-    StopReason, WaitClass, WaitHolder, address,
+    Coverage, Deadlock, Estimate, Holds, InProgress, LockKind, Mode, Overhead, PerRequest,
+    Placement, Requests, StopReason, WaitClass, WaitHolder, address,
 };
 
 pub const SCHEMA: &str = "locktrace.report/1";
@@ -52,6 +52,12 @@ pub struct Report {
     /// Whether children were followed, and an exec of the target, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub coverage: Option<Coverage>,
+    /// Waits and holds still going on when the recording stopped.
+    #[serde(default)]
+    pub in_progress: Vec<InProgress>,
+    /// Cycles among those waits: threads that can never go on.
+    #[serde(default)]
+    pub deadlocks: Vec<Deadlock>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

@@ -14,6 +14,7 @@ pub mod chain;
 pub mod dwarf;
 pub mod elf;
 pub mod holders;
+pub mod in_progress;
 pub mod live;
 pub mod names;
 pub mod region;
@@ -289,6 +290,7 @@ pub fn annotate(
             lock.chain = Some(best.chain);
         }
     }
+    in_progress::name(report, &space, &mut namer, &snapshot.thread_names);
     let debug_info = namer.debug_info_used();
     drop(namer);
 

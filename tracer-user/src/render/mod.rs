@@ -4,6 +4,7 @@
 pub mod footer;
 pub mod format;
 pub mod holds;
+pub mod in_progress;
 pub mod lost;
 pub mod output;
 pub mod pprof;

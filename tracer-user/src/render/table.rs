@@ -7,7 +7,7 @@ use prettytable::{Cell, Row, Table, format, row};
 use super::{
     footer,
     format::{MAX_TABLE_WIDTH, duration, truncate, width},
-    holds, lost, requests, stacks, waits,
+    holds, in_progress, lost, requests, stacks, waits,
 };
 use crate::model::{Lock, Mode, Report, StopReason};
 
@@ -82,6 +82,7 @@ pub fn render(report: &Report, limit: Option<usize>) -> String {
         }
     }
     out.push_str(&waits::render(report, limit));
+    out.push_str(&in_progress::render(report));
     match report.stopped_by {
         StopReason::TargetExited if lost::counts_whole(report) => {
             out.push_str("stopped: the target exited; counts cover its whole traced life\n")

@@ -35,6 +35,9 @@ pub struct Collected {
     pub holds: HashMap<u64, HoldCounts>,
     pub holders: HashMap<HolderKey, HolderHolds>,
     pub unlock_hits: u64,
+    /// Waits and holds in progress when read (filled by the caller that
+    /// knows when the probes went in; see [`super::inflight`]).
+    pub in_flight: super::inflight::InFlight,
 }
 
 pub fn collect(ebpf: &Ebpf) -> Result<Collected> {

@@ -1,0 +1,180 @@
+//! What is still going on when the maps are read: the futex waits and
+//! holds the BPF side began and has not seen end (`WAITING`, `HELD`), the
+//! threads the kernel shows blocked in a futex call
+//! (`/proc/PID/task/TID/syscall`, which also shows waits that began before
+//! attach), and who owns the glibc mutexes they wait on (`__owner`, read
+//! from the target's memory: it works in contention mode and for waits
+//! older than the probes).
+use std::{
+    collections::{BTreeSet, HashMap},
+    os::unix::fs::FileExt,
+};
+
+use aya::{
+    Ebpf,
+    maps::{HashMap as BpfHashMap, MapData},
+};
+use tracer_common::{FutexWait, Held, HeldKey, names};
+
+/// x86-64 `futex` syscall number.
+const SYS_FUTEX: u64 = 202;
+/// Byte offset of glibc's `pthread_mutex_t.__owner` (the holder's tid).
+const GLIBC_MUTEX_OWNER_OFFSET: u64 = 8;
+
+/// A thread blocked in a futex wait, as `/proc` shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Blocked {
+    pub tid: u32,
+    /// The futex word (the call's first argument).
+    pub uaddr: u64,
+}
+
+/// The in-flight state of one read (all times on `bpf_ktime_get_ns`'s
+/// clock, CLOCK_MONOTONIC).
+#[derive(Debug, Default, Clone)]
+pub struct InFlight {
+    pub now_ns: u64,
+    /// When the probes went in.
+    pub attached_ns: u64,
+    /// Futex waits begun under the probes and not over, by thread.
+    pub waits: HashMap<u32, FutexWait>,
+    /// `--hold-times`: holds taken and not released.
+    pub held: HashMap<HeldKey, Held>,
+    /// Threads blocked in a futex wait right after the probes went in.
+    pub blocked_at_attach: Vec<Blocked>,
+    /// Threads blocked in a futex wait now.
+    pub blocked_now: Vec<Blocked>,
+    /// Per futex word waited on now: the glibc owner tid at `word + 8`,
+    /// kept only where it is another thread of the target.
+    pub owners: HashMap<u64, u32>,
+    /// The target's threads now.
+    pub threads: BTreeSet<u32>,
+}
+
+/// CLOCK_MONOTONIC in nanoseconds (the clock of `bpf_ktime_get_ns`).
+pub fn monotonic_ns() -> u64 {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
+        .map(|t| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
+        .unwrap_or(0)
+}
+
+/// The target's threads (empty once it is gone).
+pub fn threads(pid: u32) -> BTreeSet<u32> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|tasks| {
+            tasks
+                .flatten()
+                .filter_map(|task| task.file_name().to_str()?.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Threads of `pid` blocked in a futex wait now.
+pub fn blocked_threads(pid: u32) -> Vec<Blocked> {
+    threads(pid)
+        .into_iter()
+        .filter_map(|tid| {
+            let text = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/syscall")).ok()?;
+            let uaddr = futex_wait_address(&text)?;
+            Some(Blocked { tid, uaddr })
+        })
+        .collect()
+}
+
+/// The futex word of a `/proc/…/syscall` line that shows a futex wait
+/// (`202 UADDR OP …`), else None (`running`, another call, a wake).
+fn futex_wait_address(line: &str) -> Option<u64> {
+    let mut fields = line.split_whitespace();
+    let number: u64 = fields.next()?.parse().ok()?;
+    let hex = |text: &str| u64::from_str_radix(text.strip_prefix("0x")?, 16).ok();
+    let uaddr = hex(fields.next()?)?;
+    // FUTEX_CMD_MASK: the op without FUTEX_PRIVATE_FLAG and FUTEX_CLOCK_REALTIME.
+    let op = hex(fields.next()?)? & 0x7f;
+    // WAIT, LOCK_PI, WAIT_BITSET, WAIT_REQUEUE_PI, LOCK_PI2: as the BPF side counts waits.
+    (number == SYS_FUTEX && matches!(op, 0 | 6 | 9 | 11 | 13)).then_some(uaddr)
+}
+
+/// Reads the in-flight maps and the target's blocked threads now.
+pub fn read(ebpf: &Ebpf, pid: u32, attached_ns: u64, blocked_at_attach: Vec<Blocked>) -> InFlight {
+    let now_ns = monotonic_ns();
+    let waits: HashMap<u32, FutexWait> = read_map(ebpf, names::MAP_WAITING);
+    let held = read_map(ebpf, names::MAP_HELD);
+    let threads = threads(pid);
+    let blocked_now = blocked_threads(pid);
+    let words: BTreeSet<u64> = waits
+        .values()
+        .filter(|wait| wait.class == tracer_common::wait_class::FUTEX)
+        .map(|wait| wait.uaddr)
+        .chain(blocked_now.iter().map(|blocked| blocked.uaddr))
+        .collect();
+    let owners = glibc_owners(pid, &words, &threads);
+    InFlight {
+        now_ns,
+        attached_ns,
+        waits,
+        held,
+        blocked_at_attach,
+        blocked_now,
+        owners,
+        threads,
+    }
+}
+
+/// The glibc `__owner` of each word that looks like a locked glibc mutex
+/// (the word is non-zero and the owner is a thread of the target).
+fn glibc_owners(pid: u32, words: &BTreeSet<u64>, threads: &BTreeSet<u32>) -> HashMap<u64, u32> {
+    let Ok(memory) = std::fs::File::open(format!("/proc/{pid}/mem")) else {
+        return HashMap::new();
+    };
+    let read_u32 = |address: u64| {
+        let mut bytes = [0u8; 4];
+        memory
+            .read_exact_at(&mut bytes, address)
+            .ok()
+            .map(|()| u32::from_ne_bytes(bytes))
+    };
+    words
+        .iter()
+        .filter_map(|&word| {
+            let locked = read_u32(word)? != 0;
+            let owner = read_u32(word.checked_add(GLIBC_MUTEX_OWNER_OFFSET)?)?;
+            (locked && threads.contains(&owner)).then_some((word, owner))
+        })
+        .collect()
+}
+
+/// A hash map's entries; empty if it cannot be read (the report then
+/// simply has nothing in progress from it).
+fn read_map<K, V>(ebpf: &Ebpf, name: &str) -> HashMap<K, V>
+where
+    K: aya::Pod + Eq + std::hash::Hash,
+    V: aya::Pod,
+{
+    let Some(Ok(table)) = ebpf.map(name).map(BpfHashMap::<&MapData, K, V>::try_from) else {
+        return HashMap::new();
+    };
+    table.iter().filter_map(Result::ok).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_the_futex_wait_of_a_syscall_line() {
+        let waiting = "202 0x55d0c0a0e040 0x80 0x2 0x0 0x0 0x0 0x7ffd2c1c0b28 0x7f3a1c09e5e6\n";
+        assert_eq!(futex_wait_address(waiting), Some(0x55d0c0a0e040));
+        let wake = "202 0x55d0c0a0e040 0x81 0x1 0x0 0x0 0x0 0x7ffd2c1c0b28 0x7f3a1c09e5e6\n";
+        assert_eq!(futex_wait_address(wake), None);
+        assert_eq!(futex_wait_address("running\n"), None);
+        assert_eq!(
+            futex_wait_address("7 0x1 0x0 0x0 0x0 0x0 0x0 0x7ff 0x7f\n"),
+            None
+        );
+        assert_eq!(
+            futex_wait_address("-1 0x7ffd2c1c0b28 0x7f3a1c09e5e6\n"),
+            None
+        );
+    }
+}
