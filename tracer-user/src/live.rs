@@ -18,7 +18,10 @@ use tracer_common::{CallerKey, FutexCounts, LockCounts, flags, names};
 
 use crate::{
     analysis::{self, build::RecordInfo},
-    model::{Lock, LockKind, Mode, Placement, Report, StopReason, TargetInfo, WaitClass},
+    model::{
+        Activity, Deadlock, InProgress, Lock, LockKind, Mode, Placement, Report, StopReason,
+        TargetInfo, WaitClass,
+    },
     naming,
     probe::{
         lockfuncs::LockFunction,
@@ -30,6 +33,7 @@ use crate::{
     trace::{
         attach::{self, Placed, RequestProbePoint},
         collect::{self, Collected},
+        inflight,
     },
 };
 
@@ -93,7 +97,14 @@ pub struct Interval {
     pub cost: Cost,
     /// Locks tracked now (in the BPF maps and here).
     pub tracked_locks: usize,
+    /// Lock waits going on for at least [`LONG_WAIT`], the longest first.
+    pub long_waits: Vec<InProgress>,
+    /// Threads waiting for each other's locks now.
+    pub deadlocks: Vec<Deadlock>,
 }
+
+/// A lock wait in progress this long is shown by the live views.
+pub const LONG_WAIT: Duration = Duration::from_secs(1);
 
 #[derive(Debug, Clone, Default)]
 pub struct Cost {
@@ -139,6 +150,9 @@ pub struct LiveSession {
     expired_cost: Cost,
     last_tick: Instant,
     expire_after: Duration,
+    /// When the probes went in, and the threads blocked in a futex then.
+    attached_ns: u64,
+    blocked_at_attach: Vec<inflight::Blocked>,
 }
 
 impl LiveSession {
@@ -174,6 +188,8 @@ impl LiveSession {
             }),
         };
         let loaded = attach::load(&plan)?;
+        let attached_ns = inflight::monotonic_ns();
+        let blocked_at_attach = inflight::blocked_threads(target.pid);
         let snapshot = naming::Snapshot::take(&target);
         if let Some(path) = &options.ready_file {
             std::fs::write(path, b"").map_err(|error| {
@@ -196,6 +212,8 @@ impl LiveSession {
             expired_cost: Cost::default(),
             last_tick: Instant::now(),
             expire_after: options.expire_after,
+            attached_ns,
+            blocked_at_attach,
         })
     }
 
@@ -208,13 +226,25 @@ impl LiveSession {
         let now = Instant::now();
         let elapsed = now - self.last_tick;
         self.last_tick = now;
-        let collected = collect::collect(&self.loaded.ebpf)?;
+        let mut collected = collect::collect(&self.loaded.ebpf)?;
+        collected.in_flight = inflight::read(
+            &self.loaded.ebpf,
+            self.target.pid,
+            self.attached_ns,
+            self.blocked_at_attach.clone(),
+        );
         let mut report = analysis::build::build(self.record_info(), &collected, &self.functions);
+        let rows = report.locks.len();
+        let (long_waits, deadlocks) = self.long_waits(&mut report);
         self.name_new_locks(&mut report, &collected);
+        let (long_waits, deadlocks) = self.name_long_waits(long_waits, deadlocks);
+        // The rows added for naming only: no counts, not tracked.
+        report.locks.truncate(rows);
 
         let mut locks = Vec::new();
         let mut other_waits = Vec::new();
-        let mut seen = HashSet::new();
+        // Locks waited on now keep their names, rows or not.
+        let mut seen: HashSet<u64> = long_waits.iter().map(|entry| entry.lock).collect();
         for lock in &report.locks {
             let address = lock.address;
             seen.insert(address);
@@ -272,7 +302,58 @@ impl LiveSession {
             requests,
             cost,
             tracked_locks: self.previous.len(),
+            long_waits,
+            deadlocks,
         })
+    }
+
+    /// The lock waits going on for [`LONG_WAIT`] or more, and deadlocks; the
+    /// unnamed locks they wait on join the end of the report's rows, to be
+    /// named with the others.
+    fn long_waits(&self, report: &mut Report) -> (Vec<InProgress>, Vec<Deadlock>) {
+        let long_waits: Vec<InProgress> = std::mem::take(&mut report.in_progress)
+            .into_iter()
+            .filter(|entry| {
+                entry.activity == Activity::Wait
+                    && entry.wait_class == Some(WaitClass::Lock)
+                    && entry.elapsed_ns >= LONG_WAIT.as_nanos() as u64
+            })
+            .collect();
+        let rows: HashSet<u64> = report.locks.iter().map(|lock| lock.address).collect();
+        for entry in &long_waits {
+            if !rows.contains(&entry.lock) && !self.names.contains_key(&entry.lock) {
+                report
+                    .locks
+                    .push(Lock::empty(entry.lock, LockKind::Mutex, WaitClass::Lock));
+            }
+        }
+        (long_waits, std::mem::take(&mut report.deadlocks))
+    }
+
+    /// Lock and thread names in the long waits and deadlocks.
+    fn name_long_waits(
+        &self,
+        mut long_waits: Vec<InProgress>,
+        mut deadlocks: Vec<Deadlock>,
+    ) -> (Vec<InProgress>, Vec<Deadlock>) {
+        if long_waits.is_empty() {
+            return (long_waits, deadlocks);
+        }
+        let mut threads = BTreeMap::new();
+        naming::holders::note_threads(self.target.pid, &mut threads);
+        let label = |lock: u64| self.names.get(&lock).map(|named| named.label.clone());
+        for entry in &mut long_waits {
+            entry.name = label(entry.lock);
+            entry.thread = threads.get(&entry.tid).cloned();
+            if let Some(holder) = &mut entry.holder {
+                holder.thread = threads.get(&holder.tid).cloned();
+            }
+        }
+        for step in deadlocks.iter_mut().flat_map(|d| d.cycle.iter_mut()) {
+            step.name = label(step.lock);
+            step.thread = threads.get(&step.tid).cloned();
+        }
+        (long_waits, deadlocks)
     }
 
     fn record_info(&self) -> RecordInfo {

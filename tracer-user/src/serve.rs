@@ -100,6 +100,8 @@ struct Metrics {
     tracer_peak_rss_bytes: Gauge,
     tracked_locks: Gauge,
     exported_series: Gauge,
+    longest_lock_wait_seconds: Gauge<f64, AtomicU64>,
+    deadlocked_threads: Gauge,
 }
 
 impl Metrics {
@@ -118,6 +120,8 @@ impl Metrics {
             tracer_peak_rss_bytes: Gauge::default(),
             tracked_locks: Gauge::default(),
             exported_series: Gauge::default(),
+            longest_lock_wait_seconds: Gauge::default(),
+            deadlocked_threads: Gauge::default(),
         };
         registry.register(
             "locktrace_lock_acquisitions",
@@ -192,6 +196,16 @@ impl Metrics {
             "Lock label sets exported now (at most --max-locks, plus other)",
             metrics.exported_series.clone(),
         );
+        registry.register(
+            "locktrace_longest_lock_wait_seconds",
+            "The longest lock wait going on now (0 when none has lasted a second)",
+            metrics.longest_lock_wait_seconds.clone(),
+        );
+        registry.register(
+            "locktrace_deadlocked_threads",
+            "Threads waiting in a cycle for each other's locks now (deadlocked)",
+            metrics.deadlocked_threads.clone(),
+        );
         metrics
     }
 
@@ -203,6 +217,33 @@ impl Metrics {
         self.wait_seconds
             .get_or_create(labels)
             .inc_by(lock.wait_ns as f64 / 1e9);
+    }
+
+    /// Everything of an interval but the lock series: requests, waits that
+    /// are not contention, losses, long waits and deadlocks, the tracer's cost.
+    fn update(&self, interval: &Interval) {
+        if let (Some(counter), Some(n)) = (&self.requests, interval.requests) {
+            counter.inc_by(n);
+        }
+        for wait in &interval.other_waits {
+            self.add_other_wait(wait);
+        }
+        self.set_lost(&interval.dropped);
+        let cost = &interval.cost;
+        self.probe_hits.set(cost.probe_hits as i64);
+        self.estimated_added_seconds
+            .set(cost.estimated_added_ns as f64 / 1e9);
+        self.tracer_cpu_seconds.set(cost.tracer_cpu_s);
+        self.tracer_peak_rss_bytes
+            .set(cost.tracer_peak_rss_kib as i64 * 1024);
+        self.tracked_locks.set(interval.tracked_locks as i64);
+        let longest = interval
+            .long_waits
+            .first()
+            .map_or(0, |wait| wait.elapsed_ns);
+        self.longest_lock_wait_seconds.set(longest as f64 / 1e9);
+        let deadlocked: usize = interval.deadlocks.iter().map(|d| d.cycle.len()).sum();
+        self.deadlocked_threads.set(deadlocked as i64);
     }
 
     /// Adds waits that are not lock contention to their class's counters.
@@ -368,19 +409,7 @@ pub async fn serve(options: &ServeOptions) -> Result<std::process::ExitCode> {
                 }
                 let interval = session.tick()?;
                 series.apply(&metrics, &interval, Instant::now());
-                for wait in &interval.other_waits {
-                    metrics.add_other_wait(wait);
-                }
-                metrics.set_lost(&interval.dropped);
-                if let (Some(counter), Some(n)) = (&metrics.requests, interval.requests) {
-                    counter.inc_by(n);
-                }
-                let cost = &interval.cost;
-                metrics.probe_hits.set(cost.probe_hits as i64);
-                metrics.estimated_added_seconds.set(cost.estimated_added_ns as f64 / 1e9);
-                metrics.tracer_cpu_seconds.set(cost.tracer_cpu_s);
-                metrics.tracer_peak_rss_bytes.set(cost.tracer_peak_rss_kib as i64 * 1024);
-                metrics.tracked_locks.set(interval.tracked_locks as i64);
+                metrics.update(&interval);
             }
         }
     }
@@ -490,6 +519,8 @@ mod tests {
             requests: None,
             cost: Default::default(),
             tracked_locks: 0,
+            long_waits: Vec::new(),
+            deadlocks: Vec::new(),
         }
     }
 

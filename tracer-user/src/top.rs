@@ -19,7 +19,7 @@ use crossterm::{
 use crate::{
     live::{self, Interval, LiveOptions, LiveSession, LockActivity},
     model::WaitClass,
-    render::format,
+    render::{format, in_progress},
 };
 
 /// Rows of the plain (not a terminal) table per interval.
@@ -257,6 +257,17 @@ fn notes(interval: &Interval, seconds: f64) -> Vec<String> {
             .collect();
         notes.push(format!("not contention: {}", classes.join("; ")));
     }
+    if let Some(longest) = interval.long_waits.first() {
+        let more = match interval.long_waits.len() {
+            1 => String::new(),
+            n => format!(" ({} more lock waits over 1 s)", n - 1),
+        };
+        notes.push(format!(
+            "longest lock wait now: {}{more}",
+            in_progress::wait_line(longest)
+        ));
+    }
+    notes.extend(in_progress::deadlock_lines(&interval.deadlocks));
     if !interval.dropped.is_empty() {
         let reasons: Vec<String> = interval
             .dropped

@@ -14,8 +14,11 @@ fn tid(lines: &[String], name: &str) -> u64 {
         .unwrap_or_else(|| panic!("fixture printed no {name} tid: {lines:?}"))
 }
 
-/// The report's deadlocks as (tid, thread, lock, name, held_by) per step, sorted.
-fn deadlock_steps(report: &Value) -> Vec<Vec<(u64, String, String, String, u64)>> {
+/// One deadlock step: (tid, thread, lock address, lock name, held_by).
+type Step = (u64, String, String, String, u64);
+
+/// The report's deadlocks, each as its steps, sorted.
+fn deadlock_steps(report: &Value) -> Vec<Vec<Step>> {
     report["deadlocks"]
         .as_array()
         .expect("deadlocks array")
@@ -98,24 +101,49 @@ fn assert_waited_at_least(report: &Value, seconds: f64) {
     }
 }
 
+/// Deadlocked under the probes; with `--hold-times` each thread's hold of
+/// its first lock is in progress too.
 #[test]
 fn a_deadlock_under_the_probes_names_its_threads_and_locks() {
-    let mut fixture = Fixture::spawn(&fixture("stuck", Flavor::Glibc), &["deadlock-after"]);
-    let (g_a, g_b) = (fixture.address("g_a"), fixture.address("g_b"));
-    let trace = Trace::attach(fixture.pid(), &["--duration", "3"]);
-    fixture.start();
-    let mut lines = Vec::new();
-    while let Some(line) = fixture.read_line() {
-        if line == "stuck" {
-            break;
+    for hold_times in [false, true] {
+        let mut fixture = Fixture::spawn(&fixture("stuck", Flavor::Glibc), &["deadlock-after"]);
+        let (g_a, g_b) = (fixture.address("g_a"), fixture.address("g_b"));
+        let mut args = vec!["--duration", "3"];
+        if hold_times {
+            args.push("--hold-times");
         }
-        lines.push(line);
+        let trace = Trace::attach(fixture.pid(), &args);
+        fixture.start();
+        let mut lines = Vec::new();
+        while let Some(line) = fixture.read_line() {
+            if line == "stuck" {
+                break;
+            }
+            lines.push(line);
+        }
+        let (report, table) = trace.finish();
+        let (ab, ba) = (tid(&lines, "ab"), tid(&lines, "ba"));
+        assert_ab_ba(&report, &table, ab, ba, g_a, g_b, false);
+        // Deadlocked within a second of the start, seen 3 s after it.
+        assert_waited_at_least(&report, 1.0);
+        let mut holds: Vec<(u64, String)> = report["in_progress"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|entry| entry["activity"] == "hold")
+            .map(|entry| {
+                let name = entry["name"].as_str().unwrap_or("?").to_string();
+                (entry["tid"].as_u64().unwrap(), name)
+            })
+            .collect();
+        holds.sort();
+        let expected = if hold_times {
+            vec![(ab, "g_a".to_string()), (ba, "g_b".to_string())]
+        } else {
+            Vec::new()
+        };
+        assert_eq!(holds, expected, "{table}");
     }
-    let (report, table) = trace.finish();
-    let (ab, ba) = (tid(&lines, "ab"), tid(&lines, "ba"));
-    assert_ab_ba(&report, &table, ab, ba, g_a, g_b, false);
-    // Deadlocked within a second of the start, seen 3 s after it.
-    assert_waited_at_least(&report, 1.0);
 }
 
 #[test]

@@ -799,3 +799,46 @@ fn serve_and_top_do_not_count_condvar_waits_as_contention() {
     };
     assert!(timeouts.is_some_and(|n| n >= 200), "{timeouts:?}");
 }
+
+/// fixtures/stuck.c deadlocks threads ab and ba (g_a, g_b) before attach:
+/// top names the cycle and the longest wait; serve counts 2 deadlocked threads.
+#[test]
+fn top_and_serve_show_a_deadlock_and_the_longest_wait() {
+    let fixture = Fixture::spawn(&fixture("stuck", Flavor::Glibc), &["deadlock-before"]);
+    let tid = |name: &str| {
+        fixture
+            .lines
+            .iter()
+            .find_map(|line| line.strip_prefix(&format!("{name} ")))
+            .unwrap()
+            .to_string()
+    };
+    let (ab, ba) = (tid("ab"), tid("ba"));
+    let pid = fixture.pid().to_string();
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let (_serve, _) = start_live(
+        &["serve", "--pid", &pid, "--listen", &listen],
+        Stdio::null(),
+    );
+    let (mut top, _) = start_live(&["top", "--pid", &pid], Stdio::piped());
+    let mut stdout = BufReader::new(top.0.stdout.take().unwrap());
+    let line = wait_for_top_line(&mut stdout, |line| line.starts_with("deadlock: "));
+    assert_eq!(
+        line.trim(),
+        format!(
+            "deadlock: 2 threads can never go on: ab ({ab}) waits for g_b held by ba ({ba}); ba ({ba}) waits for g_a held by ab ({ab})"
+        )
+    );
+    let line = wait_for_top_line(&mut stdout, |line| {
+        line.starts_with("longest lock wait now: ")
+    });
+    assert!(
+        line.contains(" waits for g_") && line.contains(" (1 more lock waits over 1 s)"),
+        "{line}"
+    );
+    let metrics = wait_for_sample(port, "locktrace_deadlocked_threads", "", |n| n == Some(2.0));
+    promtool_check(&metrics);
+    let longest = sample(&metrics, "locktrace_longest_lock_wait_seconds", "").unwrap();
+    assert!(longest >= 1.0, "{metrics}");
+}

@@ -89,10 +89,21 @@ pub fn apply(
             holder: holder.map(|tid| ThreadRef { tid, thread: None }),
         });
     }
+    // A lock call opens its entry before it waits: a thread waiting for the
+    // lock is attempting it, not holding it.
+    let waiting_for: BTreeSet<(u32, u64)> = entries
+        .iter()
+        .map(|entry| (entry.tid, entry.lock))
+        .collect();
     let mut holds: Vec<(&tracer_common::HeldKey, &tracer_common::Held)> = in_flight
         .held
         .iter()
-        .filter(|(key, held)| held.depth > 0 && held.tentative == 0 && key.tid != 0)
+        .filter(|(key, held)| {
+            held.depth > 0
+                && held.tentative == 0
+                && key.tid != 0
+                && !waiting_for.contains(&(key.tid, key.lock))
+        })
         .collect();
     holds.sort_by_key(|(key, _)| (key.tid, key.lock));
     for (key, held) in holds {
@@ -133,6 +144,13 @@ fn holder_of(in_flight: &InFlight, waiter: u32, word: u64, lock: u64) -> Option<
             .held
             .iter()
             .filter(|(key, held)| key.lock == lock && held.depth > 0 && held.tentative == 0)
+            // Another thread waiting for this lock is attempting it, not holding it.
+            .filter(|(key, _)| {
+                in_flight
+                    .waits
+                    .get(&key.tid)
+                    .is_none_or(|wait| wait.uaddr != word && wait.uaddr != lock)
+            })
             .map(|(key, _)| key.tid)
             .find(other)
     };

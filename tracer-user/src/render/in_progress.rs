@@ -6,7 +6,7 @@ use std::fmt::Write;
 use prettytable::{Table, format, row};
 
 use super::format::{duration, truncate};
-use crate::model::{Activity, InProgress, Report, ThreadRef, WaitClass};
+use crate::model::{Activity, Deadlock, InProgress, Report, ThreadRef, WaitClass};
 
 /// `name (tid)`, or the tid alone.
 pub fn thread(tid: u32, name: Option<&str>) -> String {
@@ -22,9 +22,8 @@ fn lock_label(name: Option<&str>, address: u64) -> String {
 }
 
 /// One line per deadlock: who waits for what, held by whom.
-pub fn deadlock_lines(report: &Report) -> Vec<String> {
-    report
-        .deadlocks
+pub fn deadlock_lines(deadlocks: &[Deadlock]) -> Vec<String> {
+    deadlocks
         .iter()
         .map(|deadlock| {
             let steps: Vec<String> = deadlock
@@ -50,6 +49,19 @@ pub fn deadlock_lines(report: &Report) -> Vec<String> {
             )
         })
         .collect()
+}
+
+/// `thread waits for LOCK for 3.2 s, held by thread`.
+pub fn wait_line(entry: &InProgress) -> String {
+    let holder = entry.holder.as_ref().map_or_else(String::new, |holder| {
+        format!(", held by {}", thread(holder.tid, holder.thread.as_deref()))
+    });
+    format!(
+        "{} waits for {} for {}{holder}",
+        thread(entry.tid, entry.thread.as_deref()),
+        lock_label(entry.name.as_deref(), entry.lock),
+        so_far(entry)
+    )
 }
 
 /// How long so far, `≥` for a wait older than the probes.
@@ -111,7 +123,7 @@ pub fn render(report: &Report) -> String {
             classes.join(", ")
         );
     }
-    for line in deadlock_lines(report) {
+    for line in deadlock_lines(&report.deadlocks) {
         let _ = writeln!(out, "{line}");
     }
     out
