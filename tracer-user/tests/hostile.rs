@@ -12,7 +12,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::{Fixture, Flavor, acquisitions, fixture, locktrace};
+use common::{Fixture, Flavor, acquisitions, assert_one_line_error, fixture, locktrace};
 use serde_json::Value;
 
 fn steady() -> PathBuf {
@@ -57,20 +57,6 @@ fn signal(child: &Child, signal: i32) {
 
 fn stderr_of(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
-}
-
-/// The error is one line that starts with `locktrace:`, and no panic.
-fn assert_one_line_error(output: &Output, wanted: &str) {
-    let stderr = stderr_of(output);
-    assert!(
-        matches!(output.status.code(), Some(1) | Some(2)),
-        "exit {:?}: {stderr}",
-        output.status
-    );
-    let lines: Vec<&str> = stderr.lines().collect();
-    assert_eq!(lines.len(), 1, "not one line: {stderr}");
-    assert!(lines[0].starts_with("locktrace: "), "{stderr}");
-    assert!(stderr.contains(wanted), "wanted {wanted:?} in: {stderr}");
 }
 
 fn read_json(path: &Path) -> Value {
@@ -168,86 +154,6 @@ fn a_closed_or_full_stdout_keeps_the_json_and_never_panics() {
             }
         }
     }
-}
-
-/// `record --pid SELF ARGS…`: errors that come before anything is attached.
-fn record_args(args: &[&str]) -> Output {
-    let child = locktrace()
-        .args(["record", "--pid", &std::process::id().to_string()])
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    wait_within(child, Duration::from_secs(20), &format!("record {args:?}"))
-}
-
-#[test]
-fn invalid_load_ports_are_refused() {
-    for port in [":99999", ":abc", ":-1", ":", ":459990"] {
-        let url = format!("http://127.0.0.1{port}/");
-        let output = record_args(&["--load", &url]);
-        assert_one_line_error(&output, "invalid port");
-    }
-}
-
-#[test]
-fn numeric_flags_are_bounded() {
-    let load = "http://127.0.0.1:9/";
-    let cases: [(&[&str], &str); 7] = [
-        (
-            &["--duration", "1e20"],
-            "--duration 100000000000000000000 is too long",
-        ),
-        (&["--duration", "-1"], "--duration must be positive"),
-        (
-            &["--mode", "sampled", "--sample-period", "1e20"],
-            "--sample-period must be between",
-        ),
-        (
-            &["--load", load, "--load-cpus", "0-18446744073709551615"],
-            "--load-cpus: CPU 18446744073709551615 does not exist",
-        ),
-        (
-            &["--load", load, "-c", "18446744073709551615"],
-            "-c (concurrency) must be between 1 and 10000",
-        ),
-        (
-            &["--sample", "0.5"],
-            "--sample applies only with --mode sampled",
-        ),
-        (&["--top", "-1"], "--top"),
-    ];
-    for (args, wanted) in cases {
-        let output = record_args(args);
-        assert_one_line_error(&output, wanted);
-    }
-}
-
-#[test]
-fn an_unwritable_json_path_fails_before_attaching() {
-    let dir = tempfile::tempdir().unwrap();
-    let target = Fixture::spawn(&steady(), &["1", "1"]);
-    let ready = dir.path().join("ready");
-    let started = Instant::now();
-    let child = locktrace()
-        .args([
-            "record",
-            "--pid",
-            &target.pid().to_string(),
-            "--duration",
-            "30",
-        ])
-        .args(["--json", "/nonexistent-dir/r.json", "--ready-file"])
-        .arg(&ready)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let output = wait_within(child, Duration::from_secs(10), "record --json unwritable");
-    assert_one_line_error(&output, "cannot write --json /nonexistent-dir/r.json");
-    assert!(!ready.exists(), "probes were attached first");
-    assert!(started.elapsed() < Duration::from_secs(5));
 }
 
 /// Starts `record` with a ready file; returns it once the probes are live.

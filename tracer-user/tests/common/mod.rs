@@ -377,3 +377,25 @@ pub fn locks_called_by<'a>(report: &'a Value, function: &str) -> Vec<&'a Value> 
         })
         .unwrap_or_default()
 }
+
+/// The error is one line that starts with `locktrace:`, exit 1 or 2 (a usage
+/// error), and no panic.
+pub fn assert_one_line_error(output: &std::process::Output, wanted: &str) {
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        matches!(output.status.code(), Some(1) | Some(2)),
+        "exit {:?}: {stderr}",
+        output.status
+    );
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "not one line: {stderr}");
+    assert!(lines[0].starts_with("locktrace: "), "{stderr}");
+    assert!(stderr.contains(wanted), "wanted {wanted:?} in: {stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+/// Runs `command` (a locktrace) and checks it fails with one line containing `expected`.
+pub fn fails_with(command: &mut Command, expected: &str) {
+    let output = command.output().expect("running locktrace");
+    assert_one_line_error(&output, expected);
+}

@@ -1,0 +1,214 @@
+//! Command-line checks that need no root: bad flags, numbers and paths,
+//! unreadable reports. Each fails in one line before anything is attached,
+//! so this target runs in every `cargo test`, with or without root.
+mod common;
+
+use std::{
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use common::{Fixture, Flavor, assert_one_line_error, fails_with, fixture, locktrace};
+
+/// `locktrace record --pid SELF ARGS…`.
+fn record(args: &[&str]) -> Command {
+    let mut command = locktrace();
+    command
+        .args(["record", "--pid", &std::process::id().to_string()])
+        .args(args);
+    command
+}
+
+#[test]
+fn unknown_flag() {
+    fails_with(
+        locktrace().args(["record", "--pid", "1", "--bogus"]),
+        "unexpected argument '--bogus'",
+    );
+    fails_with(locktrace().args(["frobnicate"]), "unrecognized subcommand");
+}
+
+#[test]
+fn report_file_missing_or_not_a_report() {
+    fails_with(
+        locktrace().args(["report", "/nonexistent/report.json"]),
+        "cannot read report /nonexistent/report.json",
+    );
+    let not_json = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(not_json.path(), "hello").unwrap();
+    fails_with(
+        locktrace().arg("report").arg(not_json.path()),
+        "is not a locktrace report",
+    );
+    std::fs::write(not_json.path(), "{\"a\": 1}").unwrap();
+    fails_with(
+        locktrace().arg("report").arg(not_json.path()),
+        "is not a locktrace report",
+    );
+}
+
+#[test]
+fn invalid_load_ports_are_refused() {
+    for port in [":99999", ":abc", ":-1", ":", ":459990"] {
+        let url = format!("http://127.0.0.1{port}/");
+        fails_with(&mut record(&["--load", &url]), "invalid port");
+    }
+}
+
+#[test]
+fn numeric_flags_are_bounded() {
+    let load = "http://127.0.0.1:9/";
+    let cases: [(&[&str], &str); 7] = [
+        (
+            &["--duration", "1e20"],
+            "--duration 100000000000000000000 is too long",
+        ),
+        (&["--duration", "-1"], "--duration must be positive"),
+        (
+            &["--mode", "sampled", "--sample-period", "1e20"],
+            "--sample-period must be between",
+        ),
+        (
+            &["--load", load, "--load-cpus", "0-18446744073709551615"],
+            "--load-cpus: CPU 18446744073709551615 does not exist",
+        ),
+        (
+            &["--load", load, "-c", "18446744073709551615"],
+            "-c (concurrency) must be between 1 and 10000",
+        ),
+        (
+            &["--sample", "0.5"],
+            "--sample applies only with --mode sampled",
+        ),
+        (&["--top", "-1"], "--top"),
+    ];
+    for (args, wanted) in cases {
+        fails_with(&mut record(args), wanted);
+    }
+}
+
+#[test]
+fn an_unwritable_json_path_fails_before_attaching() {
+    let dir = tempfile::tempdir().unwrap();
+    let target = Fixture::spawn(&fixture("steady", Flavor::Glibc), &["1", "1"]);
+    let ready = dir.path().join("ready");
+    let started = Instant::now();
+    let output = locktrace()
+        .args([
+            "record",
+            "--pid",
+            &target.pid().to_string(),
+            "--duration",
+            "30",
+        ])
+        .args(["--json", "/nonexistent-dir/r.json", "--ready-file"])
+        .arg(&ready)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    assert_one_line_error(&output, "cannot write --json /nonexistent-dir/r.json");
+    assert!(!ready.exists(), "probes were attached first");
+    assert!(started.elapsed() < Duration::from_secs(5));
+}
+
+/// Bad mode options: one clear line, non-zero exit, before touching the target.
+#[test]
+fn bad_mode_options_are_one_line_errors() {
+    for (args, expected) in [
+        (
+            vec!["--mode", "sampled", "--sample", "0"],
+            "--sample must be a fraction in (0, 1]",
+        ),
+        (
+            vec!["--mode", "sampled", "--sample", "2"],
+            "--sample must be a fraction in (0, 1]",
+        ),
+        (
+            vec!["--mode", "sampled", "--sample-period", "0.01"],
+            "--sample-period must be between 0.1 and 3600 seconds",
+        ),
+        (
+            vec!["--sample-period", "1"],
+            "--sample-period applies only with --mode sampled",
+        ),
+        (
+            vec!["--mode", "everything"],
+            "invalid value 'everything' for '--mode",
+        ),
+    ] {
+        fails_with(&mut record(&args), expected);
+    }
+}
+
+#[test]
+fn pprof_to_a_terminal_or_a_bad_file_is_a_one_line_error() {
+    let output = locktrace()
+        .args(["report", "--format", "pprof", "/nonexistent/report.json"])
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("cannot read report"), "{stderr}");
+}
+
+#[test]
+fn serve_bad_input_is_one_line() {
+    let me = std::process::id().to_string();
+    for (args, says) in [
+        (
+            vec!["--listen", "127.0.0.1:0", "--mode", "sampled"],
+            "--mode sampled is for record",
+        ),
+        (vec!["--listen", "nonsense"], "invalid value 'nonsense'"),
+        (
+            vec!["--listen", "127.0.0.1:0", "--max-locks", "0"],
+            "--max-locks must be at least 1",
+        ),
+    ] {
+        fails_with(locktrace().args(["serve", "--pid", &me]).args(&args), says);
+    }
+}
+
+/// As root, runs every test of this file again as `nobody` (what `cargo
+/// test` without root does): none of them needs root.
+#[test]
+fn every_check_here_needs_no_root() {
+    if !nix::unistd::geteuid().is_root() {
+        return; // this run is the unprivileged one
+    }
+    // The fixture is compiled here: nobody may not write the target dir.
+    fixture("steady", Flavor::Glibc);
+    let output = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+        ])
+        .arg(std::env::current_exe().unwrap())
+        .args([
+            "--test-threads=1",
+            "--skip",
+            "every_check_here_needs_no_root",
+        ])
+        .env("TMPDIR", "/tmp")
+        .output()
+        .expect("running setpriv (util-linux)");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "as nobody:\n{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    // Every test of this file but this one ran, and passed.
+    let tests = include_str!("cli.rs")
+        .lines()
+        .filter(|line| *line == "#[test]");
+    let others = tests.count() - 1;
+    assert!(
+        stdout.contains(&format!("test result: ok. {others} passed")),
+        "{stdout}"
+    );
+}
