@@ -38,6 +38,50 @@ fn wait_within(mut child: Child, limit: Duration, what: &str) -> Output {
     }
 }
 
+/// Waits (30 s at most) until `reached` says the phase under test was reached.
+fn wait_until(what: &str, mut reached: impl FnMut() -> bool) {
+    let started = Instant::now();
+    while !reached() {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "never reached: {what}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// A `u64` of the target's memory (through /proc/PID/mem).
+fn read_u64(pid: u32, address: u64) -> u64 {
+    use std::os::unix::fs::FileExt;
+    let memory = std::fs::File::open(format!("/proc/{pid}/mem")).unwrap();
+    let mut bytes = [0u8; 8];
+    memory.read_exact_at(&mut bytes, address).unwrap();
+    u64::from_ne_bytes(bytes)
+}
+
+/// Bytes a process has written so far (sockets included), from /proc/PID/io.
+fn bytes_written(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/io"))
+        .unwrap()
+        .lines()
+        .find_map(|line| line.strip_prefix("wchar: ")?.parse().ok())
+        .unwrap()
+}
+
+/// Sockets of the machine in SYN_SENT to `port` on 127.0.0.1 (/proc/net/tcp).
+fn connects_in_flight(port: u16) -> usize {
+    let remote = format!("0100007F:{port:04X}");
+    std::fs::read_to_string("/proc/net/tcp")
+        .unwrap()
+        .lines()
+        .skip(1)
+        .filter(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            fields.get(2) == Some(&remote.as_str()) && fields.get(3) == Some(&"02")
+        })
+        .count()
+}
+
 fn wait_for_file(path: &Path, limit: Duration) {
     let started = Instant::now();
     while !path.exists() {
@@ -179,12 +223,17 @@ fn sighup_stops_a_recording_with_a_report() {
     let mut target = Fixture::spawn(&steady(), &["1", "100000"]);
     let tracer = start_record(target.pid(), dir.path(), &[]);
     target.start();
-    std::thread::sleep(Duration::from_millis(300));
+    // Tracing (the ready file) and the target taking its lock under the probes.
+    let counter = target.address("counter");
+    wait_until("steady's first lock calls", || {
+        read_u64(target.pid(), counter) > 0
+    });
     signal(&tracer, libc::SIGHUP);
     let output = wait_within(tracer, Duration::from_secs(5), "record after SIGHUP");
     assert!(output.status.success(), "{}", stderr_of(&output));
     let report = read_json(&dir.path().join("r.json"));
     assert_eq!(report["stopped_by"], "interrupted");
+    assert!(report["duration_s"].as_f64().unwrap() > 0.0, "{report}");
     assert!(acquisitions(&report, target.address("global")) > 0);
 }
 
@@ -206,7 +255,11 @@ fn sigterm_stops_a_long_load_and_keeps_exact_counts() {
         dir.path(),
         &["--load", &url, "--duration", "600"],
     );
-    std::thread::sleep(Duration::from_millis(500));
+    // The load is on once the server writes responses after the probes are live.
+    let before = bytes_written(server.pid());
+    wait_until("the server answering the load", || {
+        bytes_written(server.pid()) > before
+    });
     signal(&tracer, libc::SIGTERM);
     let output = wait_within(
         tracer,
@@ -216,6 +269,7 @@ fn sigterm_stops_a_long_load_and_keeps_exact_counts() {
     assert!(output.status.success(), "{}", stderr_of(&output));
     let report = read_json(&dir.path().join("r.json"));
     assert_eq!(report["stopped_by"], "interrupted");
+    assert!(report["duration_s"].as_f64().unwrap() > 0.0, "{report}");
     let requests = report["requests"]["count"].as_u64().unwrap();
     assert!(requests > 0);
     assert_eq!(
@@ -225,16 +279,25 @@ fn sigterm_stops_a_long_load_and_keeps_exact_counts() {
     );
 }
 
-/// A server that accepts connections and never answers.
+/// A server that accepts connections, reads what comes and never answers;
+/// the receiver gets a message per connection whose request has arrived.
 fn silent_server() -> (u16, std::sync::mpsc::Receiver<()>) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
-    let (accepted, seen) = std::sync::mpsc::channel();
+    let (requested, seen) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
-        let mut held = Vec::new();
-        for stream in listener.incoming().flatten() {
-            held.push(stream);
-            let _ = accepted.send(());
+        for mut stream in listener.incoming().flatten() {
+            let requested = requested.clone();
+            std::thread::spawn(move || {
+                let mut request = [0u8; 4];
+                if std::io::Read::read_exact(&mut stream, &mut request).is_ok()
+                    && &request == b"GET "
+                {
+                    let _ = requested.send(());
+                }
+                // Held open, unanswered, until the client goes.
+                let _ = std::io::Read::read_to_end(&mut stream, &mut Vec::new());
+            });
         }
     });
     (port, seen)
@@ -272,6 +335,11 @@ fn stopped_before_tracing(url: &str, extra: &[&str], settle: impl FnOnce(), sign
     let report = read_json(&json);
     assert_eq!(report["stopped_by"], "interrupted");
     assert_eq!(report["duration_s"], 0.0);
+    assert!(
+        stderr_of(&output).contains("stopped by a signal before tracing started"),
+        "{}",
+        stderr_of(&output)
+    );
 }
 
 #[test]
@@ -282,11 +350,11 @@ fn sigint_stops_the_warmup() {
         &url,
         &["--warmup", "1000", "-n", "10", "-c", "2"],
         || {
+            // The warmup's first requests arrived (the connects are done):
+            // in flight and unanswered.
             for _ in 0..2 {
                 accepted.recv_timeout(Duration::from_secs(20)).unwrap();
             }
-            // The warmup's first requests are in flight and unanswered.
-            std::thread::sleep(Duration::from_millis(300));
         },
         libc::SIGINT,
     );
@@ -315,7 +383,12 @@ fn sigterm_stops_connects_to_a_full_backlog() {
     stopped_before_tracing(
         &url,
         &["-c", "200", "-n", "10"],
-        || std::thread::sleep(Duration::from_millis(1500)),
+        || {
+            let port = u16::from_be(bound.sin_port);
+            wait_until("connects waiting on the full backlog", || {
+                connects_in_flight(port) > 0
+            });
+        },
         libc::SIGTERM,
     );
 }
