@@ -30,6 +30,28 @@ pub fn apply(
         .filter(|lock| matches!(lock.kind, LockKind::Mutex | LockKind::Rwlock))
         .map(|lock| (lock.address, lock.address + lock.kind.span()))
         .collect();
+    let mut entries = waits(in_flight, &spans, lock_spans_known);
+    entries.extend(holds(in_flight, &entries));
+    // Lock waits first, the longest first; then holds; then the other waits.
+    entries.sort_by_key(|entry| {
+        let rank = match (entry.activity, entry.wait_class) {
+            (Activity::Wait, Some(WaitClass::Lock)) => 0,
+            (Activity::Hold, _) => 1,
+            _ => 2,
+        };
+        (rank, std::cmp::Reverse(entry.elapsed_ns), entry.tid)
+    });
+    let deadlocks = deadlocks(&entries);
+    (entries, deadlocks)
+}
+
+/// The waits in progress of live threads (none once the target exited):
+/// those the probes saw begin, and those older than the probes.
+fn waits(
+    in_flight: &InFlight,
+    spans: &BTreeMap<u64, u64>,
+    lock_spans_known: bool,
+) -> Vec<InProgress> {
     let lock_holding = |word: u64| {
         spans
             .range(..=word)
@@ -37,10 +59,10 @@ pub fn apply(
             .filter(|(_, end)| word < **end)
             .map(|(start, _)| *start)
     };
-    let mut entries = Vec::new();
     let mut waits: Vec<(u32, u64, u64, bool, u32)> = in_flight
         .waits
         .iter()
+        .filter(|(tid, _)| in_flight.threads.contains(tid))
         .map(|(&tid, wait)| {
             let elapsed = in_flight.now_ns.saturating_sub(wait.start_ns);
             (tid, wait.uaddr, elapsed, false, wait.class)
@@ -51,16 +73,12 @@ pub fn apply(
         if !in_flight.waits.contains_key(&blocked.tid)
             && in_flight.blocked_at_attach.contains(blocked)
         {
-            waits.push((
-                blocked.tid,
-                blocked.uaddr,
-                attach_age,
-                true,
-                wait_class::FUTEX,
-            ));
+            let (tid, word) = (blocked.tid, blocked.uaddr);
+            waits.push((tid, word, attach_age, true, wait_class::FUTEX));
         }
     }
     waits.sort();
+    let mut entries = Vec::new();
     for (tid, word, elapsed_ns, since_before_attach, class) in waits {
         let (class, lock) = match class {
             wait_class::CONDVAR => (WaitClass::Condvar, word),
@@ -89,25 +107,29 @@ pub fn apply(
             holder: holder.map(|tid| ThreadRef { tid, thread: None }),
         });
     }
-    // A lock call opens its entry before it waits: a thread waiting for the
-    // lock is attempting it, not holding it.
-    let waiting_for: BTreeSet<(u32, u64)> = entries
-        .iter()
-        .map(|entry| (entry.tid, entry.lock))
-        .collect();
+    entries
+}
+
+/// The open holds of live threads (`--hold-times`). A lock call opens its
+/// entry before it waits: a thread waiting for the lock is attempting it,
+/// not holding it.
+fn holds(in_flight: &InFlight, waits: &[InProgress]) -> Vec<InProgress> {
+    let waiting_for: BTreeSet<(u32, u64)> =
+        waits.iter().map(|entry| (entry.tid, entry.lock)).collect();
     let mut holds: Vec<(&tracer_common::HeldKey, &tracer_common::Held)> = in_flight
         .held
         .iter()
         .filter(|(key, held)| {
             held.depth > 0
                 && held.tentative == 0
-                && key.tid != 0
+                && in_flight.threads.contains(&key.tid)
                 && !waiting_for.contains(&(key.tid, key.lock))
         })
         .collect();
     holds.sort_by_key(|(key, _)| (key.tid, key.lock));
-    for (key, held) in holds {
-        entries.push(InProgress {
+    holds
+        .into_iter()
+        .map(|(key, held)| InProgress {
             activity: Activity::Hold,
             lock: key.lock,
             name: None,
@@ -118,19 +140,8 @@ pub fn apply(
             elapsed_ns: in_flight.now_ns.saturating_sub(held.start_ns),
             since_before_attach: false,
             holder: None,
-        });
-    }
-    // Lock waits first, the longest first; then holds; then the other waits.
-    entries.sort_by_key(|entry| {
-        let rank = match (entry.activity, entry.wait_class) {
-            (Activity::Wait, Some(WaitClass::Lock)) => 0,
-            (Activity::Hold, _) => 1,
-            _ => 2,
-        };
-        (rank, std::cmp::Reverse(entry.elapsed_ns), entry.tid)
-    });
-    let deadlocks = deadlocks(&entries);
-    (entries, deadlocks)
+        })
+        .collect()
 }
 
 /// Who holds `lock` (waited on through `word`) now, other than `waiter`.
@@ -270,7 +281,10 @@ mod tests {
             ..InFlight::default()
         };
         in_flight.waits.insert(1, wait(0xd0, 5));
+        // A thread gone since (the target exiting) waits no more.
+        in_flight.waits.insert(9, wait(0xd0, 5));
         let (entries, deadlocks) = apply(&[], &in_flight, true);
+        assert_eq!(entries.len(), 1);
         assert_eq!(entries[0].wait_class, Some(WaitClass::Other));
         assert!(entries[0].holder.is_none() && deadlocks.is_empty());
         let (entries, _) = apply(&[], &in_flight, false);
