@@ -571,6 +571,54 @@ mod tests {
     }
 
     #[test]
+    fn lost_counters_follow_the_totals_since_attach_without_adding_twice() {
+        let mut registry = Registry::default();
+        let metrics = Metrics::register(&mut registry, false);
+        let lost = |reason: &str| {
+            metrics
+                .lost
+                .get(&ReasonLabels {
+                    reason: reason.into(),
+                })
+                .map(|c| c.get())
+        };
+        assert_eq!(lost("locks_map_full"), Some(0));
+        let mut dropped = std::collections::BTreeMap::from([("locks_map_full".to_string(), 10)]);
+        metrics.set_lost(&dropped);
+        metrics.set_lost(&dropped);
+        assert_eq!(lost("locks_map_full"), Some(10));
+        dropped.insert("locks_map_full".into(), 15);
+        metrics.set_lost(&dropped);
+        assert_eq!(lost("locks_map_full"), Some(15));
+    }
+
+    #[test]
+    fn waits_that_are_not_contention_stay_out_of_the_lock_series() {
+        let mut registry = Registry::default();
+        let metrics = Metrics::register(&mut registry, false);
+        let mut series = SeriesSet {
+            max: 10,
+            expire_after: Duration::from_secs(10),
+            activity: HashMap::new(),
+            exported: Default::default(),
+        };
+        let mut condvar = lock("g_pool.work", 0);
+        condvar.acquisitions = None;
+        condvar.kind = crate::model::LockKind::Condvar;
+        condvar.wait_class = crate::model::WaitClass::Condvar;
+        condvar.contended = 7;
+        let mut tick = interval(vec![lock("g_lock", 5)]);
+        tick.other_waits = vec![condvar.clone()];
+        series.apply(&metrics, &tick, Instant::now());
+        metrics.update(&tick);
+        assert!(metrics.contended.get(&LockLabels::of(&condvar)).is_none());
+        let class = WaitClassLabels {
+            wait_class: "condvar".into(),
+        };
+        assert_eq!(metrics.other_waits.get(&class).map(|c| c.get()), Some(7));
+    }
+
+    #[test]
     fn classic_text_names_counter_families_with_total() {
         let openmetrics = "# HELP a_b Help.\n# TYPE a_b counter\na_b_total{x=\"1\"} 2\n# HELP g Gauge.\n# TYPE g gauge\ng 1\n# EOF\n";
         assert_eq!(

@@ -423,6 +423,39 @@ mod tests {
     }
 
     #[test]
+    fn notes_say_what_is_not_contention_and_what_was_lost() {
+        let condvar = LockActivity {
+            address: 0x10,
+            label: "g_pool.work".into(),
+            kind: crate::model::LockKind::Condvar,
+            wait_class: WaitClass::Condvar,
+            module: None,
+            top_caller: None,
+            acquisitions: None,
+            contended: 20,
+            wait_ns: 2_000_000_000,
+        };
+        let interval = Interval {
+            elapsed: Duration::from_secs(2),
+            locks: Vec::new(),
+            other_waits: vec![condvar],
+            dropped: [("locks_map_full".to_string(), 4464)].into(),
+            requests: None,
+            cost: Default::default(),
+            tracked_locks: 0,
+            long_waits: Vec::new(),
+            deadlocks: Vec::new(),
+        };
+        assert_eq!(
+            notes(&interval, 2.0),
+            vec![
+                "not contention: condvar 10 waits/s 1000.0 wait ms/s".to_string(),
+                "lost since attach: locks_map_full 4464 (figures above incomplete)".to_string(),
+            ]
+        );
+    }
+
+    #[test]
     fn fit_cuts_with_an_ellipsis() {
         assert_eq!(fit("abcdef", 4), "abc…");
         assert_eq!(fit("abc", 4), "abc");
