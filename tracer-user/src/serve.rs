@@ -533,16 +533,21 @@ mod tests {
         metrics.acquisitions.get(&labels).map(|c| c.get())
     }
 
+    /// At most `max` series, expiring after 10 s.
+    fn series_set(max: usize) -> SeriesSet {
+        SeriesSet {
+            max,
+            expire_after: Duration::from_secs(10),
+            activity: HashMap::new(),
+            exported: Default::default(),
+        }
+    }
+
     #[test]
     fn series_are_bounded_and_the_rest_goes_to_other_then_quiet_ones_age_out() {
         let mut registry = Registry::default();
         let metrics = Metrics::register(&mut registry, false);
-        let mut series = SeriesSet {
-            max: 2,
-            expire_after: Duration::from_secs(10),
-            activity: HashMap::new(),
-            exported: Default::default(),
-        };
+        let mut series = series_set(2);
         let start = Instant::now();
         series.apply(
             &metrics,
@@ -596,12 +601,7 @@ mod tests {
     fn waits_that_are_not_contention_stay_out_of_the_lock_series() {
         let mut registry = Registry::default();
         let metrics = Metrics::register(&mut registry, false);
-        let mut series = SeriesSet {
-            max: 10,
-            expire_after: Duration::from_secs(10),
-            activity: HashMap::new(),
-            exported: Default::default(),
-        };
+        let mut series = series_set(10);
         let mut condvar = lock("g_pool.work", 0);
         condvar.acquisitions = None;
         condvar.kind = crate::model::LockKind::Condvar;
