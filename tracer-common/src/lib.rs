@@ -154,9 +154,10 @@ pub mod drop_reason {
     pub const LOCKS_FULL: u32 = 0;
     /// A new futex did not fit in the `FUTEXES` map.
     pub const FUTEXES_FULL: u32 = 1;
-    /// A new (lock, caller) pair did not fit in the `CALLERS` map.
+    /// A new (lock, caller) pair did not fit in the `CALLERS` map (the call
+    /// itself is counted in `LOCKS`, its caller is not known).
     pub const CALLERS_FULL: u32 = 2;
-    /// A stack could not be stored (stack map full or unwind failed).
+    /// The kernel could not unwind or store a stack (`STACKS` map).
     pub const STACKS_LOST: u32 = 3;
     /// A thread's wait start did not fit in the `WAITING` map, so that wait was not timed.
     pub const WAITS_UNTRACKED: u32 = 4;
@@ -165,11 +166,23 @@ pub mod drop_reason {
     /// A thread's condvar wait did not fit in `COND_THREADS`: its futex
     /// waits there were counted as plain futex waits.
     pub const COND_WAITS_UNTRACKED: u32 = 6;
-    /// A hold did not fit in the `HELD` (or its totals in the `HOLDS`/`HOLDERS`) map.
+    /// A hold did not fit in the `HELD` map: it was not timed.
     pub const HOLDS_UNTRACKED: u32 = 7;
     /// A (futex, holder) pair did not fit in the `WAIT_HOLDERS` map.
     pub const WAIT_HOLDERS_FULL: u32 = 8;
-    pub const COUNT: u32 = 9;
+    /// A new condvar did not fit in the `CONDVARS` map.
+    pub const CONDVARS_FULL: u32 = 9;
+    /// A new Go runtime futex word did not fit in the `GO_FUTEXES` map.
+    pub const GO_FUTEXES_FULL: u32 = 10;
+    /// A new (lock, stack) pair did not fit in the `STACK_COUNTS` map.
+    pub const STACK_COUNTS_FULL: u32 = 11;
+    /// A completed hold's lock did not fit in the `HOLDS` map.
+    pub const HOLDS_MAP_FULL: u32 = 12;
+    /// A completed hold's (lock, call site) did not fit in the `HOLDERS` map.
+    pub const HOLDERS_MAP_FULL: u32 = 13;
+    /// Events while counting was paused to expire entries (`serve`, `top`).
+    pub const PAUSED_FOR_EXPIRY: u32 = 14;
+    pub const COUNT: u32 = 15;
     pub const NAMES: [&str; COUNT as usize] = [
         "locks_map_full",
         "futex_map_full",
@@ -180,8 +193,32 @@ pub mod drop_reason {
         "cond_waits_untracked",
         "holds_untracked",
         "wait_holders_full",
+        "condvar_map_full",
+        "go_futex_map_full",
+        "stack_counts_full",
+        "holds_map_full",
+        "holders_map_full",
+        "paused_for_expiry",
     ];
 }
+
+/// Bits of `COUNTING[0]`, the switch userspace flips while the programs run:
+/// a program counts only while its bit is set. Cleared at the end of a
+/// recording before the maps are read, so every figure covers one interval.
+pub mod counting {
+    /// Lock calls and request-boundary calls count (in sampled mode: only
+    /// inside a window).
+    pub const LOCK_CALLS: u32 = 1;
+    /// Futex waits and wakes, condvar waits and unlock calls count.
+    pub const WAITS: u32 = 2;
+    /// Counting is paused while entries are deleted (`serve`/`top` expiry):
+    /// what comes meanwhile is counted as `paused_for_expiry`.
+    pub const PAUSED: u32 = 4;
+}
+
+/// Most lock functions whose code ranges the BPF side checks (`LOCK_CODE`):
+/// five lock functions in a few modules (the executable, libc, an interposer).
+pub const MAX_LOCK_CODE_RANGES: u32 = 32;
 
 /// Bits of the `FLAGS` global, set by userspace before load.
 pub mod flags {
@@ -191,9 +228,9 @@ pub mod flags {
     pub const STACKS: u32 = 2;
     /// Count futex syscalls per address.
     pub const FUTEX: u32 = 4;
-    /// Sampled mode: count lock calls only while `SAMPLING[0]` is non-zero
-    /// (userspace sets it once a window's probes are all attached, and clears
-    /// it before detaching them, so the counted time is exact).
+    /// Sampled mode: lock calls count only inside windows
+    /// ([`counting::LOCK_CALLS`] is set once a window's probes are all
+    /// attached, and cleared before detaching them, so the counted time is exact).
     pub const SAMPLED: u32 = 8;
     /// The target is a Go program: futex calls whose user instruction pointer
     /// lies in `runtime.futex` (`GO_FUTEX_START..GO_FUTEX_END`) are the runtime's.
@@ -225,7 +262,9 @@ pub mod names {
     pub const MAP_STACKS: &str = "STACKS";
     pub const MAP_STACK_COUNTS: &str = "STACK_COUNTS";
     pub const MAP_REQUESTS: &str = "REQUESTS";
-    pub const MAP_SAMPLING: &str = "SAMPLING";
+    pub const MAP_COUNTING: &str = "COUNTING";
+    /// Code ranges of the lock functions (`--hold-times`), `[start, end)` each.
+    pub const MAP_LOCK_CODE: &str = "LOCK_CODE";
     pub const MAP_DROPS: &str = "DROPS";
     pub const MAP_CONDVARS: &str = "CONDVARS";
     pub const MAP_COND_CALLS: &str = "COND_CALLS";
@@ -243,8 +282,7 @@ pub mod names {
     pub const GLOBAL_FLAGS: &str = "FLAGS";
     pub const GLOBAL_GO_FUTEX_START: &str = "GO_FUTEX_START";
     pub const GLOBAL_GO_FUTEX_END: &str = "GO_FUTEX_END";
-    pub const GLOBAL_LOCK_CODE_START: &str = "LOCK_CODE_START";
-    pub const GLOBAL_LOCK_CODE_END: &str = "LOCK_CODE_END";
+    pub const GLOBAL_LOCK_CODE_RANGES: &str = "LOCK_CODE_RANGES";
 }
 
 /// Map sizes, shared so userspace can say "map full at N entries".

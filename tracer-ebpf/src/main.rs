@@ -2,10 +2,13 @@
 //! pthread lock functions) and futex waits/wakes per futex address (syscall
 //! tracepoints), for one target process. Userspace reads the maps at the end.
 //!
-//! Every counter is updated with an atomic add on a shared hash map entry that
-//! is first created with BPF_NOEXIST, so no increment is lost when two threads
+//! Every counter is updated with an atomic add on a hash map entry that is
+//! first created with BPF_NOEXIST, so no increment is lost when two threads
 //! insert the same key at once. An insert that fails because the map is full
-//! is counted in `DROPS`, never silent.
+//! is counted in `DROPS`, never silent. Counters only ever summed (lock calls
+//! per caller, hits, drops) are per CPU, so no cache line is written by every
+//! CPU on the lock path. Every program first checks `COUNTING`, the switch
+//! userspace clears before it reads the maps.
 #![no_std]
 #![no_main]
 #![feature(core_intrinsics)]
@@ -21,14 +24,14 @@ use aya_ebpf::{
         generated::bpf_get_attach_cookie,
     },
     macros::{map, tracepoint, uprobe, uretprobe},
-    maps::{Array, HashMap, StackTrace},
+    maps::{Array, HashMap, PerCpuArray, PerCpuHashMap, StackTrace},
     programs::{ProbeContext, RetProbeContext, TracePointContext, tracing::StackIdContext},
 };
 use tracer_common::{
     CallerKey, CondWait, FutexCounts, FutexWait, HeldKey, HoldCounts, Holder, HolderHolds,
     HolderKey, LOCK_OPS, LockCounts, LockOp, MAX_CALLERS, MAX_CONDVARS, MAX_FUTEXES, MAX_HELD,
-    MAX_HOLDERS, MAX_LOCKS, MAX_STACKS, MAX_WAITING_THREADS, MUTEX_SPAN, StackKey, WaitHolderKey,
-    WaitTime, cookie, drop_reason, flags, histogram, wait_class,
+    MAX_HOLDERS, MAX_LOCK_CODE_RANGES, MAX_LOCKS, MAX_STACKS, MAX_WAITING_THREADS, MUTEX_SPAN,
+    StackKey, WaitHolderKey, WaitTime, cookie, counting, drop_reason, flags, histogram, wait_class,
 };
 
 /// Host tgid of the target process; set by userspace before load.
@@ -42,32 +45,40 @@ static FLAGS: Global<u32> = Global::new(0);
 static GO_FUTEX_START: Global<u64> = Global::new(0);
 #[unsafe(no_mangle)]
 static GO_FUTEX_END: Global<u64> = Global::new(0);
-/// Runtime range spanning the lock functions (`--hold-times`): a lock call
-/// returning into it was made by another lock function (musl nests them).
+/// How many entries of `LOCK_CODE` are used; set by userspace before load.
 #[unsafe(no_mangle)]
-static LOCK_CODE_START: Global<u64> = Global::new(0);
-#[unsafe(no_mangle)]
-static LOCK_CODE_END: Global<u64> = Global::new(0);
+static LOCK_CODE_RANGES: Global<u32> = Global::new(0);
 
+/// Lock calls whose caller is not in `CALLERS` (not recorded, unreadable, or
+/// the map was full). A lock's acquisitions are its `CALLERS` entries plus
+/// its entry here: each call is counted in exactly one of the two.
 #[map]
 static LOCKS: HashMap<u64, LockCounts> = HashMap::with_max_entries(MAX_LOCKS, 0);
+/// Runtime code range `[start, end)` of each lock function (`--hold-times`):
+/// a lock call returning into one was made by another lock function (musl
+/// nests them). One range per function: an interposer library between them
+/// must not be inside.
+#[map]
+static LOCK_CODE: Array<[u64; 2]> = Array::with_max_entries(MAX_LOCK_CODE_RANGES, 0);
 #[map]
 static FUTEXES: HashMap<u64, FutexCounts> =
     HashMap::with_max_entries(MAX_FUTEXES, BPF_F_NO_PREALLOC);
 #[map]
 static WAITING: HashMap<u32, FutexWait> = HashMap::with_max_entries(MAX_WAITING_THREADS, 0);
+/// Lock calls per (lock, caller, function), per CPU: the lock path's one
+/// hash update, on a line no other CPU writes.
 #[map]
-static CALLERS: HashMap<CallerKey, u64> = HashMap::with_max_entries(MAX_CALLERS, 0);
+static CALLERS: PerCpuHashMap<CallerKey, u64> = PerCpuHashMap::with_max_entries(MAX_CALLERS, 0);
 #[map]
 static STACKS: StackTrace = StackTrace::with_max_entries(MAX_STACKS, 0);
 #[map]
 static STACK_COUNTS: HashMap<StackKey, u64> = HashMap::with_max_entries(MAX_STACKS, 0);
 /// Calls of the request-boundary function (index 0), when one is probed.
 #[map]
-static REQUESTS: Array<u64> = Array::with_max_entries(1, 0);
-/// Sampled mode: index 0 is non-zero while a sampling window counts.
+static REQUESTS: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
+/// Index 0: bits of `tracer_common::counting`, what counts right now.
 #[map]
-static SAMPLING: Array<u32> = Array::with_max_entries(1, 0);
+static COUNTING: Array<u32> = Array::with_max_entries(1, 0);
 /// Threads inside a condvar wait function, by thread id.
 #[map]
 static COND_THREADS: HashMap<u32, CondWait> = HashMap::with_max_entries(MAX_WAITING_THREADS, 0);
@@ -77,7 +88,7 @@ static COND_THREADS: HashMap<u32, CondWait> = HashMap::with_max_entries(MAX_WAIT
 static CONDVARS: HashMap<u64, FutexCounts> = HashMap::with_max_entries(MAX_CONDVARS, 0);
 /// Calls of the condvar wait functions (index 0): what their probes cost.
 #[map]
-static COND_CALLS: Array<u64> = Array::with_max_entries(1, 0);
+static COND_CALLS: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
 /// Futex calls of the Go runtime (`runtime.futex`), keyed by the futex word.
 #[map]
 static GO_FUTEXES: HashMap<u64, FutexCounts> = HashMap::with_max_entries(MAX_FUTEXES, 0);
@@ -100,14 +111,26 @@ static HOLDERS: HashMap<HolderKey, HolderHolds> =
     HashMap::with_max_entries(MAX_HOLDERS, BPF_F_NO_PREALLOC);
 /// Hits of the unlock probes (index 0), for the overhead footer.
 #[map]
-static UNLOCK_HITS: Array<u64> = Array::with_max_entries(1, 0);
+static UNLOCK_HITS: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
 #[map]
-static DROPS: Array<u64> = Array::with_max_entries(drop_reason::COUNT, 0);
+static DROPS: PerCpuArray<u64> = PerCpuArray::with_max_entries(drop_reason::COUNT, 0);
 
 /// True when the program runs in the target process (its tgid, loaded by userspace).
 #[inline(always)]
 fn is_target<C: EbpfContext>(ctx: &C) -> bool {
     ctx.tgid() == TARGET_TGID.load()
+}
+
+/// True when the events of `bit` (`tracer_common::counting`) count now. A
+/// pause counts the event as dropped.
+#[inline(always)]
+fn counting(bit: u32) -> bool {
+    let state = COUNTING.get(0).copied().unwrap_or(0);
+    if state & counting::PAUSED != 0 {
+        count_drop(drop_reason::PAUSED_FOR_EXPIRY);
+        return false;
+    }
+    state & bit != 0
 }
 
 #[inline(always)]
@@ -123,16 +146,44 @@ fn count_drop(reason: u32) {
     }
 }
 
+/// The hash maps counters live in: shared, or one value per CPU.
+trait CounterMap<K, V> {
+    fn value_ptr(&self, key: &K) -> Option<*mut V>;
+    fn insert_new(&self, key: &K, value: V);
+}
+
+impl<K, V> CounterMap<K, V> for HashMap<K, V> {
+    #[inline(always)]
+    fn value_ptr(&self, key: &K) -> Option<*mut V> {
+        self.get_ptr_mut(key)
+    }
+    #[inline(always)]
+    fn insert_new(&self, key: &K, value: V) {
+        let _ = self.insert(key, value, BPF_NOEXIST as u64);
+    }
+}
+
+impl<K, V> CounterMap<K, V> for PerCpuHashMap<K, V> {
+    #[inline(always)]
+    fn value_ptr(&self, key: &K) -> Option<*mut V> {
+        self.get_ptr_mut(key)
+    }
+    #[inline(always)]
+    fn insert_new(&self, key: &K, value: V) {
+        let _ = self.insert(key, value, BPF_NOEXIST as u64);
+    }
+}
+
 /// Pointer to the entry of `key`, creating a zeroed one if absent.
 /// BPF_NOEXIST makes concurrent first inserts safe: the loser's insert fails
 /// with EEXIST and it then finds the winner's entry.
 #[inline(always)]
-fn entry<K, V: Default>(map: &HashMap<K, V>, key: &K, full_reason: u32) -> Option<*mut V> {
-    if let Some(value) = map.get_ptr_mut(key) {
+fn entry<K, V: Default>(map: &impl CounterMap<K, V>, key: &K, full_reason: u32) -> Option<*mut V> {
+    if let Some(value) = map.value_ptr(key) {
         return Some(value);
     }
-    let _ = map.insert(key, V::default(), BPF_NOEXIST as u64);
-    let value = map.get_ptr_mut(key);
+    map.insert_new(key, V::default());
+    let value = map.value_ptr(key);
     if value.is_none() {
         count_drop(full_reason);
     }
@@ -164,13 +215,10 @@ fn raise_to(slot: *mut u64, value: u64) {
 /// says which function, and where its return address is on the stack.
 #[uprobe]
 pub fn lock_call(ctx: ProbeContext) -> u32 {
-    if !is_target(&ctx) {
+    if !is_target(&ctx) || !counting(counting::LOCK_CALLS) {
         return 0;
     }
     let wanted = FLAGS.load();
-    if wanted & flags::SAMPLED != 0 && SAMPLING.get(0).is_none_or(|active| *active == 0) {
-        return 0;
-    }
     let Some(lock) = ctx.arg::<u64>(0) else {
         return 0;
     };
@@ -179,12 +227,14 @@ pub fn lock_call(ctx: ProbeContext) -> u32 {
     if op >= LOCK_OPS {
         return 0;
     }
-    if let Some(counts) = entry(&LOCKS, &lock, drop_reason::LOCKS_FULL) {
-        add(unsafe { &mut (*counts).calls[op] }, 1);
-    }
+    // The call is counted once: with its caller, else in LOCKS.
     let mut return_ip = 0;
+    let mut counted = false;
     if wanted & flags::CALLERS != 0 {
-        return_ip = record_caller(&ctx, lock, cookie, op as u32);
+        (return_ip, counted) = record_caller(&ctx, lock, cookie, op as u32);
+    }
+    if !counted && let Some(counts) = entry(&LOCKS, &lock, drop_reason::LOCKS_FULL) {
+        add(unsafe { &mut (*counts).calls[op] }, 1);
     }
     if wanted & flags::STACKS != 0 {
         record_stack(&ctx, lock, return_ip);
@@ -195,15 +245,17 @@ pub fn lock_call(ctx: ProbeContext) -> u32 {
     0
 }
 
+/// Counts the call under its caller. Returns the return address (0 when
+/// unreadable) and whether the call was counted.
 #[inline(always)]
-fn record_caller(ctx: &ProbeContext, lock: u64, cookie: u64, op: u32) -> u64 {
+fn record_caller(ctx: &ProbeContext, lock: u64, cookie: u64, op: u32) -> (u64, bool) {
     // At the probe point the return address sits at sp + (8 bytes per push
     // done since the entry): right even without frame pointers.
     let sp = unsafe { (*ctx.regs).rsp };
     let slot = sp + cookie::return_address_sp_offset(cookie);
     let Ok(return_ip) = (unsafe { bpf_probe_read_user(slot as *const u64) }) else {
         count_drop(drop_reason::CALLER_UNREADABLE);
-        return 0;
+        return (0, false);
     };
     let key = CallerKey {
         lock,
@@ -211,10 +263,11 @@ fn record_caller(ctx: &ProbeContext, lock: u64, cookie: u64, op: u32) -> u64 {
         op,
         _pad: 0,
     };
-    if let Some(count) = entry(&CALLERS, &key, drop_reason::CALLERS_FULL) {
-        add(count, 1);
-    }
-    return_ip
+    let Some(count) = entry(&CALLERS, &key, drop_reason::CALLERS_FULL) else {
+        return (return_ip, false);
+    };
+    add(count, 1);
+    (return_ip, true)
 }
 
 #[inline(always)]
@@ -228,7 +281,7 @@ fn record_stack<C: StackIdContext>(ctx: &C, lock: u64, return_ip: u64) {
         stack_id,
         return_ip,
     };
-    if let Some(count) = entry(&STACK_COUNTS, &key, drop_reason::STACKS_LOST) {
+    if let Some(count) = entry(&STACK_COUNTS, &key, drop_reason::STACK_COUNTS_FULL) {
         add(count, 1);
     }
 }
@@ -237,10 +290,8 @@ fn record_stack<C: StackIdContext>(ctx: &C, lock: u64, return_ip: u64) {
 #[uprobe]
 pub fn request_boundary(ctx: ProbeContext) -> u32 {
     // Sampled mode: requests count over the same windows as the locks.
-    if FLAGS.load() & flags::SAMPLED != 0 && SAMPLING.get(0).is_none_or(|active| *active == 0) {
-        return 0;
-    }
     if is_target(&ctx)
+        && counting(counting::LOCK_CALLS)
         && let Some(counter) = REQUESTS.get_ptr_mut(0)
     {
         add(counter, 1);
@@ -276,7 +327,7 @@ fn futex_kind(op: u64) -> FutexKind {
 /// the thread's futex waits until the return are waits for the condition.
 #[uprobe]
 pub fn cond_wait_enter(ctx: ProbeContext) -> u32 {
-    if !is_target(&ctx) {
+    if !is_target(&ctx) || !counting(counting::WAITS) {
         return 0;
     }
     let (Some(cond), Some(mutex)) = (ctx.arg::<u64>(0), ctx.arg::<u64>(1)) else {
@@ -339,18 +390,19 @@ fn classify_wait(ctx: &TracePointContext, tid: u32, uaddr: u64) -> (u32, u64) {
     (wait_class::FUTEX, uaddr)
 }
 
+/// The map a wait of `class` is counted in, and the drop reason when it is full.
 #[inline(always)]
-fn futex_map(class: u32) -> &'static HashMap<u64, FutexCounts> {
+fn futex_map(class: u32) -> (&'static HashMap<u64, FutexCounts>, u32) {
     match class {
-        wait_class::CONDVAR => &CONDVARS,
-        wait_class::GO_RUNTIME => &GO_FUTEXES,
-        _ => &FUTEXES,
+        wait_class::CONDVAR => (&CONDVARS, drop_reason::CONDVARS_FULL),
+        wait_class::GO_RUNTIME => (&GO_FUTEXES, drop_reason::GO_FUTEXES_FULL),
+        _ => (&FUTEXES, drop_reason::FUTEXES_FULL),
     }
 }
 
 #[tracepoint]
 pub fn futex_enter(ctx: TracePointContext) -> u32 {
-    if !is_target(&ctx) {
+    if !is_target(&ctx) || !counting(counting::WAITS) {
         return 0;
     }
     let (Ok(uaddr), Ok(op)) = (unsafe { ctx.read_at::<u64>(ENTER_UADDR) }, unsafe {
@@ -383,12 +435,13 @@ pub fn futex_enter(ctx: TracePointContext) -> u32 {
             }
         }
         FutexKind::Wake => {
-            let map = if from_go_runtime(&ctx) {
-                &GO_FUTEXES
+            let class = if from_go_runtime(&ctx) {
+                wait_class::GO_RUNTIME
             } else {
-                &FUTEXES
+                wait_class::FUTEX
             };
-            if let Some(counts) = entry(map, &uaddr, drop_reason::FUTEXES_FULL) {
+            let (map, full_reason) = futex_map(class);
+            if let Some(counts) = entry(map, &uaddr, full_reason) {
                 add(unsafe { &mut (*counts).wakes }, 1);
             }
         }
@@ -407,12 +460,13 @@ pub fn futex_exit(ctx: TracePointContext) -> u32 {
         return 0;
     };
     let _ = WAITING.remove(tid);
+    // A wait ending after the stop is not counted (its start was in the interval).
+    if !counting(counting::WAITS) {
+        return 0;
+    }
     let waited = unsafe { bpf_ktime_get_ns() }.saturating_sub(wait.start_ns);
-    if let Some(counts) = entry(
-        futex_map(wait.class),
-        &wait.uaddr,
-        drop_reason::FUTEXES_FULL,
-    ) {
+    let (map, full_reason) = futex_map(wait.class);
+    if let Some(counts) = entry(map, &wait.uaddr, full_reason) {
         unsafe {
             add(&mut (*counts).waits, 1);
             add(&mut (*counts).wait_ns, waited);
@@ -447,12 +501,14 @@ const GLIBC_MUTEX_OWNER_OFFSET: u64 = 8;
 fn hold_begin(ctx: &ProbeContext, lock: u64, cookie: u64, op: u32, return_ip: u64) {
     let tid = bpf_get_current_pid_tgid() as u32;
     let key = HeldKey { lock, tid, _pad: 0 };
-    let tentative = u32::from(op == LockOp::MutexTrylock as u32);
+    // A trylock may fail and a timed lock time out: without return probes
+    // their hold is tentative until an unlock confirms it.
+    let tentative =
+        u32::from(op == LockOp::MutexTrylock as u32 || op == LockOp::MutexTimedlock as u32);
     let call_slot = unsafe { (*ctx.regs).rsp } + cookie::return_address_sp_offset(cookie);
     let now = unsafe { bpf_ktime_get_ns() };
     if let Some(held) = HELD.get_ptr_mut(key) {
-        let called_by_lock_function =
-            (LOCK_CODE_START.load()..LOCK_CODE_END.load()).contains(&return_ip);
+        let called_by_lock_function = in_lock_code(return_ip);
         let tail_called = unsafe { (*held).call_slot == call_slot && (*held).call_ip == return_ip }
             && (op == LockOp::MutexTimedlock as u32 || op == LockOp::MutexTrylock as u32);
         if called_by_lock_function || tail_called {
@@ -493,6 +549,23 @@ fn hold_begin(ctx: &ProbeContext, lock: u64, cookie: u64, op: u32, return_ip: u6
         _pad: 0,
     };
     let _ = LOCK_HOLDER.insert(lock, holder, BPF_NOEXIST as u64);
+}
+
+/// True when `ip` lies inside one of the lock functions.
+#[inline(always)]
+fn in_lock_code(ip: u64) -> bool {
+    let ranges = LOCK_CODE_RANGES.load();
+    for index in 0..MAX_LOCK_CODE_RANGES {
+        if index >= ranges {
+            return false;
+        }
+        if let Some([start, end]) = LOCK_CODE.get(index)
+            && (*start..*end).contains(&ip)
+        {
+            return true;
+        }
+    }
+    false
 }
 
 /// A thread's futex wait on a lock it is acquiring ended: its hold (if it
@@ -573,7 +646,7 @@ fn count_wait_holder(wait: &FutexWait, waited: u64) {
 /// and pthread_rwlock_unlock: ends the outermost hold of the lock.
 #[uprobe]
 pub fn unlock_call(ctx: ProbeContext) -> u32 {
-    if !is_target(&ctx) {
+    if !is_target(&ctx) || !counting(counting::WAITS) {
         return 0;
     }
     if let Some(hits) = UNLOCK_HITS.get_ptr_mut(0) {
@@ -600,7 +673,7 @@ pub fn unlock_call(ctx: ProbeContext) -> u32 {
         let _ = LOCK_HOLDER.remove(lock);
     }
     let held_ns = unsafe { bpf_ktime_get_ns() }.saturating_sub(start_ns);
-    if let Some(counts) = entry(&HOLDS, &lock, drop_reason::HOLDS_UNTRACKED) {
+    if let Some(counts) = entry(&HOLDS, &lock, drop_reason::HOLDS_MAP_FULL) {
         unsafe {
             add(&mut (*counts).holds, 1);
             add(&mut (*counts).hold_ns, held_ns);
@@ -609,7 +682,7 @@ pub fn unlock_call(ctx: ProbeContext) -> u32 {
         }
     }
     let site = HolderKey { lock, return_ip };
-    if let Some(holds) = entry(&HOLDERS, &site, drop_reason::HOLDS_UNTRACKED) {
+    if let Some(holds) = entry(&HOLDERS, &site, drop_reason::HOLDERS_MAP_FULL) {
         unsafe {
             add(&mut (*holds).holds, 1);
             add(&mut (*holds).hold_ns, held_ns);

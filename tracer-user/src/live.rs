@@ -4,17 +4,21 @@
 //! and hand out what changed since the previous interval.
 //!
 //! Memory stays bounded for days: locks quiet for `expire_after` are deleted
-//! from the BPF maps and forgotten here (an increment racing the delete can be
-//! lost; the lock was quiet for minutes). What they cost is kept in running
-//! totals so the tracer-cost figures never go backwards.
+//! from the BPF maps and forgotten here. The deletes happen while counting is
+//! paused (`collect::while_paused`), so no increment lands on a deleted entry
+//! reused for another key; calls during the pause count as dropped. What
+//! expired locks cost is kept in running totals so the tracer-cost figures
+//! never go backwards.
 use std::{
     collections::{BTreeMap, HashMap, HashSet},
     time::{Duration, Instant},
 };
 
 use anyhow::{Result, bail};
-use aya::maps::{HashMap as BpfHashMap, MapData};
-use tracer_common::{CallerKey, FutexCounts, LockCounts, flags, names};
+use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuHashMap};
+use tracer_common::{
+    CallerKey, FutexCounts, LockCounts, StackKey, WaitHolderKey, WaitTime, flags, names,
+};
 
 use crate::{
     analysis::{self, build::RecordInfo},
@@ -490,29 +494,86 @@ impl LiveSession {
                 .filter(|(_, end)| word < **end)
                 .map_or(word, |(start, _)| *start)
         };
-        let ebpf = &mut self.loaded.ebpf;
-        remove_keys::<u64, LockCounts>(ebpf, names::MAP_LOCKS, quiet.iter().copied())?;
-        remove_keys::<u64, FutexCounts>(
-            ebpf,
-            names::MAP_FUTEXES,
-            collected
+        let expired_word = |word: &u64| quiet.contains(&owner(*word));
+        let keys = ExpiredKeys {
+            locks: quiet.clone(),
+            futexes: collected
                 .futexes
                 .keys()
                 .copied()
-                .filter(|&word| quiet.contains(&owner(word))),
-        )?;
-        remove_keys::<CallerKey, u64>(
-            ebpf,
-            names::MAP_CALLERS,
-            collected
+                .filter(expired_word)
+                .collect(),
+            condvars: collected
+                .condvars
+                .keys()
+                .copied()
+                .filter(expired_word)
+                .collect(),
+            go_futexes: collected
+                .go_futexes
+                .keys()
+                .copied()
+                .filter(expired_word)
+                .collect(),
+            callers: collected
                 .callers
                 .keys()
                 .copied()
-                .filter(|key| quiet.contains(&key.lock)),
-        )?;
+                .filter(|k| quiet.contains(&k.lock))
+                .collect(),
+            stacks: collected
+                .stacks
+                .keys()
+                .copied()
+                .filter(|k| quiet.contains(&owner(k.lock)))
+                .collect(),
+            wait_holders: collected
+                .wait_holders
+                .keys()
+                .copied()
+                .filter(|k| expired_word(&k.uaddr))
+                .collect(),
+        };
+        collect::while_paused(&mut self.loaded.ebpf, |ebpf| keys.remove(ebpf))?;
         for address in &quiet {
             self.previous.remove(address);
             self.names.remove(address);
+        }
+        Ok(())
+    }
+}
+
+/// The map keys of expired locks, by map.
+struct ExpiredKeys {
+    locks: Vec<u64>,
+    futexes: Vec<u64>,
+    condvars: Vec<u64>,
+    go_futexes: Vec<u64>,
+    callers: Vec<CallerKey>,
+    stacks: Vec<StackKey>,
+    wait_holders: Vec<WaitHolderKey>,
+}
+
+impl ExpiredKeys {
+    fn remove(self, ebpf: &mut aya::Ebpf) -> Result<()> {
+        remove_keys::<u64, LockCounts>(ebpf, names::MAP_LOCKS, self.locks.into_iter())?;
+        remove_keys::<u64, FutexCounts>(ebpf, names::MAP_FUTEXES, self.futexes.into_iter())?;
+        remove_keys::<u64, FutexCounts>(ebpf, names::MAP_CONDVARS, self.condvars.into_iter())?;
+        remove_keys::<u64, FutexCounts>(ebpf, names::MAP_GO_FUTEXES, self.go_futexes.into_iter())?;
+        remove_keys::<StackKey, u64>(ebpf, names::MAP_STACK_COUNTS, self.stacks.into_iter())?;
+        remove_keys::<WaitHolderKey, WaitTime>(
+            ebpf,
+            names::MAP_WAIT_HOLDERS,
+            self.wait_holders.into_iter(),
+        )?;
+        let map = ebpf
+            .map_mut(names::MAP_CALLERS)
+            .ok_or_else(|| anyhow::anyhow!("BPF object lacks map {}", names::MAP_CALLERS))?;
+        let mut callers: PerCpuHashMap<&mut MapData, CallerKey, u64> =
+            PerCpuHashMap::try_from(map)?;
+        for key in &self.callers {
+            // A key already gone is no error here.
+            let _ = callers.remove(key);
         }
         Ok(())
     }

@@ -254,7 +254,10 @@ async fn trace(
             .await?;
         (stopped_by, None)
     };
+    // Stop counting, then read: every total and the request count cover
+    // the same interval, the one timed here.
     let duration_s = started.elapsed().as_secs_f64();
+    collect::set_counting(&mut loaded.ebpf, 0)?;
     let seen = watch.finish();
     let mut collected = collect::collect(&loaded.ebpf)?;
     collected.hold_times = options.hold_times;

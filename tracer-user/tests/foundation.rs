@@ -193,18 +193,20 @@ fn target_exit_is_reported_not_an_error() {
     assert!(report["duration_s"].as_f64().unwrap() < 30.0);
 }
 
-/// More locks than the map holds: the overflow is counted as lost and the
-/// counted plus the lost add up to every call the fixture made.
+/// More locks than the maps hold: a call is counted under its caller
+/// (CALLERS, 65,536 pairs), else in LOCKS (65,536 more locks); the overflow
+/// is counted as lost, and the counted plus the lost add up to every call
+/// the fixture made.
 #[test]
 fn full_lock_map_is_reported() {
-    const LOCKS: u64 = 70_000;
+    const LOCKS: u64 = 140_000;
     const MAP_CAPACITY: u64 = 65_536;
     let binary = fixture("manylocks", Flavor::Glibc);
     let (report, addresses) = trace_fixture(&binary, &[&LOCKS.to_string()], &[]);
     let first = addresses["first"][0];
     let fixture_range = first..first + LOCKS * 40;
     let locks = report["locks"].as_array().unwrap();
-    assert_eq!(locks.len() as u64, MAP_CAPACITY, "the map is full");
+    assert_eq!(locks.len() as u64, 2 * MAP_CAPACITY, "both maps are full");
     let counted: u64 = locks
         .iter()
         .filter(|lock| {
@@ -224,10 +226,18 @@ fn full_lock_map_is_reported() {
     let lost = report["dropped"]["locks_map_full"]
         .as_u64()
         .expect("locks_map_full reported");
+    let callers_lost = report["dropped"]["callers_map_full"]
+        .as_u64()
+        .expect("callers_map_full reported");
     // Every slot went to a fixture lock (they come first), and each fixture
     // call is counted or lost; libc's own lock calls at exit (one on glibc
-    // 2.36) come after the map filled, so they are lost too.
-    assert_eq!(counted, MAP_CAPACITY);
+    // 2.36) come after the maps filled, so they are lost too.
+    assert_eq!(counted, 2 * MAP_CAPACITY);
+    assert_eq!(
+        callers_lost,
+        MAP_CAPACITY + lost,
+        "callers unknown past CALLERS' capacity"
+    );
     assert!(
         (LOCKS..=LOCKS + 4).contains(&(counted + lost)),
         "counted {counted} + lost {lost}"

@@ -128,9 +128,9 @@ fn slow_holder_hold_time_and_waits() {
     let attributed: u64 = holders.iter().map(|h| h["waits"].as_u64().unwrap()).sum();
     assert!(attributed <= contended);
 
-    // Recursive mutex: outermost holds only; failed trylocks are no holds;
-    // rwlock readers hold per thread.
-    for name in ["r_lock", "t_lock", "rw_lock"] {
+    // Recursive mutex: outermost holds only; failed trylocks and timed-out
+    // timed locks are no holds; rwlock readers hold per thread.
+    for name in ["r_lock", "t_lock", "rw_lock", "m_lock"] {
         let holds = &lock(&report, &addresses, name)["holds"];
         assert_eq!(holds["holds"], truth.holds[name], "{name}: {holds}");
         assert_eq!(sum_of(&holds["histogram"]), truth.holds[name], "{name}");
@@ -167,7 +167,7 @@ fn exact_hold_counts_on_musl_and_static() {
         let (report, _, truth, addresses, _) =
             trace_holds(flavor, &["30", "500"], &["--hold-times"]);
         assert_wait_histograms_add_up(&report);
-        for name in ["g_lock", "r_lock", "t_lock", "rw_lock"] {
+        for name in ["g_lock", "r_lock", "t_lock", "rw_lock", "m_lock"] {
             let holds = &lock(&report, &addresses, name)["holds"];
             assert_eq!(
                 holds["holds"], truth.holds[name],

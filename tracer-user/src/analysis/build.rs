@@ -81,12 +81,18 @@ pub fn build(info: RecordInfo, collected: &Collected, functions: &[LockFunction]
     let totals = waits::totals(&locks, counted_acquisitions);
     let (in_progress, deadlocks) =
         in_progress::apply(&locks, &collected.in_flight, counted_acquisitions);
-    let dropped = drop_reason::NAMES
+    let mut dropped: BTreeMap<String, u64> = drop_reason::NAMES
         .iter()
         .zip(collected.drops)
         .filter(|(_, n)| *n > 0)
         .map(|(name, n)| (name.to_string(), n))
         .collect();
+    let callers_lost = collected.drops[drop_reason::CALLERS_FULL as usize]
+        + collected.drops[drop_reason::CALLER_UNREADABLE as usize];
+    if callers_lost > 0 && lock_functions_nest(&nested, functions) {
+        // A nested call whose caller was lost cannot be subtracted.
+        dropped.insert(NESTED_CALLS_UNKNOWN.to_string(), callers_lost);
+    }
     Report {
         schema: SCHEMA.into(),
         target: info.target,
@@ -107,6 +113,17 @@ pub fn build(info: RecordInfo, collected: &Collected, functions: &[LockFunction]
         in_progress,
         deadlocks,
     }
+}
+
+/// `dropped` reason (computed here, not by BPF): lock calls whose caller was
+/// lost where the lock functions call each other, so up to that many
+/// acquisitions may be nested calls counted again.
+pub const NESTED_CALLS_UNKNOWN: &str = "nested_calls_unknown";
+
+/// True when the lock functions call each other (musl): nested calls were
+/// seen, or the lock functions come from musl.
+fn lock_functions_nest(nested: &BTreeMap<(u64, u32), u64>, functions: &[LockFunction]) -> bool {
+    !nested.is_empty() || functions.iter().any(|f| f.module.contains("musl"))
 }
 
 /// Lock calls made from inside another lock function (musl's

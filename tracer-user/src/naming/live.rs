@@ -12,9 +12,9 @@ use std::{
 
 use aya::{
     Ebpf,
-    maps::{HashMap as BpfHashMap, Map, MapData},
+    maps::{HashMap as BpfHashMap, Map, MapData, PerCpuHashMap},
 };
-use tracer_common::{FutexCounts, LockCounts};
+use tracer_common::{CallerKey, FutexCounts, LockCounts};
 
 use super::{
     chain::{self, RawChain},
@@ -36,6 +36,8 @@ const MIN_KEY_READ_INTERVAL: Duration = Duration::from_millis(200);
 
 pub struct LiveNames {
     locks: Option<BpfHashMap<MapData, u64, LockCounts>>,
+    /// Most lock calls are counted per caller (LOCKS holds the rest).
+    callers: Option<PerCpuHashMap<MapData, CallerKey, u64>>,
     futexes: Option<BpfHashMap<MapData, u64, FutexCounts>>,
     space: Option<AddressSpace>,
     /// Module files known when `space` was built.
@@ -55,6 +57,7 @@ impl Default for LiveNames {
     fn default() -> Self {
         LiveNames {
             locks: None,
+            callers: None,
             futexes: None,
             space: None,
             modules_seen: 0,
@@ -79,11 +82,23 @@ fn reopen<K: aya::Pod, V: aya::Pod>(ebpf: &Ebpf, name: &str) -> Option<BpfHashMa
     BpfHashMap::try_from(Map::HashMap(MapData::from_id(id).ok()?)).ok()
 }
 
+fn reopen_per_cpu<K: aya::Pod, V: aya::Pod>(
+    ebpf: &Ebpf,
+    name: &str,
+) -> Option<PerCpuHashMap<MapData, K, V>> {
+    let Some(Map::PerCpuHashMap(data)) = ebpf.map(name) else {
+        return None;
+    };
+    let id = data.info().ok()?.id();
+    PerCpuHashMap::try_from(Map::PerCpuHashMap(MapData::from_id(id).ok()?)).ok()
+}
+
 impl LiveNames {
     /// Watches the lock and futex maps of a loaded BPF object.
     pub fn watch(ebpf: &Ebpf) -> LiveNames {
         LiveNames {
             locks: reopen(ebpf, "LOCKS"),
+            callers: reopen_per_cpu(ebpf, "CALLERS"),
             futexes: reopen(ebpf, "FUTEXES"),
             ..LiveNames::default()
         }
@@ -122,7 +137,7 @@ impl LiveNames {
         files: &BTreeMap<String, Arc<ModuleFile>>,
         thread_stacks: &BTreeMap<u64, u64>,
     ) {
-        if self.locks.is_none() && self.futexes.is_none() {
+        if self.locks.is_none() && self.callers.is_none() && self.futexes.is_none() {
             return;
         }
         let now = Instant::now();
@@ -147,6 +162,14 @@ impl LiveNames {
                     .map(|(address, counts)| (counts.calls.iter().sum::<u64>(), address)),
             );
         }
+        if let Some(callers) = &self.callers {
+            seen.extend(
+                callers
+                    .iter()
+                    .flatten()
+                    .map(|(key, counts)| (counts.iter().sum::<u64>(), key.lock)),
+            );
+        }
         if let Some(futexes) = &self.futexes {
             seen.extend(
                 futexes
@@ -155,6 +178,15 @@ impl LiveNames {
                     .map(|(address, counts)| (counts.waits, address)),
             );
         }
+        // One entry per address (a lock has a LOCKS entry and callers).
+        let mut by_address: HashMap<u64, u64> = HashMap::new();
+        for (weight, address) in seen {
+            *by_address.entry(address).or_default() += weight;
+        }
+        let mut seen: Vec<(u64, u64)> = by_address
+            .into_iter()
+            .map(|(address, weight)| (weight, address))
+            .collect();
         // Big maps are read less often: reading keys costs syscalls per key.
         self.key_interval = MIN_KEY_READ_INTERVAL.max(work_started.elapsed() * 20);
         let retry_due = self

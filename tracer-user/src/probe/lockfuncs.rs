@@ -164,10 +164,66 @@ pub fn find_unlocks(target: &Target) -> Result<Vec<LockFunction>> {
     Ok(found)
 }
 
-/// Runtime range spanning the lock functions: a lock call returning into it
-/// came from another lock function (musl nests them).
-pub fn lock_code_range(functions: &[LockFunction]) -> (u64, u64) {
-    let start = functions.iter().map(|f| f.runtime_start).min();
-    let end = functions.iter().map(|f| f.runtime_end).max();
-    (start.unwrap_or(0), end.unwrap_or(0))
+/// Runtime code range `[start, end)` of each lock function: a lock call
+/// returning into one came from another lock function (musl nests them).
+/// One range per function, not one spanning them all: an interposer library
+/// loaded between two modules' lock functions must not fall inside.
+pub fn lock_code_ranges(functions: &[LockFunction]) -> Vec<[u64; 2]> {
+    let mut ranges: Vec<[u64; 2]> = functions
+        .iter()
+        .filter(|f| f.runtime_start < f.runtime_end)
+        .map(|f| [f.runtime_start, f.runtime_end])
+        .collect();
+    ranges.sort_unstable();
+    ranges.dedup();
+    ranges
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn function(op: LockOp, module: &str, start: u64, end: u64) -> LockFunction {
+        LockFunction {
+            op,
+            module: module.into(),
+            file_offset: 0,
+            code: Vec::new(),
+            runtime_start: start,
+            runtime_end: end,
+        }
+    }
+
+    /// An interposer library between the executable's and libc's lock
+    /// functions is in none of the ranges.
+    #[test]
+    fn one_code_range_per_function() {
+        let functions = [
+            function(LockOp::MutexLock, "/exe", 0x40_1000, 0x40_1080),
+            function(
+                LockOp::MutexTrylock,
+                "libc.so.6",
+                0x7f00_0000_2000,
+                0x7f00_0000_2100,
+            ),
+            function(
+                LockOp::MutexTrylock,
+                "libc.so.6",
+                0x7f00_0000_2000,
+                0x7f00_0000_2100,
+            ),
+            function(LockOp::MutexTimedlock, "empty", 0x9000, 0x9000),
+        ];
+        let ranges = lock_code_ranges(&functions);
+        assert_eq!(
+            ranges,
+            vec![[0x40_1000, 0x40_1080], [0x7f00_0000_2000, 0x7f00_0000_2100]]
+        );
+        let interposer = 0x7e00_0000_0000;
+        assert!(
+            !ranges
+                .iter()
+                .any(|[start, end]| (*start..*end).contains(&interposer))
+        );
+    }
 }

@@ -6,7 +6,9 @@ use std::fmt::Write;
 use crate::model::{ExecLoss, Report};
 
 /// What one drop reason leaves out, by the schema's reason word.
-fn missing(reason: &str, n: u64) -> String {
+/// `nesting_unknown`: lost callers may hide nested calls (musl), so the
+/// acquisitions are not exact then.
+fn missing(reason: &str, n: u64, nesting_unknown: bool) -> String {
     match reason {
         "locks_map_full" => {
             format!("{n} lock calls on locks beyond the map's capacity (missing from acquisitions)")
@@ -17,10 +19,37 @@ fn missing(reason: &str, n: u64) -> String {
         "waits_untracked" => {
             format!("{n} futex waits not tracked (missing from contended and wait times)")
         }
+        "callers_map_full" | "caller_unreadable" if nesting_unknown => format!(
+            "{n} callers ({reason}; callers incomplete, and acquisitions may include nested lock-function calls)"
+        ),
         "callers_map_full" | "caller_unreadable" => {
             format!("{n} callers ({reason}; counts exact, callers incomplete)")
         }
+        "nested_calls_unknown" => format!(
+            "up to {n} acquisitions may be counted twice: their callers were lost, and these lock functions call each other (musl), so nested calls could not be told apart"
+        ),
         "stacks_lost" => format!("{n} stacks (counts exact, stacks incomplete)"),
+        "stack_counts_full" => {
+            format!("{n} stacks (stack count map full; counts exact, stacks incomplete)")
+        }
+        "condvar_map_full" => format!(
+            "{n} condvar waits on condvars beyond the map's capacity (missing from the condvar rows)"
+        ),
+        "go_futex_map_full" => format!(
+            "{n} Go runtime futex waits or wakes beyond the map's capacity (missing from the go_runtime rows)"
+        ),
+        "holds_untracked" => {
+            format!("{n} holds not tracked (HELD map full; missing from hold times)")
+        }
+        "holds_map_full" => format!(
+            "{n} completed holds on locks beyond the hold map's capacity (missing from hold times)"
+        ),
+        "holders_map_full" => format!(
+            "{n} completed holds whose call site did not fit (missing from hold time per function)"
+        ),
+        "paused_for_expiry" => format!(
+            "{n} events while counting paused to delete expired locks (missing from every count)"
+        ),
         other => format!("{other}={n}"),
     }
 }
@@ -39,8 +68,11 @@ pub fn render(report: &Report) -> String {
     if report.dropped.is_empty() && exec.is_none() {
         out.push_str("lost: nothing\n");
     }
+    let nesting_unknown = report
+        .dropped
+        .contains_key(crate::analysis::build::NESTED_CALLS_UNKNOWN);
     for (reason, &n) in &report.dropped {
-        let _ = writeln!(out, "lost: {}", missing(reason, n));
+        let _ = writeln!(out, "lost: {}", missing(reason, n, nesting_unknown));
     }
     if let Some(exec) = exec {
         let program = exec.exe.as_deref().unwrap_or("a program not read in time");
@@ -86,6 +118,28 @@ mod tests {
             "totals": {"acquisitions": 0, "contended": 0, "wakes": 0, "wait_ns": 0},
         }))
         .unwrap()
+    }
+
+    /// musl: a lost caller may hide a nested call, so the footer must not
+    /// call the counts exact.
+    #[test]
+    fn lost_callers_on_nesting_lock_functions_are_not_exact() {
+        let mut report = report();
+        report.dropped.insert("callers_map_full".into(), 5);
+        let exact = table::render(&report, None);
+        assert!(
+            exact.contains("lost: 5 callers (callers_map_full; counts exact"),
+            "{exact}"
+        );
+        report
+            .dropped
+            .insert(crate::analysis::build::NESTED_CALLS_UNKNOWN.into(), 5);
+        let text = table::render(&report, None);
+        assert!(!text.contains("counts exact"), "{text}");
+        assert!(
+            text.contains("lost: up to 5 acquisitions may be counted twice"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -13,8 +13,9 @@ use aya::{
         uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeLinkId, UProbeScope},
     },
 };
-use tracer_common::{cookie, flags, names};
+use tracer_common::{MAX_LOCK_CODE_RANGES, cookie, counting, flags, names};
 
+use super::collect;
 use crate::probe::{
     lockfuncs::{self, LockFunction},
     placement::PlacedFunction,
@@ -64,7 +65,8 @@ pub fn load(plan: &LoadPlan) -> Result<Loaded> {
     let tgid = plan.target.pid;
     let (go_start, go_end) = plan.waits.go_futex.unwrap_or((0, 0));
     let lock_functions: Vec<LockFunction> = plan.functions.iter().map(|(f, _)| f.clone()).collect();
-    let lock_code = lockfuncs::lock_code_range(&lock_functions);
+    let lock_code = lockfuncs::lock_code_ranges(&lock_functions);
+    let ranges = lock_code.len().min(MAX_LOCK_CODE_RANGES as usize) as u32;
     let flags = plan.flags
         | if plan.waits.go_futex.is_some() {
             flags::GO_RUNTIME
@@ -76,10 +78,17 @@ pub fn load(plan: &LoadPlan) -> Result<Loaded> {
         .override_global(names::GLOBAL_FLAGS, &flags, true)
         .override_global(names::GLOBAL_GO_FUTEX_START, &go_start, true)
         .override_global(names::GLOBAL_GO_FUTEX_END, &go_end, true)
-        .override_global(names::GLOBAL_LOCK_CODE_START, &lock_code.0, true)
-        .override_global(names::GLOBAL_LOCK_CODE_END, &lock_code.1, true)
+        .override_global(names::GLOBAL_LOCK_CODE_RANGES, &ranges, true)
         .load(BPF_OBJECT)
         .map_err(|error| anyhow!("the kernel refused locktrace's BPF programs ({error}); it needs BPF with BTF, uprobes and syscall tracepoints (Linux 5.15 or newer)"))?;
+    store_lock_code(&mut ebpf, &lock_code)?;
+    // Sampled mode: lock calls count only inside the sampler's windows.
+    let counting = if plan.flags & flags::SAMPLED != 0 {
+        counting::WAITS
+    } else {
+        counting::WAITS | counting::LOCK_CALLS
+    };
+    collect::set_counting(&mut ebpf, counting)?;
     for name in [
         names::PROGRAM_LOCK_CALL,
         names::PROGRAM_REQUEST_BOUNDARY,
@@ -123,6 +132,24 @@ pub fn load(plan: &LoadPlan) -> Result<Loaded> {
         probe_count,
         attach_time: started.elapsed(),
     })
+}
+
+/// Fills `LOCK_CODE` with the lock functions' code ranges (a lock call
+/// returning into one is nested in another lock function).
+fn store_lock_code(ebpf: &mut Ebpf, ranges: &[[u64; 2]]) -> Result<()> {
+    let mut map: aya::maps::Array<&mut aya::maps::MapData, [u64; 2]> = aya::maps::Array::try_from(
+        ebpf.map_mut(names::MAP_LOCK_CODE)
+            .ok_or_else(|| anyhow!("BPF object lacks map {}", names::MAP_LOCK_CODE))?,
+    )?;
+    for (index, range) in ranges
+        .iter()
+        .take(MAX_LOCK_CODE_RANGES as usize)
+        .enumerate()
+    {
+        map.set(index as u32, range, 0)
+            .context("storing the lock functions' code ranges")?;
+    }
+    Ok(())
 }
 
 /// Why an attach failed: the target is gone (a normal end), or a real error.

@@ -1,14 +1,16 @@
-//! Map reading: copies the BPF maps into plain Rust data after tracing stops.
+//! Map reading: copies the BPF maps into plain Rust data after tracing stops,
+//! and the switch that stops (or pauses) counting first, so that every map
+//! read describes the same interval.
 use std::collections::HashMap;
 
 use anyhow::{Context, Result};
 use aya::{
     Ebpf,
-    maps::{Array, HashMap as BpfHashMap, MapData, StackTraceMap},
+    maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, PerCpuHashMap, StackTraceMap},
 };
 use tracer_common::{
     CallerKey, FutexCounts, HoldCounts, HolderHolds, HolderKey, LockCounts, StackKey,
-    WaitHolderKey, WaitTime, drop_reason, names,
+    WaitHolderKey, WaitTime, counting, drop_reason, names,
 };
 
 /// Everything the BPF side counted, keyed as in the maps.
@@ -40,29 +42,32 @@ pub struct Collected {
     pub in_flight: super::inflight::InFlight,
 }
 
+/// Reads every map. Stop counting first ([`set_counting`] with 0) when the
+/// figures must describe one interval.
 pub fn collect(ebpf: &Ebpf) -> Result<Collected> {
+    let callers = read_per_cpu_hash(ebpf, names::MAP_CALLERS)?;
+    let mut locks: HashMap<u64, LockCounts> = read_hash(ebpf, names::MAP_LOCKS)?;
+    // The BPF side counts a call under its caller, or in LOCKS when the
+    // caller is unknown: a lock's calls are the sum of both.
+    fold_callers(&mut locks, &callers);
     let mut collected = Collected {
-        locks: read_hash(ebpf, names::MAP_LOCKS)?,
+        locks,
         futexes: read_hash(ebpf, names::MAP_FUTEXES)?,
         condvars: read_hash(ebpf, names::MAP_CONDVARS)?,
         go_futexes: read_hash(ebpf, names::MAP_GO_FUTEXES)?,
-        callers: read_hash(ebpf, names::MAP_CALLERS)?,
+        callers,
         stacks: read_hash(ebpf, names::MAP_STACK_COUNTS)?,
         wait_holders: read_hash(ebpf, names::MAP_WAIT_HOLDERS)?,
         holds: read_hash(ebpf, names::MAP_HOLDS)?,
         holders: read_hash(ebpf, names::MAP_HOLDERS)?,
         ..Collected::default()
     };
-    let unlock_hits: Array<&MapData, u64> = Array::try_from(map(ebpf, names::MAP_UNLOCK_HITS)?)?;
-    collected.unlock_hits = unlock_hits.get(&0, 0).unwrap_or(0);
-    let drops: Array<&MapData, u64> = Array::try_from(map(ebpf, names::MAP_DROPS)?)?;
+    collected.unlock_hits = per_cpu_sum(ebpf, names::MAP_UNLOCK_HITS, 0)?;
     for (index, slot) in collected.drops.iter_mut().enumerate() {
-        *slot = drops.get(&(index as u32), 0).unwrap_or(0);
+        *slot = per_cpu_sum(ebpf, names::MAP_DROPS, index as u32)?;
     }
-    let requests: Array<&MapData, u64> = Array::try_from(map(ebpf, names::MAP_REQUESTS)?)?;
-    collected.requests = requests.get(&0, 0).unwrap_or(0);
-    let cond_calls: Array<&MapData, u64> = Array::try_from(map(ebpf, names::MAP_COND_CALLS)?)?;
-    collected.cond_wait_calls = cond_calls.get(&0, 0).unwrap_or(0);
+    collected.requests = per_cpu_sum(ebpf, names::MAP_REQUESTS, 0)?;
+    collected.cond_wait_calls = per_cpu_sum(ebpf, names::MAP_COND_CALLS, 0)?;
     if !collected.stacks.is_empty() {
         let traces = StackTraceMap::try_from(map(ebpf, names::MAP_STACKS)?)?;
         for key in collected.stacks.keys() {
@@ -75,10 +80,70 @@ pub fn collect(ebpf: &Ebpf) -> Result<Collected> {
     Ok(collected)
 }
 
+/// Adds the per-caller counts to their locks' calls.
+fn fold_callers(locks: &mut HashMap<u64, LockCounts>, callers: &HashMap<CallerKey, u64>) {
+    for (key, &count) in callers {
+        let counts = locks.entry(key.lock).or_default();
+        if let Some(calls) = counts.calls.get_mut(key.op as usize) {
+            *calls += count;
+        }
+    }
+}
+
+/// Sets what the BPF programs count (bits of `tracer_common::counting`).
+/// Turning a bit off returns only once every program run that may have
+/// seen it on has finished, so a read that follows misses no increment.
+pub fn set_counting(ebpf: &mut Ebpf, bits: u32) -> Result<()> {
+    let mut switch: Array<&mut MapData, u32> = Array::try_from(
+        ebpf.map_mut(names::MAP_COUNTING)
+            .with_context(|| format!("BPF object lacks map {}", names::MAP_COUNTING))?,
+    )?;
+    let before = switch.get(&0, 0).unwrap_or(0);
+    switch
+        .set(0, bits, 0)
+        .context("switching the BPF programs' counting")?;
+    let stopped = before & !bits & (counting::LOCK_CALLS | counting::WAITS) != 0;
+    let paused = bits & !before & counting::PAUSED != 0;
+    if stopped || paused {
+        wait_for_running_programs()?;
+    }
+    Ok(())
+}
+
+/// Runs `work` (deleting map entries) while counting is paused: no BPF
+/// program holds a pointer to a map value meanwhile, so an entry deleted and
+/// reused for another key cannot receive a late increment. What comes during
+/// the pause is counted as dropped (`paused_for_expiry`).
+pub fn while_paused(ebpf: &mut Ebpf, work: impl FnOnce(&mut Ebpf) -> Result<()>) -> Result<()> {
+    let before = {
+        let switch: Array<&MapData, u32> = Array::try_from(map(ebpf, names::MAP_COUNTING)?)?;
+        switch.get(&0, 0).unwrap_or(0)
+    };
+    set_counting(ebpf, before | counting::PAUSED)?;
+    let done = work(ebpf);
+    set_counting(ebpf, before)?;
+    done
+}
+
+/// Returns once every BPF program run in progress has finished. Uprobe and
+/// tracepoint programs run inside an RCU read-side section; the global
+/// membarrier command is one RCU grace period (`synchronize_rcu`) in the kernel.
+fn wait_for_running_programs() -> Result<()> {
+    const MEMBARRIER_CMD_GLOBAL: libc::c_long = 1;
+    // SAFETY: membarrier takes two integers and touches no memory of ours.
+    let result = unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_GLOBAL, 0, 0) };
+    if result != 0 {
+        let error = std::io::Error::last_os_error();
+        anyhow::bail!(
+            "membarrier(MEMBARRIER_CMD_GLOBAL) failed ({error}); locktrace needs it to stop counting cleanly (Linux 4.3 or newer, not nohz_full)"
+        );
+    }
+    Ok(())
+}
+
 /// Calls of the request-boundary function so far (None without the map).
 pub fn request_probe_hits(ebpf: &Ebpf) -> Option<u64> {
-    let array: Array<&MapData, u64> = Array::try_from(ebpf.map(names::MAP_REQUESTS)?).ok()?;
-    array.get(&0, 0).ok()
+    per_cpu_sum(ebpf, names::MAP_REQUESTS, 0).ok()
 }
 
 /// Lock calls counted so far, over all locks.
@@ -90,7 +155,31 @@ pub fn total_lock_calls(ebpf: &Ebpf) -> Result<u64> {
         let (_, counts) = entry.context("reading map LOCKS")?;
         total += counts.calls.iter().sum::<u64>();
     }
-    Ok(total)
+    let callers: HashMap<CallerKey, u64> = read_per_cpu_hash(ebpf, names::MAP_CALLERS)?;
+    Ok(total + callers.values().sum::<u64>())
+}
+
+/// Index `index` of a per-CPU array of counters, summed over the CPUs.
+fn per_cpu_sum(ebpf: &Ebpf, name: &str, index: u32) -> Result<u64> {
+    let array: PerCpuArray<&MapData, u64> = PerCpuArray::try_from(map(ebpf, name)?)?;
+    let values = array
+        .get(&index, 0)
+        .with_context(|| format!("reading map {name}"))?;
+    Ok(values.iter().sum())
+}
+
+/// A per-CPU hash map of counters, each key's values summed over the CPUs.
+pub fn read_per_cpu_hash<K>(ebpf: &Ebpf, name: &str) -> Result<HashMap<K, u64>>
+where
+    K: aya::Pod + Eq + std::hash::Hash,
+{
+    let table: PerCpuHashMap<&MapData, K, u64> = PerCpuHashMap::try_from(map(ebpf, name)?)?;
+    let mut out = HashMap::new();
+    for entry in table.iter() {
+        let (key, values) = entry.with_context(|| format!("reading map {name}"))?;
+        out.insert(key, values.iter().sum());
+    }
+    Ok(out)
 }
 
 fn map<'a>(ebpf: &'a Ebpf, name: &str) -> Result<&'a aya::maps::Map> {

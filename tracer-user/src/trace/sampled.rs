@@ -4,7 +4,7 @@
 //!
 //! Attaching a uprobe takes ~8 ms and detaching ~110 ms here, so a window's
 //! probes are not all live at one instant. The BPF program therefore counts
-//! only while `SAMPLING[0]` is set: userspace sets it after the last attach
+//! only while `COUNTING[0]` has its lock-call bit set: userspace sets it after the last attach
 //! and clears it before the first detach, and times exactly that interval.
 //! Window starts are jittered inside each period so that a periodic workload
 //! cannot alias with the sampling.
@@ -15,12 +15,9 @@ use std::{
     time::{Duration, Instant},
 };
 
-use anyhow::{Context, Result, anyhow};
-use aya::{
-    Ebpf,
-    maps::{Array, MapData},
-};
-use tracer_common::names;
+use anyhow::Result;
+use aya::Ebpf;
+use tracer_common::{counting, names};
 
 use super::{
     attach::{self, AttachError, Placed, RequestProbePoint},
@@ -99,8 +96,9 @@ where
             stopped = &mut end => Some(stopped),
             _ = tokio::time::sleep(on) => None,
         };
-        set_counting(ebpf, false)?;
+        // Timed at the switch, not after the wait for running programs inside it.
         let counted = counting_since.elapsed();
+        set_counting(ebpf, false)?;
         let calls = collect::total_lock_calls(ebpf)?;
         windows.push(Window {
             start: counting_since - started,
@@ -165,14 +163,10 @@ fn attach_window(
     Ok(WindowLinks { locks, request })
 }
 
+/// Opens or closes a window: futex waits count all along, lock calls inside windows.
 fn set_counting(ebpf: &mut Ebpf, on: bool) -> Result<()> {
-    let mut flag: Array<&mut MapData, u32> = Array::try_from(
-        ebpf.map_mut(names::MAP_SAMPLING)
-            .ok_or_else(|| anyhow!("BPF object lacks map {}", names::MAP_SAMPLING))?,
-    )?;
-    flag.set(0, u32::from(on), 0)
-        .context("switching sampling")?;
-    Ok(())
+    let lock_calls = if on { counting::LOCK_CALLS } else { 0 };
+    collect::set_counting(ebpf, counting::WAITS | lock_calls)
 }
 
 /// Small xorshift for window jitter (no need for a crate).
