@@ -133,10 +133,28 @@ fn counting(bit: u32) -> bool {
     state & bit != 0
 }
 
+/// Adds `value` to the u64 at `counter`, a pointer into a map value.
 #[inline(always)]
 fn add(counter: *mut u64, value: u64) {
     // Relaxed atomic add with the result unused compiles to BPF's lock xadd.
+    // SAFETY: every caller passes a pointer from a map lookup made in this
+    // program run: valid, aligned and alive until the program returns.
     unsafe { atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(counter, value) };
+}
+
+/// Monotonic time in ns.
+#[inline(always)]
+fn now_ns() -> u64 {
+    // SAFETY: the helper takes no argument and only reads the clock.
+    unsafe { bpf_ktime_get_ns() }
+}
+
+/// The target thread's user stack pointer at the probe.
+#[inline(always)]
+fn stack_pointer(ctx: &ProbeContext) -> u64 {
+    // SAFETY: a uprobe's context is the pt_regs the kernel passes in, valid
+    // for the whole program run.
+    unsafe { (*ctx.regs).rsp }
 }
 
 #[inline(always)]
@@ -194,11 +212,13 @@ fn entry<K, V: Default>(map: &impl CounterMap<K, V>, key: &K, full_reason: u32) 
 /// each failed round means another CPU raised it meanwhile).
 #[inline(always)]
 fn raise_to(slot: *mut u64, value: u64) {
+    // SAFETY: `slot` points into a map value looked up in this program run.
     let mut seen = unsafe { core::ptr::read_volatile(slot) };
     for _ in 0..8 {
         if seen >= value {
             return;
         }
+        // SAFETY: as above; the compare-exchange is atomic on that value.
         let (previous, swapped) = unsafe {
             atomic_cxchg::<u64, { AtomicOrdering::Relaxed }, { AtomicOrdering::Relaxed }>(
                 slot, seen, value,
@@ -222,6 +242,8 @@ pub fn lock_call(ctx: ProbeContext) -> u32 {
     let Some(lock) = ctx.arg::<u64>(0) else {
         return 0;
     };
+    // SAFETY: the helper reads the cookie of the link that ran this program
+    // from the context the kernel passed in.
     let cookie = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) };
     let op = cookie::op_index(cookie) as usize;
     if op >= LOCK_OPS {
@@ -234,6 +256,7 @@ pub fn lock_call(ctx: ProbeContext) -> u32 {
         (return_ip, counted) = record_caller(&ctx, lock, cookie, op as u32);
     }
     if !counted && let Some(counts) = entry(&LOCKS, &lock, drop_reason::LOCKS_FULL) {
+        // SAFETY: `counts` is the map value just looked up; `op < LOCK_OPS`.
         add(unsafe { &mut (*counts).calls[op] }, 1);
     }
     if wanted & flags::STACKS != 0 {
@@ -251,8 +274,10 @@ pub fn lock_call(ctx: ProbeContext) -> u32 {
 fn record_caller(ctx: &ProbeContext, lock: u64, cookie: u64, op: u32) -> (u64, bool) {
     // At the probe point the return address sits at sp + (8 bytes per push
     // done since the entry): right even without frame pointers.
-    let sp = unsafe { (*ctx.regs).rsp };
+    let sp = stack_pointer(ctx);
     let slot = sp + cookie::return_address_sp_offset(cookie);
+    // SAFETY: the helper checks the user address and fails (never faults)
+    // when it is not readable.
     let Ok(return_ip) = (unsafe { bpf_probe_read_user(slot as *const u64) }) else {
         count_drop(drop_reason::CALLER_UNREADABLE);
         return (0, false);
@@ -363,6 +388,8 @@ fn from_go_runtime(ctx: &TracePointContext) -> bool {
         return false;
     }
     let mut ip = [0u64; 1];
+    // SAFETY: the helper writes at most 8 bytes (the size given) into `ip`,
+    // which is 8 bytes on this program's stack.
     let copied = unsafe {
         aya_ebpf::helpers::generated::bpf_get_stack(
             ctx.as_ptr(),
@@ -380,6 +407,7 @@ fn classify_wait(ctx: &TracePointContext, tid: u32, uaddr: u64) -> (u32, u64) {
     if from_go_runtime(ctx) {
         return (wait_class::GO_RUNTIME, uaddr);
     }
+    // SAFETY: the reference is used at once, within this program run.
     if let Some(cond) = unsafe { COND_THREADS.get(tid) } {
         // Re-acquiring the mutex after the wake is lock contention.
         let on_mutex = uaddr >= cond.mutex && uaddr < cond.mutex + MUTEX_SPAN;
@@ -405,6 +433,8 @@ pub fn futex_enter(ctx: TracePointContext) -> u32 {
     if !is_target(&ctx) || !counting(counting::WAITS) {
         return 0;
     }
+    // SAFETY: both offsets are u64 fields of the sys_enter_futex record
+    // (see its format file); the helper checks the bounds.
     let (Ok(uaddr), Ok(op)) = (unsafe { ctx.read_at::<u64>(ENTER_UADDR) }, unsafe {
         ctx.read_at::<u64>(ENTER_OP)
     }) else {
@@ -422,7 +452,7 @@ pub fn futex_enter(ctx: TracePointContext) -> u32 {
             };
             let wait = FutexWait {
                 uaddr: key,
-                start_ns: unsafe { bpf_ktime_get_ns() },
+                start_ns: now_ns(),
                 class,
                 holder_ip,
                 holder_tid,
@@ -442,6 +472,7 @@ pub fn futex_enter(ctx: TracePointContext) -> u32 {
             };
             let (map, full_reason) = futex_map(class);
             if let Some(counts) = entry(map, &uaddr, full_reason) {
+                // SAFETY: `counts` is the map value just looked up.
                 add(unsafe { &mut (*counts).wakes }, 1);
             }
         }
@@ -456,6 +487,7 @@ pub fn futex_exit(ctx: TracePointContext) -> u32 {
         return 0;
     }
     let tid = bpf_get_current_pid_tgid() as u32;
+    // SAFETY: the value is copied out at once, before the entry is removed.
     let Some(wait) = (unsafe { WAITING.get(tid) }).copied() else {
         return 0;
     };
@@ -464,9 +496,11 @@ pub fn futex_exit(ctx: TracePointContext) -> u32 {
     if !counting(counting::WAITS) {
         return 0;
     }
-    let waited = unsafe { bpf_ktime_get_ns() }.saturating_sub(wait.start_ns);
+    let waited = now_ns().saturating_sub(wait.start_ns);
     let (map, full_reason) = futex_map(wait.class);
     if let Some(counts) = entry(map, &wait.uaddr, full_reason) {
+        // SAFETY: `counts` is the map value just looked up; the bucket index
+        // is below BUCKETS.
         unsafe {
             add(&mut (*counts).waits, 1);
             add(&mut (*counts).wait_ns, waited);
@@ -505,15 +539,18 @@ fn hold_begin(ctx: &ProbeContext, lock: u64, cookie: u64, op: u32, return_ip: u6
     // their hold is tentative until an unlock confirms it.
     let tentative =
         u32::from(op == LockOp::MutexTrylock as u32 || op == LockOp::MutexTimedlock as u32);
-    let call_slot = unsafe { (*ctx.regs).rsp } + cookie::return_address_sp_offset(cookie);
-    let now = unsafe { bpf_ktime_get_ns() };
+    let call_slot = stack_pointer(ctx) + cookie::return_address_sp_offset(cookie);
+    let now = now_ns();
     if let Some(held) = HELD.get_ptr_mut(key) {
         let called_by_lock_function = in_lock_code(return_ip);
+        // SAFETY: `held` is this thread's HELD value, looked up just now; only
+        // this thread writes it.
         let tail_called = unsafe { (*held).call_slot == call_slot && (*held).call_ip == return_ip }
             && (op == LockOp::MutexTimedlock as u32 || op == LockOp::MutexTrylock as u32);
         if called_by_lock_function || tail_called {
             return;
         }
+        // SAFETY: as above.
         unsafe {
             (*held).call_slot = call_slot;
             (*held).call_ip = return_ip;
@@ -576,8 +613,9 @@ fn hold_after_wait(uaddr: u64, tid: u32) {
         let lock = uaddr.wrapping_sub(offset);
         let key = HeldKey { lock, tid, _pad: 0 };
         if let Some(held) = HELD.get_ptr_mut(key) {
+            // SAFETY: this thread's HELD value, looked up just now.
             let return_ip = unsafe {
-                (*held).start_ns = bpf_ktime_get_ns();
+                (*held).start_ns = now_ns();
                 (*held).return_ip
             };
             let holder = Holder {
@@ -596,6 +634,7 @@ fn hold_after_wait(uaddr: u64, tid: u32) {
 /// exact; otherwise the holder recorded at its acquisition (`--hold-times`).
 #[inline(always)]
 fn holder_at_wait(uaddr: u64, waiter: u32) -> (u64, u32) {
+    // SAFETY: the helper fails (never faults) on an unreadable user address.
     let owner = unsafe {
         bpf_probe_read_user((uaddr + GLIBC_MUTEX_OWNER_OFFSET) as *const u32).unwrap_or(0)
     };
@@ -609,11 +648,13 @@ fn holder_at_wait(uaddr: u64, waiter: u32) -> (u64, u32) {
     };
     if owner != 0
         && owner != waiter
+        // SAFETY: the reference is read at once, within this program run.
         && let Some(held) = unsafe { HELD.get(key) }
     {
         return (held.return_ip, owner);
     }
     for offset in FUTEX_WORD_OFFSETS {
+        // SAFETY: the reference is read at once, within this program run.
         if let Some(holder) = unsafe { LOCK_HOLDER.get(uaddr.wrapping_sub(offset)) }
             && holder.tid != waiter
         {
@@ -635,6 +676,7 @@ fn count_wait_holder(wait: &FutexWait, waited: u64) {
         _pad: 0,
     };
     if let Some(time) = entry(&WAIT_HOLDERS, &key, drop_reason::WAIT_HOLDERS_FULL) {
+        // SAFETY: `time` is the map value just looked up.
         unsafe {
             add(&mut (*time).waits, 1);
             add(&mut (*time).wait_ns, waited);
@@ -661,6 +703,8 @@ pub fn unlock_call(ctx: ProbeContext) -> u32 {
     let Some(held) = HELD.get_ptr_mut(key) else {
         return 0;
     };
+    // SAFETY: this thread's HELD value, looked up just now; only this thread
+    // writes it.
     let (start_ns, return_ip) = unsafe {
         if (*held).depth > 1 {
             (*held).depth -= 1;
@@ -669,11 +713,14 @@ pub fn unlock_call(ctx: ProbeContext) -> u32 {
         ((*held).start_ns, (*held).return_ip)
     };
     let _ = HELD.remove(key);
+    // SAFETY: the reference is read at once, within this program run.
     if unsafe { LOCK_HOLDER.get(lock) }.is_some_and(|holder| holder.tid == tid) {
         let _ = LOCK_HOLDER.remove(lock);
     }
-    let held_ns = unsafe { bpf_ktime_get_ns() }.saturating_sub(start_ns);
+    let held_ns = now_ns().saturating_sub(start_ns);
     if let Some(counts) = entry(&HOLDS, &lock, drop_reason::HOLDS_MAP_FULL) {
+        // SAFETY: `counts` is the map value just looked up; the bucket index
+        // is below BUCKETS.
         unsafe {
             add(&mut (*counts).holds, 1);
             add(&mut (*counts).hold_ns, held_ns);
@@ -683,6 +730,7 @@ pub fn unlock_call(ctx: ProbeContext) -> u32 {
     }
     let site = HolderKey { lock, return_ip };
     if let Some(holds) = entry(&HOLDERS, &site, drop_reason::HOLDERS_MAP_FULL) {
+        // SAFETY: `holds` is the map value just looked up.
         unsafe {
             add(&mut (*holds).holds, 1);
             add(&mut (*holds).hold_ns, held_ns);

@@ -87,7 +87,7 @@ pub fn run(bench: &Bench) -> Result<String> {
     Ok(results::http_table(seconds, bench.runs, &medians))
 }
 
-fn ensure_wrk() -> Result<()> {
+pub fn ensure_wrk() -> Result<()> {
     if Command::new("wrk").arg("--version").output().is_ok() {
         return Ok(());
     }

@@ -10,12 +10,16 @@
 //!    Debian's bpftrace with the equivalent one-liner;
 //! 3. locktrace's attach time, CPU time and peak RSS (from wait4's rusage,
 //!    the same way for bpftrace);
-//! 4. the HTTP fixture's throughput under wrk with each tracer.
+//! 4. the HTTP fixture's throughput under wrk with each tracer;
+//! 5. the real FrankenPHP's throughput, when the kit in ../shared/frankenphp
+//!    is built (under `flock /tmp/franken.lock`).
 //!
 //! Needs root (BPF). Run: `cargo xtask bench [--seconds S] [--runs N] [--only loop]`
-//! (`--only loop`: part 2 and 3 on the loop only, a quick look at one change).
+//! (`--only loop`: part 2 and 3 on the loop only, a quick look at one change;
+//! `--only calibration`: part 1; `--only franken`: part 5).
 mod calibration;
 mod fixtures;
+mod franken_bench;
 mod http_bench;
 mod loop_bench;
 mod results;
@@ -52,7 +56,8 @@ pub struct BenchArgs {
     /// Runs per configuration; the median is reported.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
     pub runs: u32,
-    /// Run one part only (`loop`: the uncontended loop, no calibration, no HTTP server).
+    /// Run one part only (`loop`: the uncontended loop; `calibration`: the
+    /// cost per hit by instruction class; `franken`: the real FrankenPHP).
     #[arg(long, value_enum)]
     pub only: Option<Part>,
 }
@@ -60,6 +65,8 @@ pub struct BenchArgs {
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Part {
     Loop,
+    Calibration,
+    Franken,
 }
 
 fn positive_seconds(text: &str) -> Result<f64, String> {
@@ -104,14 +111,19 @@ fn bench(args: BenchArgs) -> Result<()> {
     };
     std::fs::create_dir_all(&bench.out)?;
 
-    let everything = args.only.is_none();
+    let runs = |part: Part| args.only.is_none_or(|only| only == part);
     let mut report = results::header(&args)?;
-    if everything {
+    if runs(Part::Calibration) {
         report.push_str(&calibration::run(&bench)?);
     }
-    report.push_str(&loop_bench::run(&bench)?);
-    if everything {
+    if runs(Part::Loop) {
+        report.push_str(&loop_bench::run(&bench)?);
+    }
+    if args.only.is_none() {
         report.push_str(&http_bench::run(&bench)?);
+    }
+    if runs(Part::Franken) {
+        report.push_str(&franken_bench::run(&bench)?);
     }
     results::write(&bench.out, &report)
 }

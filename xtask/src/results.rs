@@ -13,7 +13,9 @@ pub fn header(args: &BenchArgs) -> Result<String> {
         "\nCommand: `cargo xtask bench --seconds {} --runs {}{}` (median of {} runs); load average at start: {}\n",
         args.seconds,
         args.runs,
-        if args.only.is_some() { " --only loop" } else { "" },
+        args.only
+            .map(|part| format!(" --only {part:?}").to_lowercase())
+            .unwrap_or_default(),
         args.runs,
         std::fs::read_to_string("/proc/loadavg")
             .unwrap_or_default()

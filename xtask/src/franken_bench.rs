@@ -1,0 +1,234 @@
+//! The real FrankenPHP (the kit in ../shared/frankenphp, built into
+//! /tmp/e2e): throughput under wrk untraced, with every lock counted, in
+//! contention mode, sampled 10 % and under bpftrace, in alternating rounds,
+//! and locktrace's per-request count of mysqlnd's global statistics mutex
+//! checked against the truth (408 per request in classic mode).
+//!
+//! One FrankenPHP server can run on the machine at a time: the whole part
+//! holds `flock /tmp/franken.lock`, starts the stock build in classic mode,
+//! and stops the server when done (also on error).
+use std::{
+    fs::File,
+    os::fd::AsRawFd,
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use anyhow::{Context, Result, bail};
+
+use crate::{
+    Bench,
+    tracers::{self, Tracer},
+};
+
+const BINARY: &str = "/tmp/e2e/frankenphp-e2e";
+const PID_FILE: &str = "/tmp/e2e/franken.pid";
+const LOCK_FILE: &str = "/tmp/franken.lock";
+const URL: &str = "http://127.0.0.1:8091/q.php";
+/// The stats mutex as locktrace names it, and its calls per request (bpftrace, exact).
+const STATS_LOCK: &str = "mysqlnd_global_stats->LOCK_access";
+const STATS_TRUTH: f64 = 408.0;
+/// Once per request in classic mode, in libphp (mapped under the stock file's name).
+const REQUEST_PROBE: &str = "libphp-franken-stock.so:php_request_startup";
+
+/// One measured round of one configuration.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct FrankenSample {
+    pub requests_per_s: f64,
+    /// The stats mutex per request, and its stated relative bound (sampled).
+    pub stats_per_request: Option<f64>,
+    pub bound: Option<f64>,
+}
+
+/// Runs the part when the kit is built; otherwise says how to build it.
+pub fn run(bench: &Bench) -> Result<String> {
+    let kit = kit_dir(bench);
+    if !Path::new(BINARY).exists() {
+        return Ok(format!(
+            "\n### The real FrankenPHP\n\nNot run: {BINARY} is missing (build it with {}/build.sh).\n",
+            kit.display()
+        ));
+    }
+    crate::http_bench::ensure_wrk()?;
+    let _lock = ExclusiveLock::take(LOCK_FILE)?;
+    script(&kit, "use-stock.sh", &[])?;
+    script(&kit, "start.sh", &["classic"])?;
+    let measured = measure(bench);
+    let stopped = script(&kit, "stop.sh", &[]);
+    let text = measured?;
+    stopped?;
+    Ok(text)
+}
+
+fn measure(bench: &Bench) -> Result<String> {
+    let pid: u32 = std::fs::read_to_string(PID_FILE)
+        .with_context(|| format!("reading {PID_FILE}"))?
+        .trim()
+        .parse()
+        .with_context(|| format!("{PID_FILE} holds no pid"))?;
+    let probe = ["--request-probe", REQUEST_PROBE];
+    let configs: Vec<(&str, Tracer)> = vec![
+        ("untraced", Tracer::None),
+        ("locktrace (all locks)", tracers::locktrace(&probe)),
+        (
+            "locktrace --mode contention",
+            tracers::locktrace(&["--mode", "contention"]),
+        ),
+        (
+            "locktrace --mode sampled --sample 0.1",
+            tracers::locktrace(&[&["--mode", "sampled", "--sample", "0.1"], &probe[..]].concat()),
+        ),
+        (
+            "bpftrace uprobe one-liner",
+            Tracer::Bpftrace {
+                probe: "uprobe:/lib/x86_64-linux-gnu/libc.so.6:pthread_mutex_lock".into(),
+                action: "/pid == {pid}/ { @[arg0] = count(); }".into(),
+            },
+        ),
+    ];
+    // Sampled mode needs time for a tight bound (the issue asks ±5 % after 30 s).
+    let seconds = bench.seconds.max(30.0);
+    let mut all: Vec<Vec<FrankenSample>> = vec![Vec::new(); configs.len()];
+    for round in 0..bench.runs {
+        for ((name, tracer), samples) in configs.iter().zip(&mut all) {
+            let sample = run_round(pid, seconds, tracer, &bench.locktrace)?;
+            eprintln!("frankenphp round {round}: {name}: {sample:?}");
+            samples.push(sample);
+        }
+    }
+    Ok(table(seconds, bench.runs, &configs, all))
+}
+
+fn run_round(pid: u32, seconds: f64, tracer: &Tracer, locktrace: &Path) -> Result<FrankenSample> {
+    let running = tracers::start(tracer, pid, locktrace)?;
+    let wrk = Command::new("wrk")
+        .args(["-t1", "-c4"])
+        .arg(format!("-d{}s", seconds.round()))
+        .arg(URL)
+        .output()
+        .context("running wrk")?;
+    let wrk_text = String::from_utf8_lossy(&wrk.stdout);
+    let requests_per_s = wrk_text
+        .lines()
+        .find_map(|line| line.trim().strip_prefix("Requests/sec:"))
+        .and_then(|value| value.trim().parse::<f64>().ok())
+        .with_context(|| format!("wrk printed no Requests/sec: {wrk_text}"))?;
+    let mut sample = FrankenSample {
+        requests_per_s,
+        ..FrankenSample::default()
+    };
+    if let Some(running) = running {
+        running.interrupt();
+        let report = running.finish()?.report;
+        let stats = report.as_ref().and_then(|report| {
+            report
+                .locks
+                .iter()
+                .find(|lock| lock.name.as_deref() == Some(STATS_LOCK))
+        });
+        if let Some(lock) = stats {
+            sample.stats_per_request = lock.per_request.as_ref().and_then(|p| p.acquisitions);
+            sample.bound = lock
+                .acquisitions_error
+                .zip(lock.acquisitions)
+                .filter(|(_, n)| *n > 0)
+                .map(|(error, n)| error as f64 / n as f64);
+        }
+    }
+    Ok(sample)
+}
+
+fn table(
+    seconds: f64,
+    runs: usize,
+    configs: &[(&str, Tracer)],
+    all: Vec<Vec<FrankenSample>>,
+) -> String {
+    let mut text = format!(
+        "\n### The real FrankenPHP (classic mode, stock libphp, `{URL}`)\n\n\
+         wrk -t1 -c4 -d{seconds}s, one round of every configuration in turn, median of {runs} rounds; \
+         locktrace counts requests with `--request-probe {REQUEST_PROBE}` (not in contention mode). \
+         The stats mutex `{STATS_LOCK}` is taken {STATS_TRUTH} times per request (bpftrace, exact).\n\n\
+         | tracer | requests/s | vs untraced | stats mutex per request (truth {STATS_TRUTH}) | within bound |\n\
+         |---|---:|---:|---:|---|\n"
+    );
+    let medians: Vec<FrankenSample> = all
+        .into_iter()
+        .map(|mut samples| {
+            samples.sort_by(|a, b| a.requests_per_s.total_cmp(&b.requests_per_s));
+            samples[samples.len() / 2]
+        })
+        .collect();
+    let untraced = medians[0].requests_per_s;
+    for ((name, _), sample) in configs.iter().zip(&medians) {
+        let (per_request, within) = match (sample.stats_per_request, sample.bound) {
+            (Some(n), Some(bound)) => (
+                format!("~{n:.1} ±{:.1}%", bound * 100.0),
+                if (n - STATS_TRUTH).abs() <= bound * n {
+                    "yes"
+                } else {
+                    "NO"
+                },
+            ),
+            (Some(n), None) => (
+                format!("{n:.2}"),
+                if (n - STATS_TRUTH).abs() < 0.5 {
+                    "exact"
+                } else {
+                    "NO"
+                },
+            ),
+            (None, _) => ("-".to_string(), "-"),
+        };
+        text.push_str(&format!(
+            "| {name} | {:.0} | {:.3}x | {per_request} | {within} |\n",
+            sample.requests_per_s,
+            sample.requests_per_s / untraced,
+        ));
+    }
+    text
+}
+
+/// The kit: `LOCKTRACE_FRANKEN_KIT`, else ../shared/frankenphp next to the worktree.
+fn kit_dir(bench: &Bench) -> PathBuf {
+    std::env::var_os("LOCKTRACE_FRANKEN_KIT")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| bench.root.join("../shared/frankenphp"))
+}
+
+fn script(kit: &Path, name: &str, args: &[&str]) -> Result<()> {
+    let path = kit.join(name);
+    let output = Command::new(&path)
+        .args(args)
+        .output()
+        .with_context(|| format!("running {}", path.display()))?;
+    if !output.status.success() {
+        bail!(
+            "{} failed: {}",
+            path.display(),
+            String::from_utf8_lossy(&output.stderr).trim()
+        );
+    }
+    Ok(())
+}
+
+/// `flock(LOCK_EX)` on a file, held until dropped (the file's close releases it).
+struct ExclusiveLock {
+    _held: File,
+}
+
+impl ExclusiveLock {
+    fn take(path: &str) -> Result<ExclusiveLock> {
+        let file = File::options()
+            .create(true)
+            .append(true)
+            .open(path)
+            .with_context(|| format!("opening {path}"))?;
+        eprintln!("frankenphp: waiting for {path} (another FrankenPHP user)");
+        // SAFETY: flock on a descriptor we own; it touches no memory.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
+            bail!("flock {path}: {}", std::io::Error::last_os_error());
+        }
+        Ok(ExclusiveLock { _held: file })
+    }
+}
