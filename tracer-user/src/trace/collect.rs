@@ -94,6 +94,19 @@ fn fold_callers(locks: &mut HashMap<u64, LockCounts>, callers: &HashMap<CallerKe
 /// Turning a bit off returns only once every program run that may have
 /// seen it on has finished, so a read that follows misses no increment.
 pub fn set_counting(ebpf: &mut Ebpf, bits: u32) -> Result<()> {
+    let before = switch_counting(ebpf, bits)?;
+    let stopped = before & !bits & (counting::LOCK_CALLS | counting::WAITS) != 0;
+    let paused = bits & !before & counting::PAUSED != 0;
+    if stopped || paused {
+        wait_for_running_programs()?;
+    }
+    Ok(())
+}
+
+/// Sets what the BPF programs count without waiting for the runs in
+/// progress (sampled windows: a late increment still lands in the totals).
+/// Returns the bits before.
+pub fn switch_counting(ebpf: &mut Ebpf, bits: u32) -> Result<u32> {
     let mut switch: Array<&mut MapData, u32> = Array::try_from(
         ebpf.map_mut(names::MAP_COUNTING)
             .with_context(|| format!("BPF object lacks map {}", names::MAP_COUNTING))?,
@@ -102,12 +115,7 @@ pub fn set_counting(ebpf: &mut Ebpf, bits: u32) -> Result<()> {
     switch
         .set(0, bits, 0)
         .context("switching the BPF programs' counting")?;
-    let stopped = before & !bits & (counting::LOCK_CALLS | counting::WAITS) != 0;
-    let paused = bits & !before & counting::PAUSED != 0;
-    if stopped || paused {
-        wait_for_running_programs()?;
-    }
-    Ok(())
+    Ok(before)
 }
 
 /// Runs `work` (deleting map entries) while counting is paused: no BPF
