@@ -257,3 +257,36 @@ fn histograms_in_full_and_bad_combinations() {
     assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
     assert!(stderr.contains("--hold-times needs"), "{stderr}");
 }
+
+/// More locks than the hold maps hold: each completed hold past their
+/// capacity is lost once, and said under its own map (issue 18 C: it was
+/// reported twice, under one merged reason).
+#[test]
+fn full_hold_maps_are_reported_once_each() {
+    const LOCKS: u64 = 70_000;
+    const MAP_CAPACITY: u64 = 65_536;
+    let binary = fixture("manylocks", Flavor::Glibc);
+    let (report, addresses) = trace_fixture(&binary, &[&LOCKS.to_string()], &["--hold-times"]);
+    let first = addresses["first"][0];
+    let fixture_range = first..first + LOCKS * 40;
+    let held: u64 = report["locks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|lock| {
+            let address = lock["address"].as_str().unwrap().trim_start_matches("0x");
+            fixture_range.contains(&u64::from_str_radix(address, 16).unwrap())
+        })
+        .filter_map(|lock| lock["holds"]["holds"].as_u64())
+        .sum();
+    let dropped = &report["dropped"];
+    let lost = dropped["holds_map_full"].as_u64().expect("holds_map_full");
+    // The fixture's holds come first; libc's few at exit are lost too.
+    assert_eq!(held, MAP_CAPACITY, "{dropped}");
+    assert!(
+        (LOCKS..=LOCKS + 4).contains(&(held + lost)),
+        "held {held} + lost {lost}: {dropped}"
+    );
+    assert_eq!(dropped["holders_map_full"], lost, "{dropped}");
+    assert!(dropped.get("holds_untracked").is_none(), "{dropped}");
+}
