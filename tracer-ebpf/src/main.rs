@@ -121,11 +121,17 @@ fn is_target<C: EbpfContext>(ctx: &C) -> bool {
     ctx.tgid() == TARGET_TGID.load()
 }
 
+/// `COUNTING[0]`: bits of `tracer_common::counting`.
+#[inline(always)]
+fn counting_state() -> u32 {
+    COUNTING.get(0).copied().unwrap_or(0)
+}
+
 /// True when the events of `bit` (`tracer_common::counting`) count now. A
 /// pause counts the event as dropped.
 #[inline(always)]
 fn counting(bit: u32) -> bool {
-    let state = COUNTING.get(0).copied().unwrap_or(0);
+    let state = counting_state();
     if state & counting::PAUSED != 0 {
         count_drop(drop_reason::PAUSED_FOR_EXPIRY);
         return false;
@@ -491,8 +497,13 @@ pub fn futex_exit(ctx: TracePointContext) -> u32 {
     let Some(wait) = (unsafe { WAITING.get(tid) }).copied() else {
         return 0;
     };
+    // After the stop the wait stays in WAITING: it was in progress at the
+    // stop, and the end report lists it so (it is not counted as a wait).
+    let state = counting_state();
+    if state & counting::PAUSED == 0 && state & counting::WAITS == 0 {
+        return 0;
+    }
     let _ = WAITING.remove(tid);
-    // A wait ending after the stop is not counted (its start was in the interval).
     if !counting(counting::WAITS) {
         return 0;
     }
