@@ -191,6 +191,9 @@ impl LiveArgs {
         if self.expire_after == 0 {
             anyhow::bail!("--expire-after must be at least 1 second");
         }
+        if let Some(path) = &self.ready_file {
+            limits::outputs(&[("--ready-file", path)])?;
+        }
         Ok(live::LiveOptions {
             pid: self.pid,
             mode: self.mode.into(),
@@ -372,9 +375,15 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 period: limits::sample_period(sample_period.unwrap_or(5.0))?,
             };
             let requests = requests.options(duration)?;
-            if let Some(path) = &json {
-                limits::writable(path)?;
-            }
+            let outputs: Vec<(&str, &std::path::Path)> = [
+                ("--json", &json),
+                ("--pprof", &pprof),
+                ("--ready-file", &ready_file),
+            ]
+            .into_iter()
+            .filter_map(|(flag, path)| Some((flag, path.as_deref()?)))
+            .collect();
+            limits::outputs(&outputs)?;
             // With --load, --duration is the load's length, not a tracing limit.
             let duration = if requests.load.is_some() {
                 None

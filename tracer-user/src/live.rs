@@ -14,7 +14,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use anyhow::{Result, bail};
+use anyhow::{Context, Result, bail};
 use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuHashMap};
 use tracer_common::{
     CallerKey, FutexCounts, LockCounts, StackKey, WaitHolderKey, WaitTime, flags, names,
@@ -196,9 +196,7 @@ impl LiveSession {
         let blocked_at_attach = inflight::blocked_threads(target.pid);
         let snapshot = naming::Snapshot::take(&target);
         if let Some(path) = &options.ready_file {
-            std::fs::write(path, b"").map_err(|error| {
-                anyhow::anyhow!("cannot write --ready-file {}: {error}", path.display())
-            })?;
+            crate::model::replace_file(path, b"").context("--ready-file")?;
         }
         Ok(LiveSession {
             mode: options.mode,

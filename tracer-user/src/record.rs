@@ -7,7 +7,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use anyhow::{Result, bail};
+use anyhow::{Context, Result, bail};
 use tracer_common::flags;
 
 use crate::{
@@ -219,9 +219,7 @@ async fn trace(
     snapshot.watch(&loaded.ebpf);
     announce(options, prepared, &loaded, window);
     if let Some(path) = &options.ready_file {
-        std::fs::write(path, b"").map_err(|error| {
-            anyhow::anyhow!("cannot write --ready-file {}: {error}", path.display())
-        })?;
+        crate::model::replace_file(path, b"").context("--ready-file")?;
     }
     let started = Instant::now();
     let mut refresh = || snapshot.tick();

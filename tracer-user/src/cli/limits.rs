@@ -63,33 +63,56 @@ pub fn status(code: u16) -> Result<u16> {
     Ok(code)
 }
 
-/// `--json PATH`: checked before attaching, so a typo does not cost the
-/// whole recording. Opens it for writing (creating it, then removing it
-/// again if it did not exist: the report is written at the end).
-pub fn writable(path: &Path) -> Result<()> {
-    if path.is_dir() {
-        bail!("--json {} is a directory; give a file path", path.display());
-    }
-    let existed = path.exists();
-    match std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(path)
-    {
-        Ok(_) => {
-            if !existed {
-                let _ = std::fs::remove_file(path);
-            }
-            Ok(())
+/// The output files (`--json`, `--pprof`, `--ready-file`), checked before
+/// attaching so a typo does not cost the whole recording: each is a file
+/// path in a directory we can create a file in (outputs are written to a
+/// temporary file there and renamed over the path), and no two are the same
+/// file. Nothing is left behind.
+pub fn outputs(paths: &[(&str, &Path)]) -> Result<()> {
+    let mut seen: Vec<(&str, std::path::PathBuf)> = Vec::new();
+    for &(flag, path) in paths {
+        let where_ = writable(flag, path)?;
+        if let Some((first, _)) = seen.iter().find(|(_, other)| *other == where_) {
+            bail!(
+                "{first} and {flag} name the same file {}; give each output its own path",
+                path.display()
+            );
         }
-        Err(error) => bail!(
-            "cannot write --json {}: {error}; give a writable path",
-            path.display()
-        ),
+        seen.push((flag, where_));
     }
+    Ok(())
 }
 
+/// Checks one output path; returns it with its directory resolved, to
+/// compare with the others.
+fn writable(flag: &str, path: &Path) -> Result<std::path::PathBuf> {
+    if path.is_dir() {
+        bail!("{flag} {} is a directory; give a file path", path.display());
+    }
+    let Some(name) = path.file_name() else {
+        bail!(
+            "{flag} {} is not a file path; give a file path",
+            path.display()
+        );
+    };
+    let directory = match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent,
+        _ => Path::new("."),
+    };
+    let resolved = directory
+        .canonicalize()
+        .and_then(|directory| {
+            tempfile::NamedTempFile::new_in(&directory)?;
+            Ok(directory)
+        })
+        .map_err(|error| {
+            anyhow::anyhow!(
+                "cannot write {flag} {}: {error}; give a writable path",
+                path.display()
+            )
+        })?;
+    Ok(resolved.join(name))
+}
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -109,12 +132,35 @@ mod tests {
     }
 
     #[test]
-    fn json_path_is_checked_without_leaving_a_file() {
+    fn output_paths_are_checked_without_leaving_a_file() {
         let dir = tempfile::tempdir().unwrap();
         let fresh = dir.path().join("r.json");
-        writable(&fresh).unwrap();
+        outputs(&[("--json", &fresh)]).unwrap();
         assert!(!fresh.exists());
-        assert!(writable(&dir.path().join("no/such/dir/r.json")).is_err());
-        assert!(writable(dir.path()).is_err());
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+        let missing = dir.path().join("no/such/dir/r.pb.gz");
+        let error = outputs(&[("--json", &fresh), ("--pprof", &missing)]).unwrap_err();
+        assert!(
+            error.to_string().starts_with("cannot write --pprof"),
+            "{error}"
+        );
+        assert!(outputs(&[("--json", dir.path())]).is_err());
+    }
+
+    #[test]
+    fn the_same_file_twice_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let json = dir.path().join("r.json");
+        let same = dir.path().join(".").join("r.json");
+        let error = outputs(&[("--json", &json), ("--pprof", &same)]).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            format!(
+                "--json and --pprof name the same file {}; give each output its own path",
+                same.display()
+            )
+        );
+        let other = dir.path().join("r.pb.gz");
+        outputs(&[("--json", &json), ("--pprof", &other)]).unwrap();
     }
 }

@@ -20,7 +20,7 @@ pub use in_progress::{Activity, Deadlock, DeadlockStep, InProgress, ThreadRef};
 pub use kinds::{LockKind, Mode, Placement, RequestSource, StopReason, WaitClass};
 pub use overhead::{Calibration, Overhead};
 pub use report::{
-    AlternativeName, Caller, ClassTotals, Frame, LiveNaming, Lock, LockChain, LockStack, Naming,
-    PlacementFallback, Report, SCHEMA, TargetInfo, Totals,
+    AlternativeName, Caller, ClassTotals, Frame, LiveNaming, Lock, LockChain, LockStack,
+    MAX_REPORT_BYTES, Naming, PlacementFallback, Report, SCHEMA, TargetInfo, Totals, replace_file,
 };
 pub use requests::{PerRequest, Requests};

@@ -300,9 +300,29 @@ pub struct Totals {
 }
 
 impl Report {
+    /// Reads a saved report; refuses more than [`MAX_REPORT_BYTES`] (`report
+    /// /dev/zero` must not read until memory runs out).
     pub fn load(path: &std::path::Path) -> Result<Report> {
-        let text = std::fs::read_to_string(path)
+        use std::io::Read;
+        let file = std::fs::File::open(path)
             .with_context(|| format!("cannot read report {}", path.display()))?;
+        let mut bytes = Vec::new();
+        file.take(MAX_REPORT_BYTES + 1)
+            .read_to_end(&mut bytes)
+            .with_context(|| format!("cannot read report {}", path.display()))?;
+        if bytes.len() as u64 > MAX_REPORT_BYTES {
+            bail!(
+                "{} is larger than {} MiB: not a locktrace report; give the .json file record --json wrote",
+                path.display(),
+                MAX_REPORT_BYTES >> 20
+            );
+        }
+        let text = String::from_utf8(bytes).with_context(|| {
+            format!(
+                "{} is not a locktrace report (not UTF-8 text)",
+                path.display()
+            )
+        })?;
         Report::from_json(&text, &path.display().to_string())
     }
 
@@ -324,7 +344,63 @@ impl Report {
 
     pub fn save(&self, path: &std::path::Path) -> Result<()> {
         let text = serde_json::to_string_pretty(self)?;
-        std::fs::write(path, text + "\n")
-            .with_context(|| format!("cannot write {}", path.display()))
+        replace_file(path, (text + "\n").as_bytes())
+    }
+}
+
+/// Largest report `load` reads: a report of 100,000 locks with stacks is
+/// well under this.
+pub const MAX_REPORT_BYTES: u64 = 256 << 20;
+
+/// Writes `bytes` to a new temporary file in `path`'s directory, then renames
+/// it over `path`. The rename replaces a symlink at `path` instead of writing
+/// through it (root must not overwrite the file another user's symlink
+/// points to), and a reader never sees a half-written file.
+pub fn replace_file(path: &std::path::Path, bytes: &[u8]) -> Result<()> {
+    use std::io::Write;
+    let directory = match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent,
+        _ => std::path::Path::new("."),
+    };
+    let mut file = tempfile::NamedTempFile::new_in(directory)
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    // Readable like a file written the usual way, not the temporary's 0600.
+    let readable = std::os::unix::fs::PermissionsExt::from_mode(0o644);
+    file.write_all(bytes)
+        .and_then(|()| file.as_file().set_permissions(readable))
+        .and_then(|()| file.as_file().sync_all())
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    file.persist(path)
+        .map_err(|error| error.error)
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_output_replaces_a_symlink_instead_of_writing_through_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, b"precious").unwrap();
+        let output = dir.path().join("report.json");
+        std::os::unix::fs::symlink(&victim, &output).unwrap();
+        replace_file(&output, b"report").unwrap();
+        assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+        assert!(!output.symlink_metadata().unwrap().file_type().is_symlink());
+        assert_eq!(std::fs::read(&output).unwrap(), b"report");
+        // Only the two files: no temporary left behind.
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 2);
+    }
+
+    #[test]
+    fn an_endless_input_is_refused_after_the_bound() {
+        let error = Report::load(std::path::Path::new("/dev/zero")).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "/dev/zero is larger than 256 MiB: not a locktrace report; give the .json file record --json wrote"
+        );
     }
 }

@@ -48,9 +48,9 @@ pub fn write(report: &Report, out: &mut dyn Write) -> Result<()> {
 
 /// Writes the report as a gzipped pprof profile to `path`.
 pub fn save(report: &Report, path: &std::path::Path) -> Result<()> {
-    let mut file =
-        std::fs::File::create(path).with_context(|| format!("cannot write {}", path.display()))?;
-    write(report, &mut file)
+    let mut bytes = Vec::new();
+    write(report, &mut bytes)?;
+    crate::model::replace_file(path, &bytes)
 }
 
 /// The profile of a report (not yet serialized).
