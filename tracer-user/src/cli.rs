@@ -406,7 +406,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             let saved = json.map(|path| report.save(&path)).transpose();
             let pprof_saved = pprof.map(|path| pprof::save(&report, &path)).transpose();
             // A reader that went away (`| head`) is a normal end.
-            let _: Written = output::stdout(table::render(&report, top).as_bytes())?;
+            let _: Written = output::stdout_text(&table::render(&report, top))?;
             saved?;
             pprof_saved?;
             if let Some(reason) = report.requests.as_ref().and_then(|r| r.refused.as_ref()) {
@@ -442,26 +442,30 @@ fn run(cli: Cli) -> Result<ExitCode> {
             histograms,
         } => {
             let report = Report::load(&file)?;
-            let text = match format {
+            match format {
                 stacks::Format::Table => {
                     let mut text = table::render(&report, top);
                     if histograms {
                         text.push_str(&holds::render_histograms(&report, top));
                     }
-                    text.into_bytes()
+                    output::stdout_text(&text)?;
                 }
-                stacks::Format::Pprof if std::io::IsTerminal::is_terminal(&std::io::stdout()) => {
-                    anyhow::bail!(
-                        "--format pprof writes binary data: redirect it to a file (> FILE.pb.gz)"
-                    )
-                }
-                other => {
+                stacks::Format::Pprof => {
+                    if std::io::IsTerminal::is_terminal(&std::io::stdout()) {
+                        anyhow::bail!(
+                            "--format pprof writes binary data: redirect it to a file (> FILE.pb.gz)"
+                        )
+                    }
                     let mut bytes = Vec::new();
-                    stacks::write(&report, other, &mut bytes)?;
-                    bytes
+                    stacks::write(&report, format, &mut bytes)?;
+                    output::stdout(&bytes)?;
                 }
-            };
-            output::stdout(&text)?;
+                text_format => {
+                    let mut bytes = Vec::new();
+                    stacks::write(&report, text_format, &mut bytes)?;
+                    output::stdout_text(&String::from_utf8_lossy(&bytes))?;
+                }
+            }
             Ok(ExitCode::SUCCESS)
         }
     }

@@ -221,7 +221,7 @@ pub fn run(args: &CompareArgs) -> Result<ExitCode> {
         &args.assert_max,
     )?;
     // A reader that went away (`| head`) is a normal end; the verdict stands.
-    output::stdout(outcome.text.as_bytes())?;
+    output::stdout_text(&outcome.text)?;
     if outcome.failures.is_empty() {
         return Ok(ExitCode::SUCCESS);
     }

@@ -68,9 +68,12 @@ impl LockLabels {
     }
 }
 
-/// The encoder writes label values as given: keep them valid.
+/// The encoder writes label values as given: keep them valid, and control
+/// characters from the target's names out (`\x1b` reads `/x1b`).
 fn label_value(text: &str) -> String {
-    text.replace('\\', "/").replace('"', "'").replace('\n', " ")
+    crate::render::format::printable(&text.replace('\n', " "))
+        .replace('\\', "/")
+        .replace('"', "'")
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -373,14 +376,14 @@ pub async fn serve(options: &ServeOptions) -> Result<std::process::ExitCode> {
     let mut registry = Registry::default();
     let metrics = Metrics::register(&mut registry, session.has_request_probe());
     let registry = Arc::new(registry);
-    eprintln!(
+    crate::render::output::note(format_args!(
         "locktrace: serving metrics of pid {} ({}) on http://{}/metrics: {} probes live after {} ms; Ctrl-C to stop",
         session.target.pid,
         session.target.exe,
         listener.local_addr()?,
         session.probe_count,
         session.attach_ms
-    );
+    ));
     let mut series = SeriesSet {
         max: options.max_locks,
         expire_after: options.live.expire_after,
@@ -404,7 +407,7 @@ pub async fn serve(options: &ServeOptions) -> Result<std::process::ExitCode> {
             }
             _ = tick.tick() => {
                 if !session.target.is_alive() {
-                    eprintln!("{}", live::target_exited(session.target.pid));
+                    crate::render::output::note(format_args!("{}", live::target_exited(session.target.pid)));
                     return Ok(std::process::ExitCode::FAILURE);
                 }
                 let interval = session.tick()?;
@@ -630,5 +633,6 @@ mod tests {
     #[test]
     fn label_values_stay_valid() {
         assert_eq!(label_value("a\"b\\c\nd"), "a'b/c d");
+        assert_eq!(label_value("x\x1b]0;t\x07"), "x/x1b]0;t/x07");
     }
 }

@@ -74,21 +74,22 @@ pub async fn run(options: &LiveOptions) -> Result<ExitCode> {
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tick.tick().await;
     if !std::io::stdout().is_terminal() {
-        eprintln!(
+        crate::render::output::note(format_args!(
             "locktrace: top of pid {} ({}): {} probes live after {} ms; a table per second, Ctrl-C to stop",
             session.target.pid, session.target.exe, session.probe_count, session.attach_ms
-        );
+        ));
         loop {
             tokio::select! {
                 result = &mut stop => { result?; return Ok(ExitCode::SUCCESS); }
                 _ = tick.tick() => {
                     if !session.target.is_alive() {
-                        eprintln!("{}", live::target_exited(session.target.pid));
+                        crate::render::output::note(format_args!("{}", live::target_exited(session.target.pid)));
                         return Ok(ExitCode::FAILURE);
                     }
                     let mut interval = session.tick()?;
                     SortKey::Acquisitions.sort(&mut interval.locks);
                     let text = plain(&session, &interval, started.elapsed());
+                    let text = crate::render::format::printable(&text);
                     let mut stdout = std::io::stdout().lock();
                     // A closed pipe (| head) ends top quietly.
                     if stdout.write_all(text.as_bytes()).and_then(|_| stdout.flush()).is_err() {
@@ -114,7 +115,7 @@ pub async fn run(options: &LiveOptions) -> Result<ExitCode> {
             _ = tick.tick() => {
                 if !session.target.is_alive() {
                     drop(screen);
-                    eprintln!("{}", live::target_exited(session.target.pid));
+                    crate::render::output::note(format_args!("{}", live::target_exited(session.target.pid)));
                     return Ok(ExitCode::FAILURE);
                 }
                 match session.tick() {
@@ -188,7 +189,7 @@ impl Screen {
             queue!(
                 stdout,
                 cursor::MoveTo(0, row as u16),
-                Print(line),
+                Print(crate::render::format::printable(line)),
                 terminal::Clear(ClearType::UntilNewLine)
             )?;
         }

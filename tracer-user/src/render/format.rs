@@ -25,13 +25,37 @@ pub fn ratio(value: f64) -> String {
     }
 }
 
-/// `text` cut to at most `max` characters, ending in `…` when cut.
+/// `text` cut to at most `max` characters, ending in `…` when cut; control
+/// characters escaped first (see [`printable`]).
 pub fn truncate(text: &str, max: usize) -> String {
+    let text = printable(text);
     if text.chars().count() <= max {
-        return text.to_string();
+        return text.into_owned();
     }
     let kept: String = text.chars().take(max.saturating_sub(1)).collect();
     format!("{kept}…")
+}
+
+/// `text` with every control character but the newline written as an
+/// escape (`\x1b`, `\u{9b}`): names come from the target, and an escape
+/// sequence in a symbol must not reach the terminal (retitle it, move the
+/// cursor, hide lines). JSON escapes them itself.
+pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(|c| c.is_control() && c != '\n') {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut escaped = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        match c {
+            '\n' => escaped.push(c),
+            c if c.is_control() && (c as u32) < 0x80 => {
+                escaped.push_str(&format!("\\x{:02x}", c as u32))
+            }
+            c if c.is_control() => escaped.push_str(&format!("\\u{{{:x}}}", c as u32)),
+            c => escaped.push(c),
+        }
+    }
+    std::borrow::Cow::Owned(escaped)
 }
 
 /// Widest line of a rendered block, in characters.
@@ -51,6 +75,14 @@ mod tests {
         assert_eq!(truncate("global_stats_add", 40), "global_stats_add");
         assert_eq!(truncate("abcdef", 4), "abc…");
         assert_eq!(truncate("abcdef", 4).chars().count(), 4);
+    }
+
+    #[test]
+    fn control_characters_are_escaped() {
+        let hostile = "evil\x1b]0;pwned\x07name\u{9b}2J";
+        assert_eq!(printable(hostile), "evil\\x1b]0;pwned\\x07name\\u{9b}2J");
+        assert_eq!(printable("a\nb µs"), "a\nb µs");
+        assert_eq!(truncate(hostile, 9), "evil\\x1b…");
     }
 
     #[test]

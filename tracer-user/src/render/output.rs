@@ -19,6 +19,12 @@ pub fn stdout(bytes: &[u8]) -> Result<Written> {
     to(&mut std::io::stdout().lock(), bytes)
 }
 
+/// Writes text for a terminal: control characters from the target's names
+/// escaped, wherever a renderer placed them.
+pub fn stdout_text(text: &str) -> Result<Written> {
+    stdout(super::format::printable(text).as_bytes())
+}
+
 /// Writes `bytes` to `out` and flushes; EPIPE is [`Written::ReaderGone`].
 pub fn to(out: &mut dyn Write, bytes: &[u8]) -> Result<Written> {
     match out.write_all(bytes).and_then(|()| out.flush()) {
@@ -31,7 +37,12 @@ pub fn to(out: &mut dyn Write, bytes: &[u8]) -> Result<Written> {
 /// A diagnostic line on stderr; a stderr that is gone is ignored (the
 /// result is on stdout or in the JSON, and there is nowhere to say more).
 pub fn note(line: std::fmt::Arguments) {
-    let _ = writeln!(std::io::stderr().lock(), "{line}");
+    let line = line.to_string();
+    let _ = writeln!(
+        std::io::stderr().lock(),
+        "{}",
+        super::format::printable(&line)
+    );
 }
 
 #[cfg(test)]

@@ -93,7 +93,8 @@ pub fn render(report: &Report, limit: Option<usize>) -> String {
     }
     out.push_str(&lost::render(report));
     out.push_str(&footer::cost(report));
-    out
+    // The header and footers quote the target's exe and names too.
+    super::format::printable(&out).into_owned()
 }
 
 /// The lock table, its name and callers columns cut to fit [`MAX_TABLE_WIDTH`].
@@ -193,4 +194,37 @@ fn top_callers(lock: &Lock) -> String {
         names.push("…".into());
     }
     names.join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::model::Report;
+
+    /// A symbol with an escape sequence (set the terminal title) and a C1
+    /// control character reaches no table cell raw.
+    #[test]
+    fn names_from_the_target_are_escaped() {
+        let hostile = "g\u{1b}]0;pwned\u{7}\u{9b}2J";
+        let report: Report = serde_json::from_value(serde_json::json!({
+            "schema": crate::model::SCHEMA,
+            "target": {"pid": 1, "exe": format!("/bin/{hostile}"), "cmdline": [hostile]},
+            "duration_s": 1.0, "mode": "all", "stopped_by": "duration",
+            "locks": [{
+                "address": "0x1000", "kind": "mutex", "acquisitions": 3,
+                "contended": 0, "wakes": 0, "wait_ns": 0, "max_wait_ns": 0,
+                "name": hostile,
+                "callers": [{"function": hostile, "module": "m", "offset": 0, "count": 3}],
+            }],
+            "dropped": {},
+            "totals": {"acquisitions": 3, "contended": 0, "wakes": 0, "wait_ns": 0},
+        }))
+        .unwrap();
+        let text = super::render(&report, None);
+        let raw = text
+            .chars()
+            .filter(|c| c.is_control() && *c != '\n')
+            .count();
+        assert_eq!(raw, 0, "{text:?}");
+        assert!(text.contains("g\\x1b]0;pwned\\x07\\u{9b}2J"), "{text}");
+    }
 }
