@@ -374,15 +374,6 @@ fn report(
     let mut report = analysis::build::build(info, &collected, &prepared.functions);
     analysis::holds::apply(&mut report, &collected);
     report.placement_fallbacks = placement_fallbacks(options, prepared);
-    if let Some(estimate) = &estimate {
-        for lock in &mut report.locks {
-            let counted = lock
-                .acquisitions
-                .map(|n| (n as f64 / estimate.scale).round() as u64);
-            lock.acquisitions_error =
-                counted.map(|counted| analysis::estimate::lock_error(estimate, counted));
-        }
-    }
     report.estimate = estimate;
     report.overhead = Some(overhead);
     report.coverage = Some(coverage(options.mode, seen, started));
@@ -392,6 +383,7 @@ fn report(
         }
         analysis::per_request::apply(&mut report, requests);
     }
+    analysis::estimate::bound(&mut report);
     let naming_options = naming::NamingOptions {
         stacks_per_lock: options.stacks,
     };

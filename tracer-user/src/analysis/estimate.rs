@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use crate::{
-    model::{Calibration, Estimate},
+    model::{Calibration, Estimate, PerRequest, Report},
     trace::{
         attach::Placed,
         collect::Collected,
@@ -84,7 +84,91 @@ fn estimate(windows: &[Window], total: Duration, rate: f64) -> Estimate {
         probe_time_share: 0.0,
         relative_error: (relative_error(windows, counted, total_s) + edges / total_s.max(1e-9))
             .min(1.0),
+        per_request_relative_error: ratio_relative_error(windows, counted, total_s),
     }
+}
+
+/// The bound of calls per request, R = Σcalls / Σrequests over the windows
+/// (a ratio estimator: the scale cancels, and so do the edges and a
+/// slowdown that hits calls and requests alike). 3 standard errors by the
+/// delta method, sqrt((1 - f) Σ(calls_i - R requests_i)² / (n (n - 1))) /
+/// mean requests, with the finite population correction, and never better
+/// than the requests' counting noise; None without requests, 1.0 (±100 %)
+/// with fewer than 2 windows.
+fn ratio_relative_error(windows: &[Window], counted: f64, total: f64) -> Option<f64> {
+    let requests: u64 = windows.iter().map(|w| w.requests).sum();
+    let calls: u64 = windows.iter().map(|w| w.calls).sum();
+    if requests == 0 {
+        return None;
+    }
+    let n = windows.len() as f64;
+    if windows.len() < 2 || calls == 0 {
+        return Some(1.0);
+    }
+    let ratio = calls as f64 / requests as f64;
+    let squares: f64 = windows
+        .iter()
+        .map(|w| (w.calls as f64 - ratio * w.requests as f64).powi(2))
+        .sum();
+    let coverage = (counted / total).clamp(0.0, 1.0);
+    let mean_requests = requests as f64 / n;
+    let standard_error = ((1.0 - coverage) * squares / (n * (n - 1.0))).sqrt() / mean_requests;
+    let counting_term = 3.0 / (requests as f64).sqrt();
+    Some((3.0 * standard_error / ratio).hypot(counting_term).min(1.0))
+}
+
+/// Puts the bounds into a built report with its per-request figures: each
+/// lock's `acquisitions_error`, and the per-request figures' own bound. A
+/// run in which no window opened estimates nothing: its acquisitions are
+/// null (not counted), never `~0`.
+pub fn bound(report: &mut Report) {
+    let Some(estimate) = report.estimate.clone() else {
+        return;
+    };
+    if !estimate.has_windows() {
+        for lock in &mut report.locks {
+            lock.acquisitions = None;
+            lock.acquisitions_error = None;
+            if let Some(per) = &mut lock.per_request {
+                per.acquisitions = None;
+            }
+        }
+        report.totals.acquisitions = None;
+        if let Some(per) = &mut report.totals.per_request {
+            per.acquisitions = None;
+        }
+        return;
+    }
+    let counted = |n: u64| (n as f64 / estimate.scale).round() as u64;
+    for lock in &mut report.locks {
+        let Some(acquisitions) = lock.acquisitions else {
+            continue;
+        };
+        lock.acquisitions_error = Some(lock_error(&estimate, counted(acquisitions)));
+        per_request_error(&estimate, lock.per_request.as_mut(), counted(acquisitions));
+    }
+    if let Some(acquisitions) = report.totals.acquisitions {
+        per_request_error(
+            &estimate,
+            report.totals.per_request.as_mut(),
+            counted(acquisitions),
+        );
+    }
+}
+
+/// The bound of one per-request figure: the ratio's, with the counting
+/// noise of the figure's own calls.
+fn per_request_error(estimate: &Estimate, per: Option<&mut PerRequest>, counted_calls: u64) {
+    let (Some(per), Some(ratio_error)) = (per, estimate.per_request_relative_error) else {
+        return;
+    };
+    let Some(value) = per.acquisitions else {
+        return;
+    };
+    let relative = ratio_error
+        .hypot(3.0 / (counted_calls.max(1) as f64).sqrt())
+        .min(MAX_RELATIVE_ERROR);
+    per.acquisitions_error = Some(value * relative);
 }
 
 /// 3 standard errors of the mean per-window rate, relative, with the finite
@@ -133,7 +217,7 @@ pub fn scale(collected: &mut Collected, estimate: &Estimate) {
 }
 
 #[cfg(test)]
-mod tests {
+pub mod tests {
     use super::*;
 
     /// Ten 100 ms windows, one a second, ~1 M calls/s each.
@@ -143,6 +227,7 @@ mod tests {
                 start: Duration::from_millis(i * 1000),
                 counted: Duration::from_millis(100),
                 calls: 100_000 + i * 100,
+                requests: 0,
             })
             .collect()
     }
@@ -187,10 +272,103 @@ mod tests {
             start: Duration::ZERO,
             counted: Duration::from_millis(100),
             calls: 5,
+            requests: 0,
         }];
         assert_eq!(
             estimate(&windows, Duration::from_secs(1), 0.1).relative_error,
             1.0
         );
+    }
+
+    /// FrankenPHP-like: the request rate swings 4x between windows (so the
+    /// totals are uncertain), but every request takes the lock ~410 times
+    /// (a window edge splits one request). The ratio keeps a tight bound.
+    #[test]
+    fn per_request_figures_get_their_own_ratio_bound() {
+        let windows: Vec<Window> = (0..14)
+            .map(|i| {
+                let requests = if i % 2 == 0 { 200 } else { 800 };
+                Window {
+                    start: Duration::from_secs(i * 5),
+                    counted: Duration::from_millis(500),
+                    calls: requests * 410 + (i % 3) * 200,
+                    requests,
+                }
+            })
+            .collect();
+        let estimate = estimate(&windows, Duration::from_secs(70), 0.1);
+        assert!(estimate.relative_error > 0.5, "{estimate:?}");
+        let ratio = estimate.per_request_relative_error.unwrap();
+        assert!(ratio < 0.05, "{estimate:?}");
+        // No requests in the windows: no per-request bound.
+        let silent: Vec<Window> = windows
+            .iter()
+            .map(|w| Window { requests: 0, ..*w })
+            .collect();
+        assert_eq!(estimate_of(&silent).per_request_relative_error, None);
+    }
+
+    fn estimate_of(windows: &[Window]) -> Estimate {
+        estimate(windows, Duration::from_secs(70), 0.1)
+    }
+
+    /// A sampled report through `bound`: `windows` windows counting
+    /// `counted_s` in all of 10 s, `acquisitions` and `requests` scaled.
+    pub fn sampled_report(
+        windows: u32,
+        counted_s: f64,
+        acquisitions: u64,
+        requests: u64,
+    ) -> Report {
+        let mut report: Report = serde_json::from_value(serde_json::json!({
+            "schema": crate::model::SCHEMA,
+            "target": {"pid": 1, "exe": "/x", "cmdline": []},
+            "duration_s": 0.3, "mode": "sampled", "stopped_by": "target_exited",
+            "locks": [{
+                "address": "0x1000", "kind": "mutex", "acquisitions": acquisitions,
+                "contended": 0, "wakes": 0, "wait_ns": 0, "max_wait_ns": 0, "name": "g_lock",
+            }],
+            "dropped": {},
+            "totals": {"acquisitions": acquisitions, "contended": 0, "wakes": 0, "wait_ns": 0},
+        }))
+        .unwrap();
+        let windows: Vec<Window> = (0..windows)
+            .map(|i| Window {
+                start: Duration::from_secs(u64::from(i)),
+                counted: Duration::from_secs_f64(counted_s / 10.0),
+                calls: acquisitions / 100,
+                requests: requests / 100,
+            })
+            .collect();
+        report.estimate = Some(estimate(&windows, Duration::from_secs(10), 0.1));
+        if requests > 0 {
+            crate::analysis::per_request::apply(
+                &mut report,
+                crate::model::Requests {
+                    source: crate::model::RequestSource::Probe,
+                    count: requests,
+                    ..Default::default()
+                },
+            );
+        }
+        bound(&mut report);
+        report
+    }
+
+    #[test]
+    fn a_run_without_a_window_estimates_nothing() {
+        let report = sampled_report(0, 0.0, 0, 0);
+        assert_eq!(report.locks[0].acquisitions, None);
+        assert_eq!(report.locks[0].acquisitions_error, None);
+        assert_eq!(report.totals.acquisitions, None);
+    }
+
+    #[test]
+    fn per_request_figures_carry_their_bound() {
+        let report = sampled_report(10, 1.0, 4_100_000, 10_000);
+        let per = report.locks[0].per_request.as_ref().unwrap();
+        assert_eq!(per.acquisitions, Some(410.0));
+        let error = per.acquisitions_error.unwrap();
+        assert!(error > 0.0 && error < 410.0 * 0.5, "{error}");
     }
 }

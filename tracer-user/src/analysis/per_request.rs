@@ -10,6 +10,7 @@ pub fn apply(report: &mut Report, requests: Requests) {
     for lock in &mut report.locks {
         lock.per_request = divisor.map(|n| PerRequest {
             acquisitions: lock.acquisitions.map(|a| a as f64 / n),
+            acquisitions_error: None,
             contended: lock.contended as f64 / n,
             wait_ns: lock.wait_ns as f64 / n,
             hold_ns: lock.holds.as_ref().map(|h| h.hold_ns as f64 / n),
@@ -18,6 +19,7 @@ pub fn apply(report: &mut Report, requests: Requests) {
     let totals = &mut report.totals;
     totals.per_request = divisor.map(|n| PerRequest {
         acquisitions: totals.acquisitions.map(|a| a as f64 / n),
+        acquisitions_error: None,
         contended: totals.contended as f64 / n,
         wait_ns: totals.wait_ns as f64 / n,
         hold_ns: totals.hold_ns.map(|h| h as f64 / n),

@@ -129,6 +129,7 @@ pub fn apply_per_request(totals: &mut Totals, divisor: Option<f64>) {
     for class in totals.by_wait_class.values_mut() {
         class.per_request = divisor.map(|n| PerRequest {
             acquisitions: None,
+            acquisitions_error: None,
             contended: class.waits as f64 / n,
             wait_ns: class.wait_ns as f64 / n,
             hold_ns: None,

@@ -26,4 +26,20 @@ pub struct Estimate {
     /// slower while counted (a CPU-bound loop, not a paced server), so the
     /// estimate is low by up to that share, beyond `relative_error`.
     pub probe_time_share: f64,
+    /// Relative error bound of the per-request figures (`--request-probe`):
+    /// lock calls and requests are counted over the same windows, so their
+    /// ratio needs no scaling and its bound is its own (a ratio estimator:
+    /// 3 standard errors of the per-window residuals, and the counting noise
+    /// of the requests), not that of the totals. Null without requests in
+    /// the windows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub per_request_relative_error: Option<f64>,
+}
+
+impl Estimate {
+    /// No window counted anything (the recording ended before the first
+    /// window opened): there is no estimate, not an estimate of 0.
+    pub fn has_windows(&self) -> bool {
+        self.windows > 0 && self.counted_s > 0.0
+    }
 }

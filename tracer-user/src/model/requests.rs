@@ -45,6 +45,9 @@ fn is_zero(n: &u64) -> bool {
 pub struct PerRequest {
     /// Null where acquisitions were not counted.
     pub acquisitions: Option<f64>,
+    /// Sampled mode: `acquisitions` is an estimate within ± this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub acquisitions_error: Option<f64>,
     pub contended: f64,
     pub wait_ns: f64,
     /// `--hold-times`: hold time per request; null where not recorded.

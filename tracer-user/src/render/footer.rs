@@ -3,7 +3,7 @@
 use std::fmt::Write;
 
 use super::format::duration;
-use crate::model::{Mode, Report};
+use crate::model::{Estimate, Mode, Report};
 
 /// One or two lines under the table: how naming went, and what to do for
 /// modules without symbols.
@@ -35,26 +35,7 @@ pub fn cost(report: &Report) -> String {
         );
     }
     if let Some(estimate) = &report.estimate {
-        let _ = writeln!(
-            out,
-            "sampled: acquisitions are ESTIMATES (~), counted {:.2} s of {:.2} s in {} windows, scaled ×{:.2}, total within ±{:.1}%",
-            estimate.counted_s,
-            estimate.total_s,
-            estimate.windows,
-            estimate.scale,
-            estimate.relative_error * 100.0
-        );
-    }
-    if let Some(estimate) = report
-        .estimate
-        .as_ref()
-        .filter(|e| e.probe_time_share > 0.25)
-    {
-        let _ = writeln!(
-            out,
-            "sampled: WARNING the probes took ~{:.0}% of a thread's counted time: if the target is CPU-bound it ran slower while counted and the estimate is low (use --mode all)",
-            (estimate.probe_time_share * 100.0).min(100.0)
-        );
+        out.push_str(&estimate_lines(estimate));
     }
     if report.mode == Mode::Contention {
         out.push_str("contention mode: lock functions not probed; acquisitions unknown (-), contention exact\n");
@@ -88,6 +69,42 @@ pub fn cost(report: &Report) -> String {
             overhead.attach_ms,
             overhead.tracer_cpu_s,
             overhead.tracer_peak_rss_kib as f64 / 1024.0
+        );
+    }
+    out
+}
+
+/// What a sampled run's estimates rest on, and how far they can be off.
+fn estimate_lines(estimate: &Estimate) -> String {
+    if !estimate.has_windows() {
+        return format!(
+            "sampled: no sampling window opened in the {:.2} s recorded: acquisitions not estimated (-); record longer than --sample-period, or use --mode all\n",
+            estimate.total_s
+        );
+    }
+    let mut out = format!(
+        "sampled: acquisitions are ESTIMATES (~), counted {:.2} s of {:.2} s in {} windows, scaled ×{:.2}, total within ±{:.1}%",
+        estimate.counted_s,
+        estimate.total_s,
+        estimate.windows,
+        estimate.scale,
+        estimate.relative_error * 100.0
+    );
+    if let Some(per_request) = estimate.per_request_relative_error {
+        let _ = write!(
+            out,
+            "; per request within ±{:.1}% (locks and requests counted in the same windows)",
+            per_request * 100.0
+        );
+    }
+    out.push('\n');
+    if estimate.probe_time_share > 0.25 {
+        let _ = writeln!(
+            out,
+            "sampled: the probes took ~{:.0}% of a thread's counted time: a CPU-bound target runs slower while counted, so the totals' bound includes up to {:.0}% more (a paced server is not slowed); per-request figures are not affected",
+            (estimate.probe_time_share * 100.0).min(100.0),
+            (estimate.probe_time_share / (1.0 - estimate.probe_time_share).max(0.01) * 100.0)
+                .min(10_000.0)
         );
     }
     out

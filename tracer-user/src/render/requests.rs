@@ -3,14 +3,20 @@ use super::format::{duration, ratio};
 use crate::model::{PerRequest, RequestSource, Requests};
 
 /// The header line of a report with requests: count, source, statuses.
-pub fn describe(requests: &Requests) -> String {
+/// `estimated`: the count was scaled from sampling windows (`~`).
+pub fn describe(requests: &Requests, estimated: bool) -> String {
     let source = match (requests.source, &requests.probe) {
         (RequestSource::Probe, Some(probe)) => format!("calls of {probe}"),
         (RequestSource::Probe, None) => "calls of the request probe".to_string(),
         (RequestSource::Load, _) => "load driver responses".to_string(),
         (RequestSource::Given, _) => "given with --requests".to_string(),
     };
-    let mut line = format!("requests: {} ({source})", requests.count);
+    let count = if estimated {
+        format!("~{} (scaled from the sampling windows)", requests.count)
+    } else {
+        requests.count.to_string()
+    };
+    let mut line = format!("requests: {count} ({source})");
     if !requests.statuses.is_empty() {
         let statuses: Vec<String> = requests
             .statuses
@@ -51,7 +57,11 @@ pub fn describe(requests: &Requests) -> String {
 pub fn cells(per: Option<&PerRequest>) -> [String; 3] {
     match per {
         Some(per) => [
-            per.acquisitions.map_or("-".to_string(), ratio),
+            match (per.acquisitions, per.acquisitions_error) {
+                (Some(value), Some(error)) => format!("~{} ±{}", ratio(value), ratio(error)),
+                (Some(value), None) => ratio(value),
+                (None, _) => "-".to_string(),
+            },
             ratio(per.contended),
             duration(per.wait_ns.round() as u64),
         ],

@@ -34,7 +34,10 @@ pub fn render(report: &Report, limit: Option<usize>) -> String {
             .unwrap_or_default()
     );
     if let Some(requests) = &report.requests {
-        out.push_str(&requests::describe(requests));
+        // Requests from a probe are counted in the sampling windows and scaled.
+        let estimated =
+            report.estimate.is_some() && requests.source == crate::model::RequestSource::Probe;
+        out.push_str(&requests::describe(requests, estimated));
     }
     let shown = limit.unwrap_or(usize::MAX);
     let contention = report
@@ -226,5 +229,40 @@ mod tests {
             .count();
         assert_eq!(raw, 0, "{text:?}");
         assert!(text.contains("g\\x1b]0;pwned\\x07\\u{9b}2J"), "{text}");
+    }
+
+    #[test]
+    fn a_sampled_run_without_a_window_says_so() {
+        let report = crate::analysis::estimate::tests::sampled_report(0, 0.0, 0, 0);
+        let text = super::render(&report, None);
+        assert!(!text.contains("~0"), "{text}");
+        assert!(
+            text.contains("sampled: no sampling window opened in the 10.00 s recorded: acquisitions not estimated (-)"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn every_estimated_number_is_marked() {
+        let report = crate::analysis::estimate::tests::sampled_report(10, 1.0, 4_100_000, 10_000);
+        let error = report.locks[0]
+            .per_request
+            .as_ref()
+            .unwrap()
+            .acquisitions_error
+            .unwrap();
+        let text = super::render(&report, None);
+        assert!(
+            text.contains("requests: ~10000 (scaled from the sampling windows)"),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!("~410.0 ±{}", crate::render::format::ratio(error))),
+            "{text}"
+        );
+        assert!(text.contains("~4100000 ±"), "{text}");
+        assert!(text.contains("total: ~4100000 acquisitions"), "{text}");
+        assert!(text.contains("per request: ~410.0 ±"), "{text}");
+        assert!(text.contains("per request within ±"), "{text}");
     }
 }

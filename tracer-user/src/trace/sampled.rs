@@ -33,13 +33,15 @@ pub struct SampleOptions {
     pub period: Duration,
 }
 
-/// One counting window: when it began, how long it counted, the lock calls in it.
-#[derive(Debug, Clone, Copy)]
+/// One counting window: when it began, how long it counted, the lock calls
+/// and the requests (`--request-probe`) in it.
+#[derive(Debug, Clone, Copy, Default)]
 pub struct Window {
     /// When counting began, from the start of the recording.
     pub start: Duration,
     pub counted: Duration,
     pub calls: u64,
+    pub requests: u64,
 }
 
 /// What a sampled run measured: its windows and its whole length.
@@ -67,7 +69,8 @@ where
     let on = options.period.mul_f64(options.rate);
     let mut jitter = Jitter::new();
     let mut windows: Vec<Window> = Vec::new();
-    let mut previous_calls = 0u64;
+    // Lock calls and requests counted before the current window.
+    let mut previous = (0u64, 0u64);
     let mut detaching: Vec<JoinHandle<()>> = Vec::new();
     let stopped_by = 'periods: loop {
         let period_start = Instant::now();
@@ -84,6 +87,7 @@ where
                 _ = tokio::time::sleep(Duration::from_millis(5)) => {}
             }
         }
+        let attaching = Instant::now();
         let links = match attach_window(ebpf, target, functions, request_probe) {
             Ok(links) => links,
             // The target exited between windows: the recording ends.
@@ -92,29 +96,37 @@ where
         };
         set_counting(ebpf, true)?;
         let counting_since = Instant::now();
+        let length = window_length(&options, counting_since - started, counted_so_far(&windows));
+        log::debug!(
+            "sampling window {}: at {:?}, attached in {:?}, counting {length:?}",
+            windows.len() + 1,
+            counting_since - started,
+            attaching.elapsed()
+        );
         let stopped = tokio::select! {
             stopped = &mut end => Some(stopped),
-            _ = tokio::time::sleep(on) => None,
+            _ = tokio::time::sleep(length) => None,
         };
         // Timed at the switch, not after the wait for running programs inside it.
         let counted = counting_since.elapsed();
         set_counting(ebpf, false)?;
         let calls = collect::total_lock_calls(ebpf)?;
+        let requests = collect::request_probe_hits(ebpf).unwrap_or(0);
         windows.push(Window {
             start: counting_since - started,
             counted,
-            calls: calls - previous_calls,
+            calls: calls - previous.0,
+            requests: requests - previous.1,
         });
-        previous_calls = calls;
-        log::debug!(
-            "sampling window {}: counted {counted:?} ({} calls)",
-            windows.len(),
-            calls
-        );
-        // Detach in the background: each detach waits ~110 ms in the kernel
-        // (probes stop firing at once), and the end must be noticed on time.
+        previous = (calls, requests);
+        // Detach in the background, each link on its own thread: a detach
+        // waits for RCU grace periods in the kernel (~110 ms idle, seconds on
+        // a loaded machine; the program stops running at once), and one
+        // after another they would take the next windows' time.
         let owned = links.take(ebpf)?;
-        detaching.push(std::thread::spawn(move || drop(owned)));
+        for link in owned {
+            detaching.push(std::thread::spawn(move || drop(link)));
+        }
         if let Some(stopped) = stopped {
             break 'periods stopped?;
         }
@@ -129,6 +141,24 @@ where
         let _ = detach.join();
     }
     Ok((stopped_by, SampledRun { windows, total }))
+}
+
+fn counted_so_far(windows: &[Window]) -> Duration {
+    windows.iter().map(|window| window.counted).sum()
+}
+
+/// How long a window counts: its share of the period, longer when earlier
+/// windows were late or lost (slow detaches on a loaded machine), so that
+/// the counted time stays the sample rate of the elapsed time; at most a
+/// period. `now` is the window's start from the start of the recording.
+fn window_length(options: &SampleOptions, now: Duration, counted: Duration) -> Duration {
+    let on = options.period.mul_f64(options.rate);
+    if options.rate >= 1.0 {
+        return on;
+    }
+    // Counting L more makes counted + L = rate × (now + L).
+    let behind = (options.rate * now.as_secs_f64() - counted.as_secs_f64()) / (1.0 - options.rate);
+    Duration::from_secs_f64(behind.clamp(on.as_secs_f64(), options.period.as_secs_f64()))
 }
 
 /// The links of one window's probes.
@@ -189,5 +219,31 @@ impl Jitter {
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;
         (self.0 >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn late_windows_count_longer_to_keep_the_rate() {
+        let options = SampleOptions {
+            rate: 0.2,
+            period: Duration::from_millis(500),
+        };
+        let ms = Duration::from_millis;
+        // On schedule: the window's share of the period.
+        assert_eq!(window_length(&options, ms(300), ms(0)), ms(100));
+        assert_eq!(window_length(&options, ms(1300), ms(200)), ms(100));
+        // Windows lost to a 2 s detach: counted 100 ms of 2.4 s; this one
+        // catches up (0.1 + L = 0.2 × (2.4 + L) gives L = 475 ms).
+        let length = window_length(&options, ms(2400), ms(100));
+        assert!(
+            length.abs_diff(ms(475)) < Duration::from_micros(1),
+            "{length:?}"
+        );
+        // Never more than a period.
+        assert_eq!(window_length(&options, ms(60_000), ms(100)), ms(500));
     }
 }
