@@ -29,6 +29,7 @@ pub fn of_run(
         calibration.stepped_ns
     };
     let mut estimate = estimate(&run.windows, run.total, rate);
+    estimate.windows_kept_attached = run.windows_kept_attached;
     let hits: u64 = run.windows.iter().map(|w| w.calls).sum();
     estimate.probe_time_share =
         hits as f64 * cost_per_hit as f64 / (estimate.counted_s * 1e9).max(1.0);
@@ -85,6 +86,7 @@ fn estimate(windows: &[Window], total: Duration, rate: f64) -> Estimate {
         relative_error: (relative_error(windows, counted, total_s) + edges / total_s.max(1e-9))
             .min(1.0),
         per_request_relative_error: ratio_relative_error(windows, counted, total_s),
+        windows_kept_attached: 0,
     }
 }
 
@@ -250,6 +252,7 @@ pub mod tests {
         let run = SampledRun {
             windows: steady_windows(),
             total: Duration::from_millis(9100),
+            windows_kept_attached: 0,
         };
         let calibration = Calibration {
             kernel: "test".into(),

@@ -34,6 +34,15 @@ pub struct Estimate {
     /// the windows.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub per_request_relative_error: Option<f64>,
+    /// Windows after which the lock probes stayed attached, not counting,
+    /// because detaching them took longer than the gap to the next window
+    /// (a loaded machine): calls between those windows cost their probe hit.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub windows_kept_attached: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 impl Estimate {

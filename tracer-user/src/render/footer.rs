@@ -98,6 +98,13 @@ fn estimate_lines(estimate: &Estimate) -> String {
         );
     }
     out.push('\n');
+    if estimate.windows_kept_attached > 0 {
+        let _ = writeln!(
+            out,
+            "sampled: detaching the probes took longer than the gap between windows (a loaded machine), so they stayed attached, not counting, after {} of {} windows: calls there cost their probe hit",
+            estimate.windows_kept_attached, estimate.windows
+        );
+    }
     if estimate.probe_time_share > 0.25 {
         let _ = writeln!(
             out,

@@ -285,6 +285,33 @@ pub fn take_links(
         .collect())
 }
 
+/// A lock probe on the first probe point, scoped to locktrace's own
+/// process: the programs count only the target's threads, so it never
+/// counts. Timing its detach tells the sampler how long detaching takes
+/// right now, without losing a window to finding out.
+pub fn attach_canary(
+    ebpf: &mut Ebpf,
+    target: &Target,
+    functions: &[Placed],
+) -> Result<Option<aya::programs::uprobe::UProbeLink>> {
+    let Some((function, point)) = functions
+        .iter()
+        .find_map(|(function, placed)| Some((function, placed.points.first()?)))
+    else {
+        return Ok(None);
+    };
+    let own = UProbeScope::OneProcess(
+        std::num::NonZeroU32::new(std::process::id()).ok_or_else(|| anyhow!("own pid is 0"))?,
+    );
+    let program = uprobe(ebpf, names::PROGRAM_LOCK_CALL)?;
+    let attach_point = UProbeAttachPoint {
+        location: UProbeAttachLocation::AbsoluteOffset(point.file_offset),
+        cookie: Some(cookie::encode(function.op, point.return_address_sp_offset)),
+    };
+    let link = program.attach(attach_point, target.host_path(&function.module), own)?;
+    Ok(Some(program.take_link(link)?))
+}
+
 fn scope(target: &Target) -> Result<UProbeScope> {
     Ok(UProbeScope::OneProcess(
         std::num::NonZeroU32::new(target.pid).ok_or_else(|| anyhow!("pid 0 is not a process"))?,

@@ -45,10 +45,13 @@ pub struct Window {
 }
 
 /// What a sampled run measured: its windows and its whole length.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct SampledRun {
     pub windows: Vec<Window>,
     pub total: Duration,
+    /// Windows after which the probes stayed attached (not counting),
+    /// because detaching took longer than the gap to the next window.
+    pub windows_kept_attached: u32,
 }
 
 /// Runs the duty cycle until `end` resolves. The request-boundary probe, if
@@ -68,38 +71,56 @@ where
     let started = Instant::now();
     let on = options.period.mul_f64(options.rate);
     let mut jitter = Jitter::new();
-    let mut windows: Vec<Window> = Vec::new();
+    let mut run = SampledRun::default();
     // Lock calls and requests counted before the current window.
     let mut previous = (0u64, 0u64);
-    let mut detaching: Vec<JoinHandle<()>> = Vec::new();
+    let mut detacher = Detacher::default();
+    // Links kept from the last window because detaching is too slow.
+    let mut kept: Option<WindowLinks> = None;
+    if let Some(canary) = attach::attach_canary(ebpf, target, functions)? {
+        detacher.time(canary);
+    }
     let stopped_by = 'periods: loop {
         let period_start = Instant::now();
-        let offset = (options.period - on).mul_f64(jitter.next());
+        // The first window opens at once: time before it is an unsampled
+        // edge that widens the bound; later ones are jittered.
+        let offset = if run.windows.is_empty() {
+            Duration::ZERO
+        } else {
+            (options.period - on).mul_f64(jitter.next())
+        };
         tokio::select! {
             stopped = &mut end => break 'periods stopped?,
             _ = tokio::time::sleep(offset) => {}
         }
         // A probe of the last window that is still detaching would fire
         // alongside its new twin and count twice: wait until all are gone.
-        while detaching.iter().any(|detach| !detach.is_finished()) {
+        while detacher.busy() {
             tokio::select! {
                 stopped = &mut end => break 'periods stopped?,
                 _ = tokio::time::sleep(Duration::from_millis(5)) => {}
             }
         }
         let attaching = Instant::now();
-        let links = match attach_window(ebpf, target, functions, request_probe) {
-            Ok(links) => links,
-            // The target exited between windows: the recording ends.
-            Err(AttachError::TargetExited) => break 'periods StopReason::TargetExited,
-            Err(AttachError::Failed(error)) => return Err(error),
+        let links = match kept.take() {
+            Some(links) => links,
+            None => match attach_window(ebpf, target, functions, request_probe) {
+                Ok(links) => links,
+                // The target exited between windows: the recording ends.
+                Err(AttachError::TargetExited) => break 'periods StopReason::TargetExited,
+                Err(AttachError::Failed(error)) => return Err(error),
+            },
         };
         set_counting(ebpf, true)?;
         let counting_since = Instant::now();
-        let length = window_length(&options, counting_since - started, counted_so_far(&windows));
+        let length = window_length(
+            &options,
+            counting_since - started,
+            counted_so_far(&run.windows),
+        );
         log::debug!(
             "sampling window {}: at {:?}, attached in {:?}, counting {length:?}",
-            windows.len() + 1,
+            run.windows.len() + 1,
             counting_since - started,
             attaching.elapsed()
         );
@@ -112,20 +133,24 @@ where
         set_counting(ebpf, false)?;
         let calls = collect::total_lock_calls(ebpf)?;
         let requests = collect::request_probe_hits(ebpf).unwrap_or(0);
-        windows.push(Window {
+        run.windows.push(Window {
             start: counting_since - started,
             counted,
             calls: calls - previous.0,
             requests: requests - previous.1,
         });
         previous = (calls, requests);
-        // Detach in the background, each link on its own thread: a detach
-        // waits for RCU grace periods in the kernel (~110 ms idle, seconds on
-        // a loaded machine; the program stops running at once), and one
-        // after another they would take the next windows' time.
-        let owned = links.take(ebpf)?;
-        for link in owned {
-            detaching.push(std::thread::spawn(move || drop(link)));
+        if stopped.is_none() && detacher.too_slow_for(options.period.saturating_sub(length)) {
+            // The next window would wait for this detach: keep the probes
+            // (not counting: the flag is off) and say so in the report.
+            kept = Some(links);
+            run.windows_kept_attached += 1;
+        } else {
+            detacher.start(links.take(ebpf)?);
+        }
+        // Measures the detach time for the next window's decision.
+        if let Some(canary) = attach::attach_canary(ebpf, target, functions)? {
+            detacher.time(canary);
         }
         if let Some(stopped) = stopped {
             break 'periods stopped?;
@@ -136,11 +161,83 @@ where
             _ = tokio::time::sleep(rest) => {}
         }
     };
-    let total = started.elapsed();
-    for detach in detaching {
-        let _ = detach.join();
+    run.total = started.elapsed();
+    if let Some(links) = kept {
+        detacher.start(links.take(ebpf)?);
     }
-    Ok((stopped_by, SampledRun { windows, total }))
+    detacher.finish();
+    Ok((stopped_by, run))
+}
+
+/// Detaches links in the background, each on its own thread: a detach
+/// waits for RCU grace periods in the kernel (~110 ms on an idle machine,
+/// seconds on a loaded one; the program stops running at once), and one
+/// after another they would take the next windows' time. A canary link
+/// (see [`attach::attach_canary`]) detached in each window says how long a
+/// detach takes now.
+#[derive(Default)]
+struct Detacher {
+    running: Vec<JoinHandle<Duration>>,
+    canary: Option<JoinHandle<Duration>>,
+    /// How long the last canary took to detach.
+    last: Option<Duration>,
+}
+
+impl Detacher {
+    fn start(&mut self, links: Vec<aya::programs::uprobe::UProbeLink>) {
+        for link in links {
+            self.running.push(timed_drop(link));
+        }
+    }
+
+    /// Times the detach of a canary link, unless one is still detaching.
+    fn time(&mut self, canary: aya::programs::uprobe::UProbeLink) {
+        if self.canary_done() {
+            self.canary = Some(timed_drop(canary));
+        } else {
+            self.running.push(timed_drop(canary));
+        }
+    }
+
+    fn canary_done(&mut self) -> bool {
+        match self.canary.take() {
+            Some(canary) if !canary.is_finished() => {
+                self.canary = Some(canary);
+                false
+            }
+            Some(canary) => {
+                self.last = canary.join().ok();
+                true
+            }
+            None => true,
+        }
+    }
+
+    /// Whether one of the window links is still detaching.
+    fn busy(&self) -> bool {
+        self.running.iter().any(|detach| !detach.is_finished())
+    }
+
+    /// Whether detaching now could delay the next window, `gap` away: the
+    /// last canary is still detaching, or took more than half of that (the
+    /// load changes between the canary and this detach).
+    fn too_slow_for(&mut self, gap: Duration) -> bool {
+        !self.canary_done() || self.last.is_some_and(|last| last > gap / 2)
+    }
+
+    fn finish(self) {
+        for detach in self.running.into_iter().chain(self.canary) {
+            let _ = detach.join();
+        }
+    }
+}
+
+fn timed_drop(link: aya::programs::uprobe::UProbeLink) -> JoinHandle<Duration> {
+    std::thread::spawn(move || {
+        let started = Instant::now();
+        drop(link);
+        started.elapsed()
+    })
 }
 
 fn counted_so_far(windows: &[Window]) -> Duration {
