@@ -21,7 +21,7 @@ use anyhow::{Context, Result, anyhow, bail};
 use prettytable::{Table, format, row};
 
 use crate::{
-    model::{LockKind, Report, WaitClass},
+    model::{LockKind, Mode, Report, WaitClass},
     render::{
         format::{ratio, truncate},
         output,
@@ -64,6 +64,9 @@ struct Group {
     is_lock: bool,
     /// Other names of the same locks (offset notation, other routes).
     aliases: BTreeSet<String>,
+    /// Sampled reports: the per-request bound of `acquisitions`, summed
+    /// over the group's locks (each lock's own bound; a sum never understates).
+    per_request_error: f64,
 }
 
 impl Group {
@@ -80,12 +83,16 @@ impl Group {
         self.labels.sort();
         self.labels.dedup();
         self.aliases.extend(other.aliases);
+        self.per_request_error += other.per_request_error;
     }
 }
 
 struct Side {
     path: PathBuf,
     requests: u64,
+    mode: Mode,
+    /// Sampled reports: their windows (a lock never seen may have been missed).
+    sampled_windows: Option<u32>,
     groups: BTreeMap<String, Group>,
 }
 
@@ -136,6 +143,13 @@ impl Side {
             });
             group.locks += 1;
             group.acquisitions += lock.acquisitions.unwrap_or(0);
+            group.per_request_error += lock
+                .per_request
+                .as_ref()
+                .and_then(|per| per.acquisitions_error)
+                // Reports before per-request bounds: the lock's own bound.
+                .or(lock.acquisitions_error.map(|e| e as f64 / requests as f64))
+                .unwrap_or(0.0);
             group.contended += lock.contended;
             group.wait_ns += lock.wait_ns;
             if let Some(holds) = &lock.holds {
@@ -162,12 +176,28 @@ impl Side {
         Ok(Side {
             path: path.to_path_buf(),
             requests,
+            mode: report.mode,
+            sampled_windows: report.estimate.as_ref().map(|e| e.windows),
             groups,
         })
     }
 
     fn per_request(&self, value: u64) -> f64 {
         value as f64 / self.requests as f64
+    }
+
+    /// Whether the report counted acquisitions (contention mode does not).
+    fn counts_acquisitions(&self) -> bool {
+        self.mode != Mode::Contention
+    }
+
+    /// A group's acquisitions per request as shown: `~x ±e` when sampled.
+    fn shown(&self, group: &Group) -> String {
+        let value = ratio(self.per_request(group.acquisitions));
+        match self.sampled_windows {
+            Some(_) => format!("~{value} ±{}", ratio(group.per_request_error)),
+            None => value,
+        }
     }
 
     /// Lock groups a selector matches: by name or caller function (substring).
@@ -249,6 +279,7 @@ pub fn evaluate(
 ) -> Result<Outcome> {
     let mut before = Side::load(before)?;
     let mut after = Side::load(after)?;
+    refuse_mixed_modes(&before, &after)?;
     unify(&mut before, &mut after);
     let limits = assert_max
         .iter()
@@ -256,6 +287,19 @@ pub fn evaluate(
         .collect::<Result<Vec<_>>>()?;
     let mut text = render(&before, &after);
     let mut failures = Vec::new();
+    if !after.counts_acquisitions() {
+        for assertion in assert_gone
+            .iter()
+            .map(|s| format!("--assert-gone {s:?}"))
+            .chain(assert_max.iter().map(|s| format!("--assert-max {s:?}")))
+        {
+            failures.push(format!(
+                "{assertion} cannot be checked: {} was recorded with --mode contention, which counts no acquisitions; record it with --mode all",
+                after.path.display()
+            ));
+        }
+        return Ok(Outcome { text, failures });
+    }
     for selector in assert_gone {
         let still: Vec<String> = after
             .matching(selector)
@@ -278,6 +322,11 @@ pub fn evaluate(
                 "--assert-gone {selector:?} matches no lock in {} either (check the selector)",
                 before.path.display()
             ));
+        } else if let Some(windows) = after.sampled_windows {
+            let _ = writeln!(
+                text,
+                "ok: no lock matching {selector:?} was seen in the {windows} sampling windows after (a lock taken rarely may be missed; --mode all to be sure)"
+            );
         } else {
             let _ = writeln!(text, "ok: no lock matching {selector:?} is taken after");
         }
@@ -286,17 +335,18 @@ pub fn evaluate(
         let mut matched = false;
         for (identity, group) in after.matching(selector) {
             matched = true;
-            let per_request = after.per_request(group.acquisitions);
-            if per_request > *max {
+            // A sampled figure passes only if its whole bound is within the limit.
+            let highest = after.per_request(group.acquisitions) + group.per_request_error;
+            if highest > *max {
                 failures.push(format!(
                     "{identity} is taken {} times per request after, more than {max}",
-                    ratio(per_request)
+                    after.shown(group)
                 ));
             } else {
                 let _ = writeln!(
                     text,
                     "ok: {identity}: {} per request <= {max}",
-                    ratio(per_request)
+                    after.shown(group)
                 );
             }
         }
@@ -318,6 +368,25 @@ pub fn evaluate(
         }
     }
     Ok(Outcome { text, failures })
+}
+
+/// A report that counted acquisitions against one that did not (contention
+/// mode) would show every lock as gone: refused in one line.
+fn refuse_mixed_modes(before: &Side, after: &Side) -> Result<()> {
+    if before.counts_acquisitions() == after.counts_acquisitions() {
+        return Ok(());
+    }
+    let (counted, uncounted) = if before.counts_acquisitions() {
+        (before, after)
+    } else {
+        (after, before)
+    };
+    bail!(
+        "{} was recorded with --mode {} and {} with --mode contention, which counts no acquisitions (a lock missing there may still be taken); record both with the same --mode",
+        counted.path.display(),
+        counted.mode,
+        uncounted.path.display()
+    )
 }
 
 /// `+` for a rise or no change (ratio prints the `-` itself).
@@ -380,7 +449,13 @@ fn render(before: &Side, after: &Side) -> String {
         let contended =
             |side: &Side, group: Option<&Group>| group.map(|g| side.per_request(g.contended));
         let (b, a) = (acquisitions(before, old), acquisitions(after, new));
+        let bounds =
+            old.map_or(0.0, |g| g.per_request_error) + new.map_or(0.0, |g| g.per_request_error);
         let change = match (b, a) {
+            _ if !before.counts_acquisitions() => String::new(),
+            (Some(b), Some(a)) if bounds > 0.0 && (a - b).abs() <= bounds => {
+                "within the bounds".to_string()
+            }
             (Some(b), Some(a)) if b > 0.0 => {
                 format!(
                     "{}{} ({:+.0}%)",
@@ -393,6 +468,11 @@ fn render(before: &Side, after: &Side) -> String {
             _ => String::new(),
         };
         let mark = match (old, new) {
+            // Contention mode lists a lock only when it was waited on.
+            (Some(_), None) if !after.counts_acquisitions() => "no waits after",
+            (None, Some(_)) if !before.counts_acquisitions() => "no waits before",
+            (Some(_), None) if after.sampled_windows.is_some() => "not seen after (sampled)",
+            (None, Some(_)) if before.sampled_windows.is_some() => "not seen before (sampled)",
             (Some(_), None) => "disappeared",
             (None, Some(_)) => "appeared",
             _ => "",
@@ -403,11 +483,16 @@ fn render(before: &Side, after: &Side) -> String {
             new.map_or(0, |g| g.locks)
         );
         let shown = |v: Option<f64>| v.map_or("-".to_string(), ratio);
+        let acquired = |side: &Side, group: Option<&Group>| match group {
+            _ if !side.counts_acquisitions() => "not counted".to_string(),
+            Some(group) => side.shown(group),
+            None => "-".to_string(),
+        };
         table.add_row(row![
             truncate(identity, IDENTITY_WIDTH),
             r->count,
-            r->shown(b),
-            r->shown(a),
+            r->acquired(before, old),
+            r->acquired(after, new),
             r->change,
             r->shown(contended(before, old)),
             r->shown(contended(after, new)),
@@ -416,12 +501,19 @@ fn render(before: &Side, after: &Side) -> String {
     }
     out.push_str(&table.to_string());
     out.push_str(&render_hold_changes(before, after));
-    let total = |side: &Side| side.per_request(side.groups.values().map(|g| g.acquisitions).sum());
+    let total = |side: &Side| {
+        let value = ratio(side.per_request(side.groups.values().map(|g| g.acquisitions).sum()));
+        match side.sampled_windows {
+            _ if !side.counts_acquisitions() => "not counted".to_string(),
+            Some(_) => format!("~{value}"),
+            None => value,
+        }
+    };
     let _ = writeln!(
         out,
         "all locks: {} -> {} acquisitions per request",
-        ratio(total(before)),
-        ratio(total(after))
+        total(before),
+        total(after)
     );
     out
 }
@@ -486,6 +578,111 @@ mod tests {
         let path = dir.join(file);
         std::fs::write(&path, report.to_string()).unwrap();
         path
+    }
+
+    /// A report of `mode` with 10 requests and the lock `g_lock` (or none).
+    fn write_mode_report(
+        dir: &std::path::Path,
+        file: &str,
+        mode: &str,
+        lock: Option<Value>,
+    ) -> PathBuf {
+        let path = write_report(dir, file, 10, Value::Array(lock.into_iter().collect()));
+        let mut report: Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        report["mode"] = mode.into();
+        if mode == "sampled" {
+            report["estimate"] = serde_json::json!({
+                "estimated": [], "sample_rate": 0.1, "windows": 12, "counted_s": 1.2,
+                "total_s": 12.0, "scale": 10.0, "unsampled_edges_s": 0.1,
+                "relative_error": 0.1, "probe_time_share": 0.0,
+                "per_request_relative_error": 0.05,
+            });
+        }
+        std::fs::write(&path, report.to_string()).unwrap();
+        path
+    }
+
+    #[test]
+    fn a_contention_report_is_not_compared_with_one_that_counted_acquisitions() {
+        let dir = tempfile::tempdir().unwrap();
+        let before = write_mode_report(
+            dir.path(),
+            "b.json",
+            "all",
+            Some(lock("0x1", 80, serde_json::json!({"name": "g_lock"}))),
+        );
+        let after = write_mode_report(dir.path(), "a.json", "contention", None);
+        let error = evaluate(&before, &after, &["g_lock".into()], &[]).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            format!(
+                "{} was recorded with --mode all and {} with --mode contention, which counts no acquisitions (a lock missing there may still be taken); record both with the same --mode",
+                before.display(),
+                after.display()
+            )
+        );
+        assert!(evaluate(&after, &before, &[], &[]).is_err());
+    }
+
+    #[test]
+    fn contention_reports_assert_nothing_about_acquisitions() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut waited = lock(
+            "0x1",
+            0,
+            serde_json::json!({"name": "g_lock", "contended": 5}),
+        );
+        waited["acquisitions"] = Value::Null;
+        let before = write_mode_report(dir.path(), "b.json", "contention", Some(waited));
+        let after = write_mode_report(dir.path(), "a.json", "contention", None);
+        let outcome = evaluate(&before, &after, &["g_lock".into()], &["g_lock=1".into()]).unwrap();
+        assert!(!outcome.text.contains("disappeared"), "{}", outcome.text);
+        assert!(!outcome.text.contains("%"), "{}", outcome.text);
+        assert!(outcome.text.contains("not counted"), "{}", outcome.text);
+        assert!(outcome.text.contains("no waits after"), "{}", outcome.text);
+        assert_eq!(outcome.failures.len(), 2, "{:?}", outcome.failures);
+        assert!(outcome.failures[0].starts_with("--assert-gone \"g_lock\" cannot be checked"));
+    }
+
+    #[test]
+    fn sampled_reports_show_their_bounds_and_assert_within_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let sampled = |acquisitions: u64, error: f64| {
+            lock(
+                "0x1",
+                acquisitions,
+                serde_json::json!({"name": "g_lock",
+                "per_request": {"acquisitions": acquisitions as f64 / 10.0, "acquisitions_error": error, "contended": 0.0, "wait_ns": 0.0}}),
+            )
+        };
+        let before = write_mode_report(dir.path(), "b.json", "sampled", Some(sampled(80, 0.5)));
+        let after = write_mode_report(dir.path(), "a.json", "sampled", Some(sampled(78, 0.5)));
+        // 7.8 ± 0.5 per request: below 8, but its bound reaches 8.3.
+        let outcome = evaluate(&before, &after, &[], &["g_lock=8".into()]).unwrap();
+        assert!(outcome.text.contains("~8.0 ±0.50"), "{}", outcome.text);
+        assert!(outcome.text.contains("~7.80 ±0.50"), "{}", outcome.text);
+        assert!(
+            outcome.text.contains("within the bounds"),
+            "{}",
+            outcome.text
+        );
+        assert_eq!(outcome.failures.len(), 1, "{}", outcome.text);
+        let outcome = evaluate(&before, &after, &[], &["g_lock=8.3".into()]).unwrap();
+        assert!(outcome.failures.is_empty(), "{:?}", outcome.failures);
+        // Not seen in a sampled report: said so, never "disappeared".
+        let gone = write_mode_report(dir.path(), "g.json", "sampled", None);
+        let outcome = evaluate(&before, &gone, &["g_lock".into()], &[]).unwrap();
+        assert!(
+            outcome.text.contains("not seen after (sampled)"),
+            "{}",
+            outcome.text
+        );
+        assert!(
+            outcome.text.contains("was seen in the 12 sampling windows"),
+            "{}",
+            outcome.text
+        );
     }
 
     fn lock(address: &str, acquisitions: u64, extra: Value) -> Value {
