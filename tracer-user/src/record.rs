@@ -111,6 +111,12 @@ pub async fn record(options: &RecordOptions) -> Result<Report> {
 pub fn prepare(pid: u32, mode: Mode, placement: Placement, hold_times: bool) -> Result<Prepared> {
     preflight::check_privileges()?;
     let target = Target::open(pid)?;
+    if let Some(thread) = target.given_thread {
+        output::note(format_args!(
+            "locktrace: {thread} is a thread of process {}; tracing the process",
+            target.pid
+        ));
+    }
     preflight::check_uprobes()?;
     preflight::ensure_tracefs()?;
     let functions = match lockfuncs::find(&target) {

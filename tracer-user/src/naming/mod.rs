@@ -48,6 +48,8 @@ pub const CHAIN_SEARCH_LOCKS: usize = 20;
 /// What naming needs from the target, taken while it is alive.
 pub struct Snapshot {
     pid: u32,
+    /// The target's start time (pid reuse is not the target).
+    start_time: u64,
     maps: Vec<Mapping>,
     /// Every mapped ELF module, from the recording's store (opened through
     /// map_files or /proc/PID/root): mappings stay readable after the target exits.
@@ -67,6 +69,7 @@ impl Snapshot {
     pub fn take(target: &Target) -> Snapshot {
         let mut snapshot = Snapshot {
             pid: target.pid,
+            start_time: target.start_time,
             maps: target.maps.clone(),
             files: BTreeMap::new(),
             skipped: BTreeSet::new(),
@@ -172,7 +175,8 @@ pub fn annotate(
     options: NamingOptions,
 ) {
     let started = Instant::now();
-    let alive = target::is_alive(snapshot.pid);
+    // A new process that got the target's pid is not read.
+    let alive = target::is_running(snapshot.pid, snapshot.start_time);
     if alive {
         snapshot.refresh();
     }

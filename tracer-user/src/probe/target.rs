@@ -41,6 +41,12 @@ impl Mapping {
 #[derive(Debug, Clone)]
 pub struct Target {
     pub pid: u32,
+    /// The thread id given with `--pid` when it was a thread, not the process.
+    pub given_thread: Option<u32>,
+    /// Start time in /proc/PID/stat (clock ticks after boot): a process
+    /// that later has the same pid (reuse after the target's exit) has
+    /// another, and is not the target.
+    pub start_time: u64,
     /// Executable path as the target sees it.
     pub exe: String,
     pub cmdline: Vec<String>,
@@ -51,6 +57,7 @@ pub struct Target {
 
 impl Target {
     /// Checks that `pid` is a live user process and reads its description.
+    /// A thread id is taken as its process (`given_thread` says so).
     pub fn open(pid: u32) -> Result<Target> {
         let process = i32::try_from(pid)
             .ok()
@@ -61,22 +68,32 @@ impl Target {
                     "no process with pid {pid}; give the pid of a running process (see ps or pgrep)"
                 )
             })?;
+        let tgid = process
+            .status()
+            .with_context(|| format!("no process with pid {pid}"))?
+            .tgid;
+        if u32::try_from(tgid).ok() != Some(pid) {
+            let mut target = Target::open(u32::try_from(tgid).context("negative tgid")?)?;
+            target.given_thread = Some(pid);
+            return Ok(target);
+        }
         let stat = process
             .stat()
             .with_context(|| format!("no process with pid {pid}"))?;
         if stat.flags & PF_KTHREAD != 0 {
             bail!("pid {pid} is a kernel thread; locktrace traces user processes");
         }
-        let cmdline = process
-            .cmdline()
-            .with_context(|| format!("process {pid} exited or cannot be read"))?;
+        let cmdline = read_cmdline(pid)?;
         let exe = process
             .exe()
             .map(|path| path.to_string_lossy().into_owned())
             .map_err(|error| unreadable_exe(pid, &error))?;
+        check_64_bit(pid)?;
         let maps = read_maps(pid)?;
         Ok(Target {
             pid,
+            given_thread: None,
+            start_time: stat.starttime,
             exe,
             cmdline,
             maps,
@@ -108,8 +125,57 @@ impl Target {
         self.modules.open(&self.host_path(target_path))
     }
 
+    /// True while the target runs: its pid exists, is no zombie, and is
+    /// still the process that started at `start_time` (not a new process
+    /// that got the pid after the target exited).
     pub fn is_alive(&self) -> bool {
-        is_alive(self.pid)
+        is_running(self.pid, self.start_time)
+    }
+}
+
+/// True while `pid` is the live process that started at `start_time`.
+pub fn is_running(pid: u32, start_time: u64) -> bool {
+    is_alive(pid) && self::start_time(pid) == Some(start_time)
+}
+
+/// When `pid` started (/proc/PID/stat starttime), if it exists.
+pub fn start_time(pid: u32) -> Option<u64> {
+    let process = Process::new(i32::try_from(pid).ok()?).ok()?;
+    Some(process.stat().ok()?.starttime)
+}
+
+/// argv as bytes (it need not be UTF-8), shown lossily.
+fn read_cmdline(pid: u32) -> Result<Vec<String>> {
+    let bytes = std::fs::read(format!("/proc/{pid}/cmdline"))
+        .with_context(|| format!("process {pid} exited or cannot be read"))?;
+    Ok(bytes
+        .split(|&byte| byte == 0)
+        .filter(|arg| !arg.is_empty())
+        .map(|arg| String::from_utf8_lossy(arg).into_owned())
+        .collect())
+}
+
+/// Refuses a 32-bit program: the probes read x86-64 registers and
+/// structure layouts, so its counts would be garbage.
+fn check_64_bit(pid: u32) -> Result<()> {
+    use std::io::Read;
+    let mut header = [0u8; 5];
+    let read = std::fs::File::open(format!("/proc/{pid}/exe"))
+        .and_then(|mut exe| exe.read_exact(&mut header));
+    match read {
+        // Unreadable here: the module checks that follow say why.
+        Err(_) => Ok(()),
+        Ok(()) => elf_class(pid, &header),
+    }
+}
+
+/// Byte 4 of an ELF header (EI_CLASS): 1 is 32-bit, 2 is 64-bit.
+fn elf_class(pid: u32, header: &[u8]) -> Result<()> {
+    match header {
+        [0x7f, b'E', b'L', b'F', 1, ..] => {
+            bail!("pid {pid} is a 32-bit program; locktrace traces 64-bit (x86-64) processes only")
+        }
+        _ => Ok(()),
     }
 }
 
@@ -218,5 +284,64 @@ mod tests {
                 .any(|m| m.path == me.exe && m.is_executable())
         );
         assert!(Target::open(0).is_err());
+        assert_eq!(me.given_thread, None);
+    }
+
+    #[test]
+    fn a_thread_id_is_taken_as_its_process() {
+        let (sender, receiver) = std::sync::mpsc::channel();
+        let worker = std::thread::spawn(move || {
+            sender.send(unsafe { libc::gettid() } as u32).unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(500));
+        });
+        let tid = receiver.recv().unwrap();
+        let target = Target::open(tid).unwrap();
+        assert_eq!(target.pid, std::process::id());
+        assert_eq!(target.given_thread, Some(tid));
+        worker.join().unwrap();
+    }
+
+    #[test]
+    fn a_non_utf8_argv_is_read_lossily() {
+        use std::os::unix::ffi::OsStrExt;
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "sleep 5", "sh"])
+            .arg(std::ffi::OsStr::from_bytes(b"caf\xe9"))
+            .spawn()
+            .unwrap();
+        // Until its exec, the child's argv is ours.
+        let cmdline = format!("/proc/{}/cmdline", child.id());
+        while !std::fs::read(&cmdline)
+            .unwrap_or_default()
+            .starts_with(b"sh\0-c")
+        {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        let target = Target::open(child.id());
+        let _ = child.kill();
+        let _ = child.wait();
+        let target = target.unwrap();
+        assert_eq!(
+            target.cmdline.last().map(String::as_str),
+            Some("caf\u{fffd}")
+        );
+    }
+
+    #[test]
+    fn a_new_process_with_the_pid_is_not_the_target() {
+        let mut me = Target::open(std::process::id()).unwrap();
+        assert!(me.is_alive());
+        me.start_time += 1;
+        assert!(!me.is_alive());
+    }
+
+    #[test]
+    fn a_32_bit_program_is_refused() {
+        let header = [0x7f, b'E', b'L', b'F', 1, 1, 1];
+        assert_eq!(
+            elf_class(7, &header).unwrap_err().to_string(),
+            "pid 7 is a 32-bit program; locktrace traces 64-bit (x86-64) processes only"
+        );
+        assert!(elf_class(7, &[0x7f, b'E', b'L', b'F', 2]).is_ok());
     }
 }
