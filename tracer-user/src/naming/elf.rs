@@ -211,27 +211,27 @@ pub fn demangle(name: &str) -> String {
 /// in its .debug directory and under /usr/lib/debug. Looked for in the
 /// target's root first, then the host's (a debug package installed on the host).
 fn find_debug_file(elf: &object::File, module_path: &str, root: Option<&Path>) -> Option<PathBuf> {
-    let mut candidates = Vec::new();
+    // Each candidate with the CRC its contents must have (debuglink ones).
+    let mut candidates: Vec<(String, Option<u32>)> = Vec::new();
     if let Ok(Some(build_id)) = elf.build_id()
         && build_id.len() > 1
     {
         let hex: String = build_id.iter().map(|byte| format!("{byte:02x}")).collect();
-        candidates.push(format!(
-            "/usr/lib/debug/.build-id/{}/{}.debug",
-            &hex[..2],
-            &hex[2..]
+        candidates.push((
+            format!("/usr/lib/debug/.build-id/{}/{}.debug", &hex[..2], &hex[2..]),
+            None,
         ));
     }
-    if let Ok(Some((link, _crc))) = elf.gnu_debuglink() {
+    if let Ok(Some((link, crc))) = elf.gnu_debuglink() {
         let link = String::from_utf8_lossy(link).into_owned();
         let dir = Path::new(module_path)
             .parent()
             .map(|dir| dir.to_string_lossy().into_owned())
             .unwrap_or_default();
-        candidates.push(format!("{dir}/.debug/{link}"));
-        candidates.push(format!("/usr/lib/debug{dir}/{link}"));
+        candidates.push((format!("{dir}/.debug/{link}"), Some(crc)));
+        candidates.push((format!("/usr/lib/debug{dir}/{link}"), Some(crc)));
         if Path::new(&link).file_name() != Path::new(module_path).file_name() {
-            candidates.push(format!("{dir}/{link}"));
+            candidates.push((format!("{dir}/{link}"), Some(crc)));
         }
     }
     let roots: Vec<PathBuf> = root
@@ -244,9 +244,26 @@ fn find_debug_file(elf: &object::File, module_path: &str, root: Option<&Path>) -
         .flat_map(|root| {
             candidates
                 .iter()
-                .map(move |path| root.join(path.trim_start_matches('/')))
+                .map(move |(path, crc)| (root.join(path.trim_start_matches('/')), *crc))
         })
-        .find(|path| path.is_file())
+        .find(|(path, crc)| path.is_file() && crc.is_none_or(|crc| file_crc(path) == Some(crc)))
+        .map(|(path, _)| path)
+}
+
+/// The CRC-32 of a whole file, as `.gnu_debuglink` records it for its debug
+/// file: one whose CRC differs belongs to another build and would name
+/// wrongly.
+fn file_crc(path: &Path) -> Option<u32> {
+    use std::io::Read;
+    let mut file = std::fs::File::open(path).ok()?;
+    let mut hasher = crc32fast::Hasher::new();
+    let mut buffer = vec![0u8; 1 << 16];
+    loop {
+        match file.read(&mut buffer).ok()? {
+            0 => return Some(hasher.finalize()),
+            n => hasher.update(&buffer[..n]),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -323,5 +340,60 @@ mod tests {
             containing(&symbols, 0x310, true).map(|(s, o)| (s.name.as_str(), o)),
             Some(("asm", 0x10))
         );
+    }
+
+    /// A `.gnu_debuglink` file is used only when its CRC-32 matches.
+    #[test]
+    fn a_debuglink_file_with_another_crc_is_not_used() {
+        let dir = tempfile::tempdir().unwrap();
+        let source = dir.path().join("m.c");
+        std::fs::write(
+            &source,
+            "int g_value = 1; int get(void) { return g_value; }\n",
+        )
+        .unwrap();
+        let module = dir.path().join("m.so");
+        let debug = dir.path().join("m.debug");
+        let run = |program: &str, args: &[&std::ffi::OsStr]| {
+            let status = std::process::Command::new(program)
+                .args(args)
+                .status()
+                .unwrap();
+            assert!(status.success(), "{program} {args:?}");
+        };
+        let os = |s: &'static str| std::ffi::OsStr::new(s);
+        run(
+            "gcc",
+            &[
+                os("-g"),
+                os("-shared"),
+                os("-fPIC"),
+                os("-Wl,--build-id=none"),
+                os("-o"),
+                module.as_os_str(),
+                source.as_os_str(),
+            ],
+        );
+        run(
+            "objcopy",
+            &[
+                os("--only-keep-debug"),
+                module.as_os_str(),
+                debug.as_os_str(),
+            ],
+        );
+        let link = std::ffi::OsString::from(format!("--add-gnu-debuglink={}", debug.display()));
+        run("objcopy", &[os("--strip-debug"), &link, module.as_os_str()]);
+        let find = || {
+            let bytes = std::fs::read(&module).unwrap();
+            let elf = object::File::parse(&*bytes).unwrap();
+            find_debug_file(&elf, module.to_str().unwrap(), None)
+        };
+        assert_eq!(find(), Some(debug.clone()));
+        // Another build's debug file under the same name.
+        let mut other = std::fs::read(&debug).unwrap();
+        other.push(0);
+        std::fs::write(&debug, other).unwrap();
+        assert_eq!(find(), None);
     }
 }
