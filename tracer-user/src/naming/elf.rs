@@ -244,7 +244,7 @@ fn find_debug_file(elf: &object::File, module_path: &str, root: Option<&Path>) -
         .flat_map(|root| {
             candidates
                 .iter()
-                .map(move |(path, crc)| (root.join(path.trim_start_matches('/')), *crc))
+                .map(move |(path, crc)| (crate::probe::target::resolve_in_root(root, path), *crc))
         })
         .find(|(path, crc)| path.is_file() && crc.is_none_or(|crc| file_crc(path) == Some(crc)))
         .map(|(path, _)| path)

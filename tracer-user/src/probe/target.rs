@@ -199,7 +199,55 @@ fn unreadable_exe(pid: u32, error: &procfs::ProcError) -> anyhow::Error {
 }
 
 pub fn host_path(pid: u32, target_path: &str) -> PathBuf {
-    Path::new(&format!("/proc/{pid}/root")).join(target_path.trim_start_matches('/'))
+    resolve_in_root(Path::new(&format!("/proc/{pid}/root")), target_path)
+}
+
+/// `path` as the process whose root directory is `root` sees it, resolved
+/// without leaving `root`: component by component, an absolute symlink
+/// target starts again at `root` (the kernel would resolve it against the
+/// tracer's root, the host's, through /proc/PID/root), and `..` stops at
+/// `root`. A component that does not exist ends the resolution there.
+pub fn resolve_in_root(root: &Path, path: &str) -> PathBuf {
+    use std::path::Component;
+    // The path so far, relative to root, and what is left to walk.
+    let mut resolved = PathBuf::new();
+    let mut rest: Vec<std::ffi::OsString> = Path::new(path)
+        .components()
+        .rev()
+        .filter_map(|component| match component {
+            Component::Normal(name) => Some(name.to_os_string()),
+            Component::ParentDir => Some("..".into()),
+            _ => None,
+        })
+        .collect();
+    let mut links_followed = 0;
+    while let Some(name) = rest.pop() {
+        if name == ".." {
+            resolved.pop();
+            continue;
+        }
+        resolved.push(&name);
+        let Ok(target) = std::fs::read_link(root.join(&resolved)) else {
+            continue;
+        };
+        // Linux's limit on symlinks in one lookup.
+        links_followed += 1;
+        if links_followed > 40 {
+            break;
+        }
+        resolved.pop();
+        if target.is_absolute() {
+            resolved.clear();
+        }
+        for component in target.components().rev() {
+            match component {
+                Component::Normal(name) => rest.push(name.to_os_string()),
+                Component::ParentDir => rest.push("..".into()),
+                _ => {}
+            }
+        }
+    }
+    root.join(resolved)
 }
 
 /// True while the process exists and is not a zombie.
@@ -333,6 +381,35 @@ mod tests {
         assert!(me.is_alive());
         me.start_time += 1;
         assert!(!me.is_alive());
+    }
+
+    /// A container's `/lib -> /usr/lib` stays inside its root; `..` stops there.
+    #[test]
+    fn paths_resolve_inside_the_target_root() {
+        let root = tempfile::tempdir().unwrap();
+        let root = root.path();
+        std::fs::create_dir_all(root.join("usr/lib/x86_64")).unwrap();
+        std::fs::write(root.join("usr/lib/x86_64/libonly-in-root.so"), b"x").unwrap();
+        std::os::unix::fs::symlink("/usr/lib", root.join("lib")).unwrap();
+        std::os::unix::fs::symlink("../lib/x86_64", root.join("usr/arch")).unwrap();
+        let expected = root.join("usr/lib/x86_64/libonly-in-root.so");
+        assert_eq!(
+            resolve_in_root(root, "/lib/x86_64/libonly-in-root.so"),
+            expected
+        );
+        assert_eq!(
+            resolve_in_root(root, "/usr/arch/libonly-in-root.so"),
+            expected
+        );
+        assert_eq!(
+            resolve_in_root(root, "/../../lib/x86_64/libonly-in-root.so"),
+            expected
+        );
+        // What the kernel does through the root: the host's /usr/lib.
+        assert!(!root.join("lib/x86_64/libonly-in-root.so").exists());
+        // A loop ends instead of spinning.
+        std::os::unix::fs::symlink("/loop", root.join("loop")).unwrap();
+        let _ = resolve_in_root(root, "/loop/x");
     }
 
     #[test]
