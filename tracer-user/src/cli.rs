@@ -375,6 +375,12 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 period: limits::sample_period(sample_period.unwrap_or(5.0))?,
             };
             let requests = requests.options(duration)?;
+            limits::open_files(
+                requests
+                    .load
+                    .as_ref()
+                    .map_or(0, |load| load.concurrency as u64),
+            )?;
             let outputs: Vec<(&str, &std::path::Path)> = [
                 ("--json", &json),
                 ("--pprof", &pprof),
@@ -424,6 +430,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
             if max_locks == 0 {
                 anyhow::bail!("--max-locks must be at least 1");
             }
+            // Scrapers' connections.
+            limits::open_files(64)?;
             let options = serve::ServeOptions {
                 live: live.options()?,
                 listen,
@@ -433,6 +441,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::Top { live } => {
             let options = live.options()?;
+            limits::open_files(0)?;
             runtime()?.block_on(top::run(&options))
         }
         Command::Report {

@@ -112,6 +112,30 @@ fn an_unwritable_json_path_fails_before_attaching() {
     assert!(started.elapsed() < Duration::from_secs(5));
 }
 
+/// Too few open files (`ulimit -n 6`, and 10 to 16) panicked or said
+/// "needs root": one line that says so and what to raise, for every size.
+#[test]
+fn too_few_open_files_is_one_true_line() {
+    let target = Fixture::spawn(&fixture("steady", Flavor::Glibc), &["1", "1"]);
+    let locktrace = locktrace().get_program().to_owned();
+    for limit in [6, 10, 12, 16] {
+        let mut command = Command::new("sh");
+        command
+            .arg("-c")
+            .arg(format!(
+                "ulimit -n {limit} && exec \"$0\" record --pid {} --duration 1",
+                target.pid()
+            ))
+            .arg(&locktrace);
+        fails_with(
+            &mut command,
+            &format!(
+                "too few open files allowed: ulimit -n is {limit} (hard limit {limit}) and locktrace needs 128 (else EMFILE); raise the limit: ulimit -n 128"
+            ),
+        );
+    }
+}
+
 /// Bad mode options: one clear line, non-zero exit, before touching the target.
 #[test]
 fn bad_mode_options_are_one_line_errors() {

@@ -13,6 +13,38 @@ pub const MIN_SAMPLE_PERIOD_S: f64 = 0.1;
 /// Most `--load` connections (each one a socket and a task).
 pub const MAX_CONCURRENCY: usize = 10_000;
 
+/// Open files locktrace needs besides the load driver's connections: BPF
+/// maps and programs, a link per probe point, module files, /proc files.
+pub const BASE_OPEN_FILES: u64 = 128;
+
+/// Makes room for `connections` more sockets over [`BASE_OPEN_FILES`]:
+/// raises the soft limit on open files (up to the hard one, and the hard one
+/// too where allowed, as for root). With too few left every later failure
+/// would be a confusing EMFILE (a map "the kernel refused", "needs root"),
+/// so a limit that cannot be raised is one line up front.
+pub fn open_files(connections: u64) -> Result<()> {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    let needed = BASE_OPEN_FILES + connections;
+    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE)?;
+    if soft >= needed {
+        return Ok(());
+    }
+    let raised = needed.max(soft);
+    if setrlimit(Resource::RLIMIT_NOFILE, raised, hard.max(raised)).is_ok()
+        || (hard >= needed && setrlimit(Resource::RLIMIT_NOFILE, raised, hard).is_ok())
+    {
+        return Ok(());
+    }
+    bail!(
+        "too few open files allowed: ulimit -n is {soft} (hard limit {hard}) and locktrace needs {needed} (else EMFILE); raise the limit: ulimit -n {needed}{}",
+        if hard < needed {
+            " (above the hard limit: needs CAP_SYS_RESOURCE)"
+        } else {
+            ""
+        }
+    )
+}
+
 /// `--duration`: positive, finite, at most a year.
 pub fn duration(seconds: f64) -> Result<Duration> {
     // NaN fails both comparisons, so it is refused too.
