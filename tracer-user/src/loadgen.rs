@@ -323,11 +323,12 @@ async fn drive(mut sender: Option<Sender>, endpoint: &Endpoint, phase: &Phase) -
                 continue;
             }
         };
+        let expect_body = phase.expect_body.as_deref();
         let exchange = async {
             let response = active.send_request(request).await?;
             let status = response.status().as_u16();
-            let body = response.into_body().collect().await?;
-            Ok::<_, hyper::Error>((status, body.to_bytes()))
+            let body_ok = read_body(response.into_body(), expect_body).await?;
+            Ok::<_, ExchangeError>((status, body_ok))
         };
         // A server that never answers (e.g. fewer server threads than
         // connections) must not hang the recording.
@@ -348,14 +349,10 @@ async fn drive(mut sender: Option<Sender>, endpoint: &Endpoint, phase: &Phase) -
             continue;
         };
         match outcome {
-            Ok((status, body)) => {
+            Ok((status, body_ok)) => {
                 served += 1;
                 let mut tally = lock(&phase.tally);
                 *tally.statuses.entry(status).or_insert(0) += 1;
-                let body_ok = phase
-                    .expect_body
-                    .as_ref()
-                    .is_none_or(|want| contains(&body, want));
                 if status == phase.expect_status && !body_ok {
                     tally.wrong_bodies += 1;
                 }
@@ -366,7 +363,7 @@ async fn drive(mut sender: Option<Sender>, endpoint: &Endpoint, phase: &Phase) -
             // answering (its idle/limit close raced our request): the server
             // never took the request, so send it again on a new connection,
             // as HTTP clients do for idempotent requests. Counted as a retry.
-            Err(error) if served > 0 && error.is_incomplete_message() => {
+            Err(ExchangeError::Http(error)) if served > 0 && error.is_incomplete_message() => {
                 lock(&phase.tally).retries += 1;
                 sender = None;
                 resend = true;
@@ -456,6 +453,68 @@ fn port_of(url: &str, uri: &Uri) -> Result<u16> {
         })
 }
 
+/// Most bytes of one response body read before giving up on it: a body
+/// that never ends must not hold a connection (or memory) forever.
+pub const MAX_BODY_BYTES: u64 = 64 << 20;
+
+/// Why an exchange failed.
+#[derive(Debug, thiserror::Error)]
+enum ExchangeError {
+    #[error("{0}")]
+    Http(#[from] hyper::Error),
+    #[error("response body longer than {} MiB", MAX_BODY_BYTES >> 20)]
+    BodyTooLong,
+}
+
+/// Reads a body to its end as it streams, keeping only what the search
+/// for `expect_body` needs; whether the text was in it.
+async fn read_body(
+    mut body: hyper::body::Incoming,
+    expect_body: Option<&[u8]>,
+) -> Result<bool, ExchangeError> {
+    let mut search = BodySearch::new(expect_body.unwrap_or_default());
+    let mut read = 0u64;
+    while let Some(frame) = body.frame().await {
+        if let Ok(data) = frame?.into_data() {
+            read += data.len() as u64;
+            if read > MAX_BODY_BYTES {
+                return Err(ExchangeError::BodyTooLong);
+            }
+            search.feed(&data);
+        }
+    }
+    Ok(search.found)
+}
+
+/// A search for a text in a body that arrives in pieces: keeps the last
+/// `needle.len() - 1` bytes, so a match split across pieces is found.
+struct BodySearch<'a> {
+    needle: &'a [u8],
+    tail: Vec<u8>,
+    found: bool,
+}
+
+impl<'a> BodySearch<'a> {
+    fn new(needle: &'a [u8]) -> BodySearch<'a> {
+        BodySearch {
+            needle,
+            tail: Vec::new(),
+            found: needle.is_empty(),
+        }
+    }
+
+    fn feed(&mut self, piece: &[u8]) {
+        if self.found {
+            return;
+        }
+        self.tail.extend_from_slice(piece);
+        self.found = contains(&self.tail, self.needle);
+        let keep = self.needle.len().saturating_sub(1);
+        let cut = self.tail.len().saturating_sub(keep);
+        self.tail.drain(..cut);
+    }
+}
+
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {
     needle.is_empty()
         || haystack
@@ -529,6 +588,68 @@ fn pin_current_thread(cpus: &[usize]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A server whose body never ends: the driver gives up on it at
+    /// MAX_BODY_BYTES (reading it as it streams), instead of collecting it
+    /// until the response timeout.
+    #[test]
+    fn a_never_ending_body_is_bounded() {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            let Ok((mut stream, _)) = listener.accept() else {
+                return;
+            };
+            let mut request = [0u8; 1024];
+            let _ = stream.read(&mut request);
+            let _ = stream.write_all(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n");
+            let chunk = [b"10000\r\n".as_slice(), &[b'x'; 0x10000], b"\r\n"].concat();
+            while stream.write_all(&chunk).is_ok() {}
+        });
+        let options = LoadOptions {
+            url: format!("http://127.0.0.1:{port}/"),
+            amount: Amount::Requests(1),
+            concurrency: 1,
+            expect_status: 200,
+            expect_body: Some("needle".into()),
+            warmup: 0,
+            cpus: None,
+        };
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        let started = Instant::now();
+        let tally = runtime.block_on(async {
+            let driver = LoadDriver::connect(&options).await.unwrap();
+            driver.run(Amount::Requests(1)).await.unwrap()
+        });
+        assert_eq!(tally.connection_errors, 1, "{tally:?}");
+        assert_eq!(
+            tally.first_error.as_deref(),
+            Some("response body longer than 64 MiB")
+        );
+        assert!(
+            started.elapsed() < RESPONSE_TIMEOUT,
+            "{:?}",
+            started.elapsed()
+        );
+    }
+
+    #[test]
+    fn a_body_is_searched_in_pieces_keeping_only_a_tail() {
+        let mut search = BodySearch::new(b"hello world");
+        for piece in [&b"xxxx hel"[..], b"lo", b" wor", b"ld yyy"] {
+            search.feed(piece);
+            assert!(search.tail.len() < 11);
+        }
+        assert!(search.found);
+        let mut search = BodySearch::new(b"needle");
+        for _ in 0..1000 {
+            search.feed(&[b'x'; 4096]);
+        }
+        assert!(!search.found);
+        assert_eq!(search.tail.len(), 5);
+        assert!(BodySearch::new(b"").found);
+    }
 
     #[test]
     fn parses_urls() {
