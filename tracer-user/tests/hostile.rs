@@ -280,6 +280,37 @@ fn sigterm_stops_a_long_load_and_keeps_exact_counts() {
     );
 }
 
+/// The target's exit ends `--load` at once (it used to send the rest of
+/// the load into refused connections for the whole duration).
+#[test]
+fn the_targets_exit_ends_the_load() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Fixture::spawn(&fixture("httpd", Flavor::Glibc), &["0", "mutex", "8", "4"]);
+    let url = format!("http://127.0.0.1:{}/", server.port());
+    let tracer = start_record(
+        server.pid(),
+        dir.path(),
+        &["--load", &url, "--duration", "600", "--allow-errors"],
+    );
+    // Whenever it exits after the probes are live (during the load, or
+    // before it started), the recording ends at once. The server this test
+    // started, by its pid.
+    unsafe { libc::kill(server.pid() as i32, libc::SIGKILL) };
+    let output = wait_within(
+        tracer,
+        Duration::from_secs(5),
+        "record --load after the target exited",
+    );
+    let report = read_json(&dir.path().join("r.json"));
+    assert_eq!(
+        report["stopped_by"],
+        "target_exited",
+        "{}",
+        stderr_of(&output)
+    );
+    assert!(report["duration_s"].as_f64().unwrap() < 5.0);
+}
+
 /// A server that accepts connections, reads what comes and never answers;
 /// the receiver gets a message per connection whose request has arrived.
 fn silent_server() -> (u16, std::sync::mpsc::Receiver<()>) {

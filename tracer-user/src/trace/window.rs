@@ -148,6 +148,12 @@ impl Window {
                         _ = tick.tick() => {
                             progress.update(ebpf, Some(driver.done()));
                             on_tick();
+                            // Load at a process that is gone would only
+                            // collect connection errors.
+                            if stopped_by == StopReason::LoadDone && !target.is_alive() {
+                                driver.stop();
+                                stopped_by = StopReason::TargetExited;
+                            }
                         }
                     }
                 };
