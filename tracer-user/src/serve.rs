@@ -390,6 +390,7 @@ pub async fn serve(options: &ServeOptions) -> Result<std::process::ExitCode> {
         activity: HashMap::new(),
         exported: Default::default(),
     };
+    let connections = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tick.tick().await;
@@ -399,12 +400,19 @@ pub async fn serve(options: &ServeOptions) -> Result<std::process::ExitCode> {
                 result?;
                 return Ok(std::process::ExitCode::SUCCESS);
             }
-            accepted = listener.accept() => {
-                // A failed accept (peer gone, fd limit) only loses that scrape.
-                if let Ok((stream, _)) = accepted {
-                    tokio::spawn(answer(stream, registry.clone()));
+            accepted = listener.accept() => match accepted {
+                // At most MAX_CONNECTIONS at once: more (idle clients piling
+                // up) are closed at once, and the fds stay ours.
+                Ok((stream, _)) => {
+                    if let Ok(slot) = connections.clone().try_acquire_owned() {
+                        tokio::spawn(answer(stream, registry.clone(), slot));
+                    }
                 }
-            }
+                // A failed accept (peer gone, fd limit) only loses that
+                // scrape; it is not the target's exit. Pause so a lasting
+                // EMFILE does not spin.
+                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+            },
             _ = tick.tick() => {
                 if !session.target.is_alive() {
                     crate::render::output::note(format_args!("{}", live::target_exited(session.target.pid)));
@@ -418,15 +426,37 @@ pub async fn serve(options: &ServeOptions) -> Result<std::process::ExitCode> {
     }
 }
 
-/// Serves one connection: `/metrics`, else 404.
-async fn answer(stream: tokio::net::TcpStream, registry: Arc<Registry>) {
+/// Scrape connections served at once.
+pub const MAX_CONNECTIONS: usize = 64;
+/// A client must start sending within this, and send a request's headers
+/// within this.
+pub const HEADER_TIMEOUT: Duration = Duration::from_secs(3);
+/// Longest a connection stays open, idle or slow (a scrape takes
+/// milliseconds; Prometheus reconnects).
+pub const CONNECTION_LIFETIME: Duration = Duration::from_secs(10);
+
+/// Serves one connection: `/metrics`, else 404; holds its slot until closed.
+async fn answer(
+    stream: tokio::net::TcpStream,
+    registry: Arc<Registry>,
+    _slot: tokio::sync::OwnedSemaphorePermit,
+) {
     let service = service_fn(move |request: Request<Incoming>| {
         let registry = registry.clone();
         async move { Ok::<_, std::convert::Infallible>(respond(&request, &registry)) }
     });
-    let _ = hyper::server::conn::http1::Builder::new()
-        .serve_connection(TokioIo::new(stream), service)
-        .await;
+    // An idle client (connected, sending nothing) is closed soon.
+    if tokio::time::timeout(HEADER_TIMEOUT, stream.readable())
+        .await
+        .is_err()
+    {
+        return;
+    }
+    let connection = hyper::server::conn::http1::Builder::new()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(HEADER_TIMEOUT)
+        .serve_connection(TokioIo::new(stream), service);
+    let _ = tokio::time::timeout(CONNECTION_LIFETIME, connection).await;
 }
 
 fn respond(request: &Request<Incoming>, registry: &Registry) -> Response<Full<Bytes>> {

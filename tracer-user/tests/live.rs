@@ -827,4 +827,58 @@ fn top_and_serve_show_a_deadlock_and_the_longest_wait() {
     promtool_check(&metrics);
     let longest = sample(&metrics, "locktrace_longest_lock_wait_seconds", "").unwrap();
     assert!(longest >= 1.0, "{metrics}");
+
+/// 300 idle connections (more than serve's open-file budget) neither make
+/// serve say the target exited nor block scrapes for long: idle clients
+/// are closed within seconds, and a scrape gets through.
+#[test]
+fn idle_clients_do_not_end_or_block_serve() {
+    let binary = fixture("steady", Flavor::Glibc);
+    let mut fixture = Fixture::spawn(&binary, &["1", "60000"]);
+    fixture.start();
+    let port = free_port();
+    let (mut serve, stderr) = start_live(
+        &[
+            "serve",
+            "--pid",
+            &fixture.pid().to_string(),
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--mode",
+            "contention",
+        ],
+        Stdio::null(),
+    );
+    let idle: Vec<TcpStream> = (0..300)
+        .filter_map(|_| TcpStream::connect(("127.0.0.1", port)).ok())
+        .collect();
+    assert!(idle.len() >= 64, "only {} connections", idle.len());
+    // Idle clients are closed by serve within its header timeout (3 s).
+    let mut first = &idle[0];
+    first
+        .set_read_timeout(Some(Duration::from_secs(15)))
+        .unwrap();
+    let started = Instant::now();
+    let mut byte = [0u8; 1];
+    assert!(matches!(first.read(&mut byte), Ok(0) | Err(_)));
+    assert!(started.elapsed() < Duration::from_secs(10));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let metrics = loop {
+        if let Some(body) = try_http_get(port, "/metrics") {
+            break body;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no scrape got through: {stderr:?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(metrics.contains("locktrace_probe_hits"), "{metrics}");
+    drop(idle);
+    assert!(
+        serve.0.try_wait().unwrap().is_none(),
+        "serve exited: {stderr:?}"
+    );
+    let said = stderr.lock().unwrap().join("\n");
+    assert!(!said.contains("exited"), "{said}");
 }

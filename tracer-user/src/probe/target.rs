@@ -134,8 +134,24 @@ impl Target {
 }
 
 /// True while `pid` is the live process that started at `start_time`.
+/// Only a sure sign ends it: the pid is gone (no fd needed to learn that),
+/// a zombie, or another process. When /proc cannot be read for our own
+/// reasons (out of file descriptors), it is still running.
 pub fn is_running(pid: u32, start_time: u64) -> bool {
-    is_alive(pid) && self::start_time(pid) == Some(start_time)
+    let Ok(raw) = i32::try_from(pid) else {
+        return false;
+    };
+    // Signal 0 checks existence only.
+    let gone = unsafe { libc::kill(raw, 0) } != 0
+        && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+    if gone {
+        return false;
+    }
+    match Process::new(raw).and_then(|process| process.stat()) {
+        Ok(stat) => stat.state != 'Z' && stat.state != 'X' && stat.starttime == start_time,
+        Err(procfs::ProcError::NotFound(_)) => false,
+        Err(_) => true,
+    }
 }
 
 /// When `pid` started (/proc/PID/stat starttime), if it exists.
