@@ -227,6 +227,45 @@ fn holders_without_lock_probes_are_owner_threads() {
     }
 }
 
+/// A target in its own pid namespace (`unshare --pid --fork`): glibc's
+/// owner field holds the namespace's tid, which is no host thread; the
+/// holder is translated to the host tid (NSpid), not dropped.
+#[test]
+fn holders_of_a_target_in_its_own_pid_namespace_are_translated() {
+    let binary = fixture("holds", Flavor::Glibc);
+    let mut fixture = Fixture::spawn_command(
+        std::process::Command::new("unshare")
+            .args(["--pid", "--fork"])
+            .arg(&binary)
+            .args(["60", "2000"]),
+    );
+    // unshare forks the fixture: its host pid is unshare's child.
+    let unshare = fixture.pid();
+    let children =
+        std::fs::read_to_string(format!("/proc/{unshare}/task/{unshare}/children")).unwrap();
+    let pid: u32 = children.trim().parse().expect("one child of unshare");
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    assert!(
+        status.contains("NSpid:")
+            && status
+                .lines()
+                .any(|l| l.starts_with("NSpid:") && l.split_whitespace().count() == 3),
+        "{status}"
+    );
+    let trace = Trace::attach(pid, &["--mode", "contention"]);
+    fixture.start();
+    let addresses = fixture.addresses.clone();
+    fixture.wait();
+    let (report, _) = trace.finish();
+    let g_lock = lock(&report, &addresses, "g_lock");
+    let contended = g_lock["contended"].as_u64().unwrap();
+    assert!(contended > 20, "{g_lock}");
+    let top = &g_lock["holders"][0];
+    assert_eq!(top["tid"], pid, "{g_lock}");
+    assert_eq!(top["thread"], "holds-glibc", "{g_lock}");
+    assert!(top["waits"].as_u64().unwrap() as f64 >= 0.9 * contended as f64);
+}
+
 /// `report --histograms` prints every bucket; --hold-times needs --mode all.
 #[test]
 fn histograms_in_full_and_bad_combinations() {

@@ -17,9 +17,10 @@ pub fn name(
     report: &mut Report,
     space: &AddressSpace,
     collected: &Collected,
-    thread_names: &BTreeMap<u32, String>,
+    threads: &Threads,
     resolve: impl Fn(&AddressSpace, u64) -> Frame,
 ) {
+    let thread_names = &threads.names;
     let index: BTreeMap<u64, (usize, u64)> = report
         .locks
         .iter()
@@ -78,9 +79,14 @@ pub fn name(
         let Some(i) = lock_of(key.uaddr) else {
             continue;
         };
-        // A tid read from the owner field is only trusted if it is a thread of the target.
-        let tid = (key.tid != 0 && (key.return_ip != 0 || thread_names.contains_key(&key.tid)))
-            .then_some(key.tid);
+        // A tid read from the owner field is only trusted if it is a thread
+        // of the target; in a pid namespace of its own the owner field holds
+        // the namespace's tid, translated to the host's.
+        let tid = match key.tid {
+            0 => None,
+            tid if key.return_ip != 0 || thread_names.contains_key(&tid) => Some(tid),
+            tid => threads.host_tid.get(&tid).copied(),
+        };
         let (function, module) = if key.return_ip != 0 {
             let frame = frame_of(key.return_ip);
             (frame.function, frame.module)
@@ -117,8 +123,17 @@ pub fn name(
     }
 }
 
-/// Adds the target's threads and their names (`/proc/PID/task/TID/comm`).
-pub fn note_threads(pid: u32, names: &mut BTreeMap<u32, String>) {
+/// The target's threads: names by (host) tid, and the host tid of each
+/// tid in the target's own pid namespace when it has one (`NSpid`).
+#[derive(Debug, Clone, Default)]
+pub struct Threads {
+    pub names: BTreeMap<u32, String>,
+    pub host_tid: BTreeMap<u32, u32>,
+}
+
+/// Adds the target's threads, their names (`/proc/PID/task/TID/comm`) and
+/// namespace tids (the last `NSpid` of `/proc/PID/task/TID/status`).
+pub fn note_threads(pid: u32, threads: &mut Threads) {
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
         return;
     };
@@ -127,7 +142,35 @@ pub fn note_threads(pid: u32, names: &mut BTreeMap<u32, String>) {
             continue;
         };
         if let Ok(comm) = std::fs::read_to_string(task.path().join("comm")) {
-            names.insert(tid, comm.trim_end().to_string());
+            threads.names.insert(tid, comm.trim_end().to_string());
         }
+        if let Some(inner) = std::fs::read_to_string(task.path().join("status"))
+            .ok()
+            .and_then(|status| namespace_tid(&status))
+            .filter(|&inner| inner != tid)
+        {
+            threads.host_tid.insert(inner, tid);
+        }
+    }
+}
+
+/// The tid in the innermost pid namespace (the last `NSpid` field).
+fn namespace_tid(status: &str) -> Option<u32> {
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("NSpid:"))?
+        .split_whitespace()
+        .last()?
+        .parse()
+        .ok()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn reads_the_innermost_namespace_tid() {
+        assert_eq!(super::namespace_tid("Name:\tx\nNSpid:\t4242\t7\n"), Some(7));
+        assert_eq!(super::namespace_tid("NSpid:\t4242\n"), Some(4242));
+        assert_eq!(super::namespace_tid("Name:\tx\n"), None);
     }
 }

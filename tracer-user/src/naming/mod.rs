@@ -59,8 +59,8 @@ pub struct Snapshot {
     store: ModuleStore,
     /// Start addresses of mappings seen holding a thread's stack pointer.
     thread_stacks: BTreeMap<u64, u64>,
-    /// The target's threads seen, and their names (for lock holders).
-    pub thread_names: BTreeMap<u32, String>,
+    /// The target's threads seen, their names and namespace tids (for lock holders).
+    pub threads: holders::Threads,
     /// Heap locks' pointer chains, searched during the recording.
     live: live::LiveNames,
 }
@@ -75,7 +75,7 @@ impl Snapshot {
             skipped: BTreeSet::new(),
             store: target.modules.clone(),
             thread_stacks: BTreeMap::new(),
-            thread_names: BTreeMap::new(),
+            threads: holders::Threads::default(),
             live: live::LiveNames::default(),
         };
         snapshot.note_thread_stacks();
@@ -125,7 +125,7 @@ impl Snapshot {
 
     /// Remembers which mappings hold a thread's stack pointer now.
     fn note_thread_stacks(&mut self) {
-        holders::note_threads(self.pid, &mut self.thread_names);
+        holders::note_threads(self.pid, &mut self.threads);
         for sp in region::thread_stack_pointers(self.pid) {
             if let Some(mapping) = self.maps.iter().find(|m| m.contains(sp)) {
                 let highest = self.thread_stacks.entry(mapping.start).or_insert(sp);
@@ -302,13 +302,9 @@ pub fn annotate(
         report.stacks = resolve_stacks(&space, collected, options.stacks_per_lock);
         attribute_futex_waits(report, &space, collected);
     }
-    holders::name(
-        report,
-        &space,
-        collected,
-        &snapshot.thread_names,
-        |space, ip| resolve_code(space, ip, true),
-    );
+    holders::name(report, &space, collected, &snapshot.threads, |space, ip| {
+        resolve_code(space, ip, true)
+    });
     // Stripped modules that left a lock or a caller in the report unnamed.
     let unnamed_in = |path: &str| {
         report.locks.iter().any(|lock| {
