@@ -221,6 +221,17 @@ async fn trace(
     // Waits older than the probes: only the kernel knows of them.
     let attached_ns = inflight::monotonic_ns();
     let blocked_at_attach = inflight::blocked_threads(target.pid);
+    let armed = sampled_mode
+        .then(|| {
+            let request_probe = window.request_probe();
+            sampled::arm(
+                &mut loaded.ebpf,
+                target,
+                &prepared.placed,
+                request_probe.as_ref(),
+            )
+        })
+        .transpose()?;
     // Pointer chains of heap locks are searched while the target lives.
     snapshot.watch(&loaded.ebpf);
     announce(options, prepared, &loaded, window);
@@ -229,7 +240,7 @@ async fn trace(
     }
     let started = Instant::now();
     let mut refresh = || snapshot.tick();
-    let (stopped_by, sampled) = if sampled_mode {
+    let (stopped_by, sampled) = if let Some(armed) = armed {
         // The sampler attaches and detaches the lock probes itself, so it
         // owns the BPF object; no load driver runs in this mode.
         let end =
@@ -242,6 +253,7 @@ async fn trace(
             &prepared.placed,
             request_probe.as_ref(),
             options.sample,
+            armed,
             end,
         )
         .await?;

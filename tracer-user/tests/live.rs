@@ -827,6 +827,7 @@ fn top_and_serve_show_a_deadlock_and_the_longest_wait() {
     promtool_check(&metrics);
     let longest = sample(&metrics, "locktrace_longest_lock_wait_seconds", "").unwrap();
     assert!(longest >= 1.0, "{metrics}");
+}
 
 /// 300 idle connections (more than serve's open-file budget) neither make
 /// serve say the target exited nor block scrapes for long: idle clients

@@ -57,12 +57,38 @@ pub struct SampledRun {
 /// Runs the duty cycle until `end` resolves. The request-boundary probe, if
 /// any, is attached in the same windows, so requests and locks are counted
 /// over the same time (and it costs nothing outside them).
+/// The first window's probes, attached (not counting) before the recording
+/// says its probes are live: the first attach of a probe point creates
+/// the kernel's uprobe, which takes seconds on a loaded machine, and that
+/// time must not be an unsampled start of the recording.
+pub struct Armed {
+    links: WindowLinks,
+    canary: Option<aya::programs::uprobe::UProbeLink>,
+}
+
+/// Attaches the first window's probes and the first canary.
+pub fn arm(
+    ebpf: &mut Ebpf,
+    target: &Target,
+    functions: &[Placed],
+    request_probe: Option<&RequestProbePoint>,
+) -> Result<Armed> {
+    let links =
+        attach_window(ebpf, target, functions, request_probe).map_err(|error| match error {
+            AttachError::TargetExited => anyhow!("process {} exited", target.pid),
+            AttachError::Failed(error) => error,
+        })?;
+    let canary = attach::attach_canary(ebpf, target, functions)?;
+    Ok(Armed { links, canary })
+}
+
 pub async fn run<F>(
     ebpf: &mut Ebpf,
     target: &Target,
     functions: &[Placed],
     request_probe: Option<&RequestProbePoint>,
     options: SampleOptions,
+    armed: Armed,
     mut end: Pin<&mut F>,
 ) -> Result<(StopReason, SampledRun)>
 where
@@ -76,8 +102,8 @@ where
     let mut previous = (0u64, 0u64);
     let mut detacher = Detacher::default();
     // Links kept from the last window because detaching is too slow.
-    let mut kept: Option<WindowLinks> = None;
-    if let Some(canary) = attach::attach_canary(ebpf, target, functions)? {
+    let mut kept = Some(armed.links);
+    if let Some(canary) = armed.canary {
         detacher.time(canary);
     }
     let stopped_by = 'periods: loop {
@@ -149,7 +175,9 @@ where
             detacher.start(links.take(ebpf)?);
         }
         // Measures the detach time for the next window's decision.
-        if let Some(canary) = attach::attach_canary(ebpf, target, functions)? {
+        if detacher.wants_canary()
+            && let Some(canary) = attach::attach_canary(ebpf, target, functions)?
+        {
             detacher.time(canary);
         }
         if let Some(stopped) = stopped {
@@ -172,15 +200,17 @@ where
 /// Detaches links in the background, each on its own thread: a detach
 /// waits for RCU grace periods in the kernel (~110 ms on an idle machine,
 /// seconds on a loaded one; the program stops running at once), and one
-/// after another they would take the next windows' time. A canary link
-/// (see [`attach::attach_canary`]) detached in each window says how long a
-/// detach takes now.
+/// after another they would take the next windows' time. Remembers how long
+/// detaching took: the window links' own detaches, or, while links are kept
+/// attached, a canary link's (see [`attach::attach_canary`]).
 #[derive(Default)]
 struct Detacher {
     running: Vec<JoinHandle<Duration>>,
     canary: Option<JoinHandle<Duration>>,
-    /// How long the last canary took to detach.
+    /// How long the last detach took.
     last: Option<Duration>,
+    /// Windows kept attached since the last measurement.
+    kept_since: u32,
 }
 
 impl Detacher {
@@ -190,15 +220,18 @@ impl Detacher {
         }
     }
 
-    /// Times the detach of a canary link, unless one is still detaching.
-    fn time(&mut self, canary: aya::programs::uprobe::UProbeLink) {
-        if self.canary_done() {
-            self.canary = Some(timed_drop(canary));
-        } else {
-            self.running.push(timed_drop(canary));
-        }
+    /// Whether to time a canary now: nothing measured yet, or links kept
+    /// for a few windows (the load may have eased), and none in flight.
+    fn wants_canary(&self) -> bool {
+        self.canary.is_none() && (self.last.is_none() || self.kept_since >= 4)
     }
 
+    fn time(&mut self, canary: aya::programs::uprobe::UProbeLink) {
+        self.canary = Some(timed_drop(canary));
+        self.kept_since = 0;
+    }
+
+    /// Whether the canary is done (or none runs); takes its time.
     fn canary_done(&mut self) -> bool {
         match self.canary.take() {
             Some(canary) if !canary.is_finished() => {
@@ -206,23 +239,38 @@ impl Detacher {
                 false
             }
             Some(canary) => {
-                self.last = canary.join().ok();
+                self.last = canary.join().ok().or(self.last);
                 true
             }
             None => true,
         }
     }
 
-    /// Whether one of the window links is still detaching.
-    fn busy(&self) -> bool {
-        self.running.iter().any(|detach| !detach.is_finished())
+    /// Whether one of the window links is still detaching; when all are
+    /// done, takes the longest time.
+    fn busy(&mut self) -> bool {
+        if self.running.iter().any(|detach| !detach.is_finished()) {
+            return true;
+        }
+        let longest = self
+            .running
+            .drain(..)
+            .filter_map(|detach| detach.join().ok())
+            .max();
+        self.last = longest.or(self.last);
+        false
     }
 
     /// Whether detaching now could delay the next window, `gap` away: the
-    /// last canary is still detaching, or took more than half of that (the
-    /// load changes between the canary and this detach).
+    /// canary is still detaching, or the last detach took more than half
+    /// of that (the load changes between one detach and the next). Counts
+    /// the window as kept if so.
     fn too_slow_for(&mut self, gap: Duration) -> bool {
-        !self.canary_done() || self.last.is_some_and(|last| last > gap / 2)
+        let slow = !self.canary_done() || self.last.is_some_and(|last| last > gap / 2);
+        if slow {
+            self.kept_since += 1;
+        }
+        slow
     }
 
     fn finish(self) {
