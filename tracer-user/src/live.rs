@@ -341,8 +341,9 @@ impl LiveSession {
         if long_waits.is_empty() {
             return (long_waits, deadlocks);
         }
-        let mut threads = BTreeMap::new();
-        naming::holders::note_threads(self.target.pid, &mut threads);
+        let mut noted = naming::holders::Threads::default();
+        naming::holders::note_threads(self.target.pid, &mut noted);
+        let threads = noted.names;
         let label = |lock: u64| self.names.get(&lock).map(|named| named.label.clone());
         for entry in &mut long_waits {
             entry.name = label(entry.lock);

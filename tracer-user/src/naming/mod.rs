@@ -294,7 +294,7 @@ pub fn annotate(
             lock.chain = Some(best.chain);
         }
     }
-    in_progress::name(report, &space, &mut namer, &snapshot.thread_names);
+    in_progress::name(report, &space, &mut namer, &snapshot.threads.names);
     let debug_info = namer.debug_info_used();
     drop(namer);
 
