@@ -298,7 +298,7 @@ fn the_targets_exit_ends_the_load() {
     unsafe { libc::kill(server.pid() as i32, libc::SIGKILL) };
     let output = wait_within(
         tracer,
-        Duration::from_secs(5),
+        Duration::from_secs(60),
         "record --load after the target exited",
     );
     let report = read_json(&dir.path().join("r.json"));
@@ -308,7 +308,10 @@ fn the_targets_exit_ends_the_load() {
         "{}",
         stderr_of(&output)
     );
-    assert!(report["duration_s"].as_f64().unwrap() < 5.0);
+    // Not the 600 s asked for: the recording ended with the target (a
+    // loaded machine may take seconds to notice and write the report).
+    let duration = report["duration_s"].as_f64().unwrap();
+    assert!(duration < 15.0, "{duration} s");
 }
 
 /// A server that accepts connections, reads what comes and never answers;
