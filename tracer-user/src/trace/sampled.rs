@@ -262,11 +262,12 @@ impl Detacher {
     }
 
     /// Whether detaching now could delay the next window, `gap` away: the
-    /// canary is still detaching, or the last detach took more than half
-    /// of that (the load changes between one detach and the next). Counts
-    /// the window as kept if so.
+    /// canary is still detaching, or the last detach took more than a
+    /// quarter of that (one canary is quicker than a window's links, and
+    /// the load changes between one detach and the next). Counts the
+    /// window as kept if so.
     fn too_slow_for(&mut self, gap: Duration) -> bool {
-        let slow = !self.canary_done() || self.last.is_some_and(|last| last > gap / 2);
+        let slow = !self.canary_done() || self.last.is_some_and(|last| last > gap / 4);
         if slow {
             self.kept_since += 1;
         }
