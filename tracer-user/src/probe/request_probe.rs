@@ -1,9 +1,10 @@
 //! `--request-probe MODULE:SYMBOL`: finds a function that runs once per
 //! request in one of the target's modules, as the file offset a uprobe takes.
-use std::collections::BTreeSet;
-
 use anyhow::{Context, Result, anyhow, bail};
-use object::{Object, ObjectSymbol, SymbolKind};
+use object::{
+    Endianness, Object, ObjectSymbol, SymbolKind, elf,
+    read::elf::{Dyn, ElfFile64},
+};
 
 use super::{lockfuncs::file_offset_of, placement, target::Target};
 
@@ -39,50 +40,161 @@ pub fn parse(spec: &str) -> Result<(String, String)> {
 
 pub fn resolve(target: &Target, spec: &str) -> Result<RequestProbe> {
     let (wanted, symbol) = parse(spec)?;
-    let modules: BTreeSet<&str> = target
-        .maps
-        .iter()
-        .filter(|m| m.is_file() && m.is_executable())
-        .map(|m| m.path.as_str())
-        .collect();
-    let matching: Vec<&str> = modules
-        .iter()
-        .copied()
-        .filter(|path| module_matches(path, &wanted))
-        .collect();
-    let module = match matching.as_slice() {
-        [one] => one.to_string(),
-        [] => bail!(
+    let modules = modules(target);
+    let module = choose_module(&modules, &wanted).map_err(|error| match error {
+        ModuleMatch::None => anyhow!(
             "--request-probe: process {} has no module matching {wanted:?} (its modules: {})",
             target.pid,
             modules
                 .iter()
-                .map(|p| p.rsplit('/').next().unwrap_or(p))
+                .map(Module::shown)
                 .collect::<Vec<_>>()
                 .join(", ")
         ),
-        several => bail!(
-            "--request-probe: {wanted:?} matches several modules ({}); give more of the path",
-            several.join(", ")
+        ModuleMatch::Several(several) => anyhow!(
+            "--request-probe: {wanted:?} matches several modules: {}; give more of the path",
+            several
+                .iter()
+                .map(|m| m.shown_with_path())
+                .collect::<Vec<_>>()
+                .join(", ")
         ),
-    };
+    })?;
+    probe_symbol(target, &module.path, &symbol)
+}
+
+/// An executable module of the target, as `--request-probe` can name it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Module {
+    /// Path as the target sees it.
+    pub path: String,
+    /// `DT_SONAME` of a shared library (`libphp.so` for a library mapped as
+    /// `libphp-franken-stock.so`, the target of a symlink or a versioned file).
+    pub soname: Option<String>,
+}
+
+impl Module {
+    pub fn file_name(&self) -> &str {
+        self.path.rsplit('/').next().unwrap_or(&self.path)
+    }
+
+    /// The file name, with the SONAME where it differs.
+    fn shown(&self) -> String {
+        match &self.soname {
+            Some(soname) if soname != self.file_name() => {
+                format!("{} (SONAME {soname})", self.file_name())
+            }
+            _ => self.file_name().to_string(),
+        }
+    }
+
+    fn shown_with_path(&self) -> String {
+        match &self.soname {
+            Some(soname) if soname != self.file_name() => {
+                format!("{} (SONAME {soname})", self.path)
+            }
+            _ => self.path.clone(),
+        }
+    }
+
+    /// Named by its path, a path suffix, its file name or its SONAME.
+    fn matches(&self, wanted: &str) -> bool {
+        module_matches(&self.path, wanted)
+            || (!wanted.contains('/')
+                && self
+                    .soname
+                    .as_deref()
+                    .is_some_and(|soname| module_matches(soname, wanted)))
+    }
+}
+
+/// The target's executable file-backed modules, the executable first, each
+/// once, with their SONAMEs (read from the mapped files).
+pub fn modules(target: &Target) -> Vec<Module> {
+    let mut paths: Vec<&str> = Vec::new();
+    for mapping in &target.maps {
+        if mapping.is_file() && mapping.is_executable() && !paths.contains(&mapping.path.as_str()) {
+            paths.push(&mapping.path);
+        }
+    }
+    paths.sort_by_key(|path| *path != target.exe);
+    paths
+        .into_iter()
+        .map(|path| Module {
+            path: path.to_string(),
+            soname: target
+                .module_file(path)
+                .ok()
+                .and_then(|file| soname(file.bytes())),
+        })
+        .collect()
+}
+
+/// Why no single module was chosen.
+#[derive(Debug, PartialEq, Eq)]
+enum ModuleMatch<'a> {
+    None,
+    Several(Vec<&'a Module>),
+}
+
+/// The one module `wanted` names; a full path wins over other matches.
+fn choose_module<'a>(modules: &'a [Module], wanted: &str) -> Result<&'a Module, ModuleMatch<'a>> {
+    if let Some(exact) = modules.iter().find(|m| m.path == wanted) {
+        return Ok(exact);
+    }
+    let matching: Vec<&Module> = modules.iter().filter(|m| m.matches(wanted)).collect();
+    match matching.as_slice() {
+        [one] => Ok(one),
+        [] => Err(ModuleMatch::None),
+        _ => Err(ModuleMatch::Several(matching)),
+    }
+}
+
+/// The `DT_SONAME` of a 64-bit ELF shared library, if it has one.
+pub fn soname(data: &[u8]) -> Option<String> {
+    let elf = ElfFile64::<Endianness>::parse(data).ok()?;
+    let endian = elf.endian();
+    let sections = elf.elf_section_table();
+    let (entries, link) = sections.dynamic(endian, data).ok()??;
+    let strings = sections.strings(endian, data, link).ok()?;
+    let entry = entries
+        .iter()
+        .find(|entry| entry.tag32(endian) == Some(elf::DT_SONAME))?;
+    let name = entry.string(endian, strings).ok()?;
+    Some(String::from_utf8_lossy(name).into_owned())
+}
+
+/// Whether `module` defines the function `symbol` (a text symbol, versioned or not).
+pub fn defines(target: &Target, module: &str, symbol: &str) -> bool {
+    target.module_file(module).is_ok_and(|file| {
+        file.elf()
+            .is_ok_and(|elf| find_function(&elf, symbol).is_some())
+    })
+}
+
+fn find_function<'data, 'file>(
+    elf: &'file object::File<'data>,
+    symbol: &str,
+) -> Option<object::Symbol<'data, 'file>> {
+    elf.symbols().chain(elf.dynamic_symbols()).find(|s| {
+        s.kind() == SymbolKind::Text
+            && s.is_definition()
+            && s.name().is_ok_and(|n| {
+                n == symbol || n.strip_prefix(symbol).is_some_and(|v| v.starts_with('@'))
+            })
+    })
+}
+
+/// The uprobe point of the function `symbol` in the target's `module`.
+pub fn probe_symbol(target: &Target, module: &str, symbol: &str) -> Result<RequestProbe> {
     let file = target
-        .module_file(&module)
+        .module_file(module)
         .with_context(|| format!("--request-probe: cannot read {module}"))?;
     let data = file.bytes();
     let elf = file
         .elf()
         .with_context(|| format!("--request-probe: {module}"))?;
-    let found = elf.symbols().chain(elf.dynamic_symbols()).find(|s| {
-        s.kind() == SymbolKind::Text
-            && s.is_definition()
-            && s.name().is_ok_and(|n| {
-                n == symbol
-                    || n.strip_prefix(symbol.as_str())
-                        .is_some_and(|v| v.starts_with('@'))
-            })
-    });
-    let Some(found) = found else {
+    let Some(found) = find_function(&elf, symbol) else {
         bail!(
             "--request-probe: no function {symbol} in {module} (misspelt, static and stripped, or inlined?)"
         );
@@ -94,8 +206,8 @@ pub fn resolve(target: &Target, spec: &str) -> Result<RequestProbe> {
     let emulated =
         placement::first_instruction_is_emulated(&first_bytes[..first_bytes.len().min(16)]);
     Ok(RequestProbe {
-        module,
-        symbol,
+        module: module.to_string(),
+        symbol: symbol.to_string(),
         file_offset,
         emulated,
     })
@@ -134,6 +246,79 @@ mod tests {
         assert!(!module_matches("/usr/lib/libcrypt.so.1", "libc"));
         assert!(!module_matches("/usr/lib/xlibc.so.6", "libc.so.6"));
         assert!(!module_matches("/usr/lib/xlibc.so.6", "ibc.so.6"));
+    }
+
+    fn module(path: &str, soname: Option<&str>) -> Module {
+        Module {
+            path: path.into(),
+            soname: soname.map(str::to_string),
+        }
+    }
+
+    #[test]
+    fn matches_by_soname_and_file_name() {
+        let modules = [
+            module("/tmp/e2e/frankenphp-e2e", None),
+            module("/tmp/e2e/libphp-franken-stock.so", Some("libphp.so")),
+            module("/usr/lib/x86_64-linux-gnu/libc.so.6", Some("libc.so.6")),
+        ];
+        // The SONAME names the library mapped under a symlink's target name.
+        assert_eq!(choose_module(&modules, "libphp.so"), Ok(&modules[1]));
+        assert_eq!(choose_module(&modules, "libphp"), Ok(&modules[1]));
+        // So does its file name.
+        assert_eq!(
+            choose_module(&modules, "libphp-franken-stock.so"),
+            Ok(&modules[1])
+        );
+        assert_eq!(choose_module(&modules, "libc.so.6"), Ok(&modules[2]));
+        assert_eq!(
+            choose_module(&modules, "libpthread.so"),
+            Err(ModuleMatch::None)
+        );
+        // A path is matched against paths only, not against SONAMEs.
+        assert_eq!(
+            choose_module(&modules, "e2e/libphp.so"),
+            Err(ModuleMatch::None)
+        );
+    }
+
+    #[test]
+    fn ambiguous_match_lists_candidates_and_full_path_wins() {
+        let modules = [
+            module("/tmp/e2e/libphp-franken-stock.so", Some("libphp.so")),
+            module("/opt/php/lib/libphp.so", Some("libphp.so")),
+        ];
+        assert_eq!(
+            choose_module(&modules, "libphp.so"),
+            Err(ModuleMatch::Several(vec![&modules[0], &modules[1]]))
+        );
+        assert_eq!(
+            modules[0].shown_with_path(),
+            "/tmp/e2e/libphp-franken-stock.so (SONAME libphp.so)"
+        );
+        assert_eq!(modules[1].shown_with_path(), "/opt/php/lib/libphp.so");
+        assert_eq!(
+            choose_module(&modules, "/opt/php/lib/libphp.so"),
+            Ok(&modules[1])
+        );
+        assert_eq!(
+            choose_module(&modules, "libphp-franken-stock.so"),
+            Ok(&modules[0])
+        );
+    }
+
+    #[test]
+    fn reads_sonames() {
+        let me = Target::open(std::process::id()).unwrap();
+        let found = modules(&me);
+        assert_eq!(found[0].path, me.exe, "the executable comes first");
+        let libc = found
+            .iter()
+            .find(|m| m.file_name() == "libc.so.6")
+            .expect("this test binary maps glibc");
+        assert_eq!(libc.soname.as_deref(), Some("libc.so.6"));
+        // An executable has no SONAME.
+        assert_eq!(found[0].soname, None);
     }
 
     #[test]
