@@ -9,6 +9,7 @@ mod limits;
 use crate::{
     compare, live, loadgen,
     model::{Mode, Placement, Report},
+    probe::request_auto::RequestProbeSpec,
     record,
     render::{
         holds,
@@ -119,8 +120,9 @@ struct RequestArgs {
     /// CPUs for the load driver's threads, e.g. 1 or 0,2-3 (keep them off the target's).
     #[arg(long, value_name = "LIST", requires = "load")]
     load_cpus: Option<String>,
-    /// Count calls of a function that runs once per request, e.g. libphp.so:php_request_startup.
-    #[arg(long, value_name = "MODULE:SYMBOL")]
+    /// Count calls of a function that runs once per request, e.g. libphp.so:php_request_startup;
+    /// auto: the one for the recognised server (the default without --load/--requests); none: no probe.
+    #[arg(long, value_name = "MODULE:SYMBOL|auto|none")]
     request_probe: Option<String>,
     /// Requests served in the window, counted elsewhere (wrk, an access log).
     #[arg(long, value_name = "N")]
@@ -156,7 +158,7 @@ impl RequestArgs {
         };
         Ok(RequestOptions {
             load,
-            probe: self.request_probe,
+            probe: request_spec(self.request_probe.as_deref()),
             given: self.requests,
             allow_errors: self.allow_errors,
         })
@@ -175,8 +177,9 @@ struct LiveArgs {
     /// Where the lock probes go.
     #[arg(long, value_enum, default_value = "auto")]
     placement: PlacementArg,
-    /// Count calls of a function that runs once per request, e.g. libphp.so:php_request_startup.
-    #[arg(long, value_name = "MODULE:SYMBOL")]
+    /// Count calls of a function that runs once per request, e.g. libphp.so:php_request_startup;
+    /// auto: the one for the recognised server (the default without --load/--requests); none: no probe.
+    #[arg(long, value_name = "MODULE:SYMBOL|auto|none")]
     request_probe: Option<String>,
     /// Locks quiet this many seconds are forgotten (bounded memory when running for days).
     #[arg(long, value_name = "SECS", default_value_t = 300)]
@@ -198,11 +201,16 @@ impl LiveArgs {
             pid: self.pid,
             mode: self.mode.into(),
             placement: self.placement.into(),
-            request_probe: self.request_probe,
+            request_probe: request_spec(self.request_probe.as_deref()),
             expire_after: Duration::from_secs(self.expire_after),
             ready_file: self.ready_file,
         })
     }
+}
+
+/// `--request-probe`, or the default (automatic, with a hint when unrecognised).
+fn request_spec(flag: Option<&str>) -> RequestProbeSpec {
+    flag.map_or(RequestProbeSpec::Default, RequestProbeSpec::parse)
 }
 
 /// The runtime of the commands that attach: one worker thread is plenty.

@@ -29,15 +29,15 @@ use crate::{
     naming,
     probe::{
         lockfuncs::LockFunction,
-        request_probe::{self, RequestProbe},
+        request_auto::{Chosen, RequestProbeSpec},
         target::Target,
     },
     record,
-    render::stacks,
+    render::{requests, stacks},
     trace::{
         attach::{self, Placed, RequestProbePoint},
         collect::{self, Collected},
-        inflight,
+        inflight, window,
     },
 };
 
@@ -51,8 +51,9 @@ pub struct LiveOptions {
     pub pid: u32,
     pub mode: Mode,
     pub placement: Placement,
-    /// `MODULE:SYMBOL` of a function run once per request.
-    pub request_probe: Option<String>,
+    /// `--request-probe`: `MODULE:SYMBOL`, `auto`, `none`, or (no flag)
+    /// chosen automatically for a recognised server.
+    pub request_probe: RequestProbeSpec,
     /// Locks with no activity for this long are dropped from the maps.
     pub expire_after: Duration,
     /// Created (empty) once the probes are live, for scripts and tests.
@@ -144,7 +145,7 @@ pub struct LiveSession {
     pub attach_ms: u64,
     functions: Vec<LockFunction>,
     placed: Vec<Placed>,
-    request_probe: Option<RequestProbe>,
+    request_probe: Option<Chosen>,
     loaded: attach::Loaded,
     snapshot: naming::Snapshot,
     names: HashMap<u64, Named>,
@@ -174,11 +175,7 @@ impl LiveSession {
             waits,
             ..
         } = record::prepare(options.pid, options.mode, options.placement, false)?;
-        let request_probe = options
-            .request_probe
-            .as_deref()
-            .map(|spec| request_probe::resolve(&target, spec))
-            .transpose()?;
+        let request_probe = window::request_probe(&target, &options.request_probe, false)?;
         let plan = attach::LoadPlan {
             unlock_functions: &[],
             waits: &waits,
@@ -186,9 +183,9 @@ impl LiveSession {
             functions: &placed,
             flags: flags::FUTEX | flags::CALLERS,
             lock_probes: options.mode == Mode::All,
-            request_probe: request_probe.as_ref().map(|p| RequestProbePoint {
-                module: p.module.clone(),
-                file_offset: p.file_offset,
+            request_probe: request_probe.as_ref().map(|chosen| RequestProbePoint {
+                module: chosen.probe.module.clone(),
+                file_offset: chosen.probe.file_offset,
             }),
         };
         let loaded = attach::load(&plan)?;
@@ -221,6 +218,18 @@ impl LiveSession {
 
     pub fn has_request_probe(&self) -> bool {
         self.request_probe.is_some()
+    }
+
+    /// What counts requests, for the start-up line: the probe and, when
+    /// locktrace chose it, why (empty without a request probe).
+    pub fn request_probe_note(&self) -> String {
+        match &self.request_probe {
+            Some(chosen) => match chosen.auto_probe() {
+                Some(auto) => format!("; {}", requests::why_probe(&auto)),
+                None => format!("; requests: calls of {}", chosen.probe.describe()),
+            },
+            None => String::new(),
+        }
     }
 
     /// Reads the maps and returns what changed since the previous call.
@@ -430,7 +439,9 @@ impl LiveSession {
         let now = analysis::cost::measure(
             collected,
             self.placed_probes(),
-            self.request_probe.as_ref().map(|p| p.emulated),
+            self.request_probe
+                .as_ref()
+                .map(|chosen| chosen.probe.emulated),
             self.attach_ms,
         );
         Cost {

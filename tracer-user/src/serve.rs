@@ -377,12 +377,13 @@ pub async fn serve(options: &ServeOptions) -> Result<std::process::ExitCode> {
     let metrics = Metrics::register(&mut registry, session.has_request_probe());
     let registry = Arc::new(registry);
     crate::render::output::note(format_args!(
-        "locktrace: serving metrics of pid {} ({}) on http://{}/metrics: {} probes live after {} ms; Ctrl-C to stop",
+        "locktrace: serving metrics of pid {} ({}) on http://{}/metrics: {} probes live after {} ms; Ctrl-C to stop{}",
         session.target.pid,
         session.target.exe,
         listener.local_addr()?,
         session.probe_count,
-        session.attach_ms
+        session.attach_ms,
+        session.request_probe_note()
     ));
     let mut series = SeriesSet {
         max: options.max_locks,

@@ -75,8 +75,12 @@ pub async fn run(options: &LiveOptions) -> Result<ExitCode> {
     tick.tick().await;
     if !std::io::stdout().is_terminal() {
         crate::render::output::note(format_args!(
-            "locktrace: top of pid {} ({}): {} probes live after {} ms; a table per second, Ctrl-C to stop",
-            session.target.pid, session.target.exe, session.probe_count, session.attach_ms
+            "locktrace: top of pid {} ({}): {} probes live after {} ms; a table per second, Ctrl-C to stop{}",
+            session.target.pid,
+            session.target.exe,
+            session.probe_count,
+            session.attach_ms,
+            session.request_probe_note()
         ));
         loop {
             tokio::select! {

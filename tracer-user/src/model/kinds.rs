@@ -106,6 +106,19 @@ pub enum RequestSource {
     Given,
 }
 
+/// The server `--request-probe auto` recognised, which decides the function
+/// counted as the request boundary.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ServerKind {
+    /// FrankenPHP (Go host with PHP threads), classic or worker mode.
+    Frankenphp,
+    /// Apache httpd with mod_php.
+    ApacheModPhp,
+    /// Any other process with PHP's engine (libphp, an embed or CLI SAPI).
+    Php,
+}
+
 macro_rules! display_as_serde_word {
     ($($kind:ty),*) => {$(
         impl fmt::Display for $kind {
@@ -127,7 +140,8 @@ display_as_serde_word!(
     LockKind,
     WaitClass,
     StopReason,
-    RequestSource
+    RequestSource,
+    ServerKind
 );
 
 #[cfg(test)]
@@ -141,6 +155,7 @@ mod tests {
         assert_eq!(LockKind::Rwlock.to_string(), "rwlock");
         assert_eq!(Mode::Contention.to_string(), "contention");
         assert_eq!(RequestSource::Given.to_string(), "given");
+        assert_eq!(ServerKind::ApacheModPhp.to_string(), "apache_mod_php");
         assert_eq!(
             serde_json::from_str::<Placement>("\"auto\"").ok(),
             Some(Placement::Auto)

@@ -17,10 +17,10 @@ pub use coverage::{Coverage, ExecLoss, ExecSeen};
 pub use estimate::Estimate;
 pub use holds::{HoldSite, Holds, WaitHolder, add_histogram, quantile};
 pub use in_progress::{Activity, Deadlock, DeadlockStep, InProgress, ThreadRef};
-pub use kinds::{LockKind, Mode, Placement, RequestSource, StopReason, WaitClass};
+pub use kinds::{LockKind, Mode, Placement, RequestSource, ServerKind, StopReason, WaitClass};
 pub use overhead::{Calibration, Overhead};
 pub use report::{
     AlternativeName, Caller, ClassTotals, Frame, LiveNaming, Lock, LockChain, LockStack,
     MAX_REPORT_BYTES, Naming, PlacementFallback, Report, SCHEMA, TargetInfo, Totals, replace_file,
 };
-pub use requests::{PerRequest, Requests};
+pub use requests::{AutoProbe, PerRequest, Requests};

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::RequestSource;
+use super::{RequestSource, ServerKind};
 
 /// The `requests` block of a report.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -31,9 +31,27 @@ pub struct Requests {
     /// Calls of the request-boundary function over the window.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub probe_hits: Option<u64>,
+    /// How the request probe was chosen when no function was named
+    /// (`--request-probe auto`, or no request flag on a recognised server).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auto_probe: Option<AutoProbe>,
     /// Why per-request figures are absent although requests were counted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub refused: Option<String>,
+}
+
+/// The request-boundary function locktrace chose from the target's own
+/// modules and symbols.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct AutoProbe {
+    /// The server recognised; it decides the function.
+    pub server: ServerKind,
+    /// The module probed (path as the target sees it).
+    pub module: String,
+    /// The function probed: it runs exactly once per request on that server.
+    pub function: String,
+    /// What recognised the server: a symbol and its module, or the executable's name.
+    pub recognised_by: String,
 }
 
 fn is_zero(n: &u64) -> bool {

@@ -5,6 +5,7 @@
 pub mod lockfuncs;
 pub mod modules;
 pub mod placement;
+pub mod request_auto;
 pub mod request_probe;
 pub mod target;
 pub mod waitfuncs;

@@ -164,12 +164,29 @@ pub fn soname(data: &[u8]) -> Option<String> {
     Some(String::from_utf8_lossy(name).into_owned())
 }
 
-/// Whether `module` defines the function `symbol` (a text symbol, versioned or not).
-pub fn defines(target: &Target, module: &str, symbol: &str) -> bool {
-    target.module_file(module).is_ok_and(|file| {
-        file.elf()
-            .is_ok_and(|elf| find_function(&elf, symbol).is_some())
-    })
+/// Which of the functions `symbols` `module` defines (text symbols,
+/// versioned or not), in one pass over its symbol tables.
+pub fn defined<'a>(target: &Target, module: &str, symbols: &[&'a str]) -> Vec<&'a str> {
+    let Ok(file) = target.module_file(module) else {
+        return Vec::new();
+    };
+    let Ok(elf) = file.elf() else {
+        return Vec::new();
+    };
+    let mut found: Vec<&str> = Vec::new();
+    for symbol in elf.symbols().chain(elf.dynamic_symbols()) {
+        if symbol.kind() != SymbolKind::Text || !symbol.is_definition() {
+            continue;
+        }
+        let Ok(name) = symbol.name() else { continue };
+        let name = name.split_once('@').map_or(name, |(name, _version)| name);
+        if let Some(wanted) = symbols.iter().find(|wanted| **wanted == name)
+            && !found.contains(wanted)
+        {
+            found.push(wanted);
+        }
+    }
+    found
 }
 
 fn find_function<'data, 'file>(

@@ -20,7 +20,7 @@ use crate::{
     loadgen::{Amount, LoadDriver, LoadOptions, Tally},
     model::{RequestSource, Requests, StopReason},
     probe::{
-        request_probe::{self, RequestProbe},
+        request_auto::{self, Chosen, RequestProbeSpec, Resolution},
         target::Target,
     },
 };
@@ -29,8 +29,9 @@ use crate::{
 #[derive(Debug, Clone, Default)]
 pub struct RequestOptions {
     pub load: Option<LoadOptions>,
-    /// `MODULE:SYMBOL` of a function run once per request.
-    pub probe: Option<String>,
+    /// `--request-probe`: a function run once per request, `auto`, `none`,
+    /// or (no flag) chosen automatically when nothing else counts requests.
+    pub probe: RequestProbeSpec,
     /// `--requests N`: counted by the user elsewhere.
     pub given: Option<u64>,
     /// Report per-request figures even when some responses were unexpected.
@@ -40,7 +41,7 @@ pub struct RequestOptions {
 pub struct Window {
     options: RequestOptions,
     driver: Option<LoadDriver>,
-    probe: Option<RequestProbe>,
+    probe: Option<Chosen>,
     tally: Option<Tally>,
     /// A stop signal came during the connects or the warmup: nothing is traced.
     stopped_early: Option<StopReason>,
@@ -55,11 +56,8 @@ impl Window {
         target: &Target,
         signals: &mut StopSignals,
     ) -> Result<Window> {
-        let probe = options
-            .probe
-            .as_deref()
-            .map(|spec| request_probe::resolve(target, spec))
-            .transpose()?;
+        let counted_otherwise = options.load.is_some() || options.given.is_some();
+        let probe = request_probe(target, &options.probe, counted_otherwise)?;
         let mut window = Window {
             options: options.clone(),
             driver: None,
@@ -106,16 +104,16 @@ impl Window {
 
     /// The request-boundary probe point for the loader.
     pub fn request_probe(&self) -> Option<RequestProbePoint> {
-        self.probe.as_ref().map(|p| RequestProbePoint {
-            module: p.module.clone(),
-            file_offset: p.file_offset,
+        self.probe.as_ref().map(|chosen| RequestProbePoint {
+            module: chosen.probe.module.clone(),
+            file_offset: chosen.probe.file_offset,
         })
     }
 
     /// Whether the request probe sits on an instruction the kernel emulates
     /// (None without a request probe); for the overhead estimate.
     pub fn request_probe_emulated(&self) -> Option<bool> {
-        self.probe.as_ref().map(|p| p.emulated)
+        self.probe.as_ref().map(|chosen| chosen.probe.emulated)
     }
 
     pub fn has_load(&self) -> bool {
@@ -191,8 +189,9 @@ impl Window {
         let mut block = Requests {
             source,
             count,
-            probe: self.probe.as_ref().map(RequestProbe::describe),
+            probe: self.probe.as_ref().map(|chosen| chosen.probe.describe()),
             probe_hits,
+            auto_probe: self.probe.as_ref().and_then(Chosen::auto_probe),
             ..Requests::default()
         };
         if let (Some(tally), Some(load)) = (&self.tally, &self.options.load) {
@@ -234,6 +233,25 @@ impl Window {
         }
         Some(block)
     }
+}
+
+/// The request probe `spec` asks for on `target`; an unrecognised target
+/// without a request flag gets its one-line hint on stderr.
+pub fn request_probe(
+    target: &Target,
+    spec: &RequestProbeSpec,
+    counted_otherwise: bool,
+) -> Result<Option<Chosen>> {
+    Ok(
+        match request_auto::resolve(target, spec, counted_otherwise)? {
+            Resolution::Probe(chosen) => Some(chosen),
+            Resolution::None => None,
+            Resolution::Hint(line) => {
+                let _ = writeln!(std::io::stderr(), "{line}");
+                None
+            }
+        },
+    )
 }
 
 /// A pre-forked server's parent serves no requests: say which pids do.
