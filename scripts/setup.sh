@@ -2,7 +2,19 @@
 # Idempotent set-up for a fresh machine: nightly rust-src, a bpf-linker built
 # against the nightly's own LLVM, and the Debian packages the tests use.
 # When everything is present this costs well under 5 s.
+#   --frankenphp   also build the real FrankenPHP kit the tests run (scripts/test.sh
+#                  passes it; about 8 minutes the first time, cached in /tmp/e2e and
+#                  /tmp/gobin-venv afterwards). The kit is $LOCKTRACE_FRANKENPHP_KIT,
+#                  else shared/frankenphp beside the repository.
 set -euo pipefail
+
+FRANKENPHP=0
+for arg in "$@"; do
+  case "$arg" in
+    --frankenphp) FRANKENPHP=1 ;;
+    *) echo "setup: unknown option $arg (known: --frankenphp)" >&2; exit 2 ;;
+  esac
+done
 
 NIGHTLY=${LOCKTRACE_NIGHTLY:-nightly}
 NIGHTLY_DATE=2026-05-19
@@ -57,4 +69,18 @@ fi
 if [ ! -d /sys/kernel/tracing/events ] && [ ! -d /sys/kernel/debug/tracing/events ]; then
   mount -t tracefs nodev /sys/kernel/tracing 2>/dev/null ||
     die "tracefs is not mounted and could not be mounted; run: mount -t tracefs nodev /sys/kernel/tracing"
+fi
+
+# 6. The real FrankenPHP (tests/frankenphp_real.rs): the kit's build.sh skips what
+#    it has built, so this costs seconds once the outputs are in /tmp/e2e.
+if [ "$FRANKENPHP" = 1 ]; then
+  repo=$(cd "$(dirname "$0")/.." && pwd)
+  kit=${LOCKTRACE_FRANKENPHP_KIT:-$repo/../shared/frankenphp}
+  [ -f "$kit/build.sh" ] ||
+    die "no FrankenPHP kit at $kit (no build.sh); put shared/frankenphp beside the repository or set LOCKTRACE_FRANKENPHP_KIT"
+  mkdir -p /tmp/e2e/logs
+  log=/tmp/e2e/logs/setup-frankenphp.log
+  [ -x /tmp/e2e/frankenphp-e2e ] || echo "setup: building the real FrankenPHP from $kit (about 8 minutes, once; log $log)" >&2
+  SMOKE=0 bash "$kit/build.sh" >"$log" 2>&1 ||
+    die "building the FrankenPHP kit failed (see $log); by hand: SMOKE=0 bash $kit/build.sh"
 fi

@@ -3,7 +3,7 @@
 # (unit and real-BPF integration tests; run as root).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+bash scripts/setup.sh --frankenphp
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked --features tracer-user/root-tests -- -D warnings
 # The BPF crate is its own workspace (nightly, bpfel-unknown-none).

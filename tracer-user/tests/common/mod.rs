@@ -2,6 +2,8 @@
 //! `locktrace record` (real BPF, needs root) and reads its JSON report.
 #![allow(dead_code)]
 
+pub mod live_views;
+
 use std::{
     collections::HashMap,
     io::{BufRead, BufReader, Write},
