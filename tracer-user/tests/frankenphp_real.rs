@@ -13,8 +13,7 @@ mod common;
 
 use std::{
     fs::File,
-    io::{BufRead, BufReader, Read, Write},
-    net::TcpStream,
+    io::{BufRead, BufReader},
     os::fd::AsRawFd,
     path::{Path, PathBuf},
     process::{Command, Stdio},
@@ -34,6 +33,7 @@ const GLOBAL_LOCK: &str = "mysqlnd_global_stats->LOCK_access";
 const GLOBAL_PER_REQUEST: f64 = 408.0;
 const URL: &str = "http://127.0.0.1:8091/q.php";
 const PORT: u16 = 8091;
+const PAGE: &str = "/q.php";
 /// What q.php answers: 20 rows from MariaDB.
 const BODY: &str = "\"count\":20";
 
@@ -94,7 +94,7 @@ impl Server {
         let pid = std::fs::read_to_string("/tmp/e2e/franken.pid").expect("start.sh wrote no pid");
         server.pid = pid.trim().parse().expect("a pid in /tmp/e2e/franken.pid");
         assert!(
-            get(URL).is_some_and(|body| body.contains(BODY)),
+            get_page().is_some_and(|body| body.contains(BODY)),
             "the {mode} server does not answer {URL} with 20 rows (see /tmp/e2e/logs/franken.log)"
         );
         server
@@ -171,28 +171,15 @@ fn mariadb_up() -> bool {
         .is_ok_and(|status| status.success())
 }
 
-/// The body of a 200 response to `GET url` on the kit's port, one connection per request.
-fn get(url: &str) -> Option<String> {
-    let path = url.strip_prefix("http://127.0.0.1:8091")?;
-    let mut stream = TcpStream::connect(("127.0.0.1", PORT)).ok()?;
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .ok()?;
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).ok()?;
-    let (head, body) = response.split_once("\r\n\r\n")?;
-    head.starts_with("HTTP/1.1 200").then(|| body.to_string())
+/// The body of a 200 response to `GET /q.php`, one connection per request.
+fn get_page() -> Option<String> {
+    try_http_get(PORT, PAGE)
 }
 
 /// `n` requests one after another (an outside client, not locktrace's load driver).
 fn sequential_requests(n: u64) {
     for i in 0..n {
-        let body = get(URL).unwrap_or_else(|| panic!("request {i} of {n} failed"));
+        let body = get_page().unwrap_or_else(|| panic!("request {i} of {n} failed"));
         assert!(body.contains(BODY), "request {i}: {body}");
     }
 }
@@ -201,7 +188,7 @@ fn sequential_requests(n: u64) {
 fn background_load(stop: Arc<AtomicBool>, done: Arc<AtomicU64>) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
         while !stop.load(Ordering::Relaxed) {
-            if get(URL).is_some_and(|body| body.contains(BODY)) {
+            if get_page().is_some_and(|body| body.contains(BODY)) {
                 done.fetch_add(1, Ordering::Relaxed);
             }
         }
@@ -315,6 +302,16 @@ fn assert_auto_probe(report: &Value, stderr: &[String], n: u64, what: &str) {
     assert!(
         !stderr.iter().any(|line| line.contains("no per-request")),
         "{what}: {stderr:?}"
+    );
+}
+
+/// The live views' start-up line says which function counts requests.
+fn assert_says_probe_chosen(stderr: &[String]) {
+    assert!(
+        stderr
+            .iter()
+            .any(|line| line.contains("request probe chosen: FrankenPHP")),
+        "{stderr:?}"
     );
 }
 
@@ -500,15 +497,7 @@ fn top_and_serve_put_the_global_lock_on_top() {
         row.starts_with(&format!("{GLOBAL_LOCK} mutex ")),
         "top row: {row}"
     );
-    assert!(
-        top_stderr
-            .lock()
-            .unwrap()
-            .iter()
-            .any(|line| line.contains("request probe chosen: FrankenPHP")),
-        "{:?}",
-        top_stderr.lock().unwrap()
-    );
+    assert_says_probe_chosen(&top_stderr.lock().unwrap());
 
     let port = free_port();
     let listen = format!("127.0.0.1:{port}");
@@ -542,13 +531,5 @@ fn top_and_serve_put_the_global_lock_on_top() {
         })
         .expect("acquisition series");
     assert!(busiest.contains(&label), "{busiest}");
-    assert!(
-        serve_stderr
-            .lock()
-            .unwrap()
-            .iter()
-            .any(|line| line.contains("request probe chosen: FrankenPHP")),
-        "{:?}",
-        serve_stderr.lock().unwrap()
-    );
+    assert_says_probe_chosen(&serve_stderr.lock().unwrap());
 }
