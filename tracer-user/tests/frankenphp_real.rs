@@ -146,20 +146,25 @@ impl Drop for Server {
 
 /// flock(2) on /tmp/franken.lock, the one FrankenPHP server of this machine.
 /// Rust opens files close-on-exec, so the MariaDB start.sh may start does not
-/// inherit (and keep) the lock. Gives up after 10 minutes, in one line.
+/// inherit (and keep) the lock. A blocking flock waits in the kernel's queue
+/// with the other waiters; after 15 minutes the test gives up, in one line.
 fn take_machine_lock() -> File {
-    let lock = File::create("/tmp/franken.lock").expect("creating /tmp/franken.lock");
-    let started = Instant::now();
-    // SAFETY: flock on a descriptor this test owns.
-    while unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-        assert!(
-            started.elapsed() < Duration::from_secs(600),
-            "/tmp/franken.lock has been held by another process for 10 minutes (its holder: /proc/locks); \
-             a process started under `flock` without -o (e.g. a MariaDB start.sh started) keeps it"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    lock
+    let (sender, receiver) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let lock = File::create("/tmp/franken.lock").expect("creating /tmp/franken.lock");
+        // SAFETY: flock on a descriptor this thread owns.
+        let locked = unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) };
+        assert_eq!(locked, 0, "flock /tmp/franken.lock");
+        let _ = sender.send(lock);
+    });
+    receiver
+        .recv_timeout(Duration::from_secs(900))
+        .unwrap_or_else(|_| {
+            panic!(
+                "/tmp/franken.lock has been held by other processes for 15 minutes (holders: /proc/locks); \
+                 a process started under `flock` without -o (e.g. a MariaDB start.sh started) keeps it"
+            )
+        })
 }
 
 fn mariadb_up() -> bool {
