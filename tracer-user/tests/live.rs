@@ -3,7 +3,8 @@
 mod common;
 
 use std::{
-    io::{BufRead, BufReader, Write},
+    io::{BufRead, BufReader, Read, Write},
+    net::TcpStream,
     path::Path,
     process::{Command, Stdio},
     time::{Duration, Instant},

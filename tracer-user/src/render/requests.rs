@@ -109,7 +109,7 @@ mod tests {
             ..Requests::default()
         };
         assert_eq!(
-            describe(&requests),
+            describe(&requests, false),
             "requests: 200 (calls of libphp-franken-stock.so:sapi_activate)\n\
              request probe chosen: FrankenPHP (recognised by go_frankenphp_finish_worker_request in frankenphp-e2e): \
              libphp-franken-stock.so:sapi_activate starts every PHP request once, in classic and in worker mode\n"
