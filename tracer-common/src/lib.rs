@@ -182,7 +182,10 @@ pub mod drop_reason {
     pub const HOLDERS_MAP_FULL: u32 = 13;
     /// Events while counting was paused to expire entries (`serve`, `top`).
     pub const PAUSED_FOR_EXPIRY: u32 = 14;
-    pub const COUNT: u32 = 15;
+    /// A new address did not fit in the CPU sampler's `CPU_LOCKS` map: the
+    /// sample counts in `lock_code_ns` but no lock's `cpu_ns`.
+    pub const CPU_LOCKS_FULL: u32 = 15;
+    pub const COUNT: u32 = 16;
     pub const NAMES: [&str; COUNT as usize] = [
         "locks_map_full",
         "futex_map_full",
@@ -199,6 +202,7 @@ pub mod drop_reason {
         "holds_map_full",
         "holders_map_full",
         "paused_for_expiry",
+        "cpu_locks_full",
     ];
 }
 
@@ -276,6 +280,11 @@ pub mod names {
     /// In-flight state, read at the end for what is still going on.
     pub const MAP_WAITING: &str = "WAITING";
     pub const MAP_HELD: &str = "HELD";
+    /// The CPU sampler (`cpu_sample`, a perf event program on cpu-clock).
+    pub const PROGRAM_CPU_SAMPLE: &str = "cpu_sample";
+    pub const MAP_CPU_LOCK_CODE: &str = "CPU_LOCK_CODE";
+    pub const MAP_CPU_LOCKS: &str = "CPU_LOCKS";
+    pub const MAP_CPU_COUNTS: &str = "CPU_COUNTS";
 
     /// Globals set by userspace before load.
     pub const GLOBAL_TARGET_TGID: &str = "TARGET_TGID";
@@ -283,6 +292,8 @@ pub mod names {
     pub const GLOBAL_GO_FUTEX_START: &str = "GO_FUTEX_START";
     pub const GLOBAL_GO_FUTEX_END: &str = "GO_FUTEX_END";
     pub const GLOBAL_LOCK_CODE_RANGES: &str = "LOCK_CODE_RANGES";
+    /// Number of filled entries of `CPU_LOCK_CODE`.
+    pub const GLOBAL_CPU_LOCK_CODE_RANGES: &str = "CPU_LOCK_CODE_RANGES";
 }
 
 /// Map sizes, shared so userspace can say "map full at N entries".
@@ -454,6 +465,47 @@ pub struct WaitTime {
     pub wait_ns: u64,
 }
 
+/// A runtime code range `[start, end)` of one lock function or libc lock
+/// slow path (`CPU_LOCK_CODE` map, filled by userspace before the sampler runs).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CodeRange {
+    pub start: u64,
+    pub end: u64,
+}
+
+/// At most this many lock-code ranges (one per function) are given to the sampler.
+pub const MAX_CPU_LOCK_CODE_RANGES: u32 = 64;
+
+/// Value of the `CPU_LOCKS` map, keyed by the address a lock-code sample was
+/// attributed to (the mutex argument in user lock code, the futex word in
+/// the kernel): CPU samples of the target there.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CpuSamples {
+    /// In the lock functions and libc's lock slow paths (user mode).
+    pub user: u64,
+    /// In the kernel, inside a futex syscall on the word.
+    pub kernel: u64,
+}
+
+/// Indexes of the `CPU_COUNTS` array: how the sampler classified the
+/// target's CPU samples.
+pub mod cpu_sample {
+    /// Every sample taken while a thread of the target was on the CPU.
+    pub const TARGET: u32 = 0;
+    /// In user lock code (attributed in `CPU_LOCKS`).
+    pub const LOCK_USER: u32 = 1;
+    /// In the kernel inside a futex syscall on a lock word (in `CPU_LOCKS`).
+    pub const LOCK_KERNEL: u32 = 2;
+    /// In the kernel on a trap from a lock function that is no syscall: the
+    /// uprobe's breakpoint handling, the tracer's cost.
+    pub const TRACER: u32 = 3;
+    /// In a futex syscall of a condvar wait or of the Go runtime: not a lock's.
+    pub const FUTEX_NOT_LOCK: u32 = 4;
+    pub const COUNT: u32 = 5;
+}
+
 /// Map sizes of the hold state.
 pub const MAX_HELD: u32 = 65_536;
 pub const MAX_HOLDERS: u32 = 65_536;
@@ -475,4 +527,6 @@ mod pod {
     unsafe impl aya::Pod for super::HolderHolds {}
     unsafe impl aya::Pod for super::WaitHolderKey {}
     unsafe impl aya::Pod for super::WaitTime {}
+    unsafe impl aya::Pod for super::CodeRange {}
+    unsafe impl aya::Pod for super::CpuSamples {}
 }

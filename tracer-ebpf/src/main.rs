@@ -18,20 +18,23 @@ use core::intrinsics::{AtomicOrdering, atomic_cxchg, atomic_xadd};
 
 use aya_ebpf::{
     EbpfContext, Global,
-    bindings::{BPF_F_NO_PREALLOC, BPF_F_USER_STACK, BPF_NOEXIST},
+    bindings::{BPF_F_NO_PREALLOC, BPF_F_USER_STACK, BPF_NOEXIST, pt_regs},
     helpers::{
-        bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_user,
-        generated::bpf_get_attach_cookie,
+        bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_kernel, bpf_probe_read_user,
+        generated::{bpf_get_attach_cookie, bpf_get_current_task_btf, bpf_task_pt_regs},
     },
-    macros::{map, tracepoint, uprobe, uretprobe},
+    macros::{map, perf_event, tracepoint, uprobe, uretprobe},
     maps::{Array, HashMap, PerCpuArray, PerCpuHashMap, StackTrace},
-    programs::{ProbeContext, RetProbeContext, TracePointContext, tracing::StackIdContext},
+    programs::{
+        PerfEventContext, ProbeContext, RetProbeContext, TracePointContext, tracing::StackIdContext,
+    },
 };
 use tracer_common::{
-    CallerKey, CondWait, FutexCounts, FutexWait, HeldKey, HoldCounts, Holder, HolderHolds,
-    HolderKey, LOCK_OPS, LockCounts, LockOp, MAX_CALLERS, MAX_CONDVARS, MAX_FUTEXES, MAX_HELD,
-    MAX_HOLDERS, MAX_LOCK_CODE_RANGES, MAX_LOCKS, MAX_STACKS, MAX_WAITING_THREADS, MUTEX_SPAN,
-    StackKey, WaitHolderKey, WaitTime, cookie, counting, drop_reason, flags, histogram, wait_class,
+    CallerKey, CodeRange, CondWait, CpuSamples, FutexCounts, FutexWait, HeldKey, HoldCounts,
+    Holder, HolderHolds, HolderKey, LOCK_OPS, LockCounts, LockOp, MAX_CALLERS, MAX_CONDVARS,
+    MAX_CPU_LOCK_CODE_RANGES, MAX_FUTEXES, MAX_HELD, MAX_HOLDERS, MAX_LOCK_CODE_RANGES, MAX_LOCKS,
+    MAX_STACKS, MAX_WAITING_THREADS, MUTEX_SPAN, StackKey, WaitHolderKey, WaitTime, cookie,
+    counting, cpu_sample, drop_reason, flags, histogram, wait_class,
 };
 
 /// Host tgid of the target process; set by userspace before load.
@@ -748,6 +751,128 @@ pub fn unlock_call(ctx: ProbeContext) -> u32 {
         }
     }
     0
+}
+
+// ---- CPU sampling: what the target's lock code costs in CPU ----
+//
+// `cpu_sample` runs on a software cpu-clock perf event on every CPU. A
+// sample of a target thread is lock code when the thread is in a lock
+// function or libc lock slow path (user mode; attributed to the lock in its
+// first argument, `rdi`, which those functions keep), or in the kernel inside
+// a futex syscall (attributed to the futex word, the syscall's first
+// argument, read from the user registers saved at syscall entry).
+
+/// Number of filled entries of `CPU_LOCK_CODE`; set by userspace before load.
+#[unsafe(no_mangle)]
+static CPU_LOCK_CODE_RANGES: Global<u32> = Global::new(0);
+
+/// The lock functions' and slow paths' runtime code ranges, one per function.
+#[map]
+static CPU_LOCK_CODE: Array<CodeRange> = Array::with_max_entries(MAX_CPU_LOCK_CODE_RANGES, 0);
+/// Lock-code samples per attributed address (mutex argument or futex word).
+#[map]
+static CPU_LOCKS: HashMap<u64, CpuSamples> =
+    HashMap::with_max_entries(MAX_LOCKS, BPF_F_NO_PREALLOC);
+/// The target's samples by class (see `tracer_common::cpu_sample`).
+#[map]
+static CPU_COUNTS: Array<u64> = Array::with_max_entries(cpu_sample::COUNT, 0);
+
+const SYS_FUTEX: u64 = 202;
+/// `orig_ax` of a kernel entry that is not a syscall (an exception or trap).
+const NOT_A_SYSCALL: u64 = u64::MAX;
+
+#[inline(always)]
+fn count_sample(class: u32) {
+    if let Some(counter) = CPU_COUNTS.get_ptr_mut(class) {
+        add(counter, 1);
+    }
+}
+
+/// True when `ip` lies in one of the lock-code ranges.
+#[inline(always)]
+fn in_sampled_lock_code(ip: u64) -> bool {
+    let ranges = CPU_LOCK_CODE_RANGES.load().min(MAX_CPU_LOCK_CODE_RANGES);
+    for index in 0..MAX_CPU_LOCK_CODE_RANGES {
+        if index >= ranges {
+            return false;
+        }
+        if let Some(range) = CPU_LOCK_CODE.get(index)
+            && ip >= range.start
+            && ip < range.end
+        {
+            return true;
+        }
+    }
+    false
+}
+
+#[inline(always)]
+fn attribute_sample(address: u64, kernel: bool) {
+    if let Some(samples) = entry(&CPU_LOCKS, &address, drop_reason::CPU_LOCKS_FULL) {
+        unsafe {
+            if kernel {
+                add(&mut (*samples).kernel, 1);
+            } else {
+                add(&mut (*samples).user, 1);
+            }
+        }
+    }
+}
+
+#[perf_event]
+pub fn cpu_sample(ctx: PerfEventContext) -> u32 {
+    if !is_target(&ctx) {
+        return 0;
+    }
+    count_sample(cpu_sample::TARGET);
+    let regs = unsafe { &(*ctx.ctx).regs };
+    // The interrupted context was user mode: these are the user registers.
+    if regs.cs & 3 == 3 {
+        if in_sampled_lock_code(regs.rip) {
+            count_sample(cpu_sample::LOCK_USER);
+            attribute_sample(regs.rdi, false);
+        }
+        return 0;
+    }
+    // Kernel mode: the user registers saved when the thread entered the kernel.
+    let user = unsafe {
+        let task = bpf_get_current_task_btf();
+        bpf_task_pt_regs(task) as *const pt_regs
+    };
+    if user.is_null() {
+        return 0;
+    }
+    let read = unsafe {
+        (
+            bpf_probe_read_kernel(&(*user).orig_rax),
+            bpf_probe_read_kernel(&(*user).rdi),
+            bpf_probe_read_kernel(&(*user).rip),
+        )
+    };
+    let (Ok(syscall), Ok(first_arg), Ok(user_ip)) = read else {
+        return 0;
+    };
+    if syscall == SYS_FUTEX {
+        classify_futex_sample(first_arg);
+    } else if syscall == NOT_A_SYSCALL && in_sampled_lock_code(user_ip) {
+        // A trap from lock code that is no syscall: the uprobe breakpoint.
+        count_sample(cpu_sample::TRACER);
+    }
+    0
+}
+
+/// A kernel sample inside a futex syscall on `uaddr`: a lock's, unless the
+/// thread's wait in progress is a condvar's or the Go runtime's.
+#[inline(always)]
+fn classify_futex_sample(uaddr: u64) {
+    let tid = bpf_get_current_pid_tgid() as u32;
+    let not_lock = unsafe { WAITING.get(tid) }.is_some_and(|wait| wait.class != wait_class::FUTEX);
+    if not_lock {
+        count_sample(cpu_sample::FUTEX_NOT_LOCK);
+        return;
+    }
+    count_sample(cpu_sample::LOCK_KERNEL);
+    attribute_sample(uaddr, true);
 }
 
 #[cfg(not(test))]

@@ -17,7 +17,7 @@ use crate::{
         pprof, stacks, table,
     },
     serve, top,
-    trace::{sampled::SampleOptions, window::RequestOptions},
+    trace::{cpu::DEFAULT_CPU_HZ, sampled::SampleOptions, window::RequestOptions},
 };
 
 /// `--mode` on the command line (the model's [`Mode`]).
@@ -165,6 +165,32 @@ impl RequestArgs {
     }
 }
 
+/// CPU per lock: the sampler's rate, or none.
+#[derive(clap::Args)]
+struct CpuArgs {
+    /// CPU samples per CPU second for the CPU time per lock (default 999).
+    #[arg(
+        long,
+        value_name = "N",
+        conflicts_with = "no_cpu",
+        allow_negative_numbers = true
+    )]
+    cpu_hz: Option<i64>,
+    /// Do not sample the CPU (no CPU per lock; the target's CPU time is still measured).
+    #[arg(long)]
+    no_cpu: bool,
+}
+
+impl CpuArgs {
+    /// The sampling rate, None with --no-cpu.
+    fn hz(&self) -> Result<Option<u64>> {
+        if self.no_cpu {
+            return Ok(None);
+        }
+        limits::cpu_hz(self.cpu_hz.unwrap_or(DEFAULT_CPU_HZ as i64)).map(Some)
+    }
+}
+
 /// What the live views (`serve`, `top`) attach to and how.
 #[derive(clap::Args)]
 struct LiveArgs {
@@ -271,6 +297,8 @@ enum Command {
         /// Also probe the unlock functions: hold time per lock and per holder function (about doubles the probe hits).
         #[arg(long)]
         hold_times: bool,
+        #[command(flatten)]
+        cpu: CpuArgs,
     },
     /// Compare two reports per request: which locks appeared, disappeared or changed.
     Compare(compare::CompareArgs),
@@ -367,8 +395,10 @@ fn run(cli: Cli) -> Result<ExitCode> {
             ready_file,
             pprof,
             hold_times,
+            cpu,
         } => {
             let duration = duration.map(limits::duration).transpose()?;
+            let cpu_hz = cpu.hz()?;
             if mode != ModeArg::Sampled {
                 for (flag, given) in [("--sample", sample), ("--sample-period", sample_period)] {
                     if given.is_some() {
@@ -414,6 +444,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 stacks,
                 ready_file,
                 hold_times,
+                cpu_hz,
             };
             let report = runtime()?.block_on(record::record(&options))?;
             // The JSON first: it is the recording, and must not depend on stdout.

@@ -177,6 +177,7 @@ impl LiveSession {
         } = record::prepare(options.pid, options.mode, options.placement, false)?;
         let request_probe = window::request_probe(&target, &options.request_probe, false)?;
         let plan = attach::LoadPlan {
+            cpu: None,
             unlock_functions: &[],
             waits: &waits,
             target: &target,

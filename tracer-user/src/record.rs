@@ -24,7 +24,9 @@ use crate::{
     render::output,
     trace::{
         attach::{self, Loaded, Placed},
-        collect, inflight, preflight,
+        collect,
+        cpu::{CpuSampling, TargetClock},
+        inflight, preflight,
         proc_events::{self, ProcWatch},
         sampled::{self, SampleOptions},
         stop::{self, StopSignals},
@@ -47,6 +49,8 @@ pub struct RecordOptions {
     pub ready_file: Option<PathBuf>,
     /// Also probe the unlock functions and time every hold.
     pub hold_times: bool,
+    /// CPU samples per CPU second for the CPU per lock (None: `--no-cpu`).
+    pub cpu_hz: Option<u64>,
 }
 
 /// What the probe layer worked out before anything is attached.
@@ -58,6 +62,8 @@ pub struct Prepared {
     pub waits: WaitFunctions,
     /// `--hold-times`: the unlock functions and their probe points (else empty).
     pub unlocks: Vec<Placed>,
+    /// Runtime ranges of the lock functions and libc's lock slow paths, for the CPU sampler.
+    pub lock_code: Vec<tracer_common::CodeRange>,
 }
 
 /// What the trace layer measured.
@@ -70,6 +76,8 @@ struct Traced {
     /// Exec and forks of the target while traced.
     seen: proc_events::Seen,
     started: Instant,
+    /// The target's CPU time over the window (its process CPU clock).
+    target_cpu_ns: Option<u64>,
 }
 
 pub async fn record(options: &RecordOptions) -> Result<Report> {
@@ -134,12 +142,14 @@ pub fn prepare(pid: u32, mode: Mode, placement: Placement, hold_times: bool) -> 
     } else {
         Vec::new()
     };
+    let lock_code = naming::lock_code::ranges(&target, &functions);
     Ok(Prepared {
         target,
         functions,
         placed,
         waits,
         unlocks,
+        lock_code,
     })
 }
 
@@ -178,6 +188,7 @@ async fn trace(
             sampled: None,
             seen: proc_events::Seen::default(),
             started: Instant::now(),
+            target_cpu_ns: None,
         });
     }
     let mut flags = flags::FUTEX | flags::CALLERS;
@@ -191,6 +202,10 @@ async fn trace(
         flags |= flags::HOLDS;
     }
     let sampled_mode = options.mode == Mode::Sampled;
+    let sampling = options.cpu_hz.map(|hz| CpuSampling {
+        hz,
+        lock_code: prepared.lock_code.clone(),
+    });
     let plan = attach::LoadPlan {
         waits: &prepared.waits,
         target,
@@ -204,6 +219,7 @@ async fn trace(
             window.request_probe()
         },
         unlock_functions: &prepared.unlocks,
+        cpu: sampling.as_ref(),
     };
     let probed: Vec<(String, PathBuf)> = prepared
         .functions
@@ -239,7 +255,13 @@ async fn trace(
         crate::model::replace_file(path, b"").context("--ready-file")?;
     }
     let started = Instant::now();
-    let mut refresh = || snapshot.tick();
+    let mut clock = TargetClock::open(target.pid);
+    let cpu_at_start = clock.as_mut().and_then(TargetClock::read);
+    let mut refresh = || {
+        snapshot.tick();
+        // Kept up to date: the last reading counts if the target exits.
+        clock.as_mut().map(TargetClock::read);
+    };
     let (stopped_by, sampled) = if let Some(armed) = armed {
         // The sampler attaches and detaches the lock probes itself, so it
         // owns the BPF object; no load driver runs in this mode.
@@ -273,11 +295,13 @@ async fn trace(
     // Stop counting, then read: every total and the request count cover
     // the same interval, the one timed here.
     let duration_s = started.elapsed().as_secs_f64();
+    let cpu_at_end = clock.as_mut().and_then(TargetClock::latest);
     collect::set_counting(&mut loaded.ebpf, 0)?;
     let seen = watch.finish();
     let mut collected = collect::collect(&loaded.ebpf)?;
     collected.hold_times = options.hold_times;
     collected.in_flight = inflight::read(&loaded.ebpf, target.pid, attached_ns, blocked_at_attach);
+    collected.cpu_hz = options.cpu_hz.unwrap_or(0);
     Ok(Traced {
         collected,
         stopped_by,
@@ -286,6 +310,9 @@ async fn trace(
         sampled,
         seen,
         started,
+        target_cpu_ns: cpu_at_start
+            .zip(cpu_at_end)
+            .map(|(start, end)| end.saturating_sub(start)),
     })
 }
 
@@ -358,6 +385,7 @@ fn report(
         sampled,
         seen,
         started,
+        target_cpu_ns,
     } = traced;
     let counted_placement = match options.mode {
         Mode::Contention => &[][..],
@@ -393,6 +421,25 @@ fn report(
     analysis::holds::apply(&mut report, &collected);
     report.placement_fallbacks = placement_fallbacks(options, prepared);
     report.estimate = estimate;
+    if let Some(cpu) = &mut report.cpu {
+        cpu.target_ns = target_cpu_ns;
+        cpu.unsampled_ns = target_cpu_ns.map(|target| {
+            target.saturating_sub(cpu.samples * crate::model::sample_period_ns(cpu.sample_hz))
+        });
+        // The probes' estimated cost (uprobe traps included) or what the
+        // sampler could not see (the BPF programs, tracepoints included).
+        cpu.tracer_ns = overhead
+            .estimated_added_ns
+            .max(cpu.unsampled_ns.unwrap_or(0));
+    } else {
+        report.cpu = Some(analysis::cpu::report(
+            &collected,
+            &report.locks,
+            target_cpu_ns,
+            overhead.estimated_added_ns,
+            0,
+        ));
+    }
     report.overhead = Some(overhead);
     report.coverage = Some(coverage(options.mode, seen, started));
     if let Some(requests) = window.finish(&collected) {

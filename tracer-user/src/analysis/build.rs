@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use tracer_common::{CallerKey, LockOp, drop_reason};
 
 use crate::{
-    analysis::{in_progress, waits},
+    analysis::{cpu, in_progress, waits},
     model::{
         Lock, LockKind, Mode, Placement, Report, SCHEMA, StopReason, TargetInfo, WaitClass,
         add_histogram,
@@ -68,8 +68,10 @@ pub fn build(info: RecordInfo, collected: &Collected, functions: &[LockFunction]
         lock.max_wait_ns = lock.max_wait_ns.max(counts.max_wait_ns);
         add_histogram(&mut lock.wait_histogram, &counts.wait_histogram);
     }
+    let (in_lock_functions, unattributed) = cpu::attribute(&mut locks, collected);
     let counted_acquisitions = info.mode != Mode::Contention;
     waits::classify(&mut locks, collected, counted_acquisitions);
+    cpu::mark_locks(&mut locks, &in_lock_functions);
     let mut locks: Vec<Lock> = locks.into_values().collect();
     locks.sort_by(|a, b| {
         (b.acquisitions.unwrap_or(0), b.contended, b.wait_ns).cmp(&(
@@ -100,7 +102,6 @@ pub fn build(info: RecordInfo, collected: &Collected, functions: &[LockFunction]
         mode: info.mode,
         placement: info.placement,
         stopped_by: info.stopped_by,
-        locks,
         stacks: Vec::new(),
         naming: None,
         dropped,
@@ -112,6 +113,9 @@ pub fn build(info: RecordInfo, collected: &Collected, functions: &[LockFunction]
         coverage: None,
         in_progress,
         deadlocks,
+        // The target's CPU time and the tracer's share are added by the caller.
+        cpu: (collected.cpu_hz > 0).then(|| cpu::report(collected, &locks, None, 0, unattributed)),
+        locks,
     }
 }
 

@@ -14,8 +14,10 @@ pub fn apply(report: &mut Report, requests: Requests) {
             contended: lock.contended as f64 / n,
             wait_ns: lock.wait_ns as f64 / n,
             hold_ns: lock.holds.as_ref().map(|h| h.hold_ns as f64 / n),
+            cpu_ns: lock.cpu_ns.map(|cpu| cpu as f64 / n),
         });
     }
+    let target_cpu_ns = report.cpu.as_ref().and_then(|cpu| cpu.target_ns);
     let totals = &mut report.totals;
     totals.per_request = divisor.map(|n| PerRequest {
         acquisitions: totals.acquisitions.map(|a| a as f64 / n),
@@ -23,6 +25,7 @@ pub fn apply(report: &mut Report, requests: Requests) {
         contended: totals.contended as f64 / n,
         wait_ns: totals.wait_ns as f64 / n,
         hold_ns: totals.hold_ns.map(|h| h as f64 / n),
+        cpu_ns: target_cpu_ns.map(|cpu| cpu as f64 / n),
     });
     super::waits::apply_per_request(totals, divisor);
     report.requests = Some(requests);

@@ -133,6 +133,7 @@ pub fn apply_per_request(totals: &mut Totals, divisor: Option<f64>) {
             contended: class.waits as f64 / n,
             wait_ns: class.wait_ns as f64 / n,
             hold_ns: None,
+            cpu_ns: None,
         });
     }
 }

@@ -5,6 +5,8 @@ use std::{path::Path, time::Duration};
 
 use anyhow::{Result, bail};
 
+use crate::trace::cpu::MAX_CPU_HZ;
+
 /// Longest `--duration`: one year (leave the flag out to record until Ctrl-C).
 pub const MAX_DURATION_S: f64 = 366.0 * 86_400.0;
 /// Longest `--sample-period`: one hour.
@@ -57,6 +59,16 @@ pub fn duration(seconds: f64) -> Result<Duration> {
         );
     }
     Ok(Duration::from_secs_f64(seconds))
+}
+
+/// `--cpu-hz`: 1 to [`MAX_CPU_HZ`] samples per CPU second.
+pub fn cpu_hz(hz: i64) -> Result<u64> {
+    if !(1..=MAX_CPU_HZ as i64).contains(&hz) {
+        bail!(
+            "--cpu-hz must be between 1 and {MAX_CPU_HZ} samples per second, not {hz} (--no-cpu turns sampling off)"
+        );
+    }
+    Ok(hz as u64)
 }
 
 /// `--sample`: a fraction in (0, 1].

@@ -5,6 +5,7 @@
 //! Schema `locktrace.report/1`: later versions add fields, never rename them.
 pub mod address;
 mod coverage;
+mod cpu;
 mod estimate;
 mod holds;
 mod in_progress;
@@ -14,6 +15,7 @@ mod report;
 mod requests;
 
 pub use coverage::{Coverage, ExecLoss, ExecSeen};
+pub use cpu::{CpuReport, cpu_error_ns, sample_period_ns};
 pub use estimate::Estimate;
 pub use holds::{HoldSite, Holds, WaitHolder, add_histogram, quantile};
 pub use in_progress::{Activity, Deadlock, DeadlockStep, InProgress, ThreadRef};

@@ -8,8 +8,8 @@ use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 
 use super::{
-    Coverage, Deadlock, Estimate, Holds, InProgress, LockKind, Mode, Overhead, PerRequest,
-    Placement, Requests, StopReason, WaitClass, WaitHolder, address,
+    Coverage, CpuReport, Deadlock, Estimate, Holds, InProgress, LockKind, Mode, Overhead,
+    PerRequest, Placement, Requests, StopReason, WaitClass, WaitHolder, address,
 };
 
 pub const SCHEMA: &str = "locktrace.report/1";
@@ -58,6 +58,9 @@ pub struct Report {
     /// Cycles among those waits: threads that can never go on.
     #[serde(default)]
     pub deadlocks: Vec<Deadlock>,
+    /// The target's CPU time over the window and what its lock code cost.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<CpuReport>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -135,6 +138,15 @@ pub struct Lock {
     /// Other routes to the same heap lock, the runner-up first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub alternatives: Vec<AlternativeName>,
+    /// Sampled CPU time in lock code working on this lock (its functions,
+    /// libc's slow paths, the kernel's futex code on its words); null when
+    /// CPU was not sampled (`--no-cpu`).
+    #[serde(default)]
+    pub cpu_ns: Option<u64>,
+    /// `cpu_ns` is within ± this (two standard deviations of the sample
+    /// count plus one sample period).
+    #[serde(default)]
+    pub cpu_error_ns: Option<u64>,
 }
 
 impl Lock {
@@ -162,6 +174,8 @@ impl Lock {
             offset_name: None,
             chain: None,
             alternatives: Vec::new(),
+            cpu_ns: None,
+            cpu_error_ns: None,
         }
     }
 

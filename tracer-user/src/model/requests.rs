@@ -71,4 +71,8 @@ pub struct PerRequest {
     /// `--hold-times`: hold time per request; null where not recorded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hold_ns: Option<f64>,
+    /// CPU time per request: for a lock its sampled `cpu_ns`, for the totals
+    /// the target's `cpu.target_ns`; null where not measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_ns: Option<f64>,
 }

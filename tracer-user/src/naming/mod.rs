@@ -16,6 +16,7 @@ pub mod elf;
 pub mod holders;
 pub mod in_progress;
 pub mod live;
+pub mod lock_code;
 pub mod names;
 pub mod region;
 

@@ -286,7 +286,7 @@ impl AddressSpace {
 
 /// Runtime minus link-time address, from the first mapping of the module
 /// whose file offset lies in a loadable segment.
-fn load_bias(maps: &[Mapping], path: &str, symbols: &ModuleSymbols) -> Option<u64> {
+pub(super) fn load_bias(maps: &[Mapping], path: &str, symbols: &ModuleSymbols) -> Option<u64> {
     maps.iter()
         .filter(|mapping| mapping.path == path)
         .find_map(|mapping| {

@@ -16,6 +16,7 @@ use aya::{
 use tracer_common::{MAX_LOCK_CODE_RANGES, cookie, counting, flags, names};
 
 use super::collect;
+use super::cpu::{self, CpuSampling};
 use crate::probe::{
     lockfuncs::{self, LockFunction},
     placement::PlacedFunction,
@@ -51,6 +52,8 @@ pub struct LoadPlan<'a> {
     pub waits: &'a WaitFunctions,
     /// `--hold-times`: the unlock functions, probed along with the lock functions.
     pub unlock_functions: &'a [Placed],
+    /// The CPU sampler's rate and lock code (None: `--no-cpu`).
+    pub cpu: Option<&'a CpuSampling>,
 }
 
 pub struct Loaded {
@@ -73,12 +76,14 @@ pub fn load(plan: &LoadPlan) -> Result<Loaded> {
         } else {
             0
         };
+    let lock_code_ranges = plan.cpu.map_or(0, |cpu| cpu.lock_code.len() as u32);
     let mut ebpf = EbpfLoader::new()
         .override_global(names::GLOBAL_TARGET_TGID, &tgid, true)
         .override_global(names::GLOBAL_FLAGS, &flags, true)
         .override_global(names::GLOBAL_GO_FUTEX_START, &go_start, true)
         .override_global(names::GLOBAL_GO_FUTEX_END, &go_end, true)
         .override_global(names::GLOBAL_LOCK_CODE_RANGES, &ranges, true)
+        .override_global(names::GLOBAL_CPU_LOCK_CODE_RANGES, &lock_code_ranges, true)
         .load(BPF_OBJECT)
         .map_err(|error| anyhow!("the kernel refused locktrace's BPF programs ({error}); it needs BPF with BTF, uprobes and syscall tracepoints (Linux 5.15 or newer)"))?;
     store_lock_code(&mut ebpf, &lock_code)?;
@@ -126,6 +131,10 @@ pub fn load(plan: &LoadPlan) -> Result<Loaded> {
                 format!("attaching to the syscalls:{event} tracepoint (is tracefs mounted?)")
             })?;
         }
+    }
+    // Last: the samples then see every probe that will count in place.
+    if let Some(sampling) = plan.cpu {
+        cpu::attach_sampler(&mut ebpf, sampling)?;
     }
     Ok(Loaded {
         ebpf,

@@ -9,8 +9,8 @@ use aya::{
     maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, PerCpuHashMap, StackTraceMap},
 };
 use tracer_common::{
-    CallerKey, FutexCounts, HoldCounts, HolderHolds, HolderKey, LockCounts, StackKey,
-    WaitHolderKey, WaitTime, counting, drop_reason, names,
+    CallerKey, CpuSamples, FutexCounts, HoldCounts, HolderHolds, HolderKey, LockCounts, StackKey,
+    WaitHolderKey, WaitTime, counting, cpu_sample, drop_reason, names,
 };
 
 /// Everything the BPF side counted, keyed as in the maps.
@@ -40,6 +40,12 @@ pub struct Collected {
     /// Waits and holds in progress when read (filled by the caller that
     /// knows when the probes went in; see [`super::inflight`]).
     pub in_flight: super::inflight::InFlight,
+    /// CPU samples per second the sampler ran at (0: not sampled).
+    pub cpu_hz: u64,
+    /// Lock-code samples per attributed address (lock or futex word).
+    pub cpu_locks: HashMap<u64, CpuSamples>,
+    /// The target's samples by class (`tracer_common::cpu_sample`).
+    pub cpu_counts: [u64; cpu_sample::COUNT as usize],
 }
 
 /// Reads every map. Stop counting first ([`set_counting`] with 0) when the
@@ -60,9 +66,14 @@ pub fn collect(ebpf: &Ebpf) -> Result<Collected> {
         wait_holders: read_hash(ebpf, names::MAP_WAIT_HOLDERS)?,
         holds: read_hash(ebpf, names::MAP_HOLDS)?,
         holders: read_hash(ebpf, names::MAP_HOLDERS)?,
+        cpu_locks: read_hash(ebpf, names::MAP_CPU_LOCKS)?,
         ..Collected::default()
     };
     collected.unlock_hits = per_cpu_sum(ebpf, names::MAP_UNLOCK_HITS, 0)?;
+    let cpu_counts: Array<&MapData, u64> = Array::try_from(map(ebpf, names::MAP_CPU_COUNTS)?)?;
+    for (index, slot) in collected.cpu_counts.iter_mut().enumerate() {
+        *slot = cpu_counts.get(&(index as u32), 0).unwrap_or(0);
+    }
     for (index, slot) in collected.drops.iter_mut().enumerate() {
         *slot = per_cpu_sum(ebpf, names::MAP_DROPS, index as u32)?;
     }

@@ -3,6 +3,7 @@
 //! and sampled runs, and reading the maps.
 pub mod attach;
 pub mod collect;
+pub mod cpu;
 pub mod inflight;
 pub mod preflight;
 pub mod proc_events;

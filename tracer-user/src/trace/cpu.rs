@@ -1,0 +1,99 @@
+//! The CPU side of tracing: the target's CPU clock (the kernel's scheduler
+//! accounting of the whole process, exited threads included), and the
+//! sampler, a perf event program on a software cpu-clock event per CPU.
+use anyhow::{Context, Result, anyhow};
+use aya::{
+    Ebpf,
+    maps::Array,
+    programs::{
+        PerfEvent,
+        perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent},
+    },
+};
+use nix::{sys::time::TimeValLike, time::ClockId, unistd::Pid};
+use tracer_common::{CodeRange, names};
+
+/// Default samples per CPU second: its cost to the target is under the
+/// project's 2% goal in `cargo xtask bench` (see docs/benchmarks.md).
+pub const DEFAULT_CPU_HZ: u64 = 999;
+/// Most `--cpu-hz`: beyond this the timer interrupts cost more than they tell.
+pub const MAX_CPU_HZ: u64 = 20_000;
+
+/// What the sampler needs: its rate and where the lock code is.
+#[derive(Debug, Clone)]
+pub struct CpuSampling {
+    pub hz: u64,
+    pub lock_code: Vec<CodeRange>,
+}
+
+/// The target's process CPU clock (`clock_getcpuclockid`): user + system
+/// time of all its threads, the exited ones included, in nanoseconds.
+#[derive(Debug, Clone, Copy)]
+pub struct TargetClock {
+    clock: ClockId,
+    /// The last reading, kept for when the target has exited by the end.
+    last_ns: Option<u64>,
+}
+
+impl TargetClock {
+    pub fn open(pid: u32) -> Option<TargetClock> {
+        let clock = ClockId::pid_cpu_clock_id(Pid::from_raw(pid as i32)).ok()?;
+        Some(TargetClock {
+            clock,
+            last_ns: None,
+        })
+    }
+
+    /// Reads the clock now (None once the target is gone); remembers it.
+    pub fn read(&mut self) -> Option<u64> {
+        let now = self.clock.now().ok()?.num_nanoseconds().max(0) as u64;
+        self.last_ns = Some(now);
+        Some(now)
+    }
+
+    /// The latest reading: now if the target lives, else the last one taken.
+    pub fn latest(&mut self) -> Option<u64> {
+        self.read().or(self.last_ns)
+    }
+}
+
+/// Fills the lock-code ranges, loads `cpu_sample` and attaches it to a
+/// cpu-clock event on every online CPU, one sample per `1e9 / hz` ns of CPU.
+pub fn attach_sampler(ebpf: &mut Ebpf, sampling: &CpuSampling) -> Result<()> {
+    {
+        let mut ranges: Array<_, CodeRange> = Array::try_from(
+            ebpf.map_mut(names::MAP_CPU_LOCK_CODE)
+                .ok_or_else(|| anyhow!("BPF object lacks map {}", names::MAP_CPU_LOCK_CODE))?,
+        )?;
+        for (index, range) in sampling.lock_code.iter().enumerate() {
+            ranges
+                .set(index as u32, *range, 0)
+                .context("filling the lock-code ranges")?;
+        }
+    }
+    let program: &mut PerfEvent = ebpf
+        .program_mut(names::PROGRAM_CPU_SAMPLE)
+        .ok_or_else(|| anyhow!("BPF object lacks program {}", names::PROGRAM_CPU_SAMPLE))?
+        .try_into()?;
+    program
+        .load()
+        .context("loading the CPU sampler (a perf event BPF program)")?;
+    let cpus = aya::util::online_cpus()
+        .map_err(|(_, error)| anyhow!("reading the online CPUs: {error}"))?;
+    let period_ns = crate::model::sample_period_ns(sampling.hz);
+    for cpu in cpus {
+        program
+            .attach(
+                PerfEventConfig::Software(SoftwareEvent::CpuClock),
+                PerfEventScope::AllProcessesOneCpu { cpu },
+                SamplePolicy::Period(period_ns),
+                false,
+            )
+            .map_err(|error| {
+                anyhow!(
+                    "attaching the CPU sampler on CPU {cpu} failed ({error}); record with --no-cpu to go without CPU per lock"
+                )
+            })?;
+    }
+    Ok(())
+}
