@@ -57,6 +57,8 @@ struct Group {
     wait_ns: u64,
     /// `--hold-times`: time held, where recorded.
     hold_ns: Option<u64>,
+    /// Sampled CPU time in lock code, where CPU was sampled.
+    cpu_ns: Option<u64>,
     /// Name and caller functions: what selectors search.
     labels: Vec<String>,
     /// Lock contention rows (not condvar, Go runtime or other futex words):
@@ -78,6 +80,9 @@ impl Group {
         if let Some(held) = other.hold_ns {
             *self.hold_ns.get_or_insert(0) += held;
         }
+        if let Some(cpu) = other.cpu_ns {
+            *self.cpu_ns.get_or_insert(0) += cpu;
+        }
         self.is_lock |= other.is_lock;
         self.labels.extend(other.labels);
         self.labels.sort();
@@ -93,6 +98,8 @@ struct Side {
     mode: Mode,
     /// Sampled reports: their windows (a lock never seen may have been missed).
     sampled_windows: Option<u32>,
+    /// The target's CPU time over the window (`cpu.target_ns`), where measured.
+    target_cpu_ns: Option<u64>,
     groups: BTreeMap<String, Group>,
 }
 
@@ -155,6 +162,9 @@ impl Side {
             if let Some(holds) = &lock.holds {
                 *group.hold_ns.get_or_insert(0) += holds.hold_ns;
             }
+            if let Some(cpu) = lock.cpu_ns {
+                *group.cpu_ns.get_or_insert(0) += cpu;
+            }
             let aliases: Vec<String> = lock
                 .offset_name
                 .iter()
@@ -178,6 +188,7 @@ impl Side {
             requests,
             mode: report.mode,
             sampled_windows: report.estimate.as_ref().map(|e| e.windows),
+            target_cpu_ns: report.cpu.as_ref().and_then(|cpu| cpu.target_ns),
             groups,
         })
     }
@@ -500,7 +511,8 @@ fn render(before: &Side, after: &Side) -> String {
         ]);
     }
     out.push_str(&table.to_string());
-    out.push_str(&render_hold_changes(before, after));
+    out.push_str(&render_cpu_changes(before, after));
+    out.push_str(&render_time_changes(before, after, "held", |g| g.hold_ns));
     let total = |side: &Side| {
         let value = ratio(side.per_request(side.groups.values().map(|g| g.acquisitions).sum()));
         match side.sampled_windows {
@@ -518,44 +530,65 @@ fn render(before: &Side, after: &Side) -> String {
     out
 }
 
-/// Hold time per request of the locks whose holds either side recorded
-/// (`record --hold-times`), and its change.
-fn render_hold_changes(before: &Side, after: &Side) -> String {
+/// `before -> after (change%)` of two times per request.
+fn time_change(before: Option<f64>, after: Option<f64>) -> String {
+    let shown = |ns: Option<f64>| {
+        ns.map_or("-".to_string(), |ns| {
+            crate::render::format::duration(ns.round() as u64)
+        })
+    };
+    let change = match (before, after) {
+        (Some(b), Some(a)) if b > 0.0 => format!(" ({:+.0}%)", (a - b) / b * 100.0),
+        _ => String::new(),
+    };
+    format!("{} -> {}{change}", shown(before), shown(after))
+}
+
+/// A time per request (`field` of a group: hold time, CPU) of the locks
+/// where either side recorded it and it is not zero on both, and its change.
+fn render_time_changes(
+    before: &Side,
+    after: &Side,
+    label: &str,
+    field: fn(&Group) -> Option<u64>,
+) -> String {
     let mut identities: Vec<&String> = before
         .groups
         .iter()
         .chain(&after.groups)
-        .filter(|(_, group)| group.hold_ns.is_some())
+        .filter(|(_, group)| field(group).is_some_and(|ns| ns > 0))
         .map(|(identity, _)| identity)
         .collect();
     identities.sort();
     identities.dedup();
     let mut out = String::new();
     for identity in identities {
-        let held = |side: &Side| {
+        let time = |side: &Side| {
             side.groups
                 .get(identity)
-                .and_then(|g| g.hold_ns)
+                .and_then(field)
                 .map(|ns| side.per_request(ns))
-        };
-        let shown = |ns: Option<f64>| {
-            ns.map_or("-".to_string(), |ns| {
-                crate::render::format::duration(ns.round() as u64)
-            })
-        };
-        let (b, a) = (held(before), held(after));
-        let change = match (b, a) {
-            (Some(b), Some(a)) if b > 0.0 => format!(" ({:+.0}%)", (a - b) / b * 100.0),
-            _ => String::new(),
         };
         let _ = writeln!(
             out,
-            "held per request: {identity}: {} -> {}{change}",
-            shown(b),
-            shown(a)
+            "{label} per request: {identity}: {}",
+            time_change(time(before), time(after))
         );
     }
     out
+}
+
+/// The target's CPU per request before and after, then each lock's.
+fn render_cpu_changes(before: &Side, after: &Side) -> String {
+    let target = |side: &Side| side.target_cpu_ns.map(|ns| side.per_request(ns));
+    if target(before).is_none() && target(after).is_none() {
+        return String::new();
+    }
+    format!(
+        "cpu per request: target {}\n{}",
+        time_change(target(before), target(after)),
+        render_time_changes(before, after, "cpu", |g| g.cpu_ns)
+    )
 }
 
 #[cfg(test)]
@@ -715,6 +748,43 @@ mod tests {
         let text = render(&Side::load(&before).unwrap(), &Side::load(&after).unwrap());
         assert!(
             text.contains("held per request: g_lock: 400.0 µs -> 100.0 µs (-75%)"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn shows_cpu_per_request_of_the_target_and_the_locks() {
+        let dir = tempfile::tempdir().unwrap();
+        let with_cpu = |path: &Path, target_ns: u64| {
+            let mut report: Value =
+                serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+            report["cpu"] = serde_json::json!({"target_ns": target_ns, "lock_code_ns": null,
+                "lock_code_error_ns": null, "samples": 0, "sample_hz": 999, "tracer_ns": 0});
+            std::fs::write(path, report.to_string()).unwrap();
+        };
+        let cpu = |ns: u64| serde_json::json!({"name": "g_lock", "cpu_ns": ns, "cpu_error_ns": 1});
+        let before = write_report(
+            dir.path(),
+            "before.json",
+            100,
+            serde_json::json!([lock("0x1000", 10, cpu(30_000_000))]),
+        );
+        let after = write_report(
+            dir.path(),
+            "after.json",
+            200,
+            serde_json::json!([lock("0x1000", 10, cpu(0))]),
+        );
+        with_cpu(&before, 100_000_000);
+        with_cpu(&after, 150_000_000);
+        let text = render(&Side::load(&before).unwrap(), &Side::load(&after).unwrap());
+        // 1 ms per request before, 0.75 ms after; the lock 300 µs, then 0.
+        assert!(
+            text.contains("cpu per request: target 1.0 ms -> 750.0 µs (-25%)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("cpu per request: g_lock: 300.0 µs -> 0 (-100%)"),
             "{text}"
         );
     }

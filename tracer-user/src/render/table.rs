@@ -5,7 +5,7 @@ use std::fmt::Write;
 use prettytable::{Cell, Row, Table, format, row};
 
 use super::{
-    footer,
+    cpu, footer,
     format::{MAX_TABLE_WIDTH, duration, truncate, width},
     holds, in_progress, lost, requests, stacks, waits,
 };
@@ -39,6 +39,7 @@ pub fn render(report: &Report, limit: Option<usize>) -> String {
             report.estimate.is_some() && requests.source == crate::model::RequestSource::Probe;
         out.push_str(&requests::describe(requests, estimated));
     }
+    out.push_str(&cpu::summary(report));
     let shown = limit.unwrap_or(usize::MAX);
     let contention = report
         .locks
@@ -131,6 +132,10 @@ fn lock_table(report: &Report, shown: usize, name_width: usize, callers_width: u
     // Wait distribution always; hold time and holders where recorded.
     let any_holds = report.locks.iter().any(|lock| lock.holds.is_some());
     let any_holders = report.locks.iter().any(|lock| !lock.holders.is_empty());
+    let cpu_title = cpu::column_title(report);
+    if let Some(title) = cpu_title {
+        titles.add_cell(Cell::new(title).style_spec("r"));
+    }
     titles.add_cell(Cell::new("wait p50/p99").style_spec("r"));
     if any_holds {
         titles.add_cell(Cell::new("held total/max").style_spec("r"));
@@ -140,12 +145,16 @@ fn lock_table(report: &Report, shown: usize, name_width: usize, callers_width: u
     }
     titles.add_cell(Cell::new("callers"));
     table.set_titles(titles);
-    for lock in report
+    let mut rows: Vec<&Lock> = report
         .locks
         .iter()
         .filter(|lock| lock.is_contention())
-        .take(shown)
-    {
+        .collect();
+    // The lock's cost first, when CPU was sampled (stable: ties keep the report's order).
+    if cpu::sorts_by_cpu(report) {
+        rows.sort_by_key(|lock| std::cmp::Reverse(lock.cpu_ns.unwrap_or(0)));
+    }
+    for lock in rows.into_iter().take(shown) {
         let mut row: Row = row![
             format!("{:#x}", lock.address),
             truncate(lock.name.as_deref().unwrap_or(&lock.region), name_width),
@@ -163,6 +172,9 @@ fn lock_table(report: &Report, shown: usize, name_width: usize, callers_width: u
             for cell in requests::cells(lock.per_request.as_ref()) {
                 row.add_cell(Cell::new(&cell).style_spec("r"));
             }
+        }
+        if cpu_title.is_some() {
+            row.add_cell(Cell::new(&cpu::cell(lock)).style_spec("r"));
         }
         row.add_cell(Cell::new(&holds::wait_percentiles(lock)).style_spec("r"));
         if any_holds {
