@@ -1,6 +1,7 @@
 //! pprof export of a report: a gzipped `profile.proto` that `go tool pprof`,
 //! Pyroscope, Parca and Grafana read, shaped like Go's mutex profile
-//! (`contentions/count`, `delay/nanoseconds`) plus `acquisitions/count`.
+//! (`contentions/count`, `delay/nanoseconds`) plus `acquisitions/count` and
+//! `cpu/nanoseconds` (the lock code's sampled CPU, on the lock's frame).
 //!
 //! Each stack of a lock call (`--stacks`) or, without stacks, each caller
 //! becomes a sample carrying its acquisitions, with the lock as the leaf
@@ -22,6 +23,9 @@ use crate::model::{Frame, Lock, LockStack, Report};
 const ACQUISITIONS: usize = 0;
 const CONTENTIONS: usize = 1;
 const DELAY: usize = 2;
+/// Sampled CPU in lock code, on the lock's frame (the sampler keeps no stacks).
+const CPU: usize = 3;
+const SAMPLE_TYPES: usize = 4;
 
 /// True when the stack's innermost frame is a lock function (`pthread_mutex_lock`,
 /// glibc's `___pthread_mutex_lock`, …): a stack of a lock call, not of a futex wait.
@@ -62,6 +66,7 @@ pub fn encode(report: &Report) -> Profile {
         ("acquisitions", "count"),
         ("contentions", "count"),
         ("delay", "nanoseconds"),
+        ("cpu", "nanoseconds"),
     ]
     .map(|(kind, unit)| builder.value_type(kind, unit))
     .to_vec();
@@ -77,7 +82,7 @@ pub fn encode(report: &Report) -> Profile {
             .into_iter()
             .partition(|stack| starts_in_lock_function(stack, lock));
         let acquisitions = lock.acquisitions.unwrap_or(0);
-        let mut placed = [0u64; 3];
+        let mut placed = [0u64; SAMPLE_TYPES];
         if !calls.is_empty() || !waits.is_empty() {
             for stack in calls {
                 placed[ACQUISITIONS] +=
@@ -105,6 +110,7 @@ pub fn encode(report: &Report) -> Profile {
             (ACQUISITIONS, acquisitions),
             (CONTENTIONS, lock.contended),
             (DELAY, lock.wait_ns),
+            (CPU, lock.cpu_ns.unwrap_or(0)),
         ] {
             if total > placed[index] {
                 builder.sample(lock, &[], index, total - placed[index]);
@@ -208,7 +214,7 @@ impl Builder {
                 .to_string();
             location_id.push(self.location(frame_label(frame), file));
         }
-        let mut values = vec![0i64; 3];
+        let mut values = vec![0i64; SAMPLE_TYPES];
         values[index] = i64::try_from(value).unwrap_or(i64::MAX);
         let label = vec![
             Label {
@@ -358,5 +364,33 @@ mod tests {
         assert_eq!(builder.string("lock"), 1);
         assert_eq!(builder.string("lock"), 1);
         assert_eq!(builder.strings, vec!["", "lock"]);
+    }
+
+    #[test]
+    fn each_locks_cpu_is_on_its_frame() {
+        use crate::model::{LockKind, WaitClass};
+        let text = serde_json::json!({
+            "schema": crate::model::SCHEMA,
+            "target": {"pid": 1, "exe": "/x", "cmdline": []},
+            "duration_s": 1.0, "mode": "contention", "locks": [], "dropped": {},
+            "totals": {"acquisitions": null, "contended": 0, "wakes": 0, "wait_ns": 0},
+        });
+        let mut report = Report::from_json(&text.to_string(), "test").unwrap();
+        for (address, cpu_ns) in [(0x1000, 7_000_000), (0x2000, 0)] {
+            let mut lock = Lock::empty(address, LockKind::Mutex, WaitClass::Lock);
+            lock.cpu_ns = Some(cpu_ns);
+            report.locks.push(lock);
+        }
+        let profile = encode(&report);
+        let cpu_type = &profile.sample_type[CPU];
+        assert_eq!(profile.string_table[cpu_type.r#type as usize], "cpu");
+        assert_eq!(profile.string_table[cpu_type.unit as usize], "nanoseconds");
+        let cpu: Vec<i64> = profile
+            .sample
+            .iter()
+            .map(|sample| sample.value[CPU])
+            .filter(|&ns| ns > 0)
+            .collect();
+        assert_eq!(cpu, vec![7_000_000]);
     }
 }
