@@ -213,6 +213,8 @@ struct LiveArgs {
     /// Create this (empty) file once the probes are live, for scripts and tests.
     #[arg(long, value_name = "PATH")]
     ready_file: Option<PathBuf>,
+    #[command(flatten)]
+    cpu: CpuArgs,
 }
 
 impl LiveArgs {
@@ -230,6 +232,7 @@ impl LiveArgs {
             request_probe: request_spec(self.request_probe.as_deref()),
             expire_after: Duration::from_secs(self.expire_after),
             ready_file: self.ready_file,
+            cpu_hz: self.cpu.hz()?,
         })
     }
 }

@@ -17,7 +17,7 @@ use std::{
 use anyhow::{Context, Result, bail};
 use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuHashMap};
 use tracer_common::{
-    CallerKey, FutexCounts, LockCounts, StackKey, WaitHolderKey, WaitTime, flags, names,
+    CallerKey, CpuSamples, FutexCounts, LockCounts, StackKey, WaitHolderKey, WaitTime, flags, names,
 };
 
 use crate::{
@@ -37,6 +37,7 @@ use crate::{
     trace::{
         attach::{self, Placed, RequestProbePoint},
         collect::{self, Collected},
+        cpu::CpuSampling,
         inflight, window,
     },
 };
@@ -58,6 +59,8 @@ pub struct LiveOptions {
     pub expire_after: Duration,
     /// Created (empty) once the probes are live, for scripts and tests.
     pub ready_file: Option<std::path::PathBuf>,
+    /// CPU samples per CPU second for the CPU per lock (None: `--no-cpu`).
+    pub cpu_hz: Option<u64>,
 }
 
 /// What one lock did in an interval, with its name as far as known.
@@ -76,11 +79,13 @@ pub struct LockActivity {
     pub acquisitions: Option<u64>,
     pub contended: u64,
     pub wait_ns: u64,
+    /// Sampled CPU time in lock code on the lock (0 with `--no-cpu`).
+    pub cpu_ns: u64,
 }
 
 impl LockActivity {
     pub fn is_active(&self) -> bool {
-        self.acquisitions.unwrap_or(0) + self.contended + self.wait_ns > 0
+        self.acquisitions.unwrap_or(0) + self.contended + self.wait_ns + self.cpu_ns > 0
     }
 }
 
@@ -135,6 +140,7 @@ struct Totals {
     acquisitions: u64,
     contended: u64,
     wait_ns: u64,
+    cpu_ns: u64,
     last_active: Option<Instant>,
 }
 
@@ -158,6 +164,7 @@ pub struct LiveSession {
     /// When the probes went in, and the threads blocked in a futex then.
     attached_ns: u64,
     blocked_at_attach: Vec<inflight::Blocked>,
+    cpu_hz: u64,
 }
 
 impl LiveSession {
@@ -173,11 +180,13 @@ impl LiveSession {
             functions,
             placed,
             waits,
+            lock_code,
             ..
         } = record::prepare(options.pid, options.mode, options.placement, false)?;
         let request_probe = window::request_probe(&target, &options.request_probe, false)?;
+        let sampling = options.cpu_hz.map(|hz| CpuSampling { hz, lock_code });
         let plan = attach::LoadPlan {
-            cpu: None,
+            cpu: sampling.as_ref(),
             unlock_functions: &[],
             waits: &waits,
             target: &target,
@@ -214,6 +223,7 @@ impl LiveSession {
             expire_after: options.expire_after,
             attached_ns,
             blocked_at_attach,
+            cpu_hz: options.cpu_hz.unwrap_or(0),
         })
     }
 
@@ -245,6 +255,7 @@ impl LiveSession {
             self.attached_ns,
             self.blocked_at_attach.clone(),
         );
+        collected.cpu_hz = self.cpu_hz;
         let mut report = analysis::build::build(self.record_info(), &collected, &self.functions);
         let rows = report.locks.len();
         let (long_waits, deadlocks) = self.long_waits(&mut report);
@@ -273,10 +284,12 @@ impl LiveSession {
                 acquisitions: lock.acquisitions.map(|n| delta(n, before.acquisitions)),
                 contended: delta(lock.contended, before.contended),
                 wait_ns: delta(lock.wait_ns, before.wait_ns),
+                cpu_ns: delta(lock.cpu_ns.unwrap_or(0), before.cpu_ns),
             };
             before.acquisitions = lock.acquisitions.unwrap_or(0);
             before.contended = lock.contended;
             before.wait_ns = lock.wait_ns;
+            before.cpu_ns = lock.cpu_ns.unwrap_or(0);
             if activity.is_active() || before.last_active.is_none() {
                 before.last_active = Some(now);
             }
@@ -526,6 +539,12 @@ impl LiveSession {
                 .copied()
                 .filter(expired_word)
                 .collect(),
+            cpu_locks: collected
+                .cpu_locks
+                .keys()
+                .copied()
+                .filter(expired_word)
+                .collect(),
             callers: collected
                 .callers
                 .keys()
@@ -560,6 +579,7 @@ struct ExpiredKeys {
     futexes: Vec<u64>,
     condvars: Vec<u64>,
     go_futexes: Vec<u64>,
+    cpu_locks: Vec<u64>,
     callers: Vec<CallerKey>,
     stacks: Vec<StackKey>,
     wait_holders: Vec<WaitHolderKey>,
@@ -571,6 +591,7 @@ impl ExpiredKeys {
         remove_keys::<u64, FutexCounts>(ebpf, names::MAP_FUTEXES, self.futexes.into_iter())?;
         remove_keys::<u64, FutexCounts>(ebpf, names::MAP_CONDVARS, self.condvars.into_iter())?;
         remove_keys::<u64, FutexCounts>(ebpf, names::MAP_GO_FUTEXES, self.go_futexes.into_iter())?;
+        remove_keys::<u64, CpuSamples>(ebpf, names::MAP_CPU_LOCKS, self.cpu_locks.into_iter())?;
         remove_keys::<StackKey, u64>(ebpf, names::MAP_STACK_COUNTS, self.stacks.into_iter())?;
         remove_keys::<WaitHolderKey, WaitTime>(
             ebpf,

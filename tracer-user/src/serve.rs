@@ -96,6 +96,7 @@ struct Metrics {
     other_wait_seconds: Family<WaitClassLabels, Counter<f64, AtomicU64>>,
     /// Events the BPF side could not count, by the report's drop reason.
     lost: Family<ReasonLabels, Counter>,
+    cpu_seconds: Family<LockLabels, Counter<f64, AtomicU64>>,
     requests: Option<Counter>,
     probe_hits: Gauge,
     estimated_added_seconds: Gauge<f64, AtomicU64>,
@@ -116,6 +117,7 @@ impl Metrics {
             other_waits: Family::default(),
             other_wait_seconds: Family::default(),
             lost: Family::default(),
+            cpu_seconds: Family::default(),
             requests: with_requests.then(Counter::default),
             probe_hits: Gauge::default(),
             estimated_added_seconds: Gauge::default(),
@@ -140,6 +142,11 @@ impl Metrics {
             "locktrace_lock_wait_seconds",
             "Time threads spent waiting for the lock in futex calls",
             metrics.wait_seconds.clone(),
+        );
+        registry.register(
+            "locktrace_lock_cpu_seconds",
+            "Sampled CPU time in lock code on the lock (lock functions, libc slow paths, the kernel's futex code)",
+            metrics.cpu_seconds.clone(),
         );
         registry.register(
             "locktrace_futex_waits",
@@ -220,6 +227,9 @@ impl Metrics {
         self.wait_seconds
             .get_or_create(labels)
             .inc_by(lock.wait_ns as f64 / 1e9);
+        self.cpu_seconds
+            .get_or_create(labels)
+            .inc_by(lock.cpu_ns as f64 / 1e9);
     }
 
     /// Everything of an interval but the lock series: requests, waits that
@@ -276,6 +286,7 @@ impl Metrics {
         self.acquisitions.remove(labels);
         self.contended.remove(labels);
         self.wait_seconds.remove(labels);
+        self.cpu_seconds.remove(labels);
     }
 }
 
@@ -541,6 +552,7 @@ mod tests {
             acquisitions: Some(acquisitions),
             contended: 0,
             wait_ns: 0,
+            cpu_ns: 0,
         }
     }
 

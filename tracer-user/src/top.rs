@@ -30,6 +30,7 @@ enum SortKey {
     Acquisitions,
     Contended,
     Wait,
+    Cpu,
     Name,
 }
 
@@ -38,7 +39,8 @@ impl SortKey {
         match self {
             SortKey::Acquisitions => SortKey::Contended,
             SortKey::Contended => SortKey::Wait,
-            SortKey::Wait => SortKey::Name,
+            SortKey::Wait => SortKey::Cpu,
+            SortKey::Cpu => SortKey::Name,
             SortKey::Name => SortKey::Acquisitions,
         }
     }
@@ -48,6 +50,7 @@ impl SortKey {
             SortKey::Acquisitions => "acq/s",
             SortKey::Contended => "contended/s",
             SortKey::Wait => "wait ms/s",
+            SortKey::Cpu => "cpu ms/s",
             SortKey::Name => "lock name",
         }
     }
@@ -58,6 +61,7 @@ impl SortKey {
                 SortKey::Acquisitions => b.acquisitions.cmp(&a.acquisitions),
                 SortKey::Contended => b.contended.cmp(&a.contended),
                 SortKey::Wait => b.wait_ns.cmp(&a.wait_ns),
+                SortKey::Cpu => b.cpu_ns.cmp(&a.cpu_ns),
                 SortKey::Name => a.label.cmp(&b.label),
             };
             order.then(a.address.cmp(&b.address))
@@ -219,13 +223,14 @@ impl Drop for Screen {
 }
 
 /// Per-second rates of one lock, as table cells.
-fn cells(lock: &LockActivity, seconds: f64) -> [String; 3] {
+fn cells(lock: &LockActivity, seconds: f64) -> [String; 4] {
     let rate = |n: u64| n as f64 / seconds;
     [
         lock.acquisitions
             .map_or_else(|| "-".into(), |n| format_rate(rate(n))),
         format_rate(rate(lock.contended)),
         format!("{:.1}", rate(lock.wait_ns) / 1e6),
+        format!("{:.1}", rate(lock.cpu_ns) / 1e6),
     ]
 }
 
@@ -326,20 +331,21 @@ fn full_screen(
         sort.title(),
         interval.locks.len()
     );
-    // Fixed columns: kind 6, acq/s 8, contended/s 8, wait ms/s 9, and 5 gaps.
-    let fixed = 6 + 8 + 8 + 9 + 5;
+    // Fixed columns: kind 6, acq/s 8, contended/s 8, wait ms/s 9, cpu ms/s 8, and 6 gaps.
+    let fixed = 6 + 8 + 8 + 9 + 8 + 6;
     let flexible = width.saturating_sub(fixed).max(20);
     let name_width = flexible * 11 / 20;
     let caller_width = flexible - name_width;
-    let row = |name: &str, kind: &str, numbers: [&str; 3], caller: &str| {
+    let row = |name: &str, kind: &str, numbers: [&str; 4], caller: &str| {
         fit(
             &format!(
-                "{:<name_width$} {:<6} {:>8} {:>8} {:>9} {}",
+                "{:<name_width$} {:<6} {:>8} {:>8} {:>9} {:>8} {}",
                 fit(name, name_width),
                 fit(kind, 6),
                 numbers[0],
                 numbers[1],
                 numbers[2],
+                numbers[3],
                 fit(caller, caller_width)
             ),
             width,
@@ -350,7 +356,7 @@ fn full_screen(
     lines.extend([row(
         "lock",
         "kind",
-        ["acq/s", "cont/s", "wait ms/s"],
+        ["acq/s", "cont/s", "wait ms/s", "cpu ms/s"],
         "top caller",
     )]);
     for lock in interval
@@ -358,11 +364,11 @@ fn full_screen(
         .iter()
         .take(height.saturating_sub(lines.len()))
     {
-        let [acquisitions, contended, wait] = cells(lock, seconds);
+        let [acquisitions, contended, wait, cpu] = cells(lock, seconds);
         lines.push(row(
             &lock.label,
             &lock.kind.to_string(),
-            [&acquisitions, &contended, &wait],
+            [&acquisitions, &contended, &wait, &cpu],
             lock.top_caller.as_deref().unwrap_or("-"),
         ));
     }
@@ -388,19 +394,20 @@ fn plain(session: &LiveSession, interval: &Interval, since_attach: Duration) -> 
     }
     let _ = writeln!(
         out,
-        "{:<32} {:<6} {:>10} {:>10} {:>10}  top caller",
-        "lock", "kind", "acq/s", "cont/s", "wait ms/s"
+        "{:<32} {:<6} {:>10} {:>10} {:>10} {:>10}  top caller",
+        "lock", "kind", "acq/s", "cont/s", "wait ms/s", "cpu ms/s"
     );
     for lock in interval.locks.iter().take(PLAIN_ROWS) {
-        let [acquisitions, contended, wait] = cells(lock, seconds);
+        let [acquisitions, contended, wait, cpu] = cells(lock, seconds);
         let _ = writeln!(
             out,
-            "{:<32} {:<6} {:>10} {:>10} {:>10}  {}",
+            "{:<32} {:<6} {:>10} {:>10} {:>10} {:>10}  {}",
             lock.label,
             lock.kind,
             acquisitions,
             contended,
             wait,
+            cpu,
             lock.top_caller.as_deref().unwrap_or("-")
         );
     }
@@ -415,16 +422,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn sort_key_cycles_through_all_four() {
+    fn sort_key_cycles_through_all_five() {
         let mut key = SortKey::Acquisitions;
         let mut seen = vec![key];
-        for _ in 0..3 {
+        for _ in 0..4 {
             key = key.next();
             seen.push(key);
         }
         assert_eq!(key.next(), SortKey::Acquisitions);
         seen.dedup();
-        assert_eq!(seen.len(), 4);
+        assert_eq!(seen.len(), 5);
     }
 
     #[test]
@@ -439,6 +446,7 @@ mod tests {
             acquisitions: None,
             contended: 20,
             wait_ns: 2_000_000_000,
+            cpu_ns: 0,
         };
         let interval = Interval {
             elapsed: Duration::from_secs(2),

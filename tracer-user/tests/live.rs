@@ -219,6 +219,15 @@ fn serve_feeds_promtool_and_a_real_prometheus_with_exact_totals() {
     );
     let hits = sample(&metrics, "locktrace_probe_hits", "").expect("probe hits gauge");
     assert_eq!(hits, 480_000.0, "{metrics}");
+    // The sampled CPU of g_lock's lock code: a series of its own, a few
+    // milliseconds at most for 480,000 uncontended lock/unlock pairs.
+    let cpu = sample(
+        &metrics,
+        "locktrace_lock_cpu_seconds_total",
+        r#"lock="g_lock""#,
+    )
+    .expect("a CPU series for g_lock");
+    assert!((0.0..1.0).contains(&cpu), "{metrics}");
 
     // The target exits: one line, non-zero exit.
     fixture.wait();
