@@ -63,6 +63,11 @@ pub fn run(bench: &Bench) -> Result<String> {
             tracers::locktrace(&["--mode", "contention"]),
         ),
         (
+            "locktrace --mode contention --no-cpu",
+            // The same without the CPU sampler: the difference is its cost.
+            tracers::locktrace(&["--mode", "contention", "--no-cpu"]),
+        ),
+        (
             "locktrace --mode sampled --sample 0.1",
             with_probe(&["--mode", "sampled", "--sample", "0.1"]),
         ),

@@ -40,9 +40,19 @@ pub fn run(bench: &Bench) -> Result<String> {
             "locktrace --hold-times (lock + unlock probes)",
             tracers::locktrace(&["--hold-times"]),
         ),
+        // No lock probes here: the three differ only in the CPU sampler,
+        // whose cost to the target's throughput is the ratio to untraced.
         (
-            "locktrace --mode contention",
+            "locktrace --mode contention --no-cpu",
+            tracers::locktrace(&["--mode", "contention", "--no-cpu"]),
+        ),
+        (
+            "locktrace --mode contention (CPU sampled at 999 Hz, default)",
             tracers::locktrace(&["--mode", "contention"]),
+        ),
+        (
+            "locktrace --mode contention --cpu-hz 4999",
+            tracers::locktrace(&["--mode", "contention", "--cpu-hz", "4999"]),
         ),
         (
             "locktrace --mode sampled --sample 0.1",
