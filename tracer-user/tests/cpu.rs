@@ -24,10 +24,17 @@ struct Run {
 /// Starts cpucost in `mode`, attaches `locktrace record EXTRA…`, lets it
 /// work, reads its own CPU figure, then stops locktrace with SIGINT while
 /// the fixture idles: the recording window holds all of its work and only
-/// idle time besides.
+/// idle time besides. The fixture runs at nice -20 (`nice` execs it, so the
+/// pid is the fixture's): on a machine busy compiling, its threads then get
+/// the CPUs together and the shared mutex is contended as on a quiet one.
 fn traced_run(mode: &str, extra: &[&str]) -> Run {
     let binary = fixture("cpucost", Flavor::Glibc);
-    let mut fixture = Fixture::spawn(&binary, &[THREADS, OPS, WORK, HOLD, mode]);
+    let mut fixture = Fixture::spawn_command(
+        std::process::Command::new("nice")
+            .args(["-n", "-20"])
+            .arg(&binary)
+            .args([THREADS, OPS, WORK, HOLD, mode]),
+    );
     let trace = Trace::attach(fixture.pid(), extra);
     fixture.start();
     let mut figure = |name: &str| -> f64 {
@@ -84,12 +91,13 @@ fn assert_target_cpu_matches(run: &Run) {
 /// futex tracepoint programs ran in it (the sampler cannot run meanwhile:
 /// `cpu.unsampled_ns`), which is the tracer's and so no lock's: it is taken
 /// out of the fixture's figure. Sharing must have cost something
-/// measurable: on a machine busy enough to keep the threads apart it may
-/// not, so up to three pairs of runs are tried.
+/// measurable: glibc's mutex falls into a cheap pattern now and then (one
+/// thread runs many operations while the others sleep), so up to five pairs
+/// of runs are tried.
 #[test]
 fn shared_mutex_cpu_matches_what_sharing_costs() {
     let mut last = String::new();
-    for _attempt in 0..3 {
+    for _attempt in 0..5 {
         let shared = traced_run("shared", &["--mode", "contention"]);
         let own = traced_run("own", &["--mode", "contention"]);
         assert_target_cpu_matches(&shared);
@@ -130,7 +138,7 @@ fn shared_mutex_cpu_matches_what_sharing_costs() {
         assert!(error <= 0.35, "{:.0}% off: {last}", error * 100.0);
         return;
     }
-    panic!("sharing the mutex never cost 10% of the CPU in three tries: {last}");
+    panic!("sharing the mutex never cost 10% of the CPU in five tries: {last}");
 }
 
 /// The same work without any lock: under 1% of the CPU is attributed to locks.
