@@ -73,3 +73,23 @@ pub fn cell(lock: &Lock) -> String {
 pub fn sorts_by_cpu(report: &Report) -> bool {
     report.locks.iter().any(|lock| lock.cpu_ns.unwrap_or(0) > 0)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{LockKind, PerRequest, WaitClass};
+
+    #[test]
+    fn cell_is_per_request_when_requests_are_known() {
+        let mut lock = Lock::empty(0x1000, LockKind::Mutex, WaitClass::Lock);
+        assert_eq!(cell(&lock), "-");
+        lock.cpu_ns = Some(42_000_000);
+        lock.cpu_error_ns = Some(13_961_481);
+        assert_eq!(cell(&lock), "42.0 ms ±14.0 ms");
+        lock.per_request = Some(PerRequest {
+            cpu_ns: Some(2_100.0),
+            ..PerRequest::default()
+        });
+        assert_eq!(cell(&lock), "2.1 µs");
+    }
+}
