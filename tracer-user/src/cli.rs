@@ -11,6 +11,7 @@ use crate::{
     model::{Mode, Placement, Report},
     record,
     render::{
+        fit::Width,
         holds,
         output::{self, Written},
         pprof, stacks, table,
@@ -263,6 +264,9 @@ enum Command {
         /// Also probe the unlock functions: hold time per lock and per holder function (about doubles the probe hits).
         #[arg(long)]
         hold_times: bool,
+        /// Print every column in full (by default the table fits the terminal, or 160 columns).
+        #[arg(long)]
+        wide: bool,
     },
     /// Compare two reports per request: which locks appeared, disappeared or changed.
     Compare(compare::CompareArgs),
@@ -294,6 +298,9 @@ enum Command {
         /// With the table: print every lock's wait (and hold) histogram in full.
         #[arg(long)]
         histograms: bool,
+        /// Print every column in full (by default the table fits the terminal, or 160 columns).
+        #[arg(long)]
+        wide: bool,
     },
 }
 
@@ -359,6 +366,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             ready_file,
             pprof,
             hold_times,
+            wide,
         } => {
             let duration = duration.map(limits::duration).transpose()?;
             if mode != ModeArg::Sampled {
@@ -412,7 +420,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
             let saved = json.map(|path| report.save(&path)).transpose();
             let pprof_saved = pprof.map(|path| pprof::save(&report, &path)).transpose();
             // A reader that went away (`| head`) is a normal end.
-            let _: Written = output::stdout_text(&table::render(&report, top))?;
+            let text = table::render(&report, top, Width::for_stdout(wide));
+            let _: Written = output::stdout_text(&text)?;
             saved?;
             pprof_saved?;
             if let Some(reason) = report.requests.as_ref().and_then(|r| r.refused.as_ref()) {
@@ -449,11 +458,12 @@ fn run(cli: Cli) -> Result<ExitCode> {
             top,
             format,
             histograms,
+            wide,
         } => {
             let report = Report::load(&file)?;
             match format {
                 stacks::Format::Table => {
-                    let mut text = table::render(&report, top);
+                    let mut text = table::render(&report, top, Width::for_stdout(wide));
                     if histograms {
                         text.push_str(&holds::render_histograms(&report, top));
                     }

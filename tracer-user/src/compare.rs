@@ -18,19 +18,15 @@ use std::{
 };
 
 use anyhow::{Context, Result, anyhow, bail};
-use prettytable::{Table, format, row};
 
 use crate::{
     model::{LockKind, Mode, Report, WaitClass},
     render::{
-        format::{ratio, truncate},
+        fit::{Column, Width, fit},
+        format::{duration, ratio},
         output,
     },
 };
-
-/// Widest a lock's identity is shown in the table (the whole table stays
-/// within 160 columns); selectors still search the full identity.
-const IDENTITY_WIDTH: usize = 60;
 
 #[derive(clap::Args, Debug)]
 pub struct CompareArgs {
@@ -45,6 +41,9 @@ pub struct CompareArgs {
     /// Fail (exit 1) if a lock matching SELECTOR is taken more than N times per request after; repeatable.
     #[arg(long, value_name = "SELECTOR=N")]
     assert_max: Vec<String>,
+    /// Print every column in full (by default the table fits the terminal, or 160 columns).
+    #[arg(long)]
+    wide: bool,
 }
 
 /// Locks of one identity in one report, summed.
@@ -249,6 +248,7 @@ pub fn run(args: &CompareArgs) -> Result<ExitCode> {
         &args.after,
         &args.assert_gone,
         &args.assert_max,
+        Width::for_stdout(args.wide),
     )?;
     // A reader that went away (`| head`) is a normal end; the verdict stands.
     output::stdout_text(&outcome.text)?;
@@ -276,6 +276,7 @@ pub fn evaluate(
     after: &Path,
     assert_gone: &[String],
     assert_max: &[String],
+    width: Width,
 ) -> Result<Outcome> {
     let mut before = Side::load(before)?;
     let mut after = Side::load(after)?;
@@ -285,7 +286,7 @@ pub fn evaluate(
         .iter()
         .map(|spec| parse_max(spec))
         .collect::<Result<Vec<_>>>()?;
-    let mut text = render(&before, &after);
+    let mut text = render(&before, &after, width);
     let mut failures = Vec::new();
     if !after.counts_acquisitions() {
         for assertion in assert_gone
@@ -410,7 +411,7 @@ fn parse_max(spec: &str) -> Result<(String, f64)> {
     Ok((selector.to_string(), max))
 }
 
-fn render(before: &Side, after: &Side) -> String {
+fn render(before: &Side, after: &Side, width: Width) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -438,69 +439,24 @@ fn render(before: &Side, after: &Side) -> String {
         };
         size(b).total_cmp(&size(a)).then_with(|| a.cmp(b))
     });
-    let mut table = Table::new();
-    table.set_format(*format::consts::FORMAT_NO_BORDER_LINE_SEPARATOR);
-    table.set_titles(row!["lock", r->"locks", r->"before", r->"after", r->"change", r->"contended before", r->"contended after", ""]);
-    for identity in identities {
-        let old = before.groups.get(identity);
-        let new = after.groups.get(identity);
-        let acquisitions =
-            |side: &Side, group: Option<&Group>| group.map(|g| side.per_request(g.acquisitions));
-        let contended =
-            |side: &Side, group: Option<&Group>| group.map(|g| side.per_request(g.contended));
-        let (b, a) = (acquisitions(before, old), acquisitions(after, new));
-        let bounds =
-            old.map_or(0.0, |g| g.per_request_error) + new.map_or(0.0, |g| g.per_request_error);
-        let change = match (b, a) {
-            _ if !before.counts_acquisitions() => String::new(),
-            (Some(b), Some(a)) if bounds > 0.0 && (a - b).abs() <= bounds => {
-                "within the bounds".to_string()
-            }
-            (Some(b), Some(a)) if b > 0.0 => {
-                format!(
-                    "{}{} ({:+.0}%)",
-                    sign(a - b),
-                    ratio(a - b),
-                    (a - b) / b * 100.0
-                )
-            }
-            (Some(b), Some(a)) => format!("{}{}", sign(a - b), ratio(a - b)),
-            _ => String::new(),
-        };
-        let mark = match (old, new) {
-            // Contention mode lists a lock only when it was waited on.
-            (Some(_), None) if !after.counts_acquisitions() => "no waits after",
-            (None, Some(_)) if !before.counts_acquisitions() => "no waits before",
-            (Some(_), None) if after.sampled_windows.is_some() => "not seen after (sampled)",
-            (None, Some(_)) if before.sampled_windows.is_some() => "not seen before (sampled)",
-            (Some(_), None) => "disappeared",
-            (None, Some(_)) => "appeared",
-            _ => "",
-        };
-        let count = format!(
-            "{}/{}",
-            old.map_or(0, |g| g.locks),
-            new.map_or(0, |g| g.locks)
-        );
-        let shown = |v: Option<f64>| v.map_or("-".to_string(), ratio);
-        let acquired = |side: &Side, group: Option<&Group>| match group {
-            _ if !side.counts_acquisitions() => "not counted".to_string(),
-            Some(group) => side.shown(group),
-            None => "-".to_string(),
-        };
-        table.add_row(row![
-            truncate(identity, IDENTITY_WIDTH),
-            r->count,
-            r->acquired(before, old),
-            r->acquired(after, new),
-            r->change,
-            r->shown(contended(before, old)),
-            r->shown(contended(after, new)),
-            mark
-        ]);
-    }
-    out.push_str(&table.to_string());
-    out.push_str(&render_hold_changes(before, after));
+    let columns = [
+        Column::name("lock"),
+        Column::number("locks", 40),
+        Column::number("before", 100),
+        Column::number("after", 100),
+        Column::number("change", 80),
+        Column::number("contended before", 30),
+        Column::number("contended after", 30),
+        Column::label("status", 90),
+    ];
+    let rows: Vec<Vec<String>> = identities
+        .into_iter()
+        .map(|identity| compare_row(before, after, identity))
+        .collect();
+    let table = fit(&columns, &rows, width);
+    out.push_str(&table.text);
+    out.push_str(&table.note(width).unwrap_or_default());
+    out.push_str(&render_hold_changes(before, after, width));
     let total = |side: &Side| {
         let value = ratio(side.per_request(side.groups.values().map(|g| g.acquisitions).sum()));
         match side.sampled_windows {
@@ -518,9 +474,69 @@ fn render(before: &Side, after: &Side) -> String {
     out
 }
 
+/// One identity's row: per-request figures on both sides and the change.
+fn compare_row(before: &Side, after: &Side, identity: &String) -> Vec<String> {
+    let old = before.groups.get(identity);
+    let new = after.groups.get(identity);
+    let acquisitions =
+        |side: &Side, group: Option<&Group>| group.map(|g| side.per_request(g.acquisitions));
+    let contended =
+        |side: &Side, group: Option<&Group>| group.map(|g| side.per_request(g.contended));
+    let (b, a) = (acquisitions(before, old), acquisitions(after, new));
+    let bounds =
+        old.map_or(0.0, |g| g.per_request_error) + new.map_or(0.0, |g| g.per_request_error);
+    let change = match (b, a) {
+        _ if !before.counts_acquisitions() => String::new(),
+        (Some(b), Some(a)) if bounds > 0.0 && (a - b).abs() <= bounds => {
+            "within the bounds".to_string()
+        }
+        (Some(b), Some(a)) if b > 0.0 => {
+            format!(
+                "{}{} ({:+.0}%)",
+                sign(a - b),
+                ratio(a - b),
+                (a - b) / b * 100.0
+            )
+        }
+        (Some(b), Some(a)) => format!("{}{}", sign(a - b), ratio(a - b)),
+        _ => String::new(),
+    };
+    let mark = match (old, new) {
+        // Contention mode lists a lock only when it was waited on.
+        (Some(_), None) if !after.counts_acquisitions() => "no waits after",
+        (None, Some(_)) if !before.counts_acquisitions() => "no waits before",
+        (Some(_), None) if after.sampled_windows.is_some() => "not seen after (sampled)",
+        (None, Some(_)) if before.sampled_windows.is_some() => "not seen before (sampled)",
+        (Some(_), None) => "disappeared",
+        (None, Some(_)) => "appeared",
+        _ => "",
+    };
+    let count = format!(
+        "{}/{}",
+        old.map_or(0, |g| g.locks),
+        new.map_or(0, |g| g.locks)
+    );
+    let shown = |v: Option<f64>| v.map_or("-".to_string(), ratio);
+    let acquired = |side: &Side, group: Option<&Group>| match group {
+        _ if !side.counts_acquisitions() => "not counted".to_string(),
+        Some(group) => side.shown(group),
+        None => "-".to_string(),
+    };
+    vec![
+        identity.clone(),
+        count,
+        acquired(before, old),
+        acquired(after, new),
+        change,
+        shown(contended(before, old)),
+        shown(contended(after, new)),
+        mark.to_string(),
+    ]
+}
+
 /// Hold time per request of the locks whose holds either side recorded
-/// (`record --hold-times`), and its change.
-fn render_hold_changes(before: &Side, after: &Side) -> String {
+/// (`record --hold-times`), and its change: a table under the main one.
+fn render_hold_changes(before: &Side, after: &Side, width: Width) -> String {
     let mut identities: Vec<&String> = before
         .groups
         .iter()
@@ -530,32 +546,36 @@ fn render_hold_changes(before: &Side, after: &Side) -> String {
         .collect();
     identities.sort();
     identities.dedup();
-    let mut out = String::new();
-    for identity in identities {
-        let held = |side: &Side| {
-            side.groups
-                .get(identity)
-                .and_then(|g| g.hold_ns)
-                .map(|ns| side.per_request(ns))
-        };
-        let shown = |ns: Option<f64>| {
-            ns.map_or("-".to_string(), |ns| {
-                crate::render::format::duration(ns.round() as u64)
-            })
-        };
-        let (b, a) = (held(before), held(after));
-        let change = match (b, a) {
-            (Some(b), Some(a)) if b > 0.0 => format!(" ({:+.0}%)", (a - b) / b * 100.0),
-            _ => String::new(),
-        };
-        let _ = writeln!(
-            out,
-            "held per request: {identity}: {} -> {}{change}",
-            shown(b),
-            shown(a)
-        );
+    if identities.is_empty() {
+        return String::new();
     }
-    out
+    let rows: Vec<Vec<String>> = identities
+        .into_iter()
+        .map(|identity| {
+            let held = |side: &Side| {
+                side.groups
+                    .get(identity)
+                    .and_then(|g| g.hold_ns)
+                    .map(|ns| side.per_request(ns))
+            };
+            let shown =
+                |ns: Option<f64>| ns.map_or("-".to_string(), |ns| duration(ns.round() as u64));
+            let (b, a) = (held(before), held(after));
+            let change = match (b, a) {
+                (Some(b), Some(a)) if b > 0.0 => format!("{:+.0}%", (a - b) / b * 100.0),
+                _ => String::new(),
+            };
+            vec![identity.clone(), shown(b), shown(a), change]
+        })
+        .collect();
+    let columns = [
+        Column::name("held per request"),
+        Column::number("before", 100),
+        Column::number("after", 100),
+        Column::number("change", 80),
+    ];
+    let table = fit(&columns, &rows, width);
+    format!("\n{}{}", table.text, table.note(width).unwrap_or_default())
 }
 
 #[cfg(test)]
@@ -712,11 +732,18 @@ mod tests {
             10,
             serde_json::json!([lock("0x1000", 10, holds(1_000_000))]),
         );
-        let text = render(&Side::load(&before).unwrap(), &Side::load(&after).unwrap());
-        assert!(
-            text.contains("held per request: g_lock: 400.0 µs -> 100.0 µs (-75%)"),
-            "{text}"
+        let text = render(
+            &Side::load(&before).unwrap(),
+            &Side::load(&after).unwrap(),
+            Width::Unlimited,
         );
+        let row = text
+            .lines()
+            .skip_while(|line| !line.starts_with(" held per request"))
+            .find(|line| line.starts_with(" g_lock "))
+            .unwrap();
+        let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+        assert_eq!(cells, ["g_lock", "400.0 µs", "100.0 µs", "-75%"], "{text}");
     }
 
     #[test]
@@ -828,7 +855,7 @@ mod tests {
                 before.groups["g_global_stats->LOCK_access"].acquisitions,
                 acquisitions
             );
-            let table = render(&before, &after);
+            let table = render(&before, &after, Width::Unlimited);
             assert!(!table.contains("disappeared"), "{table}");
             // Selectors find it by any of its names.
             assert_eq!(after.matching("g_global_stats->+0x10->").count(), 1);
@@ -877,7 +904,9 @@ mod tests {
         )]);
         let before = write_report(dir.path(), "before.json", 10, locks.clone());
         let after = write_report(dir.path(), "after.json", 10, locks);
-        let max = |spec: &str| evaluate(&before, &after, &[], &[spec.to_string()]).unwrap();
+        let max = |spec: &str| {
+            evaluate(&before, &after, &[], &[spec.to_string()], Width::Unlimited).unwrap()
+        };
         let typo = max("nosuchlock=0");
         assert_eq!(typo.failures.len(), 1, "{typo:?}");
         assert!(

@@ -1,8 +1,5 @@
 //! Number and text formatting shared by every text output.
 
-/// Widest a rendered table may be, so it reads in a terminal and in CI logs.
-pub const MAX_TABLE_WIDTH: usize = 160;
-
 /// A duration in the unit that reads best: `850 ns`, `12.5 µs`, `3.2 ms`, `1.25 s`.
 pub fn duration(ns: u64) -> String {
     match ns {

@@ -1,6 +1,7 @@
 //! Text outputs, each reading only the model: the table with its footers
 //! ([`table`]), folded stacks and flame graphs ([`stacks`]), and the shared
 //! number formatting ([`format`]), gzipped pprof profiles ([`pprof`]).
+pub mod fit;
 pub mod footer;
 pub mod format;
 pub mod holds;
