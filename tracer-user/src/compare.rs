@@ -6,8 +6,9 @@
 //! else the set of its caller functions (`callers[].function`), else
 //! `unidentified KIND`. A lock also answers to its other names (its
 //! `offset_name`, its alternative routes), so a report from before field
-//! names (`g_stats->+0x20->`) still matches one with them
-//! (`g_stats->LOCK_access`). Locks with the
+//! names (`*g_stats->+0x20`) still matches one with them
+//! (`*g_stats->LOCK_access`), and names spelled before C notation
+//! (`g_stats->+0x20->`) are read as C writes them. Locks with the
 //! same identity (e.g. one mutex per connection, all taken by the same
 //! function) are one row, their figures summed.
 use std::{
@@ -21,6 +22,7 @@ use anyhow::{Context, Result, anyhow, bail};
 
 use crate::{
     model::{LockKind, Mode, Report, WaitClass},
+    naming::chain::c_notation,
     render::{
         fit::{Column, Width, fit},
         format::{duration, ratio},
@@ -112,12 +114,13 @@ impl Side {
         };
         let mut groups: BTreeMap<String, Group> = BTreeMap::new();
         for lock in &report.locks {
-            let name = lock
+            let spelled = lock
                 .name
                 .as_deref()
                 // A bare address is no identity across runs.
-                .filter(|n| !n.is_empty() && !n.starts_with("0x"))
-                .map(str::to_string);
+                .filter(|n| !n.is_empty() && !n.starts_with("0x"));
+            // Reports before C notation wrote `g_stats->+0x20->` for `*g_stats->+0x20`.
+            let name = spelled.map(c_notation);
             let mut callers: Vec<String> = lock
                 .callers
                 .iter()
@@ -163,8 +166,12 @@ impl Side {
                         .iter()
                         .flat_map(|a| [a.name.clone(), a.offset_name.clone()]),
                 )
+                .map(|alias| c_notation(&alias))
                 .filter(|alias| Some(alias) != name.as_ref())
                 .collect();
+            // Selectors find a lock by its old spelling too.
+            group.labels.extend(spelled.map(str::to_string));
+            group.labels.extend(lock.offset_name.clone());
             group.labels.extend(name);
             group.labels.extend(callers);
             group.labels.extend(aliases.iter().cloned());
@@ -222,14 +229,21 @@ fn adopt(named: &Side, other: &mut Side) {
         if other.groups.contains_key(identity) {
             continue;
         }
-        let Some(alias) = group
-            .aliases
+        // Known there by one of its aliases, or sharing one (the same route
+        // in offsets, spelled alike in both reports); like with like only.
+        let Some(alias) = other
+            .groups
             .iter()
-            .find(|alias| other.groups.contains_key(*alias))
+            .find(|(key, found)| {
+                group.aliases.contains(*key)
+                    || (found.is_lock == group.is_lock
+                        && !found.aliases.is_disjoint(&group.aliases))
+            })
+            .map(|(key, _)| key.clone())
         else {
             continue;
         };
-        if let Some(found) = other.groups.remove(alias) {
+        if let Some(found) = other.groups.remove(&alias) {
             other
                 .groups
                 .entry(identity.clone())
@@ -800,31 +814,43 @@ mod tests {
         assert_eq!(after.matching("global_stats").count(), 0);
     }
 
-    /// A report from before field names (the lock named in offsets, by the
-    /// registry route) compares with one that has them: one row.
+    /// Reports from before field names (the lock named in offsets, by the
+    /// registry route) and from before C notation (`g_stats->+0x10->`,
+    /// `g_stats->LOCK_access` for the lock that field points to) compare
+    /// with one that has both: one row.
     #[test]
-    fn matches_old_offset_names() {
+    fn matches_old_offset_names_and_spellings() {
         let dir = tempfile::tempdir().unwrap();
-        let old = write_report(
-            dir.path(),
-            "old.json",
-            10,
-            serde_json::json!([lock(
-                "0x1000",
+        let old = |file: &str, acquisitions: u64, names: Value| {
+            let locks = serde_json::json!([lock("0x1000", acquisitions, names)]);
+            write_report(dir.path(), file, 10, locks)
+        };
+        let olds = [
+            (
+                old(
+                    "registry.json",
+                    80,
+                    serde_json::json!({"name": "g_plugin_core+0x30->+0x10->"}),
+                ),
                 80,
-                serde_json::json!({"name": "g_plugin_core+0x30->+0x10->"})
-            )]),
-        );
-        let older = write_report(
-            dir.path(),
-            "older.json",
-            10,
-            serde_json::json!([lock(
-                "0x1000",
+            ),
+            (
+                old(
+                    "offsets.json",
+                    40,
+                    serde_json::json!({"name": "g_global_stats->+0x10->"}),
+                ),
                 40,
-                serde_json::json!({"name": "g_global_stats->+0x10->"})
-            )]),
-        );
+            ),
+            (
+                old(
+                    "fields.json",
+                    30,
+                    serde_json::json!({"name": "g_global_stats->LOCK_access", "offset_name": "g_global_stats->+0x10->"}),
+                ),
+                30,
+            ),
+        ];
         let new = write_report(
             dir.path(),
             "new.json",
@@ -833,37 +859,38 @@ mod tests {
                 "0x2000",
                 20,
                 serde_json::json!({
-                    "name": "g_global_stats->LOCK_access",
-                    "offset_name": "g_global_stats->+0x10->",
+                    "name": "*g_global_stats->LOCK_access",
+                    "offset_name": "*g_global_stats->+0x10",
                     "alternatives": [{
-                        "name": "g_plugin_core.plugin_header.plugin_stats->LOCK_access",
-                        "offset_name": "g_plugin_core+0x30->+0x10->",
+                        "name": "*g_plugin_core.plugin_header.plugin_stats->LOCK_access",
+                        "offset_name": "*g_plugin_core+0x30->+0x10",
                         "chain": {"module": "/x", "root": "g_plugin_core", "offsets": [48, 16, 0]},
                     }],
                 })
             )]),
         );
-        for (old, acquisitions) in [(&old, 80), (&older, 40)] {
+        for (old, acquisitions) in &olds {
             let mut before = Side::load(old).unwrap();
             let mut after = Side::load(&new).unwrap();
             unify(&mut before, &mut after);
+            assert_eq!(before.groups.len(), 1, "{old:?}");
             assert_eq!(
                 before.groups.keys().collect::<Vec<_>>(),
-                ["g_global_stats->LOCK_access"]
+                after.groups.keys().collect::<Vec<_>>()
             );
-            assert_eq!(
-                before.groups["g_global_stats->LOCK_access"].acquisitions,
-                acquisitions
-            );
+            let group = before.groups.values().next().unwrap();
+            assert_eq!(group.acquisitions, *acquisitions);
             let table = render(&before, &after, Width::Unlimited);
             assert!(!table.contains("disappeared"), "{table}");
-            // Selectors find it by any of its names.
-            assert_eq!(after.matching("g_global_stats->+0x10->").count(), 1);
+            // Selectors find it by any of its names, old spellings included.
+            assert_eq!(after.matching("*g_global_stats->+0x10").count(), 1);
+            let spelled = Report::load(old).unwrap().locks[0].name.clone().unwrap();
+            assert_eq!(before.matching(&spelled).count(), 1, "{spelled}");
             // Old on the after side works too.
             let mut before = Side::load(&new).unwrap();
             let mut after = Side::load(old).unwrap();
             unify(&mut before, &mut after);
-            assert!(after.groups.contains_key("g_global_stats->LOCK_access"));
+            assert!(after.groups.contains_key("*g_global_stats->LOCK_access"));
         }
     }
 
@@ -871,19 +898,19 @@ mod tests {
     fn condvars_match_condvars_and_assertions_select_locks() {
         let dir = tempfile::tempdir().unwrap();
         let locks = serde_json::json!([
-            lock("0x1000", 20, serde_json::json!({"name": "g_pool->"})),
+            lock("0x1000", 20, serde_json::json!({"name": "*g_pool"})),
             lock(
                 "0x1028",
                 0,
-                serde_json::json!({"name": "g_pool->", "kind": "condvar", "wait_class": "condvar", "acquisitions": null, "contended": 30})
+                serde_json::json!({"name": "*g_pool", "kind": "condvar", "wait_class": "condvar", "acquisitions": null, "contended": 30})
             ),
         ]);
         let side = Side::load(&write_report(dir.path(), "r.json", 10, locks)).unwrap();
-        assert_eq!(side.groups["g_pool->"].acquisitions, 20);
-        assert_eq!(side.groups["g_pool->"].contended, 0);
-        assert_eq!(side.groups["[condvar] g_pool->"].contended, 30);
+        assert_eq!(side.groups["*g_pool"].acquisitions, 20);
+        assert_eq!(side.groups["*g_pool"].contended, 0);
+        assert_eq!(side.groups["[condvar] *g_pool"].contended, 30);
         let selected: Vec<&String> = side.matching("g_pool").map(|(id, _)| id).collect();
-        assert_eq!(selected, ["g_pool->"]);
+        assert_eq!(selected, ["*g_pool"]);
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! Pointer-chain naming for locks on the heap: which global variable's
-//! pointers lead to the lock (`g_stats->+0x148->`), found by reading the
+//! pointers lead to the lock (`*g_stats->+0x148`), found by reading the
 //! live target's memory breadth-first from its modules' data, with bounded
 //! hops, field offsets, reads and time.
 use std::{
@@ -71,7 +71,9 @@ impl RawChain {
         )
     }
 
-    /// Offset notation: `g_stats->+0x20->`, `g_core+0x30->+0x10->`.
+    /// Offset notation: `*g_stats->+0x20` (the lock the pointer at +0x20
+    /// in `*g_stats` points to), `*g_core+0x30->+0x10`, `g_stats->+0x8` (a
+    /// lock inside the object `g_stats` points to).
     pub fn offset_name(&self) -> String {
         let mut text = super::elf::Symbol {
             address: self.root_address,
@@ -82,7 +84,7 @@ impl RawChain {
         for &offset in self.offsets.iter().skip(1) {
             text = render(&format!("{text}->"), offset);
         }
-        text
+        c_notation(&text)
     }
 }
 
@@ -159,10 +161,7 @@ pub fn search_within(
     // Under glibc's malloc every object starts a chunk with a size word; a
     // pointer without one points into the middle of something (an arena
     // block, a string), and locks merely near it are not inside it.
-    let glibc_malloc = space
-        .modules
-        .iter()
-        .any(|m| m.symbols.functions.iter().any(|f| f.name == "malloc_trim"));
+    let glibc_malloc = space.glibc_malloc;
     let is_heap = |value: u64| {
         heap_ranges
             .iter()
@@ -480,6 +479,16 @@ fn is_global_data(section: &str) -> bool {
         || section.starts_with(".bss.")
 }
 
+/// A path ending in a dereference (`g_stats->+0x20->`, the lock that
+/// pointer points to) as C writes it: `*g_stats->+0x20`; others unchanged.
+/// Reports before C notation spelled names the first way.
+pub fn c_notation(path: &str) -> String {
+    match path.strip_suffix("->") {
+        Some(pointer) if !pointer.is_empty() => format!("*{pointer}"),
+        _ => path.to_string(),
+    }
+}
+
 /// `path` ends with `->`; a non-zero field offset follows it.
 fn render(path: &str, offset: u64) -> String {
     if offset == 0 {
@@ -531,8 +540,8 @@ mod tests {
         assert!(direct.rank() < registry.rank());
         // Ending right at the lock first, whatever the root.
         assert!(registry.rank() < inside.rank());
-        assert_eq!(direct.offset_name(), "g_global_stats->+0x10->");
-        assert_eq!(registry.offset_name(), "g_plugin_core+0x30->+0x10->");
+        assert_eq!(direct.offset_name(), "*g_global_stats->+0x10");
+        assert_eq!(registry.offset_name(), "*g_plugin_core+0x30->+0x10");
         assert_eq!(inside.offset_name(), "g_global_stats->+0x10->+0x8");
         assert_eq!(direct.hops(), 2);
     }
@@ -541,5 +550,9 @@ mod tests {
     fn renders_offsets() {
         assert_eq!(super::render("g_stats->", 0x148), "g_stats->+0x148");
         assert_eq!(super::render("g_stats->+0x148->", 0), "g_stats->+0x148->");
+        assert_eq!(super::c_notation("g_stats->+0x148->"), "*g_stats->+0x148");
+        assert_eq!(super::c_notation("tsrm_env_mutex->"), "*tsrm_env_mutex");
+        assert_eq!(super::c_notation("g_stats->lock"), "g_stats->lock");
+        assert_eq!(super::c_notation("->"), "->");
     }
 }
