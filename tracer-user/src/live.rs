@@ -14,14 +14,17 @@ use std::{
     time::{Duration, Instant},
 };
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuHashMap};
 use tracer_common::{
     CallerKey, FutexCounts, LockCounts, StackKey, WaitHolderKey, WaitTime, flags, names,
 };
 
 use crate::{
-    analysis::{self, build::RecordInfo},
+    analysis::{
+        self,
+        build::{RecordInfo, lock_holding},
+    },
     model::{
         Activity, Deadlock, InProgress, Lock, LockKind, Mode, Placement, Report, StopReason,
         TargetInfo, WaitClass,
@@ -186,17 +189,14 @@ impl LiveSession {
             functions: &placed,
             flags: flags::FUTEX | flags::CALLERS,
             lock_probes: options.mode == Mode::All,
-            request_probe: request_probe.as_ref().map(|p| RequestProbePoint {
-                module: p.module.clone(),
-                file_offset: p.file_offset,
-            }),
+            request_probe: request_probe.as_ref().map(RequestProbePoint::from),
         };
         let loaded = attach::load(&plan)?;
         let attached_ns = inflight::monotonic_ns();
         let blocked_at_attach = inflight::blocked_threads(target.pid);
         let snapshot = naming::Snapshot::take(&target);
         if let Some(path) = &options.ready_file {
-            crate::model::replace_file(path, b"").context("--ready-file")?;
+            record::signal_ready(path)?;
         }
         Ok(LiveSession {
             mode: options.mode,
@@ -480,19 +480,13 @@ impl LiveSession {
 
         // A futex word belongs to the lock whose bytes hold it (as report::build
         // decides), else it is a lock of its own.
-        let lock_ends: BTreeMap<u64, u64> = report
+        let kinds: BTreeMap<u64, LockKind> = report
             .locks
             .iter()
             .filter(|lock| lock.kind != LockKind::Futex)
-            .map(|lock| (lock.address, lock.address + lock.kind.span()))
+            .map(|lock| (lock.address, lock.kind))
             .collect();
-        let owner = |word: u64| {
-            lock_ends
-                .range(..=word)
-                .next_back()
-                .filter(|(_, end)| word < **end)
-                .map_or(word, |(start, _)| *start)
-        };
+        let owner = |word: u64| lock_holding(&kinds, word, |kind| kind.span()).unwrap_or(word);
         let expired_word = |word: &u64| quiet.contains(&owner(*word));
         let keys = ExpiredKeys {
             locks: quiet.clone(),
@@ -565,11 +559,8 @@ impl ExpiredKeys {
             names::MAP_WAIT_HOLDERS,
             self.wait_holders.into_iter(),
         )?;
-        let map = ebpf
-            .map_mut(names::MAP_CALLERS)
-            .ok_or_else(|| anyhow::anyhow!("BPF object lacks map {}", names::MAP_CALLERS))?;
         let mut callers: PerCpuHashMap<&mut MapData, CallerKey, u64> =
-            PerCpuHashMap::try_from(map)?;
+            PerCpuHashMap::try_from(collect::map_mut(ebpf, names::MAP_CALLERS)?)?;
         for key in &self.callers {
             // A key already gone is no error here.
             let _ = callers.remove(key);
@@ -584,10 +575,8 @@ fn remove_keys<K: aya::Pod, V: aya::Pod>(
     name: &str,
     keys: impl Iterator<Item = K>,
 ) -> Result<()> {
-    let map = ebpf
-        .map_mut(name)
-        .ok_or_else(|| anyhow::anyhow!("BPF object lacks map {name}"))?;
-    let mut table: BpfHashMap<&mut MapData, K, V> = BpfHashMap::try_from(map)?;
+    let mut table: BpfHashMap<&mut MapData, K, V> =
+        BpfHashMap::try_from(collect::map_mut(ebpf, name)?)?;
     for key in keys {
         // The BPF side never deletes; a key already gone is no error here.
         let _ = table.remove(&key);

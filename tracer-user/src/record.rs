@@ -236,7 +236,7 @@ async fn trace(
     snapshot.watch(&loaded.ebpf);
     announce(options, prepared, &loaded, window);
     if let Some(path) = &options.ready_file {
-        crate::model::replace_file(path, b"").context("--ready-file")?;
+        signal_ready(path)?;
     }
     let started = Instant::now();
     let mut refresh = || snapshot.tick();
@@ -413,4 +413,9 @@ fn report(
         naming_options,
     );
     report
+}
+
+/// Creates the (empty) `--ready-file` once the probes are live, for scripts and tests.
+pub fn signal_ready(path: &std::path::Path) -> Result<()> {
+    crate::model::replace_file(path, b"").context("--ready-file")
 }

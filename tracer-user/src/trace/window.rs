@@ -106,10 +106,7 @@ impl Window {
 
     /// The request-boundary probe point for the loader.
     pub fn request_probe(&self) -> Option<RequestProbePoint> {
-        self.probe.as_ref().map(|p| RequestProbePoint {
-            module: p.module.clone(),
-            file_offset: p.file_offset,
-        })
+        self.probe.as_ref().map(RequestProbePoint::from)
     }
 
     /// Whether the request probe sits on an instruction the kernel emulates
