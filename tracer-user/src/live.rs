@@ -36,7 +36,7 @@ use crate::{
         target::Target,
     },
     record,
-    render::stacks,
+    render::format,
     trace::{
         attach::{self, Placed, RequestProbePoint},
         collect::{self, Collected},
@@ -66,7 +66,7 @@ pub struct LiveOptions {
 #[derive(Debug, Clone, PartialEq)]
 pub struct LockActivity {
     pub address: u64,
-    /// Name, else region and address (see `stacks::label`).
+    /// Name, else region and address (see `format::label`).
     pub label: String,
     pub kind: LockKind,
     /// Lock contention, or waiting for work / the runtime (as `record` classifies it).
@@ -278,7 +278,7 @@ impl LiveSession {
                     &mut other_waits
                 };
                 list.push(LockActivity {
-                    label: named.map_or_else(|| stacks::label(lock), |n| n.label.clone()),
+                    label: named.map_or_else(|| format::label(lock), |n| n.label.clone()),
                     module: named.and_then(|n| n.module.clone()),
                     top_caller: named.and_then(|n| n.top_caller.clone()),
                     ..activity
@@ -412,11 +412,11 @@ impl LiveSession {
             let top_caller = lock
                 .callers
                 .first()
-                .map(|caller| stacks::frame_label(&caller.frame()));
+                .map(|caller| format::frame_label(&caller.frame()));
             self.names.insert(
                 address,
                 Named {
-                    label: stacks::label(lock),
+                    label: format::label(lock),
                     module: lock.module.clone(),
                     top_caller,
                     call_sites: call_sites.get(&address).copied().unwrap_or(0),

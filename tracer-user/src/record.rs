@@ -180,22 +180,12 @@ async fn trace(
             started: Instant::now(),
         });
     }
-    let mut flags = flags::FUTEX | flags::CALLERS;
-    if options.stacks > 0 {
-        flags |= flags::STACKS;
-    }
-    if options.mode == Mode::Sampled {
-        flags |= flags::SAMPLED;
-    }
-    if options.hold_times {
-        flags |= flags::HOLDS;
-    }
     let sampled_mode = options.mode == Mode::Sampled;
     let plan = attach::LoadPlan {
         waits: &prepared.waits,
         target,
         functions: &prepared.placed,
-        flags,
+        flags: bpf_flags(options),
         // In sampled mode the sampler attaches the lock and request probes in its windows.
         lock_probes: options.mode == Mode::All,
         request_probe: if sampled_mode {
@@ -205,17 +195,7 @@ async fn trace(
         },
         unlock_functions: &prepared.unlocks,
     };
-    let probed: Vec<(String, PathBuf)> = prepared
-        .functions
-        .iter()
-        .map(|f| f.module.clone())
-        .collect::<BTreeSet<_>>()
-        .into_iter()
-        .map(|module| {
-            let host = target.host_path(&module);
-            (module, host)
-        })
-        .collect();
+    let probed = probed_modules(prepared);
     let watch = ProcWatch::start(target.pid, &probed);
     let mut loaded = attach::load(&plan)?;
     // Waits older than the probes: only the kernel knows of them.
@@ -287,6 +267,36 @@ async fn trace(
         seen,
         started,
     })
+}
+
+/// What the BPF programs record besides the counts.
+fn bpf_flags(options: &RecordOptions) -> u32 {
+    let mut flags = flags::FUTEX | flags::CALLERS;
+    if options.stacks > 0 {
+        flags |= flags::STACKS;
+    }
+    if options.mode == Mode::Sampled {
+        flags |= flags::SAMPLED;
+    }
+    if options.hold_times {
+        flags |= flags::HOLDS;
+    }
+    flags
+}
+
+/// The modules holding probed lock functions, as the target and the host see them.
+fn probed_modules(prepared: &Prepared) -> Vec<(String, PathBuf)> {
+    prepared
+        .functions
+        .iter()
+        .map(|f| f.module.clone())
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .map(|module| {
+            let host = prepared.target.host_path(&module);
+            (module, host)
+        })
+        .collect()
 }
 
 /// What the recording covered: children are never followed; an exec
