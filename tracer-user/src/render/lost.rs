@@ -126,7 +126,7 @@ mod tests {
     fn lost_callers_on_nesting_lock_functions_are_not_exact() {
         let mut report = report();
         report.dropped.insert("callers_map_full".into(), 5);
-        let exact = table::render(&report, None);
+        let exact = table::render(&report, None, crate::render::fit::Width::Unlimited);
         assert!(
             exact.contains("lost: 5 callers (callers_map_full; counts exact"),
             "{exact}"
@@ -134,7 +134,7 @@ mod tests {
         report
             .dropped
             .insert(crate::analysis::build::NESTED_CALLS_UNKNOWN.into(), 5);
-        let text = table::render(&report, None);
+        let text = table::render(&report, None, crate::render::fit::Width::Unlimited);
         assert!(!text.contains("counts exact"), "{text}");
         assert!(
             text.contains("lost: up to 5 acquisitions may be counted twice"),
