@@ -647,7 +647,8 @@ mod tests {
             Some(lock("0x1", 80, serde_json::json!({"name": "g_lock"}))),
         );
         let after = write_mode_report(dir.path(), "a.json", "contention", None);
-        let error = evaluate(&before, &after, &["g_lock".into()], &[]).unwrap_err();
+        let error =
+            evaluate(&before, &after, &["g_lock".into()], &[], Width::Unlimited).unwrap_err();
         assert_eq!(
             error.to_string(),
             format!(
@@ -656,7 +657,7 @@ mod tests {
                 after.display()
             )
         );
-        assert!(evaluate(&after, &before, &[], &[]).is_err());
+        assert!(evaluate(&after, &before, &[], &[], Width::Unlimited).is_err());
     }
 
     #[test]
@@ -670,7 +671,14 @@ mod tests {
         waited["acquisitions"] = Value::Null;
         let before = write_mode_report(dir.path(), "b.json", "contention", Some(waited));
         let after = write_mode_report(dir.path(), "a.json", "contention", None);
-        let outcome = evaluate(&before, &after, &["g_lock".into()], &["g_lock=1".into()]).unwrap();
+        let outcome = evaluate(
+            &before,
+            &after,
+            &["g_lock".into()],
+            &["g_lock=1".into()],
+            Width::Unlimited,
+        )
+        .unwrap();
         assert!(!outcome.text.contains("disappeared"), "{}", outcome.text);
         assert!(!outcome.text.contains("%"), "{}", outcome.text);
         assert!(outcome.text.contains("not counted"), "{}", outcome.text);
@@ -693,7 +701,8 @@ mod tests {
         let before = write_mode_report(dir.path(), "b.json", "sampled", Some(sampled(80, 0.5)));
         let after = write_mode_report(dir.path(), "a.json", "sampled", Some(sampled(78, 0.5)));
         // 7.8 ± 0.5 per request: below 8, but its bound reaches 8.3.
-        let outcome = evaluate(&before, &after, &[], &["g_lock=8".into()]).unwrap();
+        let outcome =
+            evaluate(&before, &after, &[], &["g_lock=8".into()], Width::Unlimited).unwrap();
         assert!(outcome.text.contains("~8.0 ±0.50"), "{}", outcome.text);
         assert!(outcome.text.contains("~7.80 ±0.50"), "{}", outcome.text);
         assert!(
@@ -702,11 +711,18 @@ mod tests {
             outcome.text
         );
         assert_eq!(outcome.failures.len(), 1, "{}", outcome.text);
-        let outcome = evaluate(&before, &after, &[], &["g_lock=8.3".into()]).unwrap();
+        let outcome = evaluate(
+            &before,
+            &after,
+            &[],
+            &["g_lock=8.3".into()],
+            Width::Unlimited,
+        )
+        .unwrap();
         assert!(outcome.failures.is_empty(), "{:?}", outcome.failures);
         // Not seen in a sampled report: said so, never "disappeared".
         let gone = write_mode_report(dir.path(), "g.json", "sampled", None);
-        let outcome = evaluate(&before, &gone, &["g_lock".into()], &[]).unwrap();
+        let outcome = evaluate(&before, &gone, &["g_lock".into()], &[], Width::Unlimited).unwrap();
         assert!(
             outcome.text.contains("not seen after (sampled)"),
             "{}",

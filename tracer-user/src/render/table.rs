@@ -239,7 +239,7 @@ mod tests {
             "totals": {"acquisitions": 3, "contended": 0, "wakes": 0, "wait_ns": 0},
         }))
         .unwrap();
-        let text = super::render(&report, None);
+        let text = super::render(&report, None, super::Width::Unlimited);
         let raw = text
             .chars()
             .filter(|c| c.is_control() && *c != '\n')
@@ -251,7 +251,7 @@ mod tests {
     #[test]
     fn a_sampled_run_without_a_window_says_so() {
         let report = crate::analysis::estimate::tests::sampled_report(0, 0.0, 0, 0);
-        let text = super::render(&report, None);
+        let text = super::render(&report, None, super::Width::Unlimited);
         assert!(!text.contains("~0"), "{text}");
         assert!(
             text.contains("sampled: no sampling window opened in the 10.00 s recorded: acquisitions not estimated (-)"),
@@ -268,7 +268,7 @@ mod tests {
             .unwrap()
             .acquisitions_error
             .unwrap();
-        let text = super::render(&report, None);
+        let text = super::render(&report, None, super::Width::Unlimited);
         assert!(
             text.contains("requests: ~10000 (scaled from the sampling windows)"),
             "{text}"
