@@ -12,6 +12,7 @@ use crate::{
     probe::request_auto::RequestProbeSpec,
     record,
     render::{
+        fit::Width,
         holds,
         output::{self, Written},
         pprof, stacks, table,
@@ -302,6 +303,9 @@ enum Command {
         hold_times: bool,
         #[command(flatten)]
         cpu: CpuArgs,
+        /// Print every column in full (by default the table fits the terminal, or 160 columns).
+        #[arg(long)]
+        wide: bool,
     },
     /// Compare two reports per request: which locks appeared, disappeared or changed.
     Compare(compare::CompareArgs),
@@ -333,6 +337,9 @@ enum Command {
         /// With the table: print every lock's wait (and hold) histogram in full.
         #[arg(long)]
         histograms: bool,
+        /// Print every column in full (by default the table fits the terminal, or 160 columns).
+        #[arg(long)]
+        wide: bool,
     },
 }
 
@@ -399,6 +406,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             pprof,
             hold_times,
             cpu,
+            wide,
         } => {
             let duration = duration.map(limits::duration).transpose()?;
             let cpu_hz = cpu.hz()?;
@@ -454,7 +462,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
             let saved = json.map(|path| report.save(&path)).transpose();
             let pprof_saved = pprof.map(|path| pprof::save(&report, &path)).transpose();
             // A reader that went away (`| head`) is a normal end.
-            let _: Written = output::stdout_text(&table::render(&report, top))?;
+            let text = table::render(&report, top, Width::for_stdout(wide));
+            let _: Written = output::stdout_text(&text)?;
             saved?;
             pprof_saved?;
             if let Some(reason) = report.requests.as_ref().and_then(|r| r.refused.as_ref()) {
@@ -491,11 +500,12 @@ fn run(cli: Cli) -> Result<ExitCode> {
             top,
             format,
             histograms,
+            wide,
         } => {
             let report = Report::load(&file)?;
             match format {
                 stacks::Format::Table => {
-                    let mut text = table::render(&report, top);
+                    let mut text = table::render(&report, top, Width::for_stdout(wide));
                     if histograms {
                         text.push_str(&holds::render_histograms(&report, top));
                     }

@@ -6,8 +6,9 @@
 //! else the set of its caller functions (`callers[].function`), else
 //! `unidentified KIND`. A lock also answers to its other names (its
 //! `offset_name`, its alternative routes), so a report from before field
-//! names (`g_stats->+0x20->`) still matches one with them
-//! (`g_stats->LOCK_access`). Locks with the
+//! names (`*g_stats->+0x20`) still matches one with them
+//! (`*g_stats->LOCK_access`), and names spelled before C notation
+//! (`g_stats->+0x20->`) are read as C writes them. Locks with the
 //! same identity (e.g. one mutex per connection, all taken by the same
 //! function) are one row, their figures summed.
 use std::{
@@ -18,19 +19,16 @@ use std::{
 };
 
 use anyhow::{Context, Result, anyhow, bail};
-use prettytable::{Table, format, row};
 
 use crate::{
     model::{LockKind, Mode, Report, WaitClass},
+    naming::chain::c_notation,
     render::{
-        format::{ratio, truncate},
+        fit::{Column, Width, fit},
+        format::{duration, ratio},
         output,
     },
 };
-
-/// Widest a lock's identity is shown in the table (the whole table stays
-/// within 160 columns); selectors still search the full identity.
-const IDENTITY_WIDTH: usize = 60;
 
 #[derive(clap::Args, Debug)]
 pub struct CompareArgs {
@@ -45,6 +43,9 @@ pub struct CompareArgs {
     /// Fail (exit 1) if a lock matching SELECTOR is taken more than N times per request after; repeatable.
     #[arg(long, value_name = "SELECTOR=N")]
     assert_max: Vec<String>,
+    /// Print every column in full (by default the table fits the terminal, or 160 columns).
+    #[arg(long)]
+    wide: bool,
 }
 
 /// Locks of one identity in one report, summed.
@@ -120,12 +121,13 @@ impl Side {
         };
         let mut groups: BTreeMap<String, Group> = BTreeMap::new();
         for lock in &report.locks {
-            let name = lock
+            let spelled = lock
                 .name
                 .as_deref()
                 // A bare address is no identity across runs.
-                .filter(|n| !n.is_empty() && !n.starts_with("0x"))
-                .map(str::to_string);
+                .filter(|n| !n.is_empty() && !n.starts_with("0x"));
+            // Reports before C notation wrote `g_stats->+0x20->` for `*g_stats->+0x20`.
+            let name = spelled.map(c_notation);
             let mut callers: Vec<String> = lock
                 .callers
                 .iter()
@@ -174,8 +176,12 @@ impl Side {
                         .iter()
                         .flat_map(|a| [a.name.clone(), a.offset_name.clone()]),
                 )
+                .map(|alias| c_notation(&alias))
                 .filter(|alias| Some(alias) != name.as_ref())
                 .collect();
+            // Selectors find a lock by its old spelling too.
+            group.labels.extend(spelled.map(str::to_string));
+            group.labels.extend(lock.offset_name.clone());
             group.labels.extend(name);
             group.labels.extend(callers);
             group.labels.extend(aliases.iter().cloned());
@@ -234,14 +240,21 @@ fn adopt(named: &Side, other: &mut Side) {
         if other.groups.contains_key(identity) {
             continue;
         }
-        let Some(alias) = group
-            .aliases
+        // Known there by one of its aliases, or sharing one (the same route
+        // in offsets, spelled alike in both reports); like with like only.
+        let Some(alias) = other
+            .groups
             .iter()
-            .find(|alias| other.groups.contains_key(*alias))
+            .find(|(key, found)| {
+                group.aliases.contains(*key)
+                    || (found.is_lock == group.is_lock
+                        && !found.aliases.is_disjoint(&group.aliases))
+            })
+            .map(|(key, _)| key.clone())
         else {
             continue;
         };
-        if let Some(found) = other.groups.remove(alias) {
+        if let Some(found) = other.groups.remove(&alias) {
             other
                 .groups
                 .entry(identity.clone())
@@ -260,6 +273,7 @@ pub fn run(args: &CompareArgs) -> Result<ExitCode> {
         &args.after,
         &args.assert_gone,
         &args.assert_max,
+        Width::for_stdout(args.wide),
     )?;
     // A reader that went away (`| head`) is a normal end; the verdict stands.
     output::stdout_text(&outcome.text)?;
@@ -287,6 +301,7 @@ pub fn evaluate(
     after: &Path,
     assert_gone: &[String],
     assert_max: &[String],
+    width: Width,
 ) -> Result<Outcome> {
     let mut before = Side::load(before)?;
     let mut after = Side::load(after)?;
@@ -296,7 +311,7 @@ pub fn evaluate(
         .iter()
         .map(|spec| parse_max(spec))
         .collect::<Result<Vec<_>>>()?;
-    let mut text = render(&before, &after);
+    let mut text = render(&before, &after, width);
     let mut failures = Vec::new();
     if !after.counts_acquisitions() {
         for assertion in assert_gone
@@ -421,7 +436,7 @@ fn parse_max(spec: &str) -> Result<(String, f64)> {
     Ok((selector.to_string(), max))
 }
 
-fn render(before: &Side, after: &Side) -> String {
+fn render(before: &Side, after: &Side, width: Width) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -449,70 +464,31 @@ fn render(before: &Side, after: &Side) -> String {
         };
         size(b).total_cmp(&size(a)).then_with(|| a.cmp(b))
     });
-    let mut table = Table::new();
-    table.set_format(*format::consts::FORMAT_NO_BORDER_LINE_SEPARATOR);
-    table.set_titles(row!["lock", r->"locks", r->"before", r->"after", r->"change", r->"contended before", r->"contended after", ""]);
-    for identity in identities {
-        let old = before.groups.get(identity);
-        let new = after.groups.get(identity);
-        let acquisitions =
-            |side: &Side, group: Option<&Group>| group.map(|g| side.per_request(g.acquisitions));
-        let contended =
-            |side: &Side, group: Option<&Group>| group.map(|g| side.per_request(g.contended));
-        let (b, a) = (acquisitions(before, old), acquisitions(after, new));
-        let bounds =
-            old.map_or(0.0, |g| g.per_request_error) + new.map_or(0.0, |g| g.per_request_error);
-        let change = match (b, a) {
-            _ if !before.counts_acquisitions() => String::new(),
-            (Some(b), Some(a)) if bounds > 0.0 && (a - b).abs() <= bounds => {
-                "within the bounds".to_string()
-            }
-            (Some(b), Some(a)) if b > 0.0 => {
-                format!(
-                    "{}{} ({:+.0}%)",
-                    sign(a - b),
-                    ratio(a - b),
-                    (a - b) / b * 100.0
-                )
-            }
-            (Some(b), Some(a)) => format!("{}{}", sign(a - b), ratio(a - b)),
-            _ => String::new(),
-        };
-        let mark = match (old, new) {
-            // Contention mode lists a lock only when it was waited on.
-            (Some(_), None) if !after.counts_acquisitions() => "no waits after",
-            (None, Some(_)) if !before.counts_acquisitions() => "no waits before",
-            (Some(_), None) if after.sampled_windows.is_some() => "not seen after (sampled)",
-            (None, Some(_)) if before.sampled_windows.is_some() => "not seen before (sampled)",
-            (Some(_), None) => "disappeared",
-            (None, Some(_)) => "appeared",
-            _ => "",
-        };
-        let count = format!(
-            "{}/{}",
-            old.map_or(0, |g| g.locks),
-            new.map_or(0, |g| g.locks)
-        );
-        let shown = |v: Option<f64>| v.map_or("-".to_string(), ratio);
-        let acquired = |side: &Side, group: Option<&Group>| match group {
-            _ if !side.counts_acquisitions() => "not counted".to_string(),
-            Some(group) => side.shown(group),
-            None => "-".to_string(),
-        };
-        table.add_row(row![
-            truncate(identity, IDENTITY_WIDTH),
-            r->count,
-            r->acquired(before, old),
-            r->acquired(after, new),
-            r->change,
-            r->shown(contended(before, old)),
-            r->shown(contended(after, new)),
-            mark
-        ]);
-    }
-    out.push_str(&table.to_string());
-    out.push_str(&render_cpu_changes(before, after));
-    out.push_str(&render_time_changes(before, after, "held", |g| g.hold_ns));
+    let columns = [
+        Column::name("lock"),
+        Column::number("locks", 40),
+        Column::number("before", 100),
+        Column::number("after", 100),
+        Column::number("change", 80),
+        Column::number("contended before", 30),
+        Column::number("contended after", 30),
+        Column::label("status", 90),
+    ];
+    let rows: Vec<Vec<String>> = identities
+        .into_iter()
+        .map(|identity| compare_row(before, after, identity))
+        .collect();
+    let table = fit(&columns, &rows, width);
+    out.push_str(&table.text);
+    out.push_str(&table.note(width).unwrap_or_default());
+    out.push_str(&render_cpu_changes(before, after, width));
+    out.push_str(&render_time_changes(
+        before,
+        after,
+        "held per request",
+        |g| g.hold_ns,
+        width,
+    ));
     let total = |side: &Side| {
         let value = ratio(side.per_request(side.groups.values().map(|g| g.acquisitions).sum()));
         match side.sampled_windows {
@@ -544,13 +520,75 @@ fn time_change(before: Option<f64>, after: Option<f64>) -> String {
     format!("{} -> {}{change}", shown(before), shown(after))
 }
 
+/// One identity's row: per-request figures on both sides and the change.
+fn compare_row(before: &Side, after: &Side, identity: &String) -> Vec<String> {
+    let old = before.groups.get(identity);
+    let new = after.groups.get(identity);
+    let acquisitions =
+        |side: &Side, group: Option<&Group>| group.map(|g| side.per_request(g.acquisitions));
+    let contended =
+        |side: &Side, group: Option<&Group>| group.map(|g| side.per_request(g.contended));
+    let (b, a) = (acquisitions(before, old), acquisitions(after, new));
+    let bounds =
+        old.map_or(0.0, |g| g.per_request_error) + new.map_or(0.0, |g| g.per_request_error);
+    let change = match (b, a) {
+        _ if !before.counts_acquisitions() => String::new(),
+        (Some(b), Some(a)) if bounds > 0.0 && (a - b).abs() <= bounds => {
+            "within the bounds".to_string()
+        }
+        (Some(b), Some(a)) if b > 0.0 => {
+            format!(
+                "{}{} ({:+.0}%)",
+                sign(a - b),
+                ratio(a - b),
+                (a - b) / b * 100.0
+            )
+        }
+        (Some(b), Some(a)) => format!("{}{}", sign(a - b), ratio(a - b)),
+        _ => String::new(),
+    };
+    let mark = match (old, new) {
+        // Contention mode lists a lock only when it was waited on.
+        (Some(_), None) if !after.counts_acquisitions() => "no waits after",
+        (None, Some(_)) if !before.counts_acquisitions() => "no waits before",
+        (Some(_), None) if after.sampled_windows.is_some() => "not seen after (sampled)",
+        (None, Some(_)) if before.sampled_windows.is_some() => "not seen before (sampled)",
+        (Some(_), None) => "disappeared",
+        (None, Some(_)) => "appeared",
+        _ => "",
+    };
+    let count = format!(
+        "{}/{}",
+        old.map_or(0, |g| g.locks),
+        new.map_or(0, |g| g.locks)
+    );
+    let shown = |v: Option<f64>| v.map_or("-".to_string(), ratio);
+    let acquired = |side: &Side, group: Option<&Group>| match group {
+        _ if !side.counts_acquisitions() => "not counted".to_string(),
+        Some(group) => side.shown(group),
+        None => "-".to_string(),
+    };
+    vec![
+        identity.clone(),
+        count,
+        acquired(before, old),
+        acquired(after, new),
+        change,
+        shown(contended(before, old)),
+        shown(contended(after, new)),
+        mark.to_string(),
+    ]
+}
+
 /// A time per request (`field` of a group: hold time, CPU) of the locks
-/// where either side recorded it and it is not zero on both, and its change.
+/// where either side recorded it and it is not zero on both, and its
+/// change: a table under the main one.
 fn render_time_changes(
     before: &Side,
     after: &Side,
-    label: &str,
+    title: &'static str,
     field: fn(&Group) -> Option<u64>,
+    width: Width,
 ) -> String {
     let mut identities: Vec<&String> = before
         .groups
@@ -561,25 +599,40 @@ fn render_time_changes(
         .collect();
     identities.sort();
     identities.dedup();
-    let mut out = String::new();
-    for identity in identities {
-        let time = |side: &Side| {
-            side.groups
-                .get(identity)
-                .and_then(field)
-                .map(|ns| side.per_request(ns))
-        };
-        let _ = writeln!(
-            out,
-            "{label} per request: {identity}: {}",
-            time_change(time(before), time(after))
-        );
+    if identities.is_empty() {
+        return String::new();
     }
-    out
+    let rows: Vec<Vec<String>> = identities
+        .into_iter()
+        .map(|identity| {
+            let time = |side: &Side| {
+                side.groups
+                    .get(identity)
+                    .and_then(field)
+                    .map(|ns| side.per_request(ns))
+            };
+            let shown =
+                |ns: Option<f64>| ns.map_or("-".to_string(), |ns| duration(ns.round() as u64));
+            let (b, a) = (time(before), time(after));
+            let change = match (b, a) {
+                (Some(b), Some(a)) if b > 0.0 => format!("{:+.0}%", (a - b) / b * 100.0),
+                _ => String::new(),
+            };
+            vec![identity.clone(), shown(b), shown(a), change]
+        })
+        .collect();
+    let columns = [
+        Column::name(title),
+        Column::number("before", 100),
+        Column::number("after", 100),
+        Column::number("change", 80),
+    ];
+    let table = fit(&columns, &rows, width);
+    format!("\n{}{}", table.text, table.note(width).unwrap_or_default())
 }
 
 /// The target's CPU per request before and after, then each lock's.
-fn render_cpu_changes(before: &Side, after: &Side) -> String {
+fn render_cpu_changes(before: &Side, after: &Side, width: Width) -> String {
     let target = |side: &Side| side.target_cpu_ns.map(|ns| side.per_request(ns));
     if target(before).is_none() && target(after).is_none() {
         return String::new();
@@ -587,7 +640,7 @@ fn render_cpu_changes(before: &Side, after: &Side) -> String {
     format!(
         "cpu per request: target {}\n{}",
         time_change(target(before), target(after)),
-        render_time_changes(before, after, "cpu", |g| g.cpu_ns)
+        render_time_changes(before, after, "cpu per request", |g| g.cpu_ns, width)
     )
 }
 
@@ -646,7 +699,8 @@ mod tests {
             Some(lock("0x1", 80, serde_json::json!({"name": "g_lock"}))),
         );
         let after = write_mode_report(dir.path(), "a.json", "contention", None);
-        let error = evaluate(&before, &after, &["g_lock".into()], &[]).unwrap_err();
+        let error =
+            evaluate(&before, &after, &["g_lock".into()], &[], Width::Unlimited).unwrap_err();
         assert_eq!(
             error.to_string(),
             format!(
@@ -655,7 +709,7 @@ mod tests {
                 after.display()
             )
         );
-        assert!(evaluate(&after, &before, &[], &[]).is_err());
+        assert!(evaluate(&after, &before, &[], &[], Width::Unlimited).is_err());
     }
 
     #[test]
@@ -669,7 +723,14 @@ mod tests {
         waited["acquisitions"] = Value::Null;
         let before = write_mode_report(dir.path(), "b.json", "contention", Some(waited));
         let after = write_mode_report(dir.path(), "a.json", "contention", None);
-        let outcome = evaluate(&before, &after, &["g_lock".into()], &["g_lock=1".into()]).unwrap();
+        let outcome = evaluate(
+            &before,
+            &after,
+            &["g_lock".into()],
+            &["g_lock=1".into()],
+            Width::Unlimited,
+        )
+        .unwrap();
         assert!(!outcome.text.contains("disappeared"), "{}", outcome.text);
         assert!(!outcome.text.contains("%"), "{}", outcome.text);
         assert!(outcome.text.contains("not counted"), "{}", outcome.text);
@@ -692,7 +753,8 @@ mod tests {
         let before = write_mode_report(dir.path(), "b.json", "sampled", Some(sampled(80, 0.5)));
         let after = write_mode_report(dir.path(), "a.json", "sampled", Some(sampled(78, 0.5)));
         // 7.8 ± 0.5 per request: below 8, but its bound reaches 8.3.
-        let outcome = evaluate(&before, &after, &[], &["g_lock=8".into()]).unwrap();
+        let outcome =
+            evaluate(&before, &after, &[], &["g_lock=8".into()], Width::Unlimited).unwrap();
         assert!(outcome.text.contains("~8.0 ±0.50"), "{}", outcome.text);
         assert!(outcome.text.contains("~7.80 ±0.50"), "{}", outcome.text);
         assert!(
@@ -701,11 +763,18 @@ mod tests {
             outcome.text
         );
         assert_eq!(outcome.failures.len(), 1, "{}", outcome.text);
-        let outcome = evaluate(&before, &after, &[], &["g_lock=8.3".into()]).unwrap();
+        let outcome = evaluate(
+            &before,
+            &after,
+            &[],
+            &["g_lock=8.3".into()],
+            Width::Unlimited,
+        )
+        .unwrap();
         assert!(outcome.failures.is_empty(), "{:?}", outcome.failures);
         // Not seen in a sampled report: said so, never "disappeared".
         let gone = write_mode_report(dir.path(), "g.json", "sampled", None);
-        let outcome = evaluate(&before, &gone, &["g_lock".into()], &[]).unwrap();
+        let outcome = evaluate(&before, &gone, &["g_lock".into()], &[], Width::Unlimited).unwrap();
         assert!(
             outcome.text.contains("not seen after (sampled)"),
             "{}",
@@ -745,11 +814,18 @@ mod tests {
             10,
             serde_json::json!([lock("0x1000", 10, holds(1_000_000))]),
         );
-        let text = render(&Side::load(&before).unwrap(), &Side::load(&after).unwrap());
-        assert!(
-            text.contains("held per request: g_lock: 400.0 µs -> 100.0 µs (-75%)"),
-            "{text}"
+        let text = render(
+            &Side::load(&before).unwrap(),
+            &Side::load(&after).unwrap(),
+            Width::Unlimited,
         );
+        let row = text
+            .lines()
+            .skip_while(|line| !line.starts_with(" held per request"))
+            .find(|line| line.starts_with(" g_lock "))
+            .unwrap();
+        let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+        assert_eq!(cells, ["g_lock", "400.0 µs", "100.0 µs", "-75%"], "{text}");
     }
 
     #[test]
@@ -777,16 +853,25 @@ mod tests {
         );
         with_cpu(&before, 100_000_000);
         with_cpu(&after, 150_000_000);
-        let text = render(&Side::load(&before).unwrap(), &Side::load(&after).unwrap());
+        let text = render(
+            &Side::load(&before).unwrap(),
+            &Side::load(&after).unwrap(),
+            Width::Unlimited,
+        );
         // 1 ms per request before, 0.75 ms after; the lock 300 µs, then 0.
         assert!(
             text.contains("cpu per request: target 1.0 ms -> 750.0 µs (-25%)"),
             "{text}"
         );
-        assert!(
-            text.contains("cpu per request: g_lock: 300.0 µs -> 0 (-100%)"),
-            "{text}"
-        );
+        // The lock's row in the "cpu per request" table: before, after, change.
+        let row: Vec<&str> = text
+            .lines()
+            .find(|line| line.trim_start().starts_with("g_lock") && line.contains("µs"))
+            .unwrap_or_else(|| panic!("no cpu row for g_lock in:\n{text}"))
+            .split('|')
+            .map(str::trim)
+            .collect();
+        assert_eq!(row, ["g_lock", "300.0 µs", "0", "-100%"], "{text}");
     }
 
     #[test]
@@ -843,31 +928,43 @@ mod tests {
         assert_eq!(after.matching("global_stats").count(), 0);
     }
 
-    /// A report from before field names (the lock named in offsets, by the
-    /// registry route) compares with one that has them: one row.
+    /// Reports from before field names (the lock named in offsets, by the
+    /// registry route) and from before C notation (`g_stats->+0x10->`,
+    /// `g_stats->LOCK_access` for the lock that field points to) compare
+    /// with one that has both: one row.
     #[test]
-    fn matches_old_offset_names() {
+    fn matches_old_offset_names_and_spellings() {
         let dir = tempfile::tempdir().unwrap();
-        let old = write_report(
-            dir.path(),
-            "old.json",
-            10,
-            serde_json::json!([lock(
-                "0x1000",
+        let old = |file: &str, acquisitions: u64, names: Value| {
+            let locks = serde_json::json!([lock("0x1000", acquisitions, names)]);
+            write_report(dir.path(), file, 10, locks)
+        };
+        let olds = [
+            (
+                old(
+                    "registry.json",
+                    80,
+                    serde_json::json!({"name": "g_plugin_core+0x30->+0x10->"}),
+                ),
                 80,
-                serde_json::json!({"name": "g_plugin_core+0x30->+0x10->"})
-            )]),
-        );
-        let older = write_report(
-            dir.path(),
-            "older.json",
-            10,
-            serde_json::json!([lock(
-                "0x1000",
+            ),
+            (
+                old(
+                    "offsets.json",
+                    40,
+                    serde_json::json!({"name": "g_global_stats->+0x10->"}),
+                ),
                 40,
-                serde_json::json!({"name": "g_global_stats->+0x10->"})
-            )]),
-        );
+            ),
+            (
+                old(
+                    "fields.json",
+                    30,
+                    serde_json::json!({"name": "g_global_stats->LOCK_access", "offset_name": "g_global_stats->+0x10->"}),
+                ),
+                30,
+            ),
+        ];
         let new = write_report(
             dir.path(),
             "new.json",
@@ -876,37 +973,38 @@ mod tests {
                 "0x2000",
                 20,
                 serde_json::json!({
-                    "name": "g_global_stats->LOCK_access",
-                    "offset_name": "g_global_stats->+0x10->",
+                    "name": "*g_global_stats->LOCK_access",
+                    "offset_name": "*g_global_stats->+0x10",
                     "alternatives": [{
-                        "name": "g_plugin_core.plugin_header.plugin_stats->LOCK_access",
-                        "offset_name": "g_plugin_core+0x30->+0x10->",
+                        "name": "*g_plugin_core.plugin_header.plugin_stats->LOCK_access",
+                        "offset_name": "*g_plugin_core+0x30->+0x10",
                         "chain": {"module": "/x", "root": "g_plugin_core", "offsets": [48, 16, 0]},
                     }],
                 })
             )]),
         );
-        for (old, acquisitions) in [(&old, 80), (&older, 40)] {
+        for (old, acquisitions) in &olds {
             let mut before = Side::load(old).unwrap();
             let mut after = Side::load(&new).unwrap();
             unify(&mut before, &mut after);
+            assert_eq!(before.groups.len(), 1, "{old:?}");
             assert_eq!(
                 before.groups.keys().collect::<Vec<_>>(),
-                ["g_global_stats->LOCK_access"]
+                after.groups.keys().collect::<Vec<_>>()
             );
-            assert_eq!(
-                before.groups["g_global_stats->LOCK_access"].acquisitions,
-                acquisitions
-            );
-            let table = render(&before, &after);
+            let group = before.groups.values().next().unwrap();
+            assert_eq!(group.acquisitions, *acquisitions);
+            let table = render(&before, &after, Width::Unlimited);
             assert!(!table.contains("disappeared"), "{table}");
-            // Selectors find it by any of its names.
-            assert_eq!(after.matching("g_global_stats->+0x10->").count(), 1);
+            // Selectors find it by any of its names, old spellings included.
+            assert_eq!(after.matching("*g_global_stats->+0x10").count(), 1);
+            let spelled = Report::load(old).unwrap().locks[0].name.clone().unwrap();
+            assert_eq!(before.matching(&spelled).count(), 1, "{spelled}");
             // Old on the after side works too.
             let mut before = Side::load(&new).unwrap();
             let mut after = Side::load(old).unwrap();
             unify(&mut before, &mut after);
-            assert!(after.groups.contains_key("g_global_stats->LOCK_access"));
+            assert!(after.groups.contains_key("*g_global_stats->LOCK_access"));
         }
     }
 
@@ -914,19 +1012,19 @@ mod tests {
     fn condvars_match_condvars_and_assertions_select_locks() {
         let dir = tempfile::tempdir().unwrap();
         let locks = serde_json::json!([
-            lock("0x1000", 20, serde_json::json!({"name": "g_pool->"})),
+            lock("0x1000", 20, serde_json::json!({"name": "*g_pool"})),
             lock(
                 "0x1028",
                 0,
-                serde_json::json!({"name": "g_pool->", "kind": "condvar", "wait_class": "condvar", "acquisitions": null, "contended": 30})
+                serde_json::json!({"name": "*g_pool", "kind": "condvar", "wait_class": "condvar", "acquisitions": null, "contended": 30})
             ),
         ]);
         let side = Side::load(&write_report(dir.path(), "r.json", 10, locks)).unwrap();
-        assert_eq!(side.groups["g_pool->"].acquisitions, 20);
-        assert_eq!(side.groups["g_pool->"].contended, 0);
-        assert_eq!(side.groups["[condvar] g_pool->"].contended, 30);
+        assert_eq!(side.groups["*g_pool"].acquisitions, 20);
+        assert_eq!(side.groups["*g_pool"].contended, 0);
+        assert_eq!(side.groups["[condvar] *g_pool"].contended, 30);
         let selected: Vec<&String> = side.matching("g_pool").map(|(id, _)| id).collect();
-        assert_eq!(selected, ["g_pool->"]);
+        assert_eq!(selected, ["*g_pool"]);
     }
 
     #[test]
@@ -947,7 +1045,9 @@ mod tests {
         )]);
         let before = write_report(dir.path(), "before.json", 10, locks.clone());
         let after = write_report(dir.path(), "after.json", 10, locks);
-        let max = |spec: &str| evaluate(&before, &after, &[], &[spec.to_string()]).unwrap();
+        let max = |spec: &str| {
+            evaluate(&before, &after, &[], &[spec.to_string()], Width::Unlimited).unwrap()
+        };
         let typo = max("nosuchlock=0");
         assert_eq!(typo.failures.len(), 1, "{typo:?}");
         assert!(

@@ -14,14 +14,17 @@ use std::{
     time::{Duration, Instant},
 };
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuHashMap};
 use tracer_common::{
     CallerKey, CpuSamples, FutexCounts, LockCounts, StackKey, WaitHolderKey, WaitTime, flags, names,
 };
 
 use crate::{
-    analysis::{self, build::RecordInfo},
+    analysis::{
+        self,
+        build::{RecordInfo, lock_holding},
+    },
     model::{
         Activity, Deadlock, InProgress, Lock, LockKind, Mode, Placement, Report, StopReason,
         TargetInfo, WaitClass,
@@ -33,7 +36,7 @@ use crate::{
         target::Target,
     },
     record,
-    render::{requests, stacks},
+    render::{format, requests},
     trace::{
         attach::{self, Placed, RequestProbePoint},
         collect::{self, Collected},
@@ -67,7 +70,7 @@ pub struct LiveOptions {
 #[derive(Debug, Clone, PartialEq)]
 pub struct LockActivity {
     pub address: u64,
-    /// Name, else region and address (see `stacks::label`).
+    /// Name, else region and address (see `format::label`).
     pub label: String,
     pub kind: LockKind,
     /// Lock contention, or waiting for work / the runtime (as `record` classifies it).
@@ -193,17 +196,16 @@ impl LiveSession {
             functions: &placed,
             flags: flags::FUTEX | flags::CALLERS,
             lock_probes: options.mode == Mode::All,
-            request_probe: request_probe.as_ref().map(|chosen| RequestProbePoint {
-                module: chosen.probe.module.clone(),
-                file_offset: chosen.probe.file_offset,
-            }),
+            request_probe: request_probe
+                .as_ref()
+                .map(|chosen| RequestProbePoint::from(&chosen.probe)),
         };
         let loaded = attach::load(&plan)?;
         let attached_ns = inflight::monotonic_ns();
         let blocked_at_attach = inflight::blocked_threads(target.pid);
         let snapshot = naming::Snapshot::take(&target);
         if let Some(path) = &options.ready_file {
-            crate::model::replace_file(path, b"").context("--ready-file")?;
+            record::signal_ready(path)?;
         }
         Ok(LiveSession {
             mode: options.mode,
@@ -301,7 +303,7 @@ impl LiveSession {
                     &mut other_waits
                 };
                 list.push(LockActivity {
-                    label: named.map_or_else(|| stacks::label(lock), |n| n.label.clone()),
+                    label: named.map_or_else(|| format::label(lock), |n| n.label.clone()),
                     module: named.and_then(|n| n.module.clone()),
                     top_caller: named.and_then(|n| n.top_caller.clone()),
                     ..activity
@@ -435,11 +437,11 @@ impl LiveSession {
             let top_caller = lock
                 .callers
                 .first()
-                .map(|caller| stacks::frame_label(&caller.frame()));
+                .map(|caller| format::frame_label(&caller.frame()));
             self.names.insert(
                 address,
                 Named {
-                    label: stacks::label(lock),
+                    label: format::label(lock),
                     module: lock.module.clone(),
                     top_caller,
                     call_sites: call_sites.get(&address).copied().unwrap_or(0),
@@ -505,19 +507,13 @@ impl LiveSession {
 
         // A futex word belongs to the lock whose bytes hold it (as report::build
         // decides), else it is a lock of its own.
-        let lock_ends: BTreeMap<u64, u64> = report
+        let kinds: BTreeMap<u64, LockKind> = report
             .locks
             .iter()
             .filter(|lock| lock.kind != LockKind::Futex)
-            .map(|lock| (lock.address, lock.address + lock.kind.span()))
+            .map(|lock| (lock.address, lock.kind))
             .collect();
-        let owner = |word: u64| {
-            lock_ends
-                .range(..=word)
-                .next_back()
-                .filter(|(_, end)| word < **end)
-                .map_or(word, |(start, _)| *start)
-        };
+        let owner = |word: u64| lock_holding(&kinds, word, |kind| kind.span()).unwrap_or(word);
         let expired_word = |word: &u64| quiet.contains(&owner(*word));
         let keys = ExpiredKeys {
             locks: quiet.clone(),
@@ -598,11 +594,8 @@ impl ExpiredKeys {
             names::MAP_WAIT_HOLDERS,
             self.wait_holders.into_iter(),
         )?;
-        let map = ebpf
-            .map_mut(names::MAP_CALLERS)
-            .ok_or_else(|| anyhow::anyhow!("BPF object lacks map {}", names::MAP_CALLERS))?;
         let mut callers: PerCpuHashMap<&mut MapData, CallerKey, u64> =
-            PerCpuHashMap::try_from(map)?;
+            PerCpuHashMap::try_from(collect::map_mut(ebpf, names::MAP_CALLERS)?)?;
         for key in &self.callers {
             // A key already gone is no error here.
             let _ = callers.remove(key);
@@ -617,10 +610,8 @@ fn remove_keys<K: aya::Pod, V: aya::Pod>(
     name: &str,
     keys: impl Iterator<Item = K>,
 ) -> Result<()> {
-    let map = ebpf
-        .map_mut(name)
-        .ok_or_else(|| anyhow::anyhow!("BPF object lacks map {name}"))?;
-    let mut table: BpfHashMap<&mut MapData, K, V> = BpfHashMap::try_from(map)?;
+    let mut table: BpfHashMap<&mut MapData, K, V> =
+        BpfHashMap::try_from(collect::map_mut(ebpf, name)?)?;
     for key in keys {
         // The BPF side never deletes; a key already gone is no error here.
         let _ = table.remove(&key);

@@ -191,16 +191,6 @@ async fn trace(
             target_cpu_ns: None,
         });
     }
-    let mut flags = flags::FUTEX | flags::CALLERS;
-    if options.stacks > 0 {
-        flags |= flags::STACKS;
-    }
-    if options.mode == Mode::Sampled {
-        flags |= flags::SAMPLED;
-    }
-    if options.hold_times {
-        flags |= flags::HOLDS;
-    }
     let sampled_mode = options.mode == Mode::Sampled;
     let sampling = options.cpu_hz.map(|hz| CpuSampling {
         hz,
@@ -210,7 +200,7 @@ async fn trace(
         waits: &prepared.waits,
         target,
         functions: &prepared.placed,
-        flags,
+        flags: bpf_flags(options),
         // In sampled mode the sampler attaches the lock and request probes in its windows.
         lock_probes: options.mode == Mode::All,
         request_probe: if sampled_mode {
@@ -221,17 +211,7 @@ async fn trace(
         unlock_functions: &prepared.unlocks,
         cpu: sampling.as_ref(),
     };
-    let probed: Vec<(String, PathBuf)> = prepared
-        .functions
-        .iter()
-        .map(|f| f.module.clone())
-        .collect::<BTreeSet<_>>()
-        .into_iter()
-        .map(|module| {
-            let host = target.host_path(&module);
-            (module, host)
-        })
-        .collect();
+    let probed = probed_modules(prepared);
     let watch = ProcWatch::start(target.pid, &probed);
     let mut loaded = attach::load(&plan)?;
     // Waits older than the probes: only the kernel knows of them.
@@ -252,7 +232,7 @@ async fn trace(
     snapshot.watch(&loaded.ebpf);
     announce(options, prepared, &loaded, window);
     if let Some(path) = &options.ready_file {
-        crate::model::replace_file(path, b"").context("--ready-file")?;
+        signal_ready(path)?;
     }
     let started = Instant::now();
     let mut clock = TargetClock::open(target.pid);
@@ -314,6 +294,36 @@ async fn trace(
             .zip(cpu_at_end)
             .map(|(start, end)| end.saturating_sub(start)),
     })
+}
+
+/// What the BPF programs record besides the counts.
+fn bpf_flags(options: &RecordOptions) -> u32 {
+    let mut flags = flags::FUTEX | flags::CALLERS;
+    if options.stacks > 0 {
+        flags |= flags::STACKS;
+    }
+    if options.mode == Mode::Sampled {
+        flags |= flags::SAMPLED;
+    }
+    if options.hold_times {
+        flags |= flags::HOLDS;
+    }
+    flags
+}
+
+/// The modules holding probed lock functions, as the target and the host see them.
+fn probed_modules(prepared: &Prepared) -> Vec<(String, PathBuf)> {
+    prepared
+        .functions
+        .iter()
+        .map(|f| f.module.clone())
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .map(|module| {
+            let host = prepared.target.host_path(&module);
+            (module, host)
+        })
+        .collect()
 }
 
 /// What the recording covered: children are never followed; an exec
@@ -460,4 +470,9 @@ fn report(
         naming_options,
     );
     report
+}
+
+/// Creates the (empty) `--ready-file` once the probes are live, for scripts and tests.
+pub fn signal_ready(path: &std::path::Path) -> Result<()> {
+    crate::model::replace_file(path, b"").context("--ready-file")
 }

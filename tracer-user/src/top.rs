@@ -314,7 +314,7 @@ fn full_screen(
     let mut status = format!(
         "locktrace top · pid {} {} · mode {} · probe hits {} ≈ {} added",
         session.target.pid,
-        crate::render::stacks::short_module(&session.target.exe),
+        crate::render::format::short_module(&session.target.exe),
         format!("{:?}", session.mode).to_lowercase(),
         interval.cost.probe_hits,
         format::duration(interval.cost.estimated_added_ns),

@@ -28,7 +28,7 @@ use common::{live_views::*, *};
 use serde_json::Value;
 
 /// The global statistics mutex of mysqlnd, as locktrace names it.
-const GLOBAL_LOCK: &str = "mysqlnd_global_stats->LOCK_access";
+const GLOBAL_LOCK: &str = "*mysqlnd_global_stats->LOCK_access";
 /// Taken this often per request of q.php (measured with bpftrace, the kit's README).
 const GLOBAL_PER_REQUEST: f64 = 408.0;
 const URL: &str = "http://127.0.0.1:8091/q.php";

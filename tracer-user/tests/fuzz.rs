@@ -20,7 +20,7 @@ use locktrace::{
     model::Report,
     naming::{elf::ModuleSymbols, region::AddressSpace},
     probe::target::Mapping,
-    render::{stacks, table},
+    render::{fit::Width, stacks, table},
 };
 use proptest::{
     prelude::*,
@@ -240,15 +240,16 @@ fn mutate(mut report: Value, mutations: &[Mutation]) -> Vec<u8> {
 /// Everything a parsed report goes through: the table, folded stacks, the
 /// flame graph and a comparison with itself.
 fn exercise(report: &Report, dir: &Path, selectors: &[String]) {
-    let _ = table::render(report, None);
-    let _ = table::render(report, Some(1));
+    let _ = table::render(report, None, Width::Unlimited);
+    let _ = table::render(report, Some(1), Width::Columns(80));
+    let _ = table::render(report, None, Width::Columns(0));
     for format in [stacks::Format::Folded, stacks::Format::Svg] {
         let _ = stacks::write(report, format, &mut Vec::new());
     }
     let path = dir.join("parsed.json");
     if report.save(&path).is_ok() {
         let max: Vec<String> = selectors.iter().map(|s| format!("{s}=1")).collect();
-        let _ = compare::evaluate(&path, &path, selectors, &max);
+        let _ = compare::evaluate(&path, &path, selectors, &max, Width::Columns(80));
     }
 }
 
@@ -335,7 +336,8 @@ fn fuzz_compare_selectors() {
                 &report_with(&callers, &names, requests + 1),
             );
             let max: Vec<String> = max.iter().map(|(s, n)| format!("{s}={n}")).collect();
-            let Ok(outcome) = compare::evaluate(&before, &after, &gone, &max) else {
+            let Ok(outcome) = compare::evaluate(&before, &after, &gone, &max, Width::Unlimited)
+            else {
                 return Ok(());
             };
             // A selector that names no lock on either side never passes.

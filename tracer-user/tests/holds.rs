@@ -89,7 +89,8 @@ fn slow_holder_hold_time_and_waits() {
     let (report, table, truth, addresses, _) = trace_holds(
         Flavor::Glibc,
         &["150", "2000"],
-        &["--hold-times", "--requests", "150"],
+        // --wide: the held and holder columns are checked below, whatever fits 160 columns.
+        &["--hold-times", "--requests", "150", "--wide"],
     );
     assert_wait_histograms_add_up(&report);
     let g_lock = lock(&report, &addresses, "g_lock");
@@ -204,7 +205,7 @@ fn exact_hold_counts_on_musl_and_static() {
 fn holders_without_lock_probes_are_owner_threads() {
     for mode in ["all", "contention"] {
         let (report, table, _, addresses, pid) =
-            trace_holds(Flavor::Glibc, &["60", "2000"], &["--mode", mode]);
+            trace_holds(Flavor::Glibc, &["60", "2000"], &["--mode", mode, "--wide"]);
         assert_wait_histograms_add_up(&report);
         let g_lock = lock(&report, &addresses, "g_lock");
         assert!(g_lock["holds"].is_null(), "{g_lock}");

@@ -1,6 +1,8 @@
 //! The layers of `tracer-user/src` point one way: a module may use only the
 //! layers below it (see lib.rs). This test reads every source file and fails
-//! on a `crate::…` path that reaches up. Needs no root.
+//! on a path that reaches up: `crate::…` (in `use` groups and full paths
+//! alike, re-exports included) and `super::super::…` climbing out of a
+//! layer into another. Needs no root.
 use std::path::{Path, PathBuf};
 
 /// Top-level modules, lowest layer first.
@@ -69,6 +71,83 @@ fn crate_references(text: &str) -> Vec<String> {
     found
 }
 
+/// The module path of a file below `src`: `a/b.rs` is `[a, b]`, `a/mod.rs` is `[a]`.
+fn module_path(relative: &Path) -> Vec<String> {
+    let mut path: Vec<String> = relative
+        .components()
+        .map(|c| {
+            c.as_os_str()
+                .to_string_lossy()
+                .trim_end_matches(".rs")
+                .to_string()
+        })
+        .collect();
+    if path.last().is_some_and(|last| last == "mod") {
+        path.pop();
+    }
+    path
+}
+
+/// The top-level modules that `super::` paths in a file at `module` reach
+/// once they climb to the crate root (`super::super::render` from
+/// `model/report.rs`), inline `mod x { … }` blocks counted.
+fn super_references(text: &str, module: &[String]) -> Vec<String> {
+    let mut found = Vec::new();
+    // Inline modules open at these brace depths.
+    let mut inline: Vec<usize> = Vec::new();
+    let mut depth = 0usize;
+    let bytes = text.as_bytes();
+    let mut at = 0;
+    while at < text.len() {
+        let rest = &text[at..];
+        if rest.starts_with("mod ") && (at == 0 || !is_ident(bytes[at - 1])) {
+            let after: String = rest[4..]
+                .chars()
+                .skip_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect();
+            if after.trim_start().starts_with('{') {
+                inline.push(depth + 1);
+            }
+        }
+        if rest.starts_with("super::")
+            && (at == 0 || !(is_ident(bytes[at - 1]) || bytes[at - 1] == b':'))
+        {
+            let mut climbs = 0;
+            let mut tail = rest;
+            while let Some(next) = tail.strip_prefix("super::") {
+                climbs += 1;
+                tail = next;
+            }
+            let name: String = tail
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect();
+            let depth_here = module.len() + inline.len();
+            if climbs == depth_here && !name.is_empty() {
+                found.push(name);
+            }
+            at += "super::".len() * climbs;
+            continue;
+        }
+        match bytes[at] {
+            b'{' => depth += 1,
+            b'}' => {
+                if inline.last() == Some(&depth) {
+                    inline.pop();
+                }
+                depth = depth.saturating_sub(1);
+            }
+            _ => {}
+        }
+        at += rest.chars().next().map_or(1, char::len_utf8);
+    }
+    found
+}
+
+fn is_ident(byte: u8) -> bool {
+    byte.is_ascii_alphanumeric() || byte == b'_'
+}
+
 #[test]
 fn no_module_uses_a_layer_above_it() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
@@ -97,10 +176,12 @@ fn no_module_uses_a_layer_above_it() {
         };
         checked += 1;
         let text = std::fs::read_to_string(file).unwrap();
-        for used in crate_references(&text) {
+        let mut used_modules = crate_references(&text);
+        used_modules.extend(super_references(&text, &module_path(relative)));
+        for used in used_modules {
             match rank(&used) {
                 Some(layer) if layer > own => violations.push(format!(
-                    "{} ({top}) uses crate::{used}, a layer above it",
+                    "{} ({top}) uses {used}, a layer above it",
                     relative.display()
                 )),
                 Some(_) => {}
@@ -123,4 +204,41 @@ fn the_reference_reader_sees_groups() {
         ),
         ["model", "probe", "render"]
     );
+}
+
+#[test]
+fn the_reference_reader_climbs_super_paths() {
+    let model = [String::from("model"), String::from("report")];
+    // From model/report.rs two supers reach the crate root: render is named.
+    assert_eq!(
+        super_references("use super::super::render::table;", &model),
+        ["render"]
+    );
+    // One super stays inside model.
+    assert!(super_references("use super::Lock;", &model).is_empty());
+    // Inside an inline test module one more climb is needed.
+    let text = "mod tests {\n use super::*;\n use super::super::super::cli::x;\n}\nuse super::super::probe::y;";
+    assert_eq!(super_references(text, &model), ["cli", "probe"]);
+    assert_eq!(module_path(Path::new("naming/mod.rs")), ["naming"]);
+    assert_eq!(
+        module_path(Path::new("naming/chain.rs")),
+        ["naming", "chain"]
+    );
+}
+
+#[test]
+fn the_checker_rejects_an_upward_path() {
+    // What the main test does with each reference, on a made-up lower file.
+    let own = rank("model").unwrap();
+    let text = "use crate::{render::fit::Width};\npub use crate::cli::Cli;\nfn f() { super::super::top::run(); }";
+    let mut used = crate_references(text);
+    used.extend(super_references(
+        text,
+        &[String::from("model"), String::from("x")],
+    ));
+    let upward: Vec<&String> = used
+        .iter()
+        .filter(|u| rank(u).is_some_and(|r| r > own))
+        .collect();
+    assert_eq!(upward, ["render", "cli", "top"]);
 }

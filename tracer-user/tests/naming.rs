@@ -75,11 +75,11 @@ fn check_named(report: &Value, fixture: &Fixture, binary: &Path, flavor: Flavor)
 
     let stats = lock_at(report, fixture.address("stats")).expect("stats lock in report");
     assert_eq!(
-        stats["name"], "g_stats->LOCK_access",
+        stats["name"], "*g_stats->LOCK_access",
         "{flavor:?}: {}",
         report["naming"]
     );
-    assert_eq!(stats["offset_name"], "g_stats->+0x20->", "{flavor:?}");
+    assert_eq!(stats["offset_name"], "*g_stats->+0x20", "{flavor:?}");
     assert_eq!(stats["acquisitions"], READS, "{flavor:?}");
     assert_eq!(
         callers(stats),
@@ -214,7 +214,7 @@ fn stacks_folded_and_svg() {
         "{folded}"
     );
     assert_eq!(
-        folded_count("stats_update;pthread_mutex_lock;lock g_stats->LOCK_access"),
+        folded_count("stats_update;pthread_mutex_lock;lock *g_stats->LOCK_access"),
         READS,
         "{folded}"
     );
@@ -419,11 +419,11 @@ fn mysqlnd_shaped_names_from_debug_info() {
     let module = binary.to_str().unwrap();
     let stats = lock_at(&report, fixture.address("stats")).expect("stats lock in report");
     assert_eq!(
-        stats["name"], "g_global_stats->LOCK_access",
+        stats["name"], "*g_global_stats->LOCK_access",
         "{}",
         report["naming"]
     );
-    assert_eq!(stats["offset_name"], "g_global_stats->+0x10->");
+    assert_eq!(stats["offset_name"], "*g_global_stats->+0x10");
     assert_eq!(
         stats["chain"],
         serde_json::json!({"module": module, "root": "g_global_stats", "offsets": [0, 0x10, 0]})
@@ -431,8 +431,8 @@ fn mysqlnd_shaped_names_from_debug_info() {
     assert_eq!(
         stats["alternatives"][0],
         serde_json::json!({
-            "name": "g_plugin_core.plugin_header.plugin_stats->LOCK_access",
-            "offset_name": "g_plugin_core+0x30->+0x10->",
+            "name": "*g_plugin_core.plugin_header.plugin_stats->LOCK_access",
+            "offset_name": "*g_plugin_core+0x30->+0x10",
             "chain": {"module": module, "root": "g_plugin_core", "offsets": [0x30, 0x10, 0]},
         })
     );
@@ -460,14 +460,14 @@ fn mysqlnd_shaped_names_without_debug_info() {
     let (report, fixture) = trace_mysqlnd(&binary, 60, true);
     let stats = lock_at(&report, fixture.address("stats")).expect("stats lock in report");
     assert_eq!(
-        stats["name"], "g_global_stats->+0x10->",
+        stats["name"], "*g_global_stats->+0x10",
         "{}",
         report["naming"]
     );
-    assert_eq!(stats["offset_name"], "g_global_stats->+0x10->");
+    assert_eq!(stats["offset_name"], "*g_global_stats->+0x10");
     assert_eq!(
         stats["alternatives"][0]["name"],
-        "g_plugin_core+0x30->+0x10->"
+        "*g_plugin_core+0x30->+0x10"
     );
     assert_eq!(stats["acquisitions"], STATS);
     assert_struct_locks(&report, &fixture, ("g_registry+0x68", "g_registry+0x90"));
@@ -482,7 +482,7 @@ fn heap_names_kept_after_target_exit() {
     assert_eq!(report["stopped_by"], "target_exited");
     let stats = lock_at(&report, fixture.address("stats")).expect("stats lock in report");
     assert_eq!(
-        stats["name"], "g_global_stats->LOCK_access",
+        stats["name"], "*g_global_stats->LOCK_access",
         "{}",
         report["naming"]
     );

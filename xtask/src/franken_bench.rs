@@ -26,7 +26,7 @@ const PID_FILE: &str = "/tmp/e2e/franken.pid";
 const LOCK_FILE: &str = "/tmp/franken.lock";
 const URL: &str = "http://127.0.0.1:8091/q.php";
 /// The stats mutex as locktrace names it, and its calls per request (bpftrace, exact).
-const STATS_LOCK: &str = "mysqlnd_global_stats->LOCK_access";
+const STATS_LOCK: &str = "*mysqlnd_global_stats->LOCK_access";
 const STATS_TRUTH: f64 = 408.0;
 /// Once per request in classic mode, in libphp (mapped under the stock file's name).
 const REQUEST_PROBE: &str = "libphp-franken-stock.so:php_request_startup";

@@ -14,22 +14,9 @@ use nix::{sys::signal::Signal, unistd::Pid};
 use crate::{
     Bench,
     fixtures::read_until,
-    results,
+    results::{self, HTTP_K, HttpSample},
     tracers::{self, Tracer},
 };
-
-/// Statistics updates per request in the HTTP fixture: each takes the global
-/// stats mutex and the connection's own, so 2 x 200 = 400 lock acquisitions
-/// per request, about mysqlnd's count.
-pub const HTTP_K: u64 = 200;
-
-/// One measured run of the HTTP fixture under load.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct HttpSample {
-    pub requests_per_s: f64,
-    /// The stats mutex's acquisitions per request, as locktrace reported them.
-    pub stats_per_request: Option<f64>,
-}
 
 pub fn run(bench: &Bench) -> Result<String> {
     ensure_wrk()?;

@@ -11,18 +11,9 @@ use anyhow::{Context, Result};
 use crate::{
     Bench,
     fixtures::{compile, read_until},
-    results,
+    results::{self, Sample},
     tracers::{self, Tracer},
 };
-
-/// One measured run of a loop fixture.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Sample {
-    pub ns_per_lock: f64,
-    pub attach_ms: f64,
-    pub tracer_cpu_s: f64,
-    pub tracer_rss_mib: f64,
-}
 
 pub fn run(bench: &Bench) -> Result<String> {
     let loop_bin = compile(&bench.root, &bench.out, "loop", &[])?;

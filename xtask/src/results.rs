@@ -4,7 +4,32 @@ use std::{path::Path, process::Command};
 
 use anyhow::Result;
 
-use crate::{BenchArgs, http_bench::HTTP_K, http_bench::HttpSample, loop_bench::Sample};
+use crate::BenchArgs;
+
+// The benches' measurements live here, so the benches use this module and
+// not the other way round.
+
+/// One measured run of a loop fixture.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Sample {
+    pub ns_per_lock: f64,
+    pub attach_ms: f64,
+    pub tracer_cpu_s: f64,
+    pub tracer_rss_mib: f64,
+}
+
+/// Statistics updates per request in the HTTP fixture: each takes the global
+/// stats mutex and the connection's own, so 2 x 200 = 400 lock acquisitions
+/// per request, about mysqlnd's count.
+pub const HTTP_K: u64 = 200;
+
+/// One measured run of the HTTP fixture under load.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct HttpSample {
+    pub requests_per_s: f64,
+    /// The stats mutex's acquisitions per request, as locktrace reported them.
+    pub stats_per_request: Option<f64>,
+}
 
 /// The machine and the command line.
 pub fn header(args: &BenchArgs) -> Result<String> {

@@ -53,12 +53,7 @@ pub fn build(info: RecordInfo, collected: &Collected, functions: &[LockFunction]
         locks.insert(address, lock);
     }
     for (&futex, counts) in &collected.futexes {
-        // The lock whose bytes contain this futex word, if any.
-        let owner = locks
-            .range(..=futex)
-            .next_back()
-            .filter(|(start, lock)| futex < **start + lock.kind.span())
-            .map(|(start, _)| *start);
+        let owner = lock_holding(&locks, futex, |lock| lock.kind.span());
         let lock = locks
             .entry(owner.unwrap_or(futex))
             .or_insert_with(|| Lock::empty(futex, LockKind::Futex, WaitClass::Other));
@@ -128,6 +123,21 @@ pub const NESTED_CALLS_UNKNOWN: &str = "nested_calls_unknown";
 /// seen, or the lock functions come from musl.
 fn lock_functions_nest(nested: &BTreeMap<(u64, u32), u64>, functions: &[LockFunction]) -> bool {
     !nested.is_empty() || functions.iter().any(|f| f.module.contains("musl"))
+}
+
+/// The address of the lock whose bytes hold futex word `word`, among
+/// `locks` (by address; `span` gives each one's size in bytes), if any.
+/// `build` folds the word's waits into it, the live views expire them with it.
+pub fn lock_holding<V>(
+    locks: &BTreeMap<u64, V>,
+    word: u64,
+    span: impl Fn(&V) -> u64,
+) -> Option<u64> {
+    locks
+        .range(..=word)
+        .next_back()
+        .filter(|(start, value)| word < **start + span(value))
+        .map(|(start, _)| *start)
 }
 
 /// Lock calls made from inside another lock function (musl's

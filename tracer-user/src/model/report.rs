@@ -97,7 +97,7 @@ pub struct Lock {
     #[serde(default)]
     pub per_request: Option<PerRequest>,
     /// Symbol (`g_lock`, `g_struct+0x40`) or pointer chain from a global
-    /// (`g_stats->+0x20->`); null when neither was found.
+    /// (`*g_stats->+0x20`, C notation); null when neither was found.
     #[serde(default)]
     pub name: Option<String>,
     /// Memory holding the lock: a module section (`.data`, `.bss`), `[heap]`,
@@ -128,7 +128,7 @@ pub struct Lock {
     /// `--hold-times`: completed holds; null where not recorded.
     #[serde(default)]
     pub holds: Option<Holds>,
-    /// The name in offsets from the symbol (`g_stats->+0x10->`), as
+    /// The name in offsets from the symbol (`*g_stats->+0x10`), as
     /// without debug info; what older reports called the lock.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub offset_name: Option<String>,

@@ -1,5 +1,5 @@
 //! Pointer-chain naming for locks on the heap: which global variable's
-//! pointers lead to the lock (`g_stats->+0x148->`), found by reading the
+//! pointers lead to the lock (`*g_stats->+0x148`), found by reading the
 //! live target's memory breadth-first from its modules' data, with bounded
 //! hops, field offsets, reads and time.
 use std::{
@@ -71,7 +71,9 @@ impl RawChain {
         )
     }
 
-    /// Offset notation: `g_stats->+0x20->`, `g_core+0x30->+0x10->`.
+    /// Offset notation: `*g_stats->+0x20` (the lock the pointer at +0x20
+    /// in `*g_stats` points to), `*g_core+0x30->+0x10`, `g_stats->+0x8` (a
+    /// lock inside the object `g_stats` points to).
     pub fn offset_name(&self) -> String {
         let mut text = super::elf::Symbol {
             address: self.root_address,
@@ -82,7 +84,7 @@ impl RawChain {
         for &offset in self.offsets.iter().skip(1) {
             text = render(&format!("{text}->"), offset);
         }
-        text
+        c_notation(&text)
     }
 }
 
@@ -138,6 +140,202 @@ pub fn search(space: &AddressSpace, memory: &Memory, locks: &[u64]) -> SearchOut
     search_within(space, memory, locks, TIME_BUDGET)
 }
 
+/// The breadth-first search's state: every object reached, how, and which
+/// locks lie in which object.
+struct Search<'a> {
+    space: &'a AddressSpace,
+    memory: &'a Memory,
+    wanted: BTreeSet<u64>,
+    heap_ranges: Vec<(u64, u64)>,
+    reached: Vec<Reached>,
+    by_address: HashMap<u64, usize>,
+    queue: VecDeque<usize>,
+    /// Objects holding each lock, and the lock's offset in them.
+    hits: BTreeMap<u64, Vec<(usize, u64)>>,
+    reads: usize,
+}
+
+impl Search<'_> {
+    fn is_heap(&self, value: u64) -> bool {
+        self.heap_ranges
+            .iter()
+            .any(|&(start, end)| value >= start && value < end)
+    }
+
+    /// Notes one more way to reach the object at `address`, queueing it
+    /// when it is new (`hops` pointers from a global).
+    fn enqueue(&mut self, address: u64, arrival: Arrival, hops: usize, pointer_rooted: bool) {
+        match self.by_address.get(&address) {
+            Some(&known) => {
+                let object = &mut self.reached[known];
+                if object.arrivals.len() < MAX_ARRIVALS {
+                    object.arrivals.push(arrival);
+                    object.pointer_rooted |= pointer_rooted;
+                }
+            }
+            None => {
+                self.by_address.insert(address, self.reached.len());
+                self.queue.push_back(self.reached.len());
+                self.reached.push(Reached {
+                    address,
+                    hops,
+                    arrivals: vec![arrival],
+                    pointer_rooted,
+                });
+            }
+        }
+    }
+
+    /// Hop 1: pointers stored in named globals, the executable's first, so
+    /// breadth-first order is also origin order.
+    fn enqueue_roots(&mut self, executable: Option<&str>) {
+        let space = self.space;
+        let mut modules: Vec<(usize, &super::region::LoadedModule)> =
+            space.modules.iter().enumerate().collect();
+        modules.sort_by_key(|(_, module)| Some(module.path.as_str()) != executable);
+        for (module_index, module) in modules {
+            let is_executable = Some(module.path.as_str()) == executable;
+            // The allocator's and the dynamic linker's own data (arenas, bins,
+            // tcache, brk, link maps) point at chunks live or freed: chains from
+            // there name nothing. Their modules are skipped (in a static
+            // executable, their symbols are).
+            let is_runtime = module
+                .symbols
+                .functions
+                .iter()
+                .any(|f| f.name == "malloc" || f.name == "_dl_allocate_tls");
+            if is_runtime && !is_executable {
+                continue;
+            }
+            for section in module
+                .symbols
+                .sections
+                .iter()
+                .filter(|s| is_global_data(&s.name))
+            {
+                let start = section.address.wrapping_add(module.bias);
+                let mut bytes = vec![0u8; section.size.min(64 << 20) as usize];
+                let read = self.memory.read(start, &mut bytes);
+                self.reads += 1;
+                for (index, word) in bytes[..read].chunks_exact(8).enumerate() {
+                    let value = u64::from_le_bytes(word.try_into().unwrap_or_default());
+                    if !self.is_heap(value) {
+                        continue;
+                    }
+                    let slot = start + index as u64 * 8;
+                    let Some((symbol, offset)) =
+                        module.symbols.object_at(module.link_address(slot))
+                    else {
+                        continue;
+                    };
+                    if is_runtime_internal(&symbol.name) {
+                        continue;
+                    }
+                    let arrival = Arrival::Root {
+                        module: module_index,
+                        slot: module.link_address(slot),
+                    };
+                    let pointer_rooted = offset == 0 && symbol.size == 8;
+                    self.enqueue(value, arrival, 1, pointer_rooted);
+                }
+            }
+        }
+    }
+
+    /// Every wanted lock is reached exactly (a pointer to the lock itself),
+    /// by a route from a pointer variable when `pointer_rooted`.
+    fn all_exact(&self, pointer_rooted: bool) -> bool {
+        self.wanted.iter().all(|lock| {
+            self.hits.get(lock).is_some_and(|found| {
+                found.iter().any(|&(id, offset)| {
+                    offset == 0 && (self.reached[id].pointer_rooted || !pointer_rooted)
+                })
+            })
+        })
+    }
+
+    /// Reads object `id` (and the word before it) into `buffer`; the bytes
+    /// of the object it may hold, or None when it names nothing.
+    fn read_object(
+        &mut self,
+        id: usize,
+        buffer: &mut [u8],
+        glibc_malloc: bool,
+        tcache_key: Option<u64>,
+    ) -> Option<(u64, u64)> {
+        let object = self.reached[id].address;
+        // An object at the start of a mapping has no readable word before it.
+        let read = if self.is_heap(object.wrapping_sub(8)) {
+            self.memory.read(object - 8, buffer)
+        } else {
+            buffer[..8].fill(0);
+            8 + self.memory.read(object, &mut buffer[8..])
+        };
+        self.reads += 1;
+        if read < 16 {
+            return None;
+        }
+        let header = u64::from_le_bytes(buffer[..8].try_into().unwrap_or_default());
+        if is_freed_chunk(&buffer[..read], header, tcache_key) {
+            return None; // a stale pointer to freed memory names nothing
+        }
+        let object_size = malloc_usable_size(header)
+            .unwrap_or(MAX_FIELD_OFFSET)
+            .min(read as u64 - 8);
+        let match_size = match malloc_usable_size(header) {
+            None if glibc_malloc => 1,
+            _ => object_size,
+        };
+        Some((object_size, match_size))
+    }
+
+    /// Queues the heap pointers held in object `id` (its bytes after the header word).
+    fn enqueue_fields(&mut self, id: usize, fields: &[u8]) {
+        let (object, hops) = (self.reached[id].address, self.reached[id].hops);
+        let pointer_rooted = self.reached[id].pointer_rooted;
+        for (index, word) in fields.chunks_exact(8).enumerate() {
+            let value = u64::from_le_bytes(word.try_into().unwrap_or_default());
+            if !self.is_heap(value) || value == object {
+                continue;
+            }
+            let arrival = Arrival::Field {
+                parent: id,
+                offset: index as u64 * 8,
+            };
+            self.enqueue(value, arrival, hops + 1, pointer_rooted);
+        }
+    }
+
+    /// The candidate chains of every lock found, best first.
+    fn chains(&self, executable: Option<&str>) -> BTreeMap<u64, Vec<RawChain>> {
+        let mut out = BTreeMap::new();
+        for (&lock, found) in &self.hits {
+            let mut chains = Vec::new();
+            for &(id, offset) in found {
+                routes(
+                    self.space,
+                    &self.reached,
+                    id,
+                    vec![offset],
+                    executable,
+                    &mut chains,
+                );
+            }
+            chains.sort_by(|a, b| {
+                a.rank()
+                    .cmp(&b.rank())
+                    .then_with(|| a.offsets.cmp(&b.offsets))
+            });
+            chains.dedup();
+            chains.truncate(MAX_CANDIDATES);
+            if !chains.is_empty() {
+                out.insert(lock, chains);
+            }
+        }
+        out
+    }
+}
+
 /// [`search`] with its own time budget.
 pub fn search_within(
     space: &AddressSpace,
@@ -150,105 +348,31 @@ pub fn search_within(
         complete: true,
         ..SearchOutcome::default()
     };
-    let wanted: BTreeSet<u64> = locks.iter().copied().collect();
-    if wanted.is_empty() {
+    let mut search = Search {
+        space,
+        memory,
+        wanted: locks.iter().copied().collect(),
+        heap_ranges: space.heap_ranges(),
+        reached: Vec::new(),
+        by_address: HashMap::new(),
+        queue: VecDeque::new(),
+        hits: BTreeMap::new(),
+        reads: 0,
+    };
+    if search.wanted.is_empty() {
         return outcome;
     }
-    let heap_ranges = space.heap_ranges();
     let tcache_key = read_tcache_key(space, memory);
     // Under glibc's malloc every object starts a chunk with a size word; a
     // pointer without one points into the middle of something (an arena
     // block, a string), and locks merely near it are not inside it.
-    let glibc_malloc = space
-        .modules
-        .iter()
-        .any(|m| m.symbols.functions.iter().any(|f| f.name == "malloc_trim"));
-    let is_heap = |value: u64| {
-        heap_ranges
-            .iter()
-            .any(|&(start, end)| value >= start && value < end)
-    };
+    let glibc_malloc = space.glibc_malloc;
     let executable = space
         .maps
         .iter()
         .find(|m| m.is_file())
         .map(|m| m.path.as_str());
-
-    let mut reached: Vec<Reached> = Vec::new();
-    let mut by_address: HashMap<u64, usize> = HashMap::new();
-    let mut queue = VecDeque::new();
-    // Objects holding each lock, and the lock's offset in them.
-    let mut hits: BTreeMap<u64, Vec<(usize, u64)>> = BTreeMap::new();
-    let mut reads = 0usize;
-    // Hop 1: pointers stored in named globals.
-    // Executable first, so breadth-first order is also origin order.
-    let mut modules: Vec<(usize, &super::region::LoadedModule)> =
-        space.modules.iter().enumerate().collect();
-    modules.sort_by_key(|(_, module)| Some(module.path.as_str()) != executable);
-    for (module_index, module) in modules {
-        let is_executable = Some(module.path.as_str()) == executable;
-        // The allocator's and the dynamic linker's own data (arenas, bins,
-        // tcache, brk, link maps) point at chunks live or freed: chains from
-        // there name nothing. Their modules are skipped (in a static
-        // executable, their symbols are).
-        let is_runtime = module
-            .symbols
-            .functions
-            .iter()
-            .any(|f| f.name == "malloc" || f.name == "_dl_allocate_tls");
-        if is_runtime && !is_executable {
-            continue;
-        }
-        for section in module
-            .symbols
-            .sections
-            .iter()
-            .filter(|s| is_global_data(&s.name))
-        {
-            let start = section.address.wrapping_add(module.bias);
-            let mut bytes = vec![0u8; section.size.min(64 << 20) as usize];
-            let read = memory.read(start, &mut bytes);
-            reads += 1;
-            for (index, word) in bytes[..read].chunks_exact(8).enumerate() {
-                let value = u64::from_le_bytes(word.try_into().unwrap_or_default());
-                if !is_heap(value) {
-                    continue;
-                }
-                let slot = start + index as u64 * 8;
-                let Some((symbol, offset)) = module.symbols.object_at(module.link_address(slot))
-                else {
-                    continue;
-                };
-                if is_runtime_internal(&symbol.name) {
-                    continue;
-                }
-                let arrival = Arrival::Root {
-                    module: module_index,
-                    slot: module.link_address(slot),
-                };
-                let pointer_rooted = offset == 0 && symbol.size == 8;
-                match by_address.get(&value) {
-                    Some(&id) => {
-                        let object = &mut reached[id];
-                        if object.arrivals.len() < MAX_ARRIVALS {
-                            object.arrivals.push(arrival);
-                            object.pointer_rooted |= pointer_rooted;
-                        }
-                    }
-                    None => {
-                        by_address.insert(value, reached.len());
-                        queue.push_back(reached.len());
-                        reached.push(Reached {
-                            address: value,
-                            hops: 1,
-                            arrivals: vec![arrival],
-                            pointer_rooted,
-                        });
-                    }
-                }
-            }
-        }
-    }
+    search.enqueue_roots(executable);
     // Breadth-first, so every route of a given length is known before any
     // object of the next length is read. Done when each lock is reached
     // exactly (a pointer to the lock itself) by a route from a pointer
@@ -257,114 +381,45 @@ pub fn search_within(
     let mut settled_level: Option<usize> = None;
     // The word before the object too: glibc malloc's chunk size bounds the object.
     let mut buffer = vec![0u8; 8 + MAX_FIELD_OFFSET as usize];
-    while let Some(id) = queue.pop_front() {
-        let (object, hops) = (reached[id].address, reached[id].hops);
+    while let Some(id) = search.queue.pop_front() {
+        let (object, hops) = (search.reached[id].address, search.reached[id].hops);
         if settled_level.is_some_and(|level| hops > level) {
             break;
         }
-        if started.elapsed() > budget || reads > MAX_READS {
+        if started.elapsed() > budget || search.reads > MAX_READS {
             outcome.complete = false;
             break;
         }
         outcome.pointers_followed += 1;
-        // An object at the start of a mapping has no readable word before it.
-        let read = if is_heap(object.wrapping_sub(8)) {
-            memory.read(object - 8, &mut buffer)
-        } else {
-            buffer[..8].fill(0);
-            8 + memory.read(object, &mut buffer[8..])
-        };
-        reads += 1;
-        if read < 16 {
+        let Some((object_size, match_size)) =
+            search.read_object(id, &mut buffer, glibc_malloc, tcache_key)
+        else {
             continue;
-        }
-        let header = u64::from_le_bytes(buffer[..8].try_into().unwrap_or_default());
-        if is_freed_chunk(&buffer[..read], header, tcache_key) {
-            continue; // a stale pointer to freed memory names nothing
-        }
-        let object_size = malloc_usable_size(header)
-            .unwrap_or(MAX_FIELD_OFFSET)
-            .min(read as u64 - 8);
-        let match_size = match malloc_usable_size(header) {
-            None if glibc_malloc => 1,
-            _ => object_size,
         };
-        for &lock in wanted.range(object..object + match_size) {
-            let found = hits.entry(lock).or_default();
+        let inside: Vec<u64> = search
+            .wanted
+            .range(object..object + match_size)
+            .copied()
+            .collect();
+        for lock in inside {
+            let found = search.hits.entry(lock).or_default();
             if found.len() < MAX_CANDIDATES {
                 found.push((id, lock - object));
             }
         }
-        let all_exact = |pointer_rooted: bool| {
-            wanted.iter().all(|lock| {
-                hits.get(lock).is_some_and(|found| {
-                    found.iter().any(|&(id, offset)| {
-                        offset == 0 && (reached[id].pointer_rooted || !pointer_rooted)
-                    })
-                })
-            })
-        };
         // A route from a pointer variable may be a level longer: one more
         // level is searched for it, not more (the cost stays near the old
         // first-exact-hit stop).
-        if all_exact(true) {
+        if search.all_exact(true) {
             settled_level = Some(settled_level.map_or(hops, |level| level.min(hops)));
-        } else if settled_level.is_none() && all_exact(false) {
+        } else if settled_level.is_none() && search.all_exact(false) {
             settled_level = Some(hops + 1);
         }
-        if hops >= MAX_HOPS {
-            continue;
-        }
-        for (index, word) in buffer[8..8 + object_size as usize]
-            .chunks_exact(8)
-            .enumerate()
-        {
-            let value = u64::from_le_bytes(word.try_into().unwrap_or_default());
-            if !is_heap(value) || value == object {
-                continue;
-            }
-            let arrival = Arrival::Field {
-                parent: id,
-                offset: index as u64 * 8,
-            };
-            let pointer_rooted = reached[id].pointer_rooted;
-            match by_address.get(&value) {
-                Some(&known) => {
-                    let target = &mut reached[known];
-                    if target.arrivals.len() < MAX_ARRIVALS {
-                        target.arrivals.push(arrival);
-                        target.pointer_rooted |= pointer_rooted;
-                    }
-                }
-                None => {
-                    by_address.insert(value, reached.len());
-                    queue.push_back(reached.len());
-                    reached.push(Reached {
-                        address: value,
-                        hops: hops + 1,
-                        arrivals: vec![arrival],
-                        pointer_rooted,
-                    });
-                }
-            }
+        if hops < MAX_HOPS {
+            search.enqueue_fields(id, &buffer[8..8 + object_size as usize]);
         }
     }
-    for (lock, found) in hits {
-        let mut chains = Vec::new();
-        for (id, offset) in found {
-            routes(space, &reached, id, vec![offset], executable, &mut chains);
-        }
-        chains.sort_by(|a, b| {
-            a.rank()
-                .cmp(&b.rank())
-                .then_with(|| a.offsets.cmp(&b.offsets))
-        });
-        chains.dedup();
-        chains.truncate(MAX_CANDIDATES);
-        if !chains.is_empty() {
-            outcome.chains.insert(lock, chains);
-        }
-    }
+    outcome.chains = search.chains(executable);
     outcome.elapsed = started.elapsed();
     outcome
 }
@@ -480,6 +535,16 @@ fn is_global_data(section: &str) -> bool {
         || section.starts_with(".bss.")
 }
 
+/// A path ending in a dereference (`g_stats->+0x20->`, the lock that
+/// pointer points to) as C writes it: `*g_stats->+0x20`; others unchanged.
+/// Reports before C notation spelled names the first way.
+pub fn c_notation(path: &str) -> String {
+    match path.strip_suffix("->") {
+        Some(pointer) if !pointer.is_empty() => format!("*{pointer}"),
+        _ => path.to_string(),
+    }
+}
+
 /// `path` ends with `->`; a non-zero field offset follows it.
 fn render(path: &str, offset: u64) -> String {
     if offset == 0 {
@@ -531,8 +596,8 @@ mod tests {
         assert!(direct.rank() < registry.rank());
         // Ending right at the lock first, whatever the root.
         assert!(registry.rank() < inside.rank());
-        assert_eq!(direct.offset_name(), "g_global_stats->+0x10->");
-        assert_eq!(registry.offset_name(), "g_plugin_core+0x30->+0x10->");
+        assert_eq!(direct.offset_name(), "*g_global_stats->+0x10");
+        assert_eq!(registry.offset_name(), "*g_plugin_core+0x30->+0x10");
         assert_eq!(inside.offset_name(), "g_global_stats->+0x10->+0x8");
         assert_eq!(direct.hops(), 2);
     }
@@ -541,5 +606,9 @@ mod tests {
     fn renders_offsets() {
         assert_eq!(super::render("g_stats->", 0x148), "g_stats->+0x148");
         assert_eq!(super::render("g_stats->+0x148->", 0), "g_stats->+0x148->");
+        assert_eq!(super::c_notation("g_stats->+0x148->"), "*g_stats->+0x148");
+        assert_eq!(super::c_notation("tsrm_env_mutex->"), "*tsrm_env_mutex");
+        assert_eq!(super::c_notation("g_stats->lock"), "g_stats->lock");
+        assert_eq!(super::c_notation("->"), "->");
     }
 }

@@ -152,7 +152,30 @@ impl LiveNames {
             self.prepare(pid, maps, files);
         }
         let work_started = Instant::now();
-        // Heaviest first: (acquisitions or waits, address).
+        let mut seen = self.keys();
+        // Big maps are read less often: reading keys costs syscalls per key.
+        self.key_interval = MIN_KEY_READ_INTERVAL.max(work_started.elapsed() * 20);
+        let retry_due = self
+            .last_retry
+            .is_none_or(|last| now.duration_since(last) >= RETRY_EVERY);
+        if !self.has_work(&seen, maps, retry_due) {
+            return;
+        }
+        let mut space = self.current_space(pid, maps, files);
+        space.thread_stacks = thread_stacks.clone();
+        seen.sort_by(|a, b| b.cmp(a));
+        let batch = self.next_batch(&space, &seen, retry_due);
+        if !batch.is_empty() {
+            if retry_due {
+                self.last_retry = Some(now);
+            }
+            self.search(&space, pid, &batch, work_started);
+        }
+        self.space = Some(space);
+    }
+
+    /// (acquisitions or waits, address) of every lock and futex word in the maps.
+    fn keys(&self) -> Vec<(u64, u64)> {
         let mut seen: Vec<(u64, u64)> = Vec::new();
         if let Some(locks) = &self.locks {
             seen.extend(
@@ -183,21 +206,20 @@ impl LiveNames {
         for (weight, address) in seen {
             *by_address.entry(address).or_default() += weight;
         }
-        let mut seen: Vec<(u64, u64)> = by_address
+        by_address
             .into_iter()
             .map(|(address, weight)| (weight, address))
-            .collect();
-        // Big maps are read less often: reading keys costs syscalls per key.
-        self.key_interval = MIN_KEY_READ_INTERVAL.max(work_started.elapsed() * 20);
-        let retry_due = self
-            .last_retry
-            .is_none_or(|last| now.duration_since(last) >= RETRY_EVERY);
-        // Only what may be heap memory (writable, not a file), from the maps alone.
+            .collect()
+    }
+
+    /// Whether a search is due: a key never searched, or retries due.
+    /// Keys that cannot be heap memory (not writable, a file) are ignored.
+    fn has_work(&mut self, seen: &[(u64, u64)], maps: &[Mapping], retry_due: bool) -> bool {
         let maybe_heap = |address: u64| {
             maps.iter()
                 .any(|m| m.contains(address) && m.perms.starts_with("rw") && !m.is_file())
         };
-        for &(_, address) in &seen {
+        for &(_, address) in seen {
             if !maybe_heap(address) {
                 self.ignored.insert(address);
             }
@@ -206,29 +228,38 @@ impl LiveNames {
             |address: &u64| !self.attempts.contains_key(address) && !self.ignored.contains(address);
         let has_new = seen.iter().any(|(_, address)| is_new(address));
         let has_retries = self.attempts.values().any(|&tries| tries < MAX_ATTEMPTS);
-        let retry_now = retry_due && has_retries;
-        if !has_new && !retry_now {
-            return;
-        }
-        let root = PathBuf::from(format!("/proc/{pid}/root"));
-        let space = match &mut self.space {
-            Some(space) if self.modules_seen == files.len() => {
+        has_new || (retry_due && has_retries)
+    }
+
+    /// The address space for a search, rebuilt when modules came (taken out of `self.space`).
+    fn current_space(
+        &mut self,
+        pid: u32,
+        maps: &[Mapping],
+        files: &BTreeMap<String, Arc<ModuleFile>>,
+    ) -> AddressSpace {
+        match self.space.take() {
+            Some(mut space) if self.modules_seen == files.len() => {
                 space.maps = maps.to_vec();
                 space
             }
             _ => {
+                let root = PathBuf::from(format!("/proc/{pid}/root"));
                 self.modules_seen = files.len();
-                self.space.insert(AddressSpace::build(
-                    maps.to_vec(),
-                    files,
-                    Some(root.as_path()),
-                ))
+                AddressSpace::build(maps.to_vec(), files, Some(root.as_path()))
             }
-        };
-        space.thread_stacks = thread_stacks.clone();
-        seen.sort_by(|a, b| b.cmp(a));
+        }
+    }
+
+    /// The heaviest heap locks due a search (new, or a retry when due).
+    fn next_batch(
+        &mut self,
+        space: &AddressSpace,
+        seen: &[(u64, u64)],
+        retry_due: bool,
+    ) -> Vec<u64> {
         let mut batch = Vec::new();
-        for &(_, address) in &seen {
+        for &(_, address) in seen {
             if self.found.contains_key(&address) || self.ignored.contains(&address) {
                 continue;
             }
@@ -244,14 +275,13 @@ impl LiveNames {
                 batch.push(address);
             }
         }
-        if batch.is_empty() {
-            return;
-        }
-        if retry_due {
-            self.last_retry = Some(now);
-        }
-        let outcome = chain::search_within(space, &chain::Memory::new(pid), &batch, SEARCH_BUDGET);
-        for &address in &batch {
+        batch
+    }
+
+    /// Searches chains to `batch` and keeps what was found, with the cost.
+    fn search(&mut self, space: &AddressSpace, pid: u32, batch: &[u64], work_started: Instant) {
+        let outcome = chain::search_within(space, &chain::Memory::new(pid), batch, SEARCH_BUDGET);
+        for &address in batch {
             *self.attempts.entry(address).or_insert(0) += 1;
         }
         self.found.extend(outcome.chains);

@@ -1,7 +1,7 @@
 //! Naming: turns the addresses of a report into names. Each lock gets its
 //! region (which memory holds it), its module and symbol (`g_lock`,
 //! `g_struct+0x40`), or for heap locks a pointer chain from a global
-//! (`g_stats->+0x20->`); each lock's callers and stacks become functions.
+//! (`*g_stats->+0x20`); each lock's callers and stacks become functions.
 //!
 //! Fields come from DWARF where the module has it (`dwarf.rs`, `names.rs`:
 //! `g_registry.locks[2]`, `g_stats->LOCK_access`).

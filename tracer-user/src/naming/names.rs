@@ -1,7 +1,7 @@
 //! Names a person would write for a lock: the variable and the fields that
 //! hold it, from the module's DWARF (`g_registry.locks[2]`,
-//! `g_global_stats->LOCK_access`), else offsets from its symbol
-//! (`g_registry+0x40`, `g_global_stats->+0x10->`); and, when several
+//! `*g_global_stats->LOCK_access`), else offsets from its symbol
+//! (`g_registry+0x40`, `*g_global_stats->+0x10`), in C notation; and, when several
 //! pointer chains reach one heap lock, the route a person would take.
 //!
 //! Route choice, first difference wins: a chain ending right at the lock
@@ -14,7 +14,7 @@ use std::{
 };
 
 use super::{
-    chain::RawChain,
+    chain::{RawChain, c_notation},
     dwarf::{self, DebugInfo, FieldPath, Want},
     elf::Symbol,
     region::{AddressSpace, LoadedModule},
@@ -242,14 +242,14 @@ fn typed_chain(
                     fields += 1;
                 }
             }
-            return Some((text, fields, pointer_root));
+            return Some((c_notation(&text), fields, pointer_root));
         };
         let path = info.describe(type_ref, offset, want);
         fields += path.fields;
         if index > 0 {
-            // `g->LOCK_access` names the lock that field points to: the
-            // last dereference is implied when a named field holds it.
+            // The lock that a named field points to: `*g->LOCK_access`.
             if index == last && path.text.is_empty() && !previous_piece.is_empty() {
+                text.push_str("->");
                 break;
             }
             text.push_str("->");
@@ -260,7 +260,7 @@ fn typed_chain(
         previous_piece = path.text;
         current = path.pointee;
     }
-    Some((text, fields, pointer_root))
+    Some((c_notation(&text), fields, pointer_root))
 }
 
 /// The root variable's name: its symbol (qualified, demangled) when one
@@ -318,7 +318,7 @@ int main(void) { return g_stats != 0 || g_holder.pad || g_lockp != 0; }
         };
         assert_eq!(
             render("g_stats", 8, &[0, 0x10, 0]),
-            ("g_stats->LOCK_access".to_string(), 1, true)
+            ("*g_stats->LOCK_access".to_string(), 1, true)
         );
         // A lock inside the object reached: named in it.
         assert_eq!(
@@ -327,17 +327,17 @@ int main(void) { return g_stats != 0 || g_holder.pad || g_lockp != 0; }
         );
         assert_eq!(
             render("g_holder", 16, &[8, 0x10, 0]),
-            ("g_holder.stats->LOCK_access".to_string(), 2, false)
+            ("*g_holder.stats->LOCK_access".to_string(), 2, false)
         );
         // The variable itself points to the lock: the dereference shows.
         assert_eq!(
             render("g_lockp", 8, &[0, 0]),
-            ("g_lockp->".to_string(), 0, true)
+            ("*g_lockp".to_string(), 0, true)
         );
         // Through a `void *`: offsets from there on.
         assert_eq!(
             render("g_stats", 8, &[0, 0x8, 0x20, 0]).0,
-            "g_stats->opaque->+0x20->"
+            "*g_stats->opaque->+0x20"
         );
         assert_eq!(lock_span(LockKind::Rwlock), 56);
     }

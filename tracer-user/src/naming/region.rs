@@ -46,10 +46,12 @@ pub const THREAD_ARENA: &str = "heap (thread arena)";
 /// Other writable anonymous memory: mmap'ed C heaps (musl's malloc, large
 /// glibc allocations) and whatever else a program maps.
 pub const MMAP_HEAP: &str = "heap (mmap)";
-/// The Go runtime's heap arenas, goroutine stacks included.
+/// The Go runtime's heap arenas, goroutine stacks and `m` structures included.
 pub const GO_HEAP: &str = "Go heap";
-/// Where the Go runtime puts its heap on x86-64 (its first arena hint,
-/// 0x00c0 << 32, and the rest of that terabyte it grows into).
+/// Where the Go runtime puts its heap on x86-64 up to Go 1.25 (its first
+/// arena hint, 0x00c0 << 32, and the rest of that terabyte it grows into).
+/// Go 1.26 and later start it at a random address (FrankenPHP's Go 1.27 at
+/// 0x35b72a400000): see [`AddressSpace::is_go_heap`].
 const GO_ARENA: std::ops::Range<u64> = 0x00c0_0000_0000..0x0100_0000_0000;
 /// Largest no-access mapping taken for a thread stack's guard (glibc and
 /// musl use a page or two); the Go runtime's huge reservations are not guards.
@@ -88,6 +90,8 @@ pub struct AddressSpace {
     pub thread_stacks: BTreeMap<u64, u64>,
     /// The target is a Go program (its runtime's symbols are present).
     pub is_go: bool,
+    /// glibc's malloc is in the target (a module defines `malloc_trim`).
+    pub glibc_malloc: bool,
 }
 
 impl AddressSpace {
@@ -139,11 +143,17 @@ impl AddressSpace {
                 .iter()
                 .any(|f| f.name == "runtime.main")
         });
+        // Under glibc's malloc every object starts a chunk with a size word,
+        // and threads get 64 MiB-aligned arenas.
+        let glibc_malloc = modules
+            .iter()
+            .any(|m| m.symbols.functions.iter().any(|f| f.name == "malloc_trim"));
         AddressSpace {
             maps,
             modules,
             thread_stacks: Default::default(),
             is_go,
+            glibc_malloc,
         }
     }
 
@@ -167,7 +177,7 @@ impl AddressSpace {
             // The Go heap has no object bounds to read: a C pointer boxed in
             // some Go object near a Go global's target would make a false
             // chain. Chains name C locks through C memory.
-            .filter(|(_, m)| !(self.is_go && GO_ARENA.contains(&m.start)))
+            .filter(|&(index, _)| !self.is_go_heap(index))
             // Nor through thread stacks: a frame's pointers name nothing
             // that lasts (musl's condvar waiters are nodes on their stacks).
             .map(|(index, m)| {
@@ -219,19 +229,14 @@ impl AddressSpace {
         }
         // Before the stack checks: goroutine stacks are in the Go heap, and
         // threads in a syscall have their stack pointer there.
-        if self.is_go && GO_ARENA.contains(&address) {
+        if (self.is_go && GO_ARENA.contains(&address)) || self.is_go_heap(index) {
             return GO_HEAP.into();
         }
         let in_stack_part = address < self.thread_stack_end(index);
         if self.thread_stacks.contains_key(&mapping.start) && in_stack_part {
             return "thread stack".into();
         }
-        // glibc's per-thread malloc arenas: 64 MiB-aligned, the unused rest
-        // of the 64 MiB reserved (no access) right above.
-        let above = self.maps.get(index + 1);
-        let reserve_above =
-            above.is_some_and(|next| next.start == mapping.end && next.perms.starts_with("---"));
-        if mapping.start.is_multiple_of(ARENA_ALIGN) && reserve_above {
+        if self.is_thread_arena(index) {
             return THREAD_ARENA.into();
         }
         // glibc and musl put a no-access guard page right below each thread
@@ -247,6 +252,69 @@ impl AddressSpace {
 }
 
 impl AddressSpace {
+    /// glibc's per-thread malloc arenas: 64 MiB-aligned, the unused rest of
+    /// the 64 MiB reserved (no access) right above; only where glibc's
+    /// malloc is (a musl or Go heap can look the same).
+    fn is_thread_arena(&self, index: usize) -> bool {
+        let mapping = &self.maps[index];
+        let above = self.maps.get(index + 1);
+        let reserve_above =
+            above.is_some_and(|next| next.start == mapping.end && next.perms.starts_with("---"));
+        self.glibc_malloc && mapping.start.is_multiple_of(ARENA_ALIGN) && reserve_above
+    }
+
+    /// Writable anonymous memory of the Go runtime's heap. Go reserves its
+    /// arenas (64 MiB each, aligned) with no access and makes them writable
+    /// in parts, like glibc's arenas (told apart above) and unlike thread
+    /// stacks (a small guard below). A thread's stack pointer in writable memory that no
+    /// guard protects is on a goroutine stack (or a g0 stack of a non-cgo
+    /// thread): Go allocates those in its heap too, so such a mapping is the
+    /// Go heap, not a thread stack.
+    fn is_go_heap(&self, index: usize) -> bool {
+        let mapping = &self.maps[index];
+        if !self.is_go || !mapping.perms.starts_with("rw") || !mapping.path.is_empty() {
+            return false;
+        }
+        if GO_ARENA.contains(&mapping.start) {
+            return true;
+        }
+        if self.above_guard(index) {
+            return false;
+        }
+        if self.thread_stacks.contains_key(&mapping.start) {
+            return true;
+        }
+        !self.is_thread_arena(index) && self.in_arena_reservation(index)
+    }
+
+    /// Mapping `index` is part of a run of adjacent anonymous mappings that
+    /// starts and ends 64 MiB-aligned and holds a large no-access part: the
+    /// shape of a Go heap arena (reserved whole, made writable in parts).
+    fn in_arena_reservation(&self, index: usize) -> bool {
+        let anonymous = |m: &Mapping| m.path.is_empty() && !m.perms.starts_with("r-");
+        let mut first = index;
+        while first > 0
+            && anonymous(&self.maps[first - 1])
+            && self.maps[first - 1].end == self.maps[first].start
+        {
+            first -= 1;
+        }
+        let mut last = index;
+        while last + 1 < self.maps.len()
+            && anonymous(&self.maps[last + 1])
+            && self.maps[last].end == self.maps[last + 1].start
+        {
+            last += 1;
+        }
+        let run = &self.maps[first..=last];
+        let reserved = run
+            .iter()
+            .any(|m| m.perms.starts_with("---") && m.end - m.start > MAX_GUARD);
+        reserved
+            && self.maps[first].start.is_multiple_of(ARENA_ALIGN)
+            && self.maps[last].end.is_multiple_of(ARENA_ALIGN)
+    }
+
     /// glibc and musl put a small no-access guard right below each thread stack.
     fn above_guard(&self, index: usize) -> bool {
         let mapping = &self.maps[index];
@@ -302,4 +370,106 @@ pub(super) fn load_bias(maps: &[Mapping], path: &str, symbols: &ModuleSymbols) -
                 .wrapping_sub(segment.offset);
             Some(mapping.start.wrapping_sub(link))
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `start-end perms [path]` lines, as /proc/PID/maps has them.
+    fn mappings(text: &str) -> Vec<Mapping> {
+        text.lines()
+            .map(|line| {
+                let fields: Vec<&str> = line.split_whitespace().collect();
+                let (start, end) = fields[0].split_once('-').unwrap();
+                Mapping {
+                    start: u64::from_str_radix(start, 16).unwrap(),
+                    end: u64::from_str_radix(end, 16).unwrap(),
+                    perms: fields[1].to_string(),
+                    offset: 0,
+                    path: fields.get(5).unwrap_or(&"").to_string(),
+                }
+            })
+            .collect()
+    }
+
+    /// Anonymous mappings of the real FrankenPHP (Go 1.27, cgo, glibc) under
+    /// load, from /proc/PID/maps: the Go heap at a random base between
+    /// no-access reservations, glibc arenas back to back, and pthread stacks
+    /// above their guard pages.
+    const FRANKENPHP_MAPS: &str = "\
+35b728000000-35b72a400000 ---p 00000000 00:00 0
+35b72a400000-35b72b000000 rw-p 00000000 00:00 0
+35b72b000000-35b72c000000 ---p 00000000 00:00 0
+7ff3b0000000-7ff3b00c3000 rw-p 00000000 00:00 0
+7ff3b00c3000-7ff3b4000000 ---p 00000000 00:00 0
+7ff3b4000000-7ff3b40c3000 rw-p 00000000 00:00 0
+7ff3b40c3000-7ff3b8000000 ---p 00000000 00:00 0
+7ff3d47f9000-7ff3d47fa000 ---p 00000000 00:00 0
+7ff3d47fa000-7ff3d4ffa000 rw-p 00000000 00:00 0
+7ff3d4ffa000-7ff3d4ffb000 ---p 00000000 00:00 0
+7ff3d4ffb000-7ff3d57fb000 rw-p 00000000 00:00 0
+7ffd14194000-7ffd141b5000 rw-p 00000000 00:00 0                          [stack]
+";
+
+    fn frankenphp(is_go: bool) -> AddressSpace {
+        let mut space = AddressSpace {
+            maps: mappings(FRANKENPHP_MAPS),
+            is_go,
+            glibc_malloc: true,
+            ..AddressSpace::default()
+        };
+        // The main thread was in futex() on a goroutine stack; a php thread
+        // on its pthread stack.
+        space
+            .thread_stacks
+            .insert(0x35b7_2a40_0000, 0x35b7_2a81_bee0);
+        space
+            .thread_stacks
+            .insert(0x7ff3_d4ff_b000, 0x7ff3_d57f_9880);
+        space
+    }
+
+    #[test]
+    fn go_runtime_words_at_a_random_heap_base_are_in_the_go_heap() {
+        let space = frankenphp(true);
+        // An M's park note, where FrankenPHP's Go threads sleep.
+        assert_eq!(space.region_of(0x35b7_2aa3_9160), GO_HEAP);
+        assert_eq!(space.region_of(0x7ff3_b000_1000), THREAD_ARENA);
+        // An arena right above the previous arena's reservation is still one.
+        assert_eq!(space.region_of(0x7ff3_b400_1000), THREAD_ARENA);
+        assert_eq!(space.region_of(0x7ff3_d57f_0000), "thread stack");
+        assert_eq!(space.region_of(0x7ffd_1419_5000), "[stack]");
+        // Chains are not searched through the Go heap.
+        let heap = space.heap_ranges();
+        assert!(
+            !heap
+                .iter()
+                .any(|&(start, end)| (start..end).contains(&0x35b7_2aa3_9160))
+        );
+        assert!(
+            heap.iter()
+                .any(|&(start, end)| (start..end).contains(&0x7ff3_b400_1000))
+        );
+        // Not a Go program: the same memory is no Go heap.
+        assert_ne!(frankenphp(false).region_of(0x35b7_2aa3_9160), GO_HEAP);
+    }
+
+    /// Go 1.27 built static with musl (FrankenPHP's release binaries): no
+    /// glibc arenas, and the Go heap 64 MiB-aligned with its reservation above.
+    #[test]
+    fn an_aligned_go_heap_without_glibc_is_no_thread_arena() {
+        let mut space = AddressSpace {
+            maps: mappings(
+                "2bbc94000000-2bbc94400000 rw-p 0 00:00 0\n2bbc94400000-2bbc98000000 ---p 0 00:00 0\n",
+            ),
+            is_go: true,
+            ..AddressSpace::default()
+        };
+        assert_eq!(space.region_of(0x2bbc_9418_1160), GO_HEAP);
+        assert!(space.heap_ranges().is_empty());
+        // Where glibc's malloc is, the same layout is one of its arenas.
+        space.glibc_malloc = true;
+        assert_eq!(space.region_of(0x2bbc_9418_1160), THREAD_ARENA);
+    }
 }

@@ -1,7 +1,7 @@
-//! Number and text formatting shared by every text output.
+//! Number and text formatting shared by every text output, and how a lock
+//! and a frame are labelled in all of them.
 
-/// Widest a rendered table may be, so it reads in a terminal and in CI logs.
-pub const MAX_TABLE_WIDTH: usize = 160;
+use crate::model::{Frame, Lock};
 
 /// A duration in the unit that reads best: `850 ns`, `12.5 µs`, `3.2 ms`, `1.25 s`.
 pub fn duration(ns: u64) -> String {
@@ -64,6 +64,31 @@ pub fn width(text: &str) -> usize {
         .map(|line| line.chars().count())
         .max()
         .unwrap_or(0)
+}
+
+/// A lock as people read it: its name, else its region and address.
+pub fn label(lock: &Lock) -> String {
+    match &lock.name {
+        Some(name) => name.clone(),
+        None if lock.region.is_empty() => format!("{:#x}", lock.address),
+        None => format!("{} {:#x}", lock.region, lock.address),
+    }
+}
+
+/// A stack frame as people read it: its function, else module and offset.
+pub fn frame_label(frame: &Frame) -> String {
+    let text = match (&frame.function, &frame.module) {
+        (Some(function), _) => function.clone(),
+        (None, Some(module)) => format!("{}+{:#x}", short_module(module), frame.offset),
+        (None, None) => format!("{:#x}", frame.offset),
+    };
+    // ';' separates frames in the folded format.
+    text.replace(';', ",")
+}
+
+/// A module path's file name.
+pub fn short_module(path: &str) -> &str {
+    path.rsplit('/').next().unwrap_or(path)
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@ use std::fmt::Write;
 
 use tracer_common::histogram;
 
-use super::{format::duration, stacks};
+use super::format::{self, duration};
 use crate::model::{Lock, Report, quantile};
 
 /// `p50/p99` of the waits, as bucket upper bounds (`-` without waits).
@@ -65,7 +65,7 @@ fn bound(ns: u64) -> String {
 pub fn render_histograms(report: &Report, limit: Option<usize>) -> String {
     let mut out = String::new();
     for lock in report.locks.iter().take(limit.unwrap_or(usize::MAX)) {
-        let label = stacks::label(lock);
+        let label = format::label(lock);
         let mut sections: Vec<(&str, &[(u64, u64)])> = Vec::new();
         if !lock.wait_histogram.is_empty() {
             sections.push(("waits", &lock.wait_histogram));

@@ -3,9 +3,10 @@
 //! a `deadlock:` line per cycle.
 use std::fmt::Write;
 
-use prettytable::{Table, format, row};
-
-use super::format::{duration, truncate};
+use super::{
+    fit::{Column, Width, fit},
+    format::duration,
+};
 use crate::model::{Activity, Deadlock, InProgress, Report, ThreadRef, WaitClass};
 
 /// `name (tid)`, or the tid alone.
@@ -74,7 +75,8 @@ pub fn so_far(entry: &InProgress) -> String {
     format!("{at_least}{}", duration(entry.elapsed_ns))
 }
 
-pub fn render(report: &Report) -> String {
+/// The section, its table fitted to `width` like every table.
+pub fn render(report: &Report, width: Width) -> String {
     let mut out = String::new();
     let (shown, others): (Vec<&InProgress>, Vec<&InProgress>) =
         report.in_progress.iter().partition(|entry| {
@@ -82,28 +84,38 @@ pub fn render(report: &Report) -> String {
         });
     if !shown.is_empty() {
         let _ = writeln!(out, "\nin progress when the recording stopped:");
-        let mut table = Table::new();
-        table.set_format(*format::consts::FORMAT_NO_BORDER_LINE_SEPARATOR);
-        table.set_titles(row!["thread", "doing", "lock", r->"so far", "held by"]);
-        for entry in &shown {
-            let doing = match (entry.activity, entry.since_before_attach) {
-                (Activity::Hold, _) => "holds",
-                (Activity::Wait, true) => "waits (since before attach)",
-                (Activity::Wait, false) => "waits",
-            };
-            let holder = entry.holder.as_ref().map_or_else(
-                || "-".to_string(),
-                |ThreadRef { tid, thread: name }| thread(*tid, name.as_deref()),
-            );
-            table.add_row(row![
-                thread(entry.tid, entry.thread.as_deref()),
-                doing,
-                truncate(&lock_label(entry.name.as_deref(), entry.lock), 48),
-                r->so_far(entry),
-                holder,
-            ]);
-        }
-        out.push_str(&table.to_string());
+        // The lock first and cut last, as in the lock table.
+        let columns = [
+            Column::name("lock"),
+            Column::label("thread", 90),
+            Column::label("doing", 80),
+            Column::number("so far", 95),
+            Column::text("held by", 50, 12),
+        ];
+        let rows: Vec<Vec<String>> = shown
+            .iter()
+            .map(|entry| {
+                let doing = match (entry.activity, entry.since_before_attach) {
+                    (Activity::Hold, _) => "holds",
+                    (Activity::Wait, true) => "waits (since before attach)",
+                    (Activity::Wait, false) => "waits",
+                };
+                let holder = entry.holder.as_ref().map_or_else(
+                    || "-".to_string(),
+                    |ThreadRef { tid, thread: name }| thread(*tid, name.as_deref()),
+                );
+                vec![
+                    lock_label(entry.name.as_deref(), entry.lock),
+                    thread(entry.tid, entry.thread.as_deref()),
+                    doing.to_string(),
+                    so_far(entry),
+                    holder,
+                ]
+            })
+            .collect();
+        let table = fit(&columns, &rows, width);
+        out.push_str(&table.text);
+        out.push_str(&table.note(width).unwrap_or_default());
     }
     if !others.is_empty() {
         let mut classes: Vec<String> = Vec::new();

@@ -126,7 +126,7 @@ mod tests {
     fn lost_callers_on_nesting_lock_functions_are_not_exact() {
         let mut report = report();
         report.dropped.insert("callers_map_full".into(), 5);
-        let exact = table::render(&report, None);
+        let exact = table::render(&report, None, crate::render::fit::Width::Unlimited);
         assert!(
             exact.contains("lost: 5 callers (callers_map_full; counts exact"),
             "{exact}"
@@ -134,7 +134,7 @@ mod tests {
         report
             .dropped
             .insert(crate::analysis::build::NESTED_CALLS_UNKNOWN.into(), 5);
-        let text = table::render(&report, None);
+        let text = table::render(&report, None, crate::render::fit::Width::Unlimited);
         assert!(!text.contains("counts exact"), "{text}");
         assert!(
             text.contains("lost: up to 5 acquisitions may be counted twice"),
@@ -147,7 +147,7 @@ mod tests {
         let mut report = report();
         report.dropped.insert("stacks_lost".into(), 7);
         report.dropped.insert("locks_map_full".into(), 3);
-        let text = table::render(&report, None);
+        let text = table::render(&report, None, crate::render::fit::Width::Unlimited);
         assert!(!text.contains("missing from the counts"), "{text}");
         assert!(
             text.contains("lost: 7 stacks (counts exact, stacks incomplete)"),
@@ -160,7 +160,10 @@ mod tests {
     #[test]
     fn an_exec_is_never_a_whole_life_with_nothing_lost() {
         let mut report = report();
-        assert!(table::render(&report, None).contains("counts cover its whole traced life"));
+        assert!(
+            table::render(&report, None, crate::render::fit::Width::Unlimited)
+                .contains("counts cover its whole traced life")
+        );
         report.stopped_by = StopReason::TargetExited;
         report.coverage = Some(Coverage {
             children_followed: false,
@@ -172,7 +175,7 @@ mod tests {
                 still_probed: Vec::new(),
             }),
         });
-        let text = table::render(&report, None);
+        let text = table::render(&report, None, crate::render::fit::Width::Unlimited);
         assert!(!text.contains("whole traced life"), "{text}");
         assert!(!text.contains("lost: nothing"), "{text}");
         assert!(

@@ -2,6 +2,7 @@
 //! ([`table`]), folded stacks and flame graphs ([`stacks`]), and the shared
 //! number formatting ([`format`]), gzipped pprof profiles ([`pprof`]).
 pub mod cpu;
+pub mod fit;
 pub mod footer;
 pub mod format;
 pub mod holds;

@@ -16,7 +16,7 @@ use anyhow::{Context, Result};
 use flate2::{Compression, write::GzEncoder};
 use prost::Message;
 
-use super::stacks::{frame_label, label, short_module};
+use super::format::{frame_label, label, short_module};
 use crate::model::{Frame, Lock, LockStack, Report};
 
 /// Sample value positions, in the order of `sample_type`.

@@ -4,7 +4,8 @@ use std::io::Write;
 
 use anyhow::{Context, Result, bail};
 
-use crate::model::{Frame, Lock, Report};
+use super::format::{frame_label, label};
+use crate::model::Report;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {
@@ -100,27 +101,4 @@ pub fn render_text(report: &Report, limit: usize) -> String {
         }
     }
     out
-}
-
-/// A lock as people read it: its name, else its region and address.
-pub fn label(lock: &Lock) -> String {
-    match &lock.name {
-        Some(name) => name.clone(),
-        None if lock.region.is_empty() => format!("{:#x}", lock.address),
-        None => format!("{} {:#x}", lock.region, lock.address),
-    }
-}
-
-pub fn frame_label(frame: &Frame) -> String {
-    let text = match (&frame.function, &frame.module) {
-        (Some(function), _) => function.clone(),
-        (None, Some(module)) => format!("{}+{:#x}", short_module(module), frame.offset),
-        (None, None) => format!("{:#x}", frame.offset),
-    };
-    // ';' separates frames in the folded format.
-    text.replace(';', ",")
-}
-
-pub fn short_module(path: &str) -> &str {
-    path.rsplit('/').next().unwrap_or(path)
 }

@@ -1,25 +1,23 @@
-//! The human-readable report: a prettytable of the locks plus a footer that
+//! The human-readable report: a table of the locks fitted to a width plus a footer that
 //! says how the run ended and what could not be counted.
 use std::fmt::Write;
 
-use prettytable::{Cell, Row, Table, format, row};
-
 use super::{
-    cpu, footer,
-    format::{MAX_TABLE_WIDTH, duration, truncate, width},
+    cpu,
+    fit::{Column, Fitted, Width, fit},
+    footer,
+    format::duration,
     holds, in_progress, lost, requests, stacks, waits,
 };
 use crate::model::{Lock, Mode, Report, StopReason};
 
-/// Widest and narrowest the name and callers columns get while fitting the
-/// table into [`MAX_TABLE_WIDTH`]; full names stay in the JSON.
-const NAME_WIDTH: (usize, usize) = (48, 20);
-const CALLERS_WIDTH: (usize, usize) = (60, 16);
-/// The top holder (`slow_path (12/40 waits)`, `thread 4711 (php-fpm)`).
-const HOLDER_WIDTH: usize = 32;
+/// Narrowest the callers and top holder (`slow_path (12/40 waits)`,
+/// `thread 4711 (php-fpm)`) get before they are dropped; full text stays in the JSON.
+const CALLERS_MIN_WIDTH: usize = 16;
+const HOLDER_MIN_WIDTH: usize = 16;
 
 /// Renders the report as text (table and footer).
-pub fn render(report: &Report, limit: Option<usize>) -> String {
+pub fn render(report: &Report, limit: Option<usize>, width: Width) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -46,7 +44,9 @@ pub fn render(report: &Report, limit: Option<usize>) -> String {
         .iter()
         .filter(|lock| lock.is_contention())
         .count();
-    out.push_str(&fitted_table(report, shown));
+    let table = lock_table(report, shown, width);
+    out.push_str(&table.text);
+    out.push_str(&table.note(width).unwrap_or_default());
     if contention > shown {
         let _ = writeln!(out, "({} more locks not shown)", contention - shown);
     }
@@ -85,8 +85,8 @@ pub fn render(report: &Report, limit: Option<usize>) -> String {
             let _ = writeln!(out, "per request: {} held", duration(held.round() as u64));
         }
     }
-    out.push_str(&waits::render(report, limit));
-    out.push_str(&in_progress::render(report));
+    out.push_str(&waits::render(report, limit, width));
+    out.push_str(&in_progress::render(report, width));
     match report.stopped_by {
         StopReason::TargetExited if lost::counts_whole(report) => {
             out.push_str("stopped: the target exited; counts cover its whole traced life\n")
@@ -101,92 +101,110 @@ pub fn render(report: &Report, limit: Option<usize>) -> String {
     super::format::printable(&out).into_owned()
 }
 
-/// The lock table, its name and callers columns cut to fit [`MAX_TABLE_WIDTH`].
-fn fitted_table(report: &Report, shown: usize) -> String {
-    let (mut name_width, mut callers_width) = (NAME_WIDTH.0, CALLERS_WIDTH.0);
-    loop {
-        let table = lock_table(report, shown, name_width, callers_width);
-        let over = width(&table).saturating_sub(MAX_TABLE_WIDTH);
-        if over == 0 || (name_width, callers_width) == (NAME_WIDTH.1, CALLERS_WIDTH.1) {
-            return table;
-        }
-        // Callers give way first: the name is what the row is about.
-        let from_callers = over.min(callers_width - CALLERS_WIDTH.1);
-        callers_width -= from_callers;
-        name_width = name_width
-            .saturating_sub(over - from_callers)
-            .max(NAME_WIDTH.1);
-    }
-}
+/// A column of the lock table and how each lock fills it.
+type LockColumn = (Column, Box<dyn Fn(&Lock) -> String>);
 
-fn lock_table(report: &Report, shown: usize, name_width: usize, callers_width: usize) -> String {
-    let per_request = report.totals.per_request.is_some();
-    let mut table = Table::new();
-    table.set_format(*format::consts::FORMAT_NO_BORDER_LINE_SEPARATOR);
-    let mut titles = row!["address", "name", "kind", r->"acquisitions", r->"contended", r->"wakes", r->"wait total", r->"wait max"];
-    if per_request {
-        for title in ["acq/req", "contended/req", "wait/req"] {
-            titles.add_cell(Cell::new(title).style_spec("r"));
+/// The lock table's columns, the name first; a column's rank says how long
+/// it stays when the table must fit (see [`fit`]).
+fn lock_columns(report: &Report) -> Vec<LockColumn> {
+    let mut columns: Vec<LockColumn> = vec![
+        (
+            Column::name("name"),
+            Box::new(|lock| lock.name.clone().unwrap_or_else(|| lock.region.clone())),
+        ),
+        (
+            Column::label("kind", 80),
+            Box::new(|lock| lock.kind.to_string()),
+        ),
+        (
+            Column::number("acquisitions", 100),
+            Box::new(|lock| {
+                lock.acquisitions
+                    .map_or("-".to_string(), |n| match lock.acquisitions_error {
+                        Some(error) => format!("~{n} ±{error}"),
+                        None => n.to_string(),
+                    })
+            }),
+        ),
+        (
+            Column::number("contended", 90),
+            Box::new(|lock| lock.contended.to_string()),
+        ),
+        (
+            Column::number("wakes", 30),
+            Box::new(|lock| lock.wakes.to_string()),
+        ),
+        (
+            Column::number("wait total", 70),
+            Box::new(|lock| duration(lock.wait_ns)),
+        ),
+        (
+            Column::number("wait max", 40),
+            Box::new(|lock| duration(lock.max_wait_ns)),
+        ),
+    ];
+    if report.totals.per_request.is_some() {
+        for (at, (title, rank)) in [("acq/req", 95), ("contended/req", 85), ("wait/req", 65)]
+            .into_iter()
+            .enumerate()
+        {
+            columns.push((
+                Column::number(title, rank),
+                Box::new(move |lock| requests::cells(lock.per_request.as_ref())[at].clone()),
+            ));
         }
     }
     // Wait distribution always; hold time and holders where recorded.
-    let any_holds = report.locks.iter().any(|lock| lock.holds.is_some());
-    let any_holders = report.locks.iter().any(|lock| !lock.holders.is_empty());
-    let cpu_title = cpu::column_title(report);
-    if let Some(title) = cpu_title {
-        titles.add_cell(Cell::new(title).style_spec("r"));
+    // The lock's CPU cost, when sampled: as important as its contention.
+    if let Some(title) = cpu::column_title(report) {
+        columns.push((Column::number(title, 92), Box::new(cpu::cell)));
     }
-    titles.add_cell(Cell::new("wait p50/p99").style_spec("r"));
-    if any_holds {
-        titles.add_cell(Cell::new("held total/max").style_spec("r"));
+    columns.push((
+        Column::number("wait p50/p99", 20),
+        Box::new(holds::wait_percentiles),
+    ));
+    if report.locks.iter().any(|lock| lock.holds.is_some()) {
+        columns.push((
+            Column::number("held total/max", 25),
+            Box::new(holds::hold_cell),
+        ));
     }
-    if any_holders {
-        titles.add_cell(Cell::new("top holder"));
+    if report.locks.iter().any(|lock| !lock.holders.is_empty()) {
+        columns.push((
+            Column::text("top holder", 15, HOLDER_MIN_WIDTH),
+            Box::new(holds::top_holder),
+        ));
     }
-    titles.add_cell(Cell::new("callers"));
-    table.set_titles(titles);
-    let mut rows: Vec<&Lock> = report
+    columns.push((
+        Column::text("callers", 10, CALLERS_MIN_WIDTH),
+        Box::new(top_callers),
+    ));
+    columns.push((
+        Column::label("address", 45),
+        Box::new(|lock| format!("{:#x}", lock.address)),
+    ));
+    columns
+}
+
+/// The lock rows (not the waiting-for-work ones), fitted to `width`.
+fn lock_table(report: &Report, shown: usize, width: Width) -> Fitted {
+    let columns = lock_columns(report);
+    let mut locks: Vec<&Lock> = report
         .locks
         .iter()
         .filter(|lock| lock.is_contention())
         .collect();
     // The lock's cost first, when CPU was sampled (stable: ties keep the report's order).
     if cpu::sorts_by_cpu(report) {
-        rows.sort_by_key(|lock| std::cmp::Reverse(lock.cpu_ns.unwrap_or(0)));
+        locks.sort_by_key(|lock| std::cmp::Reverse(lock.cpu_ns.unwrap_or(0)));
     }
-    for lock in rows.into_iter().take(shown) {
-        let mut row: Row = row![
-            format!("{:#x}", lock.address),
-            truncate(lock.name.as_deref().unwrap_or(&lock.region), name_width),
-            lock.kind,
-            r->lock.acquisitions.map_or("-".to_string(), |n| match lock.acquisitions_error {
-                Some(error) => format!("~{n} ±{error}"),
-                None => n.to_string(),
-            }),
-            r->lock.contended,
-            r->lock.wakes,
-            r->duration(lock.wait_ns),
-            r->duration(lock.max_wait_ns),
-        ];
-        if per_request {
-            for cell in requests::cells(lock.per_request.as_ref()) {
-                row.add_cell(Cell::new(&cell).style_spec("r"));
-            }
-        }
-        if cpu_title.is_some() {
-            row.add_cell(Cell::new(&cpu::cell(lock)).style_spec("r"));
-        }
-        row.add_cell(Cell::new(&holds::wait_percentiles(lock)).style_spec("r"));
-        if any_holds {
-            row.add_cell(Cell::new(&holds::hold_cell(lock)).style_spec("r"));
-        }
-        if any_holders {
-            row.add_cell(Cell::new(&truncate(&holds::top_holder(lock), HOLDER_WIDTH)));
-        }
-        row.add_cell(Cell::new(&truncate(&top_callers(lock), callers_width)));
-        table.add_row(row);
-    }
-    table.to_string()
+    let rows: Vec<Vec<String>> = locks
+        .into_iter()
+        .take(shown)
+        .map(|lock| columns.iter().map(|(_, cell)| cell(lock)).collect())
+        .collect();
+    let titles: Vec<Column> = columns.into_iter().map(|(column, _)| column).collect();
+    fit(&titles, &rows, width)
 }
 
 /// The two most frequent calling functions, for the table.
@@ -234,7 +252,7 @@ mod tests {
             "totals": {"acquisitions": 3, "contended": 0, "wakes": 0, "wait_ns": 0},
         }))
         .unwrap();
-        let text = super::render(&report, None);
+        let text = super::render(&report, None, super::Width::Unlimited);
         let raw = text
             .chars()
             .filter(|c| c.is_control() && *c != '\n')
@@ -246,7 +264,7 @@ mod tests {
     #[test]
     fn a_sampled_run_without_a_window_says_so() {
         let report = crate::analysis::estimate::tests::sampled_report(0, 0.0, 0, 0);
-        let text = super::render(&report, None);
+        let text = super::render(&report, None, super::Width::Unlimited);
         assert!(!text.contains("~0"), "{text}");
         assert!(
             text.contains("sampled: no sampling window opened in the 10.00 s recorded: acquisitions not estimated (-)"),
@@ -263,7 +281,7 @@ mod tests {
             .unwrap()
             .acquisitions_error
             .unwrap();
-        let text = super::render(&report, None);
+        let text = super::render(&report, None, super::Width::Unlimited);
         assert!(
             text.contains("requests: ~10000 (scaled from the sampling windows)"),
             "{text}"

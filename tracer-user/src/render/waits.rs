@@ -2,17 +2,16 @@
 //! rows that are not lock contention, and their totals per class.
 use std::fmt::Write;
 
-use prettytable::{Cell, Row, Table, format, row};
-
 use super::{
-    format::{duration, ratio, truncate},
+    fit::{Column, Fitted, Width, fit},
+    format::{duration, ratio},
     requests,
 };
 use crate::model::{Lock, Report, WaitClass};
 
 /// The "waiting for work / runtime" section: the rows that are not lock
 /// contention, and their totals per class.
-pub fn render(report: &Report, limit: Option<usize>) -> String {
+pub fn render(report: &Report, limit: Option<usize>, width: Width) -> String {
     let rows: Vec<&Lock> = report
         .locks
         .iter()
@@ -27,36 +26,10 @@ pub fn render(report: &Report, limit: Option<usize>) -> String {
         out,
         "\nwaiting for work / runtime (not lock contention, not in the totals above):"
     );
-    let mut table = Table::new();
-    table.set_format(*format::consts::FORMAT_NO_BORDER_LINE_SEPARATOR);
-    let mut titles =
-        row!["address", "name", "class", r->"waits", r->"wakes", r->"wait total", r->"wait max"];
-    if per_request {
-        titles.add_cell(Cell::new("waits/req").style_spec("r"));
-        titles.add_cell(Cell::new("wait/req").style_spec("r"));
-    }
-    titles.add_cell(Cell::new("region"));
-    table.set_titles(titles);
     let shown = limit.unwrap_or(usize::MAX);
-    for lock in rows.iter().take(shown) {
-        let mut row: Row = row![
-            format!("{:#x}", lock.address),
-            truncate(lock.name.as_deref().unwrap_or("-"), 48),
-            lock.wait_class,
-            r->lock.contended,
-            r->lock.wakes,
-            r->duration(lock.wait_ns),
-            r->duration(lock.max_wait_ns),
-        ];
-        if per_request {
-            let cells = requests::cells(lock.per_request.as_ref());
-            row.add_cell(Cell::new(&cells[1]).style_spec("r"));
-            row.add_cell(Cell::new(&cells[2]).style_spec("r"));
-        }
-        row.add_cell(Cell::new(&lock.region));
-        table.add_row(row);
-    }
-    out.push_str(&table.to_string());
+    let table = waits_table(&rows[..rows.len().min(shown)], per_request, width);
+    out.push_str(&table.text);
+    out.push_str(&table.note(width).unwrap_or_default());
     if rows.len() > shown {
         let _ = writeln!(out, "({} more not shown)", rows.len() - shown);
     }
@@ -88,4 +61,42 @@ pub fn render(report: &Report, limit: Option<usize>) -> String {
         .collect();
     let _ = writeln!(out, "not contention: {}", classes.join("; "));
     out
+}
+
+/// The rows that are not lock contention, the name first, fitted to `width`.
+fn waits_table(rows: &[&Lock], per_request: bool, width: Width) -> Fitted {
+    let mut columns = vec![
+        Column::name("name"),
+        Column::label("class", 80),
+        Column::number("waits", 90),
+        Column::number("wakes", 30),
+        Column::number("wait total", 70),
+        Column::number("wait max", 40),
+    ];
+    if per_request {
+        columns.push(Column::number("waits/req", 85));
+        columns.push(Column::number("wait/req", 65));
+    }
+    columns.push(Column::text("region", 50, 12));
+    columns.push(Column::label("address", 45));
+    let cells: Vec<Vec<String>> = rows
+        .iter()
+        .map(|lock| {
+            let mut row = vec![
+                lock.name.clone().unwrap_or_else(|| "-".into()),
+                lock.wait_class.to_string(),
+                lock.contended.to_string(),
+                lock.wakes.to_string(),
+                duration(lock.wait_ns),
+                duration(lock.max_wait_ns),
+            ];
+            if per_request {
+                let [_, waits, wait] = requests::cells(lock.per_request.as_ref());
+                row.extend([waits, wait]);
+            }
+            row.extend([lock.region.clone(), format!("{:#x}", lock.address)]);
+            row
+        })
+        .collect();
+    fit(&columns, &cells, width)
 }

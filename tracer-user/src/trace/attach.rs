@@ -20,6 +20,7 @@ use super::cpu::{self, CpuSampling};
 use crate::probe::{
     lockfuncs::{self, LockFunction},
     placement::PlacedFunction,
+    request_probe::RequestProbe,
     target::Target,
     waitfuncs::WaitFunctions,
 };
@@ -35,6 +36,15 @@ pub type Placed = (LockFunction, PlacedFunction);
 pub struct RequestProbePoint {
     pub module: String,
     pub file_offset: u64,
+}
+
+impl From<&RequestProbe> for RequestProbePoint {
+    fn from(probe: &RequestProbe) -> RequestProbePoint {
+        RequestProbePoint {
+            module: probe.module.clone(),
+            file_offset: probe.file_offset,
+        }
+    }
 }
 
 /// What to load and attach.
@@ -168,14 +178,20 @@ pub enum AttachError {
     Failed(anyhow::Error),
 }
 
-impl From<AttachError> for anyhow::Error {
-    fn from(error: AttachError) -> anyhow::Error {
-        match error {
-            AttachError::TargetExited => anyhow!("the target exited while locktrace was attaching"),
-            AttachError::Failed(error) => error,
+impl std::fmt::Display for AttachError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            AttachError::TargetExited => {
+                f.write_str("the target exited while locktrace was attaching")
+            }
+            // The whole chain here, and no `source`: anyhow's `{:#}` prints it once.
+            AttachError::Failed(error) => write!(f, "{error:#}"),
         }
     }
 }
+
+/// Callers branch on [`AttachError::TargetExited`]; elsewhere `?` makes it an `anyhow::Error`.
+impl std::error::Error for AttachError {}
 
 /// Attaches `lock_call` at every probe point of every lock function.
 pub fn attach_lock_probes(

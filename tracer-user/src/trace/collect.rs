@@ -201,8 +201,15 @@ where
     Ok(out)
 }
 
-fn map<'a>(ebpf: &'a Ebpf, name: &str) -> Result<&'a aya::maps::Map> {
+/// The BPF object's map `name` (its absence means a broken build).
+pub fn map<'a>(ebpf: &'a Ebpf, name: &str) -> Result<&'a aya::maps::Map> {
     ebpf.map(name)
+        .with_context(|| format!("BPF object lacks map {name}"))
+}
+
+/// [`map`], writable.
+pub fn map_mut<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut aya::maps::Map> {
+    ebpf.map_mut(name)
         .with_context(|| format!("BPF object lacks map {name}"))
 }
 

@@ -104,10 +104,9 @@ impl Window {
 
     /// The request-boundary probe point for the loader.
     pub fn request_probe(&self) -> Option<RequestProbePoint> {
-        self.probe.as_ref().map(|chosen| RequestProbePoint {
-            module: chosen.probe.module.clone(),
-            file_offset: chosen.probe.file_offset,
-        })
+        self.probe
+            .as_ref()
+            .map(|chosen| RequestProbePoint::from(&chosen.probe))
     }
 
     /// Whether the request probe sits on an instruction the kernel emulates

@@ -29,13 +29,6 @@ pub struct PlacedFunction {
     pub fallback_reason: Option<String>,
 }
 
-/// Places one function. Auto placement without the module's branch targets
-/// checks only branches inside the function; prefer [`place_all`].
-#[allow(dead_code)] // kept for callers that place one function
-pub fn place(function: &LockFunction, placement: Placement) -> PlacedFunction {
-    place_in_module(function, placement, None)
-}
-
 /// Places every function; for auto placement each module (from `module_file`,
 /// the recording's store) is swept once so branches from anywhere in it into
 /// a prologue are seen.
