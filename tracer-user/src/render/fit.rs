@@ -6,6 +6,8 @@
 //! One row per line, numbers right-aligned.
 use std::fmt::Write;
 
+use prettytable::{Cell, Row, Table, format};
+
 use super::format::truncate;
 
 /// How wide a table may be.
@@ -283,44 +285,45 @@ fn line_width(widths: &[Option<usize>]) -> usize {
     (shown.iter().sum::<usize>() + 3 * shown.len()).saturating_sub(2)
 }
 
+/// Draws the kept columns with prettytable-rs (no border, a rule under the
+/// titles); every cell is already cut to its column's width, so the crate's
+/// column widths are exactly the fitted ones.
 fn draw(columns: &[Column], rows: &[Vec<String>], widths: &[Option<usize>]) -> String {
-    let titles: Vec<String> = columns.iter().map(|c| c.title.to_string()).collect();
-    let mut out = String::new();
-    draw_row(&mut out, columns, &titles, widths);
-    let rule: Vec<String> = widths
+    let kept: Vec<(usize, &Column, usize)> = columns
         .iter()
-        .flatten()
-        .map(|width| "-".repeat(width + 2))
+        .enumerate()
+        .filter_map(|(at, column)| widths[at].map(|width| (at, column, width)))
         .collect();
-    let mut rule = rule.join("+");
-    // As wide as the rows, which end without the last cell's padding.
-    rule.pop();
-    let _ = writeln!(out, "{rule}");
+    let row_of = |cells: &dyn Fn(usize) -> String| -> Row {
+        Row::new(
+            kept.iter()
+                .map(|&(at, column, width)| {
+                    let cell = Cell::new(&truncate(&cells(at), width));
+                    match column.align {
+                        Align::Left => cell,
+                        Align::Right => cell.style_spec("r"),
+                    }
+                })
+                .collect(),
+        )
+    };
+    let mut table = Table::new();
+    table.set_format(*format::consts::FORMAT_NO_BORDER_LINE_SEPARATOR);
+    table.set_titles(row_of(&|at| columns[at].title.to_string()));
     for row in rows {
-        draw_row(&mut out, columns, row, widths);
+        table.add_row(row_of(&|at| row.get(at).cloned().unwrap_or_default()));
+    }
+    let mut out = String::new();
+    for (index, line) in table.to_string().lines().enumerate() {
+        // Rows end at their last character; the rule under the titles is as
+        // wide as the rows (the crate pads the last cell and the rule too).
+        let line = match index {
+            1 => line.strip_suffix('-').unwrap_or(line),
+            _ => line.trim_end(),
+        };
+        let _ = writeln!(out, "{line}");
     }
     out
-}
-
-fn draw_row(out: &mut String, columns: &[Column], cells: &[String], widths: &[Option<usize>]) {
-    let mut line = String::new();
-    for (at, column) in columns.iter().enumerate() {
-        let Some(width) = widths[at] else { continue };
-        let cell = truncate(cells.get(at).map_or("", String::as_str), width);
-        let pad = " ".repeat(width - cell.chars().count());
-        if !line.is_empty() {
-            line.push_str(" |");
-        }
-        match column.align {
-            Align::Left => {
-                let _ = write!(line, " {cell}{pad}");
-            }
-            Align::Right => {
-                let _ = write!(line, " {pad}{cell}");
-            }
-        }
-    }
-    let _ = writeln!(out, "{}", line.trim_end());
 }
 
 /// Cells are one line: control characters (from a hand-edited report) become spaces.
