@@ -410,19 +410,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         } => {
             let duration = duration.map(limits::duration).transpose()?;
             let cpu_hz = cpu.hz()?;
-            if mode != ModeArg::Sampled {
-                for (flag, given) in [("--sample", sample), ("--sample-period", sample_period)] {
-                    if given.is_some() {
-                        anyhow::bail!(
-                            "{flag} applies only with --mode sampled; add --mode sampled or drop {flag}"
-                        );
-                    }
-                }
-            }
-            let sample = SampleOptions {
-                rate: limits::sample_rate(sample.unwrap_or(0.1))?,
-                period: limits::sample_period(sample_period.unwrap_or(5.0))?,
-            };
+            let sample = sample_options(mode, sample, sample_period)?;
             let requests = requests.options(duration)?;
             limits::open_files(
                 requests
@@ -430,15 +418,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     .as_ref()
                     .map_or(0, |load| load.concurrency as u64),
             )?;
-            let outputs: Vec<(&str, &std::path::Path)> = [
-                ("--json", &json),
-                ("--pprof", &pprof),
-                ("--ready-file", &ready_file),
-            ]
-            .into_iter()
-            .filter_map(|(flag, path)| Some((flag, path.as_deref()?)))
-            .collect();
-            limits::outputs(&outputs)?;
+            check_outputs(&json, &pprof, &ready_file)?;
             // With --load, --duration is the load's length, not a tracing limit.
             let duration = if requests.load.is_some() {
                 None
@@ -458,19 +438,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 cpu_hz,
             };
             let report = runtime()?.block_on(record::record(&options))?;
-            // The JSON first: it is the recording, and must not depend on stdout.
-            let saved = json.map(|path| report.save(&path)).transpose();
-            let pprof_saved = pprof.map(|path| pprof::save(&report, &path)).transpose();
-            // A reader that went away (`| head`) is a normal end.
-            let text = table::render(&report, top, Width::for_stdout(wide));
-            let _: Written = output::stdout_text(&text)?;
-            saved?;
-            pprof_saved?;
-            if let Some(reason) = report.requests.as_ref().and_then(|r| r.refused.as_ref()) {
-                output::note(format_args!("locktrace: {reason}"));
-                return Ok(ExitCode::FAILURE);
-            }
-            Ok(ExitCode::SUCCESS)
+            write_recording(&report, json, pprof, top, wide)
         }
         Command::Compare(args) => compare::run(&args),
         Command::Serve {
@@ -501,33 +469,104 @@ fn run(cli: Cli) -> Result<ExitCode> {
             format,
             histograms,
             wide,
-        } => {
-            let report = Report::load(&file)?;
-            match format {
-                stacks::Format::Table => {
-                    let mut text = table::render(&report, top, Width::for_stdout(wide));
-                    if histograms {
-                        text.push_str(&holds::render_histograms(&report, top));
-                    }
-                    output::stdout_text(&text)?;
-                }
-                stacks::Format::Pprof => {
-                    if std::io::IsTerminal::is_terminal(&std::io::stdout()) {
-                        anyhow::bail!(
-                            "--format pprof writes binary data: redirect it to a file (> FILE.pb.gz)"
-                        )
-                    }
-                    let mut bytes = Vec::new();
-                    stacks::write(&report, format, &mut bytes)?;
-                    output::stdout(&bytes)?;
-                }
-                text_format => {
-                    let mut bytes = Vec::new();
-                    stacks::write(&report, text_format, &mut bytes)?;
-                    output::stdout_text(&String::from_utf8_lossy(&bytes))?;
-                }
+        } => report_file(&file, top, format, histograms, wide),
+    }
+}
+
+/// `--sample`/`--sample-period`, which apply only in sampled mode.
+fn sample_options(
+    mode: ModeArg,
+    sample: Option<f64>,
+    sample_period: Option<f64>,
+) -> Result<SampleOptions> {
+    if mode != ModeArg::Sampled {
+        for (flag, given) in [("--sample", sample), ("--sample-period", sample_period)] {
+            if given.is_some() {
+                anyhow::bail!(
+                    "{flag} applies only with --mode sampled; add --mode sampled or drop {flag}"
+                );
             }
-            Ok(ExitCode::SUCCESS)
         }
     }
+    Ok(SampleOptions {
+        rate: limits::sample_rate(sample.unwrap_or(0.1))?,
+        period: limits::sample_period(sample_period.unwrap_or(5.0))?,
+    })
+}
+
+/// The record's output files can be written (checked before tracing starts).
+fn check_outputs(
+    json: &Option<PathBuf>,
+    pprof: &Option<PathBuf>,
+    ready_file: &Option<PathBuf>,
+) -> Result<()> {
+    let outputs: Vec<(&str, &std::path::Path)> = [
+        ("--json", json),
+        ("--pprof", pprof),
+        ("--ready-file", ready_file),
+    ]
+    .into_iter()
+    .filter_map(|(flag, path)| Some((flag, path.as_deref()?)))
+    .collect();
+    limits::outputs(&outputs)
+}
+
+/// Saves the recording's files and prints its table; fails when the
+/// request load was refused.
+fn write_recording(
+    report: &Report,
+    json: Option<PathBuf>,
+    pprof: Option<PathBuf>,
+    top: Option<usize>,
+    wide: bool,
+) -> Result<ExitCode> {
+    // The JSON first: it is the recording, and must not depend on stdout.
+    let saved = json.map(|path| report.save(&path)).transpose();
+    let pprof_saved = pprof.map(|path| pprof::save(report, &path)).transpose();
+    // A reader that went away (`| head`) is a normal end.
+    let text = table::render(report, top, Width::for_stdout(wide));
+    let _: Written = output::stdout_text(&text)?;
+    saved?;
+    pprof_saved?;
+    if let Some(reason) = report.requests.as_ref().and_then(|r| r.refused.as_ref()) {
+        output::note(format_args!("locktrace: {reason}"));
+        return Ok(ExitCode::FAILURE);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `report FILE`: a saved recording as a table or stacks.
+fn report_file(
+    file: &std::path::Path,
+    top: Option<usize>,
+    format: stacks::Format,
+    histograms: bool,
+    wide: bool,
+) -> Result<ExitCode> {
+    let report = Report::load(file)?;
+    match format {
+        stacks::Format::Table => {
+            let mut text = table::render(&report, top, Width::for_stdout(wide));
+            if histograms {
+                text.push_str(&holds::render_histograms(&report, top));
+            }
+            output::stdout_text(&text)?;
+        }
+        stacks::Format::Pprof => {
+            if std::io::IsTerminal::is_terminal(&std::io::stdout()) {
+                anyhow::bail!(
+                    "--format pprof writes binary data: redirect it to a file (> FILE.pb.gz)"
+                )
+            }
+            let mut bytes = Vec::new();
+            stacks::write(&report, format, &mut bytes)?;
+            output::stdout(&bytes)?;
+        }
+        text_format => {
+            let mut bytes = Vec::new();
+            stacks::write(&report, text_format, &mut bytes)?;
+            output::stdout_text(&String::from_utf8_lossy(&bytes))?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }

@@ -180,40 +180,12 @@ async fn trace(
         output::note(format_args!(
             "locktrace: stopped by a signal before tracing started (connecting or warming up the load); nothing was counted"
         ));
-        return Ok(Traced {
-            collected: collect::Collected::default(),
-            stopped_by,
-            duration_s: 0.0,
-            attach_ms: 0,
-            sampled: None,
-            seen: proc_events::Seen::default(),
-            started: Instant::now(),
-            target_cpu_ns: None,
-        });
+        return Ok(nothing_traced(stopped_by));
     }
     let sampled_mode = options.mode == Mode::Sampled;
-    let sampling = options.cpu_hz.map(|hz| CpuSampling {
-        hz,
-        lock_code: prepared.lock_code.clone(),
-    });
-    let plan = attach::LoadPlan {
-        waits: &prepared.waits,
-        target,
-        functions: &prepared.placed,
-        flags: bpf_flags(options),
-        // In sampled mode the sampler attaches the lock and request probes in its windows.
-        lock_probes: options.mode == Mode::All,
-        request_probe: if sampled_mode {
-            None
-        } else {
-            window.request_probe()
-        },
-        unlock_functions: &prepared.unlocks,
-        cpu: sampling.as_ref(),
-    };
     let probed = probed_modules(prepared);
     let watch = ProcWatch::start(target.pid, &probed);
-    let mut loaded = attach::load(&plan)?;
+    let mut loaded = load_probes(options, prepared, window)?;
     // Waits older than the probes: only the kernel knows of them.
     let attached_ns = inflight::monotonic_ns();
     let blocked_at_attach = inflight::blocked_threads(target.pid);
@@ -294,6 +266,48 @@ async fn trace(
             .zip(cpu_at_end)
             .map(|(start, end)| end.saturating_sub(start)),
     })
+}
+
+/// A recording stopped before its probes were attached.
+fn nothing_traced(stopped_by: StopReason) -> Traced {
+    Traced {
+        collected: collect::Collected::default(),
+        stopped_by,
+        duration_s: 0.0,
+        attach_ms: 0,
+        sampled: None,
+        seen: proc_events::Seen::default(),
+        started: Instant::now(),
+        target_cpu_ns: None,
+    }
+}
+
+/// Loads the BPF object and attaches what runs for the whole recording.
+fn load_probes(
+    options: &RecordOptions,
+    prepared: &Prepared,
+    window: &Window,
+) -> Result<attach::Loaded> {
+    let sampling = options.cpu_hz.map(|hz| CpuSampling {
+        hz,
+        lock_code: prepared.lock_code.clone(),
+    });
+    let plan = attach::LoadPlan {
+        waits: &prepared.waits,
+        target: &prepared.target,
+        functions: &prepared.placed,
+        flags: bpf_flags(options),
+        // In sampled mode the sampler attaches the lock and request probes in its windows.
+        lock_probes: options.mode == Mode::All,
+        request_probe: if options.mode == Mode::Sampled {
+            None
+        } else {
+            window.request_probe()
+        },
+        unlock_functions: &prepared.unlocks,
+        cpu: sampling.as_ref(),
+    };
+    attach::load(&plan)
 }
 
 /// What the BPF programs record besides the counts.

@@ -181,120 +181,14 @@ pub fn annotate(
     if alive {
         snapshot.refresh();
     }
-    let root = alive.then(|| PathBuf::from(format!("/proc/{}/root", snapshot.pid)));
-    // The address space built during the recording, when no module came since.
-    let mut space = match snapshot.live.take_space(snapshot.files.len()) {
-        Some(mut space) => {
-            space.maps = snapshot.maps.clone();
-            space
-        }
-        None => AddressSpace::build(snapshot.maps.clone(), &snapshot.files, root.as_deref()),
-    };
-    space.thread_stacks = snapshot.thread_stacks.clone();
-
-    let mut callers: HashMap<u64, CallSites> = HashMap::new();
-    for (key, &count) in &collected.callers {
-        if is_nested_call(key, collected, functions) {
-            continue; // made by a lock function: not a caller
-        }
-        let frame = resolve_code(&space, key.return_ip, true);
-        *callers
-            .entry(key.lock)
-            .or_default()
-            .entry((frame.function, frame.module, frame.offset))
-            .or_insert(0) += count;
-    }
+    let space = address_space(snapshot, alive);
+    let callers = callers_by_lock(&space, collected, functions);
 
     let mut namer = names::Namer::new(&space, &snapshot.files);
-    for lock in &mut report.locks {
-        let address = lock.address;
-        lock.region = space.region_of(address);
-        if let Some(module) = space.module_of(address) {
-            lock.module = Some(module.path.clone());
-            if let Some(named) = namer.global(module, module.link_address(address), lock.kind) {
-                lock.name = Some(named.name);
-                lock.offset_name = Some(named.offset_name);
-                lock.chain = Some(named.chain);
-            }
-        }
-        lock.callers = sorted_callers(callers.remove(&address).unwrap_or_default());
-    }
-
-    // Heap locks: pointer chains from globals, for the top ones.
-    let heap_locks: Vec<u64> = report
-        .locks
-        .iter()
-        .filter(|lock| {
-            lock.name.is_none()
-                && matches!(
-                    lock.region.as_str(),
-                    "[heap]"
-                        | "anonymous"
-                        | region::SPARE_HEAP
-                        | region::MMAP_HEAP
-                        | region::THREAD_ARENA
-                )
-        })
-        .take(CHAIN_SEARCH_LOCKS)
-        .map(|lock| lock.address)
-        .collect();
-    let live = &snapshot.live;
-    let live_named = heap_locks
-        .iter()
-        .filter(|lock| live.found.contains_key(lock))
-        .count();
-    let (found, pointer_chains) = if heap_locks.is_empty() {
-        (BTreeMap::new(), "no heap locks to name".to_string())
-    } else if !alive {
-        let message = if live_named > 0 {
-            format!(
-                "{live_named} of {} heap locks named by pointer chains found during the recording (the target exited before naming)",
-                heap_locks.len()
-            )
-        } else {
-            format!(
-                "{} heap locks not named: the target exited before naming and no chain was found during the recording (pointer chains are read from its live memory)",
-                heap_locks.len()
-            )
-        };
-        (live.found.clone(), message)
-    } else {
-        let outcome = chain::search(&space, &chain::Memory::new(snapshot.pid), &heap_locks);
-        let mut found = live.found.clone();
-        let named_now = outcome.chains.len();
-        // Routes read now are the current ones; those from the recording fill in.
-        found.extend(outcome.chains);
-        let named = heap_locks.iter().filter(|l| found.contains_key(l)).count();
-        let message = format!(
-            "{named} of {} heap locks named by a pointer chain from a global ({named_now} by the search now: {} pointers followed in {} ms{}; at most {} hops, fields up to {:#x}; {} only by the searches during the recording)",
-            heap_locks.len(),
-            outcome.pointers_followed,
-            outcome.elapsed.as_millis(),
-            if outcome.complete {
-                ""
-            } else {
-                ", budget ran out"
-            },
-            chain::MAX_HOPS,
-            chain::MAX_FIELD_OFFSET,
-            named.saturating_sub(named_now),
-        );
-        (found, message)
-    };
-    for lock in &mut report.locks {
-        let Some(candidates) = found.get(&lock.address) else {
-            continue;
-        };
-        if lock.name.is_some() {
-            continue;
-        }
-        if let Some((best, runner_up)) = namer.choose(candidates, lock.kind) {
-            lock.alternatives = runner_up.iter().map(names::Named::alternative).collect();
-            lock.name = Some(best.name);
-            lock.offset_name = Some(best.offset_name);
-            lock.chain = Some(best.chain);
-        }
-    }
+    name_globals(report, &space, &mut namer, callers);
+    let heap_locks = heap_locks_to_chain(report);
+    let (found, pointer_chains) = heap_chains(&space, snapshot, &heap_locks, alive);
+    name_by_chains(report, &found, &mut namer);
     in_progress::name(report, &space, &mut namer, &snapshot.threads.names);
     let debug_info = namer.debug_info_used();
     drop(namer);
@@ -306,22 +200,7 @@ pub fn annotate(
     holders::name(report, &space, collected, &snapshot.threads, |space, ip| {
         resolve_code(space, ip, true)
     });
-    // Stripped modules that left a lock or a caller in the report unnamed.
-    let unnamed_in = |path: &str| {
-        report.locks.iter().any(|lock| {
-            (lock.name.is_none() && lock.module.as_deref() == Some(path))
-                || lock
-                    .callers
-                    .iter()
-                    .any(|c| c.function.is_none() && c.module.as_deref() == Some(path))
-        })
-    };
-    let stripped = space
-        .modules
-        .iter()
-        .filter(|m| !m.symbols.has_symtab && unnamed_in(&m.path))
-        .map(|m| m.path.clone())
-        .collect();
+    let stripped = stripped_modules(report, &space);
     report.naming = Some(Naming {
         elapsed_ms: started.elapsed().as_secs_f64() * 1e3,
         modules: space.modules.len(),
@@ -340,6 +219,181 @@ pub fn annotate(
         debug_info,
         live: (snapshot.live.stats.searches > 0).then(|| snapshot.live.stats.clone()),
     });
+}
+
+/// The target's address space: the one built during the recording when no
+/// module came since, else built now from the snapshot.
+fn address_space(snapshot: &mut Snapshot, alive: bool) -> AddressSpace {
+    let root = alive.then(|| PathBuf::from(format!("/proc/{}/root", snapshot.pid)));
+    let mut space = match snapshot.live.take_space(snapshot.files.len()) {
+        Some(mut space) => {
+            space.maps = snapshot.maps.clone();
+            space
+        }
+        None => AddressSpace::build(snapshot.maps.clone(), &snapshot.files, root.as_deref()),
+    };
+    space.thread_stacks = snapshot.thread_stacks.clone();
+    space
+}
+
+/// Each lock's call sites, resolved to functions; calls made by a lock
+/// function itself are not callers.
+fn callers_by_lock(
+    space: &AddressSpace,
+    collected: &Collected,
+    functions: &[LockFunction],
+) -> HashMap<u64, CallSites> {
+    let mut callers: HashMap<u64, CallSites> = HashMap::new();
+    for (key, &count) in &collected.callers {
+        if is_nested_call(key, collected, functions) {
+            continue;
+        }
+        let frame = resolve_code(space, key.return_ip, true);
+        *callers
+            .entry(key.lock)
+            .or_default()
+            .entry((frame.function, frame.module, frame.offset))
+            .or_insert(0) += count;
+    }
+    callers
+}
+
+/// Region, module and symbol of every lock, and its callers.
+fn name_globals(
+    report: &mut Report,
+    space: &AddressSpace,
+    namer: &mut names::Namer,
+    mut callers: HashMap<u64, CallSites>,
+) {
+    for lock in &mut report.locks {
+        let address = lock.address;
+        lock.region = space.region_of(address);
+        if let Some(module) = space.module_of(address) {
+            lock.module = Some(module.path.clone());
+            if let Some(named) = namer.global(module, module.link_address(address), lock.kind) {
+                lock.name = Some(named.name);
+                lock.offset_name = Some(named.offset_name);
+                lock.chain = Some(named.chain);
+            }
+        }
+        lock.callers = sorted_callers(callers.remove(&address).unwrap_or_default());
+    }
+}
+
+/// The top unnamed locks in heap-like memory: those a pointer chain from a
+/// global may name.
+fn heap_locks_to_chain(report: &Report) -> Vec<u64> {
+    report
+        .locks
+        .iter()
+        .filter(|lock| {
+            lock.name.is_none()
+                && matches!(
+                    lock.region.as_str(),
+                    "[heap]"
+                        | "anonymous"
+                        | region::SPARE_HEAP
+                        | region::MMAP_HEAP
+                        | region::THREAD_ARENA
+                )
+        })
+        .take(CHAIN_SEARCH_LOCKS)
+        .map(|lock| lock.address)
+        .collect()
+}
+
+/// Pointer chains to the heap locks (searched now if the target is alive,
+/// plus those found during the recording), and a line saying how it went.
+fn heap_chains(
+    space: &AddressSpace,
+    snapshot: &Snapshot,
+    heap_locks: &[u64],
+    alive: bool,
+) -> (BTreeMap<u64, Vec<chain::RawChain>>, String) {
+    let live = &snapshot.live;
+    if heap_locks.is_empty() {
+        return (BTreeMap::new(), "no heap locks to name".to_string());
+    }
+    if !alive {
+        let live_named = heap_locks
+            .iter()
+            .filter(|lock| live.found.contains_key(lock))
+            .count();
+        let message = if live_named > 0 {
+            format!(
+                "{live_named} of {} heap locks named by pointer chains found during the recording (the target exited before naming)",
+                heap_locks.len()
+            )
+        } else {
+            format!(
+                "{} heap locks not named: the target exited before naming and no chain was found during the recording (pointer chains are read from its live memory)",
+                heap_locks.len()
+            )
+        };
+        return (live.found.clone(), message);
+    }
+    let outcome = chain::search(space, &chain::Memory::new(snapshot.pid), heap_locks);
+    let mut found = live.found.clone();
+    let named_now = outcome.chains.len();
+    // Routes read now are the current ones; those from the recording fill in.
+    found.extend(outcome.chains);
+    let named = heap_locks.iter().filter(|l| found.contains_key(l)).count();
+    let message = format!(
+        "{named} of {} heap locks named by a pointer chain from a global ({named_now} by the search now: {} pointers followed in {} ms{}; at most {} hops, fields up to {:#x}; {} only by the searches during the recording)",
+        heap_locks.len(),
+        outcome.pointers_followed,
+        outcome.elapsed.as_millis(),
+        if outcome.complete {
+            ""
+        } else {
+            ", budget ran out"
+        },
+        chain::MAX_HOPS,
+        chain::MAX_FIELD_OFFSET,
+        named.saturating_sub(named_now),
+    );
+    (found, message)
+}
+
+/// Names still-unnamed locks by the best of their pointer chains.
+fn name_by_chains(
+    report: &mut Report,
+    found: &BTreeMap<u64, Vec<chain::RawChain>>,
+    namer: &mut names::Namer,
+) {
+    for lock in &mut report.locks {
+        let Some(candidates) = found.get(&lock.address) else {
+            continue;
+        };
+        if lock.name.is_some() {
+            continue;
+        }
+        if let Some((best, runner_up)) = namer.choose(candidates, lock.kind) {
+            lock.alternatives = runner_up.iter().map(names::Named::alternative).collect();
+            lock.name = Some(best.name);
+            lock.offset_name = Some(best.offset_name);
+            lock.chain = Some(best.chain);
+        }
+    }
+}
+
+/// Stripped modules that left a lock or a caller in the report unnamed.
+fn stripped_modules(report: &Report, space: &AddressSpace) -> Vec<String> {
+    let unnamed_in = |path: &str| {
+        report.locks.iter().any(|lock| {
+            (lock.name.is_none() && lock.module.as_deref() == Some(path))
+                || lock
+                    .callers
+                    .iter()
+                    .any(|c| c.function.is_none() && c.module.as_deref() == Some(path))
+        })
+    };
+    space
+        .modules
+        .iter()
+        .filter(|m| !m.symbols.has_symtab && unnamed_in(&m.path))
+        .map(|m| m.path.clone())
+        .collect()
 }
 
 /// The function holding a code address. A return address points after
