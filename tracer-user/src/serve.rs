@@ -128,48 +128,59 @@ impl Metrics {
             longest_lock_wait_seconds: Gauge::default(),
             deadlocked_threads: Gauge::default(),
         };
+        metrics.register_lock_families(registry);
+        metrics.register_totals(registry);
+        metrics
+    }
+
+    /// The per-lock and per-class series, in the order they are exported.
+    fn register_lock_families(&self, registry: &mut Registry) {
         registry.register(
             "locktrace_lock_acquisitions",
             "Lock calls (pthread mutex/rwlock) on the lock",
-            metrics.acquisitions.clone(),
+            self.acquisitions.clone(),
         );
         registry.register(
             "locktrace_lock_contended",
             "Futex waits on the lock (contended acquisitions)",
-            metrics.contended.clone(),
+            self.contended.clone(),
         );
         registry.register(
             "locktrace_lock_wait_seconds",
             "Time threads spent waiting for the lock in futex calls",
-            metrics.wait_seconds.clone(),
+            self.wait_seconds.clone(),
         );
         registry.register(
             "locktrace_lock_cpu_seconds",
             "Sampled CPU time in lock code on the lock (lock functions, libc slow paths, the kernel's futex code)",
-            metrics.cpu_seconds.clone(),
+            self.cpu_seconds.clone(),
         );
         registry.register(
             "locktrace_futex_waits",
             "Futex waits that are not lock contention, by wait_class (condvar: waiting for work; go_runtime; other), as record classifies them",
-            metrics.other_waits.clone(),
+            self.other_waits.clone(),
         );
         registry.register(
             "locktrace_futex_wait_seconds",
             "Time spent in futex waits that are not lock contention, by wait_class",
-            metrics.other_wait_seconds.clone(),
+            self.other_wait_seconds.clone(),
         );
         registry.register(
             "locktrace_lost",
             "Events the tracer could not count, by reason (the report's dropped): the lock figures miss them",
-            metrics.lost.clone(),
+            self.lost.clone(),
         );
         // Every reason from the start, so an alert on a rise sees a series at 0.
         for reason in tracer_common::drop_reason::NAMES {
-            drop(metrics.lost.get_or_create(&ReasonLabels {
+            drop(self.lost.get_or_create(&ReasonLabels {
                 reason: reason.to_string(),
             }));
         }
-        if let Some(requests) = &metrics.requests {
+    }
+
+    /// The requests counter and the tracer's own gauges, after the lock series.
+    fn register_totals(&self, registry: &mut Registry) {
+        if let Some(requests) = &self.requests {
             registry.register(
                 "locktrace_requests",
                 "Hits of the request probe (--request-probe)",
@@ -179,44 +190,43 @@ impl Metrics {
         registry.register(
             "locktrace_probe_hits",
             "Tracer cost: lock probe hits since attach",
-            metrics.probe_hits.clone(),
+            self.probe_hits.clone(),
         );
         registry.register(
             "locktrace_estimated_added_seconds",
             "Tracer cost: estimated time the probes added to the target since attach (hits x calibrated cost per hit)",
-            metrics.estimated_added_seconds.clone(),
+            self.estimated_added_seconds.clone(),
         );
         registry.register(
             "locktrace_tracer_cpu_seconds",
             "Tracer cost: locktrace's own CPU time (user + system) since start",
-            metrics.tracer_cpu_seconds.clone(),
+            self.tracer_cpu_seconds.clone(),
         );
         registry.register(
             "locktrace_tracer_peak_rss_bytes",
             "Tracer cost: locktrace's peak resident memory",
-            metrics.tracer_peak_rss_bytes.clone(),
+            self.tracer_peak_rss_bytes.clone(),
         );
         registry.register(
             "locktrace_tracked_locks",
             "Locks held in the tracer's maps now (quiet ones age out)",
-            metrics.tracked_locks.clone(),
+            self.tracked_locks.clone(),
         );
         registry.register(
             "locktrace_exported_lock_series",
             "Lock label sets exported now (at most --max-locks, plus other)",
-            metrics.exported_series.clone(),
+            self.exported_series.clone(),
         );
         registry.register(
             "locktrace_longest_lock_wait_seconds",
             "The longest lock wait going on now (0 when none has lasted a second)",
-            metrics.longest_lock_wait_seconds.clone(),
+            self.longest_lock_wait_seconds.clone(),
         );
         registry.register(
             "locktrace_deadlocked_threads",
             "Threads waiting in a cycle for each other's locks now (deadlocked)",
-            metrics.deadlocked_threads.clone(),
+            self.deadlocked_threads.clone(),
         );
-        metrics
     }
 
     fn add(&self, labels: &LockLabels, lock: &LockActivity) {

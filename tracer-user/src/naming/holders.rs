@@ -20,7 +20,6 @@ pub fn name(
     threads: &Threads,
     resolve: impl Fn(&AddressSpace, u64) -> Frame,
 ) {
-    let thread_names = &threads.names;
     let index: BTreeMap<u64, (usize, u64)> = report
         .locks
         .iter()
@@ -41,7 +40,17 @@ pub fn name(
             .or_insert_with(|| resolve(space, ip))
             .clone()
     };
+    name_hold_sites(report, collected, &index, &mut frame_of);
+    name_wait_holders(report, collected, threads, lock_of, &mut frame_of);
+}
 
+/// `holds.by_function`: the functions that held each lock, longest first.
+fn name_hold_sites(
+    report: &mut Report,
+    collected: &Collected,
+    index: &BTreeMap<u64, (usize, u64)>,
+    frame_of: &mut impl FnMut(u64) -> Frame,
+) {
     let mut sites: BTreeMap<usize, BTreeMap<FunctionId, (u64, u64)>> = BTreeMap::new();
     for (key, value) in &collected.holders {
         let Some(i) = index.get(&key.lock).map(|(i, _)| *i) else {
@@ -72,7 +81,18 @@ pub fn name(
                 .sort_by_key(|site| std::cmp::Reverse((site.hold_ns, site.holds)));
         }
     }
+}
 
+/// `holders`: who held each lock while a thread waited for it, by function
+/// where known, else by thread; the most waits first.
+fn name_wait_holders(
+    report: &mut Report,
+    collected: &Collected,
+    threads: &Threads,
+    lock_of: impl Fn(u64) -> Option<usize>,
+    frame_of: &mut impl FnMut(u64) -> Frame,
+) {
+    let thread_names = &threads.names;
     type HolderId = (Option<String>, Option<String>, Option<u32>);
     let mut holders: BTreeMap<usize, BTreeMap<HolderId, (u64, u64)>> = BTreeMap::new();
     for (key, time) in &collected.wait_holders {

@@ -54,9 +54,6 @@ pub struct SampledRun {
     pub windows_kept_attached: u32,
 }
 
-/// Runs the duty cycle until `end` resolves. The request-boundary probe, if
-/// any, is attached in the same windows, so requests and locks are counted
-/// over the same time (and it costs nothing outside them).
 /// The first window's probes, attached (not counting) before the recording
 /// says its probes are live: the first attach of a probe point creates
 /// the kernel's uprobe, which takes seconds on a loaded machine, and that
@@ -82,6 +79,9 @@ pub fn arm(
     Ok(Armed { links, canary })
 }
 
+/// Runs the duty cycle until `end` resolves. The request-boundary probe, if
+/// any, is attached in the same windows, so requests and locks are counted
+/// over the same time (and it costs nothing outside them).
 pub async fn run<F>(
     ebpf: &mut Ebpf,
     target: &Target,
@@ -115,26 +115,15 @@ where
         } else {
             (options.period - on).mul_f64(jitter.next())
         };
-        tokio::select! {
-            stopped = &mut end => break 'periods stopped?,
-            _ = tokio::time::sleep(offset) => {}
-        }
-        // A probe of the last window that is still detaching would fire
-        // alongside its new twin and count twice: wait until all are gone.
-        while detacher.busy() {
-            tokio::select! {
-                stopped = &mut end => break 'periods stopped?,
-                _ = tokio::time::sleep(Duration::from_millis(5)) => {}
-            }
+        if let Some(stopped) = wait_to_open(offset, &mut detacher, &mut end).await {
+            break 'periods stopped?;
         }
         let attaching = Instant::now();
         let links = match kept.take() {
             Some(links) => links,
-            None => match attach_window(ebpf, target, functions, request_probe) {
-                Ok(links) => links,
-                // The target exited between windows: the recording ends.
-                Err(AttachError::TargetExited) => break 'periods StopReason::TargetExited,
-                Err(AttachError::Failed(error)) => return Err(error),
+            None => match open_window(ebpf, target, functions, request_probe)? {
+                Some(links) => links,
+                None => break 'periods StopReason::TargetExited,
             },
         };
         set_counting(ebpf, true)?;
@@ -154,26 +143,18 @@ where
             stopped = &mut end => Some(stopped),
             _ = tokio::time::sleep(length) => None,
         };
-        // Timed at the switch, not after the wait for running programs inside it.
-        let counted = counting_since.elapsed();
-        set_counting(ebpf, false)?;
-        let calls = collect::total_lock_calls(ebpf)?;
-        let requests = collect::request_probe_hits(ebpf).unwrap_or(0);
-        run.windows.push(Window {
-            start: counting_since - started,
-            counted,
-            calls: calls - previous.0,
-            requests: requests - previous.1,
-        });
-        previous = (calls, requests);
-        if stopped.is_none() && detacher.too_slow_for(options.period.saturating_sub(length)) {
-            // The next window would wait for this detach: keep the probes
-            // (not counting: the flag is off) and say so in the report.
-            kept = Some(links);
-            run.windows_kept_attached += 1;
-        } else {
-            detacher.start(links.take(ebpf)?);
-        }
+        close_window(
+            ebpf,
+            &mut run,
+            &mut previous,
+            counting_since - started,
+            counting_since,
+        )?;
+        // The next window would wait for this detach: keep the probes
+        // (not counting: the flag is off) and say so in the report.
+        let keep =
+            stopped.is_none() && detacher.too_slow_for(options.period.saturating_sub(length));
+        kept = release_window(ebpf, &mut detacher, links, keep, &mut run)?;
         // Measures the detach time for the next window's decision.
         if detacher.wants_canary()
             && let Some(canary) = attach::attach_canary(ebpf, target, functions)?
@@ -195,6 +176,86 @@ where
     }
     detacher.finish();
     Ok((stopped_by, run))
+}
+
+/// Waits `offset`, then until the last window's probes are all detached: one
+/// still detaching would fire alongside its new twin and count twice.
+/// The end's outcome if it comes first.
+async fn wait_to_open<F>(
+    offset: Duration,
+    detacher: &mut Detacher,
+    end: &mut Pin<&mut F>,
+) -> Option<Result<StopReason>>
+where
+    F: Future<Output = Result<StopReason>>,
+{
+    tokio::select! {
+        stopped = end.as_mut() => return Some(stopped),
+        _ = tokio::time::sleep(offset) => {}
+    }
+    while detacher.busy() {
+        tokio::select! {
+            stopped = end.as_mut() => return Some(stopped),
+            _ = tokio::time::sleep(Duration::from_millis(5)) => {}
+        }
+    }
+    None
+}
+
+/// Attaches a window's probes; None when the target exited between windows
+/// (the recording ends).
+fn open_window(
+    ebpf: &mut Ebpf,
+    target: &Target,
+    functions: &[Placed],
+    request_probe: Option<&RequestProbePoint>,
+) -> Result<Option<WindowLinks>> {
+    match attach_window(ebpf, target, functions, request_probe) {
+        Ok(links) => Ok(Some(links)),
+        Err(AttachError::TargetExited) => Ok(None),
+        Err(AttachError::Failed(error)) => Err(error),
+    }
+}
+
+/// Stops counting and adds the window to the run: how long it counted, and
+/// the lock calls and requests since the previous window (`previous`).
+fn close_window(
+    ebpf: &mut Ebpf,
+    run: &mut SampledRun,
+    previous: &mut (u64, u64),
+    start: Duration,
+    counting_since: Instant,
+) -> Result<()> {
+    // Timed at the switch, not after the wait for running programs inside it.
+    let counted = counting_since.elapsed();
+    set_counting(ebpf, false)?;
+    let calls = collect::total_lock_calls(ebpf)?;
+    let requests = collect::request_probe_hits(ebpf).unwrap_or(0);
+    run.windows.push(Window {
+        start,
+        counted,
+        calls: calls - previous.0,
+        requests: requests - previous.1,
+    });
+    *previous = (calls, requests);
+    Ok(())
+}
+
+/// The window's probes: kept attached for the next window (`keep`, counted
+/// in the run), or detached in the background.
+fn release_window(
+    ebpf: &mut Ebpf,
+    detacher: &mut Detacher,
+    links: WindowLinks,
+    keep: bool,
+    run: &mut SampledRun,
+) -> Result<Option<WindowLinks>> {
+    if keep {
+        run.windows_kept_attached += 1;
+        return Ok(Some(links));
+    }
+    detacher.start(links.take(ebpf)?);
+    Ok(None)
 }
 
 /// Detaches links in the background, each on its own thread: a detach
