@@ -26,8 +26,8 @@ use crate::{
         build::{RecordInfo, lock_holding},
     },
     model::{
-        Activity, Deadlock, InProgress, Lock, LockKind, Mode, Placement, Report, StopReason,
-        TargetInfo, WaitClass,
+        Activity, Blocked, Collected, Deadlock, InProgress, Lock, LockKind, Mode, Placement,
+        Report, StopReason, TargetInfo, WaitClass,
     },
     naming,
     probe::{
@@ -39,7 +39,7 @@ use crate::{
     render::{format, requests},
     trace::{
         attach::{self, Placed, RequestProbePoint},
-        collect::{self, Collected},
+        collect,
         cpu::CpuSampling,
         inflight, window,
     },
@@ -166,7 +166,7 @@ pub struct LiveSession {
     expire_after: Duration,
     /// When the probes went in, and the threads blocked in a futex then.
     attached_ns: u64,
-    blocked_at_attach: Vec<inflight::Blocked>,
+    blocked_at_attach: Vec<Blocked>,
     cpu_hz: u64,
 }
 

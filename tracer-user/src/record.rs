@@ -13,7 +13,8 @@ use tracer_common::flags;
 use crate::{
     analysis::{self, build::RecordInfo},
     model::{
-        Coverage, Estimate, ExecLoss, ExecSeen, Mode, Placement, Report, StopReason, TargetInfo,
+        Collected, Coverage, Estimate, ExecLoss, ExecSeen, Mode, Placement, Report, SampledRun,
+        StopReason, TargetInfo,
     },
     naming,
     probe::{
@@ -68,11 +69,11 @@ pub struct Prepared {
 
 /// What the trace layer measured.
 struct Traced {
-    collected: collect::Collected,
+    collected: Collected,
     stopped_by: StopReason,
     duration_s: f64,
     attach_ms: u64,
-    sampled: Option<sampled::SampledRun>,
+    sampled: Option<SampledRun>,
     /// Exec and forks of the target while traced.
     seen: proc_events::Seen,
     started: Instant,
@@ -271,7 +272,7 @@ async fn trace(
 /// A recording stopped before its probes were attached.
 fn nothing_traced(stopped_by: StopReason) -> Traced {
     Traced {
-        collected: collect::Collected::default(),
+        collected: Collected::default(),
         stopped_by,
         duration_s: 0.0,
         attach_ms: 0,

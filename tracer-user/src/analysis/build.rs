@@ -8,11 +8,10 @@ use tracer_common::{CallerKey, LockOp, drop_reason};
 use crate::{
     analysis::{cpu, in_progress, waits},
     model::{
-        Lock, LockKind, Mode, Placement, Report, SCHEMA, StopReason, TargetInfo, WaitClass,
-        add_histogram,
+        Collected, Lock, LockKind, Mode, Placement, Report, SCHEMA, StopReason, TargetInfo,
+        WaitClass, add_histogram,
     },
     probe::lockfuncs::LockFunction,
-    trace::collect::Collected,
 };
 
 /// How the report was recorded, for its header.

@@ -4,8 +4,8 @@
 use tracer_common::LockOp;
 
 use crate::{
-    model::{Calibration, Overhead},
-    trace::{attach::Placed, collect::Collected},
+    model::{Calibration, Collected, Overhead},
+    trace::attach::Placed,
 };
 
 /// Cost of one uprobe hit on an instruction the kernel emulates, and on one it

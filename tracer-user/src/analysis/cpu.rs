@@ -5,9 +5,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use tracer_common::{CpuSamples, cpu_sample};
 
-use crate::{
-    model::{CpuReport, Lock, LockKind, WaitClass, cpu_error_ns, sample_period_ns},
-    trace::collect::Collected,
+use crate::model::{
+    Collected, CpuReport, Lock, LockKind, WaitClass, cpu_error_ns, sample_period_ns,
 };
 
 /// Below this an attributed address is no lock (a null or small argument).

@@ -3,12 +3,8 @@
 use std::time::Duration;
 
 use crate::{
-    model::{Calibration, Estimate, PerRequest, Report},
-    trace::{
-        attach::Placed,
-        collect::Collected,
-        sampled::{SampledRun, Window},
-    },
+    model::{Calibration, Collected, CountingWindow, Estimate, PerRequest, Report, SampledRun},
+    trace::attach::Placed,
 };
 
 /// The estimate of a sampled run. `probe_time_share` says how much of the
@@ -55,7 +51,7 @@ fn widened(statistical: f64, probe_time_share: f64) -> f64 {
     (statistical + slowdown).min(MAX_RELATIVE_ERROR)
 }
 
-fn estimate(windows: &[Window], total: Duration, rate: f64) -> Estimate {
+fn estimate(windows: &[CountingWindow], total: Duration, rate: f64) -> Estimate {
     let counted: f64 = windows.iter().map(|w| w.counted.as_secs_f64()).sum();
     let total_s = total.as_secs_f64();
     let edges = match (windows.first(), windows.last()) {
@@ -97,7 +93,7 @@ fn estimate(windows: &[Window], total: Duration, rate: f64) -> Estimate {
 /// mean requests, with the finite population correction, and never better
 /// than the requests' counting noise; None without requests, 1.0 (±100 %)
 /// with fewer than 2 windows.
-fn ratio_relative_error(windows: &[Window], counted: f64, total: f64) -> Option<f64> {
+fn ratio_relative_error(windows: &[CountingWindow], counted: f64, total: f64) -> Option<f64> {
     let requests: u64 = windows.iter().map(|w| w.requests).sum();
     let calls: u64 = windows.iter().map(|w| w.calls).sum();
     if requests == 0 {
@@ -175,7 +171,7 @@ fn per_request_error(estimate: &Estimate, per: Option<&mut PerRequest>, counted_
 
 /// 3 standard errors of the mean per-window rate, relative, with the finite
 /// population correction; 1.0 (no better than ±100 %) with fewer than 2 windows.
-fn relative_error(windows: &[Window], counted: f64, total: f64) -> f64 {
+fn relative_error(windows: &[CountingWindow], counted: f64, total: f64) -> f64 {
     let rates: Vec<f64> = windows
         .iter()
         .filter(|w| !w.counted.is_zero())
@@ -223,9 +219,9 @@ pub mod tests {
     use super::*;
 
     /// Ten 100 ms windows, one a second, ~1 M calls/s each.
-    fn steady_windows() -> Vec<Window> {
+    fn steady_windows() -> Vec<CountingWindow> {
         (0..10)
-            .map(|i| Window {
+            .map(|i| CountingWindow {
                 start: Duration::from_millis(i * 1000),
                 counted: Duration::from_millis(100),
                 calls: 100_000 + i * 100,
@@ -271,7 +267,7 @@ pub mod tests {
 
     #[test]
     fn one_window_claims_nothing() {
-        let windows = [Window {
+        let windows = [CountingWindow {
             start: Duration::ZERO,
             counted: Duration::from_millis(100),
             calls: 5,
@@ -288,10 +284,10 @@ pub mod tests {
     /// (a window edge splits one request). The ratio keeps a tight bound.
     #[test]
     fn per_request_figures_get_their_own_ratio_bound() {
-        let windows: Vec<Window> = (0..14)
+        let windows: Vec<CountingWindow> = (0..14)
             .map(|i| {
                 let requests = if i % 2 == 0 { 200 } else { 800 };
-                Window {
+                CountingWindow {
                     start: Duration::from_secs(i * 5),
                     counted: Duration::from_millis(500),
                     calls: requests * 410 + (i % 3) * 200,
@@ -304,14 +300,14 @@ pub mod tests {
         let ratio = estimate.per_request_relative_error.unwrap();
         assert!(ratio < 0.05, "{estimate:?}");
         // No requests in the windows: no per-request bound.
-        let silent: Vec<Window> = windows
+        let silent: Vec<CountingWindow> = windows
             .iter()
-            .map(|w| Window { requests: 0, ..*w })
+            .map(|w| CountingWindow { requests: 0, ..*w })
             .collect();
         assert_eq!(estimate_of(&silent).per_request_relative_error, None);
     }
 
-    fn estimate_of(windows: &[Window]) -> Estimate {
+    fn estimate_of(windows: &[CountingWindow]) -> Estimate {
         estimate(windows, Duration::from_secs(70), 0.1)
     }
 
@@ -335,8 +331,8 @@ pub mod tests {
             "totals": {"acquisitions": acquisitions, "contended": 0, "wakes": 0, "wait_ns": 0},
         }))
         .unwrap();
-        let windows: Vec<Window> = (0..windows)
-            .map(|i| Window {
+        let windows: Vec<CountingWindow> = (0..windows)
+            .map(|i| CountingWindow {
                 start: Duration::from_secs(u64::from(i)),
                 counted: Duration::from_secs_f64(counted_s / 10.0),
                 calls: acquisitions / 100,

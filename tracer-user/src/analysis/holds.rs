@@ -1,9 +1,6 @@
 //! Hold counts (`--hold-times`) into the report: per lock the completed holds
 //! and their histogram, and the total. Holder functions are named by `naming`.
-use crate::{
-    model::{Holds, Report, add_histogram},
-    trace::collect::Collected,
-};
+use crate::model::{Collected, Holds, Report, add_histogram};
 
 /// Hold counts per lock (unnamed holder functions; see [`name`]) and totals.
 pub fn apply(report: &mut Report, collected: &Collected) {

@@ -13,9 +13,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use tracer_common::wait_class;
 
-use crate::{
-    model::{Activity, Deadlock, DeadlockStep, InProgress, Lock, LockKind, ThreadRef, WaitClass},
-    trace::inflight::InFlight,
+use crate::model::{
+    Activity, Deadlock, DeadlockStep, InFlight, InProgress, Lock, LockKind, ThreadRef, WaitClass,
 };
 
 /// Fills `in_progress` and `deadlocks` of a report from the in-flight state.
@@ -222,7 +221,7 @@ fn deadlocks(entries: &[InProgress]) -> Vec<Deadlock> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::trace::inflight::Blocked;
+    use crate::model::Blocked;
     use tracer_common::FutexWait;
 
     fn wait(uaddr: u64, start_ns: u64) -> FutexWait {

@@ -15,9 +15,8 @@ use std::collections::BTreeMap;
 
 use tracer_common::FutexCounts;
 
-use crate::{
-    model::{ClassTotals, Lock, LockKind, PerRequest, Totals, WaitClass, add_histogram},
-    trace::collect::Collected,
+use crate::model::{
+    ClassTotals, Collected, Lock, LockKind, PerRequest, Totals, WaitClass, add_histogram,
 };
 
 /// Sets the wait class of every row, adds the condvar and Go runtime rows,

@@ -4,6 +4,7 @@
 //!
 //! Schema `locktrace.report/1`: later versions add fields, never rename them.
 pub mod address;
+mod collected;
 mod coverage;
 mod cpu;
 mod estimate;
@@ -13,7 +14,9 @@ mod kinds;
 mod overhead;
 mod report;
 mod requests;
+mod sampled_run;
 
+pub use collected::{Blocked, Collected, InFlight};
 pub use coverage::{Coverage, ExecLoss, ExecSeen};
 pub use cpu::{CpuReport, cpu_error_ns, sample_period_ns};
 pub use estimate::Estimate;
@@ -26,3 +29,4 @@ pub use report::{
     MAX_REPORT_BYTES, Naming, PlacementFallback, Report, SCHEMA, TargetInfo, Totals, replace_file,
 };
 pub use requests::{AutoProbe, PerRequest, Requests};
+pub use sampled_run::{CountingWindow, SampledRun};

@@ -3,10 +3,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use super::region::AddressSpace;
-use crate::{
-    model::{Frame, HoldSite, Report, WaitHolder},
-    trace::collect::Collected,
-};
+use crate::model::{Collected, Frame, HoldSite, Report, WaitHolder};
 
 /// (function, module) of a call site.
 type FunctionId = (Option<String>, Option<String>);

@@ -31,13 +31,12 @@ use region::AddressSpace;
 
 use crate::{
     analysis::build::is_nested_call,
-    model::{Caller, Frame, LockKind, LockStack, Naming, Report},
+    model::{Caller, Collected, Frame, LockKind, LockStack, Naming, Report},
     probe::{
         lockfuncs::LockFunction,
         modules::{ModuleFile, ModuleStore},
         target::{self, Mapping, Target},
     },
-    trace::collect::Collected,
 };
 
 /// Call counts per (function, module, offset) of one lock.

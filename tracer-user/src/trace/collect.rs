@@ -3,50 +3,13 @@
 //! read describes the same interval.
 use std::collections::HashMap;
 
+use crate::model::Collected;
 use anyhow::{Context, Result};
 use aya::{
     Ebpf,
     maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, PerCpuHashMap, StackTraceMap},
 };
-use tracer_common::{
-    CallerKey, CpuSamples, FutexCounts, HoldCounts, HolderHolds, HolderKey, LockCounts, StackKey,
-    WaitHolderKey, WaitTime, counting, cpu_sample, drop_reason, names,
-};
-
-/// Everything the BPF side counted, keyed as in the maps.
-#[derive(Debug, Default, Clone)]
-pub struct Collected {
-    pub locks: HashMap<u64, LockCounts>,
-    pub futexes: HashMap<u64, FutexCounts>,
-    /// Waits inside the condvar wait functions, keyed by the condvar.
-    pub condvars: HashMap<u64, FutexCounts>,
-    /// Futex calls of the Go runtime, keyed by the futex word.
-    pub go_futexes: HashMap<u64, FutexCounts>,
-    pub callers: HashMap<CallerKey, u64>,
-    pub stacks: HashMap<StackKey, u64>,
-    /// User stack frames (instruction pointers, innermost first) per stack id.
-    pub stack_frames: HashMap<i64, Vec<u64>>,
-    pub drops: [u64; drop_reason::COUNT as usize],
-    pub requests: u64,
-    /// Calls of the condvar wait functions (each one an entry and a return probe hit).
-    pub cond_wait_calls: u64,
-    /// Futex waits per (futex word, holder when the wait began).
-    pub wait_holders: HashMap<WaitHolderKey, WaitTime>,
-    /// `--hold-times`: whether holds were recorded, and what.
-    pub hold_times: bool,
-    pub holds: HashMap<u64, HoldCounts>,
-    pub holders: HashMap<HolderKey, HolderHolds>,
-    pub unlock_hits: u64,
-    /// Waits and holds in progress when read (filled by the caller that
-    /// knows when the probes went in; see [`super::inflight`]).
-    pub in_flight: super::inflight::InFlight,
-    /// CPU samples per second the sampler ran at (0: not sampled).
-    pub cpu_hz: u64,
-    /// Lock-code samples per attributed address (lock or futex word).
-    pub cpu_locks: HashMap<u64, CpuSamples>,
-    /// The target's samples by class (`tracer_common::cpu_sample`).
-    pub cpu_counts: [u64; cpu_sample::COUNT as usize],
-}
+use tracer_common::{CallerKey, LockCounts, counting, names};
 
 /// Reads every map. Stop counting first ([`set_counting`] with 0) when the
 /// figures must describe one interval.

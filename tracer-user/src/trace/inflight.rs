@@ -14,42 +14,14 @@ use aya::{
     Ebpf,
     maps::{HashMap as BpfHashMap, MapData},
 };
-use tracer_common::{FutexWait, Held, HeldKey, names};
+use tracer_common::{FutexWait, names};
+
+use crate::model::{Blocked, InFlight};
 
 /// x86-64 `futex` syscall number.
 const SYS_FUTEX: u64 = 202;
 /// Byte offset of glibc's `pthread_mutex_t.__owner` (the holder's tid).
 const GLIBC_MUTEX_OWNER_OFFSET: u64 = 8;
-
-/// A thread blocked in a futex wait, as `/proc` shows it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Blocked {
-    pub tid: u32,
-    /// The futex word (the call's first argument).
-    pub uaddr: u64,
-}
-
-/// The in-flight state of one read (all times on `bpf_ktime_get_ns`'s
-/// clock, CLOCK_MONOTONIC).
-#[derive(Debug, Default, Clone)]
-pub struct InFlight {
-    pub now_ns: u64,
-    /// When the probes went in.
-    pub attached_ns: u64,
-    /// Futex waits begun under the probes and not over, by thread.
-    pub waits: HashMap<u32, FutexWait>,
-    /// `--hold-times`: holds taken and not released.
-    pub held: HashMap<HeldKey, Held>,
-    /// Threads blocked in a futex wait right after the probes went in.
-    pub blocked_at_attach: Vec<Blocked>,
-    /// Threads blocked in a futex wait now.
-    pub blocked_now: Vec<Blocked>,
-    /// Per futex word waited on now: the glibc owner tid at `word + 8`,
-    /// kept only where it is another thread of the target.
-    pub owners: HashMap<u64, u32>,
-    /// The target's threads now.
-    pub threads: BTreeSet<u32>,
-}
 
 /// CLOCK_MONOTONIC in nanoseconds (the clock of `bpf_ktime_get_ns`).
 pub fn monotonic_ns() -> u64 {

@@ -23,7 +23,10 @@ use super::{
     attach::{self, AttachError, Placed, RequestProbePoint},
     collect,
 };
-use crate::{model::StopReason, probe::target::Target};
+use crate::{
+    model::{CountingWindow, SampledRun, StopReason},
+    probe::target::Target,
+};
 
 #[derive(Debug, Clone, Copy)]
 pub struct SampleOptions {
@@ -31,27 +34,6 @@ pub struct SampleOptions {
     pub rate: f64,
     /// One window per period.
     pub period: Duration,
-}
-
-/// One counting window: when it began, how long it counted, the lock calls
-/// and the requests (`--request-probe`) in it.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Window {
-    /// When counting began, from the start of the recording.
-    pub start: Duration,
-    pub counted: Duration,
-    pub calls: u64,
-    pub requests: u64,
-}
-
-/// What a sampled run measured: its windows and its whole length.
-#[derive(Debug, Clone, Default)]
-pub struct SampledRun {
-    pub windows: Vec<Window>,
-    pub total: Duration,
-    /// Windows after which the probes stayed attached (not counting),
-    /// because detaching took longer than the gap to the next window.
-    pub windows_kept_attached: u32,
 }
 
 /// The first window's probes, attached (not counting) before the recording
@@ -231,7 +213,7 @@ fn close_window(
     set_counting(ebpf, false)?;
     let calls = collect::total_lock_calls(ebpf)?;
     let requests = collect::request_probe_hits(ebpf).unwrap_or(0);
-    run.windows.push(Window {
+    run.windows.push(CountingWindow {
         start,
         counted,
         calls: calls - previous.0,
@@ -350,7 +332,7 @@ fn timed_drop(link: aya::programs::uprobe::UProbeLink) -> JoinHandle<Duration> {
     })
 }
 
-fn counted_so_far(windows: &[Window]) -> Duration {
+fn counted_so_far(windows: &[CountingWindow]) -> Duration {
     windows.iter().map(|window| window.counted).sum()
 }
 

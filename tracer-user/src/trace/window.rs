@@ -13,12 +13,12 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use super::{
     attach::RequestProbePoint,
-    collect::{self, Collected},
+    collect,
     stop::{self, StopSignals},
 };
 use crate::{
     loadgen::{Amount, LoadDriver, LoadOptions, Tally},
-    model::{RequestSource, Requests, StopReason},
+    model::{Collected, RequestSource, Requests, StopReason},
     probe::{
         request_auto::{self, Chosen, RequestProbeSpec, Resolution},
         target::Target,

@@ -1,0 +1,74 @@
+//! What the BPF side counted, copied out of its maps (`trace::collect`,
+//! `trace::inflight`): plain data that `analysis` and `naming` read, so they
+//! need not depend on the root-only `trace` layer.
+use std::collections::{BTreeSet, HashMap};
+
+use tracer_common::{
+    CallerKey, CpuSamples, FutexCounts, FutexWait, Held, HeldKey, HoldCounts, HolderHolds,
+    HolderKey, LockCounts, StackKey, WaitHolderKey, WaitTime, cpu_sample, drop_reason,
+};
+
+/// Everything the BPF side counted, keyed as in the maps.
+#[derive(Debug, Default, Clone)]
+pub struct Collected {
+    pub locks: HashMap<u64, LockCounts>,
+    pub futexes: HashMap<u64, FutexCounts>,
+    /// Waits inside the condvar wait functions, keyed by the condvar.
+    pub condvars: HashMap<u64, FutexCounts>,
+    /// Futex calls of the Go runtime, keyed by the futex word.
+    pub go_futexes: HashMap<u64, FutexCounts>,
+    pub callers: HashMap<CallerKey, u64>,
+    pub stacks: HashMap<StackKey, u64>,
+    /// User stack frames (instruction pointers, innermost first) per stack id.
+    pub stack_frames: HashMap<i64, Vec<u64>>,
+    pub drops: [u64; drop_reason::COUNT as usize],
+    pub requests: u64,
+    /// Calls of the condvar wait functions (each one an entry and a return probe hit).
+    pub cond_wait_calls: u64,
+    /// Futex waits per (futex word, holder when the wait began).
+    pub wait_holders: HashMap<WaitHolderKey, WaitTime>,
+    /// `--hold-times`: whether holds were recorded, and what.
+    pub hold_times: bool,
+    pub holds: HashMap<u64, HoldCounts>,
+    pub holders: HashMap<HolderKey, HolderHolds>,
+    pub unlock_hits: u64,
+    /// Waits and holds in progress when read (filled by the caller that
+    /// knows when the probes went in; see [`super::inflight`]).
+    pub in_flight: InFlight,
+    /// CPU samples per second the sampler ran at (0: not sampled).
+    pub cpu_hz: u64,
+    /// Lock-code samples per attributed address (lock or futex word).
+    pub cpu_locks: HashMap<u64, CpuSamples>,
+    /// The target's samples by class (`tracer_common::cpu_sample`).
+    pub cpu_counts: [u64; cpu_sample::COUNT as usize],
+}
+
+/// A thread blocked in a futex wait, as `/proc` shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Blocked {
+    pub tid: u32,
+    /// The futex word (the call's first argument).
+    pub uaddr: u64,
+}
+
+/// The in-flight state of one read (all times on `bpf_ktime_get_ns`'s
+/// clock, CLOCK_MONOTONIC).
+#[derive(Debug, Default, Clone)]
+pub struct InFlight {
+    pub now_ns: u64,
+    /// When the probes went in.
+    pub attached_ns: u64,
+    /// Futex waits begun under the probes and not over, by thread.
+    pub waits: HashMap<u32, FutexWait>,
+    /// `--hold-times`: holds taken and not released.
+    pub held: HashMap<HeldKey, Held>,
+    /// Threads blocked in a futex wait right after the probes went in.
+    pub blocked_at_attach: Vec<Blocked>,
+    /// Threads blocked in a futex wait now.
+    pub blocked_now: Vec<Blocked>,
+    /// Per futex word waited on now: the glibc owner tid at `word + 8`,
+    /// kept only where it is another thread of the target.
+    pub owners: HashMap<u64, u32>,
+    /// The target's threads now.
+    pub threads: BTreeSet<u32>,
+}

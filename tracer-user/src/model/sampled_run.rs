@@ -1,0 +1,24 @@
+//! What a `--mode sampled` recording measured (`trace::sampled` runs it,
+//! `analysis::estimate` scales the counts up from it).
+use std::time::Duration;
+
+/// One counting window: when it began, how long it counted, the lock calls
+/// and the requests (`--request-probe`) in it.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CountingWindow {
+    /// When counting began, from the start of the recording.
+    pub start: Duration,
+    pub counted: Duration,
+    pub calls: u64,
+    pub requests: u64,
+}
+
+/// What a sampled run measured: its windows and its whole length.
+#[derive(Debug, Clone, Default)]
+pub struct SampledRun {
+    pub windows: Vec<CountingWindow>,
+    pub total: Duration,
+    /// Windows after which the probes stayed attached (not counting),
+    /// because detaching took longer than the gap to the next window.
+    pub windows_kept_attached: u32,
+}
