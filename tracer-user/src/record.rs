@@ -31,7 +31,7 @@ use crate::{
         proc_events::{self, ProcWatch},
         sampled::{self, SampleOptions},
         stop::{self, StopSignals},
-        window::{self, RequestOptions, Window},
+        window::{self, RequestOptions, RequestWindow},
     },
 };
 
@@ -108,7 +108,8 @@ pub async fn record(options: &RecordOptions) -> Result<Report> {
         ));
     }
     // Load driver connections and warmup happen before the probes go in.
-    let mut window = Window::prepare(&options.requests, &prepared.target, &mut signals).await?;
+    let mut window =
+        RequestWindow::prepare(&options.requests, &prepared.target, &mut signals).await?;
     // Maps and module files, kept so names resolve even after the target exits.
     let mut snapshot = naming::Snapshot::take(&prepared.target);
     let traced = trace(options, &prepared, &mut window, &mut signals, &mut snapshot).await?;
@@ -172,7 +173,7 @@ fn placement_fallbacks(
 async fn trace(
     options: &RecordOptions,
     prepared: &Prepared,
-    window: &mut Window,
+    window: &mut RequestWindow,
     signals: &mut StopSignals,
     snapshot: &mut naming::Snapshot,
 ) -> Result<Traced> {
@@ -287,7 +288,7 @@ fn nothing_traced(stopped_by: StopReason) -> Traced {
 fn load_probes(
     options: &RecordOptions,
     prepared: &Prepared,
-    window: &Window,
+    window: &RequestWindow,
 ) -> Result<attach::Loaded> {
     let sampling = options.cpu_hz.map(|hz| CpuSampling {
         hz,
@@ -362,7 +363,7 @@ fn coverage(mode: Mode, seen: proc_events::Seen, started: Instant) -> Coverage {
 }
 
 /// The one line that says the probes are live, on stderr.
-fn announce(options: &RecordOptions, prepared: &Prepared, loaded: &Loaded, window: &Window) {
+fn announce(options: &RecordOptions, prepared: &Prepared, loaded: &Loaded, window: &RequestWindow) {
     let modules: BTreeSet<&str> = prepared
         .functions
         .iter()
@@ -398,7 +399,7 @@ fn announce(options: &RecordOptions, prepared: &Prepared, loaded: &Loaded, windo
 fn report(
     options: &RecordOptions,
     prepared: &Prepared,
-    window: Window,
+    window: RequestWindow,
     traced: Traced,
     snapshot: &mut naming::Snapshot,
 ) -> Report {

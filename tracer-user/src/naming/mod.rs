@@ -9,15 +9,15 @@
 //! Runs once after collect. What needs the target (its maps, its module
 //! files) is snapshotted at attach time, so names from ELF still work when
 //! the target has exited; pointer chains need it alive, so they are also
-//! searched during the recording (`live.rs`).
+//! searched during the recording (`ongoing.rs`).
 pub mod chain;
 pub mod dwarf;
 pub mod elf;
 pub mod holders;
 pub mod in_progress;
-pub mod live;
 pub mod lock_code;
 pub mod names;
+pub mod ongoing;
 pub mod region;
 
 use std::{
@@ -62,7 +62,7 @@ pub struct Snapshot {
     /// The target's threads seen, their names and namespace tids (for lock holders).
     pub threads: holders::Threads,
     /// Heap locks' pointer chains, searched during the recording.
-    live: live::LiveNames,
+    ongoing: ongoing::OngoingNames,
 }
 
 impl Snapshot {
@@ -76,7 +76,7 @@ impl Snapshot {
             store: target.modules.clone(),
             thread_stacks: BTreeMap::new(),
             threads: holders::Threads::default(),
-            live: live::LiveNames::default(),
+            ongoing: ongoing::OngoingNames::default(),
         };
         snapshot.note_thread_stacks();
         snapshot.open_files();
@@ -112,14 +112,14 @@ impl Snapshot {
 
     /// Searches heap locks' chains during the recording (see [`live`]).
     pub fn watch(&mut self, ebpf: &aya::Ebpf) {
-        self.live = live::LiveNames::watch(ebpf);
-        self.live.prepare(self.pid, &self.maps, &self.files);
+        self.ongoing = ongoing::OngoingNames::watch(ebpf);
+        self.ongoing.prepare(self.pid, &self.maps, &self.files);
     }
 
     /// The recording's tick: fresh maps, then chains for new heap locks.
     pub fn tick(&mut self) {
         self.refresh();
-        self.live
+        self.ongoing
             .tick(self.pid, &self.maps, &self.files, &self.thread_stacks);
     }
 
@@ -216,7 +216,7 @@ pub fn annotate(
         pointer_chains,
         stripped,
         debug_info,
-        live: (snapshot.live.stats.searches > 0).then(|| snapshot.live.stats.clone()),
+        live: (snapshot.ongoing.stats.searches > 0).then(|| snapshot.ongoing.stats.clone()),
     });
 }
 
@@ -224,7 +224,7 @@ pub fn annotate(
 /// module came since, else built now from the snapshot.
 fn address_space(snapshot: &mut Snapshot, alive: bool) -> AddressSpace {
     let root = alive.then(|| PathBuf::from(format!("/proc/{}/root", snapshot.pid)));
-    let mut space = match snapshot.live.take_space(snapshot.files.len()) {
+    let mut space = match snapshot.ongoing.take_space(snapshot.files.len()) {
         Some(mut space) => {
             space.maps = snapshot.maps.clone();
             space
@@ -309,18 +309,18 @@ fn heap_chains(
     heap_locks: &[u64],
     alive: bool,
 ) -> (BTreeMap<u64, Vec<chain::RawChain>>, String) {
-    let live = &snapshot.live;
+    let ongoing = &snapshot.ongoing;
     if heap_locks.is_empty() {
         return (BTreeMap::new(), "no heap locks to name".to_string());
     }
     if !alive {
-        let live_named = heap_locks
+        let named_during_recording = heap_locks
             .iter()
-            .filter(|lock| live.found.contains_key(lock))
+            .filter(|lock| ongoing.found.contains_key(lock))
             .count();
-        let message = if live_named > 0 {
+        let message = if named_during_recording > 0 {
             format!(
-                "{live_named} of {} heap locks named by pointer chains found during the recording (the target exited before naming)",
+                "{named_during_recording} of {} heap locks named by pointer chains found during the recording (the target exited before naming)",
                 heap_locks.len()
             )
         } else {
@@ -329,10 +329,10 @@ fn heap_chains(
                 heap_locks.len()
             )
         };
-        return (live.found.clone(), message);
+        return (ongoing.found.clone(), message);
     }
     let outcome = chain::search(space, &chain::Memory::new(snapshot.pid), heap_locks);
-    let mut found = live.found.clone();
+    let mut found = ongoing.found.clone();
     let named_now = outcome.chains.len();
     // Routes read now are the current ones; those from the recording fill in.
     found.extend(outcome.chains);

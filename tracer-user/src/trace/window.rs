@@ -38,7 +38,7 @@ pub struct RequestOptions {
     pub allow_errors: bool,
 }
 
-pub struct Window {
+pub struct RequestWindow {
     options: RequestOptions,
     driver: Option<LoadDriver>,
     probe: Option<Chosen>,
@@ -47,18 +47,18 @@ pub struct Window {
     stopped_early: Option<StopReason>,
 }
 
-impl Window {
+impl RequestWindow {
     /// Resolves the request probe, connects the load driver and sends the
     /// warmup, all before any probe is attached (so none of it is counted).
-    /// A stop signal meanwhile ends both at once (see [`Window::stopped_early`]).
+    /// A stop signal meanwhile ends both at once (see [`RequestWindow::stopped_early`]).
     pub async fn prepare(
         options: &RequestOptions,
         target: &Target,
         signals: &mut StopSignals,
-    ) -> Result<Window> {
+    ) -> Result<RequestWindow> {
         let counted_otherwise = options.load.is_some() || options.given.is_some();
         let probe = request_probe(target, &options.probe, counted_otherwise)?;
-        let mut window = Window {
+        let mut window = RequestWindow {
             options: options.clone(),
             driver: None,
             probe,

@@ -34,7 +34,7 @@ const MAX_ATTEMPTS: u8 = 3;
 const RETRY_EVERY: Duration = Duration::from_secs(1);
 const MIN_KEY_READ_INTERVAL: Duration = Duration::from_millis(200);
 
-pub struct LiveNames {
+pub struct OngoingNames {
     locks: Option<BpfHashMap<MapData, u64, LockCounts>>,
     /// Most lock calls are counted per caller (LOCKS holds the rest).
     callers: Option<PerCpuHashMap<MapData, CallerKey, u64>>,
@@ -53,9 +53,9 @@ pub struct LiveNames {
     pub stats: LiveNaming,
 }
 
-impl Default for LiveNames {
+impl Default for OngoingNames {
     fn default() -> Self {
-        LiveNames {
+        OngoingNames {
             locks: None,
             callers: None,
             futexes: None,
@@ -93,14 +93,14 @@ fn reopen_per_cpu<K: aya::Pod, V: aya::Pod>(
     PerCpuHashMap::try_from(Map::PerCpuHashMap(MapData::from_id(id).ok()?)).ok()
 }
 
-impl LiveNames {
+impl OngoingNames {
     /// Watches the lock and futex maps of a loaded BPF object.
-    pub fn watch(ebpf: &Ebpf) -> LiveNames {
-        LiveNames {
+    pub fn watch(ebpf: &Ebpf) -> OngoingNames {
+        OngoingNames {
             locks: reopen(ebpf, "LOCKS"),
             callers: reopen_per_cpu(ebpf, "CALLERS"),
             futexes: reopen(ebpf, "FUTEXES"),
-            ..LiveNames::default()
+            ..OngoingNames::default()
         }
     }
 
