@@ -224,14 +224,12 @@ pub mod counting {
 /// five lock functions in a few modules (the executable, libc, an interposer).
 pub const MAX_LOCK_CODE_RANGES: u32 = 32;
 
-/// Bits of the `FLAGS` global, set by userspace before load.
+/// Bits of the `FLAGS` global, set by userspace before load. Callers of
+/// lock calls and futex syscalls are always recorded: no bit for them
+/// (1 and 4 were those bits; they stay unused).
 pub mod flags {
-    /// Record the immediate caller of every lock call.
-    pub const CALLERS: u32 = 1;
     /// Record user stacks (frame-pointer walk) of every lock call.
     pub const STACKS: u32 = 2;
-    /// Count futex syscalls per address.
-    pub const FUTEX: u32 = 4;
     /// Sampled mode: lock calls count only inside windows
     /// ([`counting::LOCK_CALLS`] is set once a window's probes are all
     /// attached, and cleared before detaching them, so the counted time is exact).

@@ -259,11 +259,7 @@ pub fn lock_call(ctx: ProbeContext) -> u32 {
         return 0;
     }
     // The call is counted once: with its caller, else in LOCKS.
-    let mut return_ip = 0;
-    let mut counted = false;
-    if wanted & flags::CALLERS != 0 {
-        (return_ip, counted) = record_caller(&ctx, lock, cookie, op as u32);
-    }
+    let (return_ip, counted) = record_caller(&ctx, lock, cookie, op as u32);
     if !counted && let Some(counts) = entry(&LOCKS, &lock, drop_reason::LOCKS_FULL) {
         // SAFETY: `counts` is the map value just looked up; `op < LOCK_OPS`.
         add(unsafe { &mut (*counts).calls[op] }, 1);

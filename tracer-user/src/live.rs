@@ -17,7 +17,7 @@ use std::{
 use anyhow::{Result, bail};
 use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuHashMap};
 use tracer_common::{
-    CallerKey, CpuSamples, FutexCounts, LockCounts, StackKey, WaitHolderKey, WaitTime, flags, names,
+    CallerKey, CpuSamples, FutexCounts, LockCounts, StackKey, WaitHolderKey, WaitTime, names,
 };
 
 use crate::{
@@ -194,7 +194,7 @@ impl LiveSession {
             waits: &waits,
             target: &target,
             functions: &placed,
-            flags: flags::FUTEX | flags::CALLERS,
+            flags: 0,
             lock_probes: options.mode == Mode::All,
             request_probe: request_probe
                 .as_ref()

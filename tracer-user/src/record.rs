@@ -314,7 +314,7 @@ fn load_probes(
 
 /// What the BPF programs record besides the counts.
 fn bpf_flags(options: &RecordOptions) -> u32 {
-    let mut flags = flags::FUTEX | flags::CALLERS;
+    let mut flags = 0;
     if options.stacks > 0 {
         flags |= flags::STACKS;
     }

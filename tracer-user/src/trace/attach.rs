@@ -129,18 +129,17 @@ pub fn load(plan: &LoadPlan) -> Result<Loaded> {
         attach_request_probe(&mut ebpf, plan.target, point)?;
         probe_count += 1;
     }
-    if plan.flags & flags::FUTEX != 0 {
-        probe_count += attach_cond_wait_probes(&mut ebpf, plan.target, plan.waits)?;
-        for (name, event) in [
-            (names::PROGRAM_FUTEX_ENTER, "sys_enter_futex"),
-            (names::PROGRAM_FUTEX_EXIT, "sys_exit_futex"),
-        ] {
-            let program: &mut TracePoint = program(&mut ebpf, name)?.try_into()?;
-            program.load().with_context(|| format!("loading {name}"))?;
-            program.attach("syscalls", event).with_context(|| {
-                format!("attaching to the syscalls:{event} tracepoint (is tracefs mounted?)")
-            })?;
-        }
+    // Condvar waits and futex syscalls: always traced.
+    probe_count += attach_cond_wait_probes(&mut ebpf, plan.target, plan.waits)?;
+    for (name, event) in [
+        (names::PROGRAM_FUTEX_ENTER, "sys_enter_futex"),
+        (names::PROGRAM_FUTEX_EXIT, "sys_exit_futex"),
+    ] {
+        let program: &mut TracePoint = program(&mut ebpf, name)?.try_into()?;
+        program.load().with_context(|| format!("loading {name}"))?;
+        program.attach("syscalls", event).with_context(|| {
+            format!("attaching to the syscalls:{event} tracepoint (is tracefs mounted?)")
+        })?;
     }
     // Last: the samples then see every probe that will count in place.
     if let Some(sampling) = plan.cpu {
