@@ -5,7 +5,7 @@ use tracer_common::LockOp;
 
 use crate::{
     model::{Calibration, Collected, Overhead},
-    trace::attach::Placed,
+    probe::placement::Placed,
 };
 
 /// Cost of one uprobe hit on an instruction the kernel emulates, and on one it

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use crate::{
     model::{Calibration, Collected, CountingWindow, Estimate, PerRequest, Report, SampledRun},
-    trace::attach::Placed,
+    probe::placement::Placed,
 };
 
 /// The estimate of a sampled run. `probe_time_share` says how much of the

@@ -19,7 +19,6 @@ use super::collect;
 use super::cpu::{self, CpuSampling};
 use crate::probe::{
     lockfuncs::{self, LockFunction},
-    placement::PlacedFunction,
     request_probe::RequestProbe,
     target::Target,
     waitfuncs::WaitFunctions,
@@ -27,8 +26,7 @@ use crate::probe::{
 
 static BPF_OBJECT: &[u8] = aya::include_bytes_aligned!(env!("LOCKTRACE_BPF_OBJECT"));
 
-/// A lock function with its probe points.
-pub type Placed = (LockFunction, PlacedFunction);
+pub use crate::probe::placement::Placed;
 
 /// A function run once per request: module as the target sees it, and the
 /// file offset of its probe point.

@@ -21,6 +21,9 @@ pub struct ProbePoint {
     pub emulated: bool,
 }
 
+/// A lock function with its probe points (plain data: `analysis` reads it too).
+pub type Placed = (LockFunction, PlacedFunction);
+
 /// The probe points of one function and, when auto placement fell back to
 /// the entry, why.
 #[derive(Debug, Clone)]
