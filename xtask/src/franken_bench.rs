@@ -130,13 +130,14 @@ fn run_round(pid: u32, seconds: f64, tracer: &Tracer, locktrace: &Path) -> Resul
                 .iter()
                 .find(|lock| lock.name.as_deref() == Some(STATS_LOCK))
         });
-        if let Some(lock) = stats {
-            sample.stats_per_request = lock.per_request.as_ref().and_then(|p| p.acquisitions);
-            sample.bound = lock
+        if let Some(per_request) = stats.and_then(|lock| lock.per_request.as_ref()) {
+            sample.stats_per_request = per_request.acquisitions;
+            // The per-request figure's own bound (a ratio estimate), not the totals'.
+            sample.bound = per_request
                 .acquisitions_error
-                .zip(lock.acquisitions)
-                .filter(|(_, n)| *n > 0)
-                .map(|(error, n)| error as f64 / n as f64);
+                .zip(per_request.acquisitions)
+                .filter(|(_, n)| *n > 0.0)
+                .map(|(error, n)| error / n);
         }
     }
     Ok(sample)
