@@ -98,21 +98,14 @@ fn record(server: &Fixture, port: u16, probe: &str) -> (Value, String) {
     let json = dir.path().join("report.json");
     let url = format!("http://127.0.0.1:{port}/");
     let n = REQUESTS.to_string();
-    let output = locktrace()
-        .args(["record", "--pid", &server.pid().to_string(), "--json"])
-        .arg(&json)
-        .args(["--load", &url, "-n", &n, "-c", "4", "--warmup", "100"])
-        .args(["--expect-body", "hello", "--request-probe", probe])
-        .output()
-        .expect("running locktrace");
-    let table = String::from_utf8_lossy(&output.stdout).into_owned();
-    assert!(
-        output.status.success(),
-        "record failed: {}\n{table}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let report = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-    (report, table)
+    run_record(
+        locktrace()
+            .args(["record", "--pid", &server.pid().to_string(), "--json"])
+            .arg(&json)
+            .args(["--load", &url, "-n", &n, "-c", "4", "--warmup", "100"])
+            .args(["--expect-body", "hello", "--request-probe", probe]),
+        &json,
+    )
 }
 
 fn rows<'a>(report: &'a Value, class: &'a str) -> impl Iterator<Item = &'a Value> + 'a {

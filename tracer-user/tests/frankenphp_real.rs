@@ -202,23 +202,15 @@ fn background_load(stop: Arc<AtomicBool>, done: Arc<AtomicU64>) -> std::thread::
 
 /// `record` under locktrace's own load driver: 300 requests after a warmup.
 fn record_with_load(server: &Server, json: &Path, extra: &[&str]) -> (Value, String) {
-    let output = locktrace()
-        .args(["record", "--pid", &server.pid(), "--json"])
-        .arg(json)
-        .args(["--load", URL, "-n", "300", "-c", "2", "--warmup", "50"])
-        .args(["--expect-body", BODY])
-        .args(extra)
-        .output()
-        .expect("running locktrace");
-    let table = String::from_utf8_lossy(&output.stdout).into_owned();
-    assert!(
-        output.status.success(),
-        "record failed: {}\n{table}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let report = serde_json::from_str(&std::fs::read_to_string(json).unwrap()).unwrap();
-    typed(&report);
-    (report, table)
+    run_record(
+        locktrace()
+            .args(["record", "--pid", &server.pid(), "--json"])
+            .arg(json)
+            .args(["--load", URL, "-n", "300", "-c", "2", "--warmup", "50"])
+            .args(["--expect-body", BODY])
+            .args(extra),
+        json,
+    )
 }
 
 /// `record --duration 10` with no request flag while an outside client sends

@@ -111,12 +111,7 @@ fn run_round(pid: u32, seconds: f64, tracer: &Tracer, locktrace: &Path) -> Resul
         .arg(URL)
         .output()
         .context("running wrk")?;
-    let wrk_text = String::from_utf8_lossy(&wrk.stdout);
-    let requests_per_s = wrk_text
-        .lines()
-        .find_map(|line| line.trim().strip_prefix("Requests/sec:"))
-        .and_then(|value| value.trim().parse::<f64>().ok())
-        .with_context(|| format!("wrk printed no Requests/sec: {wrk_text}"))?;
+    let requests_per_s = crate::http_bench::wrk_requests_per_s(&wrk.stdout)?;
     let mut sample = FrankenSample {
         requests_per_s,
         ..FrankenSample::default()

@@ -121,12 +121,7 @@ fn run_http(httpd: &Path, seconds: f64, tracer: &Tracer, locktrace: &Path) -> Re
         .arg(format!("http://127.0.0.1:{port}/"))
         .output()
         .context("running wrk")?;
-    let wrk_text = String::from_utf8_lossy(&wrk.stdout);
-    let requests_per_s = wrk_text
-        .lines()
-        .find_map(|line| line.trim().strip_prefix("Requests/sec:"))
-        .and_then(|value| value.trim().parse::<f64>().ok())
-        .with_context(|| format!("wrk printed no Requests/sec: {wrk_text}"))?;
+    let requests_per_s = wrk_requests_per_s(&wrk.stdout)?;
     let mut sample = HttpSample {
         requests_per_s,
         stats_per_request: None,
@@ -146,4 +141,14 @@ fn run_http(httpd: &Path, seconds: f64, tracer: &Tracer, locktrace: &Path) -> Re
     let _ = nix::sys::signal::kill(Pid::from_raw(pid as i32), Signal::SIGTERM);
     server.wait()?;
     Ok(sample)
+}
+
+/// The `Requests/sec:` figure of wrk's output.
+pub fn wrk_requests_per_s(stdout: &[u8]) -> Result<f64> {
+    let wrk_text = String::from_utf8_lossy(stdout);
+    wrk_text
+        .lines()
+        .find_map(|line| line.trim().strip_prefix("Requests/sec:"))
+        .and_then(|value| value.trim().parse::<f64>().ok())
+        .with_context(|| format!("wrk printed no Requests/sec: {wrk_text}"))
 }

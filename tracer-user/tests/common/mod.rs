@@ -401,3 +401,18 @@ pub fn fails_with(command: &mut Command, expected: &str) {
     let output = command.output().expect("running locktrace");
     assert_one_line_error(&output, expected);
 }
+
+/// Runs a `locktrace record` that writes `json`, asserts it succeeded, and
+/// returns the report (read back as the model too) and the printed table.
+pub fn run_record(command: &mut Command, json: &std::path::Path) -> (Value, String) {
+    let output = command.output().expect("running locktrace");
+    let table = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "record failed: {}\n{table}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report = serde_json::from_str(&std::fs::read_to_string(json).unwrap()).unwrap();
+    typed(&report);
+    (report, table)
+}
