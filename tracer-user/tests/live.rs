@@ -378,7 +378,9 @@ fn top_full_screen_in_tmux_sorts_and_quits() {
 #[test]
 fn record_shows_a_progress_line_on_a_terminal_only() {
     let binary = fixture("steady", Flavor::Glibc);
-    let mut fixture = Fixture::spawn(&binary, &["40", "8000"]);
+    // Works 60 s (killed when dropped): alive past the attach however slow;
+    // 8 s ended before it on a machine loaded by two CPU hogs.
+    let mut fixture = Fixture::spawn(&binary, &["40", "60000"]);
     fixture.start();
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("tmux.sock");
