@@ -65,7 +65,14 @@ pub fn build(info: RecordInfo, collected: &Collected, functions: &[LockFunction]
     let (in_lock_functions, unattributed) = cpu::attribute(&mut locks, collected);
     let counted_acquisitions = info.mode != Mode::Contention;
     waits::classify(&mut locks, collected, counted_acquisitions);
-    cpu::mark_locks(&mut locks, &in_lock_functions);
+    // With every lock call probed (all mode) each pthread lock worked on has
+    // its own row; a futex word that only lock-code samples name is one the
+    // libc's generic wait/wake helpers worked on (musl's condvar waiters
+    // wake through `__wake` on the waiter's stack), not a lock. Sampled mode
+    // misses the lock calls outside its windows: there the samples say lock.
+    if info.mode == Mode::Sampled {
+        cpu::mark_locks(&mut locks, &in_lock_functions);
+    }
     let mut locks: Vec<Lock> = locks.into_values().collect();
     locks.sort_by(|a, b| {
         (b.acquisitions.unwrap_or(0), b.contended, b.wait_ns).cmp(&(
