@@ -18,7 +18,11 @@ use crate::{
         pprof, stacks, table,
     },
     serve, top,
-    trace::{cpu::DEFAULT_CPU_HZ, sampled::SampleOptions, window::RequestOptions},
+    trace::{
+        cpu::DEFAULT_CPU_HZ,
+        sampled::{SampleOptions, WindowLinkChoice},
+        window::RequestOptions,
+    },
 };
 
 /// `--mode` on the command line (the model's [`Mode`]).
@@ -30,6 +34,15 @@ enum ModeArg {
     Contention,
     /// Lock probes attached a fraction of the time (`--sample`); counts scaled, marked as estimates.
     Sampled,
+}
+
+/// `--window-links` (sampled mode).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum WindowLinksArg {
+    /// A uprobe-multi link per module where the kernel takes it, else a perf-event uprobe per point.
+    Auto,
+    /// A perf-event uprobe per probe point.
+    PerfEvent,
 }
 
 impl From<ModeArg> for Mode {
@@ -279,6 +292,10 @@ enum Command {
         /// Sampled mode: one counting window per this many seconds (default 5).
         #[arg(long, value_name = "SECONDS", allow_negative_numbers = true)]
         sample_period: Option<f64>,
+        /// Sampled mode: how windows attach and detach the lock probes: auto (uprobe-multi
+        /// links, else a perf-event uprobe per point) or perf-event (to compare).
+        #[arg(long, value_enum, value_name = "HOW")]
+        window_links: Option<WindowLinksArg>,
         /// Show at most this many locks in the table.
         #[arg(long, allow_negative_numbers = true)]
         top: Option<usize>,
@@ -399,6 +416,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             mode,
             sample,
             sample_period,
+            window_links,
             top,
             requests,
             stacks,
@@ -410,7 +428,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         } => {
             let duration = duration.map(limits::duration).transpose()?;
             let cpu_hz = cpu.hz()?;
-            let sample = sample_options(mode, sample, sample_period)?;
+            let sample = sample_options(mode, sample, sample_period, window_links)?;
             let requests = requests.options(duration)?;
             limits::open_files(
                 requests
@@ -478,7 +496,13 @@ fn sample_options(
     mode: ModeArg,
     sample: Option<f64>,
     sample_period: Option<f64>,
+    window_links: Option<WindowLinksArg>,
 ) -> Result<SampleOptions> {
+    if mode != ModeArg::Sampled && window_links.is_some() {
+        anyhow::bail!(
+            "--window-links applies only with --mode sampled; add --mode sampled or drop --window-links"
+        );
+    }
     if mode != ModeArg::Sampled {
         for (flag, given) in [("--sample", sample), ("--sample-period", sample_period)] {
             if given.is_some() {
@@ -491,6 +515,10 @@ fn sample_options(
     Ok(SampleOptions {
         rate: limits::sample_rate(sample.unwrap_or(0.1))?,
         period: limits::sample_period(sample_period.unwrap_or(5.0))?,
+        links: match window_links {
+            None | Some(WindowLinksArg::Auto) => WindowLinkChoice::Auto,
+            Some(WindowLinksArg::PerfEvent) => WindowLinkChoice::PerfEvent,
+        },
     })
 }
 

@@ -199,6 +199,7 @@ async fn trace(
                 target,
                 &prepared.placed,
                 request_probe.as_ref(),
+                &options.sample,
             )
         })
         .transpose()?;

@@ -125,6 +125,7 @@ fn sampled_estimate_is_within_its_stated_bound() {
         report["estimate"]
     );
     assert_eq!(report["mode"], "sampled");
+    assert_eq!(report["estimate"]["window_links"], "uprobe_multi");
     let windows = report["estimate"]["windows"].as_u64().unwrap();
     assert!(windows >= 4, "{}", report["estimate"]);
     assert!(
@@ -138,45 +139,57 @@ fn sampled_estimate_is_within_its_stated_bound() {
 
 /// Sampled mode with a request probe: requests are counted in the same
 /// windows as the locks, so the per-request estimate is close to the truth
-/// (50 locks per tick) even though each window's count is scaled.
+/// (50 locks per tick) even though each window's count is scaled. The same
+/// with uprobe-multi links (the default on this kernel) and with a
+/// perf-event uprobe per point (`--window-links perf-event`).
 #[test]
 fn sampled_per_request_counts_requests_in_the_same_windows() {
     let binary = fixture("steady", Flavor::Glibc);
-    let (report, addresses) = trace_fixture(
-        &binary,
-        &["50", "4000"],
-        &[
-            "--mode",
-            "sampled",
-            "--sample",
-            "0.2",
-            "--sample-period",
-            "0.5",
-            "--request-probe",
-            "steady:tick",
-        ],
-    );
-    assert_eq!(report["requests"]["source"], "probe");
-    let lock = lock_at(&report, addresses["global"][0]).expect("global lock");
-    let per_request = lock["per_request"]["acquisitions"]
-        .as_f64()
-        .expect("per-request figure");
-    // Window edges can split one tick: at most one tick per window edge.
-    assert!(
-        (per_request - 50.0).abs() <= 0.5,
-        "{per_request} per request, truth 50: {}",
-        report["estimate"]
-    );
-    // The ratio has its own bound, which holds the truth and is useful
-    // (not the totals' bound, which includes the edges and the slowdown).
-    let bound = lock["per_request"]["acquisitions_error"]
-        .as_f64()
-        .expect("a sampled per-request figure carries its bound");
-    assert!(
-        (per_request - 50.0).abs() <= bound && bound < 50.0 * 0.25,
-        "{per_request} ± {bound} per request, truth 50: {}",
-        report["estimate"]
-    );
+    for (links, kind) in [("auto", "uprobe_multi"), ("perf-event", "perf_event")] {
+        let (report, addresses) = trace_fixture(
+            &binary,
+            &["50", "4000"],
+            &[
+                "--mode",
+                "sampled",
+                "--sample",
+                "0.2",
+                "--sample-period",
+                "0.5",
+                "--request-probe",
+                "steady:tick",
+                "--window-links",
+                links,
+            ],
+        );
+        assert_eq!(report["estimate"]["window_links"], kind, "{links}");
+        assert!(
+            report["estimate"]["window_links_fallback"].is_null(),
+            "{}",
+            report["estimate"]
+        );
+        assert_eq!(report["requests"]["source"], "probe");
+        let lock = lock_at(&report, addresses["global"][0]).expect("global lock");
+        let per_request = lock["per_request"]["acquisitions"]
+            .as_f64()
+            .expect("per-request figure");
+        // Window edges can split one tick: at most one tick per window edge.
+        assert!(
+            (per_request - 50.0).abs() <= 0.5,
+            "{links}: {per_request} per request, truth 50: {}",
+            report["estimate"]
+        );
+        // The ratio has its own bound, which holds the truth and is useful
+        // (not the totals' bound, which includes the edges and the slowdown).
+        let bound = lock["per_request"]["acquisitions_error"]
+            .as_f64()
+            .expect("a sampled per-request figure carries its bound");
+        assert!(
+            (per_request - 50.0).abs() <= bound && bound < 50.0 * 0.25,
+            "{links}: {per_request} ± {bound} per request, truth 50: {}",
+            report["estimate"]
+        );
+    }
 }
 
 /// The JSON `overhead` block: probe hits and placement kinds, per placement.

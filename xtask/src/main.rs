@@ -12,11 +12,12 @@
 //!    the same way for bpftrace);
 //! 4. the HTTP fixture's throughput under wrk with each tracer;
 //! 5. the real FrankenPHP's throughput, when the kit in ../shared/frankenphp
-//!    is built (under `flock /tmp/franken.lock`).
+//!    is built (under `flock /tmp/franken.lock`);
+//! 6. what opening and closing a sampled window costs, by mechanism.
 //!
 //! Needs root (BPF). Run: `cargo xtask bench [--seconds S] [--runs N] [--only loop]`
 //! (`--only loop`: part 2 and 3 on the loop only, a quick look at one change;
-//! `--only calibration`: part 1; `--only franken`: part 5).
+//! `--only calibration`: part 1; `--only franken`: part 5; `--only windows`: part 6).
 mod calibration;
 mod fixtures;
 mod franken_bench;
@@ -24,6 +25,7 @@ mod http_bench;
 mod loop_bench;
 mod results;
 mod tracers;
+mod window_bench;
 
 use std::path::{Path, PathBuf};
 
@@ -57,7 +59,8 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
     pub runs: u32,
     /// Run one part only (`loop`: the uncontended loop; `calibration`: the
-    /// cost per hit by instruction class; `franken`: the real FrankenPHP).
+    /// cost per hit by instruction class; `franken`: the real FrankenPHP;
+    /// `windows`: attaching and detaching a sampled window, by mechanism).
     #[arg(long, value_enum)]
     pub only: Option<Part>,
 }
@@ -67,6 +70,7 @@ pub enum Part {
     Loop,
     Calibration,
     Franken,
+    Windows,
 }
 
 fn positive_seconds(text: &str) -> Result<f64, String> {
@@ -124,6 +128,9 @@ fn bench(args: BenchArgs) -> Result<()> {
     }
     if runs(Part::Franken) {
         report.push_str(&franken_bench::run(&bench)?);
+    }
+    if runs(Part::Windows) {
+        report.push_str(&window_bench::run(&bench)?);
     }
     results::write(&bench.out, &report)
 }

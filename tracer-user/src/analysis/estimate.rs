@@ -26,6 +26,8 @@ pub fn of_run(
     };
     let mut estimate = estimate(&run.windows, run.total, rate);
     estimate.windows_kept_attached = run.windows_kept_attached;
+    estimate.window_links = Some(run.window_links);
+    estimate.window_links_fallback = run.window_links_fallback.clone();
     let hits: u64 = run.windows.iter().map(|w| w.calls).sum();
     estimate.probe_time_share =
         hits as f64 * cost_per_hit as f64 / (estimate.counted_s * 1e9).max(1.0);
@@ -83,6 +85,8 @@ fn estimate(windows: &[CountingWindow], total: Duration, rate: f64) -> Estimate 
             .min(1.0),
         per_request_relative_error: ratio_relative_error(windows, counted, total_s),
         windows_kept_attached: 0,
+        window_links: None,
+        window_links_fallback: None,
     }
 }
 
@@ -248,7 +252,7 @@ pub mod tests {
         let run = SampledRun {
             windows: steady_windows(),
             total: Duration::from_millis(9100),
-            windows_kept_attached: 0,
+            ..SampledRun::default()
         };
         let calibration = Calibration {
             kernel: "test".into(),

@@ -39,6 +39,25 @@ pub struct Estimate {
     /// (a loaded machine): calls between those windows cost their probe hit.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub windows_kept_attached: u32,
+    /// How the windows' probes went in and out: `uprobe_multi` (one link
+    /// per module, one grace-period wait to detach them all) or
+    /// `perf_event` (a uprobe per point). Null in reports from before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window_links: Option<WindowLinkKind>,
+    /// Why uprobe-multi links were not used, when the kernel refused them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window_links_fallback: Option<String>,
+}
+
+/// The kernel mechanism that opened and closed the sampling windows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WindowLinkKind {
+    /// `BPF_LINK_CREATE` with `BPF_TRACE_UPROBE_MULTI`.
+    UprobeMulti,
+    /// A `perf_event_open` uprobe per probe point.
+    #[default]
+    PerfEvent,
 }
 
 fn is_zero(n: &u32) -> bool {

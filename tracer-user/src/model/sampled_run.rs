@@ -2,6 +2,8 @@
 //! `analysis::estimate` scales the counts up from it).
 use std::time::Duration;
 
+use super::WindowLinkKind;
+
 /// One counting window: when it began, how long it counted, the lock calls
 /// and the requests (`--request-probe`) in it.
 #[derive(Debug, Clone, Copy, Default)]
@@ -21,4 +23,8 @@ pub struct SampledRun {
     /// Windows after which the probes stayed attached (not counting),
     /// because detaching took longer than the gap to the next window.
     pub windows_kept_attached: u32,
+    /// How the windows' probes were attached and detached.
+    pub window_links: WindowLinkKind,
+    /// Why uprobe-multi links were not used, when the kernel refused them.
+    pub window_links_fallback: Option<String>,
 }

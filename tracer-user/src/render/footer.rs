@@ -105,6 +105,12 @@ fn estimate_lines(estimate: &Estimate) -> String {
             estimate.windows_kept_attached, estimate.windows
         );
     }
+    if let Some(reason) = &estimate.window_links_fallback {
+        let _ = writeln!(
+            out,
+            "sampled: windows used a perf-event uprobe per probe point (slower to close, so fewer windows) because the kernel refused a uprobe-multi link: {reason}"
+        );
+    }
     if estimate.probe_time_share > 0.25 {
         let _ = writeln!(
             out,

@@ -3,7 +3,10 @@
 //! the request probe and the futex tracepoints. The one place that attaches
 //! uprobes: the plain run attaches once, the sampled run once per window.
 //! Dropping the [`Loaded`] detaches everything.
-use std::time::{Duration, Instant};
+use std::{
+    os::fd::OwnedFd,
+    time::{Duration, Instant},
+};
 
 use anyhow::{Context, Result, anyhow};
 use aya::{
@@ -17,6 +20,7 @@ use tracer_common::{MAX_LOCK_CODE_RANGES, cookie, counting, flags, names};
 
 use super::collect;
 use super::cpu::{self, CpuSampling};
+use super::multi::{self, MultiPrograms};
 use crate::probe::{
     lockfuncs::{self, LockFunction},
     request_probe::RequestProbe,
@@ -235,6 +239,86 @@ fn attach_points(
         }
     }
     Ok(links)
+}
+
+/// Loads the lock and request programs again for uprobe-multi links,
+/// counting into `ebpf`'s maps.
+pub fn load_multi(ebpf: &Ebpf) -> Result<MultiPrograms> {
+    MultiPrograms::load(
+        BPF_OBJECT,
+        ebpf,
+        &[names::PROGRAM_LOCK_CALL, names::PROGRAM_REQUEST_BOUNDARY],
+    )
+}
+
+/// Attaches `lock_call` at every probe point with one uprobe-multi link per
+/// module, scoped to `pid` (the target, or locktrace itself for a canary).
+pub fn attach_lock_probes_multi(
+    programs: &MultiPrograms,
+    target: &Target,
+    functions: &[Placed],
+    pid: u32,
+) -> Result<Vec<OwnedFd>, AttachError> {
+    let program = programs
+        .fd(names::PROGRAM_LOCK_CALL)
+        .map_err(AttachError::Failed)?;
+    // Module → (offsets, cookies), in the order the functions come.
+    let mut modules: Vec<(&str, Vec<u64>, Vec<u64>)> = Vec::new();
+    for (function, placed) in functions {
+        let at = match modules.iter().position(|(m, ..)| *m == function.module) {
+            Some(at) => at,
+            None => {
+                modules.push((&function.module, Vec::new(), Vec::new()));
+                modules.len() - 1
+            }
+        };
+        for point in &placed.points {
+            modules[at].1.push(point.file_offset);
+            modules[at]
+                .2
+                .push(cookie::encode(function.op, point.return_address_sp_offset));
+        }
+    }
+    modules
+        .into_iter()
+        .filter(|(_, offsets, _)| !offsets.is_empty())
+        .map(|(module, offsets, cookies)| {
+            multi::attach(program, &target.host_path(module), &offsets, &cookies, pid).map_err(
+                |error| {
+                    if target.is_alive() {
+                        AttachError::Failed(error)
+                    } else {
+                        AttachError::TargetExited
+                    }
+                },
+            )
+        })
+        .collect()
+}
+
+/// Attaches `request_boundary` at the request-probe point with a uprobe-multi link.
+pub fn attach_request_probe_multi(
+    programs: &MultiPrograms,
+    target: &Target,
+    point: &RequestProbePoint,
+) -> Result<OwnedFd, AttachError> {
+    let program = programs
+        .fd(names::PROGRAM_REQUEST_BOUNDARY)
+        .map_err(AttachError::Failed)?;
+    multi::attach(
+        program,
+        &target.host_path(&point.module),
+        &[point.file_offset],
+        &[0],
+        target.pid,
+    )
+    .map_err(|error| {
+        if target.is_alive() {
+            AttachError::Failed(error)
+        } else {
+            AttachError::TargetExited
+        }
+    })
 }
 
 /// Attaches `request_boundary` at the request-probe point.

@@ -5,6 +5,7 @@ pub mod attach;
 pub mod collect;
 pub mod cpu;
 pub mod inflight;
+pub mod multi;
 pub mod preflight;
 pub mod proc_events;
 pub mod sampled;

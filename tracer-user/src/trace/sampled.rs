@@ -10,6 +10,7 @@
 //! cannot alias with the sampling.
 use std::{
     future::Future,
+    os::fd::OwnedFd,
     pin::Pin,
     thread::JoinHandle,
     time::{Duration, Instant},
@@ -22,9 +23,10 @@ use tracer_common::{counting, names};
 use super::{
     attach::{self, AttachError, Placed, RequestProbePoint},
     collect,
+    multi::MultiPrograms,
 };
 use crate::{
-    model::{CountingWindow, SampledRun, StopReason},
+    model::{CountingWindow, SampledRun, StopReason, WindowLinkKind},
     probe::target::Target,
 };
 
@@ -34,6 +36,17 @@ pub struct SampleOptions {
     pub rate: f64,
     /// One window per period.
     pub period: Duration,
+    /// How a window's probes are attached and detached.
+    pub links: WindowLinkChoice,
+}
+
+/// `--window-links`: uprobe-multi links where the kernel takes them, or a
+/// perf-event uprobe per point (to compare; the mechanism before 2026-12).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum WindowLinkChoice {
+    #[default]
+    Auto,
+    PerfEvent,
 }
 
 /// The first window's probes, attached (not counting) before the recording
@@ -42,23 +55,105 @@ pub struct SampleOptions {
 /// time must not be an unsampled start of the recording.
 pub struct Armed {
     links: WindowLinks,
-    canary: Option<aya::programs::uprobe::UProbeLink>,
+    canary: Option<Detach>,
+    attacher: Attacher,
+    fallback: Option<String>,
 }
 
-/// Attaches the first window's probes and the first canary.
+/// How a window's probes go in and out.
+enum Attacher {
+    /// One uprobe-multi link per module: closing it waits for the uprobe
+    /// grace periods once for all points.
+    Multi(MultiPrograms),
+    /// aya's perf-event uprobe per point, each waiting on its own.
+    PerPoint,
+}
+
+impl Attacher {
+    fn kind(&self) -> WindowLinkKind {
+        match self {
+            Attacher::Multi(_) => WindowLinkKind::UprobeMulti,
+            Attacher::PerPoint => WindowLinkKind::PerfEvent,
+        }
+    }
+}
+
+/// Attaches the first window's probes and the first canary, with
+/// uprobe-multi links unless `options` asks for per-point links or the
+/// kernel refuses them (the reason goes into the report).
 pub fn arm(
     ebpf: &mut Ebpf,
     target: &Target,
     functions: &[Placed],
     request_probe: Option<&RequestProbePoint>,
+    options: &SampleOptions,
 ) -> Result<Armed> {
-    let links =
-        attach_window(ebpf, target, functions, request_probe).map_err(|error| match error {
-            AttachError::TargetExited => anyhow!("process {} exited", target.pid),
-            AttachError::Failed(error) => error,
-        })?;
-    let canary = attach::attach_canary(ebpf, target, functions)?;
-    Ok(Armed { links, canary })
+    let exited = |error| match error {
+        AttachError::TargetExited => anyhow!("process {} exited", target.pid),
+        AttachError::Failed(error) => error,
+    };
+    let (mut attacher, mut fallback) = match options.links {
+        WindowLinkChoice::PerfEvent => (Attacher::PerPoint, None),
+        WindowLinkChoice::Auto => match attach::load_multi(ebpf) {
+            Ok(programs) => (Attacher::Multi(programs), None),
+            Err(error) => (Attacher::PerPoint, Some(format!("{error:#}"))),
+        },
+    };
+    let links = match attach_window(ebpf, &attacher, target, functions, request_probe) {
+        Err(AttachError::Failed(error)) if matches!(attacher, Attacher::Multi(_)) => {
+            fallback = Some(format!("{error:#}"));
+            attacher = Attacher::PerPoint;
+            attach_window(ebpf, &attacher, target, functions, request_probe).map_err(exited)?
+        }
+        attached => attached.map_err(exited)?,
+    };
+    if let Some(reason) = &fallback {
+        log::warn!("sampling windows use a perf-event uprobe per point: {reason}");
+    }
+    let canary = attach_canary(ebpf, &attacher, target, functions)?;
+    Ok(Armed {
+        links,
+        canary,
+        attacher,
+        fallback,
+    })
+}
+
+/// A probe in locktrace's own process, attached the way the window's are
+/// (see [`attach::attach_canary`]).
+fn attach_canary(
+    ebpf: &mut Ebpf,
+    attacher: &Attacher,
+    target: &Target,
+    functions: &[Placed],
+) -> Result<Option<Detach>> {
+    match attacher {
+        Attacher::PerPoint => Ok(
+            attach::attach_canary(ebpf, target, functions)?.map(|link| Box::new(link) as Detach)
+        ),
+        Attacher::Multi(programs) => {
+            let Some(first) = first_point(functions) else {
+                return Ok(None);
+            };
+            let links =
+                attach::attach_lock_probes_multi(programs, target, &first, std::process::id())
+                    .map_err(|error| anyhow!("{error}"))?;
+            Ok(links
+                .into_iter()
+                .next()
+                .map(|link| Box::new(link) as Detach))
+        }
+    }
+}
+
+/// The first probe point of the first function that has one.
+fn first_point(functions: &[Placed]) -> Option<Vec<Placed>> {
+    functions.iter().find_map(|(function, placed)| {
+        let point = placed.points.first()?.clone();
+        let mut one = placed.clone();
+        one.points = vec![point];
+        Some(vec![(function.clone(), one)])
+    })
 }
 
 /// Runs the duty cycle until `end` resolves. The request-boundary probe, if
@@ -79,7 +174,12 @@ where
     let started = Instant::now();
     let on = options.period.mul_f64(options.rate);
     let mut jitter = Jitter::new();
-    let mut run = SampledRun::default();
+    let mut run = SampledRun {
+        window_links: armed.attacher.kind(),
+        window_links_fallback: armed.fallback,
+        ..SampledRun::default()
+    };
+    let attacher = armed.attacher;
     // Lock calls and requests counted before the current window.
     let mut previous = (0u64, 0u64);
     let mut detacher = Detacher::default();
@@ -103,7 +203,7 @@ where
         let attaching = Instant::now();
         let links = match kept.take() {
             Some(links) => links,
-            None => match open_window(ebpf, target, functions, request_probe)? {
+            None => match open_window(ebpf, &attacher, target, functions, request_probe)? {
                 Some(links) => links,
                 None => break 'periods StopReason::TargetExited,
             },
@@ -139,7 +239,7 @@ where
         kept = release_window(ebpf, &mut detacher, links, keep, &mut run)?;
         // Measures the detach time for the next window's decision.
         if detacher.wants_canary()
-            && let Some(canary) = attach::attach_canary(ebpf, target, functions)?
+            && let Some(canary) = attach_canary(ebpf, &attacher, target, functions)?
         {
             detacher.time(canary);
         }
@@ -188,11 +288,12 @@ where
 /// (the recording ends).
 fn open_window(
     ebpf: &mut Ebpf,
+    attacher: &Attacher,
     target: &Target,
     functions: &[Placed],
     request_probe: Option<&RequestProbePoint>,
 ) -> Result<Option<WindowLinks>> {
-    match attach_window(ebpf, target, functions, request_probe) {
+    match attach_window(ebpf, attacher, target, functions, request_probe) {
         Ok(links) => Ok(Some(links)),
         Err(AttachError::TargetExited) => Ok(None),
         Err(AttachError::Failed(error)) => Err(error),
@@ -241,9 +342,9 @@ fn release_window(
 }
 
 /// Detaches links in the background, each on its own thread: a detach
-/// waits for RCU grace periods in the kernel (~110 ms on an idle machine,
-/// seconds on a loaded one; the program stops running at once), and one
-/// after another they would take the next windows' time. Remembers how long
+/// waits for RCU grace periods in the kernel (a perf-event uprobe ~110 ms
+/// on an idle machine, seconds on a loaded one; the program stops running
+/// at once), and one after another they would take the next windows' time. Remembers how long
 /// detaching took: the window links' own detaches, or, while links are kept
 /// attached, a canary link's (see [`attach::attach_canary`]).
 #[derive(Default)]
@@ -257,7 +358,7 @@ struct Detacher {
 }
 
 impl Detacher {
-    fn start(&mut self, links: Vec<aya::programs::uprobe::UProbeLink>) {
+    fn start(&mut self, links: Vec<Detach>) {
         for link in links {
             self.running.push(timed_drop(link));
         }
@@ -269,7 +370,7 @@ impl Detacher {
         self.canary.is_none() && (self.last.is_none() || self.kept_since >= 4)
     }
 
-    fn time(&mut self, canary: aya::programs::uprobe::UProbeLink) {
+    fn time(&mut self, canary: Detach) {
         self.canary = Some(timed_drop(canary));
         self.kept_since = 0;
     }
@@ -324,7 +425,11 @@ impl Detacher {
     }
 }
 
-fn timed_drop(link: aya::programs::uprobe::UProbeLink) -> JoinHandle<Duration> {
+/// A link that detaches its probes when dropped (a perf-event uprobe link
+/// or a uprobe-multi link's fd).
+type Detach = Box<dyn Send>;
+
+fn timed_drop(link: Detach) -> JoinHandle<Duration> {
     std::thread::spawn(move || {
         let started = Instant::now();
         drop(link);
@@ -351,35 +456,64 @@ fn window_length(options: &SampleOptions, now: Duration, counted: Duration) -> D
 }
 
 /// The links of one window's probes.
-struct WindowLinks {
-    locks: Vec<aya::programs::uprobe::UProbeLinkId>,
-    request: Option<aya::programs::uprobe::UProbeLinkId>,
+enum WindowLinks {
+    /// One uprobe-multi link per module, and the request probe's.
+    Multi(Vec<OwnedFd>),
+    PerPoint {
+        locks: Vec<aya::programs::uprobe::UProbeLinkId>,
+        request: Option<aya::programs::uprobe::UProbeLinkId>,
+    },
 }
 
 impl WindowLinks {
     /// Takes the links out of the programs, so dropping them detaches.
-    fn take(self, ebpf: &mut Ebpf) -> Result<Vec<aya::programs::uprobe::UProbeLink>> {
-        let mut owned = attach::take_links(ebpf, names::PROGRAM_LOCK_CALL, self.locks)?;
+    fn take(self, ebpf: &mut Ebpf) -> Result<Vec<Detach>> {
+        let (locks, request) = match self {
+            WindowLinks::Multi(links) => {
+                return Ok(links
+                    .into_iter()
+                    .map(|link| Box::new(link) as Detach)
+                    .collect());
+            }
+            WindowLinks::PerPoint { locks, request } => (locks, request),
+        };
+        let mut owned = attach::take_links(ebpf, names::PROGRAM_LOCK_CALL, locks)?;
         owned.extend(attach::take_links(
             ebpf,
             names::PROGRAM_REQUEST_BOUNDARY,
-            self.request.into_iter().collect(),
+            request.into_iter().collect(),
         )?);
-        Ok(owned)
+        Ok(owned
+            .into_iter()
+            .map(|link| Box::new(link) as Detach)
+            .collect())
     }
 }
 
 fn attach_window(
     ebpf: &mut Ebpf,
+    attacher: &Attacher,
     target: &Target,
     functions: &[Placed],
     request_probe: Option<&RequestProbePoint>,
 ) -> Result<WindowLinks, AttachError> {
-    let locks = attach::attach_lock_probes(ebpf, target, functions)?;
-    let request = request_probe
-        .map(|point| attach::attach_request_probe(ebpf, target, point))
-        .transpose()?;
-    Ok(WindowLinks { locks, request })
+    match attacher {
+        Attacher::Multi(programs) => {
+            let mut links =
+                attach::attach_lock_probes_multi(programs, target, functions, target.pid)?;
+            if let Some(point) = request_probe {
+                links.push(attach::attach_request_probe_multi(programs, target, point)?);
+            }
+            Ok(WindowLinks::Multi(links))
+        }
+        Attacher::PerPoint => {
+            let locks = attach::attach_lock_probes(ebpf, target, functions)?;
+            let request = request_probe
+                .map(|point| attach::attach_request_probe(ebpf, target, point))
+                .transpose()?;
+            Ok(WindowLinks::PerPoint { locks, request })
+        }
+    }
 }
 
 /// Opens or closes a window: futex waits count all along, lock calls inside
@@ -420,6 +554,7 @@ mod tests {
         let options = SampleOptions {
             rate: 0.2,
             period: Duration::from_millis(500),
+            links: WindowLinkChoice::Auto,
         };
         let ms = Duration::from_millis;
         // On schedule: the window's share of the period.
