@@ -289,7 +289,8 @@ enum Command {
         /// Sampled mode: fraction of the time the lock probes count (0 < RATE <= 1; default 0.1).
         #[arg(long, value_name = "RATE", allow_negative_numbers = true)]
         sample: Option<f64>,
-        /// Sampled mode: one counting window per this many seconds (default 5).
+        /// Sampled mode: one counting window per this many seconds (default 1 with uprobe-multi
+        /// links, 5 with a perf-event uprobe per point).
         #[arg(long, value_name = "SECONDS", allow_negative_numbers = true)]
         sample_period: Option<f64>,
         /// Sampled mode: how windows attach and detach the lock probes: auto (uprobe-multi
@@ -514,7 +515,7 @@ fn sample_options(
     }
     Ok(SampleOptions {
         rate: limits::sample_rate(sample.unwrap_or(0.1))?,
-        period: limits::sample_period(sample_period.unwrap_or(5.0))?,
+        period: sample_period.map(limits::sample_period).transpose()?,
         links: match window_links {
             None | Some(WindowLinksArg::Auto) => WindowLinkChoice::Auto,
             Some(WindowLinksArg::PerfEvent) => WindowLinkChoice::PerfEvent,

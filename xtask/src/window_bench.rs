@@ -9,8 +9,9 @@
 //! - attached once and never detached: what `PERF_EVENT_IOC_DISABLE` would
 //!   leave (the int3 stays in the target's text, so every call still traps).
 //!
-//! Per mechanism: wall time to attach and to detach a window (medians), and
-//! the loop's ns per lock meanwhile against untraced.
+//! Per mechanism: wall time to attach and to detach a window (medians), the
+//! loop's ns per lock meanwhile against untraced, and that added time per
+//! window (what the target paid while the probes were in its text).
 use std::{
     io::{BufRead, BufReader, Write},
     path::Path,
@@ -123,14 +124,18 @@ fn cycle(loop_bin: &Path, seconds: f64, mechanism: Mechanism) -> Result<Cycles> 
         while !done.is_finished() {
             if mechanism == Mechanism::AttachedNotCounting {
                 std::thread::sleep(Duration::from_millis(50));
-            } else {
-                one_window(
-                    &mut loaded.ebpf,
-                    &prepared,
-                    multi.as_ref(),
-                    mechanism,
-                    &mut cycles,
-                )?;
+            } else if let Err(error) = one_window(
+                &mut loaded.ebpf,
+                &prepared,
+                multi.as_ref(),
+                mechanism,
+                &mut cycles,
+            ) {
+                // The loop may have exited during the attach: that ends the run.
+                std::thread::sleep(Duration::from_millis(500));
+                if !done.is_finished() {
+                    return Err(error);
+                }
             }
         }
         let (_fixture, result) = done.join().expect("the reader does not panic");
@@ -246,7 +251,7 @@ fn median(values: &[f64]) -> f64 {
 fn table(seconds: f64, runs: usize, rows: &[(Mechanism, Cycles)]) -> String {
     let base = rows[0].1.ns_per_lock;
     let mut text = format!(
-        "\n## Opening and closing a sampled window\n\nThe loop fixture for {seconds} s while its {} lock probe points are attached, kept 50 ms (not counting), detached, again and again (median of {runs} runs by ns/lock; attach and detach: medians over that run's windows):\n\n| mechanism | windows | attach ms | detach ms | ns/lock | added ns/lock |\n|---|---|---|---|---|---|\n",
+        "\n## Opening and closing a sampled window\n\nThe loop fixture for {seconds} s while its {} lock probe points are attached, kept 50 ms (not counting), detached, again and again (median of {runs} runs by ns/lock; attach and detach: medians over that run's windows):\n\n| mechanism | windows | attach ms | detach ms | ns/lock | added ns/lock | target ms per window |\n|---|---|---|---|---|---|---|\n",
         rows.iter().map(|(_, c)| c.probe_points).max().unwrap_or(0)
     );
     for (mechanism, cycles) in rows {
@@ -257,8 +262,19 @@ fn table(seconds: f64, runs: usize, rows: &[(Mechanism, Cycles)]) -> String {
                 format!("{:.1}", median(values))
             }
         };
+        // The loop's added time over its run, per window: the hits while
+        // the probes were in its text (the 50 ms held and the detach).
+        let locks = seconds * 1e9 / cycles.ns_per_lock;
+        let per_window = if cycles.windows > 0 {
+            format!(
+                "{:.1}",
+                (cycles.ns_per_lock - base) * locks / cycles.windows as f64 / 1e6
+            )
+        } else {
+            "-".to_string()
+        };
         text.push_str(&format!(
-            "| {} | {} | {} | {} | {:.1} | {:+.1} |\n",
+            "| {} | {} | {} | {} | {:.1} | {:+.1} | {per_window} |\n",
             mechanism.label(),
             cycles.windows,
             cell(&cycles.attach_ms),

@@ -27,6 +27,7 @@ pub fn of_run(
     let mut estimate = estimate(&run.windows, run.total, rate);
     estimate.windows_kept_attached = run.windows_kept_attached;
     estimate.window_links = Some(run.window_links);
+    estimate.sample_period_s = Some(run.period.as_secs_f64());
     estimate.window_links_fallback = run.window_links_fallback.clone();
     let hits: u64 = run.windows.iter().map(|w| w.calls).sum();
     estimate.probe_time_share =
@@ -75,6 +76,7 @@ fn estimate(windows: &[CountingWindow], total: Duration, rate: f64) -> Estimate 
             "requests (counted over the same windows)".into(),
         ],
         sample_rate: rate,
+        sample_period_s: None,
         windows: windows.len() as u32,
         counted_s: counted,
         total_s,

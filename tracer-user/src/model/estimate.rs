@@ -7,6 +7,10 @@ pub struct Estimate {
     /// Which numbers are estimates: lock acquisitions and calls.
     pub estimated: Vec<String>,
     pub sample_rate: f64,
+    /// One window per this many seconds (`--sample-period`, else the
+    /// mechanism's default). Null in reports from before 2026-12.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sample_period_s: Option<f64>,
     pub windows: u32,
     /// Time the lock probes counted, and the whole recording.
     pub counted_s: f64,

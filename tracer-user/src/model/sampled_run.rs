@@ -23,6 +23,8 @@ pub struct SampledRun {
     /// Windows after which the probes stayed attached (not counting),
     /// because detaching took longer than the gap to the next window.
     pub windows_kept_attached: u32,
+    /// One window per this long.
+    pub period: Duration,
     /// How the windows' probes were attached and detached.
     pub window_links: WindowLinkKind,
     /// Why uprobe-multi links were not used, when the kernel refused them.

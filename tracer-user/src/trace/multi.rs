@@ -58,6 +58,9 @@ struct LinkCreateAttr {
     cnt: u32,
     multi_flags: u32,
     pid: u32,
+    /// Named so that it is zeroed: the kernel refuses (EINVAL) an attr
+    /// with a non-zero byte past the last field it knows.
+    padding: u32,
 }
 
 fn bpf<T>(command: libc::c_long, attr: &mut T) -> std::io::Result<OwnedFd> {

@@ -34,11 +34,20 @@ use crate::{
 pub struct SampleOptions {
     /// Fraction of the time the lock probes count (0 < rate <= 1).
     pub rate: f64,
-    /// One window per period.
-    pub period: Duration,
+    /// One window per period (`--sample-period`); None: the mechanism's
+    /// default ([`DEFAULT_PERIOD_MULTI`], [`DEFAULT_PERIOD_PER_POINT`]).
+    pub period: Option<Duration>,
     /// How a window's probes are attached and detached.
     pub links: WindowLinkChoice,
 }
+
+/// The default period with uprobe-multi links: a window opens in ~1-4 ms
+/// and closes in ~35 ms here (docs/benchmarks.md), so 30 windows in 30 s
+/// cost little, and the bound shrinks with the square root of the windows.
+pub const DEFAULT_PERIOD_MULTI: Duration = Duration::from_secs(1);
+/// With a perf-event uprobe per point, whose windows take ~0.5 s to close
+/// (seconds on a loaded machine).
+pub const DEFAULT_PERIOD_PER_POINT: Duration = Duration::from_secs(5);
 
 /// `--window-links`: uprobe-multi links where the kernel takes them, or a
 /// perf-event uprobe per point (to compare; the mechanism before 2026-12).
@@ -74,6 +83,13 @@ impl Attacher {
         match self {
             Attacher::Multi(_) => WindowLinkKind::UprobeMulti,
             Attacher::PerPoint => WindowLinkKind::PerfEvent,
+        }
+    }
+
+    fn default_period(&self) -> Duration {
+        match self {
+            Attacher::Multi(_) => DEFAULT_PERIOD_MULTI,
+            Attacher::PerPoint => DEFAULT_PERIOD_PER_POINT,
         }
     }
 }
@@ -149,7 +165,7 @@ fn attach_canary(
 /// The first probe point of the first function that has one.
 fn first_point(functions: &[Placed]) -> Option<Vec<Placed>> {
     functions.iter().find_map(|(function, placed)| {
-        let point = placed.points.first()?.clone();
+        let point = *placed.points.first()?;
         let mut one = placed.clone();
         one.points = vec![point];
         Some(vec![(function.clone(), one)])
@@ -172,10 +188,12 @@ where
     F: Future<Output = Result<StopReason>>,
 {
     let started = Instant::now();
-    let on = options.period.mul_f64(options.rate);
+    let period = options.period.unwrap_or(armed.attacher.default_period());
+    let on = period.mul_f64(options.rate);
     let mut jitter = Jitter::new();
     let mut run = SampledRun {
         window_links: armed.attacher.kind(),
+        period,
         window_links_fallback: armed.fallback,
         ..SampledRun::default()
     };
@@ -195,7 +213,7 @@ where
         let offset = if run.windows.is_empty() {
             Duration::ZERO
         } else {
-            (options.period - on).mul_f64(jitter.next())
+            (period - on).mul_f64(jitter.next())
         };
         if let Some(stopped) = wait_to_open(offset, &mut detacher, &mut end).await {
             break 'periods stopped?;
@@ -211,7 +229,8 @@ where
         set_counting(ebpf, true)?;
         let counting_since = Instant::now();
         let length = window_length(
-            &options,
+            options.rate,
+            period,
             counting_since - started,
             counted_so_far(&run.windows),
         );
@@ -234,8 +253,7 @@ where
         )?;
         // The next window would wait for this detach: keep the probes
         // (not counting: the flag is off) and say so in the report.
-        let keep =
-            stopped.is_none() && detacher.too_slow_for(options.period.saturating_sub(length));
+        let keep = stopped.is_none() && detacher.too_slow_for(period.saturating_sub(length));
         kept = release_window(ebpf, &mut detacher, links, keep, &mut run)?;
         // Measures the detach time for the next window's decision.
         if detacher.wants_canary()
@@ -246,7 +264,7 @@ where
         if let Some(stopped) = stopped {
             break 'periods stopped?;
         }
-        let rest = options.period.saturating_sub(period_start.elapsed());
+        let rest = period.saturating_sub(period_start.elapsed());
         tokio::select! {
             stopped = &mut end => break 'periods stopped?,
             _ = tokio::time::sleep(rest) => {}
@@ -445,14 +463,14 @@ fn counted_so_far(windows: &[CountingWindow]) -> Duration {
 /// windows were late or lost (slow detaches on a loaded machine), so that
 /// the counted time stays the sample rate of the elapsed time; at most a
 /// period. `now` is the window's start from the start of the recording.
-fn window_length(options: &SampleOptions, now: Duration, counted: Duration) -> Duration {
-    let on = options.period.mul_f64(options.rate);
-    if options.rate >= 1.0 {
+fn window_length(rate: f64, period: Duration, now: Duration, counted: Duration) -> Duration {
+    let on = period.mul_f64(rate);
+    if rate >= 1.0 {
         return on;
     }
     // Counting L more makes counted + L = rate × (now + L).
-    let behind = (options.rate * now.as_secs_f64() - counted.as_secs_f64()) / (1.0 - options.rate);
-    Duration::from_secs_f64(behind.clamp(on.as_secs_f64(), options.period.as_secs_f64()))
+    let behind = (rate * now.as_secs_f64() - counted.as_secs_f64()) / (1.0 - rate);
+    Duration::from_secs_f64(behind.clamp(on.as_secs_f64(), period.as_secs_f64()))
 }
 
 /// The links of one window's probes.
@@ -551,23 +569,19 @@ mod tests {
 
     #[test]
     fn late_windows_count_longer_to_keep_the_rate() {
-        let options = SampleOptions {
-            rate: 0.2,
-            period: Duration::from_millis(500),
-            links: WindowLinkChoice::Auto,
-        };
+        let (rate, period) = (0.2, Duration::from_millis(500));
         let ms = Duration::from_millis;
         // On schedule: the window's share of the period.
-        assert_eq!(window_length(&options, ms(300), ms(0)), ms(100));
-        assert_eq!(window_length(&options, ms(1300), ms(200)), ms(100));
+        assert_eq!(window_length(rate, period, ms(300), ms(0)), ms(100));
+        assert_eq!(window_length(rate, period, ms(1300), ms(200)), ms(100));
         // Windows lost to a 2 s detach: counted 100 ms of 2.4 s; this one
         // catches up (0.1 + L = 0.2 × (2.4 + L) gives L = 475 ms).
-        let length = window_length(&options, ms(2400), ms(100));
+        let length = window_length(rate, period, ms(2400), ms(100));
         assert!(
             length.abs_diff(ms(475)) < Duration::from_micros(1),
             "{length:?}"
         );
         // Never more than a period.
-        assert_eq!(window_length(&options, ms(60_000), ms(100)), ms(500));
+        assert_eq!(window_length(rate, period, ms(60_000), ms(100)), ms(500));
     }
 }
