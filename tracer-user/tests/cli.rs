@@ -166,6 +166,14 @@ fn bad_mode_options_are_one_line_errors() {
             "--sample-period applies only with --mode sampled",
         ),
         (
+            vec!["--window-links", "perf-event"],
+            "--window-links applies only with --mode sampled",
+        ),
+        (
+            vec!["--mode", "sampled", "--window-links", "ioctl"],
+            "invalid value 'ioctl' for '--window-links",
+        ),
+        (
             vec!["--mode", "everything"],
             "invalid value 'everything' for '--mode",
         ),

@@ -88,24 +88,24 @@ impl Drop for CpuHog {
     }
 }
 
+/// Sampled mode as the tests here run it: a fifth of the time, in windows
+/// of 100 ms every 0.5 s.
+const SAMPLED: &[&str] = &[
+    "--mode",
+    "sampled",
+    "--sample",
+    "0.2",
+    "--sample-period",
+    "0.5",
+];
+
 /// fixtures/steady.c: 50 locks every millisecond for 12 s; truth 600,000.
 /// On a machine loaded by two busy threads, as CI machines are.
 #[test]
 fn sampled_estimate_is_within_its_stated_bound() {
     let binary = fixture("steady", Flavor::Glibc);
     let _hog = CpuHog::start(2);
-    let (report, addresses) = trace_fixture(
-        &binary,
-        &["50", "12000"],
-        &[
-            "--mode",
-            "sampled",
-            "--sample",
-            "0.2",
-            "--sample-period",
-            "0.5",
-        ],
-    );
+    let (report, addresses) = trace_fixture(&binary, &["50", "12000"], SAMPLED);
     let truth = 50 * 12000;
     eprintln!("estimate: {}", report["estimate"]);
     let lock = lock_at(&report, addresses["global"][0]).expect("global lock");
@@ -150,17 +150,10 @@ fn sampled_per_request_counts_requests_in_the_same_windows() {
             &binary,
             &["50", "4000"],
             &[
-                "--mode",
-                "sampled",
-                "--sample",
-                "0.2",
-                "--sample-period",
-                "0.5",
-                "--request-probe",
-                "steady:tick",
-                "--window-links",
-                links,
-            ],
+                SAMPLED,
+                &["--request-probe", "steady:tick", "--window-links", links],
+            ]
+            .concat(),
         );
         assert_eq!(report["estimate"]["window_links"], kind, "{links}");
         assert!(

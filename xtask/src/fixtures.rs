@@ -1,8 +1,8 @@
 //! Compiling and talking to the C fixtures the bench runs.
 use std::{
-    io::BufRead,
+    io::{BufRead, BufReader},
     path::{Path, PathBuf},
-    process::Command,
+    process::{Child, ChildStdout, Command, Stdio},
 };
 
 use anyhow::{Context, Result, bail};
@@ -49,4 +49,18 @@ pub fn read_until(
             return Ok(line.trim().to_string());
         }
     }
+}
+
+/// Starts a loop fixture (fixtures/bench/loop.c) for `seconds`, up to its
+/// `ready`: it locks once it reads a line on stdin.
+pub fn start_loop(binary: &Path, seconds: f64) -> Result<(Child, BufReader<ChildStdout>)> {
+    let mut fixture = Command::new(binary)
+        .arg(seconds.to_string())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("starting {}", binary.display()))?;
+    let mut out = BufReader::new(fixture.stdout.take().expect("piped"));
+    read_until(&mut out, "fixture", |line| line == "ready")?;
+    Ok((fixture, out))
 }

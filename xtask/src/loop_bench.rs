@@ -1,16 +1,12 @@
 //! The uncontended one-thread lock loop (fixtures/bench/loop.c) under each
 //! tracer: ns added per lock, attach time, tracer CPU and memory.
-use std::{
-    io::{BufReader, Write},
-    path::Path,
-    process::{Command, Stdio},
-};
+use std::{io::Write, path::Path};
 
 use anyhow::{Context, Result};
 
 use crate::{
     Bench,
-    fixtures::{compile, read_until},
+    fixtures::{compile, read_until, start_loop},
     results::{self, Sample},
     tracers::{self, Tracer},
 };
@@ -94,15 +90,8 @@ fn median_of(mut samples: Vec<Sample>) -> Sample {
 /// One run of a loop fixture: it waits for "go" on stdin (sent once the
 /// tracer is live), locks for `seconds` and prints its ns per lock.
 pub fn run_loop(binary: &Path, seconds: f64, tracer: &Tracer, locktrace: &Path) -> Result<Sample> {
-    let mut fixture = Command::new(binary)
-        .arg(seconds.to_string())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .with_context(|| format!("starting {}", binary.display()))?;
+    let (mut fixture, mut fixture_out) = start_loop(binary, seconds)?;
     let pid = fixture.id();
-    let mut fixture_out = BufReader::new(fixture.stdout.take().expect("piped"));
-    read_until(&mut fixture_out, "fixture", |line| line == "ready")?;
 
     let running = tracers::start(tracer, pid, locktrace)?;
     fixture.stdin.take().expect("piped").write_all(b"go\n")?;

@@ -13,9 +13,9 @@
 //! loop's ns per lock meanwhile against untraced, and that added time per
 //! window (what the target paid while the probes were in its text).
 use std::{
-    io::{BufRead, BufReader, Write},
+    io::{BufRead, Write},
     path::Path,
-    process::{Child, ChildStdout, Command, Stdio},
+    process::Child,
     time::{Duration, Instant},
 };
 
@@ -33,7 +33,7 @@ use tracer_common::names;
 
 use crate::{
     Bench,
-    fixtures::{compile, read_until},
+    fixtures::{compile, read_until, start_loop},
 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -210,18 +210,6 @@ fn load(prepared: &Prepared) -> Result<attach::Loaded> {
         unlock_functions: &[],
         cpu: None,
     })
-}
-
-fn start_loop(binary: &Path, seconds: f64) -> Result<(Child, BufReader<ChildStdout>)> {
-    let mut fixture = Command::new(binary)
-        .arg(seconds.to_string())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .with_context(|| format!("starting {}", binary.display()))?;
-    let mut out = BufReader::new(fixture.stdout.take().expect("piped"));
-    read_until(&mut out, "fixture", |line| line == "ready")?;
-    Ok((fixture, out))
 }
 
 fn go(fixture: &mut Child) -> Result<()> {

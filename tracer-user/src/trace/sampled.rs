@@ -191,12 +191,7 @@ where
     let period = options.period.unwrap_or(armed.attacher.default_period());
     let on = period.mul_f64(options.rate);
     let mut jitter = Jitter::new();
-    let mut run = SampledRun {
-        window_links: armed.attacher.kind(),
-        period,
-        window_links_fallback: armed.fallback,
-        ..SampledRun::default()
-    };
+    let mut run = new_run(&armed.attacher, armed.fallback, period);
     let attacher = armed.attacher;
     // Lock calls and requests counted before the current window.
     let mut previous = (0u64, 0u64);
@@ -276,6 +271,17 @@ where
     }
     detacher.finish();
     Ok((stopped_by, run))
+}
+
+/// The run before its first window: how its windows are attached, and why
+/// not as a uprobe-multi link if so.
+fn new_run(attacher: &Attacher, fallback: Option<String>, period: Duration) -> SampledRun {
+    SampledRun {
+        window_links: attacher.kind(),
+        window_links_fallback: fallback,
+        period,
+        ..SampledRun::default()
+    }
 }
 
 /// Waits `offset`, then until the last window's probes are all detached: one
