@@ -156,6 +156,7 @@ fn sampled_per_request_counts_requests_in_the_same_windows() {
             .concat(),
         );
         assert_eq!(report["estimate"]["window_links"], kind, "{links}");
+        assert_eq!(report["estimate"]["sample_period_s"], 0.5);
         assert!(
             report["estimate"]["window_links_fallback"].is_null(),
             "{}",

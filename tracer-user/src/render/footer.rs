@@ -122,3 +122,44 @@ fn estimate_lines(estimate: &Estimate) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The kernel refused the uprobe-multi link: the footer says so, with
+    /// the kernel's reason, and what it cost (slower windows).
+    #[test]
+    fn a_refused_uprobe_multi_link_is_said_with_its_reason() {
+        let reason = "a uprobe-multi link on 5 points in /usr/lib/x86_64-linux-gnu/libc.so.6 failed: Invalid argument (os error 22)";
+        let estimate: Estimate = serde_json::from_value(serde_json::json!({
+            "estimated": ["locks[].acquisitions"],
+            "sample_rate": 0.1,
+            "sample_period_s": 5.0,
+            "windows": 6,
+            "counted_s": 3.0,
+            "total_s": 30.0,
+            "scale": 10.0,
+            "unsampled_edges_s": 1.0,
+            "relative_error": 0.5,
+            "probe_time_share": 0.0,
+            "window_links": "perf_event",
+            "window_links_fallback": reason,
+        }))
+        .unwrap();
+        let text = estimate_lines(&estimate);
+        let expected = format!(
+            "sampled: windows used a perf-event uprobe per probe point (slower to close, so fewer windows) because the kernel refused a uprobe-multi link: {reason}"
+        );
+        assert_eq!(
+            text.lines().filter(|line| *line == expected).count(),
+            1,
+            "{text}"
+        );
+        // Without a refusal, no such line.
+        let mut plain = estimate.clone();
+        plain.window_links_fallback = None;
+        plain.window_links = Some(crate::model::WindowLinkKind::UprobeMulti);
+        assert!(!estimate_lines(&plain).contains("refused"));
+    }
+}
