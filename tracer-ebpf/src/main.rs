@@ -386,30 +386,30 @@ pub fn cond_wait_exit(ctx: RetProbeContext) -> u32 {
 }
 
 /// True when the futex call was made from the Go runtime's `runtime.futex`:
-/// the first frame of the user stack is the instruction after its `syscall`.
+/// the syscall returns into it. The return address is the user `rip` the
+/// kernel saved at the syscall entry: one read, where a one-frame
+/// `bpf_get_stack` went through the perf callchain code on every call.
 #[inline(always)]
-fn from_go_runtime(ctx: &TracePointContext) -> bool {
+fn from_go_runtime() -> bool {
     if FLAGS.load() & flags::GO_RUNTIME == 0 {
         return false;
     }
-    let mut ip = [0u64; 1];
-    // SAFETY: the helper writes at most 8 bytes (the size given) into `ip`,
-    // which is 8 bytes on this program's stack.
-    let copied = unsafe {
-        aya_ebpf::helpers::generated::bpf_get_stack(
-            ctx.as_ptr(),
-            ip.as_mut_ptr() as *mut core::ffi::c_void,
-            8,
-            BPF_F_USER_STACK as u64,
-        )
+    // SAFETY: the helpers return the current task and its saved user
+    // registers; the field is read with the checked helper.
+    let user_ip = unsafe {
+        let regs = bpf_task_pt_regs(bpf_get_current_task_btf()) as *const pt_regs;
+        if regs.is_null() {
+            return false;
+        }
+        bpf_probe_read_kernel(&(*regs).rip)
     };
-    copied == 8 && ip[0] >= GO_FUTEX_START.load() && ip[0] < GO_FUTEX_END.load()
+    user_ip.is_ok_and(|ip| ip >= GO_FUTEX_START.load() && ip < GO_FUTEX_END.load())
 }
 
 /// Where a wait of this thread on `uaddr` is counted: (class, key).
 #[inline(always)]
-fn classify_wait(ctx: &TracePointContext, tid: u32, uaddr: u64) -> (u32, u64) {
-    if from_go_runtime(ctx) {
+fn classify_wait(tid: u32, uaddr: u64) -> (u32, u64) {
+    if from_go_runtime() {
         return (wait_class::GO_RUNTIME, uaddr);
     }
     // SAFETY: the reference is used at once, within this program run.
@@ -448,7 +448,7 @@ pub fn futex_enter(ctx: TracePointContext) -> u32 {
     match futex_kind(op) {
         FutexKind::Wait => {
             let tid = bpf_get_current_pid_tgid() as u32;
-            let (class, key) = classify_wait(&ctx, tid, uaddr);
+            let (class, key) = classify_wait(tid, uaddr);
             // Holders only mean something for a lock's own futex words.
             let (holder_ip, holder_tid) = if class == wait_class::FUTEX {
                 holder_at_wait(uaddr, tid)
@@ -470,7 +470,7 @@ pub fn futex_enter(ctx: TracePointContext) -> u32 {
             }
         }
         FutexKind::Wake => {
-            let class = if from_go_runtime(&ctx) {
+            let class = if from_go_runtime() {
                 wait_class::GO_RUNTIME
             } else {
                 wait_class::FUTEX

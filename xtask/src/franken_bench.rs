@@ -78,6 +78,12 @@ fn measure(bench: &Bench) -> Result<String> {
             "locktrace --mode contention",
             tracers::locktrace(&["--mode", "contention"]),
         ),
+        // The same without the CPU sampler: the ratio of the two rows is
+        // what sampling costs the real server (issue 17's goal: under 2 %).
+        (
+            "locktrace --mode contention --no-cpu",
+            tracers::locktrace(&["--mode", "contention", "--no-cpu"]),
+        ),
         (
             "locktrace --mode sampled --sample 0.1",
             tracers::locktrace(&[&["--mode", "sampled", "--sample", "0.1"], &probe[..]].concat()),

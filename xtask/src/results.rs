@@ -73,9 +73,9 @@ pub fn loop_table(results: &[(&str, Sample)]) -> String {
             }
         };
         text.push_str(&format!(
-            "| {name} | {:.1} | {} | {} | {} | {} | {} | {} |\n",
+            "| {name} | {:.2} | {} | {} | {} | {} | {} | {} |\n",
             sample.ns_per_lock,
-            traced(format!("{added:.1}")),
+            traced(format!("{added:.2}")),
             // Locks per second traced over untraced: the CPU sampler's cost shows here.
             traced(format!("{:.3}", base / sample.ns_per_lock)),
             traced(format!("{:.3}x", added / bpftrace_added)),

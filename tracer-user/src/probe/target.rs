@@ -278,6 +278,24 @@ pub fn is_alive(pid: u32) -> bool {
 const PF_KTHREAD: u32 = 0x0020_0000;
 
 /// The target's memory map (/proc/PID/maps).
+/// What changes when a process maps or unmaps memory or starts or ends a
+/// thread: its thread count and virtual size (one read of /proc/PID/stat).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shape {
+    pub threads: i64,
+    pub virtual_bytes: u64,
+}
+
+impl Shape {
+    pub fn read(pid: u32) -> Option<Shape> {
+        let stat = Process::new(i32::try_from(pid).ok()?).ok()?.stat().ok()?;
+        Some(Shape {
+            threads: stat.num_threads,
+            virtual_bytes: stat.vsize,
+        })
+    }
+}
+
 pub fn read_maps(pid: u32) -> Result<Vec<Mapping>> {
     let maps = i32::try_from(pid)
         .ok()
