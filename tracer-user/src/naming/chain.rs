@@ -276,17 +276,7 @@ impl Search<'_> {
             return None;
         }
         let header = u64::from_le_bytes(buffer[..8].try_into().unwrap_or_default());
-        if is_freed_chunk(&buffer[..read], header, tcache_key) {
-            return None; // a stale pointer to freed memory names nothing
-        }
-        let object_size = malloc_usable_size(header)
-            .unwrap_or(MAX_FIELD_OFFSET)
-            .min(read as u64 - 8);
-        let match_size = match malloc_usable_size(header) {
-            None if glibc_malloc => 1,
-            _ => object_size,
-        };
-        Some((object_size, match_size))
+        object_bounds(&buffer[..read], header, glibc_malloc, tcache_key)
     }
 
     /// Queues the heap pointers held in object `id` (its bytes after the header word).
@@ -471,6 +461,33 @@ fn routes(
     }
 }
 
+/// The bytes of an object to follow pointers in and to look for locks in,
+/// from its first bytes `chunk` (the word before it first): None when it is
+/// a freed glibc chunk. Only glibc's malloc puts a size word before each
+/// object; elsewhere (musl's mallocng keeps a slot index and an offset there,
+/// next to the tail of the slot before) that word says nothing, and reading
+/// it as glibc's made live objects look freed or small at random.
+fn object_bounds(
+    chunk: &[u8],
+    header: u64,
+    glibc_malloc: bool,
+    tcache_key: Option<u64>,
+) -> Option<(u64, u64)> {
+    let read = chunk.len() as u64;
+    if !glibc_malloc {
+        let size = MAX_FIELD_OFFSET.min(read - 8);
+        return Some((size, size));
+    }
+    if is_freed_chunk(chunk, header, tcache_key) {
+        return None; // a stale pointer to freed memory names nothing
+    }
+    let usable = malloc_usable_size(header);
+    let object_size = usable.unwrap_or(MAX_FIELD_OFFSET).min(read - 8);
+    // No size word: a pointer into the middle of something (an arena block,
+    // a string); locks merely near it are not inside it.
+    Some((object_size, if usable.is_some() { object_size } else { 1 }))
+}
+
 /// glibc marks a freed tcache chunk with the process's random `tcache_key`
 /// in its second word; the key is read when a symbol table names it
 /// (libc's debug file, or a static executable).
@@ -577,6 +594,31 @@ mod tests {
         assert!(!super::is_freed_chunk(&chunk(7, 0x20), 0, None));
         assert_eq!(super::malloc_usable_size(0x31), Some(0x28));
         assert_eq!(super::malloc_usable_size(0x2d30303000000000), None);
+    }
+
+    /// musl's word before an object is no size: never read as glibc's.
+    #[test]
+    fn only_glibc_objects_are_bounded_by_a_size_word() {
+        // What reads as a glibc chunk of 48 bytes whose next chunk is free.
+        let mut bytes = vec![0u8; 0x408];
+        bytes[..8].copy_from_slice(&0x30u64.to_le_bytes());
+        bytes[48..56].copy_from_slice(&0x20u64.to_le_bytes());
+        assert_eq!(super::object_bounds(&bytes, 0x30, true, None), None);
+        assert_eq!(
+            super::object_bounds(&bytes, 0x30, false, None),
+            Some((0x400, 0x400))
+        );
+        bytes[48..56].copy_from_slice(&0x21u64.to_le_bytes());
+        assert_eq!(
+            super::object_bounds(&bytes, 0x31, true, None),
+            Some((0x28, 0x28))
+        );
+        // glibc, no size word: followed, but only a lock right at it is inside.
+        let junk = 0x2d30_3030_0000_0000;
+        assert_eq!(
+            super::object_bounds(&bytes, junk, true, None),
+            Some((0x400, 1))
+        );
     }
 
     #[test]
