@@ -22,6 +22,7 @@ LOGS=$E/logs
 TARBALL=$E/src/php8.2_8.2.32.orig.tar.xz
 GOVENV=/tmp/gobin-venv
 mkdir -p "$OUT" "$LOGS"
+built=0
 
 die() { echo "build-frankenphp-static: $*" >&2; exit 1; }
 # Runs a step with its output in a log; on failure one line names the log.
@@ -63,6 +64,7 @@ if [ "${FORCE:-0}" = 1 ] || [ "$(cat "$stamp" 2>/dev/null)" != "$recipe" ] ||
   # The installed headers are stock; so is the tree again.
   patch -p1 -R -i "$kit/mysqlnd-stats-atomic.patch" >/dev/null
   echo "$recipe" >"$stamp"
+  built=1
 fi
 
 # 2. The kit's Go host, linked static against each libphp.a.
@@ -82,6 +84,7 @@ for flavour in stock patched; do
   (cd "$kit/go" && step "go-$flavour" go build -buildvcs=false -tags nowatcher,nomercure \
      -ldflags "-linkmode external -extldflags -static" -o "$binary.new" .)
   mv -f "$binary.new" "$binary" # a new inode: a running server keeps its file
+  built=1
 done
 
 # 3. Static: no program interpreter, no shared libraries.
@@ -91,4 +94,4 @@ for flavour in stock patched; do
     die "$binary is not static (readelf -ld shows an interpreter or shared libraries); see $LOGS/static-go-$flavour.log"
   fi
 done
-echo "build-frankenphp-static: $OUT/frankenphp-static-{stock,patched} ready" >&2
+[ "$built" = 0 ] || echo "build-frankenphp-static: built $OUT/frankenphp-static-{stock,patched}" >&2

@@ -36,18 +36,6 @@ fn built_kit() -> PathBuf {
     kit
 }
 
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Mode {
-    Classic,
-    Worker,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Libphp {
-    Stock,
-    Patched,
-}
-
 /// The kit's server, running while this lives; holds the machine-wide lock.
 struct Server {
     kit: PathBuf,
@@ -136,24 +124,8 @@ fn record_outside_load(server: &Server, n: u64) -> (Value, String, Vec<String>) 
     common::frankenphp::record_outside_load(server.pid, n)
 }
 
-/// The request probe locktrace chose with no request flag.
-fn assert_auto_probe(report: &Value, stderr: &[String], n: u64, what: &str) {
-    let requests = &report["requests"];
-    assert_eq!(requests["source"], "probe", "{what}");
-    assert_eq!(requests["count"], n, "{what}: {requests}");
-    let auto = &requests["auto_probe"];
-    assert_eq!(auto["server"], "frankenphp", "{what}: {requests}");
-    assert_eq!(auto["function"], "sapi_activate", "{what}");
-    assert_eq!(auto["module"], "/tmp/e2e/libphp-franken-stock.so", "{what}");
-    assert_eq!(
-        auto["recognised_by"],
-        "go_frankenphp_finish_worker_request in frankenphp-e2e"
-    );
-    assert!(
-        !stderr.iter().any(|line| line.contains("no per-request")),
-        "{what}: {stderr:?}"
-    );
-}
+/// The dynamic server's libphp and executable, for [`assert_auto_probe`].
+const DYNAMIC: (&str, &str) = ("/tmp/e2e/libphp-franken-stock.so", "frankenphp-e2e");
 
 /// The live views' start-up line says which function counts requests.
 fn assert_says_probe_chosen(stderr: &[String]) {
@@ -197,7 +169,7 @@ fn classic_mode_stock_then_patched() {
         assert_go_runtime_apart(&report, &table);
 
         let (report, table, stderr) = record_outside_load(&server, 100);
-        assert_auto_probe(&report, &stderr, 100, "classic, outside load");
+        assert_auto_probe(&report, &stderr, DYNAMIC, 100, "classic, outside load");
         assert_global_lock(&report, &table, "classic stock, outside load");
         assert!(
             table.contains("request probe chosen: FrankenPHP"),
@@ -238,7 +210,7 @@ fn worker_mode_stock_counts_408_per_request_both_ways() {
     assert_global_lock(&report, &table, "worker stock, load");
 
     let (report, table, stderr) = record_outside_load(&server, 100);
-    assert_auto_probe(&report, &stderr, 100, "worker, outside load");
+    assert_auto_probe(&report, &stderr, DYNAMIC, 100, "worker, outside load");
     assert_global_lock(&report, &table, "worker stock, outside load");
 }
 

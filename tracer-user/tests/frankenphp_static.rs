@@ -25,18 +25,6 @@ use common::frankenphp::*;
 use object::{Object, ObjectSymbol};
 use serde_json::Value;
 
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Mode {
-    Classic,
-    Worker,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Libphp {
-    Stock,
-    Patched,
-}
-
 fn binary(libphp: Libphp) -> PathBuf {
     let name = match libphp {
         Libphp::Stock => "frankenphp-static-stock",
@@ -177,23 +165,6 @@ fn assert_load_report(report: &Value, table: &str, mutexes: f64, rwlocks: f64, w
     );
 }
 
-/// The request function chosen with no flag: `sapi_activate`, in the executable.
-fn assert_auto_probe(report: &Value, server: &StaticServer, n: u64, what: &str) {
-    let requests = &report["requests"];
-    assert_eq!(requests["source"], "probe", "{what}");
-    assert_eq!(requests["count"], n, "{what}: {requests}");
-    let auto = &requests["auto_probe"];
-    assert_eq!(auto["server"], "frankenphp", "{what}: {requests}");
-    assert_eq!(auto["function"], "sapi_activate", "{what}");
-    assert_eq!(auto["module"], server.binary.to_str().unwrap(), "{what}");
-    let name = server.binary.file_name().unwrap().to_str().unwrap();
-    assert_eq!(
-        auto["recognised_by"],
-        format!("go_frankenphp_finish_worker_request in {name}").as_str(),
-        "{what}"
-    );
-}
-
 /// Static: no program interpreter (PT_INTERP) and no shared library
 /// (DT_NEEDED); PHP, the lock functions and musl's malloc are symbols of
 /// the executable itself.
@@ -256,8 +227,11 @@ fn classic_mode_stock_then_patched() {
         assert_eq!(lock_named(&report, GLOBAL_LOCK)["region"], "heap (mmap)");
         assert_go_runtime_apart(&report, &table);
 
-        let (report, table, _) = record_outside_load(server.pid(), 100);
-        assert_auto_probe(&report, &server, 100, "classic, outside load");
+        let (report, table, stderr) = record_outside_load(server.pid(), 100);
+        let module = server.binary.to_str().unwrap();
+        let name = server.binary.file_name().unwrap().to_str().unwrap();
+        let what = "classic, outside load";
+        assert_auto_probe(&report, &stderr, (module, name), 100, what);
         assert_global_lock(&report, &table, "classic stock, outside load");
     }
     {

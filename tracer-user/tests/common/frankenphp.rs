@@ -24,6 +24,18 @@ const PAGE: &str = "/q.php";
 /// What q.php answers: 20 rows from MariaDB.
 pub const BODY: &str = "\"count\":20";
 
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Mode {
+    Classic,
+    Worker,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Libphp {
+    Stock,
+    Patched,
+}
+
 /// The kit: `$LOCKTRACE_FRANKENPHP_KIT`, else `shared/frankenphp` beside the repository.
 pub fn kit() -> PathBuf {
     let kit = std::env::var_os("LOCKTRACE_FRANKENPHP_KIT")
@@ -127,6 +139,35 @@ pub fn record_outside_load(pid: u32, n: u64) -> (Value, String, Vec<String>) {
     let (report, table) = trace.finish();
     assert_eq!(report["stopped_by"], "duration");
     (report, table, stderr)
+}
+
+/// The request function locktrace chose with no request flag:
+/// `sapi_activate` in `module` (libphp, or the executable of a static
+/// build), FrankenPHP recognised by a symbol of the executable `exe_name`;
+/// it counted the `n` requests, and nothing said "no per-request".
+pub fn assert_auto_probe(
+    report: &Value,
+    stderr: &[String],
+    (module, exe_name): (&str, &str),
+    n: u64,
+    what: &str,
+) {
+    let requests = &report["requests"];
+    assert_eq!(requests["source"], "probe", "{what}");
+    assert_eq!(requests["count"], n, "{what}: {requests}");
+    let auto = &requests["auto_probe"];
+    assert_eq!(auto["server"], "frankenphp", "{what}: {requests}");
+    assert_eq!(auto["function"], "sapi_activate", "{what}");
+    assert_eq!(auto["module"], module, "{what}");
+    assert_eq!(
+        auto["recognised_by"],
+        format!("go_frankenphp_finish_worker_request in {exe_name}").as_str(),
+        "{what}"
+    );
+    assert!(
+        !stderr.iter().any(|line| line.contains("no per-request")),
+        "{what}: {stderr:?}"
+    );
 }
 
 /// The dynamic loader's lock taken when a thread is created (its TLS):
