@@ -49,7 +49,7 @@ stamp=$OUT/php.recipe
 # 1. PHP twice, as static archives: lib-stock/libphp.a and lib-patched/libphp.a.
 if [ "${FORCE:-0}" = 1 ] || [ "$(cat "$stamp" 2>/dev/null)" != "$recipe" ] ||
    [ ! -f "$OUT/lib-stock/libphp.a" ] || [ ! -f "$OUT/lib-patched/libphp.a" ]; then
-  echo "build-frankenphp-static: building PHP with musl, stock and patched (about 8 minutes; logs $LOGS/static-*.log)" >&2
+  echo "build-frankenphp-static: building PHP with musl, stock and patched (about 12 minutes; logs $LOGS/static-*.log)" >&2
   rm -rf "$SRC" "$PREFIX" "$OUT/lib-stock" "$OUT/lib-patched" "$stamp"
   mkdir -p "$SRC" "$OUT/lib-stock" "$OUT/lib-patched"
   tar -xJf "$TARBALL" -C "$SRC" --strip-components=1
