@@ -4,8 +4,10 @@
 # When everything is present this costs well under 5 s.
 #   --frankenphp   also build the real FrankenPHP kit the tests run (scripts/test.sh
 #                  passes it; about 8 minutes the first time, cached in /tmp/e2e and
-#                  /tmp/gobin-venv afterwards). The kit is $LOCKTRACE_FRANKENPHP_KIT,
-#                  else shared/frankenphp beside the repository.
+#                  /tmp/gobin-venv afterwards), then its static musl variant
+#                  (scripts/build-frankenphp-static.sh, about 12 more minutes once).
+#                  The kit is $LOCKTRACE_FRANKENPHP_KIT, else shared/frankenphp
+#                  beside the repository.
 set -euo pipefail
 
 FRANKENPHP=0
@@ -83,4 +85,7 @@ if [ "$FRANKENPHP" = 1 ]; then
   [ -x /tmp/e2e/frankenphp-e2e ] || echo "setup: building the real FrankenPHP from $kit (about 8 minutes, once; log $log)" >&2
   SMOKE=0 bash "$kit/build.sh" >"$log" 2>&1 ||
     die "building the FrankenPHP kit failed (see $log); by hand: SMOKE=0 bash $kit/build.sh"
+  # The release shape (tests/frankenphp_static.rs): one static musl executable
+  # with PHP inside, from the kit's outputs; about 12 minutes once, then under a second.
+  LOCKTRACE_FRANKENPHP_KIT=$kit bash "$repo/scripts/build-frankenphp-static.sh"
 fi

@@ -156,10 +156,13 @@ struct Search<'a> {
 }
 
 impl Search<'_> {
+    /// Asked for every word read (a million and more per search): a binary
+    /// search over the sorted, merged ranges keeps it a few comparisons.
     fn is_heap(&self, value: u64) -> bool {
-        self.heap_ranges
-            .iter()
-            .any(|&(start, end)| value >= start && value < end)
+        let after = self
+            .heap_ranges
+            .partition_point(|&(start, _)| start <= value);
+        after > 0 && value < self.heap_ranges[after - 1].1
     }
 
     /// Notes one more way to reach the object at `address`, queueing it
@@ -276,17 +279,7 @@ impl Search<'_> {
             return None;
         }
         let header = u64::from_le_bytes(buffer[..8].try_into().unwrap_or_default());
-        if is_freed_chunk(&buffer[..read], header, tcache_key) {
-            return None; // a stale pointer to freed memory names nothing
-        }
-        let object_size = malloc_usable_size(header)
-            .unwrap_or(MAX_FIELD_OFFSET)
-            .min(read as u64 - 8);
-        let match_size = match malloc_usable_size(header) {
-            None if glibc_malloc => 1,
-            _ => object_size,
-        };
-        Some((object_size, match_size))
+        object_bounds(&buffer[..read], header, glibc_malloc, tcache_key)
     }
 
     /// Queues the heap pointers held in object `id` (its bytes after the header word).
@@ -352,7 +345,7 @@ pub fn search_within(
         space,
         memory,
         wanted: locks.iter().copied().collect(),
-        heap_ranges: space.heap_ranges(),
+        heap_ranges: sorted_and_merged(space.heap_ranges()),
         reached: Vec::new(),
         by_address: HashMap::new(),
         queue: VecDeque::new(),
@@ -424,6 +417,19 @@ pub fn search_within(
     outcome
 }
 
+/// Ranges sorted by start, overlapping and adjacent ones joined.
+fn sorted_and_merged(mut ranges: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
+    ranges.sort_unstable();
+    let mut merged: Vec<(u64, u64)> = Vec::with_capacity(ranges.len());
+    for (start, end) in ranges {
+        match merged.last_mut() {
+            Some(last) if start <= last.1 => last.1 = last.1.max(end),
+            _ => merged.push((start, end)),
+        }
+    }
+    merged
+}
+
 /// Every route (up to [`MAX_HOPS`] pointers, at most [`MAX_CANDIDATES`]
 /// per call chain) from a global to object `id`; `tail` holds the offsets
 /// after it, innermost last.
@@ -469,6 +475,33 @@ fn routes(
             }
         }
     }
+}
+
+/// The bytes of an object to follow pointers in and to look for locks in,
+/// from its first bytes `chunk` (the word before it first): None when it is
+/// a freed glibc chunk. Only glibc's malloc puts a size word before each
+/// object; elsewhere (musl's mallocng keeps a slot index and an offset there,
+/// next to the tail of the slot before) that word says nothing, and reading
+/// it as glibc's made live objects look freed or small at random.
+fn object_bounds(
+    chunk: &[u8],
+    header: u64,
+    glibc_malloc: bool,
+    tcache_key: Option<u64>,
+) -> Option<(u64, u64)> {
+    let read = chunk.len() as u64;
+    if !glibc_malloc {
+        let size = MAX_FIELD_OFFSET.min(read - 8);
+        return Some((size, size));
+    }
+    if is_freed_chunk(chunk, header, tcache_key) {
+        return None; // a stale pointer to freed memory names nothing
+    }
+    let usable = malloc_usable_size(header);
+    let object_size = usable.unwrap_or(MAX_FIELD_OFFSET).min(read - 8);
+    // No size word: a pointer into the middle of something (an arena block,
+    // a string); locks merely near it are not inside it.
+    Some((object_size, if usable.is_some() { object_size } else { 1 }))
 }
 
 /// glibc marks a freed tcache chunk with the process's random `tcache_key`
@@ -577,6 +610,39 @@ mod tests {
         assert!(!super::is_freed_chunk(&chunk(7, 0x20), 0, None));
         assert_eq!(super::malloc_usable_size(0x31), Some(0x28));
         assert_eq!(super::malloc_usable_size(0x2d30303000000000), None);
+    }
+
+    #[test]
+    fn merges_heap_ranges() {
+        let merged =
+            super::sorted_and_merged(vec![(50, 60), (10, 20), (20, 30), (15, 18), (40, 45)]);
+        assert_eq!(merged, [(10, 30), (40, 45), (50, 60)]);
+        assert!(super::sorted_and_merged(Vec::new()).is_empty());
+    }
+
+    /// musl's word before an object is no size: never read as glibc's.
+    #[test]
+    fn only_glibc_objects_are_bounded_by_a_size_word() {
+        // What reads as a glibc chunk of 48 bytes whose next chunk is free.
+        let mut bytes = vec![0u8; 0x408];
+        bytes[..8].copy_from_slice(&0x30u64.to_le_bytes());
+        bytes[48..56].copy_from_slice(&0x20u64.to_le_bytes());
+        assert_eq!(super::object_bounds(&bytes, 0x30, true, None), None);
+        assert_eq!(
+            super::object_bounds(&bytes, 0x30, false, None),
+            Some((0x400, 0x400))
+        );
+        bytes[48..56].copy_from_slice(&0x21u64.to_le_bytes());
+        assert_eq!(
+            super::object_bounds(&bytes, 0x31, true, None),
+            Some((0x28, 0x28))
+        );
+        // glibc, no size word: followed, but only a lock right at it is inside.
+        let junk = 0x2d30_3030_0000_0000;
+        assert_eq!(
+            super::object_bounds(&bytes, junk, true, None),
+            Some((0x400, 1))
+        );
     }
 
     #[test]

@@ -301,17 +301,7 @@ fn heap_locks_to_chain(report: &Report) -> Vec<u64> {
     report
         .locks
         .iter()
-        .filter(|lock| {
-            lock.name.is_none()
-                && matches!(
-                    lock.region.as_str(),
-                    "[heap]"
-                        | "anonymous"
-                        | region::SPARE_HEAP
-                        | region::MMAP_HEAP
-                        | region::THREAD_ARENA
-                )
-        })
+        .filter(|lock| lock.name.is_none() && region::is_heap_region(&lock.region))
         .take(CHAIN_SEARCH_LOCKS)
         .map(|lock| lock.address)
         .collect()

@@ -301,8 +301,5 @@ fn is_heap_lock(space: &AddressSpace, address: u64) -> bool {
     space
         .module_of(address)
         .is_none_or(|module| module.spare_start() <= address)
-        && matches!(
-            space.region_of(address).as_str(),
-            "[heap]" | "anonymous" | region::SPARE_HEAP
-        )
+        && region::is_heap_region(&space.region_of(address))
 }

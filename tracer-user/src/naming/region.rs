@@ -57,6 +57,15 @@ const GO_ARENA: std::ops::Range<u64> = 0x00c0_0000_0000..0x0100_0000_0000;
 /// musl use a page or two); the Go runtime's huge reservations are not guards.
 const MAX_GUARD: u64 = 64 << 10;
 
+/// Regions whose locks only a pointer chain from a global can name: the
+/// memory malloc hands out. One list for the searches during the recording
+/// and the one at the end (musl's heap is `heap (mmap)`: a list without it
+/// left a static musl program's heap locks unsearched until the end).
+pub fn is_heap_region(region: &str) -> bool {
+    matches!(region, "[heap]" | "anonymous")
+        || [SPARE_HEAP, MMAP_HEAP, THREAD_ARENA].contains(&region)
+}
+
 impl LoadedModule {
     /// End of the module's last allocated section: what follows up to `end`
     /// is spare, and the dynamic linker may use it as heap.
@@ -453,6 +462,23 @@ mod tests {
         );
         // Not a Go program: the same memory is no Go heap.
         assert_ne!(frankenphp(false).region_of(0x35b7_2aa3_9160), GO_HEAP);
+    }
+
+    #[test]
+    fn heap_regions_are_what_malloc_hands_out() {
+        for region in ["[heap]", "anonymous", SPARE_HEAP, MMAP_HEAP, THREAD_ARENA] {
+            assert!(is_heap_region(region), "{region}");
+        }
+        for region in [
+            ".bss",
+            ".data",
+            GO_HEAP,
+            "thread stack",
+            "[stack]",
+            "unknown",
+        ] {
+            assert!(!is_heap_region(region), "{region}");
+        }
     }
 
     /// Go 1.27 built static with musl (FrankenPHP's release binaries): no

@@ -2,6 +2,7 @@
 //! `locktrace record` (real BPF, needs root) and reads its JSON report.
 #![allow(dead_code)]
 
+pub mod frankenphp;
 pub mod live_views;
 
 use std::{

@@ -1,0 +1,284 @@
+//! The real FrankenPHP kit (`../shared/frankenphp`), shared by
+//! `frankenphp_real.rs` (the kit's dynamic glibc server) and
+//! `frankenphp_static.rs` (the static musl one, release-shaped): the machine
+//! lock, MariaDB, the page, recording under load, and what every build shows.
+use std::{
+    fs::File,
+    os::fd::AsRawFd,
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use serde_json::Value;
+
+use super::{Trace, caller_functions, live_views::try_http_get, locktrace, repo_root, run_record};
+
+/// The global statistics mutex of mysqlnd, as locktrace names it.
+pub const GLOBAL_LOCK: &str = "*mysqlnd_global_stats->LOCK_access";
+/// Taken this often per request of q.php (measured with bpftrace, the kit's README).
+pub const GLOBAL_PER_REQUEST: f64 = 408.0;
+pub const URL: &str = "http://127.0.0.1:8091/q.php";
+const PORT: u16 = 8091;
+const PAGE: &str = "/q.php";
+/// What q.php answers: 20 rows from MariaDB.
+pub const BODY: &str = "\"count\":20";
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Mode {
+    Classic,
+    Worker,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Libphp {
+    Stock,
+    Patched,
+}
+
+/// The kit: `$LOCKTRACE_FRANKENPHP_KIT`, else `shared/frankenphp` beside the repository.
+pub fn kit() -> PathBuf {
+    let kit = std::env::var_os("LOCKTRACE_FRANKENPHP_KIT")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join("../shared/frankenphp"));
+    assert!(
+        kit.join("build.sh").exists(),
+        "the FrankenPHP kit is missing: expected at {} (set LOCKTRACE_FRANKENPHP_KIT to its folder)",
+        kit.display()
+    );
+    kit
+}
+
+/// Runs one of the kit's scripts (`start.sh classic`, `stop.sh`, …); panics with its output on failure.
+pub fn kit_script(kit: &Path, args: &[&str]) {
+    let output = Command::new("bash")
+        .arg(kit.join(args[0]))
+        .args(&args[1..])
+        .output()
+        .expect("running a kit script");
+    assert!(
+        output.status.success(),
+        "{args:?} failed: {}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// flock(2) on /tmp/franken.lock, the one FrankenPHP server of this machine.
+/// Rust opens files close-on-exec, so the MariaDB start.sh may start does not
+/// inherit (and keep) the lock. A blocking flock waits in the kernel's queue
+/// with the other waiters; after 15 minutes the test gives up, in one line.
+pub fn take_machine_lock() -> File {
+    let (sender, receiver) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let lock = File::create("/tmp/franken.lock").expect("creating /tmp/franken.lock");
+        // SAFETY: flock on a descriptor this thread owns.
+        let locked = unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) };
+        assert_eq!(locked, 0, "flock /tmp/franken.lock");
+        let _ = sender.send(lock);
+    });
+    receiver
+        .recv_timeout(Duration::from_secs(900))
+        .unwrap_or_else(|_| {
+            panic!(
+                "/tmp/franken.lock has been held by other processes for 15 minutes (holders: /proc/locks); \
+                 a process started under `flock` without -o (e.g. a MariaDB start.sh started) keeps it"
+            )
+        })
+}
+
+pub fn mariadb_up() -> bool {
+    Command::new("mysqladmin")
+        .args(["--socket=/run/mysqld/mysqld.sock", "ping"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|status| status.success())
+}
+
+/// The body of a 200 response to `GET /q.php`, one connection per request.
+pub fn get_page() -> Option<String> {
+    try_http_get(PORT, PAGE)
+}
+
+/// `n` requests one after another (an outside client, not locktrace's load driver).
+pub fn sequential_requests(n: u64) {
+    for i in 0..n {
+        let body = get_page().unwrap_or_else(|| panic!("request {i} of {n} failed"));
+        assert!(body.contains(BODY), "request {i}: {body}");
+    }
+}
+
+/// `record` under locktrace's own load driver: 300 requests after a warmup.
+pub fn record_with_load(pid: u32, json: &Path, extra: &[&str]) -> (Value, String) {
+    run_record(
+        locktrace()
+            .args(["record", "--pid", &pid.to_string(), "--json"])
+            .arg(json)
+            .args(["--load", URL, "-n", "300", "-c", "2", "--warmup", "50"])
+            .args(["--expect-body", BODY])
+            .args(extra),
+        json,
+    )
+}
+
+/// `record --duration 10` with no request flag while an outside client sends
+/// `n` sequential requests, all inside the window (they start once the probes
+/// are live and must end before the window does): the count of the chosen
+/// request function and the lock counts cover exactly the same requests.
+pub fn record_outside_load(pid: u32, n: u64) -> (Value, String, Vec<String>) {
+    let trace = Trace::attach(pid, &["--duration", "10"]);
+    let started = Instant::now();
+    sequential_requests(n);
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_secs(9),
+        "{n} sequential requests took {took:?}, too long for the 10 s window on this machine"
+    );
+    let stderr = trace.stderr_lines.clone();
+    let (report, table) = trace.finish();
+    assert_eq!(report["stopped_by"], "duration");
+    (report, table, stderr)
+}
+
+/// The request function locktrace chose with no request flag:
+/// `sapi_activate` in `module` (libphp, or the executable of a static
+/// build), FrankenPHP recognised by a symbol of the executable `exe_name`;
+/// it counted the `n` requests, and nothing said "no per-request".
+pub fn assert_auto_probe(
+    report: &Value,
+    stderr: &[String],
+    (module, exe_name): (&str, &str),
+    n: u64,
+    what: &str,
+) {
+    let requests = &report["requests"];
+    assert_eq!(requests["source"], "probe", "{what}");
+    assert_eq!(requests["count"], n, "{what}: {requests}");
+    let auto = &requests["auto_probe"];
+    assert_eq!(auto["server"], "frankenphp", "{what}: {requests}");
+    assert_eq!(auto["function"], "sapi_activate", "{what}");
+    assert_eq!(auto["module"], module, "{what}");
+    assert_eq!(
+        auto["recognised_by"],
+        format!("go_frankenphp_finish_worker_request in {exe_name}").as_str(),
+        "{what}"
+    );
+    assert!(
+        !stderr.iter().any(|line| line.contains("no per-request")),
+        "{what}: {stderr:?}"
+    );
+}
+
+/// The dynamic loader's lock taken when a thread is created (its TLS):
+/// the Go runtime starts a thread now and then, never per request.
+pub const THREAD_START_LOCK: &str = "_rtld_global._dl_load_tls_lock";
+
+/// Acquisitions per request of every lock PHP takes, i.e. all but the
+/// loader's thread-start lock (whose callers are checked to be thread starts).
+pub fn php_acquisitions_per_request(report: &Value, table: &str) -> f64 {
+    let count = report["requests"]["count"].as_u64().unwrap() as f64;
+    let mut total = 0;
+    for lock in report["locks"].as_array().unwrap() {
+        let acquisitions = lock["acquisitions"].as_u64().unwrap_or(0);
+        if lock["name"] == THREAD_START_LOCK {
+            let callers = caller_functions(lock);
+            assert!(
+                callers.iter().all(|f| f.starts_with("_dl_allocate_tls")),
+                "{callers:?}:\n{table}"
+            );
+        } else {
+            total += acquisitions;
+        }
+    }
+    total as f64 / count
+}
+
+pub fn lock_named<'a>(report: &'a Value, name: &str) -> &'a Value {
+    report["locks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|lock| lock["name"] == name)
+        .unwrap_or_else(|| panic!("no lock named {name}"))
+}
+
+pub fn has_lock_named(report: &Value, name: &str) -> bool {
+    report["locks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|lock| lock["name"] == name)
+}
+
+/// The global lock exactly 408 times per request, named, a pthread mutex.
+pub fn assert_global_lock(report: &Value, table: &str, what: &str) {
+    let count = report["requests"]["count"].as_u64().unwrap();
+    assert!(
+        has_lock_named(report, GLOBAL_LOCK),
+        "{what}: no lock named {GLOBAL_LOCK}:\n{table}"
+    );
+    let lock = lock_named(report, GLOBAL_LOCK);
+    assert_eq!(lock["kind"], "mutex", "{what}");
+    assert_eq!(lock["wait_class"], "lock", "{what}");
+    assert_eq!(
+        lock["acquisitions"].as_u64(),
+        Some(408 * count),
+        "{what}:\n{table}"
+    );
+    assert_eq!(
+        lock["per_request"]["acquisitions"].as_f64(),
+        Some(GLOBAL_PER_REQUEST),
+        "{what}:\n{table}"
+    );
+}
+
+/// Go's scheduler parks its threads on futexes: `go_runtime` rows, never in
+/// the contention totals, which add up the `lock` rows only.
+pub fn assert_go_runtime_apart(report: &Value, table: &str) {
+    let rows = report["locks"].as_array().unwrap();
+    let sum = |class: &str, field: &str| -> u64 {
+        rows.iter()
+            .filter(|lock| lock["wait_class"] == class)
+            .map(|lock| lock[field].as_u64().unwrap_or(0))
+            .sum()
+    };
+    let go_waits = sum("go_runtime", "contended");
+    assert!(go_waits > 0, "no go_runtime rows:\n{table}");
+    let totals = &report["totals"];
+    assert_eq!(totals["by_wait_class"]["go_runtime"]["waits"], go_waits);
+    assert_eq!(totals["contended"], sum("lock", "contended"), "{table}");
+    assert!(table.contains("waiting for work / runtime"), "{table}");
+    assert!(table.contains("not contention: go_runtime: "), "{table}");
+}
+
+/// `compare BEFORE AFTER --assert-gone GLOBAL_LOCK` passes, and its row says
+/// 408.0 per request before and `disappeared`.
+pub fn assert_compare_says_gone(before: &Path, after: &Path) {
+    let output = locktrace()
+        .arg("compare")
+        .args([before, after])
+        .args(["--assert-gone", GLOBAL_LOCK])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        text.contains(&format!(
+            "ok: no lock matching \"{GLOBAL_LOCK}\" is taken after"
+        )),
+        "{text}"
+    );
+    let line = text
+        .lines()
+        .find(|line| line.contains(GLOBAL_LOCK) && line.contains('|'))
+        .unwrap_or_else(|| panic!("no compare row for the global lock: {text}"));
+    assert!(
+        line.contains("408.0") && line.contains("disappeared"),
+        "{line}"
+    );
+}

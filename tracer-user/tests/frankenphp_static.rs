@@ -1,0 +1,300 @@
+//! Issue 16, item 5: FrankenPHP's release shape. The kit's host (FrankenPHP
+//! v1.12.7) linked into one static musl executable with PHP 8.2 (libphp.a),
+//! built by `scripts/build-frankenphp-static.sh` (`scripts/setup.sh
+//! --frankenphp`), stock and patched: the lock functions, musl's malloc and
+//! PHP are all in the executable. Truths measured with bpftrace on these
+//! binaries (uprobes on the executable's lock functions, 300 requests after
+//! 50 of warmup): classic mode 792 `pthread_mutex_lock` calls per request,
+//! 408 of them on mysqlnd's global statistics mutex, and 8
+//! `pthread_rwlock_rdlock` calls on musl's thread-creation lock (`lock`;
+//! `pthread_create` takes it too, 2 calls per thread Go starts); patched 1
+//! mutex call and the 8 rdlocks. Worker mode: 791 mutex calls and 9 rdlocks;
+//! patched the 9 rdlocks.
+//!
+//! One FrankenPHP server runs on this machine at a time: each test holds
+//! `/tmp/franken.lock` while it uses one; a guard stops the server it
+//! started (by pid), and MariaDB if the test started it, also on a panic.
+mod common;
+
+use std::{
+    fs::File,
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use common::{Trace, frankenphp::*};
+use object::{Object, ObjectSymbol};
+use serde_json::Value;
+
+fn binary(libphp: Libphp) -> PathBuf {
+    let name = match libphp {
+        Libphp::Stock => "frankenphp-static-stock",
+        Libphp::Patched => "frankenphp-static-patched",
+    };
+    let path = Path::new("/tmp/e2e/static").join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: run scripts/setup.sh --frankenphp (it runs scripts/build-frankenphp-static.sh)",
+        path.display()
+    );
+    path
+}
+
+/// The static server, running while this lives; holds the machine-wide lock.
+struct StaticServer {
+    kit: PathBuf,
+    binary: PathBuf,
+    child: Child,
+    mariadb_was_up: bool,
+    /// flock(2) on /tmp/franken.lock, released when the file closes.
+    _lock: File,
+}
+
+impl StaticServer {
+    fn start(mode: Mode, libphp: Libphp) -> StaticServer {
+        let kit = kit();
+        let binary = binary(libphp);
+        let lock = take_machine_lock();
+        let mariadb_was_up = mariadb_up();
+        // MariaDB and the bench database exactly as the kit sets them up:
+        // its start.sh starts them (and its dynamic server, stopped at once).
+        kit_script(&kit, &["start.sh", "classic"]);
+        kit_script(&kit, &["stop.sh"]);
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open("/tmp/e2e/logs/franken-static.log")
+            .expect("opening /tmp/e2e/logs/franken-static.log");
+        let mut command = Command::new(&binary);
+        command.arg("-root").arg(kit.join("www"));
+        if mode == Mode::Worker {
+            // The kit's worker configuration (start.sh worker).
+            command
+                .arg("-worker")
+                .arg(kit.join("www/worker.php"))
+                .args(["-workers", "16"]);
+        }
+        let child = command
+            .env("PHPRC", kit.join("php.ini"))
+            .current_dir("/tmp/e2e")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {}: {e}", binary.display()));
+        let server = StaticServer {
+            kit,
+            binary,
+            child,
+            mariadb_was_up,
+            _lock: lock,
+        };
+        let started = Instant::now();
+        while !get_page().is_some_and(|body| body.contains(BODY)) {
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "{} ({mode:?}) does not answer {URL} with 20 rows (see /tmp/e2e/logs/franken-static.log)",
+                server.binary.display()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        server
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Stops the server this test started, by its pid: SIGTERM, then SIGKILL after 10 s.
+    fn stop(&mut self) {
+        if !matches!(self.child.try_wait(), Ok(None)) {
+            return;
+        }
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let started = Instant::now();
+        while matches!(self.child.try_wait(), Ok(None)) {
+            if started.elapsed() > Duration::from_secs(10) {
+                let _ = self.child.kill();
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for StaticServer {
+    fn drop(&mut self) {
+        self.stop();
+        if !self.mariadb_was_up {
+            let _ = Command::new("bash")
+                .arg(self.kit.join("stop.sh"))
+                .arg("all")
+                .output();
+        }
+    }
+}
+
+/// Acquisitions of the rows of one lock kind (`mutex`, `rwlock`).
+fn acquisitions_of_kind(report: &Value, kind: &str) -> u64 {
+    report["locks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|lock| lock["kind"] == kind)
+        .map(|lock| lock["acquisitions"].as_u64().unwrap_or(0))
+        .sum()
+}
+
+/// Thread starts a test allows during a recording: musl's `pthread_create`
+/// read-locks its thread-creation rwlock (`__acquire_ptc`, the row `lock`),
+/// the same lock PHP's requests take; bpftrace saw 2 more calls for the one
+/// thread Go started in a fresh server's first load.
+const MAX_THREAD_STARTS: u64 = 8;
+
+/// What the load driver's report shows: every request answered, exactly
+/// `mutexes` mutex calls per request, `rwlocks` rwlock calls per request
+/// plus those of the threads Go may start, and all of them in the total.
+fn assert_load_report(report: &Value, table: &str, mutexes: u64, rwlocks: u64, what: &str) {
+    assert_eq!(report["requests"]["source"], "load", "{what}");
+    assert_eq!(
+        report["requests"]["statuses"]["200"], 300,
+        "{what}:\n{table}"
+    );
+    let count = report["requests"]["count"].as_u64().unwrap();
+    assert_eq!(count, 300, "{what}");
+    let mutex_calls = acquisitions_of_kind(report, "mutex");
+    assert_eq!(mutex_calls, mutexes * count, "{what}:\n{table}");
+    let rwlock_calls = acquisitions_of_kind(report, "rwlock");
+    let extra = rwlock_calls.checked_sub(rwlocks * count);
+    assert!(
+        extra.is_some_and(|extra| extra <= 2 * MAX_THREAD_STARTS),
+        "{what}: {rwlock_calls} rwlock calls for {count} requests:\n{table}"
+    );
+    assert_eq!(
+        report["totals"]["per_request"]["acquisitions"].as_f64(),
+        Some((mutex_calls + rwlock_calls) as f64 / count as f64),
+        "{what}:\n{table}"
+    );
+}
+
+/// Static: no program interpreter (PT_INTERP) and no shared library
+/// (DT_NEEDED); PHP, the lock functions and musl's malloc are symbols of
+/// the executable itself.
+#[test]
+fn the_binaries_are_static_with_php_inside() {
+    for libphp in [Libphp::Stock, Libphp::Patched] {
+        let path = binary(libphp);
+        let bytes = std::fs::read(&path).unwrap();
+        let elf = object::read::elf::ElfFile64::<object::Endianness>::parse(&*bytes).unwrap();
+        let what = path.display();
+        let endian = elf.endian();
+        use object::read::elf::ProgramHeader;
+        let interpreter = elf
+            .elf_program_headers()
+            .iter()
+            .any(|header| header.p_type(endian) == object::elf::PT_INTERP);
+        assert!(!interpreter, "{what} has a program interpreter");
+        let dynamic = elf
+            .elf_program_headers()
+            .iter()
+            .any(|header| header.p_type(endian) == object::elf::PT_DYNAMIC);
+        assert!(!dynamic, "{what} has a dynamic section (DT_NEEDED)");
+        let names: Vec<String> = elf
+            .symbols()
+            .filter(|symbol| symbol.is_definition())
+            .filter_map(|symbol| symbol.name().ok().map(str::to_string))
+            .collect();
+        for wanted in [
+            "sapi_activate",
+            "pthread_mutex_lock",
+            "pthread_cond_wait",
+            "malloc",
+            "mysqlnd_global_stats",
+            "go_frankenphp_finish_worker_request",
+        ] {
+            assert!(
+                names.iter().any(|name| name == wanted),
+                "{what}: no {wanted}"
+            );
+        }
+    }
+}
+
+/// Classic mode, stock: 408.0 on the global lock, named by its pointer
+/// chain through musl's heap as in the dynamic build; 792.0 mutex and 8.0
+/// rwlock calls per request; Go's waits apart. With no request flag the
+/// chosen function (`sapi_activate` in the executable) counts an outside
+/// client's requests exactly. Patched: compare says the global lock is gone,
+/// 1.0 mutex call (`*tsrm_env_mutex`) and the 8.0 rwlock calls are left.
+#[test]
+fn classic_mode_stock_then_patched() {
+    let dir = tempfile::tempdir().unwrap();
+    let before = dir.path().join("before.json");
+    let after = dir.path().join("after.json");
+    {
+        let server = StaticServer::start(Mode::Classic, Libphp::Stock);
+        let (report, table) = record_with_load(server.pid(), &before, &[]);
+        assert_load_report(&report, &table, 792, 8, "classic stock");
+        assert_global_lock(&report, &table, "classic stock, load");
+        assert_eq!(lock_named(&report, GLOBAL_LOCK)["region"], "heap (mmap)");
+        assert_go_runtime_apart(&report, &table);
+
+        let (report, table, stderr) = record_outside_load(server.pid(), 100);
+        let module = server.binary.to_str().unwrap();
+        let name = server.binary.file_name().unwrap().to_str().unwrap();
+        let what = "classic, outside load";
+        assert_auto_probe(&report, &stderr, (module, name), 100, what);
+        assert_global_lock(&report, &table, "classic stock, outside load");
+    }
+    {
+        let server = StaticServer::start(Mode::Classic, Libphp::Patched);
+        let (report, table) = record_with_load(server.pid(), &after, &[]);
+        assert_load_report(&report, &table, 1, 8, "classic patched");
+        assert!(!has_lock_named(&report, GLOBAL_LOCK), "{table}");
+        let left = lock_named(&report, "*tsrm_env_mutex");
+        assert_eq!(
+            left["per_request"]["acquisitions"].as_f64(),
+            Some(1.0),
+            "{table}"
+        );
+    }
+    assert_compare_says_gone(&before, &after);
+}
+
+/// Worker mode (the kit's worker.php, 16 workers): stock 408.0 on the named
+/// global lock, 791.0 mutex and 9.0 rwlock calls per request; patched no
+/// mutex at all.
+#[test]
+fn worker_mode_stock_then_patched() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let server = StaticServer::start(Mode::Worker, Libphp::Stock);
+        let (report, table) = record_with_load(server.pid(), &dir.path().join("stock.json"), &[]);
+        assert_load_report(&report, &table, 791, 9, "worker stock");
+        assert_global_lock(&report, &table, "worker stock, load");
+    }
+    let server = StaticServer::start(Mode::Worker, Libphp::Patched);
+    let (report, table) = record_with_load(server.pid(), &dir.path().join("patched.json"), &[]);
+    assert_load_report(&report, &table, 0, 9, "worker patched");
+    assert!(!has_lock_named(&report, GLOBAL_LOCK), "{table}");
+}
+
+/// The global lock keeps its name when the server exits before the
+/// recording ends: musl's heap (`heap (mmap)`) is searched for pointer
+/// chains during the recording too, as glibc's is.
+#[test]
+fn a_server_exiting_mid_recording_keeps_the_global_lock_named() {
+    let mut server = StaticServer::start(Mode::Classic, Libphp::Stock);
+    let trace = Trace::attach(server.pid(), &["--duration", "120"]);
+    // A few seconds of requests: several searches during the recording.
+    sequential_requests(200);
+    server.stop();
+    let (report, table) = trace.finish();
+    assert_eq!(report["stopped_by"], "target_exited", "{table}");
+    assert_eq!(report["requests"]["count"], 200, "{table}");
+    assert_global_lock(&report, &table, "exited mid-recording");
+    let naming = report["naming"]["pointer_chains"].as_str().unwrap();
+    assert!(naming.contains("found during the recording"), "{naming}");
+}
