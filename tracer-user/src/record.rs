@@ -205,13 +205,17 @@ async fn trace(
         .transpose()?;
     // Pointer chains of heap locks are searched while the target lives.
     snapshot.watch(&loaded.ebpf);
+    // The window and the target's CPU clock start before anyone is told the
+    // probes are live: a client that starts work at the ready file could
+    // otherwise run before the first reading (seen under two CPU hogs: the
+    // target's CPU read 10 % low).
+    let started = Instant::now();
+    let mut clock = TargetClock::open(target.pid);
+    let cpu_at_start = clock.as_mut().and_then(TargetClock::read);
     announce(options, prepared, &loaded, window);
     if let Some(path) = &options.ready_file {
         signal_ready(path)?;
     }
-    let started = Instant::now();
-    let mut clock = TargetClock::open(target.pid);
-    let cpu_at_start = clock.as_mut().and_then(TargetClock::read);
     let mut refresh = || {
         snapshot.tick();
         // Kept up to date: the last reading counts if the target exits.
