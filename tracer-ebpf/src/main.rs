@@ -385,6 +385,15 @@ pub fn cond_wait_exit(ctx: RetProbeContext) -> u32 {
     0
 }
 
+/// The user registers the kernel saved when the current thread entered it
+/// (syscall, interrupt or trap); `None` when the helper gives none.
+#[inline(always)]
+fn saved_user_regs() -> Option<*const pt_regs> {
+    // SAFETY: both helpers take the current task, which lives for this run.
+    let regs = unsafe { bpf_task_pt_regs(bpf_get_current_task_btf()) as *const pt_regs };
+    (!regs.is_null()).then_some(regs)
+}
+
 /// True when the futex call was made from the Go runtime's `runtime.futex`:
 /// the syscall returns into it. The return address is the user `rip` the
 /// kernel saved at the syscall entry: one read, where a one-frame
@@ -394,15 +403,12 @@ fn from_go_runtime() -> bool {
     if FLAGS.load() & flags::GO_RUNTIME == 0 {
         return false;
     }
-    // SAFETY: the helpers return the current task and its saved user
-    // registers; the field is read with the checked helper.
-    let user_ip = unsafe {
-        let regs = bpf_task_pt_regs(bpf_get_current_task_btf()) as *const pt_regs;
-        if regs.is_null() {
-            return false;
-        }
-        bpf_probe_read_kernel(&(*regs).rip)
+    let Some(regs) = saved_user_regs() else {
+        return false;
     };
+    // SAFETY: `regs` points at the current task's saved registers; the field
+    // is read with the checked helper.
+    let user_ip = unsafe { bpf_probe_read_kernel(&(*regs).rip) };
     user_ip.is_ok_and(|ip| ip >= GO_FUTEX_START.load() && ip < GO_FUTEX_END.load())
 }
 
@@ -831,13 +837,11 @@ pub fn cpu_sample(ctx: PerfEventContext) -> u32 {
         return 0;
     }
     // Kernel mode: the user registers saved when the thread entered the kernel.
-    let user = unsafe {
-        let task = bpf_get_current_task_btf();
-        bpf_task_pt_regs(task) as *const pt_regs
-    };
-    if user.is_null() {
+    let Some(user) = saved_user_regs() else {
         return 0;
-    }
+    };
+    // SAFETY: `user` points at the current task's saved registers; every
+    // field is read with the checked helper.
     let read = unsafe {
         (
             bpf_probe_read_kernel(&(*user).orig_rax),

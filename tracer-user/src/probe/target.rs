@@ -131,6 +131,20 @@ impl Target {
     pub fn is_alive(&self) -> bool {
         is_running(self.pid, self.start_time)
     }
+
+    /// A pidfd of the target: readable once it exits (zombie or gone), so
+    /// its end is noticed at once without polling /proc. `None` when the
+    /// kernel has no pidfd_open or the target is already gone.
+    pub fn exit_fd(&self) -> Option<std::os::fd::OwnedFd> {
+        use std::os::fd::FromRawFd;
+        // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, self.pid, 0) };
+        let fd = i32::try_from(fd).ok().filter(|fd| *fd >= 0)?;
+        // SAFETY: the fd was just opened and is owned by nothing else.
+        let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+        // Opened after a pid reuse, it would watch the wrong process.
+        self.is_alive().then_some(fd)
+    }
 }
 
 /// True while `pid` is the live process that started at `start_time`.

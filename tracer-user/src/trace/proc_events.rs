@@ -39,7 +39,10 @@ pub struct ProcWatch {
 }
 
 /// How often the watcher wakes up without events (to check the stop flag and poll).
-const TICK: Duration = Duration::from_millis(10);
+const TICK: Duration = Duration::from_millis(50);
+/// How often the executable is polled while the connector reports execs (it
+/// only covers a socket overflow); 100 stat calls a second cost ~0.2 % of a CPU.
+const EXE_POLL_WITH_CONNECTOR: Duration = Duration::from_millis(500);
 
 impl ProcWatch {
     /// Starts watching `pid`; `probed` are the target paths and host paths of
@@ -89,6 +92,11 @@ fn watch(pid: u32, probed: &BTreeMap<u64, String>, stop: &AtomicBool) -> Seen {
         ..Seen::default()
     };
     let mut last_poll = Instant::now();
+    let exe_poll = if connector.is_some() {
+        EXE_POLL_WITH_CONNECTOR
+    } else {
+        TICK
+    };
     while !stop.load(Ordering::Relaxed) {
         let mut exec_now = false;
         match &connector {
@@ -111,7 +119,7 @@ fn watch(pid: u32, probed: &BTreeMap<u64, String>, stop: &AtomicBool) -> Seen {
         }
         // Also without the connector, or when its socket overflowed
         // (ENOBUFS under a storm of events elsewhere): the executable changed.
-        if last_poll.elapsed() >= TICK {
+        if last_poll.elapsed() >= exe_poll {
             last_poll = Instant::now();
             let now = exe_inode();
             // Unknown at the start (or gone at the exit) proves nothing.

@@ -4,7 +4,10 @@
 use std::time::Duration;
 
 use anyhow::Result;
-use tokio::signal::unix::{Signal, SignalKind, signal};
+use tokio::{
+    io::{Interest, unix::AsyncFd},
+    signal::unix::{Signal, SignalKind, signal},
+};
 
 use crate::{model::StopReason, probe::target::Target};
 
@@ -36,10 +39,10 @@ impl StopSignals {
     }
 }
 
-/// How often the target is checked for exit.
+/// How often the target is checked for exit when no pidfd can tell.
 const EXIT_POLL: Duration = Duration::from_millis(20);
-/// `on_tick` runs every this many exit polls (200 ms).
-const POLLS_PER_TICK: u32 = 10;
+/// How often `on_tick` runs.
+const TICK: Duration = Duration::from_millis(200);
 
 /// Waits until the duration ends, a stop signal comes, or the target exits.
 /// `on_tick` runs every 200 ms meanwhile.
@@ -55,20 +58,44 @@ pub async fn wait_for_end(
             None => std::future::pending().await,
         }
     };
-    let exited = async {
-        let mut tick = tokio::time::interval(EXIT_POLL);
-        let mut polls = 0u32;
-        while target.is_alive() {
-            tick.tick().await;
-            polls += 1;
-            if polls.is_multiple_of(POLLS_PER_TICK) {
-                on_tick();
-            }
-        }
-    };
     tokio::select! {
         _ = deadline => StopReason::Duration,
         reason = signals.recv() => reason,
-        _ = exited => StopReason::TargetExited,
+        _ = target_exit(target, on_tick) => StopReason::TargetExited,
+    }
+}
+
+/// Resolves when the target exits, running `on_tick` meanwhile. A pidfd
+/// wakes us at the exit; polling /proc 50 times a second cost the tracer
+/// ~0.3 % of a CPU on an idle target.
+async fn target_exit(target: &Target, on_tick: &mut dyn FnMut()) {
+    let exit_fd = target.exit_fd().and_then(|fd| {
+        // SAFETY: the AsyncFd owns the OwnedFd, which stays open and the
+        // same until the AsyncFd is dropped.
+        unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE) }.ok()
+    });
+    let Some(exit_fd) = exit_fd else {
+        return poll_exit(target, on_tick).await;
+    };
+    let mut tick = tokio::time::interval(TICK);
+    tick.tick().await;
+    loop {
+        tokio::select! {
+            _ = exit_fd.readable() => return,
+            _ = tick.tick() => on_tick(),
+        }
+    }
+}
+
+async fn poll_exit(target: &Target, on_tick: &mut dyn FnMut()) {
+    let mut poll = tokio::time::interval(EXIT_POLL);
+    let polls_per_tick = (TICK.as_millis() / EXIT_POLL.as_millis()) as u32;
+    let mut polls = 0u32;
+    while target.is_alive() {
+        poll.tick().await;
+        polls += 1;
+        if polls.is_multiple_of(polls_per_tick) {
+            on_tick();
+        }
     }
 }
