@@ -1,8 +1,5 @@
 #!/bin/bash
-exec 9>/tmp/franken.lock; flock 9
-ROOT=$(cd "$(dirname "$0")/../.." && pwd); K=${LOCKTRACE_FRANKEN_KIT:-$ROOT/../shared/frankenphp}; LT=${LT:-$ROOT/target/release/locktrace}
-bash $K/use-stock.sh 9>&- >/dev/null; bash $K/start.sh classic 9>&- >/dev/null
-pid=$(cat /tmp/e2e/franken.pid)
+source "$(dirname "$0")/franken-common.sh"
 wrk -t1 -c4 -d3s http://127.0.0.1:8091/q.php >/dev/null
 rm -f /tmp/cost.ready
 $LT record --pid $pid "$@" --json /tmp/cost.json --ready-file /tmp/cost.ready 9>&- > /tmp/cost.out 2>/tmp/cost.err &

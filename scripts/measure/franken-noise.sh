@@ -1,8 +1,6 @@
 #!/bin/bash
 # untraced noise: N rounds of S s wrk, with /proc/stat busy and steal per round
-exec 9>/tmp/franken.lock; flock 9
-ROOT=$(cd "$(dirname "$0")/../.." && pwd); K=${LOCKTRACE_FRANKEN_KIT:-$ROOT/../shared/frankenphp}
-bash $K/use-stock.sh 9>&- >/dev/null; bash $K/start.sh classic 9>&- >/dev/null
+source "$(dirname "$0")/franken-common.sh"
 for i in $(seq 1 ${1:-8}); do
   read -r _ u n s idle io irq sirq st _ < /proc/stat
   r=$(wrk -t1 -c4 -d${2:-10}s http://127.0.0.1:8091/q.php | awk '/Requests\/sec/{print $2}')

@@ -1,9 +1,6 @@
 #!/bin/bash
 # sampled run with per-window debug: samp.sh SECONDS extra-args
-exec 9>/tmp/franken.lock; flock 9
-ROOT=$(cd "$(dirname "$0")/../.." && pwd); K=${LOCKTRACE_FRANKEN_KIT:-$ROOT/../shared/frankenphp}; LT=${LT:-$ROOT/target/release/locktrace}
-bash $K/use-stock.sh 9>&- >/dev/null; bash $K/start.sh classic 9>&- >/dev/null
-pid=$(cat /tmp/e2e/franken.pid)
+source "$(dirname "$0")/franken-common.sh"
 wrk -t1 -c4 -d3s http://127.0.0.1:8091/q.php >/dev/null
 rm -f /tmp/samp.ready
 RUST_LOG=locktrace=debug $LT record --pid $pid --mode sampled --sample 0.1 --request-probe libphp-franken-stock.so:php_request_startup "${@:2}" --json /tmp/samp.json --ready-file /tmp/samp.ready 9>&- > /tmp/samp.out 2>/tmp/samp.err &

@@ -1,9 +1,6 @@
 #!/bin/bash
 # bpf_stats of the tracer's programs under load: stats.sh MODEARGS...
-exec 9>/tmp/franken.lock; flock 9
-ROOT=$(cd "$(dirname "$0")/../.." && pwd); K=${LOCKTRACE_FRANKEN_KIT:-$ROOT/../shared/frankenphp}; LT=${LT:-$ROOT/target/release/locktrace}
-bash $K/use-stock.sh 9>&- >/dev/null; bash $K/start.sh classic 9>&- >/dev/null
-pid=$(cat /tmp/e2e/franken.pid)
+source "$(dirname "$0")/franken-common.sh"
 wrk -t1 -c4 -d3s http://127.0.0.1:8091/q.php >/dev/null
 sysctl -q kernel.bpf_stats_enabled=1
 rm -f /tmp/cost.ready

@@ -110,10 +110,7 @@ fn configs() -> Vec<Config> {
         ),
         config(
             "bpftrace uprobe one-liner",
-            Tracer::Bpftrace {
-                probe: "uprobe:/lib/x86_64-linux-gnu/libc.so.6:pthread_mutex_lock".into(),
-                action: "/pid == {pid}/ { @[arg0] = count(); }".into(),
-            },
+            tracers::bpftrace_one_liner(),
             0.0,
         ),
     ]
