@@ -200,7 +200,28 @@ pub fn lock_named<'a>(report: &'a Value, name: &str) -> &'a Value {
         .unwrap()
         .iter()
         .find(|lock| lock["name"] == name)
-        .unwrap_or_else(|| panic!("no lock named {name}"))
+        .unwrap_or_else(|| panic!("no lock named {name}; {}", naming_summary(report)))
+}
+
+/// The report's first locks (name, region, address) and how pointer-chain
+/// naming went: what a naming failure needs to be understood.
+pub fn naming_summary(report: &Value) -> String {
+    let locks: Vec<String> = report["locks"]
+        .as_array()
+        .map(|locks| {
+            locks
+                .iter()
+                .take(8)
+                .map(|lock| format!("{} ({}, {})", lock["name"], lock["region"], lock["address"]))
+                .collect()
+        })
+        .unwrap_or_default();
+    format!(
+        "locks: {}; pointer chains: {}; during the recording: {}",
+        locks.join(", "),
+        report["naming"]["pointer_chains"],
+        report["naming"]["live"]
+    )
 }
 
 pub fn has_lock_named(report: &Value, name: &str) -> bool {
@@ -216,7 +237,8 @@ pub fn assert_global_lock(report: &Value, table: &str, what: &str) {
     let count = report["requests"]["count"].as_u64().unwrap();
     assert!(
         has_lock_named(report, GLOBAL_LOCK),
-        "{what}: no lock named {GLOBAL_LOCK}:\n{table}"
+        "{what}: no lock named {GLOBAL_LOCK}; {}:\n{table}",
+        naming_summary(report)
     );
     let lock = lock_named(report, GLOBAL_LOCK);
     assert_eq!(lock["kind"], "mutex", "{what}");
