@@ -13,7 +13,14 @@ use super::region::AddressSpace;
 pub const MAX_HOPS: usize = 3;
 /// Largest field offset followed inside a pointed-to object.
 pub const MAX_FIELD_OFFSET: u64 = 0x400;
+/// CPU time the tracer's thread may spend on one search. CPU time, not wall
+/// time: on a busy machine (the target's own threads, CI's CPU hogs) the
+/// tracer waits for a core, and a wall-clock budget ran out before the
+/// search had read what an idle machine reads in a few milliseconds.
 pub const TIME_BUDGET: Duration = Duration::from_secs(2);
+/// Wall time a search may take whatever its CPU time, as a multiple of its
+/// budget, so a tracer starved of CPU still finishes its report.
+const WALL_CLOCK_CEILING: u32 = 10;
 const MAX_READS: usize = 200_000;
 
 /// Routes kept per object and candidate chains kept per lock.
@@ -337,6 +344,11 @@ pub fn search_within(
     budget: Duration,
 ) -> SearchOutcome {
     let started = Instant::now();
+    let cpu_started = thread_cpu_time();
+    let out_of_time = || {
+        let cpu_spent = thread_cpu_time().saturating_sub(cpu_started);
+        cpu_spent > budget || started.elapsed() > budget * WALL_CLOCK_CEILING
+    };
     let mut outcome = SearchOutcome {
         complete: true,
         ..SearchOutcome::default()
@@ -379,7 +391,7 @@ pub fn search_within(
         if settled_level.is_some_and(|level| hops > level) {
             break;
         }
-        if started.elapsed() > budget || search.reads > MAX_READS {
+        if out_of_time() || search.reads > MAX_READS {
             outcome.complete = false;
             break;
         }
@@ -415,6 +427,14 @@ pub fn search_within(
     outcome.chains = search.chains(executable);
     outcome.elapsed = started.elapsed();
     outcome
+}
+
+/// CPU time this thread has used (zero if the clock cannot be read, which
+/// leaves only the wall-clock ceiling).
+fn thread_cpu_time() -> Duration {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID)
+        .map(Duration::from)
+        .unwrap_or_default()
 }
 
 /// Ranges sorted by start, overlapping and adjacent ones joined.

@@ -25,7 +25,8 @@ use crate::{
     probe::{modules::ModuleFile, target::Mapping},
 };
 
-/// Time one search may take (the recording's tick waits for it).
+/// CPU time one search may take (the recording's tick waits for it; see
+/// [`chain::TIME_BUDGET`] for why CPU time).
 const SEARCH_BUDGET: Duration = Duration::from_millis(250);
 /// Heap locks looked for per search.
 const LOCKS_PER_SEARCH: usize = super::CHAIN_SEARCH_LOCKS;
