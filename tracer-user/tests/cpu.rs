@@ -98,8 +98,9 @@ fn assert_target_cpu_matches(run: &Run) {
 fn shared_mutex_cpu_matches_what_sharing_costs() {
     let mut last = String::new();
     for _attempt in 0..5 {
-        let shared = traced_run("shared", &["--mode", "contention"]);
-        let own = traced_run("own", &["--mode", "contention"]);
+        // The rate that gives a bound this tight in a short run (the default is 99 Hz).
+        let shared = traced_run("shared", &["--mode", "contention", "--cpu-hz", "999"]);
+        let own = traced_run("own", &["--mode", "contention", "--cpu-hz", "999"]);
         assert_target_cpu_matches(&shared);
         assert_target_cpu_matches(&own);
         assert_eq!(shared.ops, own.ops);
@@ -146,6 +147,8 @@ fn shared_mutex_cpu_matches_what_sharing_costs() {
 fn lock_free_fixture_has_no_lock_cpu() {
     let run = traced_run("none", &["--mode", "contention"]);
     assert_target_cpu_matches(&run);
+    // The default rate (a sampler at 999 Hz cost a busy server 1-4 %).
+    assert_eq!(run.report["cpu"]["sample_hz"], 99, "{}", run.report["cpu"]);
     let lock_code = cpu_figure(&run.report, "lock_code_ns");
     assert!(
         lock_code < 0.01 * run.fixture_cpu_ns,
@@ -160,7 +163,7 @@ fn lock_free_fixture_has_no_lock_cpu() {
 /// CPU figure; the shared mutex's lock code is seen.
 #[test]
 fn all_mode_reports_cpu_per_lock() {
-    let run = traced_run("shared", &[]);
+    let run = traced_run("shared", &["--cpu-hz", "999"]);
     assert_target_cpu_matches(&run);
     let lock = run.report["locks"]
         .as_array()

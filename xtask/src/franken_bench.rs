@@ -40,8 +40,16 @@ pub struct FrankenSample {
     pub bound: Option<f64>,
 }
 
+/// Which rows a run measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rows {
+    All,
+    /// Contention mode with and without the CPU sampler.
+    Contention,
+}
+
 /// Runs the part when the kit is built; otherwise says how to build it.
-pub fn run(bench: &Bench) -> Result<String> {
+pub fn run(bench: &Bench, rows: Rows) -> Result<String> {
     let kit = kit_dir(bench);
     if !Path::new(BINARY).exists() {
         return Ok(format!(
@@ -57,7 +65,7 @@ pub fn run(bench: &Bench) -> Result<String> {
     };
     script(&kit, "use-stock.sh", &[])?;
     script(&kit, "start.sh", &["classic"])?;
-    let measured = measure(bench);
+    let measured = measure(bench, rows);
     let stopped = script(&kit, "stop.sh", &[]);
     let text = measured?;
     stopped?;
@@ -81,14 +89,14 @@ struct Paired {
     ratios: Vec<f64>,
 }
 
-fn configs() -> Vec<Config> {
+fn configs(rows: Rows) -> Vec<Config> {
     let probe = ["--request-probe", REQUEST_PROBE];
     let config = |name, tracer, min_seconds| Config {
         name,
         tracer,
         min_seconds,
     };
-    vec![
+    let all = vec![
         config("locktrace (all locks)", tracers::locktrace(&probe), 0.0),
         config(
             "locktrace --mode contention",
@@ -113,19 +121,37 @@ fn configs() -> Vec<Config> {
             tracers::bpftrace_one_liner(),
             0.0,
         ),
-    ]
+    ];
+    match rows {
+        Rows::All => all,
+        Rows::Contention => {
+            let mut rows: Vec<Config> = all
+                .into_iter()
+                .filter(|config| config.name.contains("--mode contention"))
+                .collect();
+            // The sampler's rate: its cost on this server at each.
+            for (name, hz) in [
+                ("locktrace --mode contention --cpu-hz 99", "99"),
+                ("locktrace --mode contention --cpu-hz 999", "999"),
+            ] {
+                let tracer = tracers::locktrace(&["--mode", "contention", "--cpu-hz", hz]);
+                rows.push(config(name, tracer, 0.0));
+            }
+            rows
+        }
+    }
 }
 
 /// This VM's speed drifts by up to 28 % over minutes (untraced, 10 s rounds:
 /// 1698-2175 requests/s), so every traced round is compared with the
 /// untraced rounds right before and after it, not with a median of its own.
-fn measure(bench: &Bench) -> Result<String> {
+fn measure(bench: &Bench, rows: Rows) -> Result<String> {
     let pid: u32 = std::fs::read_to_string(PID_FILE)
         .with_context(|| format!("reading {PID_FILE}"))?
         .trim()
         .parse()
         .with_context(|| format!("{PID_FILE} holds no pid"))?;
-    let configs = configs();
+    let configs = configs(rows);
     let mut untraced = Vec::new();
     let mut paired: Vec<Paired> = configs.iter().map(|_| Paired::default()).collect();
     let mut before = run_round(pid, bench.seconds, &Tracer::None, &bench.locktrace)?;
@@ -190,6 +216,17 @@ fn median(mut values: Vec<f64>) -> f64 {
     values[values.len() / 2]
 }
 
+/// The mean of `values` and two standard errors of it (0 for one value).
+fn mean_and_two_standard_errors(values: &[f64]) -> (f64, f64) {
+    let n = values.len() as f64;
+    let mean = values.iter().sum::<f64>() / n;
+    if values.len() < 2 {
+        return (mean, 0.0);
+    }
+    let variance = values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1.0);
+    (mean, 2.0 * (variance / n).sqrt())
+}
+
 fn table(
     bench: &Bench,
     configs: &[Config],
@@ -202,15 +239,16 @@ fn table(
         "\n### The real FrankenPHP (classic mode, stock libphp, `{URL}`)\n\n\
          wrk -t1 -c4 for {seconds} s a round (sampled mode 30 s); every traced round sits between two \
          untraced rounds and is compared with their mean; median of {runs} rounds, with the rounds' \
-         lowest and highest ratio. \
+         lowest and highest ratio; then the rounds' mean ratio with two standard errors \
+         (a difference of a few percent needs that many rounds: one round's ratio varies by ~6 %). \
          locktrace counts requests with `--request-probe {REQUEST_PROBE}` (not in contention mode). \
          The stats mutex `{STATS_LOCK}` is taken {STATS_TRUTH} times per request (bpftrace, exact).\n\n\
-         | tracer | requests/s | vs untraced (rounds) | stats mutex per request (truth {STATS_TRUTH}) | within bound |\n\
-         |---|---:|---:|---:|---|\n"
+         | tracer | requests/s | vs untraced (rounds) | mean ±2 SE | stats mutex per request (truth {STATS_TRUTH}) | within bound |\n\
+         |---|---:|---:|---:|---:|---|\n"
     );
     let untraced_rates: Vec<f64> = untraced.iter().map(|s| s.requests_per_s).collect();
     text.push_str(&format!(
-        "| untraced | {:.0} | 1.000x ({:.0}-{:.0} requests/s) | - | - |\n",
+        "| untraced | {:.0} | 1.000x ({:.0}-{:.0} requests/s) | - | - | - |\n",
         median(untraced_rates.clone()),
         untraced_rates.iter().copied().fold(f64::INFINITY, f64::min),
         untraced_rates.iter().copied().fold(0.0, f64::max),
@@ -218,13 +256,14 @@ fn table(
     for (config, pairs) in configs.iter().zip(paired) {
         let lowest = pairs.ratios.iter().copied().fold(f64::INFINITY, f64::min);
         let highest = pairs.ratios.iter().copied().fold(0.0, f64::max);
+        let (mean, spread) = mean_and_two_standard_errors(&pairs.ratios);
         let ratio = median(pairs.ratios);
         let mut traced = pairs.traced;
         traced.sort_by(|a, b| a.requests_per_s.total_cmp(&b.requests_per_s));
         let sample = traced[traced.len() / 2];
         let (per_request, within) = per_request_cell(&traced);
         text.push_str(&format!(
-            "| {} | {:.0} | {ratio:.3}x ({lowest:.3}-{highest:.3}) | {per_request} | {within} |\n",
+            "| {} | {:.0} | {ratio:.3}x ({lowest:.3}-{highest:.3}) | {mean:.3}x ±{spread:.3} | {per_request} | {within} |\n",
             config.name, sample.requests_per_s,
         ));
     }
@@ -326,5 +365,19 @@ impl ExclusiveLock {
             }
             std::thread::sleep(std::time::Duration::from_millis(500));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn two_standard_errors_of_the_mean() {
+        assert_eq!(mean_and_two_standard_errors(&[0.97]), (0.97, 0.0));
+        // Sample standard deviation 0.1414, standard error 0.1.
+        let (mean, spread) = mean_and_two_standard_errors(&[0.9, 1.1]);
+        assert!((mean - 1.0).abs() < 1e-12);
+        assert!((spread - 0.2).abs() < 1e-12, "{spread}");
     }
 }

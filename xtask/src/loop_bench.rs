@@ -34,8 +34,12 @@ pub fn run(bench: &Bench) -> Result<String> {
             tracers::locktrace(&["--mode", "contention", "--no-cpu"]),
         ),
         (
-            "locktrace --mode contention (CPU sampled at 999 Hz, default)",
+            "locktrace --mode contention (CPU sampled at 99 Hz, default)",
             tracers::locktrace(&["--mode", "contention"]),
+        ),
+        (
+            "locktrace --mode contention --cpu-hz 999",
+            tracers::locktrace(&["--mode", "contention", "--cpu-hz", "999"]),
         ),
         (
             "locktrace --mode contention --cpu-hz 4999",

@@ -17,7 +17,8 @@
 //!
 //! Needs root (BPF). Run: `cargo xtask bench [--seconds S] [--runs N] [--only loop]`
 //! (`--only loop`: part 2 and 3 on the loop only, a quick look at one change;
-//! `--only calibration`: part 1; `--only franken`: part 5; `--only windows`: part 6).
+//! `--only calibration`: part 1; `--only franken`: part 5; `--only windows`: part 6;
+//! `--only franken-contention`: part 5's contention-mode rows alone).
 mod calibration;
 mod fixtures;
 mod franken_bench;
@@ -60,6 +61,7 @@ pub struct BenchArgs {
     pub runs: u32,
     /// Run one part only (`loop`: the uncontended loop; `calibration`: the
     /// cost per hit by instruction class; `franken`: the real FrankenPHP;
+    /// `franken-contention`: its contention-mode rows only, for many rounds;
     /// `windows`: attaching and detaching a sampled window, by mechanism).
     #[arg(long, value_enum)]
     pub only: Option<Part>,
@@ -70,6 +72,9 @@ pub enum Part {
     Loop,
     Calibration,
     Franken,
+    /// The FrankenPHP part's two contention-mode rows only: a few percent
+    /// is below one round's noise on this VM, so it takes many rounds.
+    FrankenContention,
     Windows,
 }
 
@@ -127,7 +132,13 @@ fn bench(args: BenchArgs) -> Result<()> {
         report.push_str(&http_bench::run(&bench)?);
     }
     if runs(Part::Franken) {
-        report.push_str(&franken_bench::run(&bench)?);
+        report.push_str(&franken_bench::run(&bench, franken_bench::Rows::All)?);
+    }
+    if args.only == Some(Part::FrankenContention) {
+        report.push_str(&franken_bench::run(
+            &bench,
+            franken_bench::Rows::Contention,
+        )?);
     }
     if runs(Part::Windows) {
         report.push_str(&window_bench::run(&bench)?);
