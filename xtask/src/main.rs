@@ -72,8 +72,8 @@ pub enum Part {
     Loop,
     Calibration,
     Franken,
-    /// The FrankenPHP part's two contention-mode rows only: a few percent
-    /// is below one round's noise on this VM, so it takes many rounds.
+    /// The FrankenPHP part's contention-mode rows only (and one at 999 Hz):
+    /// a few percent is below one round's noise on this VM, so it takes many rounds.
     FrankenContention,
     Windows,
 }
