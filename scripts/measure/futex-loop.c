@@ -1,8 +1,9 @@
 // ns per futex call, by thread CPU time: FUTEX_WAIT on a word whose value
 // differs (returns EAGAIN at once: the tracer's whole wait path, entry and
 // exit) alternating with FUTEX_WAKE with no waiter (its wake path).
-// Waits for a start file, so a tracer can attach first:
-// futex-loop N ROUNDS STARTFILE
+// Waits for a start file, so a tracer can attach first, and after printing
+// for an end file, so the tracer's figures can be read before it sees the
+// exit and stops: futex-loop N ROUNDS [STARTFILE ENDFILE]
 #include <linux/futex.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,5 +25,7 @@ int main(int c, char **v) {
     double d = (now() - a) / (2.0 * n); sum += d; if (d < best) best = d;
   }
   printf("best %.1f mean %.1f ns/futex call\n", best, sum / r);
+  fflush(stdout);
+  if (c > 4) while (access(v[4], F_OK) != 0) usleep(10000);
   return 0;
 }
