@@ -20,7 +20,7 @@ use aya_ebpf::{
     EbpfContext, Global,
     bindings::{BPF_F_NO_PREALLOC, BPF_F_USER_STACK, BPF_NOEXIST, pt_regs},
     helpers::{
-        bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_kernel, bpf_probe_read_user,
+        bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_user,
         generated::{bpf_get_attach_cookie, bpf_get_current_task_btf, bpf_task_pt_regs},
     },
     macros::{map, perf_event, tracepoint, uprobe, uretprobe},
@@ -847,17 +847,15 @@ pub fn cpu_sample(ctx: PerfEventContext) -> u32 {
     let Some(user) = saved_user_regs() else {
         return 0;
     };
-    // SAFETY: `user` points at the current task's saved registers; every
-    // field is read with the checked helper.
-    let read = unsafe {
+    // SAFETY: as in `from_go_runtime`: the helper's typed pointer, whose
+    // loads the verifier makes checked ones (a fault reads 0: no syscall
+    // of interest, no lock code).
+    let (syscall, first_arg, user_ip) = unsafe {
         (
-            bpf_probe_read_kernel(&(*user).orig_rax),
-            bpf_probe_read_kernel(&(*user).rdi),
-            bpf_probe_read_kernel(&(*user).rip),
+            core::ptr::read_volatile(&(*user).orig_rax),
+            core::ptr::read_volatile(&(*user).rdi),
+            core::ptr::read_volatile(&(*user).rip),
         )
-    };
-    let (Ok(syscall), Ok(first_arg), Ok(user_ip)) = read else {
-        return 0;
     };
     if syscall == SYS_FUTEX {
         classify_futex_sample(first_arg);
