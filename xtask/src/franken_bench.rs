@@ -1,5 +1,6 @@
 //! The real FrankenPHP (the kit in ../shared/frankenphp, built into
-//! /tmp/e2e): throughput under wrk untraced, with every lock counted, in
+//! /tmp/e2e): throughput under wrk untraced, with locktrace's probes in but
+//! nothing counted (the kernel's floor), with every lock counted, in
 //! contention mode, sampled 10 % and under bpftrace, in alternating rounds,
 //! and locktrace's per-request count of mysqlnd's global statistics mutex
 //! checked against the truth (408 per request in classic mode).
@@ -17,7 +18,7 @@ use std::{
 use anyhow::{Context, Result, bail};
 
 use crate::{
-    Bench,
+    Bench, kernel_floor,
     tracers::{self, Tracer},
 };
 
@@ -77,8 +78,17 @@ pub fn run(bench: &Bench, rows: Rows) -> Result<String> {
 /// that gives its figures (sampled mode's bound needs 30 s).
 struct Config {
     name: &'static str,
-    tracer: Tracer,
+    tracer: Traced,
     min_seconds: f64,
+}
+
+/// What runs beside the server in a round.
+enum Traced {
+    /// A tracer process (or none).
+    Tool(Tracer),
+    /// locktrace's probe points, not counting, held by this process: the
+    /// kernel's floor for all-locks mode (see `kernel_floor`).
+    KernelFloor,
 }
 
 /// A traced configuration's rounds, each with the untraced rounds just
@@ -93,7 +103,7 @@ struct Paired {
 fn config(name: &'static str, tracer: Tracer, min_seconds: f64) -> Config {
     Config {
         name,
-        tracer,
+        tracer: Traced::Tool(tracer),
         min_seconds,
     }
 }
@@ -120,6 +130,11 @@ fn configs(rows: Rows) -> Vec<Config> {
     let mut configs = Vec::new();
     match rows {
         Rows::All => {
+            configs.push(Config {
+                name: "kernel floor: locktrace's probe points, nothing counted",
+                tracer: Traced::KernelFloor,
+                min_seconds: 0.0,
+            });
             configs.push(config(
                 "locktrace (all locks)",
                 tracers::locktrace(&probe),
@@ -165,13 +180,14 @@ fn measure(bench: &Bench, rows: Rows) -> Result<String> {
     let configs = configs(rows);
     let mut untraced = Vec::new();
     let mut paired: Vec<Paired> = configs.iter().map(|_| Paired::default()).collect();
-    let mut before = run_round(pid, bench.seconds, &Tracer::None, &bench.locktrace)?;
+    let untraced_round = Traced::Tool(Tracer::None);
+    let mut before = run_round(pid, bench.seconds, &untraced_round, &bench.locktrace)?;
     untraced.push(before);
     for round in 0..bench.runs {
         for (config, pairs) in configs.iter().zip(&mut paired) {
             let seconds = bench.seconds.max(config.min_seconds);
             let sample = run_round(pid, seconds, &config.tracer, &bench.locktrace)?;
-            let after = run_round(pid, bench.seconds, &Tracer::None, &bench.locktrace)?;
+            let after = run_round(pid, bench.seconds, &untraced_round, &bench.locktrace)?;
             let ratio =
                 2.0 * sample.requests_per_s / (before.requests_per_s + after.requests_per_s);
             eprintln!(
@@ -187,8 +203,11 @@ fn measure(bench: &Bench, rows: Rows) -> Result<String> {
     Ok(table(bench, &configs, &untraced, paired))
 }
 
-fn run_round(pid: u32, seconds: f64, tracer: &Tracer, locktrace: &Path) -> Result<FrankenSample> {
-    let running = tracers::start(tracer, pid, locktrace)?;
+fn run_round(pid: u32, seconds: f64, traced: &Traced, locktrace: &Path) -> Result<FrankenSample> {
+    let (running, floor) = match traced {
+        Traced::Tool(tracer) => (tracers::start(tracer, pid, locktrace)?, None),
+        Traced::KernelFloor => (None, Some(kernel_floor::attach(pid)?)),
+    };
     let wrk = Command::new("wrk")
         .args(["-t1", "-c4"])
         .arg(format!("-d{}s", seconds.round()))
@@ -196,6 +215,7 @@ fn run_round(pid: u32, seconds: f64, tracer: &Tracer, locktrace: &Path) -> Resul
         .output()
         .context("running wrk")?;
     let requests_per_s = crate::http_bench::wrk_requests_per_s(&wrk.stdout)?;
+    drop(floor);
     let mut sample = FrankenSample {
         requests_per_s,
         ..FrankenSample::default()

@@ -23,6 +23,7 @@ mod calibration;
 mod fixtures;
 mod franken_bench;
 mod http_bench;
+mod kernel_floor;
 mod loop_bench;
 mod results;
 mod tracers;

@@ -235,6 +235,18 @@ fn attach_points(
                         error,
                     )
                 })?;
+            // Says where each probe went, so another tool can probe the same points.
+            log::debug!(
+                "probe point {}+{:#x} ({}, {})",
+                function.module,
+                point.file_offset,
+                function.op.symbol(),
+                if point.emulated {
+                    "emulated"
+                } else {
+                    "single-stepped"
+                }
+            );
             links.push(link);
         }
     }

@@ -1,0 +1,52 @@
+//! The kernel's floor for counting every lock call of a running process:
+//! locktrace's own lock probe points (auto placement), attached with its
+//! lock program while nothing counts, so each call pays the uprobe trap
+//! and a program that checks the pid and one array slot and returns (what
+//! the issue calls an empty program: bpftrace's `/pid == N/ {}`). No futex
+//! tracepoint, no sampler, no request probe. What all-locks mode adds above
+//! this is locktrace's counting; below it no uprobe tracer can go.
+use anyhow::{Context, Result};
+use aya::programs::TracePoint;
+use locktrace::{
+    model::{Mode, Placement},
+    probe::waitfuncs::WaitFunctions,
+    record,
+    trace::{
+        attach::{self, LoadPlan, Loaded},
+        collect,
+    },
+};
+use tracer_common::{flags, names};
+
+/// The probes, in the target until dropped.
+pub struct FloorProbes {
+    _loaded: Loaded,
+}
+
+pub fn attach(pid: u32) -> Result<FloorProbes> {
+    let prepared = record::prepare(pid, Mode::All, Placement::Auto, false)?;
+    let mut loaded = attach::load(&LoadPlan {
+        target: &prepared.target,
+        functions: &prepared.placed,
+        // Sampled: the lock program does not count until told to.
+        flags: flags::SAMPLED,
+        lock_probes: true,
+        request_probe: None,
+        waits: &WaitFunctions::default(),
+        unlock_functions: &[],
+        cpu: None,
+    })?;
+    collect::set_counting(&mut loaded.ebpf, 0)?;
+    // The futex tracepoints load with every plan; the floor has none.
+    for name in [names::PROGRAM_FUTEX_ENTER, names::PROGRAM_FUTEX_EXIT] {
+        let program: &mut TracePoint = loaded
+            .ebpf
+            .program_mut(name)
+            .with_context(|| format!("no BPF program {name}"))?
+            .try_into()?;
+        program
+            .unload()
+            .with_context(|| format!("detaching {name}"))?;
+    }
+    Ok(FloorProbes { _loaded: loaded })
+}
