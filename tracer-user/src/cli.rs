@@ -286,7 +286,8 @@ enum Command {
         /// sampled: lock probes a fraction of the time, counts scaled (estimates).
         #[arg(long, value_enum, default_value = "all")]
         mode: ModeArg,
-        /// Sampled mode: fraction of the time the lock probes count (0 < RATE <= 1; default 0.1).
+        /// Sampled mode: fraction of the time the lock probes are in, each window's 20 ms warm-up
+        /// included (0 < RATE <= 1; default 0.1).
         #[arg(long, value_name = "RATE", allow_negative_numbers = true)]
         sample: Option<f64>,
         /// Sampled mode: one counting window per this many seconds (default 1 with uprobe-multi

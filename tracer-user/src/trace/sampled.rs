@@ -32,7 +32,7 @@ use crate::{
 
 #[derive(Debug, Clone, Copy)]
 pub struct SampleOptions {
-    /// Fraction of the time the lock probes count (0 < rate <= 1).
+    /// Fraction of the time the lock probes are in, warm-up included (0 < rate <= 1).
     pub rate: f64,
     /// One window per period (`--sample-period`); None: the mechanism's
     /// default ([`DEFAULT_PERIOD_MULTI`], [`DEFAULT_PERIOD_PER_POINT`]).
@@ -199,6 +199,7 @@ where
     let started = Instant::now();
     let period = options.period.unwrap_or(armed.attacher.default_period());
     let on = period.mul_f64(options.rate);
+    let counting_rate = counting_rate(options.rate, period);
     let mut jitter = Jitter::new();
     let mut run = new_run(&armed.attacher, armed.fallback, period);
     let attacher = armed.attacher;
@@ -245,7 +246,7 @@ where
         set_counting(ebpf, true)?;
         let counting_since = Instant::now();
         let length = window_length(
-            options.rate,
+            counting_rate,
             period,
             counting_since - started,
             counted_so_far(&run.windows),
@@ -499,6 +500,20 @@ fn timed_drop(link: Detach) -> JoinHandle<Duration> {
     })
 }
 
+/// The share of the time a window counts. `--sample` is the share of the
+/// time the probes are in, which is what the target pays, so a window's
+/// warm-up comes out of it; but a window counts for at least half its
+/// share (below 40 ms of probes a window, the warm-up is longer than the
+/// rate asks).
+fn counting_rate(rate: f64, period: Duration) -> f64 {
+    if rate >= 1.0 {
+        return rate;
+    }
+    let on = period.mul_f64(rate);
+    let counting = on.saturating_sub(WARMUP).max(on / 2);
+    counting.as_secs_f64() / period.as_secs_f64()
+}
+
 fn counted_so_far(windows: &[CountingWindow]) -> Duration {
     windows.iter().map(|window| window.counted).sum()
 }
@@ -647,6 +662,16 @@ mod tests {
                 Some(Duration::from_millis(98 * links as u64))
             );
         }
+    }
+
+    #[test]
+    fn warm_up_comes_out_of_the_window_share() {
+        let period = Duration::from_secs(1);
+        // 100 ms of probes: 20 ms warm-up, 80 ms counting.
+        assert!((counting_rate(0.1, period) - 0.08).abs() < 1e-9);
+        // 30 ms of probes: counts 15 ms, the warm-up still 20 ms.
+        assert!((counting_rate(0.03, period) - 0.015).abs() < 1e-9);
+        assert_eq!(counting_rate(1.0, period), 1.0);
     }
 
     #[test]
