@@ -206,6 +206,16 @@ pub mod drop_reason {
     ];
 }
 
+/// Slots of the `REQUESTS` per-CPU array (calls of the request-boundary function).
+pub mod requests {
+    /// While lock calls count: in sampled mode only inside the windows.
+    pub const WHILE_COUNTING: u32 = 0;
+    /// While the recording counts at all: sampled mode keeps its request
+    /// probe in all along, so its estimates can be scaled by the requests.
+    pub const WHOLE_RECORDING: u32 = 1;
+    pub const SLOTS: u32 = 2;
+}
+
 /// Bits of `COUNTING[0]`, the switch userspace flips while the programs run:
 /// a program counts only while its bit is set. Cleared at the end of a
 /// recording before the maps are read, so every figure covers one interval.

@@ -34,7 +34,7 @@ use tracer_common::{
     Holder, HolderHolds, HolderKey, LOCK_OPS, LockCounts, LockOp, MAX_CALLERS, MAX_CONDVARS,
     MAX_CPU_LOCK_CODE_RANGES, MAX_FUTEXES, MAX_HELD, MAX_HOLDERS, MAX_LOCK_CODE_RANGES, MAX_LOCKS,
     MAX_STACKS, MAX_WAITING_THREADS, MUTEX_SPAN, StackKey, WaitHolderKey, WaitTime, cookie,
-    counting, cpu_sample, drop_reason, flags, histogram, wait_class,
+    counting, cpu_sample, drop_reason, flags, histogram, requests, wait_class,
 };
 
 /// Host tgid of the target process; set by userspace before load.
@@ -76,9 +76,9 @@ static CALLERS: PerCpuHashMap<CallerKey, u64> = PerCpuHashMap::with_max_entries(
 static STACKS: StackTrace = StackTrace::with_max_entries(MAX_STACKS, 0);
 #[map]
 static STACK_COUNTS: HashMap<StackKey, u64> = HashMap::with_max_entries(MAX_STACKS, 0);
-/// Calls of the request-boundary function (index 0), when one is probed.
+/// Calls of the request-boundary function (slots: `tracer_common::requests`), when one is probed.
 #[map]
-static REQUESTS: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
+static REQUESTS: PerCpuArray<u64> = PerCpuArray::with_max_entries(requests::SLOTS, 0);
 /// Index 0: bits of `tracer_common::counting`, what counts right now.
 #[map]
 static COUNTING: Array<u32> = Array::with_max_entries(1, 0);
@@ -319,10 +319,23 @@ fn record_stack<C: StackIdContext>(ctx: &C, lock: u64, return_ip: u64) {
 /// Attached to the user's request-boundary function (`--request-probe`).
 #[uprobe]
 pub fn request_boundary(ctx: ProbeContext) -> u32 {
-    // Sampled mode: requests count over the same windows as the locks.
-    if is_target(&ctx)
-        && counting(counting::LOCK_CALLS)
-        && let Some(counter) = REQUESTS.get_ptr_mut(0)
+    if !is_target(&ctx) {
+        return 0;
+    }
+    let state = counting_state();
+    if state & counting::PAUSED != 0 {
+        count_drop(drop_reason::PAUSED_FOR_EXPIRY);
+        return 0;
+    }
+    // Sampled mode: requests count over the same windows as the locks, and
+    // over the whole recording (what the windows' counts are scaled to).
+    if state & counting::LOCK_CALLS != 0
+        && let Some(counter) = REQUESTS.get_ptr_mut(requests::WHILE_COUNTING)
+    {
+        add(counter, 1);
+    }
+    if state & counting::WAITS != 0
+        && let Some(counter) = REQUESTS.get_ptr_mut(requests::WHOLE_RECORDING)
     {
         add(counter, 1);
     }

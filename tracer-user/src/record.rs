@@ -227,12 +227,10 @@ async fn trace(
         let end =
             async { Ok(stop::wait_for_end(target, options.duration, signals, &mut refresh).await) };
         tokio::pin!(end);
-        let request_probe = window.request_probe();
         let (stopped_by, run) = sampled::run(
             &mut loaded.ebpf,
             target,
             &prepared.placed,
-            request_probe.as_ref(),
             options.sample,
             armed,
             end,
@@ -430,7 +428,14 @@ fn report(
     );
     let estimate: Option<Estimate> = sampled.as_ref().map(|run| {
         let (calibration, _) = analysis::cost::calibration();
-        analysis::estimate::of_run(run, options.sample.rate, &prepared.placed, &calibration)
+        let mut estimate =
+            analysis::estimate::of_run(run, options.sample.rate, &prepared.placed, &calibration);
+        analysis::estimate::scale_by_requests(
+            &mut estimate,
+            collected.requests,
+            collected.requests_whole_recording,
+        );
+        estimate
     });
     analysis::cost::add_unlock_overhead(&mut overhead, collected.unlock_hits, &prepared.unlocks);
     if let Some(estimate) = &estimate {

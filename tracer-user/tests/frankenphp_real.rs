@@ -361,4 +361,18 @@ fn sampled_mode_holds_the_truth_within_its_bound() {
         "~{figure} ±{bound} per request, truth 408: {}\n{table}",
         report["estimate"]
     );
+    // The request probe counted all along, so the totals are scaled by the
+    // requests: the lock's total is its per-request figure times the exact
+    // request count, and its bound is useful too (by time it was hundreds
+    // of percent: the probes slow this server while they count).
+    assert_eq!(report["estimate"]["scaled_by"], "requests", "{table}");
+    let requests = report["requests"]["count"].as_f64().expect("requests");
+    let lock = lock_named(&report, GLOBAL_LOCK);
+    let total = lock["acquisitions"].as_f64().expect("a total");
+    let total_bound = lock["acquisitions_error"].as_f64().expect("its bound");
+    assert!(
+        (total - figure * requests).abs() <= 1.0 + total * 1e-6 && total_bound <= total * 0.05,
+        "~{total} ±{total_bound} against {figure} x {requests}: {}\n{table}",
+        report["estimate"]
+    );
 }

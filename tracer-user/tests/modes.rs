@@ -139,9 +139,11 @@ fn sampled_estimate_is_within_its_stated_bound() {
 
 /// Sampled mode with a request probe: requests are counted in the same
 /// windows as the locks, so the per-request estimate is close to the truth
-/// (50 locks per tick) even though each window's count is scaled. The same
-/// with uprobe-multi links (the default on this kernel) and with a
-/// perf-event uprobe per point (`--window-links perf-event`).
+/// (50 locks per tick) even though each window's count is scaled; and the
+/// request probe counts all along, so the request count is exact (4000
+/// ticks) and the totals are scaled by it, within the per-request bound.
+/// The same with uprobe-multi links (the default on this kernel) and with
+/// a perf-event uprobe per point (`--window-links perf-event`).
 #[test]
 fn sampled_per_request_counts_requests_in_the_same_windows() {
     let binary = fixture("steady", Flavor::Glibc);
@@ -163,7 +165,16 @@ fn sampled_per_request_counts_requests_in_the_same_windows() {
             report["estimate"]
         );
         assert_eq!(report["requests"]["source"], "probe");
+        assert_eq!(report["requests"]["count"], 4000, "{links}");
+        assert_eq!(report["estimate"]["scaled_by"], "requests", "{links}");
         let lock = lock_at(&report, addresses["global"][0]).expect("global lock");
+        let total = lock["acquisitions"].as_u64().expect("an estimate");
+        let total_bound = lock["acquisitions_error"].as_u64().expect("its bound");
+        assert!(
+            total.abs_diff(200_000) <= total_bound && total_bound < 200_000 / 4,
+            "{links}: {total} ± {total_bound}, truth 200000: {}",
+            report["estimate"]
+        );
         let per_request = lock["per_request"]["acquisitions"]
             .as_f64()
             .expect("per-request figure");

@@ -71,7 +71,10 @@ pub fn measure(
         };
         added += hits_per_op[function.op as usize] * cost;
     }
-    let request_probe_hits = request_probe_emulated.map_or(0, |_| collected.requests);
+    // Sampled mode's request probe is in all along; its lock probes are not.
+    let request_probe_hits = request_probe_emulated.map_or(0, |_| {
+        collected.requests_whole_recording.max(collected.requests)
+    });
     added += request_probe_hits
         * match request_probe_emulated {
             Some(true) => calibration.emulated_ns,

@@ -3,7 +3,10 @@
 use std::time::Duration;
 
 use crate::{
-    model::{Calibration, Collected, CountingWindow, Estimate, PerRequest, Report, SampledRun},
+    model::{
+        Calibration, Collected, CountingWindow, Estimate, PerRequest, Report, SampledRun,
+        ScaleBasis,
+    },
     probe::placement::Placed,
 };
 
@@ -34,6 +37,33 @@ pub fn of_run(
         hits as f64 * cost_per_hit as f64 / (estimate.counted_s * 1e9).max(1.0);
     estimate.relative_error = widened(estimate.relative_error, estimate.probe_time_share);
     estimate
+}
+
+/// Scales by requests instead of time when the request probe counted
+/// requests over the whole recording and in the windows: total calls =
+/// calls per request (windows) × requests (whole recording), the ratio
+/// estimator of survey sampling. The request count is then exact, totals
+/// and per-request figures agree, and the probes' slowdown and the
+/// unsampled edges cancel (a server slowed by its probes serves fewer
+/// requests while counted, not fewer calls per request); the time scale
+/// has to allow for both, which on a lock-heavy server means a bound of
+/// hundreds of percent. Always so when requests were counted, even where
+/// the time bound would be tighter (a paced loop), so that a report with
+/// a request probe is read one way.
+pub fn scale_by_requests(estimate: &mut Estimate, in_windows: u64, whole_recording: u64) {
+    let Some(ratio_error) = estimate.per_request_relative_error else {
+        return;
+    };
+    if in_windows == 0 || whole_recording < in_windows {
+        return;
+    }
+    estimate.scale = whole_recording as f64 / in_windows as f64;
+    estimate.relative_error = ratio_error;
+    estimate.scaled_by = ScaleBasis::Requests;
+    // The request count is the probe's own, not scaled.
+    estimate
+        .estimated
+        .retain(|what| !what.starts_with("requests"));
 }
 
 /// Largest relative error a report states (×100): beyond it the estimate says nothing.
@@ -89,6 +119,7 @@ fn estimate(windows: &[CountingWindow], total: Duration, rate: f64) -> Estimate 
         windows_kept_attached: 0,
         window_links: None,
         window_links_fallback: None,
+        scaled_by: ScaleBasis::Time,
     }
 }
 
@@ -230,7 +261,10 @@ pub fn scale(collected: &mut Collected, estimate: &Estimate) {
     for count in collected.callers.values_mut() {
         *count = scaled(*count);
     }
-    collected.requests = scaled(collected.requests);
+    collected.requests = match estimate.scaled_by {
+        ScaleBasis::Time => scaled(collected.requests),
+        ScaleBasis::Requests => collected.requests_whole_recording,
+    };
 }
 
 #[cfg(test)]
@@ -249,6 +283,23 @@ pub mod tests {
             .collect()
     }
 
+    /// A run of `windows` over 9.1 s.
+    fn run_of(windows: Vec<CountingWindow>) -> SampledRun {
+        SampledRun {
+            windows,
+            total: Duration::from_millis(9100),
+            ..SampledRun::default()
+        }
+    }
+
+    fn calibration(ns_per_hit: u64) -> Calibration {
+        Calibration {
+            kernel: "test".into(),
+            emulated_ns: ns_per_hit,
+            stepped_ns: ns_per_hit,
+        }
+    }
+
     #[test]
     fn steady_windows_give_a_tight_bound() {
         let windows = steady_windows();
@@ -264,24 +315,70 @@ pub mod tests {
 
     #[test]
     fn probes_that_slowed_the_target_widen_the_bound() {
-        let run = SampledRun {
-            windows: steady_windows(),
-            total: Duration::from_millis(9100),
-            ..SampledRun::default()
-        };
-        let calibration = Calibration {
-            kernel: "test".into(),
-            emulated_ns: 990,
-            stepped_ns: 990,
-        };
+        let run = run_of(steady_windows());
         // ~1,004,500 hits × 990 ns in 1 s counted: the probes took ~99% of it,
         // so a CPU-bound target ran at ~1% speed and the truth may be ~100×.
-        let estimate = of_run(&run, 0.1, &[], &calibration);
+        let estimate = of_run(&run, 0.1, &[], &calibration(990));
         assert!(estimate.probe_time_share > 0.99, "{estimate:?}");
         assert!(estimate.relative_error >= 99.0, "{estimate:?}");
         // A share of zero leaves the statistical bound alone.
         assert_eq!(widened(0.01, 0.0), 0.01);
         assert!((widened(0.0, 0.5) - 1.0).abs() < 1e-12);
+    }
+
+    /// The same slowed run with a request probe counting all along: 1000
+    /// requests in the windows (100 calls each), 20,000 in the recording.
+    /// Totals come out as 100 calls × 20,000 requests, with the ratio's bound
+    /// instead of the slowdown's; the request count is the probe's own.
+    #[test]
+    fn a_request_count_of_the_whole_recording_scales_the_windows() {
+        let windows: Vec<CountingWindow> = steady_windows()
+            .into_iter()
+            .map(|window| CountingWindow {
+                requests: window.calls / 100,
+                ..window
+            })
+            .collect();
+        let run = run_of(windows);
+        let mut estimate = of_run(&run, 0.1, &[], &calibration(990));
+        assert!(estimate.relative_error >= 99.0, "{estimate:?}");
+        let in_windows = run.windows.iter().map(|w| w.requests).sum::<u64>();
+        scale_by_requests(&mut estimate, in_windows, 20_000);
+        assert_eq!(estimate.scaled_by, ScaleBasis::Requests);
+        assert!((estimate.scale - 20_000.0 / in_windows as f64).abs() < 1e-9);
+        assert_eq!(
+            Some(estimate.relative_error),
+            estimate.per_request_relative_error
+        );
+        assert!(estimate.relative_error < 0.01, "{estimate:?}");
+        assert!(
+            !estimate
+                .estimated
+                .iter()
+                .any(|what| what.starts_with("requests"))
+        );
+        let mut collected = Collected {
+            requests: in_windows,
+            requests_whole_recording: 20_000,
+            ..Collected::default()
+        };
+        collected.callers.insert(
+            tracer_common::CallerKey::default(),
+            run.windows.iter().map(|w| w.calls).sum(),
+        );
+        scale(&mut collected, &estimate);
+        assert_eq!(collected.requests, 20_000);
+        let calls = collected.callers.values().sum::<u64>();
+        assert!(calls.abs_diff(2_000_000) < 2_000_000 / 100, "{calls}");
+    }
+
+    /// No requests in the windows: the time scale stays.
+    #[test]
+    fn without_requests_in_the_windows_time_scales() {
+        let mut estimate = of_run(&run_of(steady_windows()), 0.1, &[], &calibration(1));
+        scale_by_requests(&mut estimate, 0, 500);
+        assert_eq!(estimate.scaled_by, ScaleBasis::Time);
+        assert!((estimate.scale - 9.1).abs() < 1e-9);
     }
 
     /// 30 windows of ~100 requests each taking 408 locks, a window edge

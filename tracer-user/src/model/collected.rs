@@ -22,7 +22,10 @@ pub struct Collected {
     /// User stack frames (instruction pointers, innermost first) per stack id.
     pub stack_frames: HashMap<i64, Vec<u64>>,
     pub drops: [u64; drop_reason::COUNT as usize],
+    /// Request-boundary calls while lock calls counted (sampled mode: in the windows).
     pub requests: u64,
+    /// Request-boundary calls over the whole recording.
+    pub requests_whole_recording: u64,
     /// Calls of the condvar wait functions (each one an entry and a return probe hit).
     pub cond_wait_calls: u64,
     /// Futex waits per (futex word, holder when the wait began).

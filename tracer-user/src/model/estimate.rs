@@ -51,6 +51,25 @@ pub struct Estimate {
     /// Why uprobe-multi links were not used, when the kernel refused them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub window_links_fallback: Option<String>,
+    /// What the windows' counts were scaled by (`scale`). Reports from
+    /// before 2026-12-02 were all scaled by time.
+    #[serde(default)]
+    pub scaled_by: ScaleBasis,
+}
+
+/// What a sampled run's counts are scaled by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ScaleBasis {
+    /// The recording's time over the windows' counting time. The bound
+    /// covers the unsampled edges and the probes' slowdown.
+    #[default]
+    Time,
+    /// The requests of the whole recording (the request probe stays in all
+    /// along) over those counted in the windows: a ratio estimate, exact in
+    /// its requests, whose bound is the per-request figures' (the probes'
+    /// slowdown and the edges cancel).
+    Requests,
 }
 
 /// The kernel mechanism that opened and closed the sampling windows.

@@ -19,7 +19,7 @@ mod sampled_run;
 pub use collected::{Blocked, Collected, InFlight};
 pub use coverage::{Coverage, ExecLoss, ExecSeen};
 pub use cpu::{CpuReport, cpu_error_ns, sample_period_ns};
-pub use estimate::{Estimate, WindowLinkKind};
+pub use estimate::{Estimate, ScaleBasis, WindowLinkKind};
 pub use holds::{HoldSite, Holds, WaitHolder, add_histogram, quantile};
 pub use in_progress::{Activity, Deadlock, DeadlockStep, InProgress, ThreadRef};
 pub use kinds::{LockKind, Mode, Placement, RequestSource, ServerKind, StopReason, WaitClass};

@@ -3,7 +3,7 @@
 use std::fmt::Write;
 
 use super::format::duration;
-use crate::model::{Estimate, Mode, Report};
+use crate::model::{Estimate, Mode, Report, ScaleBasis};
 
 /// One or two lines under the table: how naming went, and what to do for
 /// modules without symbols.
@@ -82,8 +82,14 @@ fn estimate_lines(estimate: &Estimate) -> String {
             estimate.total_s
         );
     }
+    let basis = match estimate.scaled_by {
+        ScaleBasis::Time => "",
+        ScaleBasis::Requests => {
+            " by the requests (all counted; calls per request from the windows)"
+        }
+    };
     let mut out = format!(
-        "sampled: acquisitions are ESTIMATES (~), counted {:.2} s of {:.2} s in {} windows, scaled ×{:.2}, total within ±{:.1}%",
+        "sampled: acquisitions are ESTIMATES (~), counted {:.2} s of {:.2} s in {} windows, scaled ×{:.2}{basis}, total within ±{:.1}%",
         estimate.counted_s,
         estimate.total_s,
         estimate.windows,
@@ -111,7 +117,8 @@ fn estimate_lines(estimate: &Estimate) -> String {
             "sampled: windows used a perf-event uprobe per probe point (slower to close, so fewer windows) because the kernel refused a uprobe-multi link: {reason}"
         );
     }
-    if estimate.probe_time_share > 0.25 {
+    // Scaled by requests, the slowdown cancels (see `ScaleBasis::Requests`).
+    if estimate.probe_time_share > 0.25 && estimate.scaled_by == ScaleBasis::Time {
         let _ = writeln!(
             out,
             "sampled: the probes took ~{:.0}% of a thread's counted time: a CPU-bound target runs slower while counted, so the totals' bound includes up to {:.0}% more (a paced server is not slowed); per-request figures are not affected",

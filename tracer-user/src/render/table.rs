@@ -32,9 +32,13 @@ pub fn render(report: &Report, limit: Option<usize>, width: Width) -> String {
             .unwrap_or_default()
     );
     if let Some(requests) = &report.requests {
-        // Requests from a probe are counted in the sampling windows and scaled.
-        let estimated =
-            report.estimate.is_some() && requests.source == crate::model::RequestSource::Probe;
+        // Requests from a probe are counted in the sampling windows and
+        // scaled, unless the counts were scaled by the probe's own count.
+        let estimated = report
+            .estimate
+            .as_ref()
+            .is_some_and(|estimate| estimate.scaled_by == crate::model::ScaleBasis::Time)
+            && requests.source == crate::model::RequestSource::Probe;
         out.push_str(&requests::describe(requests, estimated));
     }
     out.push_str(&cpu::summary(report));

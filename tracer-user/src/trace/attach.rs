@@ -253,14 +253,11 @@ fn attach_points(
     Ok(links)
 }
 
-/// Loads the lock and request programs again for uprobe-multi links,
-/// counting into `ebpf`'s maps.
+/// Loads the lock program again for uprobe-multi links, counting into
+/// `ebpf`'s maps (sampled mode's request probe stays in all along, as a
+/// perf-event uprobe).
 pub fn load_multi(ebpf: &Ebpf) -> Result<MultiPrograms> {
-    MultiPrograms::load(
-        BPF_OBJECT,
-        ebpf,
-        &[names::PROGRAM_LOCK_CALL, names::PROGRAM_REQUEST_BOUNDARY],
-    )
+    MultiPrograms::load(BPF_OBJECT, ebpf, &[names::PROGRAM_LOCK_CALL])
 }
 
 /// Attaches `lock_call` at every probe point with one uprobe-multi link per
@@ -306,31 +303,6 @@ pub fn attach_lock_probes_multi(
             )
         })
         .collect()
-}
-
-/// Attaches `request_boundary` at the request-probe point with a uprobe-multi link.
-pub fn attach_request_probe_multi(
-    programs: &MultiPrograms,
-    target: &Target,
-    point: &RequestProbePoint,
-) -> Result<OwnedFd, AttachError> {
-    let program = programs
-        .fd(names::PROGRAM_REQUEST_BOUNDARY)
-        .map_err(AttachError::Failed)?;
-    multi::attach(
-        program,
-        &target.host_path(&point.module),
-        &[point.file_offset],
-        &[0],
-        target.pid,
-    )
-    .map_err(|error| {
-        if target.is_alive() {
-            AttachError::Failed(error)
-        } else {
-            AttachError::TargetExited
-        }
-    })
 }
 
 /// Attaches `request_boundary` at the request-probe point.

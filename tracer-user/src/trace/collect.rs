@@ -9,7 +9,7 @@ use aya::{
     Ebpf,
     maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, PerCpuHashMap, StackTraceMap},
 };
-use tracer_common::{CallerKey, LockCounts, counting, names};
+use tracer_common::{CallerKey, LockCounts, counting, names, requests};
 
 /// Reads every map. Stop counting first ([`set_counting`] with 0) when the
 /// figures must describe one interval.
@@ -40,7 +40,9 @@ pub fn collect(ebpf: &Ebpf) -> Result<Collected> {
     for (index, slot) in collected.drops.iter_mut().enumerate() {
         *slot = per_cpu_sum(ebpf, names::MAP_DROPS, index as u32)?;
     }
-    collected.requests = per_cpu_sum(ebpf, names::MAP_REQUESTS, 0)?;
+    collected.requests = per_cpu_sum(ebpf, names::MAP_REQUESTS, requests::WHILE_COUNTING)?;
+    collected.requests_whole_recording =
+        per_cpu_sum(ebpf, names::MAP_REQUESTS, requests::WHOLE_RECORDING)?;
     collected.cond_wait_calls = per_cpu_sum(ebpf, names::MAP_COND_CALLS, 0)?;
     if !collected.stacks.is_empty() {
         let traces = StackTraceMap::try_from(map(ebpf, names::MAP_STACKS)?)?;
@@ -125,7 +127,7 @@ fn wait_for_running_programs() -> Result<()> {
 
 /// Calls of the request-boundary function so far (None without the map).
 pub fn request_probe_hits(ebpf: &Ebpf) -> Option<u64> {
-    per_cpu_sum(ebpf, names::MAP_REQUESTS, 0).ok()
+    per_cpu_sum(ebpf, names::MAP_REQUESTS, requests::WHILE_COUNTING).ok()
 }
 
 /// Lock calls counted so far, over all locks.

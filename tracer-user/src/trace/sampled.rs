@@ -124,14 +124,20 @@ pub fn arm(
             Err(error) => (Attacher::PerPoint, Some(format!("{error:#}"))),
         },
     };
-    let links = match attach_window(ebpf, &attacher, target, functions, request_probe) {
+    let links = match attach_window(ebpf, &attacher, target, functions) {
         Err(AttachError::Failed(error)) if matches!(attacher, Attacher::Multi(_)) => {
             fallback = Some(format!("{error:#}"));
             attacher = Attacher::PerPoint;
-            attach_window(ebpf, &attacher, target, functions, request_probe).map_err(exited)?
+            attach_window(ebpf, &attacher, target, functions).map_err(exited)?
         }
         attached => attached.map_err(exited)?,
     };
+    // The request probe stays in all along (one hit a request): requests
+    // count inside the windows, beside the locks, and over the whole
+    // recording, which the windows' counts are scaled to.
+    if let Some(point) = request_probe {
+        attach::attach_request_probe(ebpf, target, point).map_err(exited)?;
+    }
     if let Some(reason) = &fallback {
         log::warn!("sampling windows use a perf-event uprobe per point: {reason}");
     }
@@ -182,13 +188,13 @@ fn first_point(functions: &[Placed]) -> Option<Vec<Placed>> {
 }
 
 /// Runs the duty cycle until `end` resolves. The request-boundary probe, if
-/// any, is attached in the same windows, so requests and locks are counted
-/// over the same time (and it costs nothing outside them).
+/// any, stays in from [`arm`] on: it counts requests inside the windows, so
+/// requests and locks are counted over the same time, and over the whole
+/// recording.
 pub async fn run<F>(
     ebpf: &mut Ebpf,
     target: &Target,
     functions: &[Placed],
-    request_probe: Option<&RequestProbePoint>,
     options: SampleOptions,
     armed: Armed,
     mut end: Pin<&mut F>,
@@ -229,7 +235,7 @@ where
         let attaching = Instant::now();
         let links = match kept.take() {
             Some(links) => links,
-            None => match open_window(ebpf, &attacher, target, functions, request_probe)? {
+            None => match open_window(ebpf, &attacher, target, functions)? {
                 Some(links) => links,
                 None => break 'periods StopReason::TargetExited,
             },
@@ -337,9 +343,8 @@ fn open_window(
     attacher: &Attacher,
     target: &Target,
     functions: &[Placed],
-    request_probe: Option<&RequestProbePoint>,
 ) -> Result<Option<WindowLinks>> {
-    match attach_window(ebpf, attacher, target, functions, request_probe) {
+    match attach_window(ebpf, attacher, target, functions) {
         Ok(links) => Ok(Some(links)),
         Err(AttachError::TargetExited) => Ok(None),
         Err(AttachError::Failed(error)) => Err(error),
@@ -532,47 +537,35 @@ fn window_length(rate: f64, period: Duration, now: Duration, counted: Duration) 
     Duration::from_secs_f64(behind.clamp(on.as_secs_f64(), period.as_secs_f64()))
 }
 
-/// The links of one window's probes.
+/// The links of one window's lock probes.
 enum WindowLinks {
-    /// One uprobe-multi link per module, and the request probe's.
+    /// One uprobe-multi link per module.
     Multi(Vec<OwnedFd>),
-    PerPoint {
-        locks: Vec<aya::programs::uprobe::UProbeLinkId>,
-        request: Option<aya::programs::uprobe::UProbeLinkId>,
-    },
+    PerPoint(Vec<aya::programs::uprobe::UProbeLinkId>),
 }
 
 impl WindowLinks {
     fn len(&self) -> usize {
         match self {
             WindowLinks::Multi(links) => links.len(),
-            WindowLinks::PerPoint { locks, request } => {
-                locks.len() + usize::from(request.is_some())
-            }
+            WindowLinks::PerPoint(locks) => locks.len(),
         }
     }
 
     /// Takes the links out of the programs, so dropping them detaches.
     fn take(self, ebpf: &mut Ebpf) -> Result<Vec<Detach>> {
-        let (locks, request) = match self {
-            WindowLinks::Multi(links) => {
-                return Ok(links
+        Ok(match self {
+            WindowLinks::Multi(links) => links
+                .into_iter()
+                .map(|link| Box::new(link) as Detach)
+                .collect(),
+            WindowLinks::PerPoint(locks) => {
+                attach::take_links(ebpf, names::PROGRAM_LOCK_CALL, locks)?
                     .into_iter()
                     .map(|link| Box::new(link) as Detach)
-                    .collect());
+                    .collect()
             }
-            WindowLinks::PerPoint { locks, request } => (locks, request),
-        };
-        let mut owned = attach::take_links(ebpf, names::PROGRAM_LOCK_CALL, locks)?;
-        owned.extend(attach::take_links(
-            ebpf,
-            names::PROGRAM_REQUEST_BOUNDARY,
-            request.into_iter().collect(),
-        )?);
-        Ok(owned
-            .into_iter()
-            .map(|link| Box::new(link) as Detach)
-            .collect())
+        })
     }
 }
 
@@ -581,24 +574,14 @@ fn attach_window(
     attacher: &Attacher,
     target: &Target,
     functions: &[Placed],
-    request_probe: Option<&RequestProbePoint>,
 ) -> Result<WindowLinks, AttachError> {
     match attacher {
-        Attacher::Multi(programs) => {
-            let mut links =
-                attach::attach_lock_probes_multi(programs, target, functions, target.pid)?;
-            if let Some(point) = request_probe {
-                links.push(attach::attach_request_probe_multi(programs, target, point)?);
-            }
-            Ok(WindowLinks::Multi(links))
-        }
-        Attacher::PerPoint => {
-            let locks = attach::attach_lock_probes(ebpf, target, functions)?;
-            let request = request_probe
-                .map(|point| attach::attach_request_probe(ebpf, target, point))
-                .transpose()?;
-            Ok(WindowLinks::PerPoint { locks, request })
-        }
+        Attacher::Multi(programs) => Ok(WindowLinks::Multi(attach::attach_lock_probes_multi(
+            programs, target, functions, target.pid,
+        )?)),
+        Attacher::PerPoint => Ok(WindowLinks::PerPoint(attach::attach_lock_probes(
+            ebpf, target, functions,
+        )?)),
     }
 }
 
