@@ -302,7 +302,8 @@ fn load_probes(
         target: &prepared.target,
         functions: &prepared.placed,
         flags: bpf_flags(options),
-        // In sampled mode the sampler attaches the lock and request probes in its windows.
+        // In sampled mode the sampler attaches the lock probes in its windows,
+        // and the request probe once it has armed the first.
         lock_probes: options.mode == Mode::All,
         request_probe: if options.mode == Mode::Sampled {
             None
