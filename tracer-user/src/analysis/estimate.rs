@@ -61,10 +61,12 @@ pub fn scale_by_requests(estimate: &mut Estimate, in_windows: u64, whole_recordi
     estimate.relative_error = ratio_error;
     estimate.scaled_by = ScaleBasis::Requests;
     // The request count is the probe's own, not scaled.
-    estimate
-        .estimated
-        .retain(|what| !what.starts_with("requests"));
+    estimate.estimated.retain(|what| what != ESTIMATED_REQUESTS);
 }
+
+/// The `estimated` entry for a request count scaled by time (not there when
+/// the request probe's own count is used).
+const ESTIMATED_REQUESTS: &str = "requests (counted over the same windows)";
 
 /// Largest relative error a report states (×100): beyond it the estimate says nothing.
 pub const MAX_RELATIVE_ERROR: f64 = 100.0;
@@ -103,7 +105,7 @@ fn estimate(windows: &[CountingWindow], total: Duration, rate: f64) -> Estimate 
             "locks[].acquisitions".into(),
             "locks[].calls".into(),
             "totals.acquisitions".into(),
-            "requests (counted over the same windows)".into(),
+            ESTIMATED_REQUESTS.into(),
         ],
         sample_rate: rate,
         sample_period_s: None,
@@ -355,7 +357,7 @@ pub mod tests {
             !estimate
                 .estimated
                 .iter()
-                .any(|what| what.starts_with("requests"))
+                .any(|what| what == ESTIMATED_REQUESTS)
         );
         let mut collected = Collected {
             requests: in_windows,
