@@ -551,11 +551,18 @@ fn write_recording(
     wide: bool,
 ) -> Result<ExitCode> {
     // The JSON first: it is the recording, and must not depend on stdout.
-    let saved = json.map(|path| report.save(&path)).transpose();
+    let saved = json.as_deref().map(|path| report.save(path)).transpose();
     let pprof_saved = pprof.map(|path| pprof::save(report, &path)).transpose();
     // A reader that went away (`| head`) is a normal end.
     let text = table::render(report, top, Width::for_stdout(wide));
-    let _: Written = output::stdout_text(&text)?;
+    let json_on_stdout = json.as_deref().map(crate::model::Destination::of)
+        == Some(crate::model::Destination::Stdout);
+    if json_on_stdout {
+        // `--json -` is for a pipe into jq: the table goes to stderr.
+        output::note(format_args!("{}", text.trim_end()));
+    } else {
+        let _: Written = output::stdout_text(&text)?;
+    }
     saved?;
     pprof_saved?;
     if let Some(reason) = report.requests.as_ref().and_then(|r| r.refused.as_ref()) {

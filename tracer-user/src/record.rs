@@ -501,5 +501,5 @@ fn report(
 
 /// Creates the (empty) `--ready-file` once the probes are live, for scripts and tests.
 pub fn signal_ready(path: &std::path::Path) -> Result<()> {
-    crate::model::replace_file(path, b"").context("--ready-file")
+    crate::model::write_output(path, b"").context("--ready-file")
 }

@@ -130,6 +130,12 @@ pub fn outputs(paths: &[(&str, &Path)]) -> Result<()> {
 /// Checks one output path; returns it with its directory resolved, to
 /// compare with the others.
 fn writable(flag: &str, path: &Path) -> Result<std::path::PathBuf> {
+    match crate::model::Destination::of(path) {
+        // Two outputs on stdout would interleave: compared like files.
+        crate::model::Destination::Stdout => return Ok("/dev/stdout".into()),
+        crate::model::Destination::WriteThrough(path) => return existing_special(flag, &path),
+        crate::model::Destination::Replace(_) => {}
+    }
     if path.is_dir() {
         bail!("{flag} {} is a directory; give a file path", path.display());
     }
@@ -157,9 +163,26 @@ fn writable(flag: &str, path: &Path) -> Result<std::path::PathBuf> {
         })?;
     Ok(resolved.join(name))
 }
+/// A device, FIFO or socket, or a path under /dev or /proc: written
+/// through, so it must exist (nothing is created there). Two outputs to
+/// `/dev/null` are fine; each returns its own path so they never collide.
+fn existing_special(flag: &str, path: &Path) -> Result<std::path::PathBuf> {
+    if std::fs::metadata(path).is_err() {
+        bail!(
+            "{flag} {} does not exist, and locktrace creates no files in /dev or /proc; give a file path",
+            path.display()
+        );
+    }
+    if path.is_dir() {
+        bail!("{flag} {} is a directory; give a file path", path.display());
+    }
+    Ok(path.join(flag))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::FileTypeExt;
 
     #[test]
     fn numeric_flags_are_bounded() {
@@ -206,5 +229,29 @@ mod tests {
         );
         let other = dir.path().join("r.pb.gz");
         outputs(&[("--json", &json), ("--pprof", &other)]).unwrap();
+        let (stdout, dash) = (Path::new("/dev/stdout"), Path::new("-"));
+        let error = outputs(&[("--json", stdout), ("--pprof", dash)]).unwrap_err();
+        assert!(
+            error
+                .to_string()
+                .starts_with("--json and --pprof name the same file")
+        );
+    }
+
+    #[test]
+    fn devices_pass_without_a_temporary_and_missing_dev_paths_are_refused() {
+        let null = Path::new("/dev/null");
+        outputs(&[("--json", null), ("--pprof", null), ("--ready-file", null)]).unwrap();
+        assert!(
+            std::fs::metadata(null)
+                .unwrap()
+                .file_type()
+                .is_char_device()
+        );
+        let error = outputs(&[("--json", Path::new("/dev/no-such-output"))]).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "--json /dev/no-such-output does not exist, and locktrace creates no files in /dev or /proc; give a file path"
+        );
     }
 }

@@ -7,6 +7,7 @@ pub mod address;
 mod collected;
 mod coverage;
 mod cpu;
+mod destination;
 mod estimate;
 mod holds;
 mod in_progress;
@@ -19,6 +20,7 @@ mod sampled_run;
 pub use collected::{Blocked, Collected, InFlight};
 pub use coverage::{Coverage, ExecLoss, ExecSeen};
 pub use cpu::{CpuReport, cpu_error_ns, sample_period_ns};
+pub use destination::{Destination, write_output};
 pub use estimate::{Estimate, ScaleBasis, WindowLinkKind};
 pub use holds::{HoldSite, Holds, WaitHolder, add_histogram, quantile};
 pub use in_progress::{Activity, Deadlock, DeadlockStep, InProgress, ThreadRef};
@@ -26,7 +28,8 @@ pub use kinds::{LockKind, Mode, Placement, RequestSource, ServerKind, StopReason
 pub use overhead::{Calibration, Overhead};
 pub use report::{
     AlternativeName, Caller, ClassTotals, Frame, LiveNaming, Lock, LockChain, LockStack,
-    MAX_REPORT_BYTES, Naming, PlacementFallback, Report, SCHEMA, TargetInfo, Totals, replace_file,
+    MAX_REPORT_BYTES, Naming, PlacementFallback, Report, SCHEMA, SkipReason, SkippedFile,
+    TargetInfo, Totals,
 };
 pub use requests::{AutoProbe, PerRequest, Requests};
 pub use sampled_run::{CountingWindow, SampledRun};

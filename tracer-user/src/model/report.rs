@@ -293,6 +293,49 @@ pub struct Naming {
     /// Pointer chains searched during the recording.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub live: Option<LiveNaming>,
+    /// Files whose symbols or DWARF were not (fully) read, and why: the
+    /// names they would give are missing or not to be trusted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skipped_files: Vec<SkippedFile>,
+}
+
+/// A module or debug file naming did not read (fully).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct SkippedFile {
+    pub file: String,
+    pub reason: SkipReason,
+    /// The specifics, for a reader (sizes, the section).
+    pub detail: String,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum SkipReason {
+    /// Truncated or rewritten in place while mapped: read as zeros past its new end.
+    ShrankWhileRead,
+    /// Its DWARF decompresses past the caps (a compression bomb, or too big).
+    DwarfTooLarge,
+    /// A compressed DWARF section that does not decompress.
+    DwarfCorrupt,
+    /// A `.gnu_debuglink` names a file too large to checksum.
+    DebugLinkTooLarge,
+    /// Its section headers cannot be parsed: no symbols, no DWARF.
+    CorruptHeaders,
+    /// Split DWARF (`.dwo`/`.dwp`), which locktrace does not read.
+    SplitDwarf,
+}
+
+impl SkipReason {
+    pub fn describe(self) -> &'static str {
+        match self {
+            SkipReason::ShrankWhileRead => "shrank while read (names from it may be wrong)",
+            SkipReason::DwarfTooLarge => "DWARF skipped, too large",
+            SkipReason::DwarfCorrupt => "DWARF skipped, corrupt",
+            SkipReason::DebugLinkTooLarge => "debug link not followed, file too large",
+            SkipReason::CorruptHeaders => "section headers corrupt",
+            SkipReason::SplitDwarf => "split DWARF not read",
+        }
+    }
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -358,7 +401,7 @@ impl Report {
 
     pub fn save(&self, path: &std::path::Path) -> Result<()> {
         let text = serde_json::to_string_pretty(self)?;
-        replace_file(path, (text + "\n").as_bytes())
+        super::destination::write_output(path, (text + "\n").as_bytes())
     }
 }
 
@@ -366,48 +409,9 @@ impl Report {
 /// well under this.
 pub const MAX_REPORT_BYTES: u64 = 256 << 20;
 
-/// Writes `bytes` to a new temporary file in `path`'s directory, then renames
-/// it over `path`. The rename replaces a symlink at `path` instead of writing
-/// through it (root must not overwrite the file another user's symlink
-/// points to), and a reader never sees a half-written file.
-pub fn replace_file(path: &std::path::Path, bytes: &[u8]) -> Result<()> {
-    use std::io::Write;
-    let directory = match path.parent() {
-        Some(parent) if !parent.as_os_str().is_empty() => parent,
-        _ => std::path::Path::new("."),
-    };
-    let mut file = tempfile::NamedTempFile::new_in(directory)
-        .with_context(|| format!("cannot write {}", path.display()))?;
-    // Readable like a file written the usual way, not the temporary's 0600.
-    let readable = std::os::unix::fs::PermissionsExt::from_mode(0o644);
-    file.write_all(bytes)
-        .and_then(|()| file.as_file().set_permissions(readable))
-        .and_then(|()| file.as_file().sync_all())
-        .with_context(|| format!("cannot write {}", path.display()))?;
-    file.persist(path)
-        .map_err(|error| error.error)
-        .with_context(|| format!("cannot write {}", path.display()))?;
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn an_output_replaces_a_symlink_instead_of_writing_through_it() {
-        let dir = tempfile::tempdir().unwrap();
-        let victim = dir.path().join("victim");
-        std::fs::write(&victim, b"precious").unwrap();
-        let output = dir.path().join("report.json");
-        std::os::unix::fs::symlink(&victim, &output).unwrap();
-        replace_file(&output, b"report").unwrap();
-        assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
-        assert!(!output.symlink_metadata().unwrap().file_type().is_symlink());
-        assert_eq!(std::fs::read(&output).unwrap(), b"report");
-        // Only the two files: no temporary left behind.
-        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 2);
-    }
 
     #[test]
     fn an_endless_input_is_refused_after_the_bound() {

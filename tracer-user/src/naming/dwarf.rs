@@ -17,6 +17,7 @@ use std::{
 
 use gimli::{AttributeValue, Reader as _, UnitOffset, constants as dw};
 
+use crate::model::{SkipReason, SkippedFile};
 use crate::probe::modules::{FileIdentity, ModuleFile};
 use object::{Object, ObjectSection};
 
@@ -57,6 +58,8 @@ struct PendingVariable {
 pub struct DebugInfo {
     dwarf: gimli::Dwarf<Reader>,
     units: Vec<gimli::Unit<Reader>>,
+    /// Skeleton units of split DWARF (their DIEs are in .dwo files).
+    split_units: usize,
     /// .debug_info offset of each unit (ascending), to resolve cross-unit references.
     unit_starts: Vec<usize>,
     /// Sorted by address.
@@ -125,6 +128,70 @@ pub fn load_cached(path: &Path) -> Option<Arc<DebugInfo>> {
     load_module(&file)
 }
 
+/// One DWARF section decompressed at most (a 1 MB zlib section may claim 1 GiB).
+pub const MAX_SECTION_BYTES: u64 = 512 << 20;
+/// All DWARF sections of one file at most, decompressed.
+pub const MAX_DWARF_BYTES: u64 = 1 << 30;
+
+/// Why a file's DWARF was not read, for the report.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DwarfSkip {
+    /// A section would decompress past [`MAX_SECTION_BYTES`].
+    SectionTooLarge { section: String, bytes: u64 },
+    /// All sections together would pass [`MAX_DWARF_BYTES`].
+    TooLarge { bytes: u64 },
+    /// A compressed section did not decompress to its stated size.
+    Corrupt { section: String },
+}
+
+impl std::fmt::Display for DwarfSkip {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        const MIB: u64 = 1 << 20;
+        match self {
+            DwarfSkip::SectionTooLarge { section, bytes } => write!(
+                f,
+                "{section} decompresses to {} MiB, over the {} MiB cap",
+                bytes / MIB,
+                MAX_SECTION_BYTES / MIB
+            ),
+            DwarfSkip::TooLarge { bytes } => write!(
+                f,
+                "its DWARF decompresses to {} MiB, over the {} MiB cap",
+                bytes / MIB,
+                MAX_DWARF_BYTES / MIB
+            ),
+            DwarfSkip::Corrupt { section } => write!(f, "{section} does not decompress"),
+        }
+    }
+}
+
+impl DwarfSkip {
+    fn reason(&self) -> SkipReason {
+        match self {
+            DwarfSkip::Corrupt { .. } => SkipReason::DwarfCorrupt,
+            _ => SkipReason::DwarfTooLarge,
+        }
+    }
+}
+
+/// Files whose DWARF was skipped or only partly read, this process.
+static SKIPPED: Mutex<Vec<SkippedFile>> = Mutex::new(Vec::new());
+
+/// Every file whose DWARF was skipped so far, with why.
+pub fn skipped() -> Vec<SkippedFile> {
+    SKIPPED.lock().map(|s| s.clone()).unwrap_or_default()
+}
+
+fn note_skipped(file: &ModuleFile, reason: SkipReason, detail: String) {
+    if let Ok(mut skipped) = SKIPPED.lock() {
+        skipped.push(SkippedFile {
+            file: file.shown().to_string(),
+            reason,
+            detail,
+        });
+    }
+}
+
 /// The DWARF of a mapped module file, parsed once per process.
 pub fn load_module(file: &ModuleFile) -> Option<Arc<DebugInfo>> {
     let key = file.identity();
@@ -132,37 +199,135 @@ pub fn load_module(file: &ModuleFile) -> Option<Arc<DebugInfo>> {
     if let Some(found) = cache.lock().ok()?.get(&key) {
         return found.clone();
     }
-    let parsed = DebugInfo::parse(file.bytes()).map(Arc::new);
+    let parsed = match DebugInfo::parse_bounded(file.bytes()) {
+        Ok(parsed) => parsed.map(Arc::new),
+        Err(skip) => {
+            note_skipped(file, skip.reason(), skip.to_string());
+            None
+        }
+    };
+    if let Some(info) = parsed.as_ref().filter(|info| info.split_units > 0) {
+        let detail = format!(
+            "{} units keep their DWARF in .dwo files; build without -gsplit-dwarf to name their fields",
+            info.split_units
+        );
+        note_skipped(file, SkipReason::SplitDwarf, detail);
+    }
     cache.lock().ok()?.insert(key, parsed.clone());
     parsed
 }
 
+/// The DWARF sections of `elf`, each decompressed once into the buffer the
+/// reader keeps (no second copy), within the caps.
+fn dwarf_sections(elf: &object::File) -> Result<HashMap<gimli::SectionId, Arc<[u8]>>, DwarfSkip> {
+    use gimli::SectionId::*;
+    let ids = [
+        DebugAbbrev,
+        DebugAddr,
+        DebugAranges,
+        DebugInfo,
+        DebugLine,
+        DebugLineStr,
+        DebugLoc,
+        DebugLocLists,
+        DebugRanges,
+        DebugRngLists,
+        DebugStr,
+        DebugStrOffsets,
+        DebugTypes,
+    ];
+    let mut total = 0u64;
+    let mut sections = HashMap::new();
+    for id in ids {
+        let Some(section) = elf.section_by_name(id.name()) else {
+            continue;
+        };
+        let name = id.name().to_string();
+        let Ok(range) = section.compressed_file_range() else {
+            return Err(DwarfSkip::Corrupt { section: name });
+        };
+        let bytes = range.uncompressed_size;
+        if bytes > MAX_SECTION_BYTES {
+            return Err(DwarfSkip::SectionTooLarge {
+                section: name,
+                bytes,
+            });
+        }
+        total += bytes;
+        if total > MAX_DWARF_BYTES {
+            return Err(DwarfSkip::TooLarge { bytes: total });
+        }
+        let data = match range.format {
+            object::CompressionFormat::Zlib => {
+                let compressed = section.compressed_data().ok().map(|c| c.data);
+                compressed.and_then(|input| inflate_into_arc(input, bytes as usize))
+            }
+            _ => section
+                .uncompressed_data()
+                .ok()
+                .map(|data| Arc::from(&*data)),
+        };
+        let Some(data) = data else {
+            return Err(DwarfSkip::Corrupt { section: name });
+        };
+        sections.insert(id, data);
+    }
+    Ok(sections)
+}
+
+/// zlib `input` inflated straight into a shared buffer of `size` bytes;
+/// None unless it fills it exactly.
+fn inflate_into_arc(input: &[u8], size: usize) -> Option<Arc<[u8]>> {
+    // SAFETY: zeroed bytes are valid u8s (the allocation is lazily zeroed).
+    let mut buffer: Arc<[u8]> = unsafe { Arc::<[u8]>::new_zeroed_slice(size).assume_init() };
+    let mut inflater = flate2::Decompress::new(true);
+    let status = inflater
+        .decompress(
+            input,
+            Arc::get_mut(&mut buffer)?,
+            flate2::FlushDecompress::Finish,
+        )
+        .ok()?;
+    (status == flate2::Status::StreamEnd && inflater.total_out() == size as u64).then_some(buffer)
+}
+
 impl DebugInfo {
-    /// Parses the DWARF of an ELF file's bytes; None without `.debug_info`.
+    /// Parses the DWARF of an ELF file's bytes; None without `.debug_info`
+    /// or when it is over the caps (see [`DebugInfo::parse_bounded`]).
     pub fn parse(data: &[u8]) -> Option<DebugInfo> {
+        DebugInfo::parse_bounded(data).ok().flatten()
+    }
+
+    /// Parses the DWARF of an ELF file's bytes: Ok(None) without
+    /// `.debug_info`, Err with the reason when it is skipped.
+    pub fn parse_bounded(data: &[u8]) -> Result<Option<DebugInfo>, DwarfSkip> {
         let started = Instant::now();
-        let elf = object::File::parse(data).ok()?;
-        elf.section_by_name(".debug_info")?;
+        let Ok(elf) = object::File::parse(data) else {
+            return Ok(None);
+        };
+        if elf.section_by_name(".debug_info").is_none() {
+            return Ok(None);
+        }
         let endian = if elf.is_little_endian() {
             gimli::RunTimeEndian::Little
         } else {
             gimli::RunTimeEndian::Big
         };
+        let mut sections = dwarf_sections(&elf)?;
         let load = |id: gimli::SectionId| -> Result<Reader, gimli::Error> {
-            let bytes: Arc<[u8]> = elf
-                .section_by_name(id.name())
-                .and_then(|section| section.uncompressed_data().ok())
-                .map(|data| Arc::from(&*data))
-                .unwrap_or_else(|| Arc::from(&[][..]));
+            let bytes = sections.remove(&id).unwrap_or_else(|| Arc::from(&[][..]));
             Ok(Reader::new(bytes, endian))
         };
-        let dwarf = gimli::Dwarf::load(load).ok()?;
+        let Ok(dwarf) = gimli::Dwarf::load(load) else {
+            return Ok(None);
+        };
         let mut info = DebugInfo {
             dwarf,
             units: Vec::new(),
             unit_starts: Vec::new(),
             variables: Vec::new(),
             parse_time: Duration::ZERO,
+            split_units: 0,
         };
         let mut headers = info.dwarf.units();
         let mut entries = 0usize;
@@ -172,6 +337,10 @@ impl DebugInfo {
             let Ok(unit) = info.dwarf.unit(header) else {
                 continue;
             };
+            // A skeleton unit: its variables are in a .dwo file not read here.
+            if unit.dwo_id.is_some() {
+                info.split_units += 1;
+            }
             let index = info.units.len();
             entries += collect_variables(&info.dwarf, &unit, index, &mut pending);
             info.units.push(unit);
@@ -192,7 +361,7 @@ impl DebugInfo {
             .collect();
         info.variables.sort_by_key(|v| v.address);
         info.parse_time = started.elapsed();
-        Some(info)
+        Ok(Some(info))
     }
 
     pub fn variable_count(&self) -> usize {
@@ -693,12 +862,19 @@ int main(void) { return g_outer.arr[1].a + (g_ptr != 0); }
 
     /// A small executable with DWARF, compiled by gcc from `source`.
     pub fn compile_c(source: &str) -> Vec<u8> {
+        compile_c_with(source, &[])
+    }
+
+    /// As [`compile_c`], with more gcc arguments (`-gz=zlib`).
+    pub fn compile_c_with(source: &str, extra: &[&str]) -> Vec<u8> {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("t.c");
         std::fs::write(&path, source).unwrap();
         let binary = dir.path().join("t");
         let status = std::process::Command::new("gcc")
-            .args(["-g", "-O0", "-pthread", "-o"])
+            .args(["-g", "-O0", "-pthread"])
+            .args(extra)
+            .arg("-o")
             .arg(&binary)
             .arg(&path)
             .status()
@@ -798,6 +974,50 @@ int main(void) { return g_outer.arr[1].a + (g_ptr != 0); }
             exercise(&data[..cut]);
         }
         exercise(b"\x7fELF garbage");
+    }
+
+    /// zlib-compressed DWARF is read (inflated once, in place); a section
+    /// header claiming 1 GiB or 4 GiB (a compression bomb) is skipped with
+    /// its reason before anything is inflated.
+    #[test]
+    fn compressed_dwarf_is_read_and_a_bomb_is_skipped_unread() {
+        let data = compile_c_with(SOURCE, &["-gz=zlib"]);
+        let elf = object::File::parse(&*data).unwrap();
+        let section = elf.section_by_name(".debug_info").unwrap();
+        let range = section.compressed_file_range().unwrap();
+        assert_eq!(range.format, object::CompressionFormat::Zlib);
+        let header_at = range.offset as usize - 24;
+        let info = DebugInfo::parse(&data).expect("compressed DWARF parses");
+        let outer = symbol_address(&data, "g_outer");
+        assert_eq!(info.variable_at(outer + 72).unwrap().0.name, "g_outer");
+        for claimed in [1u64 << 30, 4 << 30] {
+            let mut bomb = data.clone();
+            // Elf64_Chdr: ch_type, ch_reserved, then ch_size.
+            bomb[header_at + 8..header_at + 16].copy_from_slice(&claimed.to_le_bytes());
+            let skip = DebugInfo::parse_bounded(&bomb).err().expect("skipped");
+            assert_eq!(
+                skip,
+                DwarfSkip::SectionTooLarge {
+                    section: ".debug_info".into(),
+                    bytes: claimed
+                }
+            );
+            assert_eq!(
+                skip.to_string(),
+                format!(
+                    ".debug_info decompresses to {} MiB, over the 512 MiB cap",
+                    claimed >> 20
+                )
+            );
+        }
+        // A stated size the stream does not fill: corrupt, not read.
+        let mut short = data.clone();
+        let actual = range.uncompressed_size + 1;
+        short[header_at + 8..header_at + 16].copy_from_slice(&actual.to_le_bytes());
+        assert!(matches!(
+            DebugInfo::parse_bounded(&short),
+            Err(DwarfSkip::Corrupt { .. })
+        ));
     }
 
     #[test]

@@ -66,6 +66,8 @@ pub struct ModuleSymbols {
     pub debug_file: Option<String>,
     /// The same file as the tracer opens it (its DWARF is read from there).
     pub debug_path: Option<PathBuf>,
+    /// Debug files not used, with why (a debug link too large to check).
+    pub skipped: Vec<crate::model::SkippedFile>,
 }
 
 impl ModuleSymbols {
@@ -101,7 +103,7 @@ impl ModuleSymbols {
             ..ModuleSymbols::default()
         };
         module.add_symbols(&elf);
-        if let Some(debug_path) = find_debug_file(&elf, module_path, root)
+        if let Some(debug_path) = find_debug_file(&elf, module_path, root, &mut module.skipped)
             && let Ok(debug_file) = ModuleFile::open(&debug_path)
             && let Ok(debug_elf) = debug_file.elf()
         {
@@ -210,7 +212,12 @@ pub fn demangle(name: &str) -> String {
 /// under /usr/lib/debug/.build-id, then by .gnu_debuglink next to the module,
 /// in its .debug directory and under /usr/lib/debug. Looked for in the
 /// target's root first, then the host's (a debug package installed on the host).
-fn find_debug_file(elf: &object::File, module_path: &str, root: Option<&Path>) -> Option<PathBuf> {
+fn find_debug_file(
+    elf: &object::File,
+    module_path: &str,
+    root: Option<&Path>,
+    skipped: &mut Vec<crate::model::SkippedFile>,
+) -> Option<PathBuf> {
     // Each candidate with the CRC its contents must have (debuglink ones).
     let mut candidates: Vec<(String, Option<u32>)> = Vec::new();
     if let Ok(Some(build_id)) = elf.build_id()
@@ -246,8 +253,41 @@ fn find_debug_file(elf: &object::File, module_path: &str, root: Option<&Path>) -
                 .iter()
                 .map(move |(path, crc)| (crate::probe::target::resolve_in_root(root, path), *crc))
         })
-        .find(|(path, crc)| path.is_file() && crc.is_none_or(|crc| file_crc(path) == Some(crc)))
+        .find(|(path, crc)| {
+            let Some(crc) = crc else {
+                return path.is_file();
+            };
+            match std::fs::metadata(path) {
+                Ok(meta) if meta.is_file() && meta.len() > MAX_DEBUG_LINK_BYTES => {
+                    skipped.push(crate::model::SkippedFile {
+                        file: path.display().to_string(),
+                        reason: crate::model::SkipReason::DebugLinkTooLarge,
+                        detail: format!(
+                            "{} GiB, over the {} GiB cap; `.gnu_debuglink` of {module_path}",
+                            meta.len() >> 30,
+                            MAX_DEBUG_LINK_BYTES >> 30
+                        ),
+                    });
+                    false
+                }
+                Ok(meta) if meta.is_file() => is_elf(path) && file_crc(path) == Some(*crc),
+                _ => false,
+            }
+        })
         .map(|(path, _)| path)
+}
+
+/// Largest debug-link file checksummed: debug files of the biggest
+/// programs are a few GiB; a link to a huge (sparse) file once took 654 s.
+const MAX_DEBUG_LINK_BYTES: u64 = 4 << 30;
+
+/// Starts with the ELF magic (checked before a checksum of the whole file).
+fn is_elf(path: &Path) -> bool {
+    use std::io::Read;
+    let mut magic = [0u8; 4];
+    std::fs::File::open(path)
+        .and_then(|mut file| file.read_exact(&mut magic))
+        .is_ok_and(|()| magic == *b"\x7fELF")
 }
 
 /// The CRC-32 of a whole file, as `.gnu_debuglink` records it for its debug
@@ -384,10 +424,11 @@ mod tests {
         );
         let link = std::ffi::OsString::from(format!("--add-gnu-debuglink={}", debug.display()));
         run("objcopy", &[os("--strip-debug"), &link, module.as_os_str()]);
-        let find = || {
+        let mut skipped = Vec::new();
+        let mut find = || {
             let bytes = std::fs::read(&module).unwrap();
             let elf = object::File::parse(&*bytes).unwrap();
-            find_debug_file(&elf, module.to_str().unwrap(), None)
+            find_debug_file(&elf, module.to_str().unwrap(), None, &mut skipped)
         };
         assert_eq!(find(), Some(debug.clone()));
         // Another build's debug file under the same name.
@@ -395,5 +436,24 @@ mod tests {
         other.push(0);
         std::fs::write(&debug, other).unwrap();
         assert_eq!(find(), None);
+        // A huge sparse file under that name: not checksummed (that took
+        // 654 s once), and said why; found at once.
+        let started = std::time::Instant::now();
+        std::fs::File::create(&debug)
+            .unwrap()
+            .set_len(1 << 40)
+            .unwrap();
+        assert_eq!(find(), None);
+        assert!(started.elapsed() < std::time::Duration::from_secs(5));
+        assert_eq!(skipped.len(), 1);
+        assert_eq!(
+            skipped[0].reason,
+            crate::model::SkipReason::DebugLinkTooLarge
+        );
+        assert!(
+            skipped[0]
+                .detail
+                .starts_with("1024 GiB, over the 4 GiB cap")
+        );
     }
 }

@@ -31,7 +31,9 @@ use region::AddressSpace;
 
 use crate::{
     analysis::build::is_nested_call,
-    model::{Caller, Collected, Frame, LockKind, LockStack, Naming, Report},
+    model::{
+        Caller, Collected, Frame, LockKind, LockStack, Naming, Report, SkipReason, SkippedFile,
+    },
     probe::{
         lockfuncs::LockFunction,
         modules::{ModuleFile, ModuleStore},
@@ -216,6 +218,7 @@ pub fn annotate(
         resolve_code(space, ip, true)
     });
     let stripped = stripped_modules(report, &space);
+    let skipped_files = skipped_files(&space, &snapshot.files);
     report.naming = Some(Naming {
         elapsed_ms: started.elapsed().as_secs_f64() * 1e3,
         modules: space.modules.len(),
@@ -233,7 +236,34 @@ pub fn annotate(
         stripped,
         debug_info,
         live: (snapshot.ongoing.stats.searches > 0).then(|| snapshot.ongoing.stats.clone()),
+        skipped_files,
     });
+}
+
+/// Every file naming did not read fully, once each: corrupt headers, DWARF
+/// over the caps, files that shrank under their mapping.
+fn skipped_files(
+    space: &AddressSpace,
+    files: &BTreeMap<String, Arc<ModuleFile>>,
+) -> Vec<SkippedFile> {
+    let shrunk = files
+        .iter()
+        .filter(|(_, file)| file.shrank())
+        .map(|(path, _)| SkippedFile {
+            file: path.clone(),
+            reason: SkipReason::ShrankWhileRead,
+            detail: "truncated or rewritten in place during the recording".into(),
+        });
+    let mut all: Vec<SkippedFile> = space
+        .skipped
+        .iter()
+        .cloned()
+        .chain(dwarf::skipped())
+        .chain(shrunk)
+        .collect();
+    all.sort_by(|a, b| (&a.file, a.reason as u8).cmp(&(&b.file, b.reason as u8)));
+    all.dedup_by(|a, b| a.file == b.file && a.reason == b.reason);
+    all
 }
 
 /// The target's address space: the one built during the recording when no

@@ -101,6 +101,8 @@ pub struct AddressSpace {
     pub is_go: bool,
     /// glibc's malloc is in the target (a module defines `malloc_trim`).
     pub glibc_malloc: bool,
+    /// Module files whose symbols could not be read, with why.
+    pub skipped: Vec<crate::model::SkippedFile>,
 }
 
 impl AddressSpace {
@@ -111,10 +113,20 @@ impl AddressSpace {
         root: Option<&Path>,
     ) -> AddressSpace {
         let mut modules = Vec::new();
+        let mut skipped = Vec::new();
         for (path, file) in files {
-            let Ok(symbols) = ModuleSymbols::parse(file.bytes(), path, root) else {
-                continue;
+            let symbols = match ModuleSymbols::parse(file.bytes(), path, root) {
+                Ok(symbols) => symbols,
+                Err(error) => {
+                    skipped.push(crate::model::SkippedFile {
+                        file: path.clone(),
+                        reason: crate::model::SkipReason::CorruptHeaders,
+                        detail: format!("{:#}", error.root_cause()),
+                    });
+                    continue;
+                }
             };
+            skipped.extend(symbols.skipped.iter().cloned());
             let Some(bias) = load_bias(&maps, path, &symbols) else {
                 continue;
             };
@@ -163,6 +175,7 @@ impl AddressSpace {
             thread_stacks: Default::default(),
             is_go,
             glibc_malloc,
+            skipped,
         }
     }
 

@@ -7,5 +7,6 @@ pub mod modules;
 pub mod placement;
 pub mod request_auto;
 pub mod request_probe;
+pub mod shrink_guard;
 pub mod target;
 pub mod waitfuncs;

@@ -19,8 +19,11 @@ use memmap2::Mmap;
 /// One ELF file, mapped read-only. The mapping stays valid after the target
 /// exits (it holds the inode), so names resolve from it afterwards.
 pub struct ModuleFile {
+    /// Before `data`: the watch ends before the pages are unmapped.
+    watch: super::shrink_guard::Watch,
     data: Mmap,
     identity: FileIdentity,
+    shown: String,
 }
 
 /// Which file this is: (device, inode, size, mtime); what caches key on.
@@ -36,14 +39,21 @@ impl ModuleFile {
             bail!("{shown} is not an ELF file");
         }
         // SAFETY: the mapping is read-only and private. Modules and debug
-        // files are replaced by rename when a package is upgraded, not
-        // rewritten in place, so the bytes do not change under us.
+        // files are replaced by rename when a package is upgraded; one that
+        // is truncated in place instead reads as zeros past its new end (the
+        // shrink guard), never SIGBUS.
         let data = unsafe { Mmap::map(file) }.with_context(|| format!("cannot map {shown}"))?;
+        let watch = super::shrink_guard::Watch::new(data.as_ptr() as usize, data.len());
         let meta = file
             .metadata()
             .with_context(|| format!("cannot stat {shown}"))?;
         let identity = (meta.dev(), meta.ino(), meta.size(), meta.mtime());
-        Ok(ModuleFile { data, identity })
+        Ok(ModuleFile {
+            watch,
+            data,
+            identity,
+            shown: shown.to_string(),
+        })
     }
 
     /// Opens and maps a file that is not shared (a separate debug file).
@@ -54,6 +64,17 @@ impl ModuleFile {
 
     pub fn identity(&self) -> FileIdentity {
         self.identity
+    }
+
+    /// True once a read found the file shorter than when it was mapped:
+    /// what was read from it past its new end was zeros.
+    pub fn shrank(&self) -> bool {
+        self.watch.faults() > 0
+    }
+
+    /// The path it was opened by, for messages.
+    pub fn shown(&self) -> &str {
+        &self.shown
     }
 
     pub fn bytes(&self) -> &[u8] {

@@ -8,7 +8,7 @@ use std::{
 };
 
 use anyhow::{Context, Result, bail};
-use procfs::process::{MMapPath, MemoryMap, Process};
+use procfs::process::Process;
 
 use super::modules::{ModuleFile, ModuleStore};
 
@@ -311,45 +311,53 @@ impl Shape {
 }
 
 pub fn read_maps(pid: u32) -> Result<Vec<Mapping>> {
-    let maps = i32::try_from(pid)
-        .ok()
-        .and_then(|pid| Process::new(pid).ok()?.maps().ok())
+    // Read as bytes: a path need not be UTF-8 (a library under `caf\xe9/`),
+    // and any path may start with `/SYSV` (procfs-core panics on a short one).
+    let bytes = std::fs::read(format!("/proc/{pid}/maps"))
         .with_context(|| format!("cannot read /proc/{pid}/maps (process exited?)"))?;
-    Ok(maps.into_iter().map(Mapping::from).collect())
+    Ok(parse_maps_bytes(&bytes))
 }
 
 /// Parses the text of a maps file (for tests and saved maps).
 pub fn parse_maps(text: &str) -> Vec<Mapping> {
-    use procfs::FromBufRead;
-    procfs::process::MemoryMaps::from_buf_read(text.as_bytes())
-        .map(|maps| maps.into_iter().map(Mapping::from).collect())
-        .unwrap_or_default()
+    parse_maps_bytes(text.as_bytes())
 }
 
-impl From<MemoryMap> for Mapping {
-    fn from(map: MemoryMap) -> Mapping {
-        let path = match map.pathname {
-            MMapPath::Path(path) => path.to_string_lossy().into_owned(),
-            MMapPath::Heap => "[heap]".into(),
-            MMapPath::Stack => "[stack]".into(),
-            MMapPath::TStack(tid) => format!("[stack:{tid}]"),
-            MMapPath::Vdso => "[vdso]".into(),
-            MMapPath::Vvar => "[vvar]".into(),
-            MMapPath::Vsyscall => "[vsyscall]".into(),
-            MMapPath::Rollup => "[rollup]".into(),
-            MMapPath::Anonymous => String::new(),
-            MMapPath::Vsys(key) => format!("/SYSV{key:08x}"),
-            // procfs strips the brackets of other pseudo paths (`[anon:name]`).
-            MMapPath::Other(other) => format!("[{other}]"),
-        };
-        Mapping {
-            start: map.address.0,
-            end: map.address.1,
-            perms: map.perms.as_str(),
-            offset: map.offset,
-            path,
-        }
+/// Parses maps lines, `start-end perms offset dev inode [path]`; a line
+/// that does not have that shape is skipped. A path that is not UTF-8 is
+/// kept lossily for display: files are opened through map_files, by range.
+pub fn parse_maps_bytes(bytes: &[u8]) -> Vec<Mapping> {
+    bytes
+        .split(|&byte| byte == b'\n')
+        .filter_map(parse_maps_line)
+        .collect()
+}
+
+fn parse_maps_line(line: &[u8]) -> Option<Mapping> {
+    // Five fields, then the path (which may hold spaces) after the padding.
+    let mut rest = line;
+    let mut fields = [&b""[..]; 5];
+    for field in &mut fields {
+        let start = rest.iter().position(|&b| b != b' ')?;
+        rest = &rest[start..];
+        let end = rest.iter().position(|&b| b == b' ').unwrap_or(rest.len());
+        *field = &rest[..end];
+        rest = &rest[end..];
     }
+    let [range, perms, offset, _device, _inode] = fields;
+    fn text(bytes: &[u8]) -> Option<&str> {
+        std::str::from_utf8(bytes).ok()
+    }
+    let (start, end) = text(range)?.split_once('-')?;
+    let hex = |digits: &str| u64::from_str_radix(digits, 16).ok();
+    let path = rest.trim_ascii_start();
+    Some(Mapping {
+        start: hex(start)?,
+        end: hex(end)?,
+        perms: text(perms)?.to_string(),
+        offset: hex(text(offset)?)?,
+        path: String::from_utf8_lossy(path).into_owned(),
+    })
 }
 
 #[cfg(test)]
@@ -368,6 +376,30 @@ mod tests {
         assert_eq!(maps[1].offset, 0x28000);
         assert!(maps[1].is_executable() && maps[1].is_file());
         assert_eq!(maps[2].path, "");
+    }
+
+    #[test]
+    fn hostile_maps_paths_parse_without_panic() {
+        // A file a container names /SYSV (short, or not hex) once panicked
+        // procfs-core; a non-UTF-8 directory made every read fail.
+        let maps = parse_maps_bytes(
+            b"7f0000000000-7f0000001000 rw-s 00000000 00:05 7 /SYSV\n\
+              7f0000001000-7f0000002000 r--p 00000000 00:05 8 /SYSVzz\n\
+              7f0000002000-7f0000003000 r-xp 00001000 fe:01 9   /opt/caf\xe9/liblock.so\n\
+              7f0000003000-7f0000004000 r-xp 00001000 fe:01 9   /tmp/a b.so (deleted)\n\
+              garbage line\n",
+        );
+        let paths: Vec<&str> = maps.iter().map(|m| m.path.as_str()).collect();
+        assert_eq!(
+            paths,
+            [
+                "/SYSV",
+                "/SYSVzz",
+                "/opt/caf\u{fffd}/liblock.so",
+                "/tmp/a b.so (deleted)"
+            ]
+        );
+        assert_eq!((maps[2].start, maps[2].offset), (0x7f0000002000, 0x1000));
     }
 
     #[test]

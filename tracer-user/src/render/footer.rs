@@ -21,6 +21,15 @@ pub fn naming(report: &Report) -> String {
             naming.stripped.join(", ")
         ));
     }
+    for skipped in &naming.skipped_files {
+        let _ = writeln!(
+            out,
+            "not read: {}: {}; {}",
+            skipped.file,
+            skipped.reason.describe(),
+            skipped.detail
+        );
+    }
     out
 }
 

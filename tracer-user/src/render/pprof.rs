@@ -54,7 +54,7 @@ pub fn write(report: &Report, out: &mut dyn Write) -> Result<()> {
 pub fn save(report: &Report, path: &std::path::Path) -> Result<()> {
     let mut bytes = Vec::new();
     write(report, &mut bytes)?;
-    crate::model::replace_file(path, &bytes)
+    crate::model::write_output(path, &bytes)
 }
 
 /// The profile of a report (not yet serialized).

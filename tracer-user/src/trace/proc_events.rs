@@ -148,9 +148,11 @@ fn watch(pid: u32, probed: &BTreeMap<u64, String>, stop: &AtomicBool) -> Seen {
 
 /// Probed modules (by inode) the target maps now.
 fn mapped_probed_modules(pid: u32, probed: &BTreeMap<u64, String>) -> Vec<String> {
-    let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
+    // Bytes, not text: one non-UTF-8 path must not hide every module.
+    let Ok(maps) = std::fs::read(format!("/proc/{pid}/maps")) else {
         return Vec::new();
     };
+    let maps = String::from_utf8_lossy(&maps);
     let mut found = Vec::new();
     for line in maps.lines() {
         let inode = line

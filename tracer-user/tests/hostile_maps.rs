@@ -1,0 +1,189 @@
+//! Hostile input, round 3 (issue 35): outputs that are devices or
+//! symlinks, memory maps with `/SYSV…` and non-UTF-8 paths, a module file
+//! truncated while the tracer has it mapped. Real BPF as root, real
+//! processes; each count is the fixture's exact truth.
+mod common;
+
+use std::{
+    ffi::OsStr,
+    os::unix::{
+        ffi::OsStrExt,
+        fs::{FileTypeExt, MetadataExt},
+    },
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use common::{Fixture, Flavor, Trace, acquisitions, fixture, locktrace};
+use serde_json::Value;
+
+const N: u64 = 20_000;
+
+/// `fixtures/liblock.c` built as a shared library at `path`.
+fn build_library(path: &Path) {
+    let source = common::repo_root().join("fixtures/liblock.c");
+    let status = Command::new("gcc")
+        .args(["-O2", "-g", "-shared", "-fPIC", "-pthread", "-o"])
+        .arg(path)
+        .arg(source)
+        .status()
+        .expect("gcc (scripts/setup.sh installs it)");
+    assert!(status.success());
+}
+
+/// The lock the report names `name`.
+fn named<'a>(report: &'a Value, name: &str) -> &'a Value {
+    report["locks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|lock| lock["name"] == name)
+        .unwrap_or_else(|| panic!("no lock named {name}: {:#}", report["locks"]))
+}
+
+/// A file the test made, removed however the test ends.
+struct Removed(PathBuf);
+
+impl Drop for Removed {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+#[test]
+fn outputs_that_are_devices_or_stdout_are_written_through_not_replaced() {
+    let null = Path::new("/dev/null");
+    let before = std::fs::metadata(null).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let ready = dir.path().join("ready");
+    let mut target = Fixture::spawn(&fixture("mapfiles", Flavor::Glibc), &[&N.to_string()]);
+    let tracer = locktrace()
+        .args(["record", "--pid", &target.pid().to_string()])
+        .args(["--json", "/dev/stdout", "--pprof", "/dev/null"])
+        .arg("--ready-file")
+        .arg(&ready)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    while !ready.exists() {
+        assert!(started.elapsed() < Duration::from_secs(60), "never ready");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    target.start();
+    let global = target.address("global");
+    target.wait();
+    let output = tracer.wait_with_output().unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    // stdout is the JSON alone (the table went to stderr), exact.
+    let report: Value = serde_json::from_slice(&output.stdout).expect("stdout is the JSON");
+    assert_eq!(acquisitions(&report, global), N);
+    assert!(String::from_utf8_lossy(&output.stderr).contains("acquisitions"));
+    let after = std::fs::metadata(null).unwrap();
+    assert!(after.file_type().is_char_device(), "/dev/null was replaced");
+    assert_eq!((after.ino(), after.mode()), (before.ino(), before.mode()));
+    let stdout_link = std::fs::symlink_metadata("/dev/stdout").unwrap();
+    assert!(
+        stdout_link.file_type().is_symlink(),
+        "/dev/stdout was replaced"
+    );
+}
+
+#[test]
+fn sysv_and_non_utf8_paths_in_the_maps_are_read_and_named() {
+    // A file whose path starts with /SYSV (as a container's root may hold)
+    // once panicked the tracer; a library under a non-UTF-8 directory made
+    // every read of the maps fail.
+    let sysv = Removed(PathBuf::from(format!("/SYSVlt{}", std::process::id())));
+    std::fs::write(&sysv.0, vec![0u8; 4096]).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let odd = dir.path().join(OsStr::from_bytes(b"caf\xe9"));
+    std::fs::create_dir(&odd).unwrap();
+    let library = odd.join("liblock.so");
+    build_library(&library);
+    let mut lib_arg = b"lib:".to_vec();
+    lib_arg.extend_from_slice(library.as_os_str().as_bytes());
+    let mut target = Fixture::spawn_command(
+        Command::new(fixture("mapfiles", Flavor::Glibc))
+            .arg(N.to_string())
+            .arg(&sysv.0)
+            .arg(OsStr::from_bytes(&lib_arg)),
+    );
+    let trace = Trace::attach(target.pid(), &[]);
+    target.start();
+    let global = target.address("global");
+    target.wait();
+    let (report, _table) = trace.finish();
+    assert_eq!(acquisitions(&report, global), N);
+    let lib_lock = named(&report, "lib_lock");
+    assert_eq!(lib_lock["acquisitions"], N);
+    assert!(
+        lib_lock["module"]
+            .as_str()
+            .unwrap()
+            .ends_with("/caf\u{fffd}/liblock.so"),
+        "{lib_lock:#}"
+    );
+}
+
+#[test]
+fn a_module_file_truncated_during_the_recording_costs_its_names_not_the_recording() {
+    // A library holding a counted lock, copied so the test may truncate it
+    // once its work is done: the tracer reads it through mmap, and pages
+    // past the new end raised SIGBUS when naming read them, which killed
+    // the tracer with no report and no JSON.
+    let dir = tempfile::tempdir().unwrap();
+    let victim = dir.path().join("victim.so");
+    build_library(&victim);
+    let mut lib_arg = b"lib:".to_vec();
+    lib_arg.extend_from_slice(victim.as_os_str().as_bytes());
+    let mut target = Fixture::spawn_command(
+        Command::new(fixture("mapfiles", Flavor::Glibc))
+            .args(["--linger", &N.to_string()])
+            .arg(OsStr::from_bytes(&lib_arg)),
+    );
+    let trace = Trace::attach(target.pid(), &[]);
+    target.start();
+    let global = target.address("global");
+    assert!(target.read_line().unwrap().starts_with("done"));
+    std::fs::File::options()
+        .write(true)
+        .open(&victim)
+        .unwrap()
+        .set_len(0)
+        .unwrap();
+    // Only the fixture this test started, by its pid.
+    unsafe { libc::kill(target.pid() as i32, libc::SIGUSR1) };
+    target.wait();
+    let (report, table) = trace.finish();
+    assert_eq!(acquisitions(&report, global), N);
+    let lib_locks: u64 = report["locks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|lock| {
+            lock["module"]
+                .as_str()
+                .is_some_and(|m| m.ends_with("/victim.so"))
+        })
+        .map(|lock| lock["acquisitions"].as_u64().unwrap())
+        .sum();
+    assert_eq!(lib_locks, N, "{:#}", report["locks"]);
+    let skipped = report["naming"]["skipped_files"]
+        .as_array()
+        .expect("skipped_files");
+    assert!(
+        skipped
+            .iter()
+            .any(|file| file["reason"] == "shrank_while_read"
+                && file["file"].as_str().unwrap().ends_with("/victim.so")),
+        "{skipped:#?}"
+    );
+    assert!(table.contains("shrank while read"), "{table}");
+}
