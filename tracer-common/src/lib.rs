@@ -262,6 +262,8 @@ pub mod names {
     /// Tracepoints syscalls:sys_enter_futex and sys_exit_futex.
     pub const PROGRAM_FUTEX_ENTER: &str = "futex_enter";
     pub const PROGRAM_FUTEX_EXIT: &str = "futex_exit";
+    pub const PROGRAM_FUTEX_WAITV_ENTER: &str = "futex_waitv_enter";
+    pub const PROGRAM_FUTEX_WAITV_EXIT: &str = "futex_waitv_exit";
     /// Uprobe and uretprobe on the condvar wait functions.
     pub const PROGRAM_COND_WAIT_ENTER: &str = "cond_wait_enter";
     pub const PROGRAM_COND_WAIT_EXIT: &str = "cond_wait_exit";

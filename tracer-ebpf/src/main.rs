@@ -472,29 +472,7 @@ pub fn futex_enter(ctx: TracePointContext) -> u32 {
     let uaddr = record_u64(&ctx, ENTER_UADDR);
     let op = record_u64(&ctx, ENTER_OP);
     match futex_kind(op) {
-        FutexKind::Wait => {
-            let tid = bpf_get_current_pid_tgid() as u32;
-            let (class, key) = classify_wait(tid, uaddr);
-            // Holders only mean something for a lock's own futex words.
-            let (holder_ip, holder_tid) = if class == wait_class::FUTEX {
-                holder_at_wait(uaddr, tid)
-            } else {
-                (0, 0)
-            };
-            let wait = FutexWait {
-                uaddr: key,
-                start_ns: now_ns(),
-                class,
-                holder_ip,
-                holder_tid,
-            };
-            if WAITING.insert(tid, wait, 0).is_err() {
-                count_drop(drop_reason::WAITS_UNTRACKED);
-            }
-            if FLAGS.load() & flags::STACKS != 0 {
-                record_stack(&ctx, key, 0);
-            }
-        }
+        FutexKind::Wait => begin_wait(&ctx, uaddr),
         FutexKind::Wake => {
             let class = if from_go_runtime() {
                 wait_class::GO_RUNTIME
@@ -512,9 +490,63 @@ pub fn futex_enter(ctx: TracePointContext) -> u32 {
     0
 }
 
+/// The calling thread starts a futex wait on `uaddr`.
+#[inline(always)]
+fn begin_wait(ctx: &TracePointContext, uaddr: u64) {
+    let tid = bpf_get_current_pid_tgid() as u32;
+    let (class, key) = classify_wait(tid, uaddr);
+    // Holders only mean something for a lock's own futex words.
+    let (holder_ip, holder_tid) = if class == wait_class::FUTEX {
+        holder_at_wait(uaddr, tid)
+    } else {
+        (0, 0)
+    };
+    let wait = FutexWait {
+        uaddr: key,
+        start_ns: now_ns(),
+        class,
+        holder_ip,
+        holder_tid,
+    };
+    if WAITING.insert(tid, wait, 0).is_err() {
+        count_drop(drop_reason::WAITS_UNTRACKED);
+    }
+    if FLAGS.load() & flags::STACKS != 0 {
+        record_stack(ctx, key, 0);
+    }
+}
+
+/// `futex_waitv(waiters, nr_futexes, …)` (Linux 5.16+): a wait on several
+/// futex words at once, counted on the first (`struct futex_waitv` is
+/// `{ u64 val; u64 uaddr; u32 flags; u32 reserved }`).
+#[tracepoint]
+pub fn futex_waitv_enter(ctx: TracePointContext) -> u32 {
+    if !is_target(&ctx) || !counting(counting::WAITS) {
+        return 0;
+    }
+    let waiters = record_u64(&ctx, ENTER_UADDR);
+    // SAFETY: the helper checks the user address and fails, never faults.
+    if let Ok(uaddr) = unsafe { bpf_probe_read_user((waiters + 8) as *const u64) } {
+        begin_wait(&ctx, uaddr);
+    }
+    0
+}
+
+/// The return of `futex_waitv`: the end of its wait.
+#[tracepoint]
+pub fn futex_waitv_exit(ctx: TracePointContext) -> u32 {
+    end_wait(&ctx)
+}
+
 #[tracepoint]
 pub fn futex_exit(ctx: TracePointContext) -> u32 {
-    if !is_target(&ctx) {
+    end_wait(&ctx)
+}
+
+/// The return of a futex wait syscall: the wait begun at its entry ends.
+#[inline(always)]
+fn end_wait(ctx: &TracePointContext) -> u32 {
+    if !is_target(ctx) {
         return 0;
     }
     let tid = bpf_get_current_pid_tgid() as u32;

@@ -143,6 +143,7 @@ pub fn load(plan: &LoadPlan) -> Result<Loaded> {
             format!("attaching to the syscalls:{event} tracepoint (is tracefs mounted?)")
         })?;
     }
+    attach_futex_waitv(&mut ebpf)?;
     // Last: the samples then see every probe that will count in place.
     if let Some(sampling) = plan.cpu {
         cpu::attach_sampler(&mut ebpf, sampling)?;
@@ -152,6 +153,25 @@ pub fn load(plan: &LoadPlan) -> Result<Loaded> {
         probe_count,
         attach_time: started.elapsed(),
     })
+}
+
+/// `futex_waitv` (Linux 5.16+) waits: traced where the syscall exists; a
+/// kernel without it has no such waits to miss.
+fn attach_futex_waitv(ebpf: &mut Ebpf) -> Result<()> {
+    if !super::preflight::has_syscall_tracepoint("sys_enter_futex_waitv") {
+        return Ok(());
+    }
+    for (name, event) in [
+        (names::PROGRAM_FUTEX_WAITV_ENTER, "sys_enter_futex_waitv"),
+        (names::PROGRAM_FUTEX_WAITV_EXIT, "sys_exit_futex_waitv"),
+    ] {
+        let program: &mut TracePoint = program(ebpf, name)?.try_into()?;
+        program.load().with_context(|| format!("loading {name}"))?;
+        program
+            .attach("syscalls", event)
+            .with_context(|| format!("attaching to the syscalls:{event} tracepoint"))?;
+    }
+    Ok(())
 }
 
 /// Fills `LOCK_CODE` with the lock functions' code ranges (a lock call

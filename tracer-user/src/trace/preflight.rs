@@ -100,6 +100,14 @@ fn owner(dir: &str) -> String {
     std::fs::metadata(dir).map_or_else(|_| "?".into(), |m| m.uid().to_string())
 }
 
+/// Whether the kernel has the `syscalls:EVENT` tracepoint (tracefs
+/// mounted by [`ensure_tracefs`] before).
+pub fn has_syscall_tracepoint(event: &str) -> bool {
+    [TRACEFS, DEBUGFS_TRACING]
+        .iter()
+        .any(|dir| Path::new(dir).join("events/syscalls").join(event).is_dir())
+}
+
 fn check_futex_events(dir: &'static str) -> Result<&'static str> {
     if !Path::new(dir).join(FUTEX_EVENT).is_dir() {
         bail!(
