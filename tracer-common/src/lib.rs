@@ -12,14 +12,21 @@ pub enum LockOp {
     MutexTimedlock = 2,
     RwlockRdlock = 3,
     RwlockWrlock = 4,
+    MutexClocklock = 5,
+    RwlockTryrdlock = 6,
+    RwlockTrywrlock = 7,
+    RwlockTimedrdlock = 8,
+    RwlockTimedwrlock = 9,
+    RwlockClockrdlock = 10,
+    RwlockClockwrlock = 11,
     /// Unlock functions (`--hold-times`): probed by their own program, never
     /// counted in [`LockCounts::calls`].
-    MutexUnlock = 5,
-    RwlockUnlock = 6,
+    MutexUnlock = 12,
+    RwlockUnlock = 13,
 }
 
-/// Number of [`LockOp`] variants.
-pub const LOCK_OPS: usize = 5;
+/// Number of [`LockOp`] variants that take a lock (the unlocks follow them).
+pub const LOCK_OPS: usize = 12;
 
 impl LockOp {
     /// The unlock functions probed with `--hold-times`.
@@ -31,6 +38,13 @@ impl LockOp {
         LockOp::MutexTimedlock,
         LockOp::RwlockRdlock,
         LockOp::RwlockWrlock,
+        LockOp::MutexClocklock,
+        LockOp::RwlockTryrdlock,
+        LockOp::RwlockTrywrlock,
+        LockOp::RwlockTimedrdlock,
+        LockOp::RwlockTimedwrlock,
+        LockOp::RwlockClockrdlock,
+        LockOp::RwlockClockwrlock,
     ];
 
     /// The libc symbol of this operation.
@@ -41,9 +55,52 @@ impl LockOp {
             LockOp::MutexTimedlock => "pthread_mutex_timedlock",
             LockOp::RwlockRdlock => "pthread_rwlock_rdlock",
             LockOp::RwlockWrlock => "pthread_rwlock_wrlock",
+            LockOp::MutexClocklock => "pthread_mutex_clocklock",
+            LockOp::RwlockTryrdlock => "pthread_rwlock_tryrdlock",
+            LockOp::RwlockTrywrlock => "pthread_rwlock_trywrlock",
+            LockOp::RwlockTimedrdlock => "pthread_rwlock_timedrdlock",
+            LockOp::RwlockTimedwrlock => "pthread_rwlock_timedwrlock",
+            LockOp::RwlockClockrdlock => "pthread_rwlock_clockrdlock",
+            LockOp::RwlockClockwrlock => "pthread_rwlock_clockwrlock",
             LockOp::MutexUnlock => "pthread_mutex_unlock",
             LockOp::RwlockUnlock => "pthread_rwlock_unlock",
         }
+    }
+
+    /// A call that may return without the lock (busy, timed out): its
+    /// return value is read, and only a success is an acquisition.
+    pub const fn may_fail(self) -> bool {
+        !matches!(
+            self,
+            LockOp::MutexLock
+                | LockOp::RwlockRdlock
+                | LockOp::RwlockWrlock
+                | LockOp::MutexUnlock
+                | LockOp::RwlockUnlock
+        )
+    }
+
+    /// The op index may fail (see [`LockOp::may_fail`]); for BPF, which has the index.
+    pub const fn index_may_fail(index: u32) -> bool {
+        match LockOp::from_index(index) {
+            Some(op) => op.may_fail(),
+            None => false,
+        }
+    }
+
+    pub const fn is_rwlock(self) -> bool {
+        matches!(
+            self,
+            LockOp::RwlockRdlock
+                | LockOp::RwlockWrlock
+                | LockOp::RwlockTryrdlock
+                | LockOp::RwlockTrywrlock
+                | LockOp::RwlockTimedrdlock
+                | LockOp::RwlockTimedwrlock
+                | LockOp::RwlockClockrdlock
+                | LockOp::RwlockClockwrlock
+                | LockOp::RwlockUnlock
+        )
     }
 
     pub const fn from_index(index: u32) -> Option<LockOp> {
@@ -53,11 +110,38 @@ impl LockOp {
             2 => Some(LockOp::MutexTimedlock),
             3 => Some(LockOp::RwlockRdlock),
             4 => Some(LockOp::RwlockWrlock),
-            5 => Some(LockOp::MutexUnlock),
-            6 => Some(LockOp::RwlockUnlock),
+            5 => Some(LockOp::MutexClocklock),
+            6 => Some(LockOp::RwlockTryrdlock),
+            7 => Some(LockOp::RwlockTrywrlock),
+            8 => Some(LockOp::RwlockTimedrdlock),
+            9 => Some(LockOp::RwlockTimedwrlock),
+            10 => Some(LockOp::RwlockClockrdlock),
+            11 => Some(LockOp::RwlockClockwrlock),
+            12 => Some(LockOp::MutexUnlock),
+            13 => Some(LockOp::RwlockUnlock),
             _ => None,
         }
     }
+}
+
+/// Key of `PENDING_TRIES`: a call of a lock function that may fail, from
+/// its entry to its return, by thread and the stack slot of its return
+/// address (right after the return the stack pointer is 8 bytes above it).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct PendingKey {
+    pub tid: u32,
+    pub _pad: u32,
+    pub return_slot: u64,
+}
+
+/// Value of `PENDING_TRIES`: what the return probe counts the call on.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PendingTry {
+    pub lock: u64,
+    pub op: u32,
+    pub _pad: u32,
 }
 
 /// Value of the `LOCKS` map, keyed by the lock's address in the target:
@@ -185,7 +269,11 @@ pub mod drop_reason {
     /// A new address did not fit in the CPU sampler's `CPU_LOCKS` map: the
     /// sample counts in `lock_code_ns` but no lock's `cpu_ns`.
     pub const CPU_LOCKS_FULL: u32 = 15;
-    pub const COUNT: u32 = 16;
+    /// A failed trylock or timed-out lock call did not fit in the
+    /// `FAILED_TRIES` map (or its entry in `PENDING_TRIES`): it was counted
+    /// as an acquisition.
+    pub const FAILED_TRIES_UNTRACKED: u32 = 16;
+    pub const COUNT: u32 = 17;
     pub const NAMES: [&str; COUNT as usize] = [
         "locks_map_full",
         "futex_map_full",
@@ -203,6 +291,7 @@ pub mod drop_reason {
         "holders_map_full",
         "paused_for_expiry",
         "cpu_locks_full",
+        "failed_tries_untracked",
     ];
 }
 
@@ -262,6 +351,8 @@ pub mod names {
     /// Tracepoints syscalls:sys_enter_futex and sys_exit_futex.
     pub const PROGRAM_FUTEX_ENTER: &str = "futex_enter";
     pub const PROGRAM_FUTEX_EXIT: &str = "futex_exit";
+    pub const PROGRAM_TRY_LOCK_EXIT: &str = "try_lock_exit";
+    pub const MAP_FAILED_TRIES: &str = "FAILED_TRIES";
     pub const PROGRAM_FUTEX_WAITV_ENTER: &str = "futex_waitv_enter";
     pub const PROGRAM_FUTEX_WAITV_EXIT: &str = "futex_waitv_exit";
     /// Uprobe and uretprobe on the condvar wait functions.

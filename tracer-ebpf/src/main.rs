@@ -33,8 +33,8 @@ use tracer_common::{
     CallerKey, CodeRange, CondWait, CpuSamples, FutexCounts, FutexWait, HeldKey, HoldCounts,
     Holder, HolderHolds, HolderKey, LOCK_OPS, LockCounts, LockOp, MAX_CALLERS, MAX_CONDVARS,
     MAX_CPU_LOCK_CODE_RANGES, MAX_FUTEXES, MAX_HELD, MAX_HOLDERS, MAX_LOCK_CODE_RANGES, MAX_LOCKS,
-    MAX_STACKS, MAX_WAITING_THREADS, MUTEX_SPAN, StackKey, WaitHolderKey, WaitTime, cookie,
-    counting, cpu_sample, drop_reason, flags, histogram, requests, wait_class,
+    MAX_STACKS, MAX_WAITING_THREADS, MUTEX_SPAN, PendingKey, PendingTry, StackKey, WaitHolderKey,
+    WaitTime, cookie, counting, cpu_sample, drop_reason, flags, histogram, requests, wait_class,
 };
 
 /// Host tgid of the target process; set by userspace before load.
@@ -72,6 +72,14 @@ static WAITING: HashMap<u32, FutexWait> = HashMap::with_max_entries(MAX_WAITING_
 /// hash update, on a line no other CPU writes.
 #[map]
 static CALLERS: PerCpuHashMap<CallerKey, u64> = PerCpuHashMap::with_max_entries(MAX_CALLERS, 0);
+/// Calls of lock functions that may fail, between entry and return, by thread.
+#[map]
+static PENDING_TRIES: HashMap<PendingKey, PendingTry> =
+    HashMap::with_max_entries(MAX_WAITING_THREADS, 0);
+/// Calls that failed (busy, timed out) per (lock, caller, function): counted
+/// at the entry like any call, taken off the acquisitions by userspace.
+#[map]
+static FAILED_TRIES: HashMap<CallerKey, u64> = HashMap::with_max_entries(MAX_CALLERS, 0);
 #[map]
 static STACKS: StackTrace = StackTrace::with_max_entries(MAX_STACKS, 0);
 #[map]
@@ -258,11 +266,18 @@ pub fn lock_call(ctx: ProbeContext) -> u32 {
     if op >= LOCK_OPS {
         return 0;
     }
-    // The call is counted once: with its caller, else in LOCKS.
-    let (return_ip, counted) = record_caller(&ctx, lock, cookie, op as u32);
-    if !counted && let Some(counts) = entry(&LOCKS, &lock, drop_reason::LOCKS_FULL) {
-        // SAFETY: `counts` is the map value just looked up; `op < LOCK_OPS`.
-        add(unsafe { &mut (*counts).calls[op] }, 1);
+    let slot = stack_pointer(&ctx) + cookie::return_address_sp_offset(cookie);
+    let return_ip = read_return_ip(slot);
+    if LockOp::index_may_fail(op as u32) {
+        // Counted at the return, with its result: a failed call took nothing.
+        // A retry loop that jumps back to the entry (musl's CAS loops) is the
+        // same call again: its return slot now reads as the kernel's return
+        // trampoline, and it must not begin a second hold.
+        if !begin_try(slot, lock, op as u32) {
+            return 0;
+        }
+    } else {
+        count_call(lock, return_ip, op as u32);
     }
     if wanted & flags::STACKS != 0 {
         record_stack(&ctx, lock, return_ip);
@@ -273,31 +288,117 @@ pub fn lock_call(ctx: ProbeContext) -> u32 {
     0
 }
 
-/// Counts the call under its caller. Returns the return address (0 when
-/// unreadable) and whether the call was counted.
+/// The return address in `slot` (at the probe point it sits at sp + 8
+/// bytes per push done since the entry: right even without frame
+/// pointers); 0 when unreadable.
 #[inline(always)]
-fn record_caller(ctx: &ProbeContext, lock: u64, cookie: u64, op: u32) -> (u64, bool) {
-    // At the probe point the return address sits at sp + (8 bytes per push
-    // done since the entry): right even without frame pointers.
-    let sp = stack_pointer(ctx);
-    let slot = sp + cookie::return_address_sp_offset(cookie);
+fn read_return_ip(slot: u64) -> u64 {
     // SAFETY: the helper checks the user address and fails (never faults)
     // when it is not readable.
-    let Ok(return_ip) = (unsafe { bpf_probe_read_user(slot as *const u64) }) else {
-        count_drop(drop_reason::CALLER_UNREADABLE);
-        return (0, false);
+    match unsafe { bpf_probe_read_user(slot as *const u64) } {
+        Ok(return_ip) => return_ip,
+        Err(_) => {
+            count_drop(drop_reason::CALLER_UNREADABLE);
+            0
+        }
+    }
+}
+
+/// Counts a lock call once: under its caller, else (caller unknown, or
+/// CALLERS full) in LOCKS.
+#[inline(always)]
+fn count_call(lock: u64, return_ip: u64, op: u32) {
+    // Read back through memory: the bound checked below is then on the
+    // very register used as the index (the compiler otherwise re-derives
+    // the index from `op`, and the verifier loses the bound).
+    let index = op as usize;
+    // SAFETY: a read of a local.
+    let index = unsafe { core::ptr::read_volatile(&index) };
+    if index >= LOCK_OPS {
+        return;
+    }
+    if return_ip != 0 {
+        let key = CallerKey {
+            lock,
+            return_ip,
+            op,
+            _pad: 0,
+        };
+        if let Some(count) = entry(&CALLERS, &key, drop_reason::CALLERS_FULL) {
+            add(count, 1);
+            return;
+        }
+    }
+    if let Some(counts) = entry(&LOCKS, &lock, drop_reason::LOCKS_FULL) {
+        // SAFETY: `counts` is the map value just looked up; `index < LOCK_OPS`.
+        add(unsafe { &mut (*counts).calls[index] }, 1);
+    }
+}
+
+/// The entry of a call that may fail, until its return (`try_lock_exit`).
+/// Keyed by thread and return slot: musl's timed functions call the try
+/// ones, and a retry loop that jumps back to the entry re-enters it with
+/// the same slot.
+/// Returns false for a re-entry of a call already pending.
+#[inline(always)]
+fn begin_try(slot: u64, lock: u64, op: u32) -> bool {
+    let key = PendingKey {
+        tid: bpf_get_current_pid_tgid() as u32,
+        _pad: 0,
+        return_slot: slot,
     };
-    let key = CallerKey {
-        lock,
-        return_ip,
-        op,
+    // SAFETY: only tested for presence, within this program run.
+    if unsafe { PENDING_TRIES.get(key) }.is_some() {
+        return false;
+    }
+    if PENDING_TRIES
+        .insert(key, PendingTry { lock, op, _pad: 0 }, 0)
+        .is_err()
+    {
+        count_drop(drop_reason::FAILED_TRIES_UNTRACKED);
+    }
+    true
+}
+
+/// Return of a lock function that may fail (trylock, timed and clock
+/// variants): counts the call, as an acquisition when it returned 0, as a
+/// failed try otherwise (EBUSY, ETIMEDOUT, …). The caller is the address
+/// returned to: the entry's return slot may hold the kernel's return
+/// trampoline by then (a retry loop re-entering the function).
+#[uretprobe]
+pub fn try_lock_exit(ctx: RetProbeContext) -> u32 {
+    if !is_target(&ctx) {
+        return 0;
+    }
+    // SAFETY: a uretprobe's context is the pt_regs the kernel passes in.
+    let (sp, ip, result) = unsafe { ((*ctx.regs).rsp, (*ctx.regs).rip, (*ctx.regs).rax as u32) };
+    let key = PendingKey {
+        tid: bpf_get_current_pid_tgid() as u32,
+        _pad: 0,
+        return_slot: sp.wrapping_sub(8),
+    };
+    // SAFETY: the value is copied out at once, before the entry is removed.
+    let Some(pending) = (unsafe { PENDING_TRIES.get(key) }).copied() else {
+        return 0;
+    };
+    let _ = PENDING_TRIES.remove(key);
+    if !counting(counting::LOCK_CALLS) {
+        return 0;
+    }
+    if result == 0 {
+        count_call(pending.lock, ip, pending.op);
+        return 0;
+    }
+    let failed = CallerKey {
+        lock: pending.lock,
+        return_ip: ip,
+        op: pending.op,
         _pad: 0,
     };
-    let Some(count) = entry(&CALLERS, &key, drop_reason::CALLERS_FULL) else {
-        return (return_ip, false);
-    };
-    add(count, 1);
-    (return_ip, true)
+    if let Some(count) = entry(&FAILED_TRIES, &failed, drop_reason::FAILED_TRIES_UNTRACKED) {
+        add(count, 1);
+    }
+    0
 }
 
 #[inline(always)]
@@ -605,16 +706,16 @@ fn hold_begin(ctx: &ProbeContext, lock: u64, cookie: u64, op: u32, return_ip: u6
     let key = HeldKey { lock, tid, _pad: 0 };
     // A trylock may fail and a timed lock time out: without return probes
     // their hold is tentative until an unlock confirms it.
-    let tentative =
-        u32::from(op == LockOp::MutexTrylock as u32 || op == LockOp::MutexTimedlock as u32);
+    let tentative = u32::from(LockOp::index_may_fail(op));
     let call_slot = stack_pointer(ctx) + cookie::return_address_sp_offset(cookie);
     let now = now_ns();
     if let Some(held) = HELD.get_ptr_mut(key) {
         let called_by_lock_function = in_lock_code(return_ip);
         // SAFETY: `held` is this thread's HELD value, looked up just now; only
         // this thread writes it.
-        let tail_called = unsafe { (*held).call_slot == call_slot && (*held).call_ip == return_ip }
-            && (op == LockOp::MutexTimedlock as u32 || op == LockOp::MutexTrylock as u32);
+        // The return address may read as the kernel's return trampoline at a
+        // function with a return probe: the slot alone tells a tail call.
+        let tail_called = unsafe { (*held).call_slot == call_slot } && LockOp::index_may_fail(op);
         if called_by_lock_function || tail_called {
             return;
         }

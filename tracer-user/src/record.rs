@@ -428,9 +428,8 @@ fn report(
         attach_ms,
     );
     let estimate: Option<Estimate> = sampled.as_ref().map(|run| {
-        let (calibration, _) = analysis::cost::calibration();
-        let mut estimate =
-            analysis::estimate::of_run(run, options.sample.rate, &prepared.placed, &calibration);
+        let cost_per_hit = analysis::cost::lock_cost_per_hit(&collected, &prepared.placed);
+        let mut estimate = analysis::estimate::of_run(run, options.sample.rate, cost_per_hit);
         analysis::estimate::scale_by_requests(
             &mut estimate,
             collected.requests,

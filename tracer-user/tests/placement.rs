@@ -34,11 +34,27 @@ fn check_flavor(flavor: Flavor) {
             assert_eq!(acquisitions(&report, heap), 700, "{flavor:?} {placement}");
         }
 
-        let (ops, addresses) = trace_fixture(&lockops, &["2", "1500"], &["--placement", placement]);
+        let mut fixture = Fixture::spawn(&lockops, &["2", "1500"]);
+        let trace = Trace::attach(fixture.pid(), &["--placement", placement]);
+        fixture.start();
+        let addresses = fixture.addresses.clone();
+        let printed = fixture.wait();
+        let (ops, _) = trace.finish();
+        let failed: u64 = printed
+            .lines()
+            .find_map(|line| line.strip_prefix("failed_trylocks ")?.parse().ok())
+            .expect("the fixture prints its failed trylocks");
         let n = 2 * 1500;
+        // A trylock that found the mutex busy took nothing: counted apart.
         assert_eq!(
             calls(&ops, addresses["mutex"][0]),
-            serde_json::json!({"pthread_mutex_lock": n, "pthread_mutex_trylock": n, "pthread_mutex_timedlock": n}),
+            serde_json::json!({"pthread_mutex_lock": n, "pthread_mutex_trylock": n - failed, "pthread_mutex_timedlock": n}),
+            "{flavor:?} {placement}"
+        );
+        let mutex = lock_at(&ops, addresses["mutex"][0]).unwrap();
+        assert_eq!(
+            mutex["failed_tries"].as_u64().unwrap_or(0),
+            failed,
             "{flavor:?} {placement}"
         );
         assert_eq!(
@@ -48,15 +64,22 @@ fn check_flavor(flavor: Flavor) {
         );
         reports.push((report, ops));
     }
-    // Identical per-lock counts (every lock, also libc's internal ones; the
-    // two runs are separate processes, so compare without addresses).
+    // Identical per-lock calls (every lock, also libc's internal ones; the
+    // two runs are separate processes, so compare without addresses). How
+    // many trylocks found the mutex busy differs between runs: compared are
+    // the functions called and all calls, failed ones included.
     let per_lock = |report: &Value| -> Vec<String> {
         let mut locks: Vec<String> = report["locks"]
             .as_array()
             .unwrap()
             .iter()
             .filter(|lock| lock["acquisitions"].is_u64())
-            .map(|lock| lock["calls"].to_string())
+            .map(|lock| {
+                let functions: Vec<&String> = lock["calls"].as_object().unwrap().keys().collect();
+                let all = lock["acquisitions"].as_u64().unwrap()
+                    + lock["failed_tries"].as_u64().unwrap_or(0);
+                format!("{functions:?} {all}")
+            })
             .collect();
         locks.sort();
         locks

@@ -35,12 +35,22 @@ pub fn build(info: RecordInfo, collected: &Collected, functions: &[LockFunction]
                 calls.insert(op.symbol().to_string(), n);
             }
         }
-        if calls.is_empty() {
+        // musl's lock functions try first, from inside: not the user's failures.
+        let failed: u64 = collected
+            .failed_tries
+            .iter()
+            .filter(|(key, _)| key.lock == address && !in_lock_function(key.return_ip, functions))
+            .map(|(_, &count)| count)
+            .sum();
+        if calls.is_empty() && failed == 0 {
             continue;
         }
-        let is_rwlock = counts.calls[LockOp::RwlockRdlock as usize]
-            + counts.calls[LockOp::RwlockWrlock as usize]
-            > 0;
+        let is_rwlock = LockOp::ALL
+            .iter()
+            .any(|op| op.is_rwlock() && counts.calls[*op as usize] > 0)
+            || collected.failed_tries.keys().any(|key| {
+                key.lock == address && LockOp::from_index(key.op).is_some_and(LockOp::is_rwlock)
+            });
         let kind = if is_rwlock {
             LockKind::Rwlock
         } else {
@@ -49,6 +59,7 @@ pub fn build(info: RecordInfo, collected: &Collected, functions: &[LockFunction]
         let mut lock = Lock::empty(address, kind, WaitClass::Lock);
         lock.acquisitions = Some(calls.values().sum());
         lock.calls = calls;
+        lock.failed_tries = (failed > 0).then_some(failed);
         locks.insert(address, lock);
     }
     for (&futex, counts) in &collected.futexes {
@@ -164,9 +175,7 @@ fn nested_calls(collected: &Collected, functions: &[LockFunction]) -> BTreeMap<(
 /// op seen with the same return address was tail-called by the first (musl's
 /// pthread_mutex_lock jumps to pthread_mutex_timedlock when contended).
 pub fn is_nested_call(key: &CallerKey, collected: &Collected, functions: &[LockFunction]) -> bool {
-    let from_lock_function = functions
-        .iter()
-        .any(|f| (f.runtime_start..f.runtime_end).contains(&key.return_ip));
+    let from_lock_function = in_lock_function(key.return_ip, functions);
     let tail_called = tail_callers(key.op).iter().any(|&outer| {
         collected.callers.contains_key(&CallerKey {
             op: outer as u32,
@@ -176,11 +185,23 @@ pub fn is_nested_call(key: &CallerKey, collected: &Collected, functions: &[LockF
     from_lock_function || tail_called
 }
 
-/// Lock functions that may tail-call the function of `op` (musl).
+/// True when `ip` is in the code of one of the lock functions.
+fn in_lock_function(ip: u64, functions: &[LockFunction]) -> bool {
+    functions
+        .iter()
+        .any(|f| (f.runtime_start..f.runtime_end).contains(&ip))
+}
+
+/// Lock functions that may tail-call the function of `op` (musl: the
+/// plain lock jumps to the timed one, which calls the try variant).
 fn tail_callers(op: u32) -> &'static [LockOp] {
     match LockOp::from_index(op) {
-        Some(LockOp::MutexTimedlock) => &[LockOp::MutexLock],
+        Some(LockOp::MutexTimedlock | LockOp::MutexClocklock) => &[LockOp::MutexLock],
         Some(LockOp::MutexTrylock) => &[LockOp::MutexLock, LockOp::MutexTimedlock],
+        Some(LockOp::RwlockTimedrdlock) => &[LockOp::RwlockRdlock],
+        Some(LockOp::RwlockTryrdlock) => &[LockOp::RwlockRdlock, LockOp::RwlockTimedrdlock],
+        Some(LockOp::RwlockTimedwrlock) => &[LockOp::RwlockWrlock],
+        Some(LockOp::RwlockTrywrlock) => &[LockOp::RwlockWrlock, LockOp::RwlockTimedwrlock],
         _ => &[],
     }
 }

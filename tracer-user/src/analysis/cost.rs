@@ -45,18 +45,50 @@ pub fn calibration() -> (Calibration, String) {
     }
 }
 
-pub fn measure(
-    collected: &Collected,
-    placed: &[Placed],
-    request_probe_emulated: Option<bool>,
-    attach_ms: u64,
-) -> Overhead {
+/// The lock probes' cost per hit, weighted by the hits of each function:
+/// a stepped entry on a function that was never called costs nothing.
+pub fn lock_cost_per_hit(collected: &Collected, placed: &[Placed]) -> u64 {
+    let (calibration, _) = calibration();
+    let hits = hits_per_op(collected);
+    let (mut cost, mut total) = (0u64, 0u64);
+    for (function, placement) in placed {
+        let emulated = placement.points.iter().all(|point| point.emulated);
+        let per_hit = if emulated {
+            calibration.emulated_ns
+        } else {
+            calibration.stepped_ns
+        };
+        let n = hits[function.op as usize];
+        cost = cost.saturating_add(n.saturating_mul(per_hit));
+        total = total.saturating_add(n);
+    }
+    cost.checked_div(total).unwrap_or(calibration.emulated_ns)
+}
+
+/// Lock probe hits per op: every counted call, failed ones included.
+fn hits_per_op(collected: &Collected) -> [u64; tracer_common::LOCK_OPS] {
     let mut hits_per_op = [0u64; tracer_common::LOCK_OPS];
     for counts in collected.locks.values() {
         for (slot, calls) in hits_per_op.iter_mut().zip(counts.calls) {
             *slot += calls;
         }
     }
+    // A failed call hit the probe too (and its return probe).
+    for (key, &count) in &collected.failed_tries {
+        if let Some(slot) = hits_per_op.get_mut(key.op as usize) {
+            *slot += count;
+        }
+    }
+    hits_per_op
+}
+
+pub fn measure(
+    collected: &Collected,
+    placed: &[Placed],
+    request_probe_emulated: Option<bool>,
+    attach_ms: u64,
+) -> Overhead {
+    let hits_per_op = hits_per_op(collected);
     let (calibration, cost_source) = calibration();
     let mut added = 0u64;
     let (mut emulated_points, mut stepped_points) = (0, 0);
@@ -113,7 +145,7 @@ fn own_usage() -> (f64, u64) {
 }
 
 /// Unused op index guard: LockOp discriminants index `calls`.
-const _: () = assert!(LockOp::RwlockWrlock as usize + 1 == tracer_common::LOCK_OPS);
+const _: () = assert!(LockOp::RwlockClockwrlock as usize + 1 == tracer_common::LOCK_OPS);
 
 /// Adds the unlock probes' points, hits and estimated cost (same
 /// calibration as the lock probes) to the overhead.

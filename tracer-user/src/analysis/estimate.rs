@@ -2,31 +2,16 @@
 //! and an error bound, and the scaling of the counts.
 use std::time::Duration;
 
-use crate::{
-    model::{
-        Calibration, Collected, CountingWindow, Estimate, PerRequest, Report, SampledRun,
-        ScaleBasis,
-    },
-    probe::placement::Placed,
+use crate::model::{
+    Collected, CountingWindow, Estimate, PerRequest, Report, SampledRun, ScaleBasis,
 };
 
 /// The estimate of a sampled run. `probe_time_share` says how much of the
 /// counted time the probe hits cost one thread: when large, a CPU-bound
 /// target ran slower while counted and the estimate is low.
-pub fn of_run(
-    run: &SampledRun,
-    rate: f64,
-    functions: &[Placed],
-    calibration: &Calibration,
-) -> Estimate {
-    let cost_per_hit = if functions
-        .iter()
-        .all(|(_, placed)| placed.points.iter().all(|p| p.emulated))
-    {
-        calibration.emulated_ns
-    } else {
-        calibration.stepped_ns
-    };
+/// `cost_per_hit` is the lock probes' cost per hit, weighted by where the
+/// hits were ([`super::cost::lock_cost_per_hit`]).
+pub fn of_run(run: &SampledRun, rate: f64, cost_per_hit: u64) -> Estimate {
     let mut estimate = estimate(&run.windows, run.total, rate);
     estimate.windows_kept_attached = run.windows_kept_attached;
     estimate.window_links = Some(run.window_links);
@@ -294,14 +279,6 @@ pub mod tests {
         }
     }
 
-    fn calibration(ns_per_hit: u64) -> Calibration {
-        Calibration {
-            kernel: "test".into(),
-            emulated_ns: ns_per_hit,
-            stepped_ns: ns_per_hit,
-        }
-    }
-
     #[test]
     fn steady_windows_give_a_tight_bound() {
         let windows = steady_windows();
@@ -320,7 +297,7 @@ pub mod tests {
         let run = run_of(steady_windows());
         // ~1,004,500 hits × 990 ns in 1 s counted: the probes took ~99% of it,
         // so a CPU-bound target ran at ~1% speed and the truth may be ~100×.
-        let estimate = of_run(&run, 0.1, &[], &calibration(990));
+        let estimate = of_run(&run, 0.1, 990);
         assert!(estimate.probe_time_share > 0.99, "{estimate:?}");
         assert!(estimate.relative_error >= 99.0, "{estimate:?}");
         // A share of zero leaves the statistical bound alone.
@@ -342,7 +319,7 @@ pub mod tests {
             })
             .collect();
         let run = run_of(windows);
-        let mut estimate = of_run(&run, 0.1, &[], &calibration(990));
+        let mut estimate = of_run(&run, 0.1, 990);
         assert!(estimate.relative_error >= 99.0, "{estimate:?}");
         let in_windows = run.windows.iter().map(|w| w.requests).sum::<u64>();
         scale_by_requests(&mut estimate, in_windows, 20_000);
@@ -377,7 +354,7 @@ pub mod tests {
     /// No requests in the windows: the time scale stays.
     #[test]
     fn without_requests_in_the_windows_time_scales() {
-        let mut estimate = of_run(&run_of(steady_windows()), 0.1, &[], &calibration(1));
+        let mut estimate = of_run(&run_of(steady_windows()), 0.1, 1);
         scale_by_requests(&mut estimate, 0, 500);
         assert_eq!(estimate.scaled_by, ScaleBasis::Time);
         assert!((estimate.scale - 9.1).abs() < 1e-9);

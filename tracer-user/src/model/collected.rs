@@ -18,6 +18,9 @@ pub struct Collected {
     /// Futex calls of the Go runtime, keyed by the futex word.
     pub go_futexes: HashMap<u64, FutexCounts>,
     pub callers: HashMap<CallerKey, u64>,
+    /// Calls of lock functions that failed (busy, timed out), keyed like
+    /// `callers`; not in `callers` or `locks`, which count acquisitions.
+    pub failed_tries: HashMap<CallerKey, u64>,
     pub stacks: HashMap<StackKey, u64>,
     /// User stack frames (instruction pointers, innermost first) per stack id.
     pub stack_frames: HashMap<i64, Vec<u64>>,

@@ -85,9 +85,14 @@ pub struct Lock {
     pub kind: LockKind,
     /// Lock calls; null where lock functions were not probed.
     pub acquisitions: Option<u64>,
-    /// Lock calls per function (`pthread_mutex_lock`: n, …).
+    /// Lock calls per function (`pthread_mutex_lock`: n, …); for the
+    /// functions that may fail (trylock, timed, clock), successful calls only.
     #[serde(default)]
     pub calls: BTreeMap<String, u64>,
+    /// Calls that returned without the lock (a busy trylock, a timed-out
+    /// lock): not in `acquisitions`. Absent when there were none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed_tries: Option<u64>,
     /// Futex waits on the lock (each one a contended acquisition).
     pub contended: u64,
     pub wakes: u64,
@@ -157,6 +162,7 @@ impl Lock {
             kind,
             acquisitions: None,
             calls: BTreeMap::new(),
+            failed_tries: None,
             contended: 0,
             wakes: 0,
             wait_ns: 0,

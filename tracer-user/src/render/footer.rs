@@ -36,6 +36,17 @@ pub fn naming(report: &Report) -> String {
 /// Footer lines about placement, estimates and cost (empty when there is nothing to say).
 pub fn cost(report: &Report) -> String {
     let mut out = String::new();
+    let failed: u64 = report
+        .locks
+        .iter()
+        .filter_map(|lock| lock.failed_tries)
+        .sum();
+    if failed > 0 {
+        let _ = writeln!(
+            out,
+            "failed tries: {failed} calls returned without the lock (busy trylocks, timed-out locks); not counted as acquisitions"
+        );
+    }
     for fallback in &report.placement_fallbacks {
         let _ = writeln!(
             out,

@@ -131,6 +131,9 @@ pub fn load(plan: &LoadPlan) -> Result<Loaded> {
         attach_request_probe(&mut ebpf, plan.target, point)?;
         probe_count += 1;
     }
+    // Return probes of the lock functions that may fail: always in (sampled
+    // mode moves only the entry probes), so every counted call's result is seen.
+    probe_count += attach_try_lock_returns(&mut ebpf, plan.target, plan.functions)?;
     // Condvar waits and futex syscalls: always traced.
     probe_count += attach_cond_wait_probes(&mut ebpf, plan.target, plan.waits)?;
     for (name, event) in [
@@ -340,6 +343,44 @@ pub fn attach_request_probe(
             scope,
         )
         .map_err(|error| attach_error(target, &format!("request probe in {}", point.module), error))
+}
+
+/// Attaches `try_lock_exit` to the return of every lock function that may
+/// fail (trylock, timed and clock variants). Returns how many.
+fn attach_try_lock_returns(
+    ebpf: &mut Ebpf,
+    target: &Target,
+    functions: &[Placed],
+) -> Result<usize> {
+    let may_fail: Vec<&LockFunction> = functions
+        .iter()
+        .map(|(function, _)| function)
+        .filter(|function| function.op.may_fail())
+        .collect();
+    if may_fail.is_empty() {
+        return Ok(0);
+    }
+    let scope = scope(target)?;
+    let program = uprobe(ebpf, names::PROGRAM_TRY_LOCK_EXIT)?;
+    program
+        .load()
+        .with_context(|| format!("loading the BPF program {}", names::PROGRAM_TRY_LOCK_EXIT))?;
+    for function in &may_fail {
+        program
+            .attach(
+                UProbeAttachLocation::AbsoluteOffset(function.file_offset),
+                target.host_path(&function.module),
+                scope,
+            )
+            .map_err(|error| {
+                anyhow!(
+                    "attaching the return probe of {} in {} failed: {error}",
+                    function.op.symbol(),
+                    function.module
+                )
+            })?;
+    }
+    Ok(may_fail.len())
 }
 
 /// Attaches the entry and return probes of every condvar wait function.

@@ -16,6 +16,8 @@ use tracer_common::{CallerKey, LockCounts, counting, names, requests};
 pub fn collect(ebpf: &Ebpf) -> Result<Collected> {
     let callers = read_per_cpu_hash(ebpf, names::MAP_CALLERS)?;
     let mut locks: HashMap<u64, LockCounts> = read_hash(ebpf, names::MAP_LOCKS)?;
+    // Failed calls (busy, timed out) are counted apart, never in the two above.
+    let failed_tries = read_hash(ebpf, names::MAP_FAILED_TRIES)?;
     // The BPF side counts a call under its caller, or in LOCKS when the
     // caller is unknown: a lock's calls are the sum of both.
     fold_callers(&mut locks, &callers);
@@ -25,6 +27,7 @@ pub fn collect(ebpf: &Ebpf) -> Result<Collected> {
         condvars: read_hash(ebpf, names::MAP_CONDVARS)?,
         go_futexes: read_hash(ebpf, names::MAP_GO_FUTEXES)?,
         callers,
+        failed_tries,
         stacks: read_hash(ebpf, names::MAP_STACK_COUNTS)?,
         wait_holders: read_hash(ebpf, names::MAP_WAIT_HOLDERS)?,
         holds: read_hash(ebpf, names::MAP_HOLDS)?,

@@ -75,6 +75,13 @@ fn place_in_module(
         }],
         fallback_reason: None,
     };
+    // A function that may fail has a return probe at its entry, which
+    // replaces the return address on the stack: a probe placed after the
+    // entry would read the kernel's trampoline as the caller. At the entry
+    // the lock probe runs first, on the same uprobe, and reads the real one.
+    if function.op.may_fail() {
+        return entry;
+    }
     match placement {
         Placement::Entry => entry,
         Placement::Auto => match auto::analyse(
