@@ -72,17 +72,23 @@ struct Group {
     per_request_error: f64,
 }
 
+/// Adds to an optional total, starting it at 0, never wrapping.
+fn saturating_add_to(total: &mut Option<u64>, value: u64) {
+    let total = total.get_or_insert(0);
+    *total = total.saturating_add(value);
+}
+
 impl Group {
     fn absorb(&mut self, other: Group) {
-        self.locks += other.locks;
-        self.acquisitions += other.acquisitions;
-        self.contended += other.contended;
-        self.wait_ns += other.wait_ns;
+        self.locks = self.locks.saturating_add(other.locks);
+        self.acquisitions = self.acquisitions.saturating_add(other.acquisitions);
+        self.contended = self.contended.saturating_add(other.contended);
+        self.wait_ns = self.wait_ns.saturating_add(other.wait_ns);
         if let Some(held) = other.hold_ns {
-            *self.hold_ns.get_or_insert(0) += held;
+            saturating_add_to(&mut self.hold_ns, held);
         }
         if let Some(cpu) = other.cpu_ns {
-            *self.cpu_ns.get_or_insert(0) += cpu;
+            saturating_add_to(&mut self.cpu_ns, cpu);
         }
         self.is_lock |= other.is_lock;
         self.labels.extend(other.labels);
@@ -150,8 +156,11 @@ impl Side {
                 is_lock: lock.is_contention(),
                 ..Group::default()
             });
+            // Saturating: a crafted report's counts near 2^64 must not wrap.
             group.locks += 1;
-            group.acquisitions += lock.acquisitions.unwrap_or(0);
+            group.acquisitions = group
+                .acquisitions
+                .saturating_add(lock.acquisitions.unwrap_or(0));
             group.per_request_error += lock
                 .per_request
                 .as_ref()
@@ -159,13 +168,13 @@ impl Side {
                 // Reports before per-request bounds: the lock's own bound.
                 .or(lock.acquisitions_error.map(|e| e as f64 / requests as f64))
                 .unwrap_or(0.0);
-            group.contended += lock.contended;
-            group.wait_ns += lock.wait_ns;
+            group.contended = group.contended.saturating_add(lock.contended);
+            group.wait_ns = group.wait_ns.saturating_add(lock.wait_ns);
             if let Some(holds) = &lock.holds {
-                *group.hold_ns.get_or_insert(0) += holds.hold_ns;
+                saturating_add_to(&mut group.hold_ns, holds.hold_ns);
             }
             if let Some(cpu) = lock.cpu_ns {
-                *group.cpu_ns.get_or_insert(0) += cpu;
+                saturating_add_to(&mut group.cpu_ns, cpu);
             }
             let aliases: Vec<String> = lock
                 .offset_name
@@ -329,7 +338,7 @@ pub fn evaluate(
     for selector in assert_gone {
         let still: Vec<String> = after
             .matching(selector)
-            .filter(|(_, group)| group.acquisitions + group.contended > 0)
+            .filter(|(_, group)| group.acquisitions.saturating_add(group.contended) > 0)
             .map(|(identity, group)| {
                 format!(
                     "{identity} ({} per request)",
@@ -490,7 +499,14 @@ fn render(before: &Side, after: &Side, width: Width) -> String {
         width,
     ));
     let total = |side: &Side| {
-        let value = ratio(side.per_request(side.groups.values().map(|g| g.acquisitions).sum()));
+        let value = ratio(
+            side.per_request(
+                side.groups
+                    .values()
+                    .map(|g| g.acquisitions)
+                    .fold(0u64, u64::saturating_add),
+            ),
+        );
         match side.sampled_windows {
             _ if !side.counts_acquisitions() => "not counted".to_string(),
             Some(_) => format!("~{value}"),
@@ -687,6 +703,30 @@ mod tests {
         }
         std::fs::write(&path, report.to_string()).unwrap();
         path
+    }
+
+    /// Two locks of one name whose counts sum past 2^64 (a crafted
+    /// report): the group saturates instead of wrapping to a small number
+    /// that `--assert-max` would pass.
+    #[test]
+    fn sums_near_two_to_the_64_saturate() {
+        let dir = tempfile::tempdir().unwrap();
+        let big = u64::MAX - 1;
+        let locks = serde_json::json!([
+            lock("0x1", big, serde_json::json!({"name": "g_lock"})),
+            lock("0x2", big, serde_json::json!({"name": "g_lock"})),
+        ]);
+        let before = write_report(dir.path(), "b.json", 1, locks.clone());
+        let after = write_report(dir.path(), "a.json", 1, locks);
+        let outcome = evaluate(
+            &before,
+            &after,
+            &[],
+            &["g_lock=1000".into()],
+            Width::Unlimited,
+        )
+        .unwrap();
+        assert_eq!(outcome.failures.len(), 1, "{}", outcome.text);
     }
 
     #[test]

@@ -367,6 +367,18 @@ fn coverage(mode: Mode, seen: proc_events::Seen, started: Instant) -> Coverage {
 }
 
 /// The one line that says the probes are live, on stderr.
+/// `N probes in MODULES`, or, with no lock functions (a Go program
+/// without libc, contention mode), what is traced instead.
+fn probes_where(probes: &str, modules: &BTreeSet<&str>) -> String {
+    if modules.is_empty() {
+        return "futex waits only (no pthread lock functions probed)".into();
+    }
+    format!(
+        "{probes} probes in {}",
+        modules.iter().copied().collect::<Vec<_>>().join(", ")
+    )
+}
+
 fn announce(options: &RecordOptions, prepared: &Prepared, loaded: &Loaded, window: &RequestWindow) {
     let modules: BTreeSet<&str> = prepared
         .functions
@@ -386,10 +398,10 @@ fn announce(options: &RecordOptions, prepared: &Prepared, loaded: &Loaded, windo
         Mode::All | Mode::Contention => loaded.probe_count.to_string(),
     };
     output::note(format_args!(
-        "locktrace: tracing pid {} ({}): {probes} probes in {} live after {} ms; {}",
+        "locktrace: tracing pid {} ({}): {} live after {} ms; {}",
         prepared.target.pid,
         prepared.target.exe,
-        modules.into_iter().collect::<Vec<_>>().join(", "),
+        probes_where(&probes, &modules),
         loaded.attach_time.as_millis(),
         if window.has_load() {
             "sending load"
@@ -501,4 +513,21 @@ fn report(
 /// Creates the (empty) `--ready-file` once the probes are live, for scripts and tests.
 pub fn signal_ready(path: &std::path::Path) -> Result<()> {
     crate::model::write_output(path, b"").context("--ready-file")
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_ready_line_names_what_is_traced_without_lock_functions() {
+        let none = std::collections::BTreeSet::new();
+        assert_eq!(
+            super::probes_where("0", &none),
+            "futex waits only (no pthread lock functions probed)"
+        );
+        let libc = std::collections::BTreeSet::from(["/lib/libc.so.6"]);
+        assert_eq!(
+            super::probes_where("5", &libc),
+            "5 probes in /lib/libc.so.6"
+        );
+    }
 }

@@ -401,8 +401,17 @@ impl Report {
             }
             None => bail!("{source} is not a locktrace report (no \"schema\": \"{SCHEMA}\")"),
         }
-        serde_json::from_value(value)
-            .with_context(|| format!("{source} is a damaged locktrace report"))
+        let report: Report = serde_json::from_value(value)
+            .with_context(|| format!("{source} is a damaged locktrace report"))?;
+        // Numbers a recording cannot have (a crafted or edited file) are
+        // refused, not printed as if measured.
+        if !(report.duration_s.is_finite() && (0.0..=MAX_DURATION_S).contains(&report.duration_s)) {
+            bail!(
+                "{source} is a damaged locktrace report: duration_s {} is not a recording's length (0 to 10 years)",
+                report.duration_s
+            );
+        }
+        Ok(report)
     }
 
     pub fn save(&self, path: &std::path::Path) -> Result<()> {
@@ -411,6 +420,9 @@ impl Report {
     }
 }
 
+/// Longest recording a report may say it lasted: ten years.
+const MAX_DURATION_S: f64 = 10.0 * 365.25 * 86_400.0;
+
 /// Largest report `load` reads: a report of 100,000 locks with stacks is
 /// well under this.
 pub const MAX_REPORT_BYTES: u64 = 256 << 20;
@@ -418,6 +430,30 @@ pub const MAX_REPORT_BYTES: u64 = 256 << 20;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn impossible_durations_are_refused_with_one_line() {
+        let digits_309 = format!("1{}", "0".repeat(308));
+        let report = |duration: &str| {
+            let text = format!(
+                r#"{{"schema": "{SCHEMA}", "target": {{"pid": 1, "exe": "x", "cmdline": []}},
+                "duration_s": {bad}, "mode": "all", "stopped_by": "duration", "locks": [],
+                "dropped": {{}}, "totals": {{"acquisitions": 0, "contended": 0, "wakes": 0, "wait_ns": 0}}}}"#,
+                bad = duration
+            );
+            Report::from_json(&text, "r.json")
+        };
+        assert_eq!(report("12.5").unwrap().duration_s, 12.5);
+        for bad in ["-5.0", digits_309.as_str(), "1e300"] {
+            let error = report(bad).unwrap_err();
+            let line = format!("{error:#}");
+            assert!(
+                line.starts_with("r.json is a damaged locktrace report"),
+                "{bad}: {line}"
+            );
+            assert!(!line.contains('\n'), "{line}");
+        }
+    }
 
     #[test]
     fn an_endless_input_is_refused_after_the_bound() {

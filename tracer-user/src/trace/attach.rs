@@ -352,35 +352,25 @@ fn attach_try_lock_returns(
     target: &Target,
     functions: &[Placed],
 ) -> Result<usize> {
-    let may_fail: Vec<&LockFunction> = functions
+    let entries: Vec<FunctionEntry> = functions
         .iter()
         .map(|(function, _)| function)
         .filter(|function| function.op.may_fail())
-        .collect();
-    if may_fail.is_empty() {
-        return Ok(0);
-    }
-    let scope = scope(target)?;
-    let program = uprobe(ebpf, names::PROGRAM_TRY_LOCK_EXIT)?;
-    program
-        .load()
-        .with_context(|| format!("loading the BPF program {}", names::PROGRAM_TRY_LOCK_EXIT))?;
-    for function in &may_fail {
-        program
-            .attach(
-                UProbeAttachLocation::AbsoluteOffset(function.file_offset),
-                target.host_path(&function.module),
-                scope,
+        .map(|function| {
+            (
+                function.op.symbol(),
+                function.module.as_str(),
+                function.file_offset,
             )
-            .map_err(|error| {
-                anyhow!(
-                    "attaching the return probe of {} in {} failed: {error}",
-                    function.op.symbol(),
-                    function.module
-                )
-            })?;
-    }
-    Ok(may_fail.len())
+        })
+        .collect();
+    attach_at_entries(
+        ebpf,
+        names::PROGRAM_TRY_LOCK_EXIT,
+        "return",
+        target,
+        &entries,
+    )
 }
 
 /// Attaches the entry and return probes of every condvar wait function.
@@ -390,37 +380,53 @@ fn attach_cond_wait_probes(
     target: &Target,
     waits: &WaitFunctions,
 ) -> Result<usize> {
-    if waits.cond_waits.is_empty() {
-        return Ok(0);
-    }
-    let scope = scope(target)?;
+    let entries: Vec<FunctionEntry> = waits
+        .cond_waits
+        .iter()
+        .map(|f| (f.symbol.as_str(), f.module.as_str(), f.file_offset))
+        .collect();
     let mut attached = 0;
     for (name, which) in [
         (names::PROGRAM_COND_WAIT_ENTER, "entry"),
         (names::PROGRAM_COND_WAIT_EXIT, "return"),
     ] {
-        let program = uprobe(ebpf, name)?;
-        program
-            .load()
-            .map_err(|error| anyhow!("loading {name}: {error}"))?;
-        for function in &waits.cond_waits {
-            program
-                .attach(
-                    UProbeAttachLocation::AbsoluteOffset(function.file_offset),
-                    target.host_path(&function.module),
-                    scope,
-                )
-                .map_err(|error| {
-                    anyhow!(
-                        "attaching the {which} probe of {} in {} failed: {error}",
-                        function.symbol,
-                        function.module
-                    )
-                })?;
-            attached += 1;
-        }
+        attached += attach_at_entries(ebpf, name, which, target, &entries)?;
     }
     Ok(attached)
+}
+
+/// A function by (symbol, module as the target sees it, entry's file offset).
+type FunctionEntry<'a> = (&'a str, &'a str, u64);
+
+/// Loads the uprobe `program` and attaches it (an entry or a return probe,
+/// `which`) at the entry of each function. Returns how many.
+fn attach_at_entries(
+    ebpf: &mut Ebpf,
+    program: &str,
+    which: &str,
+    target: &Target,
+    entries: &[FunctionEntry],
+) -> Result<usize> {
+    if entries.is_empty() {
+        return Ok(0);
+    }
+    let scope = scope(target)?;
+    let loaded = uprobe(ebpf, program)?;
+    loaded
+        .load()
+        .map_err(|error| anyhow!("loading {program}: {error}"))?;
+    for &(symbol, module, file_offset) in entries {
+        loaded
+            .attach(
+                UProbeAttachLocation::AbsoluteOffset(file_offset),
+                target.host_path(module),
+                scope,
+            )
+            .map_err(|error| {
+                anyhow!("attaching the {which} probe of {symbol} in {module} failed: {error}")
+            })?;
+    }
+    Ok(entries.len())
 }
 
 /// The links of `program`, taken out so they can be dropped (detached) elsewhere.
