@@ -438,6 +438,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     .as_ref()
                     .map_or(0, |load| load.concurrency as u64),
             )?;
+            limits::address_space()?;
             check_outputs(&json, &pprof, &ready_file)?;
             // With --load, --duration is the load's length, not a tracing limit.
             let duration = if requests.load.is_some() {
@@ -471,6 +472,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             }
             // Scrapers' connections.
             limits::open_files(64)?;
+            limits::address_space()?;
             let options = serve::ServeOptions {
                 live: live.options()?,
                 listen,
@@ -481,6 +483,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Top { live } => {
             let options = live.options()?;
             limits::open_files(0)?;
+            limits::address_space()?;
             runtime()?.block_on(top::run(&options))
         }
         Command::Report {

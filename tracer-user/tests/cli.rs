@@ -145,6 +145,34 @@ fn too_few_open_files_is_one_true_line() {
     }
 }
 
+/// A memory limit (`ulimit -v` 50 MB) aborted with "memory allocation of 24
+/// bytes failed" and lost the recording. Root lifts it and records; where
+/// it cannot be lifted, one line says what to raise.
+#[test]
+fn a_low_memory_limit_is_lifted_or_one_line() {
+    let target = Fixture::spawn(&fixture("steady", Flavor::Glibc), &["1", "1"]);
+    let locktrace = locktrace().get_program().to_owned();
+    let output = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "ulimit -v 50000 && exec \"$0\" record --pid {} --duration 1 --requests 1",
+            target.pid()
+        ))
+        .arg(&locktrace)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!stderr.contains("memory allocation of"), "{stderr}");
+    if stderr.contains("the memory limit") {
+        assert_one_line_error(
+            &output,
+            "the memory limit (ulimit -v) is 48 MiB and locktrace needs at least 256 MiB; raise it: ulimit -v unlimited",
+        );
+    } else {
+        assert!(output.status.success(), "{stderr}");
+    }
+}
+
 /// Bad mode options: one clear line, non-zero exit, before touching the target.
 #[test]
 fn bad_mode_options_are_one_line_errors() {

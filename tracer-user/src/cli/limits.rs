@@ -47,6 +47,31 @@ pub fn open_files(connections: u64) -> Result<()> {
     )
 }
 
+/// Address space locktrace needs at least (`ulimit -v`): module files are
+/// mapped whole and each thread reserves its stack and malloc arena.
+pub const MIN_ADDRESS_SPACE: u64 = 256 << 20;
+
+/// A memory limit (`ulimit -v`) under [`MIN_ADDRESS_SPACE`] is raised (to
+/// the hard limit where that is enough, else lifted where allowed, as for
+/// root), else refused in one line: running out later ends in an abort
+/// that loses the recording.
+pub fn address_space() -> Result<()> {
+    use nix::sys::resource::{RLIM_INFINITY, Resource, getrlimit, setrlimit};
+    let (soft, hard) = getrlimit(Resource::RLIMIT_AS)?;
+    let enough = |limit: u64| limit == RLIM_INFINITY || limit >= MIN_ADDRESS_SPACE;
+    if enough(soft)
+        || (enough(hard) && setrlimit(Resource::RLIMIT_AS, hard, hard).is_ok())
+        || setrlimit(Resource::RLIMIT_AS, RLIM_INFINITY, RLIM_INFINITY).is_ok()
+    {
+        return Ok(());
+    }
+    bail!(
+        "the memory limit (ulimit -v) is {} MiB and locktrace needs at least {} MiB; raise it: ulimit -v unlimited",
+        soft >> 20,
+        MIN_ADDRESS_SPACE >> 20
+    )
+}
+
 /// `--duration`: positive, finite, at most a year.
 pub fn duration(seconds: f64) -> Result<Duration> {
     // NaN fails both comparisons, so it is refused too.
