@@ -71,15 +71,16 @@ impl Destination {
 }
 
 /// A path whose directory is `/dev` or `/proc` (after resolving symlinks in
-/// the directory): nothing there may be renamed over.
+/// the directory): nothing there may be renamed over. `/dev/shm` is a
+/// plain tmpfs for files, and is not.
 fn in_system_tree(path: &Path) -> bool {
     let directory = match path.parent() {
         Some(parent) if !parent.as_os_str().is_empty() => parent,
         _ => Path::new("."),
     };
-    directory
-        .canonicalize()
-        .is_ok_and(|dir| dir.starts_with("/dev") || dir.starts_with("/proc"))
+    directory.canonicalize().is_ok_and(|dir| {
+        (dir.starts_with("/dev") && !dir.starts_with("/dev/shm")) || dir.starts_with("/proc")
+    })
 }
 
 /// Writes `bytes` to a new temporary file in `path`'s directory, then renames
@@ -174,5 +175,7 @@ mod tests {
         );
         let plain = dir.path().join("r.json");
         assert_eq!(Destination::of(&plain), Destination::Replace(plain.clone()));
+        let shared = Path::new("/dev/shm/locktrace-report.json");
+        assert_eq!(Destination::of(shared), Destination::Replace(shared.into()));
     }
 }
