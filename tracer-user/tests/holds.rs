@@ -150,7 +150,14 @@ fn slow_holder_hold_time_and_waits() {
     assert!(table.contains("top holder"), "{table}");
     assert!(table.contains("slow_holder"), "{table}");
     assert!(table.contains("unlock probe hits"), "{table}");
-    assert!(report["overhead"]["unlock_probe_hits"].as_u64().unwrap() >= 1000);
+    // Every hold the fixture counted ended in one unlock call (the
+    // recursive lock's inner unlocks and the rest come on top).
+    let holds_ended: u64 = truth.holds.values().sum();
+    let unlock_hits = report["overhead"]["unlock_probe_hits"].as_u64().unwrap();
+    assert!(
+        unlock_hits >= holds_ended,
+        "{unlock_hits} unlock probe hits for {holds_ended} holds"
+    );
     assert!(report["totals"]["hold_ns"].as_u64().unwrap() >= truth.slow_held_ns);
     // Per request (150 given): hold time divided like the other figures.
     let per_request = g_lock["per_request"]["hold_ns"].as_f64().unwrap();

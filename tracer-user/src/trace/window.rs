@@ -25,6 +25,12 @@ use crate::{
     },
 };
 
+/// How long counting goes on after the load's last response: a server's
+/// work that follows its response (FrankenPHP's worker calls into Go for
+/// its next request, taking musl's thread-creation rwlock) races the stop
+/// otherwise, and the last request would lose it.
+const AFTER_THE_LAST_RESPONSE: Duration = Duration::from_millis(50);
+
 /// How requests are counted (all optional).
 #[derive(Debug, Clone, Default)]
 pub struct RequestOptions {
@@ -155,6 +161,12 @@ impl RequestWindow {
                     }
                 };
                 self.tally = Some(tally);
+                if stopped_by == StopReason::LoadDone {
+                    // What a server does right after its last response
+                    // (a worker's call back in for the next request,
+                    // logging) belongs to the requests counted.
+                    tokio::time::sleep(AFTER_THE_LAST_RESPONSE).await;
+                }
                 stopped_by
             }
             None => {
