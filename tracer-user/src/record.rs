@@ -13,8 +13,8 @@ use tracer_common::flags;
 use crate::{
     analysis::{self, build::RecordInfo},
     model::{
-        Collected, Coverage, Estimate, ExecLoss, ExecSeen, Mode, Placement, Report, SampledRun,
-        StopReason, TargetInfo,
+        Collected, Coverage, Estimate, ExecLoss, ExecSeen, MainThreadExit, Mode, Placement, Report,
+        SampledRun, StopReason, TargetInfo,
     },
     naming,
     probe::{
@@ -23,6 +23,7 @@ use crate::{
         waitfuncs::{self, WaitFunctions},
     },
     render::output,
+    trace::follow::MainThreadWatch,
     trace::{
         attach::{self, Loaded, Placed},
         collect,
@@ -79,6 +80,7 @@ struct Traced {
     started: Instant,
     /// The target's CPU time over the window (its process CPU clock).
     target_cpu_ns: Option<u64>,
+    main_thread_exit: Option<MainThreadExit>,
 }
 
 pub async fn record(options: &RecordOptions) -> Result<Report> {
@@ -216,6 +218,7 @@ async fn trace(
     if let Some(path) = &options.ready_file {
         signal_ready(path)?;
     }
+    let mut main_thread = MainThreadWatch::new(started);
     let mut refresh = || {
         snapshot.tick();
         // Kept up to date: the last reading counts if the target exits.
@@ -227,6 +230,12 @@ async fn trace(
         let end =
             async { Ok(stop::wait_for_end(target, options.duration, signals, &mut refresh).await) };
         tokio::pin!(end);
+        // The windows attach the lock probes; the rest moves here.
+        let plan = attach::LoadPlan {
+            request_probe: window.request_probe(),
+            ..load_plan(options, prepared, window, None)
+        };
+        let mut follow = |ebpf: &mut aya::Ebpf| main_thread.tick(ebpf, &plan);
         let (stopped_by, run) = sampled::run(
             &mut loaded.ebpf,
             target,
@@ -234,17 +243,23 @@ async fn trace(
             options.sample,
             armed,
             end,
+            &mut follow,
         )
         .await?;
         (stopped_by, Some(run))
     } else {
+        let plan = load_plan(options, prepared, window, None);
+        let mut refresh_and_follow = |ebpf: &mut aya::Ebpf| {
+            refresh();
+            main_thread.tick(ebpf, &plan);
+        };
         let stopped_by = window
             .run(
                 target,
                 options.duration,
-                &loaded.ebpf,
+                &mut loaded.ebpf,
                 signals,
-                &mut refresh,
+                &mut refresh_and_follow,
             )
             .await?;
         (stopped_by, None)
@@ -270,6 +285,7 @@ async fn trace(
         target_cpu_ns: cpu_at_start
             .zip(cpu_at_end)
             .map(|(start, end)| end.saturating_sub(start)),
+        main_thread_exit: main_thread.finish(),
     })
 }
 
@@ -284,6 +300,7 @@ fn nothing_traced(stopped_by: StopReason) -> Traced {
         seen: proc_events::Seen::default(),
         started: Instant::now(),
         target_cpu_ns: None,
+        main_thread_exit: None,
     }
 }
 
@@ -297,7 +314,18 @@ fn load_probes(
         hz,
         lock_code: prepared.lock_code.clone(),
     });
-    let plan = attach::LoadPlan {
+    attach::load(&load_plan(options, prepared, window, sampling.as_ref()))
+}
+
+/// What to load and attach (again on a live thread when the main thread
+/// leaves: see `trace::follow`).
+fn load_plan<'a>(
+    options: &RecordOptions,
+    prepared: &'a Prepared,
+    window: &RequestWindow,
+    cpu: Option<&'a CpuSampling>,
+) -> attach::LoadPlan<'a> {
+    attach::LoadPlan {
         waits: &prepared.waits,
         target: &prepared.target,
         functions: &prepared.placed,
@@ -311,9 +339,8 @@ fn load_probes(
             window.request_probe()
         },
         unlock_functions: &prepared.unlocks,
-        cpu: sampling.as_ref(),
-    };
-    attach::load(&plan)
+        cpu,
+    }
 }
 
 /// What the BPF programs record besides the counts.
@@ -348,7 +375,12 @@ fn probed_modules(prepared: &Prepared) -> Vec<(String, PathBuf)> {
 
 /// What the recording covered: children are never followed; an exec
 /// leaves the new program's lock calls out unless it maps a probed module.
-fn coverage(mode: Mode, seen: proc_events::Seen, started: Instant) -> Coverage {
+fn coverage(
+    mode: Mode,
+    seen: proc_events::Seen,
+    started: Instant,
+    main_thread_exit: Option<MainThreadExit>,
+) -> Coverage {
     let exec = seen.exec.map(|exec| ExecSeen {
         after_s: exec.at.saturating_duration_since(started).as_secs_f64(),
         exe: exec.exe,
@@ -363,6 +395,7 @@ fn coverage(mode: Mode, seen: proc_events::Seen, started: Instant) -> Coverage {
         children_followed: false,
         children_forked: seen.forks,
         exec,
+        main_thread_exit,
     }
 }
 
@@ -428,6 +461,7 @@ fn report(
         seen,
         started,
         target_cpu_ns,
+        main_thread_exit,
     } = traced;
     let counted_placement = match options.mode {
         Mode::Contention => &[][..],
@@ -489,7 +523,7 @@ fn report(
         ));
     }
     report.overhead = Some(overhead);
-    report.coverage = Some(coverage(options.mode, seen, started));
+    report.coverage = Some(coverage(options.mode, seen, started, main_thread_exit));
     if let Some(requests) = window.finish(&collected) {
         if requests.count > 0 && report.totals.acquisitions == Some(0) {
             window::hint_children(report.target.pid, requests.count);

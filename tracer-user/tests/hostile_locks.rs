@@ -65,3 +65,40 @@ fn failed_trylocks_are_not_acquisitions_and_clock_and_rwlock_variants_count() {
         "{table}"
     );
 }
+
+/// A main thread that leaves with `pthread_exit` does not end the counting
+/// (issue 35 item 5): the probes move to a live thread and the calls of
+/// the threads it left behind are counted, exactly; the process is not
+/// taken for exited while they run.
+#[test]
+fn calls_after_the_main_thread_exits_are_counted() {
+    const N: u64 = 100_000;
+    let dir = tempfile::tempdir().unwrap();
+    let gate = dir.path().join("gate");
+    let binary = fixture("leader_exit", Flavor::Glibc);
+    let args = [N.to_string(), gate.display().to_string()];
+    let mut target = Fixture::spawn(&binary, &[&args[0], &args[1]]);
+    let trace = Trace::attach(target.pid(), &[]);
+    target.start();
+    let counted = target.address("counted");
+    // The threads take the lock once the probes count from one of them.
+    let printed = trace.wait_for_stderr("the probes now count from thread");
+    std::fs::write(&gate, "").unwrap();
+    target.wait();
+    let (report, table) = trace.finish();
+    let row = lock_at(&report, counted).unwrap_or_else(|| panic!("no row: {report:#}"));
+    assert_eq!(row["acquisitions"], 3 * N, "{table}\n{printed}");
+    assert_eq!(report["stopped_by"], "target_exited", "{table}");
+    let exit = &report["coverage"]["main_thread_exit"];
+    let moved_to = exit["moved_to_thread"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("{exit:#}"));
+    assert_ne!(moved_to, u64::from(target_pid(&report)), "{exit:#}");
+    assert!(exit["probes_moved_at_s"].as_f64() >= exit["running_at_s"].as_f64());
+    assert!(table.contains("lost: lock calls between"), "{table}");
+    assert!(!table.contains("lost: nothing"), "{table}");
+}
+
+fn target_pid(report: &serde_json::Value) -> u32 {
+    report["target"]["pid"].as_u64().unwrap() as u32
+}

@@ -15,6 +15,36 @@ pub struct Coverage {
     /// The target ran exec while traced (the first exec seen).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exec: Option<ExecSeen>,
+    /// The main thread left (`pthread_exit`) while other threads ran on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub main_thread_exit: Option<MainThreadExit>,
+}
+
+/// The kernel counts a uprobe's hits for the memory of the task it is
+/// bound to, the main thread, and stops when that task exits. locktrace
+/// notices at its next tick and binds the probes to a live thread: the
+/// target's uprobe hits (lock calls, failed tries, condvar waits, request
+/// boundaries) between `running_at_s` and `probes_moved_at_s` were not
+/// counted. Futex waits (tracepoints) were.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct MainThreadExit {
+    /// Seconds into the recording when the main thread was last seen running.
+    pub running_at_s: f64,
+    /// When its exit was noticed.
+    pub noticed_at_s: f64,
+    /// When the probes counted again, on `moved_to_thread`; None when they
+    /// could not be moved (`not_moved` says why): nothing after
+    /// `running_at_s` was counted then.
+    #[serde(default)]
+    pub probes_moved_at_s: Option<f64>,
+    #[serde(default)]
+    pub moved_to_thread: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_moved: Option<String>,
+    /// Further moves (the thread moved to exited too), each with a gap of
+    /// up to a tick and an attach.
+    #[serde(default)]
+    pub later_moves: u32,
 }
 
 /// An exec of the target during the recording: the probes stay on the old

@@ -18,7 +18,7 @@ mod requests;
 mod sampled_run;
 
 pub use collected::{Blocked, Collected, InFlight};
-pub use coverage::{Coverage, ExecLoss, ExecSeen};
+pub use coverage::{Coverage, ExecLoss, ExecSeen, MainThreadExit};
 pub use cpu::{CpuReport, cpu_error_ns, sample_period_ns};
 pub use destination::{Destination, write_output};
 pub use estimate::{Estimate, ScaleBasis, WindowLinkKind};

@@ -53,6 +53,10 @@ pub struct Target {
     pub maps: Vec<Mapping>,
     /// Its module files, each mapped once and shared by every reader.
     pub modules: ModuleStore,
+    /// The task the uprobes are bound to: the kernel counts the hits of
+    /// every thread sharing that task's memory, until the task exits. The
+    /// main thread (the pid) unless it left with `pthread_exit`.
+    probe_task: Arc<std::sync::atomic::AtomicU32>,
 }
 
 impl Target {
@@ -98,7 +102,29 @@ impl Target {
             cmdline,
             maps,
             modules: ModuleStore::default(),
+            probe_task: Arc::new(pid.into()),
         })
+    }
+
+    /// The task new uprobes are bound to (see [`Target::main_thread_left`]).
+    pub fn probe_task(&self) -> u32 {
+        self.probe_task.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// When the task the probes are bound to has exited while the process
+    /// lives on (a main thread that called `pthread_exit`), binds new probes
+    /// to a live thread and returns it; None while the bound task runs.
+    pub fn rebind_probes(&self) -> Option<u32> {
+        let bound = self.probe_task();
+        if task_runs(self.pid, bound) || !self.is_alive() {
+            return None;
+        }
+        let live = live_threads(self.pid)
+            .into_iter()
+            .find(|&tid| tid != bound)?;
+        self.probe_task
+            .store(live, std::sync::atomic::Ordering::Relaxed);
+        Some(live)
     }
 
     /// Path under which the tracer opens a file of the target.
@@ -109,15 +135,18 @@ impl Target {
     pub fn host_path(&self, target_path: &str) -> PathBuf {
         let mapped = self.maps.iter().find(|mapping| mapping.path == target_path);
         if let Some(mapping) = mapped {
+            // Through the bound task: an exited main thread has no files.
             let link = PathBuf::from(format!(
                 "/proc/{}/map_files/{:x}-{:x}",
-                self.pid, mapping.start, mapping.end
+                self.probe_task(),
+                mapping.start,
+                mapping.end
             ));
             if link.exists() {
                 return link;
             }
         }
-        host_path(self.pid, target_path)
+        host_path(self.probe_task(), target_path)
     }
 
     /// The mapped ELF file of a module of the target, read once per recording.
@@ -162,7 +191,7 @@ pub fn is_running(pid: u32, start_time: u64) -> bool {
         return false;
     }
     match Process::new(raw).and_then(|process| process.stat()) {
-        Ok(stat) => stat.state != 'Z' && stat.state != 'X' && stat.starttime == start_time,
+        Ok(stat) => stat_is_live(&stat) && stat.starttime == start_time,
         Err(procfs::ProcError::NotFound(_)) => false,
         Err(_) => true,
     }
@@ -285,7 +314,39 @@ pub fn is_alive(pid: u32) -> bool {
     i32::try_from(pid)
         .ok()
         .and_then(|pid| Process::new(pid).ok()?.stat().ok())
-        .is_some_and(|stat| stat.state != 'Z' && stat.state != 'X')
+        .is_some_and(|stat| stat_is_live(&stat))
+}
+
+/// The threads of `pid` that have not exited, by thread id.
+fn live_threads(pid: u32) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&tid| task_runs(pid, tid))
+        .collect()
+}
+
+fn task_runs(pid: u32, tid: u32) -> bool {
+    let Ok(stat) = std::fs::read(format!("/proc/{pid}/task/{tid}/stat")) else {
+        return false;
+    };
+    // The state follows the last ')' (the name may hold any byte).
+    let state = stat
+        .iter()
+        .rposition(|&byte| byte == b')')
+        .and_then(|end| stat.get(end + 2));
+    !matches!(state, None | Some(b'Z' | b'X'))
+}
+
+/// A process lives while any of its threads does: a main thread that left
+/// with `pthread_exit` is a zombie (`/proc/PID/stat` reads Z) while the
+/// threads it left run on, and the zombie still counts in `num_threads`
+/// until the process is reaped.
+fn stat_is_live(stat: &procfs::process::Stat) -> bool {
+    let leader_gone = stat.state == 'Z' || stat.state == 'X';
+    !leader_gone || stat.num_threads > 1
 }
 
 /// The kernel-thread bit of the flags in /proc/PID/stat.

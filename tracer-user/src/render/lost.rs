@@ -3,7 +3,7 @@
 //! plus what an exec of the target or its forked children left uncounted.
 use std::fmt::Write;
 
-use crate::model::{ExecLoss, Report};
+use crate::model::{ExecLoss, MainThreadExit, Report};
 
 /// What one drop reason leaves out, by the schema's reason word.
 /// `nesting_unknown`: lost callers may hide nested calls (musl), so the
@@ -56,7 +56,10 @@ fn missing(reason: &str, n: u64, nesting_unknown: bool) -> String {
 
 /// True when nothing the counts cover was lost (drops, exec).
 pub fn counts_whole(report: &Report) -> bool {
-    report.coverage.as_ref().is_none_or(|c| c.exec.is_none())
+    report
+        .coverage
+        .as_ref()
+        .is_none_or(|c| c.exec.is_none() && c.main_thread_exit.is_none())
 }
 
 /// `lost:` lines (`lost: nothing` when nothing was), then a line on
@@ -65,7 +68,8 @@ pub fn render(report: &Report) -> String {
     let mut out = String::new();
     let coverage = report.coverage.as_ref();
     let exec = coverage.and_then(|c| c.exec.as_ref());
-    if report.dropped.is_empty() && exec.is_none() {
+    let main_thread_exit = coverage.and_then(|c| c.main_thread_exit.as_ref());
+    if report.dropped.is_empty() && exec.is_none() && main_thread_exit.is_none() {
         out.push_str("lost: nothing\n");
     }
     let nesting_unknown = report
@@ -92,6 +96,9 @@ pub fn render(report: &Report) -> String {
             exec.after_s
         );
     }
+    if let Some(exit) = main_thread_exit {
+        out.push_str(&main_thread_exit_line(exit));
+    }
     if let Some(forked) = coverage.and_then(|c| c.children_forked).filter(|&n| n > 0) {
         let _ = writeln!(
             out,
@@ -99,6 +106,30 @@ pub fn render(report: &Report) -> String {
         );
     }
     out
+}
+
+/// The uprobe hits lost between the main thread's exit and the probes'
+/// move to a live thread (`trace::follow`).
+fn main_thread_exit_line(exit: &MainThreadExit) -> String {
+    let from = exit.running_at_s;
+    let mut line = match (exit.probes_moved_at_s, exit.moved_to_thread) {
+        (Some(to), Some(thread)) => format!(
+            "lost: lock calls between {from:.2} and {to:.2} s: the main thread left (pthread_exit) and the probes, bound to it, were moved to thread {thread} (futex waits counted)"
+        ),
+        _ => format!(
+            "lost: every lock call after {from:.2} s: the main thread left (pthread_exit) and the probes could not be moved ({}); futex waits counted",
+            exit.not_moved.as_deref().unwrap_or("no live thread")
+        ),
+    };
+    if exit.later_moves > 0 {
+        let _ = write!(
+            line,
+            "; {} more moves, each losing up to a tick and an attach",
+            exit.later_moves
+        );
+    }
+    line.push('\n');
+    line
 }
 
 #[cfg(test)]
@@ -174,6 +205,7 @@ mod tests {
                 not_counted: ExecLoss::AllLockCalls,
                 still_probed: Vec::new(),
             }),
+            main_thread_exit: None,
         });
         let text = table::render(&report, None, crate::render::fit::Width::Unlimited);
         assert!(!text.contains("whole traced life"), "{text}");
@@ -184,6 +216,38 @@ mod tests {
         );
         assert!(
             text.contains("children: 2 processes forked by the target were not followed"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_main_thread_exit_says_what_was_not_counted() {
+        let mut report = report();
+        report.coverage = Some(Coverage {
+            main_thread_exit: Some(MainThreadExit {
+                running_at_s: 1.2,
+                noticed_at_s: 1.4,
+                probes_moved_at_s: Some(1.41),
+                moved_to_thread: Some(77),
+                not_moved: None,
+                later_moves: 0,
+            }),
+            ..Coverage::default()
+        });
+        let text = table::render(&report, None, crate::render::fit::Width::Unlimited);
+        assert!(!text.contains("whole traced life"), "{text}");
+        assert!(!text.contains("lost: nothing"), "{text}");
+        assert!(
+            text.contains("lost: lock calls between 1.20 and 1.41 s: the main thread left (pthread_exit) and the probes, bound to it, were moved to thread 77"),
+            "{text}"
+        );
+        let coverage = report.coverage.as_mut().unwrap();
+        let exit = coverage.main_thread_exit.as_mut().unwrap();
+        (exit.probes_moved_at_s, exit.moved_to_thread) = (None, None);
+        exit.not_moved = Some("no live thread".into());
+        let text = table::render(&report, None, crate::render::fit::Width::Unlimited);
+        assert!(
+            text.contains("lost: every lock call after 1.20 s: the main thread left (pthread_exit) and the probes could not be moved (no live thread)"),
             "{text}"
         );
     }

@@ -115,27 +115,7 @@ pub fn load(plan: &LoadPlan) -> Result<Loaded> {
             .load()
             .with_context(|| format!("loading the BPF program {name}"))?;
     }
-    let mut probe_count = 0;
-    if plan.lock_probes {
-        // Unlock probes first: every hold begun is then seen to end.
-        probe_count += attach_points(
-            &mut ebpf,
-            names::PROGRAM_UNLOCK_CALL,
-            plan.target,
-            plan.unlock_functions,
-        )?
-        .len();
-        probe_count += attach_lock_probes(&mut ebpf, plan.target, plan.functions)?.len();
-    }
-    if let Some(point) = &plan.request_probe {
-        attach_request_probe(&mut ebpf, plan.target, point)?;
-        probe_count += 1;
-    }
-    // Return probes of the lock functions that may fail: always in (sampled
-    // mode moves only the entry probes), so every counted call's result is seen.
-    probe_count += attach_try_lock_returns(&mut ebpf, plan.target, plan.functions)?;
-    // Condvar waits and futex syscalls: always traced.
-    probe_count += attach_cond_wait_probes(&mut ebpf, plan.target, plan.waits)?;
+    let probe_count = attach_user_probes(&mut ebpf, plan)?;
     for (name, event) in [
         (names::PROGRAM_FUTEX_ENTER, "sys_enter_futex"),
         (names::PROGRAM_FUTEX_EXIT, "sys_exit_futex"),
@@ -156,6 +136,47 @@ pub fn load(plan: &LoadPlan) -> Result<Loaded> {
         probe_count,
         attach_time: started.elapsed(),
     })
+}
+
+/// Attaches the plan's uprobes, all bound to the target's probe task (see
+/// `scope`): at load, and again on a live thread when the main thread left
+/// with `pthread_exit` (the old ones then never fire: the kernel's filter
+/// follows the exited task). Returns how many probes were attached.
+pub fn attach_user_probes(ebpf: &mut Ebpf, plan: &LoadPlan) -> Result<usize> {
+    attach_user_probes_but(ebpf, plan, false)
+}
+
+/// [`attach_user_probes`], leaving out the lock-call probes when
+/// `lock_calls_elsewhere` (uprobe-multi links count them).
+pub fn attach_user_probes_but(
+    ebpf: &mut Ebpf,
+    plan: &LoadPlan,
+    lock_calls_elsewhere: bool,
+) -> Result<usize> {
+    let mut probe_count = 0;
+    if plan.lock_probes {
+        // Unlock probes first: every hold begun is then seen to end.
+        probe_count += attach_points(
+            ebpf,
+            names::PROGRAM_UNLOCK_CALL,
+            plan.target,
+            plan.unlock_functions,
+        )?
+        .len();
+        if !lock_calls_elsewhere {
+            probe_count += attach_lock_probes(ebpf, plan.target, plan.functions)?.len();
+        }
+    }
+    if let Some(point) = &plan.request_probe {
+        attach_request_probe(ebpf, plan.target, point)?;
+        probe_count += 1;
+    }
+    // Return probes of the lock functions that may fail: always in (sampled
+    // mode moves only the entry probes), so every counted call's result is seen.
+    probe_count += attach_try_lock_returns(ebpf, plan.target, plan.functions)?;
+    // Condvar waits and futex syscalls: always traced.
+    probe_count += attach_cond_wait_probes(ebpf, plan.target, plan.waits)?;
+    Ok(probe_count)
 }
 
 /// `futex_waitv` (Linux 5.16+) waits: traced where the syscall exists; a
@@ -412,9 +433,12 @@ fn attach_at_entries(
     }
     let scope = scope(target)?;
     let loaded = uprobe(ebpf, program)?;
-    loaded
-        .load()
-        .map_err(|error| anyhow!("loading {program}: {error}"))?;
+    // Loaded once: attached again when the probes move to a live thread.
+    if loaded.fd().is_err() {
+        loaded
+            .load()
+            .map_err(|error| anyhow!("loading {program}: {error}"))?;
+    }
     for &(symbol, module, file_offset) in entries {
         loaded
             .attach(
@@ -469,9 +493,12 @@ pub fn attach_canary(
     Ok(Some(program.take_link(link)?))
 }
 
+/// The task the kernel's filter follows: every thread sharing its memory
+/// is counted (the main thread, or a live one once it left).
 fn scope(target: &Target) -> Result<UProbeScope> {
     Ok(UProbeScope::OneProcess(
-        std::num::NonZeroU32::new(target.pid).ok_or_else(|| anyhow!("pid 0 is not a process"))?,
+        std::num::NonZeroU32::new(target.probe_task())
+            .ok_or_else(|| anyhow!("pid 0 is not a process"))?,
     ))
 }
 

@@ -4,6 +4,7 @@
 pub mod attach;
 pub mod collect;
 pub mod cpu;
+pub mod follow;
 pub mod inflight;
 pub mod multi;
 pub mod preflight;

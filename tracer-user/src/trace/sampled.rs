@@ -190,7 +190,9 @@ fn first_point(functions: &[Placed]) -> Option<Vec<Placed>> {
 /// Runs the duty cycle until `end` resolves. The request-boundary probe, if
 /// any, stays in from [`arm`] on: it counts requests inside the windows, so
 /// requests and locks are counted over the same time, and over the whole
-/// recording.
+/// recording. `between_windows` runs before each window opens and says
+/// whether the probes moved to another thread (`trace::follow`): probes
+/// kept from the last window are then attached afresh.
 pub async fn run<F>(
     ebpf: &mut Ebpf,
     target: &Target,
@@ -198,6 +200,7 @@ pub async fn run<F>(
     options: SampleOptions,
     armed: Armed,
     mut end: Pin<&mut F>,
+    between_windows: &mut dyn FnMut(&mut Ebpf) -> bool,
 ) -> Result<(StopReason, SampledRun)>
 where
     F: Future<Output = Result<StopReason>>,
@@ -233,12 +236,18 @@ where
             break 'periods stopped?;
         }
         let attaching = Instant::now();
-        let links = match kept.take() {
-            Some(links) => links,
-            None => match open_window(ebpf, &attacher, target, functions)? {
-                Some(links) => links,
-                None => break 'periods StopReason::TargetExited,
-            },
+        let opened = match kept.take() {
+            Some(links) => Ok(Some(links)),
+            None => open_window(ebpf, &attacher, target, functions),
+        };
+        let opened = match opened {
+            // The main thread left since the last check: its files went
+            // with it. Once more, from a live thread.
+            Err(_) if between_windows(ebpf) => open_window(ebpf, &attacher, target, functions),
+            opened => opened,
+        };
+        let Some(links) = opened? else {
+            break 'periods StopReason::TargetExited;
         };
         // Counting starts once the target runs at its probed pace.
         let warmed_up = tokio::select! {
@@ -278,6 +287,12 @@ where
         // (not counting: the flag is off) and say so in the report.
         let keep = stopped.is_none() && detacher.too_slow_for(period.saturating_sub(length));
         kept = release_window(ebpf, &mut detacher, links, keep, &mut run)?;
+        // Kept probes bound to a main thread that has left would not count.
+        if between_windows(ebpf)
+            && let Some(links) = kept.take()
+        {
+            detacher.start(links.take(ebpf)?);
+        }
         // Measures the detach time for the next window's decision.
         if detacher.wants_canary()
             && let Some(canary) = attach_canary(ebpf, &attacher, target, functions)?

@@ -81,9 +81,15 @@ async fn target_exit(target: &Target, on_tick: &mut dyn FnMut()) {
     tick.tick().await;
     loop {
         tokio::select! {
-            _ = exit_fd.readable() => return,
+            _ = exit_fd.readable() => break,
             _ = tick.tick() => on_tick(),
         }
+    }
+    // A main thread that left with pthread_exit makes the pidfd readable
+    // on some kernels while the process's other threads run on.
+    if target.is_alive() {
+        drop(exit_fd);
+        poll_exit(target, on_tick).await;
     }
 }
 

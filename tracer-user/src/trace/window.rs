@@ -131,9 +131,9 @@ impl RequestWindow {
         &mut self,
         target: &Target,
         duration: Option<Duration>,
-        ebpf: &Ebpf,
+        ebpf: &mut Ebpf,
         signals: &mut StopSignals,
-        on_tick: &mut dyn FnMut(),
+        on_tick: &mut dyn FnMut(&mut Ebpf),
     ) -> Result<StopReason> {
         let mut progress = Progress::start(self.driver.is_some(), self.probe.is_some());
         let tick_every = Duration::from_millis(100);
@@ -150,7 +150,7 @@ impl RequestWindow {
                         reason = signals.recv() => { driver.stop(); stopped_by = reason; }
                         _ = tick.tick() => {
                             progress.update(ebpf, Some(driver.done()));
-                            on_tick();
+                            on_tick(ebpf);
                             // Load at a process that is gone would only
                             // collect connection errors.
                             if stopped_by == StopReason::LoadDone && !target.is_alive() {
@@ -170,14 +170,11 @@ impl RequestWindow {
                 stopped_by
             }
             None => {
-                let wait = stop::wait_for_end(target, duration, signals, on_tick);
-                tokio::pin!(wait);
-                loop {
-                    tokio::select! {
-                        stopped_by = &mut wait => break stopped_by,
-                        _ = tick.tick() => progress.update(ebpf, None),
-                    }
-                }
+                let mut each_tick = || {
+                    on_tick(ebpf);
+                    progress.update(ebpf, None);
+                };
+                stop::wait_for_end(target, duration, signals, &mut each_tick).await
             }
         };
         progress.finish();

@@ -306,6 +306,22 @@ impl Trace {
         (report, table)
     }
 
+    /// Waits (up to 30 s) until locktrace's stderr holds `needle`; returns it all.
+    pub fn wait_for_stderr(&self, needle: &str) -> String {
+        let started = Instant::now();
+        loop {
+            let printed = std::fs::read_to_string(&self.stderr).unwrap_or_default();
+            if printed.contains(needle) {
+                return printed;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "locktrace never printed {needle:?}: {printed}"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     /// Sends SIGINT (as Ctrl-C would) to this locktrace, by its pid.
     pub fn interrupt(&self) {
         // SAFETY: kill(2) on the pid of the child this test started.
