@@ -187,3 +187,38 @@ fn a_module_file_truncated_during_the_recording_costs_its_names_not_the_recordin
     );
     assert!(table.contains("shrank while read"), "{table}");
 }
+
+/// dlmopen (issue 35 item 17): two copies of one library, in two link-map
+/// namespaces, each with its own `lib_lock`. Both copies are named (the
+/// first was unnamed: one load bias per path), and each counts N.
+#[test]
+fn two_copies_of_one_library_are_both_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let library = dir.path().join("liblock.so");
+    build_library(&library);
+    let lib = library.display().to_string();
+    let mut target = Fixture::spawn_command(
+        Command::new(fixture("mapfiles", Flavor::Glibc))
+            .arg(N.to_string())
+            .arg(format!("lib:{lib}"))
+            .arg(format!("newns:{lib}")),
+    );
+    let trace = Trace::attach(target.pid(), &[]);
+    target.start();
+    let global = target.address("global");
+    target.wait();
+    let (report, table) = trace.finish();
+    assert_eq!(acquisitions(&report, global), N);
+    let copies: Vec<&Value> = report["locks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|lock| lock["name"] == "lib_lock")
+        .collect();
+    assert_eq!(copies.len(), 2, "{table}");
+    for copy in &copies {
+        assert_eq!(copy["acquisitions"], N, "{table}");
+        assert_eq!(copy["module"], lib.as_str(), "{copy:#}");
+    }
+    assert_ne!(copies[0]["address"], copies[1]["address"]);
+}

@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 
 use tracer_common::{CodeRange, MAX_CPU_LOCK_CODE_RANGES};
 
-use super::{elf::ModuleSymbols, region::load_bias};
+use super::{elf::ModuleSymbols, region::load_biases};
 use crate::probe::{lockfuncs::LockFunction, target::Target};
 
 /// Lock code by symbol: the public functions (glibc and musl), glibc's
@@ -67,13 +67,12 @@ pub fn ranges(target: &Target, functions: &[LockFunction]) -> Vec<CodeRange> {
         let Ok(symbols) = ModuleSymbols::parse(file.bytes(), module, Some(&root)) else {
             continue;
         };
-        let Some(bias) = load_bias(&target.maps, module, &symbols) else {
-            continue;
-        };
-        for function in symbols.functions.iter().filter(|f| is_lock_code(&f.name)) {
-            if function.size > 0 {
-                let start = bias.wrapping_add(function.address);
-                found.insert((start, start.wrapping_add(function.size)));
+        for bias in load_biases(&target.maps, module, &symbols) {
+            for function in symbols.functions.iter().filter(|f| is_lock_code(&f.name)) {
+                if function.size > 0 {
+                    let start = bias.wrapping_add(function.address);
+                    found.insert((start, start.wrapping_add(function.size)));
+                }
             }
         }
     }

@@ -16,7 +16,8 @@ pub struct LoadedModule {
     /// Runtime extent of all its loadable segments.
     pub start: u64,
     pub end: u64,
-    pub symbols: ModuleSymbols,
+    /// Shared by the copies of one file (dlmopen).
+    pub symbols: Arc<ModuleSymbols>,
 }
 
 const ARENA_ALIGN: u64 = 64 << 20;
@@ -105,6 +106,36 @@ pub struct AddressSpace {
     pub skipped: Vec<crate::model::SkippedFile>,
 }
 
+/// One copy of a module at `bias`, with the runtime extent of its segments.
+fn loaded_module(path: &str, bias: u64, symbols: &Arc<ModuleSymbols>) -> LoadedModule {
+    let start = symbols
+        .segments
+        .iter()
+        .map(|s| s.address)
+        .min()
+        .unwrap_or(0)
+        .wrapping_add(bias);
+    let end = symbols
+        .segments
+        .iter()
+        .map(|s| {
+            s.address
+                .saturating_add(s.memory_size)
+                .saturating_add(0xfff)
+                & !0xfff
+        })
+        .max()
+        .unwrap_or(0)
+        .wrapping_add(bias);
+    LoadedModule {
+        path: path.to_string(),
+        bias,
+        start,
+        end,
+        symbols: Arc::clone(symbols),
+    }
+}
+
 impl AddressSpace {
     /// Builds the address space from a maps snapshot and open module files.
     pub fn build(
@@ -127,35 +158,10 @@ impl AddressSpace {
                 }
             };
             skipped.extend(symbols.skipped.iter().cloned());
-            let Some(bias) = load_bias(&maps, path, &symbols) else {
-                continue;
-            };
-            let start = symbols
-                .segments
-                .iter()
-                .map(|s| s.address)
-                .min()
-                .unwrap_or(0)
-                .wrapping_add(bias);
-            let end = symbols
-                .segments
-                .iter()
-                .map(|s| {
-                    s.address
-                        .saturating_add(s.memory_size)
-                        .saturating_add(0xfff)
-                        & !0xfff
-                })
-                .max()
-                .unwrap_or(0)
-                .wrapping_add(bias);
-            modules.push(LoadedModule {
-                path: path.clone(),
-                bias,
-                start,
-                end,
-                symbols,
-            });
+            let symbols = Arc::new(symbols);
+            for bias in load_biases(&maps, path, &symbols) {
+                modules.push(loaded_module(path, bias, &symbols));
+            }
         }
         let is_go = modules.iter().any(|module| {
             module
@@ -374,24 +380,47 @@ impl AddressSpace {
     }
 }
 
-/// Runtime minus link-time address, from the first mapping of the module
-/// whose file offset lies in a loadable segment.
-pub(super) fn load_bias(maps: &[Mapping], path: &str, symbols: &ModuleSymbols) -> Option<u64> {
-    maps.iter()
-        .filter(|mapping| mapping.path == path)
-        .find_map(|mapping| {
-            let segment = symbols.segments.iter().find(|segment| {
-                let page_start = segment.offset & !0xfff;
-                mapping.offset >= page_start
-                    && mapping.offset < segment.offset.saturating_add(segment.file_size.max(1))
-            })?;
-            // runtime(mapping.start) = bias + link address of file offset mapping.offset
-            let link = segment
-                .address
-                .wrapping_add(mapping.offset)
-                .wrapping_sub(segment.offset);
-            Some(mapping.start.wrapping_sub(link))
-        })
+/// Runtime minus link-time address of each copy of the module in the
+/// target, in map order: one per executable mapping's bias (dlmopen loads a
+/// library once per link-map namespace), else the first mapping's. A
+/// mapping counts where its file offset lies in a loadable segment.
+pub(super) fn load_biases(maps: &[Mapping], path: &str, symbols: &ModuleSymbols) -> Vec<u64> {
+    // (bias, seen in an executable mapping)
+    let mut biases: Vec<(u64, bool)> = Vec::new();
+    for mapping in maps.iter().filter(|mapping| mapping.path == path) {
+        let Some(bias) = bias_of(mapping, symbols) else {
+            continue;
+        };
+        let executable = mapping.perms.contains('x');
+        match biases.iter_mut().find(|(known, _)| *known == bias) {
+            Some(entry) => entry.1 |= executable,
+            None => biases.push((bias, executable)),
+        }
+    }
+    let copies: Vec<u64> = biases
+        .iter()
+        .filter(|(_, executable)| *executable)
+        .map(|(bias, _)| *bias)
+        .collect();
+    if copies.is_empty() {
+        biases.first().map(|(bias, _)| *bias).into_iter().collect()
+    } else {
+        copies
+    }
+}
+
+fn bias_of(mapping: &Mapping, symbols: &ModuleSymbols) -> Option<u64> {
+    let segment = symbols.segments.iter().find(|segment| {
+        let page_start = segment.offset & !0xfff;
+        mapping.offset >= page_start
+            && mapping.offset < segment.offset.saturating_add(segment.file_size.max(1))
+    })?;
+    // runtime(mapping.start) = bias + link address of file offset mapping.offset
+    let link = segment
+        .address
+        .wrapping_add(mapping.offset)
+        .wrapping_sub(segment.offset);
+    Some(mapping.start.wrapping_sub(link))
 }
 
 #[cfg(test)]
