@@ -400,6 +400,10 @@ pub mod names {
 /// Map sizes, shared so userspace can say "map full at N entries".
 pub const MAX_LOCKS: u32 = 65_536;
 pub const MAX_FUTEXES: u32 = 65_536;
+/// Locks the CPU sampler attributes samples to. Preallocated (~1.2 MB):
+/// kernels before 6.1 refuse a map allocated at run time in a perf-event
+/// program, and at 99 Hz a recording samples far fewer distinct locks.
+pub const MAX_CPU_LOCKS: u32 = 16_384;
 pub const MAX_CALLERS: u32 = 65_536;
 pub const MAX_STACKS: u32 = 16_384;
 pub const MAX_WAITING_THREADS: u32 = 16_384;

@@ -32,9 +32,10 @@ use aya_ebpf::{
 use tracer_common::{
     CallerKey, CodeRange, CondWait, CpuSamples, FutexCounts, FutexWait, HeldKey, HoldCounts,
     Holder, HolderHolds, HolderKey, LOCK_OPS, LockCounts, LockOp, MAX_CALLERS, MAX_CONDVARS,
-    MAX_CPU_LOCK_CODE_RANGES, MAX_FUTEXES, MAX_HELD, MAX_HOLDERS, MAX_LOCK_CODE_RANGES, MAX_LOCKS,
-    MAX_STACKS, MAX_WAITING_THREADS, MUTEX_SPAN, PendingKey, PendingTry, StackKey, WaitHolderKey,
-    WaitTime, cookie, counting, cpu_sample, drop_reason, flags, histogram, requests, wait_class,
+    MAX_CPU_LOCK_CODE_RANGES, MAX_CPU_LOCKS, MAX_FUTEXES, MAX_HELD, MAX_HOLDERS,
+    MAX_LOCK_CODE_RANGES, MAX_LOCKS, MAX_STACKS, MAX_WAITING_THREADS, MUTEX_SPAN, PendingKey,
+    PendingTry, StackKey, WaitHolderKey, WaitTime, cookie, counting, cpu_sample, drop_reason,
+    flags, histogram, requests, wait_class,
 };
 
 /// Host tgid of the target process; set by userspace before load.
@@ -925,9 +926,9 @@ static CPU_LOCK_CODE_RANGES: Global<u32> = Global::new(0);
 #[map]
 static CPU_LOCK_CODE: Array<CodeRange> = Array::with_max_entries(MAX_CPU_LOCK_CODE_RANGES, 0);
 /// Lock-code samples per attributed address (mutex argument or futex word).
+/// Preallocated: Linux before 6.1 refuses run-time allocation here.
 #[map]
-static CPU_LOCKS: HashMap<u64, CpuSamples> =
-    HashMap::with_max_entries(MAX_LOCKS, BPF_F_NO_PREALLOC);
+static CPU_LOCKS: HashMap<u64, CpuSamples> = HashMap::with_max_entries(MAX_CPU_LOCKS, 0);
 /// The target's samples by class (see `tracer_common::cpu_sample`).
 #[map]
 static CPU_COUNTS: Array<u64> = Array::with_max_entries(cpu_sample::COUNT, 0);

@@ -201,6 +201,19 @@ impl LiveSession {
                 .map(|chosen| RequestProbePoint::from(&chosen.probe)),
         };
         let loaded = attach::load(&plan)?;
+        let cpu_hz = match &loaded.cpu_off {
+            None => options.cpu_hz.unwrap_or(0),
+            Some(reason) => {
+                // A closed stderr loses only the line.
+                let _ = std::io::Write::write_fmt(
+                    &mut std::io::stderr(),
+                    format_args!(
+                        "locktrace: CPU sampler off, counting goes on without CPU per lock: {reason}\n"
+                    ),
+                );
+                0
+            }
+        };
         let attached_ns = inflight::monotonic_ns();
         let blocked_at_attach = inflight::blocked_threads(target.pid);
         let snapshot = naming::Snapshot::take(&target);
@@ -225,7 +238,7 @@ impl LiveSession {
             expire_after: options.expire_after,
             attached_ns,
             blocked_at_attach,
-            cpu_hz: options.cpu_hz.unwrap_or(0),
+            cpu_hz,
         })
     }
 

@@ -81,6 +81,8 @@ struct Traced {
     /// The target's CPU time over the window (its process CPU clock).
     target_cpu_ns: Option<u64>,
     main_thread_exit: Option<MainThreadExit>,
+    /// Why the CPU sampler is off although asked for.
+    cpu_off: Option<String>,
 }
 
 pub async fn record(options: &RecordOptions) -> Result<Report> {
@@ -190,6 +192,11 @@ async fn trace(
     let probed = probed_modules(prepared);
     let watch = ProcWatch::start(target.pid, &probed);
     let mut loaded = load_probes(options, prepared, window)?;
+    if let Some(reason) = &loaded.cpu_off {
+        output::note(format_args!(
+            "locktrace: CPU sampler off, counting goes on without CPU per lock: {reason}"
+        ));
+    }
     // Waits older than the probes: only the kernel knows of them.
     let attached_ns = inflight::monotonic_ns();
     let blocked_at_attach = inflight::blocked_threads(target.pid);
@@ -273,7 +280,10 @@ async fn trace(
     let mut collected = collect::collect(&loaded.ebpf)?;
     collected.hold_times = options.hold_times;
     collected.in_flight = inflight::read(&loaded.ebpf, target.pid, attached_ns, blocked_at_attach);
-    collected.cpu_hz = options.cpu_hz.unwrap_or(0);
+    collected.cpu_hz = match loaded.cpu_off {
+        None => options.cpu_hz.unwrap_or(0),
+        Some(_) => 0,
+    };
     Ok(Traced {
         collected,
         stopped_by,
@@ -286,6 +296,7 @@ async fn trace(
             .zip(cpu_at_end)
             .map(|(start, end)| end.saturating_sub(start)),
         main_thread_exit: main_thread.finish(),
+        cpu_off: loaded.cpu_off,
     })
 }
 
@@ -301,6 +312,7 @@ fn nothing_traced(stopped_by: StopReason) -> Traced {
         started: Instant::now(),
         target_cpu_ns: None,
         main_thread_exit: None,
+        cpu_off: None,
     }
 }
 
@@ -462,6 +474,7 @@ fn report(
         started,
         target_cpu_ns,
         main_thread_exit,
+        cpu_off,
     } = traced;
     let counted_placement = match options.mode {
         Mode::Contention => &[][..],
@@ -521,6 +534,9 @@ fn report(
             overhead.estimated_added_ns,
             0,
         ));
+    }
+    if let Some(cpu) = &mut report.cpu {
+        cpu.sampler_off = cpu_off;
     }
     report.overhead = Some(overhead);
     report.coverage = Some(coverage(options.mode, seen, started, main_thread_exit));

@@ -102,3 +102,41 @@ fn calls_after_the_main_thread_exits_are_counted() {
 fn target_pid(report: &serde_json::Value) -> u32 {
     report["target"]["pid"].as_u64().unwrap() as u32
 }
+
+/// A kernel that refuses the CPU sampler (Linux 5.10 and 5.15 refused its
+/// map; issue 36) costs the CPU per lock, not the recording: the counts
+/// are exact and the report says why the sampler is off.
+#[test]
+fn a_refused_cpu_sampler_leaves_the_counts_and_says_why() {
+    const N: u64 = 10_000;
+    let mut target = Fixture::spawn(&fixture("mapfiles", Flavor::Glibc), &[&N.to_string()]);
+    let refuse = [("LOCKTRACE_TEST_REFUSE_CPU_SAMPLER", "1")];
+    let trace = Trace::attach_env(target.pid(), &[], &refuse);
+    let printed = trace.stderr_lines.join("\n");
+    assert!(
+        printed.contains(
+            "locktrace: CPU sampler off, counting goes on without CPU per lock: refused for a test"
+        ),
+        "{printed}"
+    );
+    target.start();
+    let counted = target.address("global");
+    target.wait();
+    let (report, table) = trace.finish();
+    let row = lock_at(&report, counted).unwrap_or_else(|| panic!("no row: {report:#}"));
+    assert_eq!(row["acquisitions"], N, "{table}");
+    let cpu = &report["cpu"];
+    assert!(
+        cpu["sampler_off"]
+            .as_str()
+            .unwrap()
+            .contains("refused for a test"),
+        "{cpu:#}"
+    );
+    assert_eq!(cpu["sample_hz"], 0, "{cpu:#}");
+    assert!(cpu["lock_code_ns"].is_null(), "{cpu:#}");
+    assert!(
+        table.contains("lock code not sampled: the CPU sampler is off (refused for a test"),
+        "{table}"
+    );
+}

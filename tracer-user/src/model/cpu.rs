@@ -40,6 +40,10 @@ pub struct CpuReport {
     /// contention mode, the futex tracepoints). Null without both figures.
     #[serde(default)]
     pub unsampled_ns: Option<u64>,
+    /// Why the sampler is off although `--no-cpu` was not given (the kernel
+    /// refused it): the recording counted on without CPU per lock.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sampler_off: Option<String>,
 }
 
 /// Nanoseconds of CPU one sample stands for at `hz` samples per CPU second.

@@ -28,7 +28,10 @@ pub fn summary(report: &Report) -> String {
             cpu.samples,
             cpu.sample_hz
         ),
-        _ => "; lock code not sampled (--no-cpu)".into(),
+        _ => match &cpu.sampler_off {
+            Some(reason) => format!("; lock code not sampled: the CPU sampler is off ({reason})"),
+            None => "; lock code not sampled (--no-cpu)".into(),
+        },
     };
     format!(
         "cpu: target {}{per_request}{lock_code}; tracer ≈ {} of it ({} samples in its probe traps, {} unseen while its BPF programs ran)\n",

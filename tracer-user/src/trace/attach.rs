@@ -72,6 +72,9 @@ pub struct Loaded {
     pub ebpf: Ebpf,
     pub probe_count: usize,
     pub attach_time: Duration,
+    /// Why the CPU sampler is off although it was asked for (the kernel
+    /// refused it); the recording counts on without CPU per lock.
+    pub cpu_off: Option<String>,
 }
 
 /// Loads the object, loads the uprobe programs, attaches what the plan says now.
@@ -97,7 +100,7 @@ pub fn load(plan: &LoadPlan) -> Result<Loaded> {
         .override_global(names::GLOBAL_LOCK_CODE_RANGES, &ranges, true)
         .override_global(names::GLOBAL_CPU_LOCK_CODE_RANGES, &lock_code_ranges, true)
         .load(BPF_OBJECT)
-        .map_err(|error| anyhow!("the kernel refused locktrace's BPF programs ({error}); it needs BPF with BTF, uprobes and syscall tracepoints (Linux 5.15 or newer)"))?;
+        .map_err(|error| anyhow!("the kernel refused locktrace's BPF programs ({error}); it needs BPF with BTF, uprobes and syscall tracepoints (Linux 6.1 or newer is tested)"))?;
     store_lock_code(&mut ebpf, &lock_code)?;
     // Sampled mode: lock calls count only inside the sampler's windows.
     let counting = if plan.flags & flags::SAMPLED != 0 {
@@ -128,13 +131,19 @@ pub fn load(plan: &LoadPlan) -> Result<Loaded> {
     }
     attach_futex_waitv(&mut ebpf)?;
     // Last: the samples then see every probe that will count in place.
-    if let Some(sampling) = plan.cpu {
-        cpu::attach_sampler(&mut ebpf, sampling)?;
-    }
+    let cpu_off = plan
+        .cpu
+        .and_then(|sampling| cpu::attach_sampler(&mut ebpf, sampling).err())
+        .map(|error| {
+            // A sampler on some CPUs only would misstate the CPU per lock.
+            cpu::detach_sampler(&mut ebpf);
+            format!("{error:#}")
+        });
     Ok(Loaded {
         ebpf,
         probe_count,
         attach_time: started.elapsed(),
+        cpu_off,
     })
 }
 

@@ -63,7 +63,24 @@ impl TargetClock {
 
 /// Fills the lock-code ranges, loads `cpu_sample` and attaches it to a
 /// cpu-clock event on every online CPU, one sample per `1e9 / hz` ns of CPU.
+/// Takes the CPU sampler off every CPU it was attached to.
+pub fn detach_sampler(ebpf: &mut Ebpf) {
+    let program: Option<&mut PerfEvent> = ebpf
+        .program_mut(names::PROGRAM_CPU_SAMPLE)
+        .and_then(|program| program.try_into().ok());
+    if let Some(program) = program {
+        let _ = program.unload();
+    }
+}
+
+/// Set in the environment, the sampler is refused as an old kernel would
+/// (the tests' stand-in for Linux 5.10, where the kernel refuses it).
+pub const REFUSE_FOR_A_TEST: &str = "LOCKTRACE_TEST_REFUSE_CPU_SAMPLER";
+
 pub fn attach_sampler(ebpf: &mut Ebpf, sampling: &CpuSampling) -> Result<()> {
+    if std::env::var_os(REFUSE_FOR_A_TEST).is_some() {
+        anyhow::bail!("refused for a test ({REFUSE_FOR_A_TEST} is set)");
+    }
     {
         let mut ranges: Array<_, CodeRange> = Array::try_from(
             ebpf.map_mut(names::MAP_CPU_LOCK_CODE)
@@ -81,7 +98,7 @@ pub fn attach_sampler(ebpf: &mut Ebpf, sampling: &CpuSampling) -> Result<()> {
         .try_into()?;
     program
         .load()
-        .context("loading the CPU sampler (a perf event BPF program)")?;
+        .context("the kernel refused the CPU sampler (a perf event BPF program)")?;
     let cpus = aya::util::online_cpus()
         .map_err(|(_, error)| anyhow!("reading the online CPUs: {error}"))?;
     let period_ns = crate::model::sample_period_ns(sampling.hz);

@@ -237,6 +237,11 @@ impl Trace {
     /// Starts `locktrace record --pid PID --json FILE --ready-file FILE EXTRA…`
     /// and waits for the ready file, which it creates once its probes are live.
     pub fn attach(pid: u32, extra: &[&str]) -> Trace {
+        Trace::attach_env(pid, extra, &[])
+    }
+
+    /// [`Trace::attach`] with `env` set for locktrace.
+    pub fn attach_env(pid: u32, extra: &[&str], env: &[(&str, &str)]) -> Trace {
         let dir = tempfile::tempdir().unwrap();
         let json = dir.path().join("report.json");
         let ready = dir.path().join("ready");
@@ -247,6 +252,7 @@ impl Trace {
             .arg("--ready-file")
             .arg(&ready)
             .args(extra)
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(&stderr).unwrap())
             .spawn()
