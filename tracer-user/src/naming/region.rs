@@ -409,11 +409,21 @@ pub(super) fn load_biases(maps: &[Mapping], path: &str, symbols: &ModuleSymbols)
     }
 }
 
+/// The loader maps each loadable segment from its first page: a mapping
+/// that starts there is that segment's, even where the segment before it
+/// ends in the same page. A mapping split off later (mprotect) starts
+/// inside its segment.
 fn bias_of(mapping: &Mapping, symbols: &ModuleSymbols) -> Option<u64> {
-    let segment = symbols.segments.iter().find(|segment| {
-        let page_start = segment.offset & !0xfff;
-        mapping.offset >= page_start
-            && mapping.offset < segment.offset.saturating_add(segment.file_size.max(1))
+    let segments = &symbols.segments;
+    let starting_here = segments
+        .iter()
+        .find(|segment| segment.offset & !0xfff == mapping.offset);
+    let segment = starting_here.or_else(|| {
+        segments.iter().find(|segment| {
+            let page_start = segment.offset & !0xfff;
+            mapping.offset >= page_start
+                && mapping.offset < segment.offset.saturating_add(segment.file_size.max(1))
+        })
     })?;
     // runtime(mapping.start) = bias + link address of file offset mapping.offset
     let link = segment
@@ -426,6 +436,46 @@ fn bias_of(mapping: &Mapping, symbols: &ModuleSymbols) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A module whose read-only segment ends inside the page where its code
+    /// segment starts (as rustc's executables have it), loaded twice
+    /// (dlmopen): each copy's bias comes from the segment its mapping
+    /// starts, one bias per executable mapping.
+    #[test]
+    fn one_bias_per_copy_from_the_segment_a_mapping_starts() {
+        use crate::naming::elf::Segment;
+        let segment = |address, offset, size| Segment {
+            address,
+            memory_size: size,
+            offset,
+            file_size: size,
+        };
+        let symbols = ModuleSymbols {
+            segments: vec![segment(0, 0, 0x1234), segment(0x2234, 0x1234, 0x800)],
+            ..ModuleSymbols::default()
+        };
+        let mapping = |start: u64, perms: &str, offset: u64| Mapping {
+            start,
+            end: start + 0x1000,
+            perms: perms.into(),
+            offset,
+            path: "/lib/liblock.so".into(),
+        };
+        let maps = [
+            mapping(0x7000_0000, "r--p", 0),
+            mapping(0x7000_2000, "r-xp", 0x1000),
+            mapping(0x7100_0000, "r--p", 0),
+            mapping(0x7100_2000, "r-xp", 0x1000),
+        ];
+        assert_eq!(
+            load_biases(&maps, "/lib/liblock.so", &symbols),
+            vec![0x7000_0000, 0x7100_0000]
+        );
+        assert_eq!(
+            load_biases(&maps[..1], "/lib/liblock.so", &symbols),
+            vec![0x7000_0000]
+        );
+    }
 
     /// `start-end perms [path]` lines, as /proc/PID/maps has them.
     fn mappings(text: &str) -> Vec<Mapping> {

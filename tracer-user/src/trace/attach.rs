@@ -21,6 +21,7 @@ use tracer_common::{MAX_LOCK_CODE_RANGES, cookie, counting, flags, names};
 use super::collect;
 use super::cpu::{self, CpuSampling};
 use super::multi::{self, MultiPrograms};
+use super::prealloc;
 use crate::probe::{
     lockfuncs::{self, LockFunction},
     request_probe::RequestProbe,
@@ -29,6 +30,11 @@ use crate::probe::{
 };
 
 static BPF_OBJECT: &[u8] = aya::include_bytes_aligned!(env!("LOCKTRACE_BPF_OBJECT"));
+
+/// The BPF object as built (its maps as declared).
+pub fn bpf_object() -> &'static [u8] {
+    BPF_OBJECT
+}
 
 pub use crate::probe::placement::Placed;
 
@@ -92,6 +98,17 @@ pub fn load(plan: &LoadPlan) -> Result<Loaded> {
             0
         };
     let lock_code_ranges = plan.cpu.map_or(0, |cpu| cpu.lock_code.len() as u32);
+    let object = if prealloc::run_time_allocation_allowed() {
+        std::borrow::Cow::Borrowed(BPF_OBJECT)
+    } else {
+        let _ = std::io::Write::write_fmt(
+            &mut std::io::stderr(),
+            format_args!(
+                "locktrace: this kernel (before Linux 6.1) warns about BPF maps allocated at run time: preallocating them (more kernel memory while tracing)\n"
+            ),
+        );
+        std::borrow::Cow::Owned(prealloc::preallocated(BPF_OBJECT)?)
+    };
     let mut ebpf = EbpfLoader::new()
         .override_global(names::GLOBAL_TARGET_TGID, &tgid, true)
         .override_global(names::GLOBAL_FLAGS, &flags, true)
@@ -99,7 +116,7 @@ pub fn load(plan: &LoadPlan) -> Result<Loaded> {
         .override_global(names::GLOBAL_GO_FUTEX_END, &go_end, true)
         .override_global(names::GLOBAL_LOCK_CODE_RANGES, &ranges, true)
         .override_global(names::GLOBAL_CPU_LOCK_CODE_RANGES, &lock_code_ranges, true)
-        .load(BPF_OBJECT)
+        .load(&object)
         .map_err(|error| anyhow!("the kernel refused locktrace's BPF programs ({error}); it needs BPF with BTF, uprobes and syscall tracepoints (Linux 6.1 or newer is tested)"))?;
     store_lock_code(&mut ebpf, &lock_code)?;
     // Sampled mode: lock calls count only inside the sampler's windows.

@@ -7,6 +7,7 @@ pub mod cpu;
 pub mod follow;
 pub mod inflight;
 pub mod multi;
+pub mod prealloc;
 pub mod preflight;
 pub mod proc_events;
 pub mod sampled;

@@ -19,7 +19,7 @@ use std::{
 use anyhow::{Context, Result, anyhow, bail};
 use aya::{Ebpf, maps::Map};
 
-const BPF_PROG_LOAD: libc::c_long = 5;
+pub(super) const BPF_PROG_LOAD: libc::c_long = 5;
 const BPF_LINK_CREATE: libc::c_long = 28;
 const BPF_PROG_TYPE_KPROBE: u32 = 2;
 const BPF_TRACE_UPROBE_MULTI: u32 = 48;
@@ -28,19 +28,19 @@ const BPF_TRACE_UPROBE_MULTI: u32 = 48;
 /// kernel zero-fills a shorter attr).
 #[repr(C)]
 #[derive(Default)]
-struct ProgLoadAttr {
-    prog_type: u32,
-    insn_cnt: u32,
-    insns: u64,
-    license: u64,
-    log_level: u32,
-    log_size: u32,
-    log_buf: u64,
-    kern_version: u32,
-    prog_flags: u32,
-    prog_name: [u8; 16],
-    prog_ifindex: u32,
-    expected_attach_type: u32,
+pub(super) struct ProgLoadAttr {
+    pub(super) prog_type: u32,
+    pub(super) insn_cnt: u32,
+    pub(super) insns: u64,
+    pub(super) license: u64,
+    pub(super) log_level: u32,
+    pub(super) log_size: u32,
+    pub(super) log_buf: u64,
+    pub(super) kern_version: u32,
+    pub(super) prog_flags: u32,
+    pub(super) prog_name: [u8; 16],
+    pub(super) prog_ifindex: u32,
+    pub(super) expected_attach_type: u32,
 }
 
 /// `union bpf_attr` for `BPF_LINK_CREATE` of a uprobe-multi link.
@@ -63,7 +63,7 @@ struct LinkCreateAttr {
     padding: u32,
 }
 
-fn bpf<T>(command: libc::c_long, attr: &mut T) -> std::io::Result<OwnedFd> {
+pub(super) fn bpf<T>(command: libc::c_long, attr: &mut T) -> std::io::Result<OwnedFd> {
     // SAFETY: `attr` is a live repr(C) prefix of `union bpf_attr` of the
     // size passed; the pointers inside it outlive the call.
     let fd = unsafe {
