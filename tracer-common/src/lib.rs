@@ -19,18 +19,25 @@ pub enum LockOp {
     RwlockTimedwrlock = 9,
     RwlockClockrdlock = 10,
     RwlockClockwrlock = 11,
+    SpinLock = 12,
+    SpinTrylock = 13,
     /// Unlock functions (`--hold-times`): probed by their own program, never
     /// counted in [`LockCounts::calls`].
-    MutexUnlock = 12,
-    RwlockUnlock = 13,
+    MutexUnlock = 14,
+    RwlockUnlock = 15,
+    SpinUnlock = 16,
 }
 
 /// Number of [`LockOp`] variants that take a lock (the unlocks follow them).
-pub const LOCK_OPS: usize = 12;
+pub const LOCK_OPS: usize = 14;
 
 impl LockOp {
     /// The unlock functions probed with `--hold-times`.
-    pub const UNLOCKS: [LockOp; 2] = [LockOp::MutexUnlock, LockOp::RwlockUnlock];
+    pub const UNLOCKS: [LockOp; 3] = [
+        LockOp::MutexUnlock,
+        LockOp::RwlockUnlock,
+        LockOp::SpinUnlock,
+    ];
 
     pub const ALL: [LockOp; LOCK_OPS] = [
         LockOp::MutexLock,
@@ -45,6 +52,8 @@ impl LockOp {
         LockOp::RwlockTimedwrlock,
         LockOp::RwlockClockrdlock,
         LockOp::RwlockClockwrlock,
+        LockOp::SpinLock,
+        LockOp::SpinTrylock,
     ];
 
     /// The libc symbol of this operation.
@@ -62,8 +71,11 @@ impl LockOp {
             LockOp::RwlockTimedwrlock => "pthread_rwlock_timedwrlock",
             LockOp::RwlockClockrdlock => "pthread_rwlock_clockrdlock",
             LockOp::RwlockClockwrlock => "pthread_rwlock_clockwrlock",
+            LockOp::SpinLock => "pthread_spin_lock",
+            LockOp::SpinTrylock => "pthread_spin_trylock",
             LockOp::MutexUnlock => "pthread_mutex_unlock",
             LockOp::RwlockUnlock => "pthread_rwlock_unlock",
+            LockOp::SpinUnlock => "pthread_spin_unlock",
         }
     }
 
@@ -75,8 +87,18 @@ impl LockOp {
             LockOp::MutexLock
                 | LockOp::RwlockRdlock
                 | LockOp::RwlockWrlock
+                | LockOp::SpinLock
                 | LockOp::MutexUnlock
                 | LockOp::RwlockUnlock
+                | LockOp::SpinUnlock
+        )
+    }
+
+    /// A spinlock (`pthread_spinlock_t`): it spins, never waits on a futex.
+    pub const fn is_spin(self) -> bool {
+        matches!(
+            self,
+            LockOp::SpinLock | LockOp::SpinTrylock | LockOp::SpinUnlock
         )
     }
 
@@ -117,8 +139,11 @@ impl LockOp {
             9 => Some(LockOp::RwlockTimedwrlock),
             10 => Some(LockOp::RwlockClockrdlock),
             11 => Some(LockOp::RwlockClockwrlock),
-            12 => Some(LockOp::MutexUnlock),
-            13 => Some(LockOp::RwlockUnlock),
+            12 => Some(LockOp::SpinLock),
+            13 => Some(LockOp::SpinTrylock),
+            14 => Some(LockOp::MutexUnlock),
+            15 => Some(LockOp::RwlockUnlock),
+            16 => Some(LockOp::SpinUnlock),
             _ => None,
         }
     }

@@ -200,3 +200,36 @@ fn hash_map_flags(pid: u32) -> Vec<u32> {
     }
     flags
 }
+
+/// pthread spinlocks (issue 35 item 14) are probed: a `spinlock` row with
+/// its exact acquisitions per function, failed trylocks apart, and holds
+/// with `--hold-times` (they were a futex row with no acquisitions).
+#[test]
+fn spinlocks_are_counted_as_spinlocks() {
+    for placement in ["auto", "entry"] {
+        spinlocks_counted_with(placement);
+    }
+}
+
+/// glibc's pthread_spin_lock starts with `lock decl`, which the kernel
+/// cannot probe: entry placement puts it where auto would.
+fn spinlocks_counted_with(placement: &str) {
+    const N: u64 = 10_000;
+    let mut target = Fixture::spawn(&fixture("spins", Flavor::Glibc), &[&N.to_string()]);
+    let trace = Trace::attach(target.pid(), &["--hold-times", "--placement", placement]);
+    target.start();
+    let (spin, busy) = (target.address("spin"), target.address("busy"));
+    target.wait();
+    let (report, table) = trace.finish();
+    let row = |address: u64| {
+        lock_at(&report, address).unwrap_or_else(|| panic!("no row {address:#x}: {table}"))
+    };
+    assert_eq!(row(spin)["kind"], "spinlock", "{table}");
+    assert_eq!(row(spin)["acquisitions"], 2 * N, "{table}");
+    assert_eq!(row(spin)["calls"]["pthread_spin_lock"], N);
+    assert_eq!(row(spin)["calls"]["pthread_spin_trylock"], N);
+    assert_eq!(row(spin)["holds"]["holds"], 2 * N, "{:#}", row(spin));
+    assert_eq!(row(busy)["kind"], "spinlock");
+    assert_eq!(row(busy)["acquisitions"], 1, "{table}");
+    assert_eq!(row(busy)["failed_tries"], N, "{table}");
+}

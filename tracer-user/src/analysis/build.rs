@@ -51,8 +51,16 @@ pub fn build(info: RecordInfo, collected: &Collected, functions: &[LockFunction]
             || collected.failed_tries.keys().any(|key| {
                 key.lock == address && LockOp::from_index(key.op).is_some_and(LockOp::is_rwlock)
             });
+        let is_spin = LockOp::ALL
+            .iter()
+            .any(|op| op.is_spin() && counts.calls[*op as usize] > 0)
+            || collected.failed_tries.keys().any(|key| {
+                key.lock == address && LockOp::from_index(key.op).is_some_and(LockOp::is_spin)
+            });
         let kind = if is_rwlock {
             LockKind::Rwlock
+        } else if is_spin {
+            LockKind::Spinlock
         } else {
             LockKind::Mutex
         };

@@ -145,7 +145,7 @@ fn own_usage() -> (f64, u64) {
 }
 
 /// Unused op index guard: LockOp discriminants index `calls`.
-const _: () = assert!(LockOp::RwlockClockwrlock as usize + 1 == tracer_common::LOCK_OPS);
+const _: () = assert!(LockOp::SpinTrylock as usize + 1 == tracer_common::LOCK_OPS);
 
 /// Adds the unlock probes' points, hits and estimated cost (same
 /// calibration as the lock probes) to the overhead.

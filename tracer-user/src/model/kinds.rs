@@ -37,6 +37,9 @@ pub enum LockKind {
     Futex,
     /// A condition variable (its wait functions were seen on it).
     Condvar,
+    /// A `pthread_spinlock_t`: it spins instead of waiting, so it has
+    /// acquisitions and CPU but never contended waits.
+    Spinlock,
 }
 
 impl LockKind {
@@ -48,6 +51,7 @@ impl LockKind {
             LockKind::Mutex | LockKind::Futex => 40,
             // pthread_cond_t, glibc and musl.
             LockKind::Condvar => 48,
+            LockKind::Spinlock => 4,
         }
     }
 }

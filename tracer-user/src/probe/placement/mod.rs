@@ -82,6 +82,14 @@ fn place_in_module(
     if function.op.may_fail() {
         return entry;
     }
+    // The kernel refuses a uprobe on a LOCK-prefixed instruction
+    // (pthread_spin_lock starts with `lock decl`): such an entry is placed
+    // as auto would place it, whatever `--placement` says.
+    let placement = if first_instruction_is_locked(&function.code) {
+        Placement::Auto
+    } else {
+        placement
+    };
     match placement {
         Placement::Entry => entry,
         Placement::Auto => match auto::analyse(
@@ -100,6 +108,11 @@ fn place_in_module(
             },
         },
     }
+}
+
+fn first_instruction_is_locked(code: &[u8]) -> bool {
+    let instruction = iced_x86::Decoder::new(64, code, iced_x86::DecoderOptions::NONE).decode();
+    !instruction.is_invalid() && instruction.has_lock_prefix()
 }
 
 pub fn first_instruction_is_emulated(code: &[u8]) -> bool {
