@@ -106,7 +106,7 @@ impl Target {
         })
     }
 
-    /// The task new uprobes are bound to (see [`Target::main_thread_left`]).
+    /// The task new uprobes are bound to (see [`Target::rebind_probes`]).
     pub fn probe_task(&self) -> u32 {
         self.probe_task.load(std::sync::atomic::Ordering::Relaxed)
     }
