@@ -385,6 +385,9 @@ pub mod names {
     pub const PROGRAM_COND_WAIT_EXIT: &str = "cond_wait_exit";
     /// Uprobe on the unlock functions' probe points (`--hold-times`).
     pub const PROGRAM_UNLOCK_CALL: &str = "unlock_call";
+    /// An empty uprobe that keeps the kernel's breakpoints in the target
+    /// (see `trace/follow.rs`).
+    pub const PROGRAM_BREAKPOINT_ANCHOR: &str = "breakpoint_anchor";
 
     pub const MAP_LOCKS: &str = "LOCKS";
     pub const MAP_FUTEXES: &str = "FUTEXES";

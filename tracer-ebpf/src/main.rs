@@ -249,6 +249,17 @@ fn raise_to(slot: *mut u64, value: u64) {
     }
 }
 
+/// Counts nothing. After the main thread left with `pthread_exit`, the lock
+/// calls count on uprobe-multi links scoped to the process, whose kernel
+/// filter reads the exited main thread's (absent) memory: when any other
+/// probe at the same point detaches (another tracer's), the kernel removes
+/// the breakpoints from the target. This probe, bound to a live thread at
+/// each lock-call point, claims them for the target.
+#[uprobe]
+pub fn breakpoint_anchor(_ctx: ProbeContext) -> u32 {
+    0
+}
+
 /// Attached to every probe point of every pthread lock function. The cookie
 /// says which function, and where its return address is on the stack.
 #[uprobe]

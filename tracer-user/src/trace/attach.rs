@@ -130,6 +130,7 @@ pub fn load(plan: &LoadPlan) -> Result<Loaded> {
         names::PROGRAM_LOCK_CALL,
         names::PROGRAM_REQUEST_BOUNDARY,
         names::PROGRAM_UNLOCK_CALL,
+        names::PROGRAM_BREAKPOINT_ANCHOR,
     ] {
         uprobe(&mut ebpf, name)?
             .load()
@@ -172,8 +173,8 @@ pub fn attach_user_probes(ebpf: &mut Ebpf, plan: &LoadPlan) -> Result<usize> {
     attach_user_probes_but(ebpf, plan, false)
 }
 
-/// [`attach_user_probes`], leaving out the lock-call probes when
-/// `lock_calls_elsewhere` (uprobe-multi links count them).
+/// [`attach_user_probes`]; when `lock_calls_elsewhere` (uprobe-multi links
+/// count the lock calls), empty anchor probes take the lock-call points.
 pub fn attach_user_probes_but(
     ebpf: &mut Ebpf,
     plan: &LoadPlan,
@@ -189,9 +190,12 @@ pub fn attach_user_probes_but(
             plan.unlock_functions,
         )?
         .len();
-        if !lock_calls_elsewhere {
-            probe_count += attach_lock_probes(ebpf, plan.target, plan.functions)?.len();
-        }
+        let program = if lock_calls_elsewhere {
+            names::PROGRAM_BREAKPOINT_ANCHOR
+        } else {
+            names::PROGRAM_LOCK_CALL
+        };
+        probe_count += attach_points(ebpf, program, plan.target, plan.functions)?.len();
     }
     if let Some(point) = &plan.request_probe {
         attach_request_probe(ebpf, plan.target, point)?;

@@ -8,7 +8,11 @@
 //! Where the kernel has uprobe-multi links (Linux 6.6+), the lock-call
 //! probes move to one scoped to the whole process instead: it keeps
 //! counting whichever threads exit later (the other probes stay bound to
-//! one thread and move again if it exits).
+//! one thread and move again if it exits). Such a link's kernel filter
+//! reads the exited main thread's memory and so claims no process: empty
+//! anchor probes bound to the live thread hold the breakpoints in place,
+//! or the next detach of any probe at those points (another tracer's)
+//! removes them from the target.
 use std::{io::Write, os::fd::OwnedFd, time::Instant};
 
 use aya::Ebpf;

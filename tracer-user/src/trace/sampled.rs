@@ -591,12 +591,15 @@ fn attach_window(
     functions: &[Placed],
 ) -> Result<WindowLinks, AttachError> {
     match attacher {
-        Attacher::Multi(programs) => Ok(WindowLinks::Multi(attach::attach_lock_probes_multi(
-            programs, target, functions, target.pid,
-        )?)),
-        Attacher::PerPoint => Ok(WindowLinks::PerPoint(attach::attach_lock_probes(
-            ebpf, target, functions,
-        )?)),
+        // A uprobe-multi link scoped to a process whose main thread exited
+        // installs no breakpoints (the kernel's filter reads the exited
+        // task's memory): then per point, bound to the live probe task.
+        Attacher::Multi(programs) if target.probe_task() == target.pid => Ok(WindowLinks::Multi(
+            attach::attach_lock_probes_multi(programs, target, functions, target.pid)?,
+        )),
+        Attacher::Multi(_) | Attacher::PerPoint => Ok(WindowLinks::PerPoint(
+            attach::attach_lock_probes(ebpf, target, functions)?,
+        )),
     }
 }
 
