@@ -257,6 +257,45 @@ pub struct StackKey {
     pub return_ip: u64,
 }
 
+/// Bytes of user stack a snapshot copies, from the stack pointer up (the
+/// default window of `perf --call-graph dwarf` is 8 KiB).
+pub const STACK_WINDOW: usize = 16 * 1024;
+/// Bytes of the `SNAPSHOTS` ring buffer when stacks are recorded (a page
+/// otherwise): room for 1,000 snapshots between two drains.
+pub const SNAPSHOT_RING_BYTES: u32 = 16 << 20;
+
+/// True when the `n`th count of a stack key takes a snapshot: the first 31,
+/// then 16 per doubling (`n` has at most five significant bits). A key
+/// counted N times gets about 16·log2(N) snapshots, and each stands for
+/// the calls up to the next one, so the counts per unwound stack add up
+/// to the key's exact count.
+pub fn snapshot_due(n: u64) -> bool {
+    n != 0 && n < ((n & n.wrapping_neg()) << 5)
+}
+
+/// A copy of a thread's registers and user stack, sent through the
+/// `SNAPSHOTS` ring buffer and unwound in user space with the modules'
+/// call-frame information (whole stacks through code without frame
+/// pointers).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct StackSnapshot {
+    /// The `STACK_COUNTS` key the snapshot was taken for.
+    pub key: StackKey,
+    /// That key's count when it was taken.
+    pub count_at: u64,
+    pub ip: u64,
+    pub sp: u64,
+    pub bp: u64,
+    /// Where the return address is on the stack, for a probe in a lock
+    /// function (0 otherwise): the unwinder starts at the caller, so lock
+    /// functions without call-frame information (musl's) still unwind.
+    pub return_slot: u64,
+    /// Bytes of `stack` read from `sp` up (0: none were readable).
+    pub len: u64,
+    pub stack: [u8; STACK_WINDOW],
+}
+
 /// Indexes of the `DROPS` counters: events that could not be counted.
 pub mod drop_reason {
     /// A new lock did not fit in the `LOCKS` map.
@@ -298,7 +337,10 @@ pub mod drop_reason {
     /// `FAILED_TRIES` map (or its entry in `PENDING_TRIES`): it was counted
     /// as an acquisition.
     pub const FAILED_TRIES_UNTRACKED: u32 = 16;
-    pub const COUNT: u32 = 17;
+    /// A stack snapshot did not fit in the `SNAPSHOTS` ring buffer: its
+    /// calls count under the previous snapshot's stack.
+    pub const SNAPSHOTS_LOST: u32 = 17;
+    pub const COUNT: u32 = 18;
     pub const NAMES: [&str; COUNT as usize] = [
         "locks_map_full",
         "futex_map_full",
@@ -317,6 +359,7 @@ pub mod drop_reason {
         "paused_for_expiry",
         "cpu_locks_full",
         "failed_tries_untracked",
+        "snapshots_lost",
     ];
 }
 
@@ -394,6 +437,7 @@ pub mod names {
     pub const MAP_CALLERS: &str = "CALLERS";
     pub const MAP_STACKS: &str = "STACKS";
     pub const MAP_STACK_COUNTS: &str = "STACK_COUNTS";
+    pub const MAP_SNAPSHOTS: &str = "SNAPSHOTS";
     pub const MAP_REQUESTS: &str = "REQUESTS";
     pub const MAP_COUNTING: &str = "COUNTING";
     /// Code ranges of the lock functions (`--hold-times`), `[start, end)` each.

@@ -21,10 +21,13 @@ use aya_ebpf::{
     bindings::{BPF_F_NO_PREALLOC, BPF_F_USER_STACK, BPF_NOEXIST, pt_regs},
     helpers::{
         bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_user,
-        generated::{bpf_get_attach_cookie, bpf_get_current_task_btf, bpf_task_pt_regs},
+        generated::{
+            bpf_get_attach_cookie, bpf_get_current_task_btf,
+            bpf_probe_read_user as bpf_probe_read_user_raw, bpf_task_pt_regs,
+        },
     },
     macros::{map, perf_event, tracepoint, uprobe, uretprobe},
-    maps::{Array, HashMap, PerCpuArray, PerCpuHashMap, StackTrace},
+    maps::{Array, HashMap, PerCpuArray, PerCpuHashMap, RingBuf, StackTrace},
     programs::{
         PerfEventContext, ProbeContext, RetProbeContext, TracePointContext, tracing::StackIdContext,
     },
@@ -34,8 +37,9 @@ use tracer_common::{
     Holder, HolderHolds, HolderKey, LOCK_OPS, LockCounts, LockOp, MAX_CALLERS, MAX_CONDVARS,
     MAX_CPU_LOCK_CODE_RANGES, MAX_CPU_LOCKS, MAX_FUTEXES, MAX_HELD, MAX_HOLDERS,
     MAX_LOCK_CODE_RANGES, MAX_LOCKS, MAX_STACKS, MAX_WAITING_THREADS, MUTEX_SPAN, PendingKey,
-    PendingTry, StackKey, WaitHolderKey, WaitTime, cookie, counting, cpu_sample, drop_reason,
-    flags, histogram, requests, wait_class,
+    PendingTry, SNAPSHOT_RING_BYTES, STACK_WINDOW, StackKey, StackSnapshot, WaitHolderKey,
+    WaitTime, cookie, counting, cpu_sample, drop_reason, flags, histogram, requests, snapshot_due,
+    wait_class,
 };
 
 /// Host tgid of the target process; set by userspace before load.
@@ -85,6 +89,11 @@ static FAILED_TRIES: HashMap<CallerKey, u64> = HashMap::with_max_entries(MAX_CAL
 static STACKS: StackTrace = StackTrace::with_max_entries(MAX_STACKS, 0);
 #[map]
 static STACK_COUNTS: HashMap<StackKey, u64> = HashMap::with_max_entries(MAX_STACKS, 0);
+/// Registers and user-stack copies of sampled `STACK_COUNTS` counts, for
+/// the user-space unwinder (userspace sizes it down to a page without
+/// `--stacks`).
+#[map]
+static SNAPSHOTS: RingBuf = RingBuf::with_byte_size(SNAPSHOT_RING_BYTES, 0);
 /// Calls of the request-boundary function (slots: `tracer_common::requests`), when one is probed.
 #[map]
 static REQUESTS: PerCpuArray<u64> = PerCpuArray::with_max_entries(requests::SLOTS, 0);
@@ -292,7 +301,9 @@ pub fn lock_call(ctx: ProbeContext) -> u32 {
         count_call(lock, return_ip, op as u32);
     }
     if wanted & flags::STACKS != 0 {
-        record_stack(&ctx, lock, return_ip);
+        // SAFETY: a uprobe's context is the pt_regs the kernel passes in.
+        let regs = unsafe { ((*ctx.regs).rip, (*ctx.regs).rsp, (*ctx.regs).rbp) };
+        record_stack(&ctx, lock, return_ip, regs, slot);
     }
     if wanted & flags::HOLDS != 0 {
         hold_begin(&ctx, lock, cookie, op as u32, return_ip);
@@ -413,8 +424,18 @@ pub fn try_lock_exit(ctx: RetProbeContext) -> u32 {
     0
 }
 
+/// Counts the stack under `(lock, stack, return_ip)` and, when the count
+/// is due (`snapshot_due`), sends a snapshot of the user registers `regs`
+/// (ip, sp, bp) and stack for the unwinder; `return_slot` is where the
+/// return address is (0: not at a call's entry).
 #[inline(always)]
-fn record_stack<C: StackIdContext>(ctx: &C, lock: u64, return_ip: u64) {
+fn record_stack<C: StackIdContext>(
+    ctx: &C,
+    lock: u64,
+    return_ip: u64,
+    regs: (u64, u64, u64),
+    return_slot: u64,
+) {
     let Ok(stack_id) = ctx.get_stackid(&STACKS, BPF_F_USER_STACK as u64) else {
         count_drop(drop_reason::STACKS_LOST);
         return;
@@ -426,7 +447,61 @@ fn record_stack<C: StackIdContext>(ctx: &C, lock: u64, return_ip: u64) {
     };
     if let Some(count) = entry(&STACK_COUNTS, &key, drop_reason::STACK_COUNTS_FULL) {
         add(count, 1);
+        // Read after the add, not fetched by it (fetching atomics need
+        // Linux 5.12): two CPUs may read the same count, which only moves
+        // the weight between their snapshots.
+        // SAFETY: `count` is the map value just looked up.
+        let n = unsafe { core::ptr::read_volatile(count) };
+        if snapshot_due(n) {
+            send_snapshot(&key, n, regs, return_slot);
+        }
     }
+}
+
+/// One snapshot into `SNAPSHOTS`: the largest window of the user stack
+/// that reads (a thread's stack may end closer than `STACK_WINDOW`).
+#[inline(always)]
+fn send_snapshot(key: &StackKey, count_at: u64, (ip, sp, bp): (u64, u64, u64), return_slot: u64) {
+    let Some(mut entry) = SNAPSHOTS.reserve::<StackSnapshot>(0) else {
+        count_drop(drop_reason::SNAPSHOTS_LOST);
+        return;
+    };
+    let snapshot = entry.as_mut_ptr();
+    // SAFETY: `snapshot` is the ring buffer record just reserved, of the
+    // snapshot's size; the read helper checks the user address and fails
+    // (never faults).
+    unsafe {
+        (*snapshot).key = *key;
+        (*snapshot).count_at = count_at;
+        (*snapshot).ip = ip;
+        (*snapshot).sp = sp;
+        (*snapshot).bp = bp;
+        (*snapshot).return_slot = return_slot;
+        (*snapshot).len = 0;
+        let stack = (*snapshot).stack.as_mut_ptr() as *mut core::ffi::c_void;
+        // The read fails as a whole at the first page that is not there
+        // (musl's thread stacks end a few hundred bytes above a deep
+        // frame): down to the rest of sp's own page, which always reads.
+        let page_rest = 4096 - (sp & 4095);
+        for size in [
+            STACK_WINDOW as u64,
+            STACK_WINDOW as u64 / 4,
+            page_rest + 4096,
+            page_rest,
+        ] {
+            // SAFETY: a read of a local (keeps the bound below on the very
+            // register passed to the helper).
+            let size = core::ptr::read_volatile(&size);
+            if size == 0 || size > STACK_WINDOW as u64 {
+                continue;
+            }
+            if bpf_probe_read_user_raw(stack, size as u32, sp as *const core::ffi::c_void) == 0 {
+                (*snapshot).len = size;
+                break;
+            }
+        }
+    }
+    entry.submit(0);
 }
 
 /// Attached to the user's request-boundary function (`--request-probe`).
@@ -625,7 +700,16 @@ fn begin_wait(ctx: &TracePointContext, uaddr: u64) {
         count_drop(drop_reason::WAITS_UNTRACKED);
     }
     if FLAGS.load() & flags::STACKS != 0 {
-        record_stack(ctx, key, 0);
+        // SAFETY: the helper's typed (BTF) pointer to the saved registers;
+        // the verifier checks these loads (a fault reads 0).
+        let regs = saved_user_regs().map_or((0, 0, 0), |regs| unsafe {
+            (
+                core::ptr::read_volatile(&(*regs).rip),
+                core::ptr::read_volatile(&(*regs).rsp),
+                core::ptr::read_volatile(&(*regs).rbp),
+            )
+        });
+        record_stack(ctx, key, 0, regs, 0);
     }
 }
 

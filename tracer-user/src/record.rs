@@ -16,7 +16,7 @@ use crate::{
         Collected, Coverage, Estimate, ExecLoss, ExecSeen, MainThreadExit, Mode, Placement, Report,
         SampledRun, StopReason, TargetInfo,
     },
-    naming,
+    naming::{self, unwind::StackUnwinder},
     probe::{
         lockfuncs, placement,
         target::Target,
@@ -31,6 +31,7 @@ use crate::{
         inflight, preflight,
         proc_events::{self, ProcWatch},
         sampled::{self, SampleOptions},
+        snapshots,
         stop::{self, StopSignals},
         window::{self, RequestOptions, RequestWindow},
     },
@@ -226,6 +227,13 @@ async fn trace(
         signal_ready(path)?;
     }
     let mut main_thread = MainThreadWatch::new(started);
+    let mut unwinder = (options.stacks > 0).then(|| StackUnwinder::new(target));
+    let mut unwind = |ebpf: &aya::Ebpf| {
+        if let Some(unwinder) = unwinder.as_mut() {
+            // A drain that fails loses stacks, not counts: said at the end.
+            let _ = snapshots::drain(ebpf, |snapshot| unwinder.add(snapshot));
+        }
+    };
     let mut refresh = || {
         snapshot.tick();
         // Kept up to date: the last reading counts if the target exits.
@@ -242,7 +250,10 @@ async fn trace(
             request_probe: window.request_probe(),
             ..load_plan(options, prepared, window, None)
         };
-        let mut follow = |ebpf: &mut aya::Ebpf| main_thread.tick(ebpf, &plan);
+        let mut follow = |ebpf: &mut aya::Ebpf| {
+            unwind(ebpf);
+            main_thread.tick(ebpf, &plan)
+        };
         let (stopped_by, run) = sampled::run(
             &mut loaded.ebpf,
             target,
@@ -258,6 +269,7 @@ async fn trace(
         let plan = load_plan(options, prepared, window, None);
         let mut refresh_and_follow = |ebpf: &mut aya::Ebpf| {
             refresh();
+            unwind(ebpf);
             main_thread.tick(ebpf, &plan);
         };
         let stopped_by = window
@@ -277,7 +289,9 @@ async fn trace(
     let cpu_at_end = clock.as_mut().and_then(TargetClock::latest);
     collect::set_counting(&mut loaded.ebpf, 0)?;
     let seen = watch.finish();
+    unwind(&loaded.ebpf);
     let mut collected = collect::collect(&loaded.ebpf)?;
+    collected.unwound = unwinder.map(StackUnwinder::finish).unwrap_or_default();
     collected.hold_times = options.hold_times;
     collected.in_flight = inflight::read(&loaded.ebpf, target.pid, attached_ns, blocked_at_attach);
     collected.cpu_hz = match loaded.cpu_off {

@@ -8,6 +8,15 @@ use tracer_common::{
     HolderKey, LockCounts, StackKey, WaitHolderKey, WaitTime, cpu_sample, drop_reason,
 };
 
+/// One stack snapshot, unwound: it stands for its key's calls from
+/// `count_at` up to the next snapshot's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnwoundStack {
+    pub count_at: u64,
+    /// Instruction pointer, then return addresses, innermost first.
+    pub frames: Vec<u64>,
+}
+
 /// Everything the BPF side counted, keyed as in the maps.
 #[derive(Debug, Default, Clone)]
 pub struct Collected {
@@ -24,6 +33,8 @@ pub struct Collected {
     pub stacks: HashMap<StackKey, u64>,
     /// User stack frames (instruction pointers, innermost first) per stack id.
     pub stack_frames: HashMap<i64, Vec<u64>>,
+    /// Whole stacks unwound from snapshots (`--stacks`), per stack key.
+    pub unwound: HashMap<StackKey, Vec<UnwoundStack>>,
     pub drops: [u64; drop_reason::COUNT as usize],
     /// Request-boundary calls while lock calls counted (sampled mode: in the windows).
     pub requests: u64,

@@ -17,7 +17,7 @@ mod report;
 mod requests;
 mod sampled_run;
 
-pub use collected::{Blocked, Collected, InFlight};
+pub use collected::{Blocked, Collected, InFlight, UnwoundStack};
 pub use coverage::{Coverage, ExecLoss, ExecSeen, MainThreadExit};
 pub use cpu::{CpuReport, cpu_error_ns, sample_period_ns};
 pub use destination::{Destination, write_output};
@@ -29,7 +29,7 @@ pub use overhead::{Calibration, Overhead};
 pub use report::{
     AlternativeName, Caller, ClassTotals, Frame, LiveNaming, Lock, LockChain, LockStack,
     MAX_REPORT_BYTES, Naming, PlacementFallback, Report, SCHEMA, SkipReason, SkippedFile,
-    TargetInfo, Totals,
+    StackSource, TargetInfo, Totals,
 };
 pub use requests::{AutoProbe, PerRequest, Requests};
 pub use sampled_run::{CountingWindow, SampledRun};

@@ -278,6 +278,23 @@ pub struct LockStack {
     pub count: u64,
     /// Innermost first.
     pub frames: Vec<Frame>,
+    /// How the frames were found (absent in reports before it was added).
+    #[serde(default)]
+    pub unwound_by: StackSource,
+}
+
+/// How a stack's frames were found.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum StackSource {
+    /// The kernel's frame-pointer walk: it stops at the first function
+    /// built without frame pointers.
+    #[default]
+    FramePointers,
+    /// locktrace's unwinder, from a stack snapshot and the modules'
+    /// call-frame information; the count is the snapshots' share of the
+    /// exact count of the frame-pointer stack they were taken under.
+    CallFrameInfo,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

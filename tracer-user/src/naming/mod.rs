@@ -19,6 +19,7 @@ pub mod lock_code;
 pub mod names;
 pub mod ongoing;
 pub mod region;
+pub mod unwind;
 
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap},
@@ -33,6 +34,7 @@ use crate::{
     analysis::build::is_nested_call,
     model::{
         Caller, Collected, Frame, LockKind, LockStack, Naming, Report, SkipReason, SkippedFile,
+        StackSource, UnwoundStack,
     },
     probe::{
         lockfuncs::LockFunction,
@@ -539,35 +541,75 @@ fn sorted_callers(sites: CallSites) -> Vec<Caller> {
     callers
 }
 
+/// Resolved frames of one raw stack: the first is the probed instruction,
+/// the rest return addresses. `return_ip` (non-zero for the kernel's
+/// frame-pointer walk, which starts at the probe and misses the immediate
+/// caller) is inserted where the walk lacks it.
+fn resolve_frames(space: &AddressSpace, ips: &[u64], return_ip: u64) -> Vec<Frame> {
+    let mut frames = Vec::with_capacity(ips.len() + 1);
+    for (index, &ip) in ips.iter().enumerate() {
+        // Frame-pointer walks through code built without them end in
+        // garbage: stop at the first address that is not code.
+        let is_code = space
+            .maps
+            .iter()
+            .any(|m| m.contains(ip) && m.is_executable());
+        if index > 0 && !is_code {
+            break;
+        }
+        frames.push(resolve_code(space, ip, index > 0));
+        if index == 0 && return_ip != 0 && ips.get(1) != Some(&return_ip) {
+            frames.push(resolve_code(space, return_ip, true));
+        }
+    }
+    frames
+}
+
+/// The unwound stacks of one stack key with their share of its exact
+/// `count`: a snapshot taken at the key's n-th count stands for the calls
+/// up to the next snapshot's (the first also for any before it, whose
+/// snapshots were lost), so the shares add up to `count`.
+fn weigh_snapshots(unwound: &[UnwoundStack], count: u64) -> Vec<(&[u64], u64)> {
+    let mut sorted: Vec<&UnwoundStack> = unwound.iter().collect();
+    sorted.sort_by_key(|stack| stack.count_at);
+    let mut shares = Vec::with_capacity(sorted.len());
+    for (index, stack) in sorted.iter().enumerate() {
+        let from = if index == 0 { 1 } else { stack.count_at };
+        let until = sorted
+            .get(index + 1)
+            .map_or(count.saturating_add(1), |next| next.count_at);
+        let share = until.saturating_sub(from);
+        if share > 0 {
+            shares.push((stack.frames.as_slice(), share));
+        }
+    }
+    shares
+}
+
 /// The top stacks of each lock, innermost frame first, frames resolved.
 fn resolve_stacks(space: &AddressSpace, collected: &Collected, per_lock: usize) -> Vec<LockStack> {
     let mut by_lock: BTreeMap<u64, Vec<LockStack>> = BTreeMap::new();
     for (key, &count) in &collected.stacks {
+        let stacks = by_lock.entry(key.lock).or_default();
+        if let Some(unwound) = collected.unwound.get(key) {
+            for (ips, share) in weigh_snapshots(unwound, count) {
+                stacks.push(LockStack {
+                    lock: key.lock,
+                    count: share,
+                    frames: resolve_frames(space, ips, 0),
+                    unwound_by: StackSource::CallFrameInfo,
+                });
+            }
+            continue;
+        }
         let Some(ips) = collected.stack_frames.get(&key.stack_id) else {
             continue;
         };
-        let mut frames = Vec::with_capacity(ips.len() + 1);
-        for (index, &ip) in ips.iter().enumerate() {
-            // Frame-pointer walks through code built without them end in
-            // garbage: stop at the first address that is not code.
-            let is_code = space
-                .maps
-                .iter()
-                .any(|m| m.contains(ip) && m.is_executable());
-            if index > 0 && !is_code {
-                break;
-            }
-            frames.push(resolve_code(space, ip, index > 0));
-            // The unwinder starts at the probe and misses the immediate
-            // caller, whose return address the probe read from the stack.
-            if index == 0 && key.return_ip != 0 && ips.get(1) != Some(&key.return_ip) {
-                frames.push(resolve_code(space, key.return_ip, true));
-            }
-        }
-        by_lock.entry(key.lock).or_default().push(LockStack {
+        stacks.push(LockStack {
             lock: key.lock,
             count,
-            frames,
+            frames: resolve_frames(space, ips, key.return_ip),
+            unwound_by: StackSource::FramePointers,
         });
     }
     let mut out = Vec::new();
@@ -585,4 +627,38 @@ fn resolve_stacks(space: &AddressSpace, collected: &Collected, per_lock: usize) 
         out.extend(stacks.into_iter().take(per_lock));
     }
     out
+}
+
+#[cfg(test)]
+mod stack_share_tests {
+    use super::*;
+
+    fn at(count_at: u64, frame: u64) -> UnwoundStack {
+        UnwoundStack {
+            count_at,
+            frames: vec![frame],
+        }
+    }
+
+    /// Each snapshot stands for the calls up to the next one; the shares add
+    /// up to the exact count even when early snapshots were lost.
+    #[test]
+    fn snapshot_shares_add_up_to_the_exact_count() {
+        let unwound = [at(4, 2), at(1, 1), at(40, 3)];
+        let shares: Vec<(u64, u64)> = weigh_snapshots(&unwound, 100)
+            .into_iter()
+            .map(|(frames, share)| (frames[0], share))
+            .collect();
+        assert_eq!(shares, [(1, 3), (2, 36), (3, 61)]);
+        let lost_first = [at(8, 1), at(16, 2)];
+        let shares: Vec<u64> = weigh_snapshots(&lost_first, 20)
+            .into_iter()
+            .map(|(_, share)| share)
+            .collect();
+        assert_eq!(shares, [15, 5]);
+        // Two CPUs read the same count: one snapshot stands for it.
+        let same = [at(1, 1), at(1, 2), at(2, 3)];
+        let total: u64 = weigh_snapshots(&same, 9).iter().map(|(_, s)| s).sum();
+        assert_eq!(total, 9);
+    }
 }

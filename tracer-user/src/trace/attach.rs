@@ -116,6 +116,8 @@ pub fn load(plan: &LoadPlan) -> Result<Loaded> {
         .override_global(names::GLOBAL_GO_FUTEX_END, &go_end, true)
         .override_global(names::GLOBAL_LOCK_CODE_RANGES, &ranges, true)
         .override_global(names::GLOBAL_CPU_LOCK_CODE_RANGES, &lock_code_ranges, true)
+        // The snapshot ring takes 16 MiB of kernel memory only for --stacks.
+        .map_max_entries(names::MAP_SNAPSHOTS, snapshot_ring_bytes(plan.flags))
         .load(&object)
         .map_err(|error| anyhow!("the kernel refused locktrace's BPF programs ({error}); it needs BPF with BTF, uprobes and syscall tracepoints (Linux 6.1 or newer is tested)"))?;
     store_lock_code(&mut ebpf, &lock_code)?;
@@ -163,6 +165,20 @@ pub fn load(plan: &LoadPlan) -> Result<Loaded> {
         attach_time: started.elapsed(),
         cpu_off,
     })
+}
+
+fn snapshot_ring_bytes(plan_flags: u32) -> u32 {
+    if plan_flags & flags::STACKS != 0 {
+        tracer_common::SNAPSHOT_RING_BYTES
+    } else {
+        page_size()
+    }
+}
+
+fn page_size() -> u32 {
+    // SAFETY: sysconf has no preconditions.
+    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    u32::try_from(size).unwrap_or(4096)
 }
 
 /// Attaches the plan's uprobes, all bound to the target's probe task (see

@@ -11,5 +11,6 @@ pub mod prealloc;
 pub mod preflight;
 pub mod proc_events;
 pub mod sampled;
+pub mod snapshots;
 pub mod stop;
 pub mod window;
