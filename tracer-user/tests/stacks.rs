@@ -47,7 +47,7 @@ fn functions(stack: &Value) -> Vec<String> {
         .collect()
 }
 
-fn stacks_of<'a>(report: &'a Value, lock: u64) -> Vec<&'a Value> {
+fn stacks_of(report: &Value, lock: u64) -> Vec<&Value> {
     let lock = format!("{lock:#x}");
     report["stacks"]
         .as_array()
