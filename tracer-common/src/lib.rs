@@ -246,11 +246,14 @@ pub struct CallerKey {
     pub _pad: u32,
 }
 
-/// Key of the `STACK_COUNTS` map: a user stack (id in the `STACKS` map) seen taking a lock.
+/// Key of the `STACK_COUNTS` map: lock calls by (lock, immediate caller),
+/// futex waits by word (`return_ip` 0). Their stacks come from the
+/// key's snapshots.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct StackKey {
     pub lock: u64,
+    /// Always 0 (it held the kernel's frame-pointer stack id).
     pub stack_id: i64,
     /// Return address read at the probe (0 where none): the kernel's unwinder
     /// starts at the probed instruction and misses the immediate caller.
@@ -258,19 +261,21 @@ pub struct StackKey {
 }
 
 /// Bytes of user stack a snapshot copies, from the stack pointer up (the
-/// default window of `perf --call-graph dwarf` is 8 KiB).
-pub const STACK_WINDOW: usize = 16 * 1024;
+/// default window of `perf --call-graph dwarf` is 8 KiB; PHP's stacks from
+/// a mysqlnd lock call to the thread's start are up to ~20 KiB).
+pub const STACK_WINDOW: usize = 32 * 1024;
 /// Bytes of the `SNAPSHOTS` ring buffer when stacks are recorded (a page
-/// otherwise): room for 1,000 snapshots between two drains.
-pub const SNAPSHOT_RING_BYTES: u32 = 16 << 20;
+/// otherwise): room for 1,000 snapshots, the burst of a server's first
+/// requests under load while the reader thread waits for a CPU.
+pub const SNAPSHOT_RING_BYTES: u32 = 32 << 20;
 
-/// True when the `n`th count of a stack key takes a snapshot: the first 31,
-/// then 16 per doubling (`n` has at most five significant bits). A key
-/// counted N times gets about 16·log2(N) snapshots, and each stands for
+/// True when the `n`th count of a stack key takes a snapshot: the first 8,
+/// then 4 per doubling (`n` has at most three significant bits). A key
+/// counted N times gets about 4·log2(N) snapshots, and each stands for
 /// the calls up to the next one, so the counts per unwound stack add up
 /// to the key's exact count.
 pub fn snapshot_due(n: u64) -> bool {
-    n != 0 && n < ((n & n.wrapping_neg()) << 5)
+    n != 0 && n < ((n & n.wrapping_neg()) << 3)
 }
 
 /// A copy of a thread's registers and user stack, sent through the
@@ -280,6 +285,15 @@ pub fn snapshot_due(n: u64) -> bool {
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct StackSnapshot {
+    pub header: SnapshotHeader,
+    /// `header.len` bytes from `header.sp` up.
+    pub stack: [u8; STACK_WINDOW],
+}
+
+/// What a snapshot holds besides the stack bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SnapshotHeader {
     /// The `STACK_COUNTS` key the snapshot was taken for.
     pub key: StackKey,
     /// That key's count when it was taken.
@@ -291,9 +305,8 @@ pub struct StackSnapshot {
     /// function (0 otherwise): the unwinder starts at the caller, so lock
     /// functions without call-frame information (musl's) still unwind.
     pub return_slot: u64,
-    /// Bytes of `stack` read from `sp` up (0: none were readable).
+    /// Bytes of the stack read from `sp` up (0: none were readable).
     pub len: u64,
-    pub stack: [u8; STACK_WINDOW],
 }
 
 /// Indexes of the `DROPS` counters: events that could not be counted.
@@ -435,7 +448,6 @@ pub mod names {
     pub const MAP_LOCKS: &str = "LOCKS";
     pub const MAP_FUTEXES: &str = "FUTEXES";
     pub const MAP_CALLERS: &str = "CALLERS";
-    pub const MAP_STACKS: &str = "STACKS";
     pub const MAP_STACK_COUNTS: &str = "STACK_COUNTS";
     pub const MAP_SNAPSHOTS: &str = "SNAPSHOTS";
     pub const MAP_REQUESTS: &str = "REQUESTS";

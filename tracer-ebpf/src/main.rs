@@ -18,7 +18,7 @@ use core::intrinsics::{AtomicOrdering, atomic_cxchg, atomic_xadd};
 
 use aya_ebpf::{
     EbpfContext, Global,
-    bindings::{BPF_F_NO_PREALLOC, BPF_F_USER_STACK, BPF_NOEXIST, pt_regs},
+    bindings::{BPF_F_NO_PREALLOC, BPF_NOEXIST, pt_regs},
     helpers::{
         bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_user,
         generated::{
@@ -27,10 +27,8 @@ use aya_ebpf::{
         },
     },
     macros::{map, perf_event, tracepoint, uprobe, uretprobe},
-    maps::{Array, HashMap, PerCpuArray, PerCpuHashMap, RingBuf, StackTrace},
-    programs::{
-        PerfEventContext, ProbeContext, RetProbeContext, TracePointContext, tracing::StackIdContext,
-    },
+    maps::{Array, HashMap, PerCpuArray, PerCpuHashMap, RingBuf},
+    programs::{PerfEventContext, ProbeContext, RetProbeContext, TracePointContext},
 };
 use tracer_common::{
     CallerKey, CodeRange, CondWait, CpuSamples, FutexCounts, FutexWait, HeldKey, HoldCounts,
@@ -85,8 +83,6 @@ static PENDING_TRIES: HashMap<PendingKey, PendingTry> =
 /// at the entry like any call, taken off the acquisitions by userspace.
 #[map]
 static FAILED_TRIES: HashMap<CallerKey, u64> = HashMap::with_max_entries(MAX_CALLERS, 0);
-#[map]
-static STACKS: StackTrace = StackTrace::with_max_entries(MAX_STACKS, 0);
 #[map]
 static STACK_COUNTS: HashMap<StackKey, u64> = HashMap::with_max_entries(MAX_STACKS, 0);
 /// Registers and user-stack copies of sampled `STACK_COUNTS` counts, for
@@ -303,7 +299,7 @@ pub fn lock_call(ctx: ProbeContext) -> u32 {
     if wanted & flags::STACKS != 0 {
         // SAFETY: a uprobe's context is the pt_regs the kernel passes in.
         let regs = unsafe { ((*ctx.regs).rip, (*ctx.regs).rsp, (*ctx.regs).rbp) };
-        record_stack(&ctx, lock, return_ip, regs, slot);
+        record_stack(lock, return_ip, regs, slot);
     }
     if wanted & flags::HOLDS != 0 {
         hold_begin(&ctx, lock, cookie, op as u32, return_ip);
@@ -424,25 +420,18 @@ pub fn try_lock_exit(ctx: RetProbeContext) -> u32 {
     0
 }
 
-/// Counts the stack under `(lock, stack, return_ip)` and, when the count
+/// Counts the call (or wait) under `(lock, return_ip)` and, when the count
 /// is due (`snapshot_due`), sends a snapshot of the user registers `regs`
 /// (ip, sp, bp) and stack for the unwinder; `return_slot` is where the
-/// return address is (0: not at a call's entry).
+/// return address is (0: not at a call's entry). No kernel stack walk: it
+/// follows frame pointers, and through code built without them it returned
+/// a new garbage stack per call (thousands of keys, each wanting its own
+/// snapshots).
 #[inline(always)]
-fn record_stack<C: StackIdContext>(
-    ctx: &C,
-    lock: u64,
-    return_ip: u64,
-    regs: (u64, u64, u64),
-    return_slot: u64,
-) {
-    let Ok(stack_id) = ctx.get_stackid(&STACKS, BPF_F_USER_STACK as u64) else {
-        count_drop(drop_reason::STACKS_LOST);
-        return;
-    };
+fn record_stack(lock: u64, return_ip: u64, regs: (u64, u64, u64), return_slot: u64) {
     let key = StackKey {
         lock,
-        stack_id,
+        stack_id: 0,
         return_ip,
     };
     if let Some(count) = entry(&STACK_COUNTS, &key, drop_reason::STACK_COUNTS_FULL) {
@@ -458,6 +447,9 @@ fn record_stack<C: StackIdContext>(
     }
 }
 
+/// Whole pages in a snapshot's window.
+const WINDOW_PAGES: u64 = STACK_WINDOW as u64 / 4096;
+
 /// One snapshot into `SNAPSHOTS`: the largest window of the user stack
 /// that reads (a thread's stack may end closer than `STACK_WINDOW`).
 #[inline(always)]
@@ -471,24 +463,25 @@ fn send_snapshot(key: &StackKey, count_at: u64, (ip, sp, bp): (u64, u64, u64), r
     // snapshot's size; the read helper checks the user address and fails
     // (never faults).
     unsafe {
-        (*snapshot).key = *key;
-        (*snapshot).count_at = count_at;
-        (*snapshot).ip = ip;
-        (*snapshot).sp = sp;
-        (*snapshot).bp = bp;
-        (*snapshot).return_slot = return_slot;
-        (*snapshot).len = 0;
+        (*snapshot).header.key = *key;
+        (*snapshot).header.count_at = count_at;
+        (*snapshot).header.ip = ip;
+        (*snapshot).header.sp = sp;
+        (*snapshot).header.bp = bp;
+        (*snapshot).header.return_slot = return_slot;
+        (*snapshot).header.len = 0;
         let stack = (*snapshot).stack.as_mut_ptr() as *mut core::ffi::c_void;
         // The read fails as a whole at the first page that is not there
-        // (musl's thread stacks end a few hundred bytes above a deep
-        // frame): down to the rest of sp's own page, which always reads.
+        // (a thread's stack may end a few KiB above a deep frame): then the
+        // longest read that ends at a page boundary, down to the rest of
+        // sp's own page, which always reads.
         let page_rest = 4096 - (sp & 4095);
-        for size in [
-            STACK_WINDOW as u64,
-            STACK_WINDOW as u64 / 4,
-            page_rest + 4096,
-            page_rest,
-        ] {
+        for pages in (0..=WINDOW_PAGES).rev() {
+            let size = if pages == WINDOW_PAGES {
+                STACK_WINDOW as u64
+            } else {
+                page_rest + pages * 4096
+            };
             // SAFETY: a read of a local (keeps the bound below on the very
             // register passed to the helper).
             let size = core::ptr::read_volatile(&size);
@@ -496,7 +489,7 @@ fn send_snapshot(key: &StackKey, count_at: u64, (ip, sp, bp): (u64, u64, u64), r
                 continue;
             }
             if bpf_probe_read_user_raw(stack, size as u32, sp as *const core::ffi::c_void) == 0 {
-                (*snapshot).len = size;
+                (*snapshot).header.len = size;
                 break;
             }
         }
@@ -660,7 +653,7 @@ pub fn futex_enter(ctx: TracePointContext) -> u32 {
     let uaddr = record_u64(&ctx, ENTER_UADDR);
     let op = record_u64(&ctx, ENTER_OP);
     match futex_kind(op) {
-        FutexKind::Wait => begin_wait(&ctx, uaddr),
+        FutexKind::Wait => begin_wait(uaddr),
         FutexKind::Wake => {
             let class = if from_go_runtime() {
                 wait_class::GO_RUNTIME
@@ -680,7 +673,7 @@ pub fn futex_enter(ctx: TracePointContext) -> u32 {
 
 /// The calling thread starts a futex wait on `uaddr`.
 #[inline(always)]
-fn begin_wait(ctx: &TracePointContext, uaddr: u64) {
+fn begin_wait(uaddr: u64) {
     let tid = bpf_get_current_pid_tgid() as u32;
     let (class, key) = classify_wait(tid, uaddr);
     // Holders only mean something for a lock's own futex words.
@@ -709,7 +702,7 @@ fn begin_wait(ctx: &TracePointContext, uaddr: u64) {
                 core::ptr::read_volatile(&(*regs).rbp),
             )
         });
-        record_stack(ctx, key, 0, regs, 0);
+        record_stack(key, 0, regs, 0);
     }
 }
 
@@ -724,7 +717,7 @@ pub fn futex_waitv_enter(ctx: TracePointContext) -> u32 {
     let waiters = record_u64(&ctx, ENTER_UADDR);
     // SAFETY: the helper checks the user address and fails, never faults.
     if let Ok(uaddr) = unsafe { bpf_probe_read_user((waiters + 8) as *const u64) } {
-        begin_wait(&ctx, uaddr);
+        begin_wait(uaddr);
     }
     0
 }

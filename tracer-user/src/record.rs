@@ -227,13 +227,10 @@ async fn trace(
         signal_ready(path)?;
     }
     let mut main_thread = MainThreadWatch::new(started);
-    let mut unwinder = (options.stacks > 0).then(|| StackUnwinder::new(target));
-    let mut unwind = |ebpf: &aya::Ebpf| {
-        if let Some(unwinder) = unwinder.as_mut() {
-            // A drain that fails loses stacks, not counts: said at the end.
-            let _ = snapshots::drain(ebpf, |snapshot| unwinder.add(snapshot));
-        }
-    };
+    // Stack snapshots are unwound on a thread of their own, as they come.
+    let stacks = (options.stacks > 0)
+        .then(|| snapshots::spawn(&loaded.ebpf, StackUnwinder::new(target)))
+        .transpose()?;
     let mut refresh = || {
         snapshot.tick();
         // Kept up to date: the last reading counts if the target exits.
@@ -250,10 +247,7 @@ async fn trace(
             request_probe: window.request_probe(),
             ..load_plan(options, prepared, window, None)
         };
-        let mut follow = |ebpf: &mut aya::Ebpf| {
-            unwind(ebpf);
-            main_thread.tick(ebpf, &plan)
-        };
+        let mut follow = |ebpf: &mut aya::Ebpf| main_thread.tick(ebpf, &plan);
         let (stopped_by, run) = sampled::run(
             &mut loaded.ebpf,
             target,
@@ -269,7 +263,6 @@ async fn trace(
         let plan = load_plan(options, prepared, window, None);
         let mut refresh_and_follow = |ebpf: &mut aya::Ebpf| {
             refresh();
-            unwind(ebpf);
             main_thread.tick(ebpf, &plan);
         };
         let stopped_by = window
@@ -289,9 +282,10 @@ async fn trace(
     let cpu_at_end = clock.as_mut().and_then(TargetClock::latest);
     collect::set_counting(&mut loaded.ebpf, 0)?;
     let seen = watch.finish();
-    unwind(&loaded.ebpf);
     let mut collected = collect::collect(&loaded.ebpf)?;
-    collected.unwound = unwinder.map(StackUnwinder::finish).unwrap_or_default();
+    if let Some(stacks) = stacks {
+        collected.unwound = stacks.finish()?.into_stacks();
+    }
     collected.hold_times = options.hold_times;
     collected.in_flight = inflight::read(&loaded.ebpf, target.pid, attached_ns, blocked_at_attach);
     collected.cpu_hz = match loaded.cpu_off {

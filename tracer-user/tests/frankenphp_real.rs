@@ -152,7 +152,12 @@ fn classic_mode_stock_then_patched() {
         let (report, table) = record_with_load(
             &server,
             &before,
-            &["--request-probe", "libphp.so:php_request_startup"],
+            &[
+                "--request-probe",
+                "libphp.so:php_request_startup",
+                "--stacks",
+                "10000",
+            ],
         );
         assert_eq!(report["requests"]["statuses"]["200"], 300, "{table}");
         assert_eq!(report["requests"]["probe_hits"], 300, "{table}");
@@ -161,6 +166,7 @@ fn classic_mode_stock_then_patched() {
             "libphp-franken-stock.so:php_request_startup"
         );
         assert_global_lock(&report, &table, "classic stock, load");
+        assert_global_lock_stacks(&report, &table, "classic stock, load");
         assert_eq!(
             php_acquisitions_per_request(&report, &table),
             792.0,
@@ -204,10 +210,12 @@ fn classic_mode_stock_then_patched() {
 fn worker_mode_stock_counts_408_per_request_both_ways() {
     let server = Server::start(Mode::Worker, Libphp::Stock);
     let dir = tempfile::tempdir().unwrap();
-    let (report, table) = record_with_load(&server, &dir.path().join("load.json"), &[]);
+    let json = dir.path().join("load.json");
+    let (report, table) = record_with_load(&server, &json, &["--stacks", "10000"]);
     assert_eq!(report["requests"]["source"], "load");
     assert_eq!(report["requests"]["statuses"]["200"], 300, "{table}");
     assert_global_lock(&report, &table, "worker stock, load");
+    assert_global_lock_stacks(&report, &table, "worker stock, load");
 
     let (report, table, stderr) = record_outside_load(&server, 100);
     assert_auto_probe(&report, &stderr, DYNAMIC, 100, "worker, outside load");

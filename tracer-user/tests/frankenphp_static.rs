@@ -235,9 +235,10 @@ fn classic_mode_stock_then_patched() {
     let after = dir.path().join("after.json");
     {
         let server = StaticServer::start(Mode::Classic, Libphp::Stock);
-        let (report, table) = record_with_load(server.pid(), &before, &[]);
+        let (report, table) = record_with_load(server.pid(), &before, &["--stacks", "10000"]);
         assert_load_report(&report, &table, 792, 8, "classic stock");
         assert_global_lock(&report, &table, "classic stock, load");
+        assert_global_lock_stacks(&report, &table, "classic stock, load");
         assert_eq!(lock_named(&report, GLOBAL_LOCK)["region"], "heap (mmap)");
         assert_go_runtime_apart(&report, &table);
 

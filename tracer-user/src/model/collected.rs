@@ -31,8 +31,6 @@ pub struct Collected {
     /// `callers`; not in `callers` or `locks`, which count acquisitions.
     pub failed_tries: HashMap<CallerKey, u64>,
     pub stacks: HashMap<StackKey, u64>,
-    /// User stack frames (instruction pointers, innermost first) per stack id.
-    pub stack_frames: HashMap<i64, Vec<u64>>,
     /// Whole stacks unwound from snapshots (`--stacks`), per stack key.
     pub unwound: HashMap<StackKey, Vec<UnwoundStack>>,
     pub drops: [u64; drop_reason::COUNT as usize],

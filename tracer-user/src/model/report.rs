@@ -292,9 +292,13 @@ pub enum StackSource {
     #[default]
     FramePointers,
     /// locktrace's unwinder, from a stack snapshot and the modules'
-    /// call-frame information; the count is the snapshots' share of the
-    /// exact count of the frame-pointer stack they were taken under.
+    /// call-frame information (frame pointers where a module has none);
+    /// the count is the snapshots' share of the exact count of their
+    /// (lock, immediate caller).
     CallFrameInfo,
+    /// No snapshot of it arrived (the ring buffer was full): the immediate
+    /// caller only, with its exact count.
+    CallerOnly,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

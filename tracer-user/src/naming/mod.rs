@@ -213,7 +213,7 @@ pub fn annotate(
     drop(namer);
 
     if options.stacks_per_lock > 0 {
-        report.stacks = resolve_stacks(&space, collected, options.stacks_per_lock);
+        report.stacks = resolve_stacks(&space, collected, functions, options.stacks_per_lock);
         attribute_futex_waits(report, &space, collected);
     }
     holders::name(report, &space, collected, &snapshot.threads, |space, ip| {
@@ -483,31 +483,34 @@ const LOCK_MACHINERY: &[&str] = &[
 /// contended waits, not acquisitions).
 fn attribute_futex_waits(report: &mut Report, space: &AddressSpace, collected: &Collected) {
     let mut by_lock: HashMap<u64, CallSites> = HashMap::new();
-    for (key, &count) in collected
+    let waits = collected
         .stacks
         .iter()
-        .filter(|(key, _)| key.return_ip == 0)
-    {
-        let Some(ips) = collected.stack_frames.get(&key.stack_id) else {
+        .filter(|(key, _)| key.return_ip == 0);
+    for (key, &count) in waits {
+        let Some(unwound) = collected.unwound.get(key) else {
             continue;
         };
-        let caller = ips
-            .iter()
-            .enumerate()
-            .skip(1)
-            .map(|(_, &ip)| resolve_code(space, ip, true))
-            .find(|frame| {
-                frame
-                    .function
-                    .as_deref()
-                    .is_some_and(|f| !LOCK_MACHINERY.iter().any(|prefix| f.starts_with(prefix)))
-            });
-        if let Some(frame) = caller {
-            *by_lock
-                .entry(key.lock)
-                .or_default()
-                .entry((frame.function, frame.module, frame.offset))
-                .or_insert(0) += count;
+        for (ips, share) in weigh_snapshots(unwound, count) {
+            let caller = ips
+                .iter()
+                .skip(1)
+                .map(|&ip| resolve_code(space, ip, true))
+                .find(|frame| {
+                    frame.function.as_deref().is_some_and(|f| {
+                        // `<std::sys::…::Mutex>::lock_contended`: a
+                        // method's type comes first, in angle brackets.
+                        let f = f.trim_start_matches('<');
+                        !LOCK_MACHINERY.iter().any(|prefix| f.starts_with(prefix))
+                    })
+                });
+            if let Some(frame) = caller {
+                *by_lock
+                    .entry(key.lock)
+                    .or_default()
+                    .entry((frame.function, frame.module, frame.offset))
+                    .or_insert(0) += share;
+            }
         }
     }
     for lock in report
@@ -541,15 +544,12 @@ fn sorted_callers(sites: CallSites) -> Vec<Caller> {
     callers
 }
 
-/// Resolved frames of one raw stack: the first is the probed instruction,
-/// the rest return addresses. `return_ip` (non-zero for the kernel's
-/// frame-pointer walk, which starts at the probe and misses the immediate
-/// caller) is inserted where the walk lacks it.
-fn resolve_frames(space: &AddressSpace, ips: &[u64], return_ip: u64) -> Vec<Frame> {
-    let mut frames = Vec::with_capacity(ips.len() + 1);
+/// Resolved frames of one unwound stack: the first is the probed (or
+/// interrupted) instruction, the rest return addresses, up to the first
+/// that is not code (a frame-pointer fallback through code without them).
+fn resolve_frames(space: &AddressSpace, ips: &[u64]) -> Vec<Frame> {
+    let mut frames = Vec::with_capacity(ips.len());
     for (index, &ip) in ips.iter().enumerate() {
-        // Frame-pointer walks through code built without them end in
-        // garbage: stop at the first address that is not code.
         let is_code = space
             .maps
             .iter()
@@ -558,9 +558,6 @@ fn resolve_frames(space: &AddressSpace, ips: &[u64], return_ip: u64) -> Vec<Fram
             break;
         }
         frames.push(resolve_code(space, ip, index > 0));
-        if index == 0 && return_ip != 0 && ips.get(1) != Some(&return_ip) {
-            frames.push(resolve_code(space, return_ip, true));
-        }
     }
     frames
 }
@@ -586,31 +583,113 @@ fn weigh_snapshots(unwound: &[UnwoundStack], count: u64) -> Vec<(&[u64], u64)> {
     shares
 }
 
+/// Acquisitions per (lock, call site), nested calls left out as in the
+/// lock's row.
+fn acquisitions_by_call_site(
+    collected: &Collected,
+    functions: &[LockFunction],
+) -> HashMap<(u64, u64), u64> {
+    let mut acquired = HashMap::new();
+    for (key, &count) in &collected.callers {
+        if !is_nested_call(key, collected, functions) {
+            *acquired.entry((key.lock, key.return_ip)).or_insert(0) += count;
+        }
+    }
+    acquired
+}
+
+/// `shares` (adding up to some total) scaled to add up to `target`
+/// exactly: largest remainders get the units left over.
+fn scale_shares(shares: Vec<(&[u64], u64)>, target: u64) -> Vec<(&[u64], u64)> {
+    let total: u64 = shares.iter().map(|(_, share)| share).sum();
+    if total == target || total == 0 {
+        return shares;
+    }
+    let exact: Vec<(u64, u128)> = shares
+        .iter()
+        .map(|(_, share)| {
+            let product = u128::from(*share) * u128::from(target);
+            (
+                (product / u128::from(total)) as u64,
+                product % u128::from(total),
+            )
+        })
+        .collect();
+    let mut left = target.saturating_sub(exact.iter().map(|(whole, _)| whole).sum::<u64>());
+    let mut order: Vec<usize> = (0..exact.len()).collect();
+    order.sort_by_key(|&index| std::cmp::Reverse(exact[index].1));
+    let mut scaled: Vec<(&[u64], u64)> = shares
+        .iter()
+        .zip(&exact)
+        .map(|((frames, _), (whole, _))| (*frames, *whole))
+        .collect();
+    for index in order {
+        if left == 0 {
+            break;
+        }
+        scaled[index].1 += 1;
+        left -= 1;
+    }
+    scaled.retain(|(_, share)| *share > 0);
+    scaled
+}
+
 /// The top stacks of each lock, innermost frame first, frames resolved.
-fn resolve_stacks(space: &AddressSpace, collected: &Collected, per_lock: usize) -> Vec<LockStack> {
+fn resolve_stacks(
+    space: &AddressSpace,
+    collected: &Collected,
+    functions: &[LockFunction],
+    per_lock: usize,
+) -> Vec<LockStack> {
     let mut by_lock: BTreeMap<u64, Vec<LockStack>> = BTreeMap::new();
-    for (key, &count) in &collected.stacks {
-        let stacks = by_lock.entry(key.lock).or_default();
-        if let Some(unwound) = collected.unwound.get(key) {
-            for (ips, share) in weigh_snapshots(unwound, count) {
-                stacks.push(LockStack {
-                    lock: key.lock,
-                    count: share,
-                    frames: resolve_frames(space, ips, 0),
-                    unwound_by: StackSource::CallFrameInfo,
-                });
-            }
+    let acquired = acquisitions_by_call_site(collected, functions);
+    for (key, &hits) in &collected.stacks {
+        // A call site's probe hits include lock functions tail-called or
+        // called by the one it called (musl's lock jumps to timedlock):
+        // its stacks share its acquisitions, as the lock's row counts them.
+        let count = match key.return_ip {
+            0 => hits,
+            return_ip => acquired.get(&(key.lock, return_ip)).copied().unwrap_or(0),
+        };
+        if count == 0 {
             continue;
         }
-        let Some(ips) = collected.stack_frames.get(&key.stack_id) else {
-            continue;
+        let stacks = by_lock.entry(key.lock).or_default();
+        // A lock call's first frame is the probe point in the lock
+        // function: which of its points fired says nothing to a reader,
+        // and stacks that differ only there are one.
+        let lock_call = key.return_ip != 0;
+        let mut push = |mut frames: Vec<Frame>, count, unwound_by| {
+            if let (true, Some(first)) = (lock_call, frames.first_mut()) {
+                first.offset = 0;
+            }
+            stacks.push(LockStack {
+                lock: key.lock,
+                count,
+                frames,
+                unwound_by,
+            });
         };
-        stacks.push(LockStack {
-            lock: key.lock,
-            count,
-            frames: resolve_frames(space, ips, key.return_ip),
-            unwound_by: StackSource::FramePointers,
-        });
+        match collected.unwound.get(key) {
+            Some(unwound) => {
+                let shares = scale_shares(weigh_snapshots(unwound, hits), count);
+                for (ips, share) in shares {
+                    push(
+                        resolve_frames(space, ips),
+                        share,
+                        StackSource::CallFrameInfo,
+                    );
+                }
+            }
+            // Every snapshot of the key was lost (ring buffer full): the
+            // immediate caller is still known, and exact.
+            None if lock_call => push(
+                vec![resolve_code(space, key.return_ip, true)],
+                count,
+                StackSource::CallerOnly,
+            ),
+            None => {}
+        }
     }
     let mut out = Vec::new();
     for (_, mut stacks) in by_lock {
@@ -660,5 +739,19 @@ mod stack_share_tests {
         let same = [at(1, 1), at(1, 2), at(2, 3)];
         let total: u64 = weigh_snapshots(&same, 9).iter().map(|(_, s)| s).sum();
         assert_eq!(total, 9);
+    }
+
+    /// Scaled to a smaller exact total (a call site's acquisitions, its
+    /// probe hits counting tail-called lock functions too), still exact.
+    #[test]
+    fn shares_scale_to_the_acquisitions_exactly() {
+        let (a, b, c) = ([1u64], [2u64], [3u64]);
+        let shares = vec![(&a[..], 5), (&b[..], 3), (&c[..], 2)];
+        let scaled: Vec<u64> = scale_shares(shares, 7)
+            .into_iter()
+            .map(|(_, share)| share)
+            .collect();
+        assert_eq!(scaled.iter().sum::<u64>(), 7);
+        assert_eq!(scaled, [4, 2, 1]);
     }
 }

@@ -19,7 +19,7 @@ use framehop::{
     x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64},
 };
 use object::{Object, ObjectSection, ObjectSegment};
-use tracer_common::{StackKey, StackSnapshot};
+use tracer_common::{SnapshotHeader, StackKey};
 
 use crate::{
     model::UnwoundStack,
@@ -27,6 +27,7 @@ use crate::{
         modules::{ModuleFile, ModuleStore},
         target::{self, Mapping, Target},
     },
+    trace::snapshots::SnapshotSink,
 };
 
 /// Frames kept per stack.
@@ -55,7 +56,8 @@ pub struct StackUnwinder {
     cache: CacheX86_64,
     /// Executable mappings given to the unwinder, by (start, end).
     added: HashSet<(u64, u64)>,
-    maps: Vec<Mapping>,
+    /// Executable mappings at the last read of the maps, sorted.
+    code: Vec<(u64, u64)>,
     maps_read: Option<Instant>,
     unwound: HashMap<StackKey, Vec<UnwoundStack>>,
 }
@@ -68,7 +70,7 @@ impl StackUnwinder {
             unwinder: UnwinderX86_64::new(),
             cache: CacheX86_64::new(),
             added: HashSet::new(),
-            maps: Vec::new(),
+            code: Vec::new(),
             maps_read: None,
             unwound: HashMap::new(),
         };
@@ -76,35 +78,33 @@ impl StackUnwinder {
         unwinder
     }
 
-    /// Unwinds one snapshot and keeps its frames under its key.
-    pub fn add(&mut self, snapshot: &StackSnapshot) {
-        let mut frames = self.unwind(snapshot);
+    /// Unwinds one snapshot (`stack`: its bytes from `header.sp` up) and
+    /// keeps its frames under its key.
+    pub fn add(&mut self, header: &SnapshotHeader, stack: &[u8]) {
+        let mut frames = unwind_stack(&self.unwinder, &mut self.cache, header, stack);
         let uncovered = frames.iter().any(|&ip| !self.covers(ip));
         if uncovered && self.reread_maps() {
-            frames = self.unwind(snapshot);
+            frames = unwind_stack(&self.unwinder, &mut self.cache, header, stack);
         }
         self.unwound
-            .entry(snapshot.key)
+            .entry(header.key)
             .or_default()
             .push(UnwoundStack {
-                count_at: snapshot.count_at,
+                count_at: header.count_at,
                 frames,
             });
     }
 
-    pub fn finish(self) -> HashMap<StackKey, Vec<UnwoundStack>> {
+    pub fn into_stacks(self) -> HashMap<StackKey, Vec<UnwoundStack>> {
         self.unwound
     }
 
-    fn unwind(&mut self, snapshot: &StackSnapshot) -> Vec<u64> {
-        unwind_stack(&self.unwinder, &mut self.cache, snapshot)
-    }
-
-    /// True when an executable mapping given to the unwinder holds `ip`.
+    /// True when an executable mapping holds `ip` (a return address: the
+    /// call before it).
     fn covers(&self, ip: u64) -> bool {
-        self.maps
-            .iter()
-            .any(|mapping| mapping.is_executable() && mapping.contains(ip.wrapping_sub(1)))
+        let at = ip.wrapping_sub(1);
+        let after = self.code.partition_point(|&(start, _)| start <= at);
+        after > 0 && at < self.code[after - 1].1
     }
 
     /// Re-reads the maps (a library loaded since); false when it was done
@@ -145,9 +145,20 @@ impl StackUnwinder {
             }
         }
         if !maps.is_empty() {
-            self.maps = maps;
+            self.code = maps
+                .iter()
+                .filter(|mapping| mapping.is_executable())
+                .map(|mapping| (mapping.start, mapping.end))
+                .collect();
+            self.code.sort_unstable();
         }
         added
+    }
+}
+
+impl SnapshotSink for StackUnwinder {
+    fn take(&mut self, header: &SnapshotHeader, stack: &[u8]) {
+        self.add(header, stack);
     }
 }
 
@@ -158,11 +169,10 @@ impl StackUnwinder {
 fn unwind_stack(
     unwinder: &UnwinderX86_64<SectionBytes>,
     cache: &mut CacheX86_64,
-    snapshot: &StackSnapshot,
+    snapshot: &SnapshotHeader,
+    stack: &[u8],
 ) -> Vec<u64> {
     let sp = snapshot.sp;
-    let len = (snapshot.len as usize).min(snapshot.stack.len());
-    let stack = &snapshot.stack[..len];
     let mut read_stack = |address: u64| -> Result<u64, ()> {
         let at = usize::try_from(address.checked_sub(sp).ok_or(())?).map_err(|_| ())?;
         let bytes = stack.get(at..at.checked_add(8).ok_or(())?).ok_or(())?;
@@ -269,22 +279,23 @@ fn load_bias(mapping: &Mapping, elf: &object::File) -> Option<u64> {
 
 #[cfg(test)]
 mod tests {
-    /// Weights as `resolve_stacks` uses them: snapshots due at the counts
-    /// `snapshot_due` picks, every one of the first 32, 16 per doubling after.
+    /// Snapshots are due at the counts with at most three significant
+    /// bits: every one of the first 8, then 4 per doubling.
     #[test]
-    fn snapshots_are_due_at_five_significant_bits() {
-        let due: Vec<u64> = (1..=80)
+    fn snapshots_are_due_at_three_significant_bits() {
+        let due: Vec<u64> = (1..=40)
             .filter(|&n| tracer_common::snapshot_due(n))
             .collect();
-        let mut expected: Vec<u64> = (1..=32).collect();
-        expected.extend((34..=64).step_by(2));
-        expected.extend((68..=80).step_by(4));
-        assert_eq!(due, expected);
+        assert_eq!(
+            due,
+            [1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40]
+        );
         assert!(!tracer_common::snapshot_due(0));
-        // About 16 per doubling: 1,000,000 counts take 31 + 16 * 15 of them.
+        // 1,000,000 counts: the first 8, 4 in each of the 16 doublings from
+        // 8 to 2^19, and 3 of the next.
         let taken = (1..=1_000_000u64)
             .filter(|&n| tracer_common::snapshot_due(n))
             .count();
-        assert!((250..=300).contains(&taken), "{taken}");
+        assert_eq!(taken, 8 + 16 * 4 + 3);
     }
 }

@@ -29,6 +29,9 @@ fn missing(reason: &str, n: u64, nesting_unknown: bool) -> String {
             "up to {n} acquisitions may be counted twice: their callers were lost, and these lock functions call each other (musl), so nested calls could not be told apart"
         ),
         "stacks_lost" => format!("{n} stacks (counts exact, stacks incomplete)"),
+        "snapshots_lost" => format!(
+            "{n} stack snapshots (ring buffer full; counts exact, their calls count under the stack of an earlier snapshot)"
+        ),
         "stack_counts_full" => {
             format!("{n} stacks (stack count map full; counts exact, stacks incomplete)")
         }

@@ -7,7 +7,7 @@ use crate::model::Collected;
 use anyhow::{Context, Result};
 use aya::{
     Ebpf,
-    maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, PerCpuHashMap, StackTraceMap},
+    maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, PerCpuHashMap},
 };
 use tracer_common::{CallerKey, LockCounts, counting, names, requests};
 
@@ -47,15 +47,6 @@ pub fn collect(ebpf: &Ebpf) -> Result<Collected> {
     collected.requests_whole_recording =
         per_cpu_sum(ebpf, names::MAP_REQUESTS, requests::WHOLE_RECORDING)?;
     collected.cond_wait_calls = per_cpu_sum(ebpf, names::MAP_COND_CALLS, 0)?;
-    if !collected.stacks.is_empty() {
-        let traces = StackTraceMap::try_from(map(ebpf, names::MAP_STACKS)?)?;
-        for key in collected.stacks.keys() {
-            if let Ok(trace) = traces.get(&(key.stack_id as u32), 0) {
-                let frames = trace.frames().iter().map(|frame| frame.ip).collect();
-                collected.stack_frames.insert(key.stack_id, frames);
-            }
-        }
-    }
     Ok(collected)
 }
 

@@ -1,28 +1,108 @@
 //! The `SNAPSHOTS` ring buffer: stack snapshots (registers and a copy of
-//! the user stack) that the BPF side takes for `--stacks`, drained at each
-//! tick and handed to whoever unwinds them.
-use anyhow::{Context, Result, anyhow};
-use aya::{Ebpf, maps::RingBuf};
-use tracer_common::{StackSnapshot, names};
+//! the user stack) that the BPF side takes for `--stacks`. A thread of its
+//! own drains it every few milliseconds and hands each snapshot to a
+//! consumer (the unwinder): a load's first requests send a burst of them
+//! (every new call site's first counts), more than the ring holds between
+//! two of the recording's ticks.
+use std::{
+    os::fd::AsFd,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    thread::JoinHandle,
+    time::Duration,
+};
 
-/// Hands every snapshot waiting in the ring buffer to `each`. Returns how
-/// many there were.
-pub fn drain(ebpf: &Ebpf, mut each: impl FnMut(&StackSnapshot)) -> Result<usize> {
-    let map = ebpf
-        .map(names::MAP_SNAPSHOTS)
-        .ok_or_else(|| anyhow!("BPF object lacks map {}", names::MAP_SNAPSHOTS))?;
-    let mut ring = RingBuf::try_from(map).context("opening the stack snapshot ring buffer")?;
+use anyhow::{Context, Result, anyhow, bail};
+use aya::{
+    Ebpf,
+    maps::{Map, MapData, RingBuf},
+};
+use tracer_common::{SnapshotHeader, StackSnapshot, names};
+
+/// How long the reader sleeps when the ring is empty.
+const POLL_EVERY: Duration = Duration::from_millis(5);
+
+/// What takes the snapshots, on the reader's thread.
+pub trait SnapshotSink: Send + 'static {
+    /// `stack` is the header's `len` bytes from its `sp` up.
+    fn take(&mut self, header: &SnapshotHeader, stack: &[u8]);
+}
+
+/// The reading thread; [`SnapshotReader::finish`] stops it and returns
+/// the consumer.
+pub struct SnapshotReader<C> {
+    stop: Arc<AtomicBool>,
+    thread: JoinHandle<C>,
+}
+
+/// Starts the thread that hands every snapshot to `consumer`.
+pub fn spawn<C: SnapshotSink>(ebpf: &Ebpf, mut consumer: C) -> Result<SnapshotReader<C>> {
+    let mut ring = open(ebpf)?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let stopping = Arc::clone(&stop);
+    let thread = std::thread::Builder::new()
+        .name("locktrace-stacks".into())
+        .spawn(move || {
+            loop {
+                // Read the flag first: the drain after it sees everything
+                // sent before `finish` was called.
+                let last = stopping.load(Ordering::Acquire);
+                if drain(&mut ring, &mut consumer) == 0 && !last {
+                    std::thread::sleep(POLL_EVERY);
+                }
+                if last {
+                    return consumer;
+                }
+            }
+        })
+        .context("starting the stack snapshot reader")?;
+    Ok(SnapshotReader { stop, thread })
+}
+
+impl<C> SnapshotReader<C> {
+    /// Stops the reader after a last drain (call it once counting has
+    /// stopped) and returns the consumer.
+    pub fn finish(self) -> Result<C> {
+        self.stop.store(true, Ordering::Release);
+        self.thread
+            .join()
+            .map_err(|_| anyhow!("the stack snapshot reader panicked"))
+    }
+}
+
+/// The ring buffer through a descriptor of its own, so the reader thread
+/// owns it while the recording goes on with the rest of the object.
+fn open(ebpf: &Ebpf) -> Result<RingBuf<MapData>> {
+    let Some(Map::RingBuf(data)) = ebpf.map(names::MAP_SNAPSHOTS) else {
+        bail!("BPF object lacks ring buffer {}", names::MAP_SNAPSHOTS);
+    };
+    let fd = data
+        .fd()
+        .as_fd()
+        .try_clone_to_owned()
+        .context("duplicating the snapshot ring buffer's descriptor")?;
+    let data = MapData::from_fd(fd).context("opening the snapshot ring buffer")?;
+    RingBuf::try_from(Map::RingBuf(data)).context("mapping the snapshot ring buffer")
+}
+
+/// Hands every snapshot waiting in the ring to `each`; returns how many.
+fn drain(ring: &mut RingBuf<MapData>, sink: &mut impl SnapshotSink) -> usize {
     let mut drained = 0;
     while let Some(item) = ring.next() {
         if item.len() < std::mem::size_of::<StackSnapshot>() {
             continue;
         }
         // SAFETY: the record holds a whole `StackSnapshot` (checked above),
-        // written by the BPF side with the same repr(C) layout; any bytes
-        // are a valid value of it.
-        let snapshot = unsafe { std::ptr::read_unaligned(item.as_ptr() as *const StackSnapshot) };
-        each(&snapshot);
+        // written by the BPF side with the same repr(C) layout, header
+        // first; any bytes are a valid header. Only the header is copied.
+        let header = unsafe { std::ptr::read_unaligned(item.as_ptr() as *const SnapshotHeader) };
+        let start = std::mem::offset_of!(StackSnapshot, stack);
+        let len = usize::try_from(header.len).unwrap_or(usize::MAX);
+        let end = start.saturating_add(len).min(item.len());
+        sink.take(&header, &item[start..end]);
         drained += 1;
     }
-    Ok(drained)
+    drained
 }

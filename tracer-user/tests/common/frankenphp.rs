@@ -255,6 +255,66 @@ pub fn assert_global_lock(report: &Value, table: &str, what: &str) {
     );
 }
 
+/// Stacks of the global lock (`--stacks`): whole, through libphp built
+/// without frame pointers, from the lock function through mysqlnd to PHP's
+/// executor (through the PDO methods) or to the request's shutdown (the
+/// connection closed); their counts add up to the lock's exact
+/// acquisitions (a lock call's stacks, not its waits').
+pub fn assert_global_lock_stacks(report: &Value, table: &str, what: &str) {
+    let lock = lock_named(report, GLOBAL_LOCK);
+    let address = lock["address"].as_str().unwrap();
+    let names = |stack: &Value| -> Vec<String> {
+        stack["frames"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|frame| frame["function"].as_str().unwrap_or("?").to_string())
+            .collect()
+    };
+    let calls: Vec<(Vec<String>, u64)> = report["stacks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|stack| stack["lock"] == address)
+        .map(|stack| (names(stack), stack["count"].as_u64().unwrap()))
+        .filter(|(frames, _)| frames[0].starts_with("pthread_mutex"))
+        .collect();
+    assert!(
+        !calls.is_empty(),
+        "{what}: no stacks of the global lock:\n{table}"
+    );
+    let at =
+        |frames: &[String], wanted: &dyn Fn(&str) -> bool| frames.iter().position(|f| wanted(f));
+    for (frames, _) in &calls {
+        // From PHP code (the executor) or from the request's end (the
+        // connection closed by a destructor at shutdown).
+        let php = at(frames, &|f| {
+            f == "execute_ex" || f == "php_request_shutdown"
+        });
+        let mysqlnd = at(frames, &|f| f.contains("mysqlnd"));
+        assert!(
+            mysqlnd.is_some() && mysqlnd < php,
+            "{what}: lock <- mysqlnd <- execute_ex or php_request_shutdown wanted, got {frames:?}"
+        );
+    }
+    let through_pdo = calls.iter().any(|(frames, _)| {
+        let mysqlnd = at(frames, &|f| f.contains("mysqlnd"));
+        let pdo = at(frames, &|f| f.starts_with("zim_PDO"));
+        let executor = at(frames, &|f| f == "execute_ex");
+        mysqlnd.is_some() && mysqlnd < pdo && pdo < executor
+    });
+    assert!(
+        through_pdo,
+        "{what}: no stack lock <- mysqlnd <- PDO method <- execute_ex"
+    );
+    let counted: u64 = calls.iter().map(|(_, count)| count).sum();
+    assert_eq!(
+        Some(counted),
+        lock["acquisitions"].as_u64(),
+        "{what}:\n{table}"
+    );
+}
+
 /// Go's scheduler parks its threads on futexes: `go_runtime` rows, never in
 /// the contention totals, which add up the `lock` rows only.
 pub fn assert_go_runtime_apart(report: &Value, table: &str) {
