@@ -38,15 +38,6 @@ fn sites(flavor: Flavor) -> PathBuf {
     )
 }
 
-fn functions(stack: &Value) -> Vec<String> {
-    stack["frames"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|frame| frame["function"].as_str().unwrap_or("?").to_string())
-        .collect()
-}
-
 fn stacks_of(report: &Value, lock: u64) -> Vec<&Value> {
     let lock = format!("{lock:#x}");
     report["stacks"]
@@ -84,7 +75,7 @@ fn lock_call_stacks_are_whole_without_frame_pointers() {
         let stacks = stacks_of(&report, stats);
         assert!(!stacks.is_empty(), "{flavor:?}: no stacks");
         for stack in &stacks {
-            let frames = functions(stack);
+            let frames = frame_functions(stack);
             assert_eq!(frames[0], "pthread_mutex_lock", "{flavor:?}: {frames:?}");
             assert_eq!(frames[1..=CHAIN.len()], CHAIN, "{flavor:?}: {frames:?}");
             assert_eq!(stack["unwound_by"], "call_frame_info", "{flavor:?}");
@@ -108,10 +99,10 @@ fn contended_wait_stacks_are_whole_without_frame_pointers() {
     assert!(contended > 0, "two threads never contended: {row:#}");
     let waits: Vec<&Value> = stacks_of(&report, stats)
         .into_iter()
-        .filter(|stack| !functions(stack)[0].contains("pthread_mutex"))
+        .filter(|stack| !frame_functions(stack)[0].contains("pthread_mutex"))
         .collect();
     for stack in &waits {
-        let frames = functions(stack);
+        let frames = frame_functions(stack);
         assert!(has_chain_after_lock_call(&frames), "{frames:?}");
     }
     let counted: u64 = waits.iter().map(|s| s["count"].as_u64().unwrap()).sum();

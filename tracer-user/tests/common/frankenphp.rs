@@ -12,7 +12,10 @@ use std::{
 
 use serde_json::Value;
 
-use super::{Trace, caller_functions, live_views::try_http_get, locktrace, repo_root, run_record};
+use super::{
+    Trace, caller_functions, frame_functions, live_views::try_http_get, locktrace, repo_root,
+    run_record,
+};
 
 /// The global statistics mutex of mysqlnd, as locktrace names it.
 pub const GLOBAL_LOCK: &str = "*mysqlnd_global_stats->LOCK_access";
@@ -263,20 +266,12 @@ pub fn assert_global_lock(report: &Value, table: &str, what: &str) {
 pub fn assert_global_lock_stacks(report: &Value, table: &str, what: &str) {
     let lock = lock_named(report, GLOBAL_LOCK);
     let address = lock["address"].as_str().unwrap();
-    let names = |stack: &Value| -> Vec<String> {
-        stack["frames"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|frame| frame["function"].as_str().unwrap_or("?").to_string())
-            .collect()
-    };
     let calls: Vec<(Vec<String>, u64)> = report["stacks"]
         .as_array()
         .unwrap()
         .iter()
         .filter(|stack| stack["lock"] == address)
-        .map(|stack| (names(stack), stack["count"].as_u64().unwrap()))
+        .map(|stack| (frame_functions(stack), stack["count"].as_u64().unwrap()))
         .filter(|(frames, _)| frames[0].starts_with("pthread_mutex"))
         .collect();
     assert!(

@@ -374,6 +374,20 @@ pub fn trace_fixture(
     (report, addresses)
 }
 
+/// The function names of a stack's frames (`stacks[]`), innermost first
+/// ("?" where unknown).
+pub fn frame_functions(stack: &Value) -> Vec<String> {
+    stack["frames"]
+        .as_array()
+        .map(|frames| {
+            frames
+                .iter()
+                .map(|frame| frame["function"].as_str().unwrap_or("?").to_string())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// The functions that called a lock (`callers[].function`), sorted, once each.
 pub fn caller_functions(lock: &Value) -> Vec<String> {
     let mut functions: Vec<String> = lock["callers"]
