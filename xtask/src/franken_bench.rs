@@ -48,6 +48,8 @@ pub enum Rows {
     /// Contention mode without the CPU sampler, and with it at the default
     /// rate and at 999 Hz.
     Contention,
+    /// All-locks mode with and without `--stacks`.
+    Stacks,
 }
 
 /// Runs the part when the kit is built; otherwise says how to build it.
@@ -125,6 +127,19 @@ fn contention_configs() -> [Config; 2] {
     ]
 }
 
+/// All-locks mode, and with whole stacks (`--stacks`): snapshots of the
+/// user stack, unwound by locktrace.
+fn stacks_configs(probe: &[&str]) -> [Config; 2] {
+    [
+        config("locktrace (all locks)", tracers::locktrace(probe), 0.0),
+        config(
+            "locktrace (all locks) --stacks 20",
+            tracers::locktrace(&[probe, &["--stacks", "20"][..]].concat()),
+            0.0,
+        ),
+    ]
+}
+
 fn configs(rows: Rows) -> Vec<Config> {
     let probe = ["--request-probe", REQUEST_PROBE];
     let mut configs = Vec::new();
@@ -135,11 +150,7 @@ fn configs(rows: Rows) -> Vec<Config> {
                 tracer: Traced::KernelFloor,
                 min_seconds: 0.0,
             });
-            configs.push(config(
-                "locktrace (all locks)",
-                tracers::locktrace(&probe),
-                0.0,
-            ));
+            configs.extend(stacks_configs(&probe));
             configs.extend(contention_configs());
             // Sampled mode needs time for a tight bound (the issue asks ±5 % after 30 s).
             configs.push(config(
@@ -155,6 +166,7 @@ fn configs(rows: Rows) -> Vec<Config> {
                 0.0,
             ));
         }
+        Rows::Stacks => configs.extend(stacks_configs(&probe)),
         Rows::Contention => {
             configs.extend(contention_configs());
             // The sampler at the old default rate, beside the default (99 Hz).

@@ -24,6 +24,10 @@ pub fn run(bench: &Bench) -> Result<String> {
             tracers::locktrace(&["--placement", "auto"]),
         ),
         (
+            "locktrace --placement auto --stacks 8 (whole stacks from snapshots)",
+            tracers::locktrace(&["--placement", "auto", "--stacks", "8"]),
+        ),
+        (
             "locktrace --hold-times (lock + unlock probes)",
             tracers::locktrace(&["--hold-times"]),
         ),

@@ -18,7 +18,8 @@
 //! Needs root (BPF). Run: `cargo xtask bench [--seconds S] [--runs N] [--only loop]`
 //! (`--only loop`: part 2 and 3 on the loop only, a quick look at one change;
 //! `--only calibration`: part 1; `--only franken`: part 5; `--only windows`: part 6;
-//! `--only franken-contention`: part 5's contention-mode rows alone).
+//! `--only franken-contention`: part 5's contention-mode rows alone;
+//! `--only franken-stacks`: part 5's all-locks rows with and without `--stacks`).
 mod calibration;
 mod fixtures;
 mod franken_bench;
@@ -63,6 +64,7 @@ pub struct BenchArgs {
     /// Run one part only (`loop`: the uncontended loop; `calibration`: the
     /// cost per hit by instruction class; `franken`: the real FrankenPHP;
     /// `franken-contention`: its contention-mode rows only, for many rounds;
+    /// `franken-stacks`: its all-locks rows with and without `--stacks`;
     /// `windows`: attaching and detaching a sampled window, by mechanism).
     #[arg(long, value_enum)]
     pub only: Option<Part>,
@@ -76,6 +78,9 @@ pub enum Part {
     /// The FrankenPHP part's contention-mode rows only (and one at 999 Hz):
     /// a few percent is below one round's noise on this VM, so it takes many rounds.
     FrankenContention,
+    /// The FrankenPHP part's all-locks rows with and without `--stacks`
+    /// (whole stacks from snapshots: what they cost the real server).
+    FrankenStacks,
     Windows,
 }
 
@@ -140,6 +145,9 @@ fn bench(args: BenchArgs) -> Result<()> {
             &bench,
             franken_bench::Rows::Contention,
         )?);
+    }
+    if args.only == Some(Part::FrankenStacks) {
+        report.push_str(&franken_bench::run(&bench, franken_bench::Rows::Stacks)?);
     }
     if runs(Part::Windows) {
         report.push_str(&window_bench::run(&bench)?);

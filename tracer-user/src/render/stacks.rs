@@ -57,11 +57,27 @@ pub fn folded_lines(report: &Report) -> Vec<String> {
     };
     let mut lines = Vec::new();
     if !report.stacks.is_empty() {
+        // Stacks that differ only in offsets inside a function read the
+        // same folded: one line, counts summed, in the report's order.
+        let mut merged: Vec<(String, u64)> = Vec::new();
+        let mut at: std::collections::HashMap<String, usize> = Default::default();
         for stack in &report.stacks {
             let mut parts: Vec<String> = stack.frames.iter().rev().map(frame_label).collect();
             parts.push(lock_label(stack.lock));
-            lines.push(format!("{} {}", parts.join(";"), stack.count));
+            let key = parts.join(";");
+            match at.get(&key) {
+                Some(&index) => merged[index].1 += stack.count,
+                None => {
+                    at.insert(key.clone(), merged.len());
+                    merged.push((key, stack.count));
+                }
+            }
         }
+        lines.extend(
+            merged
+                .into_iter()
+                .map(|(key, count)| format!("{key} {count}")),
+        );
     } else {
         for lock in &report.locks {
             for caller in &lock.callers {
