@@ -228,9 +228,19 @@ async fn trace(
     }
     let mut main_thread = MainThreadWatch::new(started);
     // Stack snapshots are unwound on a thread of their own, as they come.
+    // A reader that cannot start costs the whole stacks, not the recording:
+    // each call site's stack is then its immediate caller (exact counts).
     let stacks = (options.stacks > 0)
         .then(|| snapshots::spawn(&loaded.ebpf, StackUnwinder::new(target)))
-        .transpose()?;
+        .and_then(|spawned| {
+            spawned
+                .map_err(|error| {
+                    output::note(format_args!(
+                        "locktrace: whole stacks off, immediate callers only: {error:#}"
+                    ))
+                })
+                .ok()
+        });
     let mut refresh = || {
         snapshot.tick();
         // Kept up to date: the last reading counts if the target exits.
@@ -284,7 +294,12 @@ async fn trace(
     let seen = watch.finish();
     let mut collected = collect::collect(&loaded.ebpf)?;
     if let Some(stacks) = stacks {
-        collected.unwound = stacks.finish()?.into_stacks();
+        match stacks.finish() {
+            Ok(unwinder) => collected.unwound = unwinder.into_stacks(),
+            Err(error) => output::note(format_args!(
+                "locktrace: whole stacks lost, immediate callers only: {error:#}"
+            )),
+        }
     }
     collected.hold_times = options.hold_times;
     collected.in_flight = inflight::read(&loaded.ebpf, target.pid, attached_ns, blocked_at_attach);
