@@ -34,6 +34,7 @@ use crate::{
         lockfuncs::LockFunction,
         request_auto::{Chosen, RequestProbeSpec},
         target::Target,
+        waitfuncs::WaitFunctions,
     },
     record,
     render::{format, requests},
@@ -41,6 +42,7 @@ use crate::{
         attach::{self, Placed, RequestProbePoint},
         collect,
         cpu::CpuSampling,
+        follow::MainThreadWatch,
         inflight, window,
     },
 };
@@ -154,8 +156,12 @@ pub struct LiveSession {
     pub attach_ms: u64,
     functions: Vec<LockFunction>,
     placed: Vec<Placed>,
+    waits: WaitFunctions,
     request_probe: Option<Chosen>,
     loaded: attach::Loaded,
+    /// Moves the probes to a live thread when the main thread leaves with
+    /// `pthread_exit` (as `record` does).
+    main_thread: MainThreadWatch,
     snapshot: naming::Snapshot,
     names: HashMap<u64, Named>,
     previous: HashMap<u64, Totals>,
@@ -227,8 +233,10 @@ impl LiveSession {
             target,
             functions,
             placed,
+            waits,
             request_probe,
             loaded,
+            main_thread: MainThreadWatch::new(Instant::now()),
             snapshot,
             names: HashMap::new(),
             previous: HashMap::new(),
@@ -240,6 +248,25 @@ impl LiveSession {
             blocked_at_attach,
             cpu_hz,
         })
+    }
+
+    /// After a `pthread_exit` of the main thread, binds the probes to a
+    /// live thread (the old ones, bound to it, count nothing more).
+    fn follow_main_thread_exit(&mut self) {
+        let plan = attach::LoadPlan {
+            cpu: None,
+            unlock_functions: &[],
+            waits: &self.waits,
+            target: &self.target,
+            functions: &self.placed,
+            flags: 0,
+            lock_probes: self.mode == Mode::All,
+            request_probe: self
+                .request_probe
+                .as_ref()
+                .map(|chosen| RequestProbePoint::from(&chosen.probe)),
+        };
+        self.main_thread.tick(&mut self.loaded.ebpf, &plan);
     }
 
     pub fn has_request_probe(&self) -> bool {
@@ -263,6 +290,7 @@ impl LiveSession {
         let now = Instant::now();
         let elapsed = now - self.last_tick;
         self.last_tick = now;
+        self.follow_main_thread_exit();
         let mut collected = collect::collect(&self.loaded.ebpf)?;
         collected.in_flight = inflight::read(
             &self.loaded.ebpf,

@@ -811,3 +811,44 @@ fn idle_clients_do_not_end_or_block_serve() {
     let said = stderr.lock().unwrap().join("\n");
     assert!(!said.contains("exited"), "{said}");
 }
+
+/// `serve` follows a main thread that leaves with `pthread_exit` (issue
+/// 35 item 5, as `record` does): the probes move to a live thread and the
+/// calls of the threads it left behind are counted, exactly.
+#[test]
+fn serve_counts_after_the_main_thread_exits() {
+    const N: u64 = 50_000;
+    let dir = tempfile::tempdir().unwrap();
+    let gate = dir.path().join("gate");
+    let binary = fixture("leader_exit", Flavor::Glibc);
+    let args = [N.to_string(), gate.display().to_string(), "60".to_string()];
+    let mut target = Fixture::spawn(&binary, &[&args[0], &args[1], &args[2]]);
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let pid = target.pid().to_string();
+    let (_serve, stderr) = start_live(
+        &["serve", "--pid", &pid, "--listen", &listen],
+        Stdio::null(),
+    );
+    target.start();
+    let started = Instant::now();
+    while !stderr
+        .lock()
+        .unwrap()
+        .iter()
+        .any(|line| line.contains("the probes now count from thread"))
+    {
+        assert!(
+            started.elapsed() < DEADLINE,
+            "the probes never moved: {stderr:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::fs::write(&gate, "").unwrap();
+    wait_for_sample(
+        port,
+        "locktrace_lock_acquisitions_total",
+        r#"lock="counted""#,
+        |n| n == Some((3 * N) as f64),
+    );
+}
