@@ -253,7 +253,8 @@ pub struct CallerKey {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct StackKey {
     pub lock: u64,
-    /// Always 0 (it held the kernel's frame-pointer stack id).
+    /// What the key counts (`stack_kind`; it held the kernel's
+    /// frame-pointer stack id once).
     pub stack_id: i64,
     /// Return address read at the probe (0 where none): the kernel's unwinder
     /// starts at the probed instruction and misses the immediate caller.
@@ -307,6 +308,15 @@ pub struct SnapshotHeader {
     pub return_slot: u64,
     /// Bytes of the stack read from `sp` up (0: none were readable).
     pub len: u64,
+}
+
+/// Values of `StackKey::stack_id`: what a stack key counts.
+pub mod stack_kind {
+    /// Lock calls (return address set) and futex waits (return address 0).
+    pub const USE: i64 = 0;
+    /// Calls of the lock init functions (`pthread_mutex_init`, …): where
+    /// the lock at that address was created.
+    pub const CREATION: i64 = 1;
 }
 
 /// Indexes of the `DROPS` counters: events that could not be counted.
@@ -444,6 +454,8 @@ pub mod names {
     /// An empty uprobe that keeps the kernel's breakpoints in the target
     /// (see `trace/follow.rs`).
     pub const PROGRAM_BREAKPOINT_ANCHOR: &str = "breakpoint_anchor";
+    /// Uprobe on the lock init functions (`--stacks`: creation sites).
+    pub const PROGRAM_LOCK_INIT: &str = "lock_init";
 
     pub const MAP_LOCKS: &str = "LOCKS";
     pub const MAP_FUTEXES: &str = "FUTEXES";

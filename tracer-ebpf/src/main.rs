@@ -37,7 +37,7 @@ use tracer_common::{
     MAX_LOCK_CODE_RANGES, MAX_LOCKS, MAX_STACKS, MAX_WAITING_THREADS, MUTEX_SPAN, PendingKey,
     PendingTry, SNAPSHOT_RING_BYTES, STACK_WINDOW, StackKey, StackSnapshot, WaitHolderKey,
     WaitTime, cookie, counting, cpu_sample, drop_reason, flags, histogram, requests, snapshot_due,
-    wait_class,
+    stack_kind, wait_class,
 };
 
 /// Host tgid of the target process; set by userspace before load.
@@ -265,6 +265,25 @@ pub fn breakpoint_anchor(_ctx: ProbeContext) -> u32 {
     0
 }
 
+/// At the entry of the lock init functions (`pthread_mutex_init`,
+/// `pthread_rwlock_init`, `pthread_spin_init`; `--stacks`): counts and
+/// snapshots where the lock at the first argument's address is created.
+#[uprobe]
+pub fn lock_init(ctx: ProbeContext) -> u32 {
+    if !is_target(&ctx) || !counting(counting::LOCK_CALLS) {
+        return 0;
+    }
+    let Some(lock) = ctx.arg::<u64>(0) else {
+        return 0;
+    };
+    let sp = stack_pointer(&ctx);
+    let return_ip = read_return_ip(sp);
+    // SAFETY: a uprobe's context is the pt_regs the kernel passes in.
+    let regs = unsafe { ((*ctx.regs).rip, sp, (*ctx.regs).rbp) };
+    record_stack_of(stack_kind::CREATION, lock, return_ip, regs, sp);
+    0
+}
+
 /// Attached to every probe point of every pthread lock function. The cookie
 /// says which function, and where its return address is on the stack.
 #[uprobe]
@@ -429,9 +448,15 @@ pub fn try_lock_exit(ctx: RetProbeContext) -> u32 {
 /// snapshots).
 #[inline(always)]
 fn record_stack(lock: u64, return_ip: u64, regs: (u64, u64, u64), return_slot: u64) {
+    record_stack_of(stack_kind::USE, lock, return_ip, regs, return_slot);
+}
+
+/// [`record_stack`] under a key of `kind` (`stack_kind`).
+#[inline(always)]
+fn record_stack_of(kind: i64, lock: u64, return_ip: u64, regs: (u64, u64, u64), return_slot: u64) {
     let key = StackKey {
         lock,
-        stack_id: 0,
+        stack_id: kind,
         return_ip,
     };
     if let Some(count) = entry(&STACK_COUNTS, &key, drop_reason::STACK_COUNTS_FULL) {

@@ -108,3 +108,62 @@ fn contended_wait_stacks_are_whole_without_frame_pointers() {
     let counted: u64 = waits.iter().map(|s| s["count"].as_u64().unwrap()).sum();
     assert_eq!(counted, contended);
 }
+
+/// The connection mutexes (created per request in `conn_create` at a
+/// reused address, one address per thread) are named by their creation
+/// site, which counts every init; the stats mutex (zeroed memory, no init
+/// call) is created "first used"; `compare` of two runs matches the
+/// connections' rows by their site (addresses differ between runs).
+#[test]
+fn locks_are_named_by_where_they_were_created() {
+    const THREADS: u64 = 2;
+    let binary = sites(Flavor::Glibc);
+    let site = "mutex created in conn_create <- serve_request <- worker";
+    let dir = tempfile::tempdir().unwrap();
+    let requests = (THREADS * REQUESTS).to_string();
+    let mut saved = Vec::new();
+    for run in ["before", "after"] {
+        let json = dir.path().join(format!("{run}.json"));
+        let mut fixture = Fixture::spawn(&binary, &[&THREADS.to_string(), &REQUESTS.to_string()]);
+        let trace = Trace::attach(fixture.pid(), &["--stacks", "8", "--requests", &requests]);
+        fixture.start();
+        let stats = fixture.address("stats");
+        fixture.wait();
+        let (report, table) = trace.finish_keep(&json);
+        let locks = report["locks"].as_array().unwrap();
+        let connections: Vec<&Value> = locks.iter().filter(|l| l["name"] == site).collect();
+        assert!(
+            !connections.is_empty(),
+            "{run}: no row named {site}:\n{table}"
+        );
+        let acquired: u64 = connections
+            .iter()
+            .map(|l| l["acquisitions"].as_u64().unwrap())
+            .sum();
+        assert_eq!(acquired, 3 * THREADS * REQUESTS, "{run}:\n{table}");
+        let inits: u64 = connections
+            .iter()
+            .map(|l| l["created"]["inits"].as_u64().unwrap())
+            .sum();
+        assert_eq!(inits, THREADS * REQUESTS, "{run}:\n{table}");
+        for connection in &connections {
+            assert_eq!(connection["created"]["by"], "init");
+            assert_eq!(connection["created"]["site"][0]["function"], "conn_create");
+        }
+        let stats = lock_at(&report, stats).unwrap_or_else(|| panic!("{run}: no stats row"));
+        assert_eq!(stats["created"]["by"], "first_use", "{run}: {stats:#}");
+        assert_eq!(stats["created"]["site"][0]["function"], "take", "{run}");
+        saved.push(json);
+    }
+    let compared = locktrace().arg("compare").args(&saved).output().unwrap();
+    let text = String::from_utf8_lossy(&compared.stdout);
+    let row = text
+        .lines()
+        .find(|line| line.contains(site))
+        .unwrap_or_else(|| panic!("compare has no row for {site}:\n{text}"));
+    let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+    // One row per address on each side (a thread's connections reuse one).
+    let (before, after) = cells[1].split_once('/').unwrap();
+    assert!(before != "0" && after != "0", "{text}");
+    assert_eq!((cells[2], cells[3]), ("3.0", "3.0"), "{text}");
+}

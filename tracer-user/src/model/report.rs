@@ -152,6 +152,33 @@ pub struct Lock {
     /// count plus one sample period).
     #[serde(default)]
     pub cpu_error_ns: Option<u64>,
+    /// Where the lock was created (`--stacks`): its init call's stack, or
+    /// its first use when no init call was seen.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created: Option<Creation>,
+}
+
+/// Where a lock was created.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Creation {
+    pub by: CreatedBy,
+    /// The stack, innermost first: from the caller of the init function
+    /// (`init`) or of the lock function (`first_use`).
+    pub site: Vec<Frame>,
+    /// Init calls seen at this address (objects created there one after
+    /// another: a per-request object at a reused address).
+    pub inits: u64,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum CreatedBy {
+    /// A `pthread_*_init` call seen while tracing.
+    Init,
+    /// No init call seen: created before attach, or statically initialized
+    /// or zeroed (`PTHREAD_MUTEX_INITIALIZER`, `calloc`); the site is its
+    /// first use after attach.
+    FirstUse,
 }
 
 impl Lock {
@@ -182,6 +209,7 @@ impl Lock {
             alternatives: Vec::new(),
             cpu_ns: None,
             cpu_error_ns: None,
+            created: None,
         }
     }
 

@@ -11,6 +11,7 @@
 //! the target has exited; pointer chains need it alive, so they are also
 //! searched during the recording (`ongoing.rs`).
 pub mod chain;
+pub mod creation;
 pub mod dwarf;
 pub mod elf;
 pub mod holders;
@@ -29,6 +30,7 @@ use std::{
 };
 
 use region::AddressSpace;
+use tracer_common::stack_kind;
 
 use crate::{
     analysis::build::is_nested_call,
@@ -215,6 +217,7 @@ pub fn annotate(
     if options.stacks_per_lock > 0 {
         report.stacks = resolve_stacks(&space, collected, functions, options.stacks_per_lock);
         attribute_futex_waits(report, &space, collected);
+        creation::apply(report, &space, collected);
     }
     holders::name(report, &space, collected, &snapshot.threads, |space, ip| {
         resolve_code(space, ip, true)
@@ -486,7 +489,7 @@ fn attribute_futex_waits(report: &mut Report, space: &AddressSpace, collected: &
     let waits = collected
         .stacks
         .iter()
-        .filter(|(key, _)| key.return_ip == 0);
+        .filter(|(key, _)| key.return_ip == 0 && key.stack_id == stack_kind::USE);
     for (key, &count) in waits {
         let Some(unwound) = collected.unwound.get(key) else {
             continue;
@@ -643,7 +646,11 @@ fn resolve_stacks(
 ) -> Vec<LockStack> {
     let mut by_lock: BTreeMap<u64, Vec<LockStack>> = BTreeMap::new();
     let acquired = acquisitions_by_call_site(collected, functions);
-    for (key, &hits) in &collected.stacks {
+    let uses = collected
+        .stacks
+        .iter()
+        .filter(|(key, _)| key.stack_id == stack_kind::USE);
+    for (key, &hits) in uses {
         // A call site's probe hits include lock functions tail-called or
         // called by the one it called (musl's lock jumps to timedlock):
         // its stacks share its acquisitions, as the lock's row counts them.

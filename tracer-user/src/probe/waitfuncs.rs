@@ -28,9 +28,19 @@ pub struct CondWaitFunction {
     pub file_offset: u64,
 }
 
+/// The lock init functions, probed for where locks are created (`--stacks`).
+pub const LOCK_INIT_SYMBOLS: [&str; 3] = [
+    "pthread_mutex_init",
+    "pthread_rwlock_init",
+    "pthread_spin_init",
+];
+
 #[derive(Debug, Clone, Default)]
 pub struct WaitFunctions {
     pub cond_waits: Vec<CondWaitFunction>,
+    /// The lock init functions (same shape: symbol, module, entry), found
+    /// like the condvar waits.
+    pub lock_inits: Vec<CondWaitFunction>,
     /// Runtime address range of `runtime.futex` when the target is a Go program.
     pub go_futex: Option<(u64, u64)>,
 }
@@ -56,6 +66,7 @@ pub fn find(target: &Target) -> WaitFunctions {
     }
     let mut found = WaitFunctions::default();
     let mut pending: Vec<&str> = COND_WAIT_SYMBOLS.to_vec();
+    pending.extend(LOCK_INIT_SYMBOLS);
     for (index, module) in modules.iter().enumerate() {
         let Ok(file) = target.module_file(module) else {
             continue;
@@ -68,8 +79,13 @@ pub fn find(target: &Target) -> WaitFunctions {
         }
         pending.retain(|name| {
             let offsets = definitions(&elf, name);
+            let list = if LOCK_INIT_SYMBOLS.contains(name) {
+                &mut found.lock_inits
+            } else {
+                &mut found.cond_waits
+            };
             for &file_offset in &offsets {
-                found.cond_waits.push(CondWaitFunction {
+                list.push(CondWaitFunction {
                     symbol: name.to_string(),
                     module: module.clone(),
                     file_offset,

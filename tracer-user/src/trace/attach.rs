@@ -222,6 +222,22 @@ pub fn attach_user_probes_but(
     probe_count += attach_try_lock_returns(ebpf, plan.target, plan.functions)?;
     // Condvar waits and futex syscalls: always traced.
     probe_count += attach_cond_wait_probes(ebpf, plan.target, plan.waits)?;
+    // Where locks are created: with the stacks, whose snapshots name them.
+    if plan.flags & flags::STACKS != 0 && plan.lock_probes {
+        let entries: Vec<FunctionEntry> = plan
+            .waits
+            .lock_inits
+            .iter()
+            .map(|f| (f.symbol.as_str(), f.module.as_str(), f.file_offset))
+            .collect();
+        probe_count += attach_at_entries(
+            ebpf,
+            names::PROGRAM_LOCK_INIT,
+            "entry",
+            plan.target,
+            &entries,
+        )?;
+    }
     Ok(probe_count)
 }
 
