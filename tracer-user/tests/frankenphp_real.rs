@@ -167,6 +167,7 @@ fn classic_mode_stock_then_patched() {
         );
         assert_global_lock(&report, &table, "classic stock, load");
         assert_global_lock_stacks(&report, &table, "classic stock, load");
+        assert_connection_stats_by_site(&report, &table, "classic stock, load");
         assert_eq!(
             php_acquisitions_per_request(&report, &table),
             792.0,
@@ -216,6 +217,7 @@ fn worker_mode_stock_counts_408_per_request_both_ways() {
     assert_eq!(report["requests"]["statuses"]["200"], 300, "{table}");
     assert_global_lock(&report, &table, "worker stock, load");
     assert_global_lock_stacks(&report, &table, "worker stock, load");
+    assert_connection_stats_by_site(&report, &table, "worker stock, load");
 
     let (report, table, stderr) = record_outside_load(&server, 100);
     assert_auto_probe(&report, &stderr, DYNAMIC, 100, "worker, outside load");

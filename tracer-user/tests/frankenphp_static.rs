@@ -239,6 +239,7 @@ fn classic_mode_stock_then_patched() {
         assert_load_report(&report, &table, 792, 8, "classic stock");
         assert_global_lock(&report, &table, "classic stock, load");
         assert_global_lock_stacks(&report, &table, "classic stock, load");
+        assert_connection_stats_by_site(&report, &table, "classic stock, load");
         assert_eq!(lock_named(&report, GLOBAL_LOCK)["region"], "heap (mmap)");
         assert_go_runtime_apart(&report, &table);
 
