@@ -42,6 +42,23 @@ pub struct Segment {
     pub file_size: u64,
 }
 
+impl Segment {
+    /// The loadable segments of `elf`.
+    pub fn all(elf: &object::File) -> Vec<Segment> {
+        elf.segments()
+            .map(|segment| {
+                let (offset, file_size) = segment.file_range();
+                Segment {
+                    address: segment.address(),
+                    memory_size: segment.size(),
+                    offset,
+                    file_size,
+                }
+            })
+            .collect()
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct Section {
     pub name: String,
@@ -77,18 +94,7 @@ impl ModuleSymbols {
         let elf = object::File::parse(data)
             .with_context(|| format!("{module_path} is not an ELF file"))?;
         let mut module = ModuleSymbols {
-            segments: elf
-                .segments()
-                .map(|segment| {
-                    let (offset, file_size) = segment.file_range();
-                    Segment {
-                        address: segment.address(),
-                        memory_size: segment.size(),
-                        offset,
-                        file_size,
-                    }
-                })
-                .collect(),
+            segments: Segment::all(&elf),
             sections: elf
                 .sections()
                 .filter(|section| section.address() != 0 && section.kind() != SectionKind::Metadata)

@@ -3,7 +3,7 @@
 //! (including .bss that the kernel maps anonymously after the file).
 use std::{collections::BTreeMap, path::Path, sync::Arc};
 
-use super::elf::ModuleSymbols;
+use super::elf::{ModuleSymbols, Segment};
 use crate::probe::{modules::ModuleFile, target::Mapping};
 
 /// One ELF module mapped in the target.
@@ -388,7 +388,7 @@ pub(super) fn load_biases(maps: &[Mapping], path: &str, symbols: &ModuleSymbols)
     // (bias, seen in an executable mapping)
     let mut biases: Vec<(u64, bool)> = Vec::new();
     for mapping in maps.iter().filter(|mapping| mapping.path == path) {
-        let Some(bias) = bias_of(mapping, symbols) else {
+        let Some(bias) = bias_of(mapping, &symbols.segments) else {
             continue;
         };
         let executable = mapping.perms.contains('x');
@@ -413,8 +413,7 @@ pub(super) fn load_biases(maps: &[Mapping], path: &str, symbols: &ModuleSymbols)
 /// that starts there is that segment's, even where the segment before it
 /// ends in the same page. A mapping split off later (mprotect) starts
 /// inside its segment.
-fn bias_of(mapping: &Mapping, symbols: &ModuleSymbols) -> Option<u64> {
-    let segments = &symbols.segments;
+pub(super) fn bias_of(mapping: &Mapping, segments: &[Segment]) -> Option<u64> {
     let starting_here = segments
         .iter()
         .find(|segment| segment.offset & !0xfff == mapping.offset);
@@ -443,7 +442,6 @@ mod tests {
     /// starts, one bias per executable mapping.
     #[test]
     fn one_bias_per_copy_from_the_segment_a_mapping_starts() {
-        use crate::naming::elf::Segment;
         let segment = |address, offset, size| Segment {
             address,
             memory_size: size,

@@ -18,9 +18,10 @@ use framehop::{
     ExplicitModuleSectionInfo, FrameAddress, Module, Unwinder,
     x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64},
 };
-use object::{Object, ObjectSection, ObjectSegment};
+use object::{Object, ObjectSection};
 use tracer_common::{SnapshotHeader, StackKey};
 
+use super::elf::Segment;
 use crate::{
     model::UnwoundStack,
     probe::{
@@ -217,7 +218,7 @@ fn unwind_stack(
 /// what is needed to place it.
 fn module_for(mapping: &Mapping, file: Arc<ModuleFile>) -> Option<Module<SectionBytes>> {
     let elf = file.elf().ok()?;
-    let bias = load_bias(mapping, &elf)?;
+    let bias = super::region::bias_of(mapping, &Segment::all(&elf))?;
     let section = |name: &str| -> (Option<Range<u64>>, Option<SectionBytes>) {
         let Some(section) = elf.section_by_name(name) else {
             return (None, None);
@@ -260,23 +261,6 @@ fn module_for(mapping: &Mapping, file: Arc<ModuleFile>) -> Option<Module<Section
         info,
     ))
 }
-
-/// Runtime address minus link address for the segment `mapping` maps.
-fn load_bias(mapping: &Mapping, elf: &object::File) -> Option<u64> {
-    elf.segments().find_map(|segment| {
-        let (offset, size) = segment.file_range();
-        let page_start = offset & !0xfff;
-        let holds = mapping.offset >= page_start && mapping.offset < offset + size.max(1);
-        holds.then(|| {
-            let link = segment
-                .address()
-                .wrapping_add(mapping.offset)
-                .wrapping_sub(offset);
-            mapping.start.wrapping_sub(link)
-        })
-    })
-}
-
 #[cfg(test)]
 mod tests {
     /// Snapshots are due at the counts with at most three significant
