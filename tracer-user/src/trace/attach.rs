@@ -26,7 +26,7 @@ use crate::probe::{
     lockfuncs::{self, LockFunction},
     request_probe::RequestProbe,
     target::Target,
-    waitfuncs::WaitFunctions,
+    waitfuncs::{CondWaitFunction, WaitFunctions},
 };
 
 static BPF_OBJECT: &[u8] = aya::include_bytes_aligned!(env!("LOCKTRACE_BPF_OBJECT"));
@@ -224,12 +224,7 @@ pub fn attach_user_probes_but(
     probe_count += attach_cond_wait_probes(ebpf, plan.target, plan.waits)?;
     // Where locks are created: with the stacks, whose snapshots name them.
     if plan.flags & flags::STACKS != 0 && plan.lock_probes {
-        let entries: Vec<FunctionEntry> = plan
-            .waits
-            .lock_inits
-            .iter()
-            .map(|f| (f.symbol.as_str(), f.module.as_str(), f.file_offset))
-            .collect();
+        let entries = function_entries(&plan.waits.lock_inits);
         probe_count += attach_at_entries(
             ebpf,
             names::PROGRAM_LOCK_INIT,
@@ -463,11 +458,7 @@ fn attach_cond_wait_probes(
     target: &Target,
     waits: &WaitFunctions,
 ) -> Result<usize> {
-    let entries: Vec<FunctionEntry> = waits
-        .cond_waits
-        .iter()
-        .map(|f| (f.symbol.as_str(), f.module.as_str(), f.file_offset))
-        .collect();
+    let entries = function_entries(&waits.cond_waits);
     let mut attached = 0;
     for (name, which) in [
         (names::PROGRAM_COND_WAIT_ENTER, "entry"),
@@ -480,6 +471,14 @@ fn attach_cond_wait_probes(
 
 /// A function by (symbol, module as the target sees it, entry's file offset).
 type FunctionEntry<'a> = (&'a str, &'a str, u64);
+
+/// The entries of functions found by `waitfuncs` (condvar waits, lock inits).
+fn function_entries(functions: &[CondWaitFunction]) -> Vec<FunctionEntry<'_>> {
+    functions
+        .iter()
+        .map(|f| (f.symbol.as_str(), f.module.as_str(), f.file_offset))
+        .collect()
+}
 
 /// Loads the uprobe `program` and attaches it (an entry or a return probe,
 /// `which`) at the entry of each function. Returns how many.
