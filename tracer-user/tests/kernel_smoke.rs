@@ -54,7 +54,11 @@ fn default_record_counts_exactly() {
     let sampler_on = cpu["sampler_off"].is_null();
     eprintln!("cpu sampler: {}", cpu["sampler_off"]);
     if !sampler_on {
-        assert!(cpu["sampler_off"].as_str().is_some_and(|why| !why.is_empty()));
+        assert!(
+            cpu["sampler_off"]
+                .as_str()
+                .is_some_and(|why| !why.is_empty())
+        );
     }
 }
 
@@ -147,7 +151,10 @@ fn top_prints_the_lock() {
         if stdout.read_line(&mut line).unwrap() == 0 {
             break;
         }
-        let rate = line.split_whitespace().nth(2).and_then(|r| r.parse::<f64>().ok());
+        let rate = line
+            .split_whitespace()
+            .nth(2)
+            .and_then(|r| r.parse::<f64>().ok());
         if line.starts_with("g_lock ") && rate.is_some_and(|r| r > 0.0) {
             row = Some(line);
         }
@@ -173,7 +180,11 @@ fn serve_total_is_exact() {
     let started = Instant::now();
     loop {
         let total = try_http_get(port, "/metrics").and_then(|metrics| {
-            sample(&metrics, "locktrace_lock_acquisitions_total", r#"lock="g_lock""#)
+            sample(
+                &metrics,
+                "locktrace_lock_acquisitions_total",
+                r#"lock="g_lock""#,
+            )
         });
         if total == Some(20_000.0) {
             break;
