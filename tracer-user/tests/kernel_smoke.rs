@@ -172,27 +172,15 @@ fn serve_total_is_exact() {
     let port = free_port();
     let listen = format!("127.0.0.1:{port}");
     let pid = target.pid().to_string();
-    let (_serve, stderr) = start_live(
+    let (_serve, _) = start_live(
         &["serve", "--pid", &pid, "--listen", &listen, "--no-cpu"],
         Stdio::null(),
     );
     target.start();
-    let started = Instant::now();
-    loop {
-        let total = try_http_get(port, "/metrics").and_then(|metrics| {
-            sample(
-                &metrics,
-                "locktrace_lock_acquisitions_total",
-                r#"lock="g_lock""#,
-            )
-        });
-        if total == Some(20_000.0) {
-            break;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(90),
-            "serve's g_lock total is {total:?}, not 20000: {stderr:?}"
-        );
-        std::thread::sleep(Duration::from_millis(250));
-    }
+    wait_for_sample(
+        port,
+        "locktrace_lock_acquisitions_total",
+        r#"lock="g_lock""#,
+        |total| total == Some(20_000.0),
+    );
 }

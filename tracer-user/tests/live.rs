@@ -535,66 +535,6 @@ fn top_says_so_in_one_line_when_the_target_exits() {
     );
 }
 
-/// Polls `/metrics` until `wanted` holds for the value of the sample
-/// `name{…label…}` (None: no such sample), within [`DEADLINE`].
-fn wait_for_sample(
-    port: u16,
-    name: &str,
-    label: &str,
-    wanted: impl Fn(Option<f64>) -> bool,
-) -> String {
-    wait_for_metrics(port, &format!("{name}{{{label}}}"), |metrics| {
-        wanted(sample(metrics, name, label))
-    })
-}
-
-/// A deadline, not a wait: the helpers below return as soon as the wanted
-/// value shows. The test build's serve and top, both reading 131,072 map
-/// entries at once beside another test and two CPU hogs, took more than
-/// 60 s for one interval in a loaded full-suite run (12 s of CPU each).
-const DEADLINE: Duration = Duration::from_secs(180);
-
-/// Polls `/metrics` until `wanted` holds for it, within [`DEADLINE`] (serve
-/// answers between intervals; one over 65,536 locks on a loaded machine
-/// takes seconds).
-fn wait_for_metrics(port: u16, what: &str, wanted: impl Fn(&str) -> bool) -> String {
-    let started = Instant::now();
-    let mut last = String::new();
-    loop {
-        if let Some(metrics) = try_http_get(port, "/metrics") {
-            if wanted(&metrics) {
-                return metrics;
-            }
-            last = metrics;
-        }
-        assert!(
-            started.elapsed() < DEADLINE,
-            "{what} never got the wanted value; last /metrics:\n{last}"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
-
-/// Reads `top`'s plain output until a line satisfies `wanted` (within [`DEADLINE`]).
-fn wait_for_top_line(stdout: &mut impl BufRead, mut wanted: impl FnMut(&str) -> bool) -> String {
-    let started = Instant::now();
-    let mut seen = Vec::new();
-    while started.elapsed() < DEADLINE {
-        let mut line = String::new();
-        if stdout.read_line(&mut line).unwrap() == 0 {
-            break;
-        }
-        if wanted(&line) {
-            return line;
-        }
-        seen.push(line);
-    }
-    panic!(
-        "top never printed the wanted line; it printed:\n{}",
-        seen.concat()
-    );
-}
-
 /// fixtures/manylocks.c takes 140,000 distinct mutexes once each: a call is
 /// counted under its caller (65,536 pairs), else in the lock map (65,536
 /// more), so 8,928 are lost and 74,464 lose their caller. serve exports
