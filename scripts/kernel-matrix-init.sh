@@ -20,9 +20,11 @@ mount -t tracefs tracefs /host/sys/kernel/tracing
 mount -t devpts devpts /host/dev/pts 2>/dev/null
 mount --bind /out /host/mnt
 smoke=$(sed -n 's/.*locktrace_smoke=\([^ ]*\).*/\1/p' /host/proc/cmdline)
+# An optional test-name filter, for running one smoke test by hand.
+filter=$(sed -n 's/.*locktrace_filter=\([^ ]*\).*/\1/p' /host/proc/cmdline)
 uname -r >/host/mnt/uname
 chroot /host /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/tmp LOCKTRACE_IN_KERNEL_MATRIX=1 \
-    "$smoke" --test-threads=1 >/host/mnt/smoke.log 2>&1
+    "$smoke" --test-threads=1 $filter >/host/mnt/smoke.log 2>&1
 echo $? >/host/mnt/smoke.rc
 dmesg >/host/mnt/dmesg
 cat /host/proc/sys/kernel/tainted >/host/mnt/tainted
