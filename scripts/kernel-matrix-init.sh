@@ -19,6 +19,8 @@ mount -t tmpfs run /host/run
 mount -t tracefs tracefs /host/sys/kernel/tracing
 mount -t devpts devpts /host/dev/pts 2>/dev/null
 mount --bind /out /host/mnt
+locktrace=$(sed -n 's/.*locktrace_bin=\([^ ]*\).*/\1/p' /host/proc/cmdline)
+mount --bind /host/mnt/locktrace "/host$locktrace"
 smoke=$(sed -n 's/.*locktrace_smoke=\([^ ]*\).*/\1/p' /host/proc/cmdline)
 # An optional test-name filter, for running one smoke test by hand.
 filter=$(sed -n 's/.*locktrace_filter=\([^ ]*\).*/\1/p' /host/proc/cmdline)

@@ -35,6 +35,8 @@ for line in sys.stdin:
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "kernel_smoke":
         print(m["executable"])')
 [ -x "$smoke" ] || { echo "kernel-matrix: could not build the kernel_smoke test binary" >&2; exit 1; }
+locktrace=$repo/target/debug/locktrace
+[ -x "$locktrace" ] || { echo "kernel-matrix: $locktrace is missing (cargo build)" >&2; exit 1; }
 host_log=$work/host-smoke.log
 mkdir -p "$work"
 started=$SECONDS
@@ -103,13 +105,18 @@ run_kernel() { # suite -> 0 when it passed
     rm -rf "$out"
     mkdir -p "$out"
     make_initramfs "$unpacked" "$work/$suite/initramfs.gz"
+    # Copies of the binaries: a build on the host during the run must not
+    # change what the guest runs (the init binds the copy over the path
+    # the smoke tests have compiled in).
+    cp "$smoke" "$out/kernel_smoke"
+    cp "$locktrace" "$out/locktrace"
     # TCG unless asked: /dev/kvm exists on our machines but a KVM guest
     # hangs after the BIOS there.
     local accel=${LOCKTRACE_MATRIX_ACCEL:-tcg}
     local started=$SECONDS
     timeout 600 qemu-system-x86_64 -accel "$accel" -cpu max -smp 2 -m 3072 \
         -nographic -no-reboot -kernel "$vmlinuz" -initrd "$work/$suite/initramfs.gz" \
-        -append "console=ttyS0 panic=-1 oops=panic locktrace_smoke=$smoke ${LOCKTRACE_MATRIX_FILTER:+locktrace_filter=$LOCKTRACE_MATRIX_FILTER}" \
+        -append "console=ttyS0 panic=-1 oops=panic locktrace_smoke=/mnt/kernel_smoke locktrace_bin=$locktrace ${LOCKTRACE_MATRIX_FILTER:+locktrace_filter=$LOCKTRACE_MATRIX_FILTER}" \
         -virtfs local,path=/,mount_tag=host,security_model=none,readonly=on,multidevs=remap \
         -virtfs "local,path=$out,mount_tag=out,security_model=none" \
         >"$out/console.log" 2>&1 || true

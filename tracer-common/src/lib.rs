@@ -363,7 +363,10 @@ pub mod drop_reason {
     /// A stack snapshot did not fit in the `SNAPSHOTS` ring buffer: its
     /// calls count under the previous snapshot's stack.
     pub const SNAPSHOTS_LOST: u32 = 17;
-    pub const COUNT: u32 = 18;
+    /// A lock call at a probe point missing from `PROBE_COOKIES` (kernels
+    /// without attach cookies: a module mapped after the attach).
+    pub const PROBE_POINT_UNKNOWN: u32 = 18;
+    pub const COUNT: u32 = 19;
     pub const NAMES: [&str; COUNT as usize] = [
         "locks_map_full",
         "futex_map_full",
@@ -383,7 +386,21 @@ pub mod drop_reason {
         "cpu_locks_full",
         "failed_tries_untracked",
         "snapshots_lost",
+        "probe_point_unknown",
     ];
+}
+
+/// Bits of the `KERNEL_CAPS` global: BPF helpers the running kernel has.
+/// The global is read-only, so the verifier drops the branches for a
+/// missing helper instead of refusing the program (Linux 5.10).
+pub mod kernel_caps {
+    /// `bpf_get_attach_cookie` (Linux 5.15); without it the lock program
+    /// looks its cookie up in `PROBE_COOKIES` by the probe's address.
+    pub const ATTACH_COOKIE: u32 = 1;
+    /// `bpf_get_current_task_btf` and `bpf_task_pt_regs` (Linux 5.15): the
+    /// user registers of a thread inside the kernel (wait stacks, Go
+    /// runtime waits, CPU samples in futex calls).
+    pub const TASK_REGS: u32 = 2;
 }
 
 /// Slots of the `REQUESTS` per-CPU array (calls of the request-boundary function).
@@ -491,10 +508,17 @@ pub mod names {
     pub const GLOBAL_LOCK_CODE_RANGES: &str = "LOCK_CODE_RANGES";
     /// Number of filled entries of `CPU_LOCK_CODE`.
     pub const GLOBAL_CPU_LOCK_CODE_RANGES: &str = "CPU_LOCK_CODE_RANGES";
+    /// Bits of [`kernel_caps`](super::kernel_caps): what the kernel's BPF offers.
+    pub const GLOBAL_KERNEL_CAPS: &str = "KERNEL_CAPS";
+    /// Probe point's address in the target → its cookie, where the kernel
+    /// has no attach cookies (before Linux 5.15).
+    pub const MAP_PROBE_COOKIES: &str = "PROBE_COOKIES";
 }
 
 /// Map sizes, shared so userspace can say "map full at N entries".
 pub const MAX_LOCKS: u32 = 65_536;
+/// Probe points `PROBE_COOKIES` holds (tens per lock function and module).
+pub const MAX_PROBE_POINTS: u32 = 8_192;
 pub const MAX_FUTEXES: u32 = 65_536;
 /// Locks the CPU sampler attributes samples to. Preallocated (~1.2 MB):
 /// kernels before 6.1 refuse a map allocated at run time in a perf-event

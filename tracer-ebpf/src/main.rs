@@ -34,10 +34,10 @@ use tracer_common::{
     CallerKey, CodeRange, CondWait, CpuSamples, FutexCounts, FutexWait, HeldKey, HoldCounts,
     Holder, HolderHolds, HolderKey, LOCK_OPS, LockCounts, LockOp, MAX_CALLERS, MAX_CONDVARS,
     MAX_CPU_LOCK_CODE_RANGES, MAX_CPU_LOCKS, MAX_FUTEXES, MAX_HELD, MAX_HOLDERS,
-    MAX_LOCK_CODE_RANGES, MAX_LOCKS, MAX_STACKS, MAX_WAITING_THREADS, MUTEX_SPAN, PendingKey,
-    PendingTry, SNAPSHOT_RING_BYTES, STACK_WINDOW, StackKey, StackSnapshot, WaitHolderKey,
-    WaitTime, cookie, counting, cpu_sample, drop_reason, flags, histogram, requests, snapshot_due,
-    stack_kind, wait_class,
+    MAX_LOCK_CODE_RANGES, MAX_LOCKS, MAX_PROBE_POINTS, MAX_STACKS, MAX_WAITING_THREADS, MUTEX_SPAN,
+    PendingKey, PendingTry, SNAPSHOT_RING_BYTES, STACK_WINDOW, StackKey, StackSnapshot,
+    WaitHolderKey, WaitTime, cookie, counting, cpu_sample, drop_reason, flags, histogram,
+    kernel_caps, requests, snapshot_due, stack_kind, wait_class,
 };
 
 /// Host tgid of the target process; set by userspace before load.
@@ -54,6 +54,16 @@ static GO_FUTEX_END: Global<u64> = Global::new(0);
 /// How many entries of `LOCK_CODE` are used; set by userspace before load.
 #[unsafe(no_mangle)]
 static LOCK_CODE_RANGES: Global<u32> = Global::new(0);
+/// Bits of `tracer_common::kernel_caps`; set by userspace before load. A
+/// read-only global: the verifier resolves branches on it, so a helper the
+/// kernel lacks sits in dead code and is never checked.
+#[unsafe(no_mangle)]
+static KERNEL_CAPS: Global<u32> = Global::new(0);
+
+/// Kernels without attach cookies: the probe point's address in the
+/// target → its cookie (userspace fills it at attach).
+#[map]
+static PROBE_COOKIES: HashMap<u64, u64> = HashMap::with_max_entries(MAX_PROBE_POINTS, 0);
 
 /// Lock calls whose caller is not in `CALLERS` (not recorded, unreadable, or
 /// the map was full). A lock's acquisitions are its `CALLERS` entries plus
@@ -295,9 +305,10 @@ pub fn lock_call(ctx: ProbeContext) -> u32 {
     let Some(lock) = ctx.arg::<u64>(0) else {
         return 0;
     };
-    // SAFETY: the helper reads the cookie of the link that ran this program
-    // from the context the kernel passed in.
-    let cookie = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) };
+    let Some(cookie) = probe_cookie(&ctx) else {
+        count_drop(drop_reason::PROBE_POINT_UNKNOWN);
+        return 0;
+    };
     let op = cookie::op_index(cookie) as usize;
     if op >= LOCK_OPS {
         return 0;
@@ -324,6 +335,24 @@ pub fn lock_call(ctx: ProbeContext) -> u32 {
         hold_begin(&ctx, lock, cookie, op as u32, return_ip);
     }
     0
+}
+
+/// The cookie of the probe point that ran this program: the link's (Linux
+/// 5.15+), else the one userspace stored under the point's address (the
+/// kernel sets the instruction pointer to it before running a uprobe's
+/// programs).
+#[inline(always)]
+fn probe_cookie(ctx: &ProbeContext) -> Option<u64> {
+    if KERNEL_CAPS.load() & kernel_caps::ATTACH_COOKIE != 0 {
+        // SAFETY: the helper reads the cookie of the link that ran this
+        // program from the context the kernel passed in.
+        return Some(unsafe { bpf_get_attach_cookie(ctx.as_ptr()) });
+    }
+    // SAFETY: a uprobe's context is the pt_regs the kernel passes in. The
+    // key is copied to the stack first: map helpers refuse a key in the context.
+    let ip: u64 = unsafe { core::ptr::read_volatile(&(*ctx.regs).rip) };
+    // SAFETY: the map value is copied out at once.
+    unsafe { PROBE_COOKIES.get(ip).copied() }
 }
 
 /// The return address in `slot` (at the probe point it sits at sp + 8
@@ -619,6 +648,9 @@ pub fn cond_wait_exit(ctx: RetProbeContext) -> u32 {
 /// (syscall, interrupt or trap); `None` when the helper gives none.
 #[inline(always)]
 fn saved_user_regs() -> Option<*const pt_regs> {
+    if KERNEL_CAPS.load() & kernel_caps::TASK_REGS == 0 {
+        return None;
+    }
     // SAFETY: both helpers take the current task, which lives for this run.
     let regs = unsafe { bpf_task_pt_regs(bpf_get_current_task_btf()) as *const pt_regs };
     (!regs.is_null()).then_some(regs)

@@ -28,6 +28,7 @@ use crate::{
         attach::{self, Loaded, Placed},
         collect,
         cpu::{CpuSampling, TargetClock},
+        features::KernelFeatures,
         inflight, preflight,
         proc_events::{self, ProcWatch},
         sampled::{self, SampleOptions},
@@ -558,6 +559,11 @@ fn report(
             0,
         ));
     }
+    report.kernel_limits = KernelFeatures::get().limits(
+        options.stacks > 0,
+        prepared.waits.go_futex.is_some(),
+        options.cpu_hz.is_some() && cpu_off.is_none(),
+    );
     if let Some(cpu) = &mut report.cpu {
         cpu.sampler_off = cpu_off;
     }

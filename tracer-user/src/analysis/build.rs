@@ -136,6 +136,7 @@ pub fn build(info: RecordInfo, collected: &Collected, functions: &[LockFunction]
         // The target's CPU time and the tracer's share are added by the caller.
         cpu: (collected.cpu_hz > 0).then(|| cpu::report(collected, &locks, None, 0, unattributed)),
         locks,
+        kernel_limits: Vec::new(),
     }
 }
 

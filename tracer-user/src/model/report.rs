@@ -61,6 +61,10 @@ pub struct Report {
     /// The target's CPU time over the window and what its lock code cost.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu: Option<CpuReport>,
+    /// What this kernel's BPF could not do for the recording, one line
+    /// each (Linux before 5.15: no wait stacks, no Go runtime waits).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub kernel_limits: Vec<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

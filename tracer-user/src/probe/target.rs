@@ -106,6 +106,13 @@ impl Target {
         })
     }
 
+    /// Where the byte at `file_offset` of `module` (a path as the target
+    /// sees it) sits in the target's memory: one address per executable
+    /// mapping that covers it (a library loaded twice has two).
+    pub fn code_addresses(&self, module: &str, file_offset: u64) -> Vec<u64> {
+        code_addresses(&self.maps, module, file_offset)
+    }
+
     /// The task new uprobes are bound to (see [`Target::rebind_probes`]).
     pub fn probe_task(&self) -> u32 {
         self.probe_task.load(std::sync::atomic::Ordering::Relaxed)
@@ -421,6 +428,15 @@ fn parse_maps_line(line: &[u8]) -> Option<Mapping> {
     })
 }
 
+/// [`Target::code_addresses`] in `maps`.
+pub fn code_addresses(maps: &[Mapping], module: &str, file_offset: u64) -> Vec<u64> {
+    maps.iter()
+        .filter(|m| m.is_executable() && m.path == module)
+        .filter(|m| file_offset >= m.offset && file_offset - m.offset < m.end - m.start)
+        .map(|m| m.start + (file_offset - m.offset))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -437,6 +453,23 @@ mod tests {
         assert_eq!(maps[1].offset, 0x28000);
         assert!(maps[1].is_executable() && maps[1].is_file());
         assert_eq!(maps[2].path, "");
+    }
+
+    #[test]
+    fn code_addresses_come_from_every_executable_mapping_of_the_module() {
+        let maps = parse_maps(
+            "7f0000000000-7f0000001000 r--p 00000000 fe:01 9 /lib/libc.so.6\n\
+             7f0000001000-7f0000003000 r-xp 00001000 fe:01 9 /lib/libc.so.6\n\
+             7f1000001000-7f1000003000 r-xp 00001000 fe:01 9 /lib/libc.so.6\n\
+             7f2000001000-7f2000003000 r-xp 00001000 fe:01 10 /lib/other.so\n",
+        );
+        assert_eq!(
+            code_addresses(&maps, "/lib/libc.so.6", 0x1234),
+            [0x7f0000001234, 0x7f1000001234]
+        );
+        // Outside the executable mappings: nowhere.
+        assert!(code_addresses(&maps, "/lib/libc.so.6", 0x3000).is_empty());
+        assert!(code_addresses(&maps, "/lib/libc.so.6", 0x800).is_empty());
     }
 
     #[test]

@@ -53,6 +53,9 @@ fn missing(reason: &str, n: u64, nesting_unknown: bool) -> String {
         "paused_for_expiry" => format!(
             "{n} events while counting paused to delete expired locks (missing from every count)"
         ),
+        "probe_point_unknown" => format!(
+            "{n} lock calls at probe points this kernel (no attach cookies, before Linux 5.15) could not identify (missing from acquisitions)"
+        ),
         other => format!("{other}={n}"),
     }
 }

@@ -100,6 +100,9 @@ pub fn render(report: &Report, limit: Option<usize>, width: Width) -> String {
         StopReason::Duration | StopReason::LoadDone => {}
     }
     out.push_str(&lost::render(report));
+    for limit in &report.kernel_limits {
+        let _ = writeln!(out, "kernel: {limit}");
+    }
     out.push_str(&footer::cost(report));
     // The header and footers quote the target's exe and names too.
     super::format::printable(&out).into_owned()

@@ -20,6 +20,7 @@ use tracer_common::{MAX_LOCK_CODE_RANGES, cookie, counting, flags, names};
 
 use super::collect;
 use super::cpu::{self, CpuSampling};
+use super::features::{self, KernelFeatures};
 use super::multi::{self, MultiPrograms};
 use super::prealloc;
 use crate::probe::{
@@ -109,6 +110,11 @@ pub fn load(plan: &LoadPlan) -> Result<Loaded> {
         );
         std::borrow::Cow::Owned(prealloc::preallocated(BPF_OBJECT)?)
     };
+    let object = if KernelFeatures::get().compare_exchange {
+        object
+    } else {
+        std::borrow::Cow::Owned(features::without_compare_exchange(&object)?)
+    };
     let mut ebpf = EbpfLoader::new()
         .override_global(names::GLOBAL_TARGET_TGID, &tgid, true)
         .override_global(names::GLOBAL_FLAGS, &flags, true)
@@ -116,6 +122,7 @@ pub fn load(plan: &LoadPlan) -> Result<Loaded> {
         .override_global(names::GLOBAL_GO_FUTEX_END, &go_end, true)
         .override_global(names::GLOBAL_LOCK_CODE_RANGES, &ranges, true)
         .override_global(names::GLOBAL_CPU_LOCK_CODE_RANGES, &lock_code_ranges, true)
+        .override_global(names::GLOBAL_KERNEL_CAPS, &KernelFeatures::get().caps(), true)
         // The snapshot ring takes 32 MiB of kernel memory only for --stacks.
         .map_max_entries(names::MAP_SNAPSHOTS, snapshot_ring_bytes(plan.flags))
         .load(&object)
@@ -313,16 +320,24 @@ fn attach_points(
     functions: &[Placed],
 ) -> Result<Vec<UProbeLinkId>, AttachError> {
     let scope = scope(target).map_err(AttachError::Failed)?;
-    let program = uprobe(ebpf, program).map_err(AttachError::Failed)?;
+    let with_cookies = KernelFeatures::get().attach_cookies;
+    let mut by_address = Vec::new();
+    let uprobe = uprobe(ebpf, program).map_err(AttachError::Failed)?;
     let mut links = Vec::new();
     for (function, placed) in functions {
         let module = target.host_path(&function.module);
         for point in &placed.points {
+            let cookie = cookie::encode(function.op, point.return_address_sp_offset);
+            if !with_cookies {
+                for address in target.code_addresses(&function.module, point.file_offset) {
+                    by_address.push((address, cookie));
+                }
+            }
             let attach_point = UProbeAttachPoint {
                 location: UProbeAttachLocation::AbsoluteOffset(point.file_offset),
-                cookie: Some(cookie::encode(function.op, point.return_address_sp_offset)),
+                cookie: with_cookies.then_some(cookie),
             };
-            let link = program
+            let link = uprobe
                 .attach(attach_point, &module, scope)
                 .map_err(|error| {
                     attach_error(
@@ -351,13 +366,45 @@ fn attach_points(
             links.push(link);
         }
     }
+    if program == names::PROGRAM_LOCK_CALL {
+        store_probe_cookies(ebpf, &by_address).map_err(AttachError::Failed)?;
+    }
     Ok(links)
+}
+
+/// Kernels without attach cookies: each probe point's cookie under its
+/// address in the target, where `lock_call` looks it up.
+fn store_probe_cookies(ebpf: &mut Ebpf, by_address: &[(u64, u64)]) -> Result<()> {
+    if by_address.is_empty() {
+        return Ok(());
+    }
+    let map = ebpf.map_mut(names::MAP_PROBE_COOKIES).ok_or_else(|| {
+        anyhow!(
+            "BPF object lacks map {} (build is broken)",
+            names::MAP_PROBE_COOKIES
+        )
+    })?;
+    let mut cookies: aya::maps::HashMap<_, u64, u64> = aya::maps::HashMap::try_from(map)?;
+    for &(address, cookie) in by_address {
+        cookies.insert(address, cookie, 0).with_context(|| {
+            format!(
+                "storing the probe point at {address:#x} (this kernel has no attach cookies; at most {} probe points)",
+                tracer_common::MAX_PROBE_POINTS
+            )
+        })?;
+    }
+    Ok(())
 }
 
 /// Loads the lock program again for uprobe-multi links, counting into
 /// `ebpf`'s maps (sampled mode's request probe stays in all along, as a
 /// perf-event uprobe).
 pub fn load_multi(ebpf: &Ebpf) -> Result<MultiPrograms> {
+    // Cookies are how uprobe-multi links tell their points apart; a kernel
+    // with these links has them (6.6+), so this only holds in the tests.
+    if !KernelFeatures::get().attach_cookies {
+        anyhow::bail!("uprobe-multi links need attach cookies, which this kernel lacks");
+    }
     MultiPrograms::load(BPF_OBJECT, ebpf, &[names::PROGRAM_LOCK_CALL])
 }
 
@@ -546,9 +593,12 @@ pub fn attach_canary(
         std::num::NonZeroU32::new(std::process::id()).ok_or_else(|| anyhow!("own pid is 0"))?,
     );
     let program = uprobe(ebpf, names::PROGRAM_LOCK_CALL)?;
+    // Its cookie, where the kernel has none, is the target's (never counts here).
     let attach_point = UProbeAttachPoint {
         location: UProbeAttachLocation::AbsoluteOffset(point.file_offset),
-        cookie: Some(cookie::encode(function.op, point.return_address_sp_offset)),
+        cookie: KernelFeatures::get()
+            .attach_cookies
+            .then(|| cookie::encode(function.op, point.return_address_sp_offset)),
     };
     let link = program.attach(attach_point, target.host_path(&function.module), own)?;
     Ok(Some(program.take_link(link)?))

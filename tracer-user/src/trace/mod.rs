@@ -4,6 +4,7 @@
 pub mod attach;
 pub mod collect;
 pub mod cpu;
+pub mod features;
 pub mod follow;
 pub mod inflight;
 pub mod multi;
