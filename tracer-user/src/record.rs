@@ -18,7 +18,8 @@ use crate::{
     },
     naming::{self, unwind::StackUnwinder},
     probe::{
-        lockfuncs, placement,
+        lockfuncs::{self, LockFunction, LockFunctionsMissing},
+        placement,
         target::Target,
         waitfuncs::{self, WaitFunctions},
     },
@@ -135,11 +136,7 @@ pub fn prepare(pid: u32, mode: Mode, placement: Placement, hold_times: bool) -> 
     }
     preflight::check_uprobes()?;
     preflight::ensure_tracefs()?;
-    let functions = match lockfuncs::find(&target) {
-        // Contention mode needs no lock functions (futex-only programs too).
-        Err(_) if mode == Mode::Contention => Vec::new(),
-        found => found?,
-    };
+    let (target, functions) = with_lock_functions(target, mode)?;
     let placed = placement::place_all(&functions, placement, |module| {
         target.module_file(module).ok()
     });
@@ -159,6 +156,42 @@ pub fn prepare(pid: u32, mode: Mode, placement: Placement, hold_times: bool) -> 
         unlocks,
         lock_code,
     })
+}
+
+/// How long a target still in its dynamic loader is waited for.
+const STILL_STARTING_WAIT: Duration = Duration::from_secs(10);
+
+/// The target and its lock functions. A process still in its dynamic
+/// loader (its libraries not mapped yet) is looked at again every 100 ms
+/// for up to [`STILL_STARTING_WAIT`]; contention mode needs no lock
+/// functions (futex-only programs too).
+fn with_lock_functions(mut target: Target, mode: Mode) -> Result<(Target, Vec<LockFunction>)> {
+    let pid = target.pid;
+    let deadline = Instant::now() + STILL_STARTING_WAIT;
+    let mut said = false;
+    loop {
+        let error = match lockfuncs::find(&target) {
+            Ok(found) => return Ok((target, found)),
+            Err(_) if mode == Mode::Contention => return Ok((target, Vec::new())),
+            Err(error) => error,
+        };
+        let starting = matches!(
+            error.downcast_ref::<LockFunctionsMissing>(),
+            Some(LockFunctionsMissing::StillStarting { .. })
+        );
+        if !starting || Instant::now() >= deadline {
+            return Err(error);
+        }
+        if !said {
+            output::note(format_args!(
+                "locktrace: process {pid} is still starting (in its dynamic loader); waiting up to {} s for its libraries",
+                STILL_STARTING_WAIT.as_secs()
+            ));
+            said = true;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        target = Target::open(pid)?;
+    }
 }
 
 fn placement_fallbacks(

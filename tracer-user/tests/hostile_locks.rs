@@ -226,6 +226,61 @@ fn a_kernel_without_cookies_or_task_regs_counts_the_same() {
     );
 }
 
+/// A process still in its dynamic loader (stopped at its exec, before the
+/// loader mapped libc) is "still starting", never "does not use pthread
+/// mutexes" (issue 36): locktrace waits, and once the loader has run it
+/// attaches and counts exactly.
+#[test]
+fn a_target_still_in_its_loader_is_waited_for() {
+    use std::os::unix::process::CommandExt;
+    const N: u64 = 5_000;
+    let mut command = std::process::Command::new(fixture("mapfiles", Flavor::Glibc));
+    command
+        .arg(N.to_string())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped());
+    // SAFETY: ptrace(PTRACE_TRACEME) is async-signal-safe; the child then
+    // stops at its exec, with only the executable and the loader mapped.
+    unsafe {
+        command.pre_exec(|| {
+            libc::ptrace(libc::PTRACE_TRACEME, 0, 0, 0);
+            Ok(())
+        });
+    }
+    let child = command.spawn().unwrap();
+    let pid = child.id() as i32;
+    let mut status = 0;
+    // SAFETY: waits for this test's own child.
+    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+    assert!(libc::WIFSTOPPED(status), "{status:#x}");
+    let mut trace = Trace::launch(pid as u32, &[], &[]);
+    let started = std::time::Instant::now();
+    while !trace.printed().contains("is still starting") {
+        assert!(
+            trace.child.try_wait().unwrap().is_none(),
+            "locktrace gave up: {}",
+            trace.printed()
+        );
+        assert!(started.elapsed().as_secs() < 60, "{}", trace.printed());
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    // SAFETY: detaches this test's own stopped child, which then runs on.
+    assert_eq!(unsafe { libc::ptrace(libc::PTRACE_DETACH, pid, 0, 0) }, 0);
+    let mut target = Fixture::adopt(child);
+    trace.wait_live();
+    target.start();
+    let global = target.address("global");
+    target.wait();
+    let printed = trace.printed();
+    assert!(
+        !printed.contains("does not use pthread mutexes"),
+        "{printed}"
+    );
+    let (report, table) = trace.finish();
+    let row = lock_at(&report, global).unwrap_or_else(|| panic!("no row: {report:#}"));
+    assert_eq!(row["acquisitions"], N, "{table}");
+}
+
 /// Without the test's force, this kernel (6.1+) keeps maps allocated at run time.
 #[test]
 fn maps_stay_allocated_at_run_time_where_the_kernel_allows() {

@@ -3,7 +3,7 @@
 //! ld-musl-*.so.1) or in the executable itself when it is statically linked.
 use std::collections::BTreeSet;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use object::{Object, ObjectSegment, ObjectSymbol, SymbolKind};
 use tracer_common::LockOp;
 
@@ -24,30 +24,116 @@ pub struct LockFunction {
     pub runtime_end: u64,
 }
 
+/// Why no `pthread_mutex_lock` was found: callers branch on
+/// [`LockFunctionsMissing::StillStarting`] (wait and look again).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LockFunctionsMissing {
+    /// Only the executable and its dynamic loader are mapped: the loader
+    /// has not mapped the libraries yet (a process just started).
+    StillStarting { pid: u32 },
+    /// Modules without a symbol table (stripped).
+    Stripped { pid: u32, modules: Vec<String> },
+    /// Modules that could not be read, with why.
+    Unreadable {
+        pid: u32,
+        modules: Vec<(String, String)>,
+    },
+    /// Every module was read: none defines the lock functions.
+    NotUsed { pid: u32, exe: String },
+}
+
+impl std::fmt::Display for LockFunctionsMissing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LockFunctionsMissing::StillStarting { pid } => write!(
+                f,
+                "process {pid} is still starting: its dynamic loader has not mapped its libraries yet; attach again once it runs"
+            ),
+            LockFunctionsMissing::Stripped { pid, modules } => write!(
+                f,
+                "no pthread_mutex_lock symbol in process {pid}: {} has no symbol table (stripped); trace an unstripped build or install its debug symbols",
+                modules.join(", ")
+            ),
+            LockFunctionsMissing::Unreadable { pid, modules } => {
+                let listed: Vec<String> = modules
+                    .iter()
+                    .map(|(module, why)| format!("{module} ({why})"))
+                    .collect();
+                write!(
+                    f,
+                    "no pthread_mutex_lock found in process {pid}, but some of its modules could not be read: {}; check they still exist and are readable, then attach again",
+                    listed.join(", ")
+                )
+            }
+            LockFunctionsMissing::NotUsed { pid, exe } => write!(
+                f,
+                "no libc with pthread lock functions found in process {pid} ({exe}); it does not use pthread mutexes (try --mode contention for futex-only locks)"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for LockFunctionsMissing {}
+
 /// Every lock function, per op, from the module that defines it first in
 /// symbol lookup order (the executable, then libraries in load order).
 pub fn find(target: &Target) -> Result<Vec<LockFunction>> {
-    let (found, stripped) = find_ops(target, &LockOp::ALL)?;
-    if !found.iter().any(|f| f.op == LockOp::MutexLock) {
-        if !stripped.is_empty() {
-            bail!(
-                "no pthread_mutex_lock symbol in process {}: {} has no symbol table (stripped); trace an unstripped build or install its debug symbols",
-                target.pid,
-                stripped.join(", ")
-            );
-        }
-        bail!(
-            "no libc with pthread lock functions found in process {} ({}); it does not use pthread mutexes (try --mode contention for futex-only locks)",
-            target.pid,
-            target.exe
-        );
+    let search = find_ops(target, &LockOp::ALL)?;
+    if search.found.iter().any(|f| f.op == LockOp::MutexLock) {
+        return Ok(search.found);
     }
-    Ok(found)
+    let pid = target.pid;
+    let missing = if !search.unreadable.is_empty() {
+        LockFunctionsMissing::Unreadable {
+            pid,
+            modules: search.unreadable,
+        }
+    } else if !search.stripped.is_empty() {
+        LockFunctionsMissing::Stripped {
+            pid,
+            modules: search.stripped,
+        }
+    } else if only_the_loader_is_mapped(target) {
+        LockFunctionsMissing::StillStarting { pid }
+    } else {
+        LockFunctionsMissing::NotUsed {
+            pid,
+            exe: target.exe.clone(),
+        }
+    };
+    Err(missing.into())
+}
+
+/// True when the executable's only mapped library is a dynamic loader
+/// (`ld-linux-*.so`, `ld-musl-*.so`): the loader runs and has mapped
+/// nothing yet. A static executable maps no loader at all.
+fn only_the_loader_is_mapped(target: &Target) -> bool {
+    let libraries: BTreeSet<&str> = target
+        .maps
+        .iter()
+        .filter(|m| m.is_file() && m.is_executable() && m.path != target.exe)
+        .map(|m| m.path.as_str())
+        .collect();
+    let is_loader = |path: &&str| {
+        path.rsplit('/')
+            .next()
+            .is_some_and(|name| name.starts_with("ld-linux") || name.starts_with("ld-musl"))
+    };
+    libraries.len() == 1 && libraries.iter().all(is_loader)
+}
+
+/// What [`find_ops`] found, and the modules it could not search.
+pub struct Search {
+    pub found: Vec<LockFunction>,
+    /// Modules without a symbol table.
+    pub stripped: Vec<String>,
+    /// Modules that could not be opened or parsed, with why.
+    pub unreadable: Vec<(String, String)>,
 }
 
 /// The functions of `ops` found, each from the first module in lookup order
-/// that defines it, and the stripped modules passed over.
-pub fn find_ops(target: &Target, ops: &[LockOp]) -> Result<(Vec<LockFunction>, Vec<String>)> {
+/// that defines it, and the modules passed over.
+pub fn find_ops(target: &Target, ops: &[LockOp]) -> Result<Search> {
     let mut modules: Vec<String> = Vec::new();
     let mut seen = BTreeSet::new();
     // The executable first: a static binary (or one that interposes) wins.
@@ -60,34 +146,49 @@ pub fn find_ops(target: &Target, ops: &[LockOp]) -> Result<(Vec<LockFunction>, V
             }
         }
     }
-    let mut found: Vec<LockFunction> = Vec::new();
-    let mut stripped = Vec::new();
+    let mut search = Search {
+        found: Vec::new(),
+        stripped: Vec::new(),
+        unreadable: Vec::new(),
+    };
     for module in &modules {
         let missing: Vec<LockOp> = ops
             .iter()
             .copied()
-            .filter(|op| !found.iter().any(|f| f.op == *op))
+            .filter(|op| !search.found.iter().any(|f| f.op == *op))
             .collect();
         if missing.is_empty() {
             break;
         }
-        let Ok(file) = target.module_file(module) else {
-            continue;
+        let file = match target.module_file(module) {
+            Ok(file) => file,
+            Err(error) => {
+                search
+                    .unreadable
+                    .push((module.clone(), format!("{error:#}")));
+                continue;
+            }
         };
-        let Ok(elf) = file.elf() else {
-            continue;
+        let elf = match file.elf() {
+            Ok(elf) => elf,
+            Err(error) => {
+                search
+                    .unreadable
+                    .push((module.clone(), format!("{error:#}")));
+                continue;
+            }
         };
         if elf.symbols().next().is_none() && elf.dynamic_symbols().next().is_none() {
-            stripped.push(module.clone());
+            search.stripped.push(module.clone());
             continue;
         }
         for op in missing {
             if let Some(function) = lookup(&elf, file.bytes(), op, module, target)? {
-                found.push(function);
+                search.found.push(function);
             }
         }
     }
-    Ok((found, stripped))
+    Ok(search)
 }
 
 fn lookup(
@@ -154,7 +255,7 @@ pub fn runtime_address(target: &Target, module: &str, file_offset: u64) -> Optio
 /// The unlock functions, from the modules the lock functions came from
 /// (the executable first, as for the lock functions).
 pub fn find_unlocks(target: &Target) -> Result<Vec<LockFunction>> {
-    let (found, _) = find_ops(target, &LockOp::UNLOCKS)?;
+    let found = find_ops(target, &LockOp::UNLOCKS)?.found;
     if !found.iter().any(|f| f.op == LockOp::MutexUnlock) {
         anyhow::bail!(
             "--hold-times: no pthread_mutex_unlock symbol in process {}; record without --hold-times",

@@ -122,11 +122,15 @@ pub fn load(plan: &LoadPlan) -> Result<Loaded> {
         .override_global(names::GLOBAL_GO_FUTEX_END, &go_end, true)
         .override_global(names::GLOBAL_LOCK_CODE_RANGES, &ranges, true)
         .override_global(names::GLOBAL_CPU_LOCK_CODE_RANGES, &lock_code_ranges, true)
-        .override_global(names::GLOBAL_KERNEL_CAPS, &KernelFeatures::get().caps(), true)
+        .override_global(
+            names::GLOBAL_KERNEL_CAPS,
+            &KernelFeatures::get().caps(),
+            true,
+        )
         // The snapshot ring takes 32 MiB of kernel memory only for --stacks.
         .map_max_entries(names::MAP_SNAPSHOTS, snapshot_ring_bytes(plan.flags))
         .load(&object)
-        .map_err(|error| anyhow!("the kernel refused locktrace's BPF programs ({error}); it needs BPF with BTF, uprobes and syscall tracepoints (Linux 6.1 or newer is tested)"))?;
+        .map_err(|error| features::refused(&error))?;
     store_lock_code(&mut ebpf, &lock_code)?;
     // Sampled mode: lock calls count only inside the sampler's windows.
     let counting = if plan.flags & flags::SAMPLED != 0 {

@@ -95,6 +95,34 @@ impl KernelFeatures {
     }
 }
 
+/// The oldest kernel locktrace runs on (the kernel matrix's oldest).
+pub const MINIMUM_KERNEL: (u32, u32) = (5, 10);
+
+/// The one line for a kernel that refused the BPF object: the minimum
+/// when the kernel is older, else what the object needs.
+pub fn refused(error: &dyn std::fmt::Display) -> anyhow::Error {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let release = release.trim();
+    match kernel_version(release) {
+        Some(version) if version < MINIMUM_KERNEL => anyhow!(
+            "locktrace needs Linux {}.{} or newer; this kernel is {release} (the kernel said: {error})",
+            MINIMUM_KERNEL.0,
+            MINIMUM_KERNEL.1
+        ),
+        _ => anyhow!(
+            "the kernel refused locktrace's BPF programs ({error}); it needs BPF with BTF, uprobes and syscall tracepoints (Linux {}.{} or newer)",
+            MINIMUM_KERNEL.0,
+            MINIMUM_KERNEL.1
+        ),
+    }
+}
+
+/// (major, minor) of a release string such as `5.10.0-32-amd64`.
+fn kernel_version(release: &str) -> Option<(u32, u32)> {
+    let mut parts = release.split(|c: char| !c.is_ascii_digit());
+    Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
+}
+
 /// A BPF instruction's opcode: `BPF_STX | BPF_ATOMIC | BPF_DW`, and the
 /// atomic operation `BPF_CMPXCHG` in its immediate.
 const ATOMIC_DW: u8 = 0xdb;
@@ -162,6 +190,15 @@ pub fn without_compare_exchange(object: &[u8]) -> Result<Vec<u8>> {
 mod tests {
     use super::*;
 
+    #[test]
+    fn kernel_versions_parse_from_release_strings() {
+        assert_eq!(kernel_version("5.10.0-32-amd64"), Some((5, 10)));
+        assert_eq!(kernel_version("6.18.44-fc-v657"), Some((6, 18)));
+        assert_eq!(kernel_version("4.18.0-553.el8_10.x86_64"), Some((4, 18)));
+        assert_eq!(kernel_version("garbage"), None);
+        assert!(kernel_version("4.19.0").unwrap() < MINIMUM_KERNEL);
+    }
+
     /// The real object: its compare-exchanges (in `raise_to`) become plain
     /// stores, and nothing else changes.
     #[test]
@@ -173,7 +210,10 @@ mod tests {
             .filter(|&at| object[at] != patched[at])
             .collect();
         // Two bytes per instruction (opcode, immediate's low byte).
-        assert!(changed.len() >= 2 && changed.len().is_multiple_of(2), "{changed:?}");
+        assert!(
+            changed.len() >= 2 && changed.len().is_multiple_of(2),
+            "{changed:?}"
+        );
         for pair in changed.chunks(2) {
             assert_eq!((object[pair[0]], patched[pair[0]]), (ATOMIC_DW, STORE_DW));
             assert_eq!(pair[1], pair[0] + 4);

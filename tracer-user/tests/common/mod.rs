@@ -131,12 +131,18 @@ impl Fixture {
     }
 
     pub fn spawn_command(command: &mut Command) -> Fixture {
-        let mut child = command
+        let child = command
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
             .expect("starting fixture");
+        Fixture::adopt(child)
+    }
+
+    /// A fixture started with piped stdin and stdout: reads its addresses
+    /// up to its ready line.
+    pub fn adopt(mut child: Child) -> Fixture {
         let stdin = child.stdin.take();
         let mut stdout = BufReader::new(child.stdout.take().unwrap());
         let mut addresses: HashMap<String, Vec<u64>> = HashMap::new();
@@ -225,6 +231,8 @@ impl Drop for Fixture {
 pub struct Trace {
     pub child: Child,
     pub json: PathBuf,
+    /// Created by locktrace once its probes are live.
+    ready: PathBuf,
     /// What locktrace printed on stderr until its probes were live.
     pub stderr_lines: Vec<String>,
     /// locktrace's stderr goes to a file: everything it printed before
@@ -242,11 +250,18 @@ impl Trace {
 
     /// [`Trace::attach`] with `env` set for locktrace.
     pub fn attach_env(pid: u32, extra: &[&str], env: &[(&str, &str)]) -> Trace {
+        let mut trace = Trace::launch(pid, extra, env);
+        trace.wait_live();
+        trace
+    }
+
+    /// Starts locktrace as [`Trace::attach_env`] does, without waiting.
+    pub fn launch(pid: u32, extra: &[&str], env: &[(&str, &str)]) -> Trace {
         let dir = tempfile::tempdir().unwrap();
         let json = dir.path().join("report.json");
         let ready = dir.path().join("ready");
         let stderr = dir.path().join("stderr");
-        let mut child = locktrace()
+        let child = locktrace()
             .args(["record", "--pid", &pid.to_string(), "--json"])
             .arg(&json)
             .arg("--ready-file")
@@ -257,8 +272,27 @@ impl Trace {
             .stderr(std::fs::File::create(&stderr).unwrap())
             .spawn()
             .expect("starting locktrace");
+        Trace {
+            child,
+            json,
+            ready,
+            stderr_lines: Vec::new(),
+            stderr,
+            _dir: dir,
+        }
+    }
+
+    /// What locktrace has printed on stderr so far.
+    pub fn printed(&self) -> String {
+        std::fs::read_to_string(&self.stderr).unwrap_or_default()
+    }
+
+    /// Waits for the ready file, which locktrace creates once its probes are live.
+    pub fn wait_live(&mut self) {
         let started = Instant::now();
-        let printed = || std::fs::read_to_string(&stderr).unwrap_or_default();
+        let (child, ready) = (&mut self.child, &self.ready);
+        let stderr = &self.stderr;
+        let printed = || std::fs::read_to_string(stderr).unwrap_or_default();
         while !ready.exists() {
             if let Some(status) = child.try_wait().unwrap() {
                 panic!(
@@ -273,14 +307,7 @@ impl Trace {
             );
             std::thread::sleep(Duration::from_millis(5));
         }
-        let stderr_lines = printed().lines().map(str::to_string).collect();
-        Trace {
-            child,
-            json,
-            stderr_lines,
-            stderr,
-            _dir: dir,
-        }
+        self.stderr_lines = printed().lines().map(str::to_string).collect();
     }
 
     /// Waits for locktrace to finish (duration, target exit) and returns (report, stdout table).
