@@ -184,6 +184,14 @@ impl LiveSession {
                 "--mode sampled is for record; live views take --mode all or --mode contention (contention costs least)"
             );
         }
+        // Setup must not wait behind a loaded machine (see trace::priority).
+        crate::trace::priority::begin_setup();
+        let session = LiveSession::attach_now(options);
+        crate::trace::priority::end_setup();
+        session
+    }
+
+    fn attach_now(options: &LiveOptions) -> Result<LiveSession> {
         let record::Prepared {
             target,
             functions,

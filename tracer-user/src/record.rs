@@ -30,7 +30,7 @@ use crate::{
         collect,
         cpu::{CpuSampling, TargetClock},
         features::KernelFeatures,
-        inflight, preflight,
+        inflight, preflight, priority,
         proc_events::{self, ProcWatch},
         sampled::{self, SampleOptions},
         snapshots,
@@ -92,6 +92,8 @@ pub async fn record(options: &RecordOptions) -> Result<Report> {
     // Stop signals are caught from the start, so one that comes right after
     // the probes are announced still ends in a report.
     let mut signals = StopSignals::install()?;
+    // Until the probes are live, setup must not wait behind a loaded machine.
+    priority::begin_setup();
     if options.mode == Mode::Sampled && options.requests.load.is_some() {
         bail!(
             "--mode sampled cannot drive --load; count requests with --request-probe or --requests, or use --mode all"
@@ -257,6 +259,7 @@ async fn trace(
     let mut clock = TargetClock::open(target.pid);
     let cpu_at_start = clock.as_mut().and_then(TargetClock::read);
     announce(options, prepared, &loaded, window);
+    priority::end_setup();
     if let Some(path) = &options.ready_file {
         signal_ready(path)?;
     }

@@ -10,6 +10,7 @@ pub mod inflight;
 pub mod multi;
 pub mod prealloc;
 pub mod preflight;
+pub mod priority;
 pub mod proc_events;
 pub mod sampled;
 pub mod snapshots;

@@ -1,0 +1,66 @@
+//! Attaching on a loaded machine (issue 36): with thousands of runnable
+//! threads (`fixtures/runnable.c`) locktrace still finds the target's lock
+//! functions (never "does not use pthread mutexes"), attaches, says how
+//! long that took, and counts exactly. Alone in its test binary: the load
+//! would slow every test running beside it. Real BPF: root.
+mod common;
+
+use std::{
+    io::{BufRead, BufReader},
+    process::{Command, Stdio},
+};
+
+use common::*;
+
+/// Runnable spinning threads: a load average in the thousands on 2 CPUs.
+const LOAD_THREADS: &str = "2000";
+
+/// The load, stopped (by closing its stdin) and reaped when dropped.
+struct Load(std::process::Child);
+
+impl Drop for Load {
+    fn drop(&mut self) {
+        drop(self.0.stdin.take());
+        let _ = self.0.wait();
+    }
+}
+
+fn start_load() -> Load {
+    let mut child = Command::new(fixture("runnable", Flavor::Glibc))
+        .arg(LOAD_THREADS)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line.trim(), "ready", "the load did not start");
+    Load(child)
+}
+
+#[test]
+fn attach_completes_and_counts_exactly_under_load() {
+    const N: u64 = 1_000;
+    let _load = start_load();
+    let mut target = Fixture::spawn(&fixture("mapfiles", Flavor::Glibc), &[&N.to_string()]);
+    let trace = Trace::attach(target.pid(), &[]);
+    let printed = trace.stderr_lines.join("\n");
+    assert!(
+        !printed.contains("does not use pthread mutexes"),
+        "{printed}"
+    );
+    // The ready line says how long attaching took.
+    assert!(
+        printed.contains("probes in") && printed.contains(" live after "),
+        "{printed}"
+    );
+    target.start();
+    let global = target.address("global");
+    target.wait();
+    let (report, table) = trace.finish();
+    let row = lock_at(&report, global).unwrap_or_else(|| panic!("no row: {report:#}"));
+    assert_eq!(row["acquisitions"], N, "{table}");
+    eprintln!("{printed}");
+}
