@@ -281,6 +281,30 @@ fn a_target_still_in_its_loader_is_waited_for() {
     assert_eq!(row["acquisitions"], N, "{table}");
 }
 
+/// C11 `<threads.h>` mutexes (issue 36's lock APIs): glibc's `mtx_lock`,
+/// `mtx_timedlock` and `mtx_trylock` run its pthread mutex functions, so
+/// every call counts, exactly, under the pthread function it ran.
+#[test]
+fn c11_mutexes_count_exactly() {
+    const N: u64 = 2_000;
+    let mut target = Fixture::spawn(&fixture("c11_mutex", Flavor::Glibc), &[&N.to_string()]);
+    let trace = Trace::attach(target.pid(), &[]);
+    target.start();
+    let lock = target.address("lock");
+    target.wait();
+    let (report, table) = trace.finish();
+    let row = lock_at(&report, lock).unwrap_or_else(|| panic!("no row: {report:#}"));
+    assert_eq!(row["acquisitions"], 3 * N, "{table}");
+    for function in [
+        "pthread_mutex_lock",
+        "pthread_mutex_timedlock",
+        "pthread_mutex_trylock",
+    ] {
+        assert_eq!(row["calls"][function], N, "{function}: {row:#}");
+    }
+    assert_eq!(row["name"], "lock", "{row:#}");
+}
+
 /// Without the test's force, this kernel (6.1+) keeps maps allocated at run time.
 #[test]
 fn maps_stay_allocated_at_run_time_where_the_kernel_allows() {
