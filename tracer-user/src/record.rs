@@ -116,9 +116,13 @@ pub async fn record(options: &RecordOptions) -> Result<Report> {
             fallback.function, fallback.module, fallback.reason
         ));
     }
-    // Load driver connections and warmup happen before the probes go in.
+    // Load driver connections and warmup happen before the probes go in,
+    // at normal priority: a real-time load driver would starve the target
+    // and skew the untraced baseline the warmup measures.
+    priority::end_setup();
     let mut window =
         RequestWindow::prepare(&options.requests, &prepared.target, &mut signals).await?;
+    priority::begin_setup();
     // Maps and module files, kept so names resolve even after the target exits.
     let mut snapshot = naming::Snapshot::take(&prepared.target);
     let traced = trace(options, &prepared, &mut window, &mut signals, &mut snapshot).await?;

@@ -5,7 +5,8 @@
 //! threads run real-time (SCHED_FIFO, the lowest priority): that setup
 //! takes well under a second of CPU, and the kernel's real-time throttling
 //! leaves 5% to everything else even then. Once live they drop back, so
-//! counting, naming and the report never outrank the target.
+//! counting, naming and the report never outrank the target; so does the
+//! load driver's warmup (`--load`), which runs between two setup steps.
 use std::sync::Mutex;
 
 /// The policy the threads had before [`begin_setup`], while they are raised.

@@ -289,6 +289,11 @@ impl Trace {
 
     /// Waits for the ready file, which locktrace creates once its probes are live.
     pub fn wait_live(&mut self) {
+        self.wait_live_within(Duration::from_secs(30));
+    }
+
+    /// [`Trace::wait_live`], failing after `budget`.
+    pub fn wait_live_within(&mut self, budget: Duration) {
         let started = Instant::now();
         let (child, ready) = (&mut self.child, &self.ready);
         let stderr = &self.stderr;
@@ -301,7 +306,7 @@ impl Trace {
                 );
             }
             assert!(
-                started.elapsed() < Duration::from_secs(30),
+                started.elapsed() < budget,
                 "attach took too long: {}",
                 printed()
             );
