@@ -3,7 +3,7 @@
 //! fixture's exact truth.
 mod common;
 
-use common::{Fixture, Flavor, Trace, fixture, lock_at};
+use common::{Fixture, Flavor, Trace, contention_in_rows, fixture, lock_at, lock_named};
 
 #[test]
 fn futex_waitv_waits_are_counted_on_their_word() {
@@ -371,4 +371,50 @@ fn spinlocks_counted_with(placement: &str) {
     assert_eq!(row(busy)["kind"], "spinlock");
     assert_eq!(row(busy)["acquisitions"], 1, "{table}");
     assert_eq!(row(busy)["failed_tries"], N, "{table}");
+}
+
+/// A lock built from a mutex and a condvar, shaped like CPython's GIL
+/// (issue 35 item 12: its waits were "waiting for work"): the waits on the
+/// condvar inside `struct gil_state` are lock contention, those on a work
+/// queue's condvar are not; the GIL's mutex counts exactly.
+#[test]
+fn a_gil_shaped_lock_is_contention_and_a_work_queue_is_not() {
+    const THREADS: u64 = 4;
+    const ITERS: u64 = 500;
+    let mut target = Fixture::spawn(
+        &fixture("condvar_lock", Flavor::Glibc),
+        &[&THREADS.to_string(), &ITERS.to_string()],
+    );
+    let trace = Trace::attach(target.pid(), &[]);
+    target.start();
+    let (gil, queue) = (target.address("gil"), target.address("queue"));
+    target.wait();
+    let (report, table) = trace.finish();
+    let gil_cond = lock_at(&report, gil).unwrap_or_else(|| panic!("no GIL row: {table}"));
+    assert_eq!(gil_cond["name"], "g_gil.cond", "{table}");
+    assert_eq!(gil_cond["wait_class"], "lock", "{gil_cond:#}");
+    assert_eq!(gil_cond["declared"]["inside"], "gil_state", "{gil_cond:#}");
+    assert_eq!(gil_cond["declared"]["contention"], "condvar_of_lock");
+    assert!(gil_cond["contended"].as_u64().unwrap() > 0, "{table}");
+    let queue_cond = lock_at(&report, queue).unwrap_or_else(|| panic!("no queue row: {table}"));
+    assert_eq!(queue_cond["wait_class"], "condvar", "{queue_cond:#}");
+    assert!(queue_cond["declared"].get("contention").is_none());
+    let totals = &report["totals"];
+    assert_eq!(
+        totals["by_wait_class"]["condvar"]["waits"], queue_cond["contended"],
+        "{totals:#}"
+    );
+    assert_eq!(
+        totals["contended"],
+        contention_in_rows(&report),
+        "{totals:#}"
+    );
+    // The GIL's mutex: every take and drop, exactly.
+    let mutex =
+        lock_named(&report, "g_gil.mutex").unwrap_or_else(|| panic!("no g_gil.mutex: {table}"));
+    assert_eq!(mutex["acquisitions"], 2 * THREADS * ITERS, "{table}");
+    assert!(
+        table.contains("contention by declared type: g_gil.cond"),
+        "{table}"
+    );
 }

@@ -364,6 +364,18 @@ fn rust_std_mutex_futex_named_and_attributed() {
         callers(lock),
         owned(&[("rust_mutex::bump_counter", contended)])
     );
+    // DWARF types it `Mutex<u64>`: its waits are lock contention (issue 35
+    // item 13: they were 'not lock contention'), in the totals too.
+    assert_eq!(lock["wait_class"], "lock", "{lock:#}");
+    assert_eq!(lock["declared"]["contention"], "futex_lock", "{lock:#}");
+    let declared = lock["declared"]["type"].as_str().unwrap_or_default();
+    assert!(declared.starts_with("Mutex<"), "{lock:#}");
+    assert_eq!(
+        report["totals"]["contended"],
+        contention_in_rows(&report),
+        "{}",
+        report["totals"]
+    );
 }
 
 const STATS: u64 = 4000;

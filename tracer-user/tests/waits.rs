@@ -43,13 +43,7 @@ fn idle_pool_workers_are_not_lock_contention() {
             contended <= busy,
             "{flavor:?}: {contended} contended waits in the totals, but the pool mutex was busy only {busy} times:\n{table}"
         );
-        let lock_rows: u64 = report["locks"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|lock| lock["wait_class"] == "lock")
-            .map(|lock| lock["contended"].as_u64().unwrap())
-            .sum();
+        let lock_rows = contention_in_rows(&report);
         assert_eq!(
             lock_rows, contended,
             "{flavor:?}: totals are the lock rows'"

@@ -11,12 +11,12 @@
 //! - `go_runtime`: futex calls made by the Go runtime's `runtime.futex`;
 //! - `other`: the rest (a futex-based lock of another library, a semaphore,
 //!   `pthread_join`, a musl condvar waiter's wake-up node).
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use tracer_common::FutexCounts;
 
 use crate::model::{
-    ClassTotals, Collected, Lock, LockKind, PerRequest, Totals, WaitClass, add_histogram,
+    ClassTotals, Collected, Lock, LockKind, PerRequest, Report, Totals, WaitClass, add_histogram,
 };
 
 /// Sets the wait class of every row, adds the condvar and Go runtime rows,
@@ -123,6 +123,39 @@ pub fn totals(locks: &[Lock], counted_acquisitions: bool) -> Totals {
     }
 }
 
+/// Counts the rows at `addresses` as lock contention (naming found them to
+/// be locks after the report was built): their class becomes `lock` and the
+/// totals, per request too, are those of the new classes. Returns how many
+/// rows moved.
+pub fn count_as_contention(report: &mut Report, addresses: &BTreeSet<u64>) -> usize {
+    let mut moved = 0;
+    for lock in &mut report.locks {
+        if addresses.contains(&lock.address) && lock.wait_class != WaitClass::Lock {
+            lock.wait_class = WaitClass::Lock;
+            moved += 1;
+        }
+    }
+    if moved == 0 {
+        return 0;
+    }
+    let fresh = totals(&report.locks, false);
+    let divisor = report
+        .requests
+        .as_ref()
+        .and_then(super::per_request::divisor);
+    let totals = &mut report.totals;
+    totals.contended = fresh.contended;
+    totals.wakes = fresh.wakes;
+    totals.wait_ns = fresh.wait_ns;
+    totals.by_wait_class = fresh.by_wait_class;
+    if let (Some(per), Some(n)) = (&mut totals.per_request, divisor) {
+        per.contended = totals.contended as f64 / n;
+        per.wait_ns = totals.wait_ns as f64 / n;
+    }
+    apply_per_request(totals, divisor);
+    moved
+}
+
 /// Per-request waits of each class (`divisor`: the request count, if usable).
 pub fn apply_per_request(totals: &mut Totals, divisor: Option<f64>) {
     for class in totals.by_wait_class.values_mut() {
@@ -194,5 +227,50 @@ mod tests {
         locks.insert(0x3000, row);
         classify(&mut locks, &Collected::default(), false);
         assert_eq!(locks[&0x3000].wait_class, WaitClass::Lock);
+    }
+
+    /// A futex word naming shows to be a lock moves into the contention
+    /// totals, per request too; the other classes lose it.
+    #[test]
+    fn a_word_found_to_be_a_lock_moves_into_the_totals() {
+        use crate::analysis::build::{RecordInfo, build};
+        use crate::model::{Mode, Requests, StopReason, TargetInfo};
+        let mut collected = Collected::default();
+        collected.futexes.insert(0x3000, counts(6, 2)); // nobody's: other
+        let info = RecordInfo {
+            target: TargetInfo {
+                pid: 1,
+                exe: "x".into(),
+                cmdline: vec![],
+            },
+            duration_s: 1.0,
+            mode: Mode::All,
+            placement: None,
+            stopped_by: StopReason::Duration,
+        };
+        let mut report = build(info, &collected, &[]);
+        let requests = Requests {
+            count: 4,
+            ..Requests::default()
+        };
+        crate::analysis::per_request::apply(&mut report, requests);
+        assert_eq!(report.totals.contended, 0);
+        let moved = count_as_contention(&mut report, &BTreeSet::from([0x3000, 0x9999]));
+        assert_eq!(moved, 1);
+        let totals = &report.totals;
+        assert_eq!(
+            (totals.contended, totals.wakes, totals.wait_ns),
+            (6, 2, 6000)
+        );
+        assert_eq!(totals.per_request.as_ref().unwrap().contended, 1.5);
+        assert_eq!(totals.by_wait_class[&WaitClass::Other].waits, 0);
+        let lock_class = &totals.by_wait_class[&WaitClass::Lock];
+        assert_eq!((lock_class.words, lock_class.waits), (1, 6));
+        assert_eq!(lock_class.per_request.as_ref().unwrap().wait_ns, 1500.0);
+        // Once moved, nothing moves again.
+        assert_eq!(
+            count_as_contention(&mut report, &BTreeSet::from([0x3000])),
+            0
+        );
     }
 }

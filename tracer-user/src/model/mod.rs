@@ -27,9 +27,9 @@ pub use in_progress::{Activity, Deadlock, DeadlockStep, InProgress, ThreadRef};
 pub use kinds::{LockKind, Mode, Placement, RequestSource, ServerKind, StopReason, WaitClass};
 pub use overhead::{Calibration, Overhead};
 pub use report::{
-    AlternativeName, Caller, ClassTotals, CreatedBy, Creation, Frame, LiveNaming, Lock, LockChain,
-    LockStack, MAX_REPORT_BYTES, Naming, PlacementFallback, Report, SCHEMA, SkipReason,
-    SkippedFile, StackSource, TargetInfo, Totals,
+    AlternativeName, Caller, ClassTotals, CreatedBy, Creation, DeclaredContention, DeclaredType,
+    Frame, LiveNaming, Lock, LockChain, LockStack, MAX_REPORT_BYTES, Naming, PlacementFallback,
+    Report, SCHEMA, SkipReason, SkippedFile, StackSource, TargetInfo, Totals,
 };
 pub use requests::{AutoProbe, PerRequest, Requests};
 pub use sampled_run::{CountingWindow, SampledRun};

@@ -160,6 +160,37 @@ pub struct Lock {
     /// its first use when no init call was seen.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub created: Option<Creation>,
+    /// What the module's DWARF declares the lock to be; absent without
+    /// debug info or a typed variable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub declared: Option<DeclaredType>,
+}
+
+/// A lock's type in its module's DWARF.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct DeclaredType {
+    /// The lock's own type (`Mutex<u64>`, `pthread_cond_t`).
+    #[serde(rename = "type")]
+    pub type_name: String,
+    /// The nearest named type holding it (`_gil_runtime_state`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inside: Option<String>,
+    /// Why its waits count as lock contention although no lock function
+    /// was seen working on it; absent when the type changed nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub contention: Option<DeclaredContention>,
+}
+
+/// Waits that only the declared type shows to be lock contention.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum DeclaredContention {
+    /// A futex word typed as a lock (Rust's `std::sync::Mutex`, whose fast
+    /// path is inlined: no lock function to probe).
+    FutexLock,
+    /// A condition variable inside a lock built from a mutex and a condvar
+    /// (CPython's GIL, `_gil_runtime_state`): its waiters wait for the lock.
+    CondvarOfLock,
 }
 
 /// Where a lock was created.
@@ -214,6 +245,7 @@ impl Lock {
             cpu_ns: None,
             cpu_error_ns: None,
             created: None,
+            declared: None,
         }
     }
 

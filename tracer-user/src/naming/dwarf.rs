@@ -88,6 +88,9 @@ pub struct FieldPath {
     pub pointee: Option<TypeRef>,
     /// Whether the slot is typed as a pointer.
     pub is_pointer: bool,
+    /// The type of each level walked, outermost first, the position's own
+    /// last (`_gil_runtime_state`, `pthread_cond_t`); None for unnamed ones.
+    pub types: Vec<Option<String>>,
 }
 
 /// The concrete shape of a type after typedefs and qualifiers.
@@ -402,6 +405,7 @@ impl DebugInfo {
             let Some(view) = self.view(current) else {
                 break;
             };
+            path.types.push(view.names.first().cloned());
             let lock_like = view.names.iter().any(|name| looks_like_lock(name));
             match want {
                 Want::Pointer if offset == 0 => {

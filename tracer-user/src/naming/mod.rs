@@ -12,6 +12,7 @@
 //! searched during the recording (`ongoing.rs`).
 pub mod chain;
 pub mod creation;
+pub mod declared;
 pub mod dwarf;
 pub mod elf;
 pub mod holders;
@@ -210,6 +211,7 @@ pub fn annotate(
     let heap_locks = heap_locks_to_chain(report);
     let (found, pointer_chains) = heap_chains(&space, snapshot, &heap_locks, alive);
     name_by_chains(report, &found, &mut namer);
+    declared::count_contention(report);
     in_progress::name(report, &space, &mut namer, &snapshot.threads.names);
     let debug_info = namer.debug_info_used();
     drop(namer);
@@ -324,6 +326,7 @@ fn name_globals(
                 lock.name = Some(named.name);
                 lock.offset_name = Some(named.offset_name);
                 lock.chain = Some(named.chain);
+                lock.declared = named.declared;
             }
         }
         lock.callers = sorted_callers(callers.remove(&address).unwrap_or_default());
@@ -413,6 +416,7 @@ fn name_by_chains(
             lock.name = Some(best.name);
             lock.offset_name = Some(best.offset_name);
             lock.chain = Some(best.chain);
+            lock.declared = best.declared;
         }
     }
 }

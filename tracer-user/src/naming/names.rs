@@ -15,12 +15,13 @@ use std::{
 
 use super::{
     chain::{RawChain, c_notation},
+    declared,
     dwarf::{self, DebugInfo, FieldPath, Want},
     elf::Symbol,
     region::{AddressSpace, LoadedModule},
 };
 use crate::{
-    model::{AlternativeName, LockChain, LockKind},
+    model::{AlternativeName, DeclaredType, LockChain, LockKind},
     probe::modules::ModuleFile,
 };
 
@@ -30,6 +31,8 @@ pub struct Named {
     pub name: String,
     pub offset_name: String,
     pub chain: LockChain,
+    /// The lock's type and the type holding it, from DWARF.
+    pub declared: Option<DeclaredType>,
     rank: (bool, bool, usize, usize, u8, usize),
 }
 
@@ -137,10 +140,11 @@ impl<'a> Namer<'a> {
                     root: chain_root,
                     offsets: vec![chain_offset],
                 },
+                declared::declared(&path.types),
             ))
         });
         let offset_name = symbol.map(|(s, o)| s.with_offset(o));
-        let (name, chain) = match (typed, symbol) {
+        let (name, chain, declared) = match (typed, symbol) {
             (Some(typed), _) => typed,
             (None, Some((symbol, offset))) => (
                 symbol.with_offset(offset),
@@ -149,6 +153,7 @@ impl<'a> Namer<'a> {
                     root: symbol.name.clone(),
                     offsets: vec![offset],
                 },
+                None,
             ),
             (None, None) => return None,
         };
@@ -156,6 +161,7 @@ impl<'a> Namer<'a> {
             offset_name: offset_name.unwrap_or_else(|| name.clone()),
             name,
             chain,
+            declared,
             rank: Default::default(),
         })
     }
@@ -180,12 +186,16 @@ impl<'a> Namer<'a> {
         let module = self.space.modules.iter().find(|m| m.path == raw.module);
         let info = module.and_then(|module| self.debug_info(module));
         let typed = info.and_then(|info| typed_chain(&info, raw, lock_span(kind), module));
-        let (name, fields, pointer_root) = typed.unwrap_or_else(|| {
-            (
-                offset_name.clone(),
-                raw.offsets.iter().filter(|&&o| o != 0).count(),
-                raw.pointer_root(),
-            )
+        let TypedChain {
+            name,
+            fields,
+            pointer_root,
+            declared,
+        } = typed.unwrap_or_else(|| TypedChain {
+            name: offset_name.clone(),
+            fields: raw.offsets.iter().filter(|&&o| o != 0).count(),
+            pointer_root: raw.pointer_root(),
+            declared: None,
         });
         Named {
             rank: (
@@ -203,17 +213,29 @@ impl<'a> Namer<'a> {
                 root: raw.root.clone(),
                 offsets: raw.offsets.clone(),
             },
+            declared,
         }
     }
 }
 
-/// (name, fields named, root is a pointer variable) of a chain through typed memory.
+/// A chain through typed memory, in words.
+struct TypedChain {
+    name: String,
+    /// Fields and indices named.
+    fields: usize,
+    /// The root is a pointer variable.
+    pointer_root: bool,
+    /// The lock's type at the chain's end.
+    declared: Option<DeclaredType>,
+}
+
+/// A chain through typed memory, named.
 fn typed_chain(
     info: &DebugInfo,
     raw: &RawChain,
     span: u64,
     module: Option<&LoadedModule>,
-) -> Option<(String, usize, bool)> {
+) -> Option<TypedChain> {
     let slot = raw.root_address.checked_add(*raw.offsets.first()?)?;
     let (variable, root_offset) = info.variable_at(slot)?;
     let symbol = module.and_then(|m| m.symbols.object_at(variable.address));
@@ -222,6 +244,7 @@ fn typed_chain(
     let mut fields = 0;
     let mut current = variable.type_ref;
     let mut previous_piece = String::new();
+    let mut declared = None;
     let last = raw.offsets.len() - 1;
     for (index, &offset) in raw.offsets.iter().enumerate() {
         let offset = if index == 0 { root_offset } else { offset };
@@ -242,10 +265,18 @@ fn typed_chain(
                     fields += 1;
                 }
             }
-            return Some((c_notation(&text), fields, pointer_root));
+            return Some(TypedChain {
+                name: c_notation(&text),
+                fields,
+                pointer_root,
+                declared: None,
+            });
         };
         let path = info.describe(type_ref, offset, want);
         fields += path.fields;
+        if index == last {
+            declared = declared::declared(&path.types);
+        }
         if index > 0 {
             // The lock that a named field points to: `*g->LOCK_access`.
             if index == last && path.text.is_empty() && !previous_piece.is_empty() {
@@ -260,7 +291,12 @@ fn typed_chain(
         previous_piece = path.text;
         current = path.pointee;
     }
-    Some((c_notation(&text), fields, pointer_root))
+    Some(TypedChain {
+        name: c_notation(&text),
+        fields,
+        pointer_root,
+        declared,
+    })
 }
 
 /// The root variable's name: its symbol (qualified, demangled) when one
@@ -314,7 +350,8 @@ int main(void) { return g_stats != 0 || g_holder.pad || g_lockp != 0; }
                 offsets: offsets.to_vec(),
                 origin_class: 0,
             };
-            typed_chain(&info, &raw, 40, None).unwrap()
+            let typed = typed_chain(&info, &raw, 40, None).unwrap();
+            (typed.name, typed.fields, typed.pointer_root)
         };
         assert_eq!(
             render("g_stats", 8, &[0, 0x10, 0]),

@@ -3,7 +3,7 @@
 use std::fmt::Write;
 
 use super::format::duration;
-use crate::model::{Estimate, Mode, Report, ScaleBasis};
+use crate::model::{DeclaredContention, Estimate, Mode, Report, ScaleBasis};
 
 /// One or two lines under the table: how naming went, and what to do for
 /// modules without symbols.
@@ -21,6 +21,7 @@ pub fn naming(report: &Report) -> String {
             naming.stripped.join(", ")
         ));
     }
+    out.push_str(&contention_by_type(report));
     for skipped in &naming.skipped_files {
         let _ = writeln!(
             out,
@@ -31,6 +32,36 @@ pub fn naming(report: &Report) -> String {
         );
     }
     out
+}
+
+/// The rows that count as contention only because of their DWARF type.
+fn contention_by_type(report: &Report) -> String {
+    const SHOWN: usize = 3;
+    let rows: Vec<String> = report
+        .locks
+        .iter()
+        .filter_map(|lock| {
+            let declared = lock.declared.as_ref()?;
+            let why = match declared.contention? {
+                DeclaredContention::FutexLock => "a futex lock".to_string(),
+                DeclaredContention::CondvarOfLock => format!(
+                    "waiting for the lock in {}",
+                    declared.inside.as_deref().unwrap_or("?")
+                ),
+            };
+            let name = lock.name.as_deref().unwrap_or("-");
+            Some(format!("{name} ({}: {why})", declared.type_name))
+        })
+        .collect();
+    if rows.is_empty() {
+        return String::new();
+    }
+    let more = match rows.len().saturating_sub(SHOWN) {
+        0 => String::new(),
+        n => format!(" and {n} more"),
+    };
+    let shown = rows[..rows.len().min(SHOWN)].join(", ");
+    format!("contention by declared type: {shown}{more}\n")
 }
 
 /// Footer lines about placement, estimates and cost (empty when there is nothing to say).

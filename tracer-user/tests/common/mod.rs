@@ -392,6 +392,30 @@ pub fn acquisitions(report: &Value, address: u64) -> u64 {
 }
 
 /// Runs a fixture under the tracer from start to exit and returns (report, fixture).
+/// The contended waits of every row whose waits are lock contention: what
+/// `totals.contended` must equal.
+pub fn contention_in_rows(report: &Value) -> u64 {
+    report["locks"]
+        .as_array()
+        .map(|locks| {
+            locks
+                .iter()
+                .filter(|lock| lock["wait_class"] == "lock")
+                .filter_map(|lock| lock["contended"].as_u64())
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+/// The row named `name`.
+pub fn lock_named<'a>(report: &'a Value, name: &str) -> Option<&'a Value> {
+    report["locks"]
+        .as_array()?
+        .iter()
+        .find(|lock| lock["name"] == name)
+}
+
+/// Runs a fixture traced from its start to its exit.
 pub fn trace_fixture(
     binary: &Path,
     args: &[&str],
