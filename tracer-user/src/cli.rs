@@ -387,7 +387,8 @@ pub fn main() -> ExitCode {
                 .lines()
                 .take_while(|line| !line.starts_with("Usage:"))
                 .map(str::trim)
-                .filter(|line| !line.is_empty())
+                // clap's own pointer to --help; ours ends the line.
+                .filter(|line| !line.is_empty() && !line.starts_with("For more information"))
                 .collect();
             let joined = message.join(" ");
             let first = if joined.is_empty() {

@@ -28,6 +28,20 @@ fn unknown_flag() {
     fails_with(locktrace().args(["frobnicate"]), "unrecognized subcommand");
 }
 
+/// A value clap refuses is one line, without clap's own "For more
+/// information, try '--help'." before ours.
+#[test]
+fn a_refused_value_is_one_line_pointing_to_help_once() {
+    let output = locktrace()
+        .args(["record", "--pid", "99999999999"])
+        .output()
+        .unwrap();
+    assert_one_line_error(&output, "99999999999 is not in 0..=4294967295");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!stderr.contains("For more information"), "{stderr}");
+    assert_eq!(stderr.matches("--help").count(), 1, "{stderr}");
+}
+
 #[test]
 fn report_file_missing_or_not_a_report() {
     fails_with(
