@@ -15,7 +15,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::{Request, Response, StatusCode, body::Incoming, service::service_fn};
@@ -382,15 +382,29 @@ impl SeriesSet {
     }
 }
 
+/// What to do when the listening address is refused.
+fn listen_hint(kind: std::io::ErrorKind) -> &'static str {
+    use std::io::ErrorKind;
+    match kind {
+        ErrorKind::AddrInUse => "in use: try another port",
+        ErrorKind::AddrNotAvailable => {
+            "not an address of this machine: give one of its addresses, 127.0.0.1 or 0.0.0.0"
+        }
+        ErrorKind::PermissionDenied => "refused: try a port above 1023",
+        _ => "try another address or port",
+    }
+}
+
 pub async fn serve(options: &ServeOptions) -> Result<std::process::ExitCode> {
     let stop = live::stop_requested();
     tokio::pin!(stop);
     let listener = tokio::net::TcpListener::bind(options.listen)
         .await
-        .with_context(|| {
-            format!(
-                "cannot listen on {} (in use? try another port)",
-                options.listen
+        .map_err(|error| {
+            anyhow::anyhow!(
+                "cannot listen on {} ({}): {error}",
+                options.listen,
+                listen_hint(error.kind())
             )
         })?;
     let mut session = LiveSession::attach(&options.live)?;

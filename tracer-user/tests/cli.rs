@@ -249,9 +249,21 @@ fn serve_bad_input_is_one_line() {
             vec!["--listen", "127.0.0.1:0", "--max-locks", "0"],
             "--max-locks must be at least 1",
         ),
+        // TEST-NET-1: no machine's own address.
+        (
+            vec!["--listen", "192.0.2.1:9000"],
+            "cannot listen on 192.0.2.1:9000 (not an address of this machine",
+        ),
     ] {
         fails_with(locktrace().args(["serve", "--pid", &me]).args(&args), says);
     }
+    // A port another socket listens on.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = taken.local_addr().unwrap().to_string();
+    fails_with(
+        locktrace().args(["serve", "--pid", &me, "--listen", &address]),
+        &format!("cannot listen on {address} (in use: try another port)"),
+    );
 }
 
 /// As root, runs every test of this file again as `nobody` (what `cargo
