@@ -15,7 +15,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::{Fixture, Flavor, Trace, acquisitions, fixture, locktrace};
+use common::{Fixture, Flavor, Trace, acquisitions, fixture, lock_at, locktrace};
 use serde_json::Value;
 
 const N: u64 = 20_000;
@@ -221,4 +221,94 @@ fn two_copies_of_one_library_are_both_named() {
         assert_eq!(copy["module"], lib.as_str(), "{copy:#}");
     }
     assert_ne!(copies[0]["address"], copies[1]["address"]);
+}
+
+/// Section headers that describe nothing loaded (issue 35 item 16): an
+/// `sstrip`ped executable (none at all) and one whose headers were
+/// rewritten to point at its ELF header. The lock counts exactly, its
+/// region comes from the program headers (`.bss`, was `heap (module page
+/// tail)`), and the report says why the file named nothing.
+#[test]
+fn section_headers_that_describe_nothing_are_said_and_bss_stays_bss() {
+    let dir = tempfile::tempdir().unwrap();
+    let original = std::fs::read(fixture("mapfiles", Flavor::Glibc)).unwrap();
+    // e_shoff (8 bytes at 0x28), e_shnum and e_shstrndx (2 each at 0x3c, 0x3e).
+    for (name, shoff, shnum, shstrndx) in
+        [("sstripped", 0u64, 0u16, 0u16), ("rewritten", 64, 200, 3)]
+    {
+        let mut bytes = original.clone();
+        bytes[0x28..0x30].copy_from_slice(&shoff.to_le_bytes());
+        bytes[0x3c..0x3e].copy_from_slice(&shnum.to_le_bytes());
+        bytes[0x3e..0x40].copy_from_slice(&shstrndx.to_le_bytes());
+        let path = dir.path().join(name);
+        std::fs::write(&path, &bytes).unwrap();
+        std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        let mut target = Fixture::spawn(&path, &[&N.to_string()]);
+        let trace = Trace::attach(target.pid(), &[]);
+        target.start();
+        let global = target.address("global");
+        target.wait();
+        let (report, table) = trace.finish();
+        let row = lock_at(&report, global).unwrap_or_else(|| panic!("{name}: no row: {table}"));
+        assert_eq!(row["acquisitions"], N, "{name}: {table}");
+        assert_eq!(row["region"], ".bss", "{name}: {row:#}");
+        let skipped = &report["naming"]["skipped_files"];
+        assert!(
+            skipped.as_array().is_some_and(|files| files
+                .iter()
+                .any(|file| file["reason"] == "no_section_headers"
+                    && file["file"].as_str().is_some_and(|f| f.ends_with(name)))),
+            "{name}: {skipped:#}"
+        );
+        assert!(
+            table.contains("no usable section headers"),
+            "{name}: {table}"
+        );
+    }
+}
+
+/// Split DWARF (issue 35 item 16: its `.dwo` was never read, silently):
+/// the library's lock is still named by its symbol and counted exactly,
+/// and the report says its fields could not be named and why.
+#[test]
+fn split_dwarf_is_said_not_silently_unread() {
+    let dir = tempfile::tempdir().unwrap();
+    let library = dir.path().join("libsplit.so");
+    let status = Command::new("gcc")
+        .args([
+            "-O2",
+            "-g",
+            "-gsplit-dwarf",
+            "-shared",
+            "-fPIC",
+            "-pthread",
+            "-o",
+        ])
+        .arg(&library)
+        .arg(common::repo_root().join("fixtures/liblock.c"))
+        .current_dir(dir.path())
+        .status()
+        .expect("gcc (scripts/setup.sh installs it)");
+    assert!(status.success());
+    let lib = format!("lib:{}", library.display());
+    let mut target = Fixture::spawn(&fixture("mapfiles", Flavor::Glibc), &[&N.to_string(), &lib]);
+    let trace = Trace::attach(target.pid(), &[]);
+    target.start();
+    target.wait();
+    let (report, table) = trace.finish();
+    assert_eq!(named(&report, "lib_lock")["acquisitions"], N, "{table}");
+    let skipped = &report["naming"]["skipped_files"];
+    assert!(
+        skipped
+            .as_array()
+            .is_some_and(
+                |files| files.iter().any(|file| file["reason"] == "split_dwarf"
+                    && file["file"]
+                        .as_str()
+                        .is_some_and(|f| f.ends_with("/libsplit.so")))
+            ),
+        "{skipped:#}"
+    );
+    assert!(table.contains("split DWARF not read"), "{table}");
 }

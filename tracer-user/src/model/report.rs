@@ -414,6 +414,10 @@ pub enum SkipReason {
     CorruptHeaders,
     /// Split DWARF (`.dwo`/`.dwp`), which locktrace does not read.
     SplitDwarf,
+    /// No section headers describe its loaded segments (`sstrip`, or
+    /// rewritten headers): no symbols or DWARF from it; regions come from
+    /// its program headers.
+    NoSectionHeaders,
 }
 
 impl SkipReason {
@@ -425,6 +429,7 @@ impl SkipReason {
             SkipReason::DebugLinkTooLarge => "debug link not followed, file too large",
             SkipReason::CorruptHeaders => "section headers corrupt",
             SkipReason::SplitDwarf => "split DWARF not read",
+            SkipReason::NoSectionHeaders => "no usable section headers",
         }
     }
 }

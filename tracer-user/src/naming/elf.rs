@@ -88,6 +88,36 @@ pub struct ModuleSymbols {
 }
 
 impl ModuleSymbols {
+    /// Whether some allocated section lies inside a loaded segment, as in
+    /// every file a linker wrote (a file without segments has nothing to check).
+    fn sections_describe_segments(&self) -> bool {
+        self.segments.is_empty()
+            || self.sections.iter().any(|section| {
+                self.segments.iter().any(|segment| {
+                    section.address >= segment.address
+                        && section.address.saturating_add(section.size)
+                            <= segment.address.saturating_add(segment.memory_size)
+                })
+            })
+    }
+
+    /// The region of a link address from the program headers alone: the
+    /// zero-filled tail of a segment is `.bss`, its file bytes `module`;
+    /// None past every segment.
+    pub fn segment_region(&self, link_address: u64) -> Option<&'static str> {
+        let segment = self.segments.iter().find(|segment| {
+            (segment.address..segment.address.saturating_add(segment.memory_size))
+                .contains(&link_address)
+        })?;
+        Some(
+            if link_address >= segment.address.saturating_add(segment.file_size) {
+                ".bss"
+            } else {
+                "module"
+            },
+        )
+    }
+
     /// Parses a module from its bytes; `root` is where the target's files are
     /// seen (its /proc/PID/root), used to look for debug files.
     pub fn parse(data: &[u8], module_path: &str, root: Option<&Path>) -> Result<ModuleSymbols> {
@@ -108,6 +138,19 @@ impl ModuleSymbols {
                 .collect(),
             ..ModuleSymbols::default()
         };
+        if !module.sections_describe_segments() {
+            module.skipped.push(crate::model::SkippedFile {
+                file: module_path.to_string(),
+                reason: crate::model::SkipReason::NoSectionHeaders,
+                detail: format!(
+                    "none of its section headers lies inside its {} loaded segments (sstrip, or rewritten headers): no symbols from it; regions from its program headers",
+                    module.segments.len()
+                ),
+            });
+            // Headers that describe nothing loaded name nothing right.
+            module.sections.clear();
+            return Ok(module);
+        }
         module.add_symbols(&elf);
         if let Some(debug_path) = find_debug_file(&elf, module_path, root, &mut module.skipped)
             && let Ok(debug_file) = ModuleFile::open(&debug_path)

@@ -261,11 +261,25 @@ fn skipped_files(
             reason: SkipReason::ShrankWhileRead,
             detail: "truncated or rewritten in place during the recording".into(),
         });
+    // DWARF is read from the file as opened (a map_files link): say the
+    // module's path instead.
+    let module_path = |opened: &str| {
+        files
+            .iter()
+            .find(|(_, file)| file.shown() == opened)
+            .map(|(path, _)| path.clone())
+    };
+    let dwarf = dwarf::skipped().into_iter().map(|mut skipped| {
+        if let Some(path) = module_path(&skipped.file) {
+            skipped.file = path;
+        }
+        skipped
+    });
     let mut all: Vec<SkippedFile> = space
         .skipped
         .iter()
         .cloned()
-        .chain(dwarf::skipped())
+        .chain(dwarf)
         .chain(shrunk)
         .collect();
     all.sort_by(|a, b| (&a.file, a.reason as u8).cmp(&(&b.file, b.reason as u8)));

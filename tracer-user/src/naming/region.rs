@@ -233,8 +233,15 @@ impl AddressSpace {
     /// file, or `unknown` (not mapped when the maps were read).
     pub fn region_of(&self, address: u64) -> String {
         if let Some(module) = self.module_of(address) {
-            return match module.symbols.section_at(module.link_address(address)) {
+            let link_address = module.link_address(address);
+            return match module.symbols.section_at(link_address) {
                 Some(section) => section.name.clone(),
+                // No section headers (sstrip): the program headers say.
+                None if module.symbols.sections.is_empty() => module
+                    .symbols
+                    .segment_region(link_address)
+                    .unwrap_or(SPARE_HEAP)
+                    .into(),
                 // musl's dynamic linker gives the unused tail of a module's
                 // last data page to malloc.
                 None if module.spare_start() <= address => SPARE_HEAP.into(),
