@@ -14,8 +14,17 @@ for module in virtio_pci 9pnet_virtio 9p; do modprobe "$module"; done
 mount -t 9p -o trans=virtio,version=9p2000.L,ro,msize=262144 host /host
 mount -t 9p -o trans=virtio,version=9p2000.L,msize=262144 out /out
 for dir in proc sys dev; do mount --move /$dir /host/$dir; done
+# A checkout under /tmp or /run (a CI clone may be) would be hidden by the
+# guest's own tmpfs there: keep it, and put it back on top.
+repo=$(sed -n 's/.*locktrace_repo=\([^ ]*\).*/\1/p' /host/proc/cmdline)
+mkdir -p /keep
+case "$repo" in /tmp/* | /run/*) mount --bind "/host$repo" /keep ;; *) repo= ;; esac
 mount -t tmpfs tmp /host/tmp
 mount -t tmpfs run /host/run
+if [ -n "$repo" ]; then
+    mkdir -p "/host$repo"
+    mount --bind /keep "/host$repo"
+fi
 mount -t tracefs tracefs /host/sys/kernel/tracing
 mount -t devpts devpts /host/dev/pts 2>/dev/null
 mount --bind /out /host/mnt

@@ -116,7 +116,7 @@ run_kernel() { # suite -> 0 when it passed
     local started=$SECONDS
     timeout 600 qemu-system-x86_64 -accel "$accel" -cpu max -smp 2 -m 3072 -nic none \
         -nographic -no-reboot -kernel "$vmlinuz" -initrd "$work/$suite/initramfs.gz" \
-        -append "console=ttyS0 panic=-1 oops=panic locktrace_smoke=/mnt/kernel_smoke locktrace_bin=$locktrace ${LOCKTRACE_MATRIX_FILTER:+locktrace_filter=$LOCKTRACE_MATRIX_FILTER}" \
+        -append "console=ttyS0 panic=-1 oops=panic locktrace_smoke=/mnt/kernel_smoke locktrace_bin=$locktrace locktrace_repo=$repo ${LOCKTRACE_MATRIX_FILTER:+locktrace_filter=$LOCKTRACE_MATRIX_FILTER}" \
         -virtfs local,path=/,mount_tag=host,security_model=none,readonly=on,multidevs=remap \
         -virtfs "local,path=$out,mount_tag=out,security_model=none" \
         >"$out/console.log" 2>&1 || true
