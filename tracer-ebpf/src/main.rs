@@ -1178,6 +1178,9 @@ fn panic(_info: &core::panic::PanicInfo) -> ! {
     loop {}
 }
 
+// The kernel lets only GPL-compatible programs call the helpers we use
+// (bpf_probe_read_user, perf events); "Dual MIT/GPL" is one it accepts,
+// and matches this crate's MIT OR GPL-2.0.
 #[unsafe(link_section = "license")]
 #[unsafe(no_mangle)]
-static LICENSE: [u8; 4] = *b"GPL\0";
+static LICENSE: [u8; 13] = *b"Dual MIT/GPL\0";
