@@ -32,6 +32,22 @@ fn build_library(path: &Path) {
     assert!(status.success());
 }
 
+/// `naming.skipped_files` has a file ending in `file_suffix`, skipped for `reason`.
+fn assert_skipped(report: &Value, reason: &str, file_suffix: &str) {
+    let skipped = &report["naming"]["skipped_files"];
+    assert!(
+        skipped
+            .as_array()
+            .is_some_and(|files| files.iter().any(|file| {
+                file["reason"] == reason
+                    && file["file"]
+                        .as_str()
+                        .is_some_and(|f| f.ends_with(file_suffix))
+            })),
+        "no {reason} for …{file_suffix}: {skipped:#}"
+    );
+}
+
 /// The lock the report names `name`.
 fn named<'a>(report: &'a Value, name: &str) -> &'a Value {
     report["locks"]
@@ -175,16 +191,7 @@ fn a_module_file_truncated_during_the_recording_costs_its_names_not_the_recordin
         .map(|lock| lock["acquisitions"].as_u64().unwrap())
         .sum();
     assert_eq!(lib_locks, N, "{:#}", report["locks"]);
-    let skipped = report["naming"]["skipped_files"]
-        .as_array()
-        .expect("skipped_files");
-    assert!(
-        skipped
-            .iter()
-            .any(|file| file["reason"] == "shrank_while_read"
-                && file["file"].as_str().unwrap().ends_with("/victim.so")),
-        "{skipped:#?}"
-    );
+    assert_skipped(&report, "shrank_while_read", "/victim.so");
     assert!(table.contains("shrank while read"), "{table}");
 }
 
@@ -253,14 +260,7 @@ fn section_headers_that_describe_nothing_are_said_and_bss_stays_bss() {
         let row = lock_at(&report, global).unwrap_or_else(|| panic!("{name}: no row: {table}"));
         assert_eq!(row["acquisitions"], N, "{name}: {table}");
         assert_eq!(row["region"], ".bss", "{name}: {row:#}");
-        let skipped = &report["naming"]["skipped_files"];
-        assert!(
-            skipped.as_array().is_some_and(|files| files
-                .iter()
-                .any(|file| file["reason"] == "no_section_headers"
-                    && file["file"].as_str().is_some_and(|f| f.ends_with(name)))),
-            "{name}: {skipped:#}"
-        );
+        assert_skipped(&report, "no_section_headers", name);
         assert!(
             table.contains("no usable section headers"),
             "{name}: {table}"
@@ -298,17 +298,6 @@ fn split_dwarf_is_said_not_silently_unread() {
     target.wait();
     let (report, table) = trace.finish();
     assert_eq!(named(&report, "lib_lock")["acquisitions"], N, "{table}");
-    let skipped = &report["naming"]["skipped_files"];
-    assert!(
-        skipped
-            .as_array()
-            .is_some_and(
-                |files| files.iter().any(|file| file["reason"] == "split_dwarf"
-                    && file["file"]
-                        .as_str()
-                        .is_some_and(|f| f.ends_with("/libsplit.so")))
-            ),
-        "{skipped:#}"
-    );
+    assert_skipped(&report, "split_dwarf", "/libsplit.so");
     assert!(table.contains("split DWARF not read"), "{table}");
 }
