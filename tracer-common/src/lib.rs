@@ -366,7 +366,11 @@ pub mod drop_reason {
     /// A lock call at a probe point missing from `PROBE_COOKIES` (kernels
     /// without attach cookies: a module mapped after the attach).
     pub const PROBE_POINT_UNKNOWN: u32 = 18;
-    pub const COUNT: u32 = 19;
+    /// Memory unmapped or replaced (exec) after the lifetime numbers ran
+    /// out or the `UNMAPPED` log filled: locks at a reused address may
+    /// merge with the one that was there before.
+    pub const LIFETIMES_MERGED: u32 = 19;
+    pub const COUNT: u32 = 20;
     pub const NAMES: [&str; COUNT as usize] = [
         "locks_map_full",
         "futex_map_full",
@@ -387,7 +391,55 @@ pub mod drop_reason {
         "failed_tries_untracked",
         "snapshots_lost",
         "probe_point_unknown",
+        "lifetimes_merged",
     ];
+}
+
+/// Two lifetimes of one address: a lock in a library unloaded with
+/// `dlclose` and one in the library loaded at the same address later, or a
+/// lock of the program before an `exec` and one of the program after it.
+///
+/// The BPF side counts which watched memory was unmapped (`GENERATION`: one
+/// more at each `munmap`, `mremap` or `MAP_FIXED` `mmap` over a module
+/// mapping userspace lists in `WATCHED`, and at each `exec`) and keys every
+/// lock and futex word as `address | generation << SHIFT`. Userspace reads
+/// the log of unmapped ranges (`UNMAPPED`) and merges the generations of an
+/// address that no unmapped range covered in between, so a lock's row only
+/// splits when its memory really went away.
+pub mod lifetime {
+    /// User addresses on x86-64 (4-level paging) are below 2^47.
+    pub const SHIFT: u32 = 47;
+    pub const ADDRESS_MASK: u64 = (1 << SHIFT) - 1;
+    /// Generations that fit above the address bits.
+    pub const MAX_GENERATION: u64 = (1 << (64 - SHIFT)) - 1;
+    /// Entries of the per-CPU `UNMAPPED` log (per CPU).
+    pub const LOG_ENTRIES: u32 = 4096;
+    /// Module ranges userspace lists in `WATCHED`.
+    pub const WATCHED_RANGES: u32 = 256;
+    /// The whole user address space: what an `exec` replaces.
+    pub const EVERYTHING: (u64, u64) = (0, 1 << SHIFT);
+
+    /// The key of `address` in `generation`.
+    #[inline(always)]
+    pub const fn tag(address: u64, generation: u64) -> u64 {
+        (address & ADDRESS_MASK) | (generation << SHIFT)
+    }
+
+    /// (address, generation) of a key.
+    #[inline(always)]
+    pub const fn split(key: u64) -> (u64, u64) {
+        (key & ADDRESS_MASK, key >> SHIFT)
+    }
+}
+
+/// An entry of the `UNMAPPED` log: memory `[start, end)` went away, and
+/// keys from `generation` on are of what comes after it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Unmapped {
+    pub start: u64,
+    pub end: u64,
+    pub generation: u64,
 }
 
 /// Bits of the `KERNEL_CAPS` global: BPF helpers the running kernel has.
@@ -473,6 +525,16 @@ pub mod names {
     pub const PROGRAM_BREAKPOINT_ANCHOR: &str = "breakpoint_anchor";
     /// Uprobe on the lock init functions (`--stacks`: creation sites).
     pub const PROGRAM_LOCK_INIT: &str = "lock_init";
+
+    /// Tracepoints on munmap, mremap, mmap and exec (see [`super::lifetime`]).
+    pub const PROGRAM_MUNMAP_ENTER: &str = "munmap_enter";
+    pub const PROGRAM_MREMAP_ENTER: &str = "mremap_enter";
+    pub const PROGRAM_MMAP_ENTER: &str = "mmap_enter";
+    pub const PROGRAM_PROCESS_EXEC: &str = "process_exec";
+    pub const MAP_GENERATION: &str = "GENERATION";
+    pub const MAP_UNMAPPED: &str = "UNMAPPED";
+    pub const MAP_UNMAPPED_COUNT: &str = "UNMAPPED_COUNT";
+    pub const MAP_WATCHED: &str = "WATCHED";
 
     pub const MAP_LOCKS: &str = "LOCKS";
     pub const MAP_FUTEXES: &str = "FUTEXES";
@@ -739,6 +801,7 @@ pub const MAX_HOLDERS: u32 = 65_536;
 mod pod {
     // SAFETY: all of these are repr(C) plain integers without padding.
     unsafe impl aya::Pod for super::LockCounts {}
+    unsafe impl aya::Pod for super::Unmapped {}
     unsafe impl aya::Pod for super::FutexCounts {}
     unsafe impl aya::Pod for super::FutexWait {}
     unsafe impl aya::Pod for super::CondWait {}

@@ -35,9 +35,9 @@ use tracer_common::{
     Holder, HolderHolds, HolderKey, LOCK_OPS, LockCounts, LockOp, MAX_CALLERS, MAX_CONDVARS,
     MAX_CPU_LOCK_CODE_RANGES, MAX_CPU_LOCKS, MAX_FUTEXES, MAX_HELD, MAX_HOLDERS,
     MAX_LOCK_CODE_RANGES, MAX_LOCKS, MAX_PROBE_POINTS, MAX_STACKS, MAX_WAITING_THREADS, MUTEX_SPAN,
-    PendingKey, PendingTry, SNAPSHOT_RING_BYTES, STACK_WINDOW, StackKey, StackSnapshot,
+    PendingKey, PendingTry, SNAPSHOT_RING_BYTES, Unmapped, STACK_WINDOW, StackKey, StackSnapshot,
     WaitHolderKey, WaitTime, cookie, counting, cpu_sample, drop_reason, flags, histogram,
-    kernel_caps, requests, snapshot_due, stack_kind, wait_class,
+    kernel_caps, lifetime, requests, snapshot_due, stack_kind, wait_class,
 };
 
 /// Host tgid of the target process; set by userspace before load.
@@ -141,6 +141,29 @@ static HOLDERS: HashMap<HolderKey, HolderHolds> =
 static UNLOCK_HITS: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
 #[map]
 static DROPS: PerCpuArray<u64> = PerCpuArray::with_max_entries(drop_reason::COUNT, 0);
+
+/// The current generation of the target's memory (see `tracer_common::lifetime`).
+#[map]
+static GENERATION: Array<u64> = Array::with_max_entries(1, 0);
+/// The log of watched memory that went away, per CPU (no atomic
+/// fetch-and-add before Linux 5.12), and how much of it is filled.
+#[map]
+static UNMAPPED: PerCpuArray<Unmapped> = PerCpuArray::with_max_entries(lifetime::LOG_ENTRIES, 0);
+#[map]
+static UNMAPPED_COUNT: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
+/// The target's module mappings, `[start, end)` (unused entries are
+/// `[0, 0)`): an unmap over one of them ends the lifetimes of its locks.
+/// Userspace refreshes it as modules come and go.
+#[map]
+static WATCHED: Array<[u64; 2]> = Array::with_max_entries(lifetime::WATCHED_RANGES, 0);
+
+/// The map key of the lock or futex word at `address`: the address in the
+/// current generation of the target's memory (`tracer_common::lifetime`).
+#[inline(always)]
+fn key_of(address: u64) -> u64 {
+    let generation = GENERATION.get(0).copied().unwrap_or(0);
+    lifetime::tag(address, generation)
+}
 
 /// True when the program runs in the target process (its tgid, loaded by userspace).
 #[inline(always)]
@@ -283,7 +306,7 @@ pub fn lock_init(ctx: ProbeContext) -> u32 {
     if !is_target(&ctx) || !counting(counting::LOCK_CALLS) {
         return 0;
     }
-    let Some(lock) = ctx.arg::<u64>(0) else {
+    let Some(lock) = ctx.arg::<u64>(0).map(key_of) else {
         return 0;
     };
     let sp = stack_pointer(&ctx);
@@ -302,7 +325,7 @@ pub fn lock_call(ctx: ProbeContext) -> u32 {
         return 0;
     }
     let wanted = FLAGS.load();
-    let Some(lock) = ctx.arg::<u64>(0) else {
+    let Some(lock) = ctx.arg::<u64>(0).map(key_of) else {
         return 0;
     };
     let Some(cookie) = probe_cookie(&ctx) else {
@@ -622,6 +645,7 @@ pub fn cond_wait_enter(ctx: ProbeContext) -> u32 {
     let (Some(cond), Some(mutex)) = (ctx.arg::<u64>(0), ctx.arg::<u64>(1)) else {
         return 0;
     };
+    let (cond, mutex) = (key_of(cond), key_of(mutex));
     if let Some(calls) = COND_CALLS.get_ptr_mut(0) {
         add(calls, 1);
     }
@@ -684,7 +708,9 @@ fn classify_wait(tid: u32, uaddr: u64) -> (u32, u64) {
     // SAFETY: the reference is used at once, within this program run.
     if let Some(cond) = unsafe { COND_THREADS.get(tid) } {
         // Re-acquiring the mutex after the wake is lock contention.
-        let on_mutex = uaddr >= cond.mutex && uaddr < cond.mutex + MUTEX_SPAN;
+        // Compared without generations: one may have begun since the enter.
+        let (word, mutex) = (lifetime::split(uaddr).0, lifetime::split(cond.mutex).0);
+        let on_mutex = word >= mutex && word < mutex + MUTEX_SPAN;
         if !on_mutex {
             return (wait_class::CONDVAR, cond.cond);
         }
@@ -707,7 +733,7 @@ pub fn futex_enter(ctx: TracePointContext) -> u32 {
     if !is_target(&ctx) || !counting(counting::WAITS) {
         return 0;
     }
-    let uaddr = record_u64(&ctx, ENTER_UADDR);
+    let uaddr = key_of(record_u64(&ctx, ENTER_UADDR));
     let op = record_u64(&ctx, ENTER_OP);
     match futex_kind(op) {
         FutexKind::Wait => begin_wait(uaddr),
@@ -774,7 +800,7 @@ pub fn futex_waitv_enter(ctx: TracePointContext) -> u32 {
     let waiters = record_u64(&ctx, ENTER_UADDR);
     // SAFETY: the helper checks the user address and fails, never faults.
     if let Ok(uaddr) = unsafe { bpf_probe_read_user((waiters + 8) as *const u64) } {
-        begin_wait(uaddr);
+        begin_wait(key_of(uaddr));
     }
     0
 }
@@ -950,8 +976,9 @@ fn hold_after_wait(uaddr: u64, tid: u32) {
 #[inline(always)]
 fn holder_at_wait(uaddr: u64, waiter: u32) -> (u64, u32) {
     // SAFETY: the helper fails (never faults) on an unreadable user address.
+    let word = lifetime::split(uaddr).0;
     let owner = unsafe {
-        bpf_probe_read_user((uaddr + GLIBC_MUTEX_OWNER_OFFSET) as *const u32).unwrap_or(0)
+        bpf_probe_read_user((word + GLIBC_MUTEX_OWNER_OFFSET) as *const u32).unwrap_or(0)
     };
     if FLAGS.load() & flags::HOLDS == 0 {
         return (0, owner);
@@ -1009,7 +1036,7 @@ pub fn unlock_call(ctx: ProbeContext) -> u32 {
     if let Some(hits) = UNLOCK_HITS.get_ptr_mut(0) {
         add(hits, 1);
     }
-    let Some(lock) = ctx.arg::<u64>(0) else {
+    let Some(lock) = ctx.arg::<u64>(0).map(key_of) else {
         return 0;
     };
     let tid = bpf_get_current_pid_tgid() as u32;
@@ -1131,7 +1158,7 @@ pub fn cpu_sample(ctx: PerfEventContext) -> u32 {
     if regs.cs & 3 == 3 {
         if in_sampled_lock_code(regs.rip) {
             count_sample(cpu_sample::LOCK_USER);
-            attribute_sample(regs.rdi, false);
+            attribute_sample(key_of(regs.rdi), false);
         }
         return 0;
     }
@@ -1169,7 +1196,100 @@ fn classify_futex_sample(uaddr: u64) {
         return;
     }
     count_sample(cpu_sample::LOCK_KERNEL);
-    attribute_sample(uaddr, true);
+    attribute_sample(key_of(uaddr), true);
+}
+
+// ---- lifetimes: memory that went away (see `tracer_common::lifetime`) ----
+
+// Offsets in the syscalls:sys_enter_munmap/mremap/mmap records (their
+// format files): addr, then len (mremap: old_len), then mmap's flags.
+const ENTER_ADDR: usize = 16;
+const ENTER_LEN: usize = 24;
+const MMAP_ENTER_FLAGS: usize = 40;
+const MAP_FIXED: u64 = 0x10;
+
+#[tracepoint]
+pub fn munmap_enter(ctx: TracePointContext) -> u32 {
+    unmapping(&ctx)
+}
+
+#[tracepoint]
+pub fn mremap_enter(ctx: TracePointContext) -> u32 {
+    unmapping(&ctx)
+}
+
+/// `mmap` with `MAP_FIXED` replaces what was mapped there.
+#[tracepoint]
+pub fn mmap_enter(ctx: TracePointContext) -> u32 {
+    if record_u64(&ctx, MMAP_ENTER_FLAGS) & MAP_FIXED == 0 {
+        return 0;
+    }
+    unmapping(&ctx)
+}
+
+/// sched:sched_process_exec: the whole address space is replaced.
+#[tracepoint]
+pub fn process_exec(ctx: TracePointContext) -> u32 {
+    if is_target(&ctx) {
+        let (start, end) = lifetime::EVERYTHING;
+        new_generation(start, end);
+    }
+    0
+}
+
+/// At the entry of a syscall that unmaps `[addr, addr + len)`: a new
+/// generation when that overlaps a watched module. Counted at the entry,
+/// before the memory goes: no lock call on what replaces it can come first.
+#[inline(always)]
+fn unmapping(ctx: &TracePointContext) -> u32 {
+    if !is_target(ctx) {
+        return 0;
+    }
+    let start = record_u64(ctx, ENTER_ADDR);
+    let end = start.saturating_add(record_u64(ctx, ENTER_LEN));
+    for index in 0..lifetime::WATCHED_RANGES {
+        if let Some(range) = WATCHED.get(index)
+            && start < range[1]
+            && range[0] < end
+        {
+            new_generation(start, end);
+            return 0;
+        }
+    }
+    0
+}
+
+/// Starts a new generation for the memory `[start, end)` that goes away,
+/// and logs it. Two CPUs doing so at once may both log the later number
+/// (no fetch-and-add before 5.12): the window is the two increments.
+#[inline(always)]
+fn new_generation(start: u64, end: u64) {
+    let (Some(generation), Some(filled)) =
+        (GENERATION.get_ptr_mut(0), UNMAPPED_COUNT.get_ptr_mut(0))
+    else {
+        return;
+    };
+    // SAFETY: both point into map values looked up in this program run;
+    // `filled` is this CPU's own slot.
+    unsafe {
+        let index = *filled;
+        if core::ptr::read_volatile(generation) >= lifetime::MAX_GENERATION
+            || index >= lifetime::LOG_ENTRIES as u64
+        {
+            count_drop(drop_reason::LIFETIMES_MERGED);
+            return;
+        }
+        add(generation, 1);
+        let now = core::ptr::read_volatile(generation);
+        if let Some(slot) = UNMAPPED.get_ptr_mut(index as u32) {
+            *slot = Unmapped {
+                start,
+                end,
+                generation: now,
+            };
+            *filled = index + 1;
+        }
+    }
 }
 
 #[cfg(not(test))]

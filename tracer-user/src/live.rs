@@ -307,6 +307,9 @@ impl LiveSession {
             self.blocked_at_attach.clone(),
         );
         collected.cpu_hz = self.cpu_hz;
+        // One row per lock across unmaps elsewhere (expiry then misses the
+        // keys of a lock whose address changed generation: they stay, bounded).
+        collected.merge_lifetimes(crate::trace::lifetimes::read(&self.loaded.ebpf)?);
         let mut report = analysis::build::build(self.record_info(), &collected, &self.functions);
         let rows = report.locks.len();
         let (long_waits, deadlocks) = self.long_waits(&mut report);

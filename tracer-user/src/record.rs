@@ -30,7 +30,7 @@ use crate::{
         collect,
         cpu::{CpuSampling, TargetClock},
         features::KernelFeatures,
-        inflight, preflight, priority,
+        inflight, lifetimes, preflight, priority,
         proc_events::{self, ProcWatch},
         sampled::{self, SampleOptions},
         snapshots,
@@ -282,8 +282,22 @@ async fn trace(
                 })
                 .ok()
         });
+    // Modules seen by the snapshot's ticks, watched for unmaps by the
+    // follow step (which holds the BPF object).
+    let module_ranges = std::cell::RefCell::new(None);
+    let mut watched = std::mem::take(&mut loaded.watched);
+    let mut watch_modules = |ebpf: &mut aya::Ebpf| {
+        if let Some(ranges) = module_ranges.borrow_mut().take()
+            && let Err(error) = watched.update(ebpf, ranges)
+        {
+            output::note(format_args!(
+                "locktrace: new modules not watched for unloading: {error:#}"
+            ));
+        }
+    };
     let mut refresh = || {
         snapshot.tick();
+        *module_ranges.borrow_mut() = Some(lifetimes::module_ranges(snapshot.maps()));
         // Kept up to date: the last reading counts if the target exits.
         clock.as_mut().map(TargetClock::read);
     };
@@ -298,7 +312,10 @@ async fn trace(
             request_probe: window.request_probe(),
             ..load_plan(options, prepared, window, None)
         };
-        let mut follow = |ebpf: &mut aya::Ebpf| main_thread.tick(ebpf, &plan);
+        let mut follow = |ebpf: &mut aya::Ebpf| {
+            watch_modules(ebpf);
+            main_thread.tick(ebpf, &plan)
+        };
         let (stopped_by, run) = sampled::run(
             &mut loaded.ebpf,
             target,
@@ -314,6 +331,7 @@ async fn trace(
         let plan = load_plan(options, prepared, window, None);
         let mut refresh_and_follow = |ebpf: &mut aya::Ebpf| {
             refresh();
+            watch_modules(ebpf);
             main_thread.tick(ebpf, &plan);
         };
         let stopped_by = window
@@ -344,6 +362,9 @@ async fn trace(
     }
     collected.hold_times = options.hold_times;
     collected.in_flight = inflight::read(&loaded.ebpf, target.pid, attached_ns, blocked_at_attach);
+    // Last: every key above, unwound stacks and waits in progress included,
+    // is merged across the generations of its address.
+    collected.merge_lifetimes(lifetimes::read(&loaded.ebpf)?);
     collected.cpu_hz = match loaded.cpu_off {
         None => options.cpu_hz.unwrap_or(0),
         Some(_) => 0,

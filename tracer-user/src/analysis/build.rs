@@ -93,6 +93,9 @@ pub fn build(info: RecordInfo, collected: &Collected, functions: &[LockFunction]
         cpu::mark_locks(&mut locks, &in_lock_functions);
     }
     let mut locks: Vec<Lock> = locks.into_values().collect();
+    for lock in &mut locks {
+        lock.lifetime = collected.lifetimes.ended(lock.address);
+    }
     locks.sort_by(|a, b| {
         (b.acquisitions.unwrap_or(0), b.contended, b.wait_ns).cmp(&(
             a.acquisitions.unwrap_or(0),

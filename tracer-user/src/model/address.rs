@@ -6,6 +6,14 @@ pub fn serialize<S: Serializer>(address: &u64, serializer: S) -> Result<S::Ok, S
     serializer.serialize_str(&format!("{address:#x}"))
 }
 
+/// A lock's address without the lifetime bits of its key (see `Lock::address`).
+pub fn serialize_without_lifetime<S: Serializer>(
+    address: &u64,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    serialize(&tracer_common::lifetime::split(*address).0, serializer)
+}
+
 pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<u64, D::Error> {
     let text = String::deserialize(deserializer)?;
     parse(&text).ok_or_else(|| serde::de::Error::custom(format!("{text:?} is not a 0x… address")))

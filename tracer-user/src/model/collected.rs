@@ -56,6 +56,8 @@ pub struct Collected {
     pub cpu_locks: HashMap<u64, CpuSamples>,
     /// The target's samples by class (`tracer_common::cpu_sample`).
     pub cpu_counts: [u64; cpu_sample::COUNT as usize],
+    /// The unmaps that split the keys above (after `merge_lifetimes`).
+    pub lifetimes: super::Lifetimes,
 }
 
 /// A thread blocked in a futex wait, as `/proc` shows it.

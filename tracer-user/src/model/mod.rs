@@ -12,6 +12,7 @@ mod estimate;
 mod holds;
 mod in_progress;
 mod kinds;
+mod lifetimes;
 mod overhead;
 mod report;
 mod requests;
@@ -25,6 +26,7 @@ pub use estimate::{Estimate, ScaleBasis, WindowLinkKind};
 pub use holds::{HoldSite, Holds, WaitHolder, add_histogram, quantile};
 pub use in_progress::{Activity, Deadlock, DeadlockStep, InProgress, ThreadRef};
 pub use kinds::{LockKind, Mode, Placement, RequestSource, ServerKind, StopReason, WaitClass};
+pub use lifetimes::{EndedLifetime, Lifetimes};
 pub use overhead::{Calibration, Overhead};
 pub use report::{
     AlternativeName, Caller, ClassTotals, CreatedBy, Creation, DeclaredContention, DeclaredType,

@@ -83,8 +83,14 @@ pub struct TargetInfo {
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Lock {
-    /// Address in the target (`"0x…"` in JSON).
-    #[serde(with = "address")]
+    /// Address in the target (`"0x…"` in JSON). In the code, a row of
+    /// memory that went away during the recording (`lifetime`) carries
+    /// above the address bits which of the address's lifetimes it is
+    /// (`tracer_common::lifetime`), so that each row has its own key.
+    #[serde(
+        serialize_with = "address::serialize_without_lifetime",
+        deserialize_with = "address::deserialize"
+    )]
     pub address: u64,
     pub kind: LockKind,
     /// Lock calls; null where lock functions were not probed.
@@ -164,6 +170,11 @@ pub struct Lock {
     /// debug info or a typed variable.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub declared: Option<DeclaredType>,
+    /// The memory holding the lock went away during the recording (an
+    /// unmap such as `dlclose`, or an exec): this row counts the lock that
+    /// was there, another row the one there now. Absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lifetime: Option<super::EndedLifetime>,
 }
 
 /// A lock's type in its module's DWARF.
@@ -246,7 +257,13 @@ impl Lock {
             cpu_error_ns: None,
             created: None,
             declared: None,
+            lifetime: None,
         }
+    }
+
+    /// The lock's address, without the lifetime bits of its key.
+    pub fn shown_address(&self) -> u64 {
+        tracer_common::lifetime::split(self.address).0
     }
 
     /// True for lock contention (the main table and the totals).
@@ -491,8 +508,14 @@ impl Report {
             }
             None => bail!("{source} is not a locktrace report (no \"schema\": \"{SCHEMA}\")"),
         }
-        let report: Report = serde_json::from_value(value)
+        let mut report: Report = serde_json::from_value(value)
             .with_context(|| format!("{source} is a damaged locktrace report"))?;
+        // Rows of one address in two lifetimes get their own keys back.
+        for lock in &mut report.locks {
+            if let Some(ended) = lock.lifetime {
+                lock.address = tracer_common::lifetime::tag(lock.address, ended.earlier);
+            }
+        }
         // Numbers a recording cannot have (a crafted or edited file) are
         // refused, not printed as if measured.
         if !(report.duration_s.is_finite() && (0.0..=MAX_DURATION_S).contains(&report.duration_s)) {

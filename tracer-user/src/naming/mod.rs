@@ -72,7 +72,14 @@ pub struct Snapshot {
     ongoing: ongoing::OngoingNames,
     /// The target's shape at the last refresh, and when that was (see `tick`).
     refreshed: Option<(target::Shape, Instant)>,
+    /// Mappings that others replaced since attach (a library unloaded and
+    /// another loaded at its address, an exec), oldest first: what locks
+    /// whose memory went away are named from.
+    replaced: Vec<Mapping>,
 }
+
+/// Replaced mappings kept at most (an exec replaces a few hundred).
+const MAX_REPLACED: usize = 16_384;
 
 /// A tick re-reads the maps and thread stacks at least this often, even
 /// when the target's shape looks the same.
@@ -91,6 +98,7 @@ impl Snapshot {
             threads: holders::Threads::default(),
             ongoing: ongoing::OngoingNames::default(),
             refreshed: None,
+            replaced: Vec::new(),
         };
         snapshot.note_thread_stacks();
         snapshot.open_files();
@@ -108,20 +116,55 @@ impl Snapshot {
         if fresh.is_empty() {
             return;
         }
-        let gone: Vec<Mapping> = self
-            .maps
-            .drain(..)
-            .filter(|old| {
+        let (gone, overlapped): (Vec<Mapping>, Vec<Mapping>) =
+            self.maps.drain(..).partition(|old| {
                 !fresh
                     .iter()
                     .any(|new| new.start < old.end && old.start < new.end)
-            })
-            .collect();
+            });
+        let replaced = overlapped.into_iter().filter(|old| {
+            old.is_file()
+                && !fresh.iter().any(|new| {
+                    (new.start, new.end, new.offset, &new.path)
+                        == (old.start, old.end, old.offset, &old.path)
+                })
+        });
+        self.replaced.extend(replaced);
+        if self.replaced.len() > MAX_REPLACED {
+            let excess = self.replaced.len() - MAX_REPLACED;
+            self.replaced.drain(..excess);
+        }
         self.maps = fresh;
         self.maps.extend(gone);
         self.maps.sort_by_key(|mapping| mapping.start);
         self.note_thread_stacks();
         self.open_files();
+    }
+
+    /// The mappings as they were before others replaced them: the replaced
+    /// ones (the latest of each place), and the current ones elsewhere.
+    fn past_maps(&self) -> Vec<Mapping> {
+        let mut past: Vec<Mapping> = Vec::new();
+        for old in self.replaced.iter().rev() {
+            if !past.iter().any(|p| p.start < old.end && old.start < p.end) {
+                past.push(old.clone());
+            }
+        }
+        let now = self
+            .maps
+            .iter()
+            .filter(|m| !past.iter().any(|p| p.start < m.end && m.start < p.end))
+            .cloned()
+            .collect::<Vec<_>>();
+        past.extend(now);
+        past.sort_by_key(|m| m.start);
+        past
+    }
+
+    /// The target's mappings as last read (those gone since kept where
+    /// nothing new overlaps them).
+    pub fn maps(&self) -> &[Mapping] {
+        &self.maps
     }
 
     /// Searches heap locks' chains during the recording (see [`live`]).
@@ -207,7 +250,9 @@ pub fn annotate(
     let callers = callers_by_lock(&space, collected, functions);
 
     let mut namer = names::Namer::new(&space, &snapshot.files);
-    name_globals(report, &space, &mut namer, callers);
+    name_globals(report, &space, &mut namer, callers, |lock| {
+        lock.lifetime.is_none()
+    });
     let heap_locks = heap_locks_to_chain(report);
     let (found, pointer_chains) = heap_chains(&space, snapshot, &heap_locks, alive);
     name_by_chains(report, &found, &mut namer);
@@ -216,6 +261,7 @@ pub fn annotate(
     let debug_info = namer.debug_info_used();
     drop(namer);
 
+    name_ended_lifetimes(report, snapshot, collected, functions);
     if options.stacks_per_lock > 0 {
         report.stacks = resolve_stacks(&space, collected, functions, options.stacks_per_lock);
         attribute_futex_waits(report, &space, collected);
@@ -324,15 +370,16 @@ fn callers_by_lock(
     callers
 }
 
-/// Region, module and symbol of every lock, and its callers.
+/// Region, module and symbol of every lock `which` selects, and its callers.
 fn name_globals(
     report: &mut Report,
     space: &AddressSpace,
     namer: &mut names::Namer,
     mut callers: HashMap<u64, CallSites>,
+    which: impl Fn(&crate::model::Lock) -> bool,
 ) {
-    for lock in &mut report.locks {
-        let address = lock.address;
+    for lock in report.locks.iter_mut().filter(|lock| which(lock)) {
+        let address = lock.shown_address();
         lock.region = space.region_of(address);
         if let Some(module) = space.module_of(address) {
             lock.module = Some(module.path.clone());
@@ -343,8 +390,27 @@ fn name_globals(
                 lock.declared = named.declared;
             }
         }
-        lock.callers = sorted_callers(callers.remove(&address).unwrap_or_default());
+        lock.callers = sorted_callers(callers.remove(&lock.address).unwrap_or_default());
     }
+}
+
+/// Locks whose memory went away during the recording (a library unloaded,
+/// an exec) are named from the mappings that were there before.
+fn name_ended_lifetimes(
+    report: &mut Report,
+    snapshot: &Snapshot,
+    collected: &Collected,
+    functions: &[LockFunction],
+) {
+    if report.locks.iter().all(|lock| lock.lifetime.is_none()) {
+        return;
+    }
+    let past = AddressSpace::build(snapshot.past_maps(), &snapshot.files, None);
+    let callers = callers_by_lock(&past, collected, functions);
+    let mut namer = names::Namer::new(&past, &snapshot.files);
+    name_globals(report, &past, &mut namer, callers, |lock| {
+        lock.lifetime.is_some()
+    });
 }
 
 /// The top unnamed locks in heap-like memory: those a pointer chain from a
@@ -353,6 +419,7 @@ fn heap_locks_to_chain(report: &Report) -> Vec<u64> {
     report
         .locks
         .iter()
+        .filter(|lock| lock.lifetime.is_none())
         .filter(|lock| lock.name.is_none() && region::is_heap_region(&lock.region))
         .take(CHAIN_SEARCH_LOCKS)
         .map(|lock| lock.address)

@@ -66,12 +66,25 @@ pub fn width(text: &str) -> usize {
         .unwrap_or(0)
 }
 
-/// A lock as people read it: its name, else its region and address.
+/// A lock as people read it: its name, else its region and address; a
+/// lock whose memory went away during the recording says so.
 pub fn label(lock: &Lock) -> String {
-    match &lock.name {
+    let address = lock.shown_address();
+    let label = match &lock.name {
         Some(name) => name.clone(),
-        None if lock.region.is_empty() => format!("{:#x}", lock.address),
-        None => format!("{} {:#x}", lock.region, lock.address),
+        None if lock.region.is_empty() => format!("{address:#x}"),
+        None => format!("{} {address:#x}", lock.region),
+    };
+    label + lifetime_note(lock)
+}
+
+/// What a lock's name is followed by when its memory went away during the
+/// recording: another row counts the lock at its address now.
+pub fn lifetime_note(lock: &Lock) -> &'static str {
+    match lock.lifetime {
+        Some(ended) if ended.by_exec => " (before exec)",
+        Some(_) => " (unmapped)",
+        None => "",
     }
 }
 

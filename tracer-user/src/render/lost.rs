@@ -56,6 +56,9 @@ fn missing(reason: &str, n: u64, nesting_unknown: bool) -> String {
         "probe_point_unknown" => format!(
             "{n} lock calls at probe points this kernel (no attach cookies, before Linux 5.15) could not identify (missing from acquisitions)"
         ),
+        "lifetimes_merged" => format!(
+            "{n} unmaps or execs past the log's capacity (counts exact; a lock unloaded after them may share a row with the lock later at its address)"
+        ),
         other => format!("{other}={n}"),
     }
 }

@@ -117,7 +117,10 @@ fn lock_columns(report: &Report) -> Vec<LockColumn> {
     let mut columns: Vec<LockColumn> = vec![
         (
             Column::name("name"),
-            Box::new(|lock| lock.name.clone().unwrap_or_else(|| lock.region.clone())),
+            Box::new(|lock| {
+                let name = lock.name.clone().unwrap_or_else(|| lock.region.clone());
+                name + super::format::lifetime_note(lock)
+            }),
         ),
         (
             Column::label("kind", 80),
@@ -188,7 +191,7 @@ fn lock_columns(report: &Report) -> Vec<LockColumn> {
     ));
     columns.push((
         Column::label("address", 45),
-        Box::new(|lock| format!("{:#x}", lock.address)),
+        Box::new(|lock| format!("{:#x}", lock.shown_address())),
     ));
     columns
 }

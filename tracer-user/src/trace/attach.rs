@@ -82,6 +82,8 @@ pub struct Loaded {
     /// Why the CPU sampler is off although it was asked for (the kernel
     /// refused it); the recording counts on without CPU per lock.
     pub cpu_off: Option<String>,
+    /// The module ranges watched for unmaps (see `lifetimes`).
+    pub watched: super::lifetimes::Watched,
 }
 
 /// Loads the object, loads the uprobe programs, attaches what the plan says now.
@@ -139,6 +141,13 @@ pub fn load(plan: &LoadPlan) -> Result<Loaded> {
         counting::WAITS | counting::LOCK_CALLS
     };
     collect::set_counting(&mut ebpf, counting)?;
+    // Before the lock probes: an unmap must split the keys from the first call.
+    let mut watched = super::lifetimes::Watched::default();
+    watched.update(
+        &mut ebpf,
+        super::lifetimes::module_ranges(&plan.target.maps),
+    )?;
+    super::lifetimes::attach(&mut ebpf)?;
     for name in [
         names::PROGRAM_LOCK_CALL,
         names::PROGRAM_REQUEST_BOUNDARY,
@@ -175,6 +184,7 @@ pub fn load(plan: &LoadPlan) -> Result<Loaded> {
         probe_count,
         attach_time: started.elapsed(),
         cpu_off,
+        watched,
     })
 }
 

@@ -7,6 +7,7 @@ pub mod cpu;
 pub mod features;
 pub mod follow;
 pub mod inflight;
+pub mod lifetimes;
 pub mod multi;
 pub mod prealloc;
 pub mod preflight;
