@@ -52,8 +52,11 @@ pub const GO_HEAP: &str = "Go heap";
 /// Where the Go runtime puts its heap on x86-64 up to Go 1.25 (its first
 /// arena hint, 0x00c0 << 32, and the rest of that terabyte it grows into).
 /// Go 1.26 and later start it at a random address (FrankenPHP's Go 1.27 at
-/// 0x35b72a400000): see [`AddressSpace::is_go_heap`].
+/// 0x35b72a400000): see [`AddressSpace::go_heap_end`].
 const GO_ARENA: std::ops::Range<u64> = 0x00c0_0000_0000..0x0100_0000_0000;
+/// The Go heap grows in chunks of 4 MiB from 64 MiB-aligned arenas
+/// (`pallocChunkBytes`): its writable mappings start on these boundaries.
+const GO_CHUNK: u64 = 4 << 20;
 /// Largest no-access mapping taken for a thread stack's guard (glibc and
 /// musl use a page or two); the Go runtime's huge reservations are not guards.
 const MAX_GUARD: u64 = 64 << 10;
@@ -204,18 +207,17 @@ impl AddressSpace {
             .filter(|(_, m)| self.module_of(m.start).is_none())
             // The Go heap has no object bounds to read: a C pointer boxed in
             // some Go object near a Go global's target would make a false
-            // chain. Chains name C locks through C memory.
-            .filter(|&(index, _)| !self.is_go_heap(index))
-            // Nor through thread stacks: a frame's pointers name nothing
-            // that lasts (musl's condvar waiters are nodes on their stacks).
+            // chain. Chains name C locks through C memory. Nor through
+            // thread stacks: a frame's pointers name nothing that lasts
+            // (musl's condvar waiters are nodes on their stacks).
             .map(|(index, m)| {
                 let is_stack = self.thread_stacks.contains_key(&m.start) || self.above_guard(index);
-                let start = if is_stack {
+                let stack_end = if is_stack {
                     self.thread_stack_end(index)
                 } else {
                     m.start
                 };
-                (start, m.end)
+                (stack_end.max(self.go_heap_end(index)), m.end)
             })
             .filter(|(start, end)| start < end)
             .collect();
@@ -264,7 +266,7 @@ impl AddressSpace {
         }
         // Before the stack checks: goroutine stacks are in the Go heap, and
         // threads in a syscall have their stack pointer there.
-        if (self.is_go && GO_ARENA.contains(&address)) || self.is_go_heap(index) {
+        if (self.is_go && GO_ARENA.contains(&address)) || address < self.go_heap_end(index) {
             return GO_HEAP.into();
         }
         let in_stack_part = address < self.thread_stack_end(index);
@@ -298,28 +300,39 @@ impl AddressSpace {
         self.glibc_malloc && mapping.start.is_multiple_of(ARENA_ALIGN) && reserve_above
     }
 
-    /// Writable anonymous memory of the Go runtime's heap. Go reserves its
-    /// arenas (64 MiB each, aligned) with no access and makes them writable
-    /// in parts, like glibc's arenas (told apart above) and unlike thread
-    /// stacks (a small guard below). A thread's stack pointer in writable memory that no
-    /// guard protects is on a goroutine stack (or a g0 stack of a non-cgo
-    /// thread): Go allocates those in its heap too, so such a mapping is the
-    /// Go heap, not a thread stack.
-    fn is_go_heap(&self, index: usize) -> bool {
+    /// Where the Go runtime's heap ends in mapping `index`, from its start:
+    /// all of it, none (its start), or a thread stack's extent. Go reserves
+    /// its arenas (64 MiB each, aligned) with no access and makes them
+    /// writable in parts, like glibc's arenas (told apart above) and unlike
+    /// thread stacks (a small guard below). A thread's stack pointer in
+    /// writable memory that no guard protects is on a goroutine stack (or a
+    /// g0 stack of a non-cgo thread): Go allocates those in its heap too.
+    /// Or it is on a C thread's stack whose guard the kernel merged into a
+    /// no-access mapping right below (a Go reservation, in the static musl
+    /// build), with musl's malloc memory merged above the stack: a mapping
+    /// that starts off Go's chunk boundaries is then the Go heap only as far
+    /// as a thread stack reaches, and what lies above is C heap.
+    fn go_heap_end(&self, index: usize) -> u64 {
         let mapping = &self.maps[index];
         if !self.is_go || !mapping.perms.starts_with("rw") || !mapping.path.is_empty() {
-            return false;
+            return mapping.start;
         }
         if GO_ARENA.contains(&mapping.start) {
-            return true;
+            return mapping.end;
         }
         if self.above_guard(index) {
-            return false;
+            return mapping.start;
         }
-        if self.thread_stacks.contains_key(&mapping.start) {
-            return true;
+        if !self.is_thread_arena(index) && self.in_arena_reservation(index) {
+            return mapping.end;
         }
-        !self.is_thread_arena(index) && self.in_arena_reservation(index)
+        if !self.thread_stacks.contains_key(&mapping.start) {
+            return mapping.start;
+        }
+        if mapping.start.is_multiple_of(GO_CHUNK) {
+            return mapping.end;
+        }
+        self.thread_stack_end(index)
     }
 
     /// Mapping `index` is part of a run of adjacent anonymous mappings that
@@ -352,13 +365,16 @@ impl AddressSpace {
 
     /// glibc and musl put a small no-access guard right below each thread stack.
     fn above_guard(&self, index: usize) -> bool {
+        self.above_no_access(index)
+            && self.maps[index - 1].end - self.maps[index - 1].start <= MAX_GUARD
+    }
+
+    /// Mapping `index` lies right above anonymous no-access memory.
+    fn above_no_access(&self, index: usize) -> bool {
         let mapping = &self.maps[index];
         let below = index.checked_sub(1).map(|i| &self.maps[i]);
-        below.is_some_and(|guard| {
-            guard.end == mapping.start
-                && guard.perms.starts_with("---")
-                && guard.path.is_empty()
-                && guard.end - guard.start <= MAX_GUARD
+        below.is_some_and(|below| {
+            below.end == mapping.start && below.perms.starts_with("---") && below.path.is_empty()
         })
     }
 
@@ -367,18 +383,25 @@ impl AddressSpace {
     /// with it into one mapping (musl's mmap'ed heap above a cgo thread's
     /// stack), so the stack is taken to end at the smallest size other
     /// thread stacks have that still holds the highest stack pointer seen
-    /// in it; the whole mapping when no other stack is smaller.
+    /// in it; the whole mapping when no other stack is smaller. A stack
+    /// whose guard merged into a larger no-access mapping below still tells
+    /// the size: it may be the only stack nothing merged with above.
     fn thread_stack_end(&self, index: usize) -> u64 {
         let mapping = &self.maps[index];
         let above_sp = self
             .thread_stacks
             .get(&mapping.start)
             .map_or(mapping.start, |&sp| (sp + 0x1000) & !0xfff);
+        let unguarded_stack = |i: usize| {
+            self.thread_stacks.contains_key(&self.maps[i].start) && self.above_no_access(i)
+        };
         self.maps
             .iter()
             .enumerate()
             .filter(|&(i, other)| {
-                i != index && other.perms.starts_with("rw") && self.above_guard(i)
+                i != index
+                    && other.perms.starts_with("rw")
+                    && (self.above_guard(i) || unguarded_stack(i))
             })
             .map(|(_, other)| mapping.start + (other.end - other.start))
             .filter(|&end| end >= above_sp && end < mapping.end)
@@ -576,6 +599,107 @@ mod tests {
         ] {
             assert!(!is_heap_region(region), "{region}");
         }
+    }
+
+    /// A Go program's address space, with the highest stack pointer seen in
+    /// each mapping holding one.
+    fn go_program(text: &str, stacks: &[(u64, u64)]) -> AddressSpace {
+        let mut space = AddressSpace {
+            maps: mappings(text),
+            is_go: true,
+            ..AddressSpace::default()
+        };
+        space.thread_stacks.extend(stacks.iter().copied());
+        space
+    }
+
+    /// Each address's region, and chains searched through it just where
+    /// the region is heap (the searches at the end go by the region, those
+    /// through memory by `heap_ranges`).
+    fn assert_regions(space: &AddressSpace, expected: &[(u64, &str)]) {
+        let heap = space.heap_ranges();
+        for &(address, region) in expected {
+            assert_eq!(space.region_of(address), region, "{address:#x}");
+            let searched = heap.iter().any(|&(s, e)| (s..e).contains(&address));
+            assert_eq!(searched, is_heap_region(region), "{address:#x} searched");
+        }
+    }
+
+    /// fixtures/goserver built static with musl (Go 1.19, cgo), from
+    /// /proc/PID/maps of a run where a Go reservation was mapped right below
+    /// a cgo thread's stack: the kernel merged the thread's 8 KiB guard into
+    /// it (4068 KiB + 8 KiB) and musl's malloc region into the 132 KiB stack
+    /// above. `lock` is `g_stats->lock`, past the stack.
+    #[test]
+    fn malloc_memory_merged_above_an_unguarded_thread_stack_is_heap() {
+        let space = go_program(
+            "\
+c000000000-c000400000 rw-p 0 00:00 0
+c000400000-c004000000 ---p 0 00:00 0
+7f29c3263000-7f29c3265000 ---p 0 00:00 0
+7f29c3265000-7f29c3286000 rw-p 0 00:00 0
+7f29ea207000-7f29ea602000 ---p 0 00:00 0
+7f29ea602000-7f29ea644000 rw-p 0 00:00 0
+7f29ea644000-7f29ea6c4000 ---p 0 00:00 0
+",
+            &[
+                (0xc0_0000_0000, 0xc0_0012_3f00),
+                (0x7f29_c326_5000, 0x7f29_c328_5d68),
+                (0x7f29_ea60_2000, 0x7f29_ea62_2cf0),
+            ],
+        );
+        let lock = 0x7f29_ea62_3230;
+        // The stack part stays out of the searches, as does the real Go
+        // heap, a goroutine's stack pointer in it or not.
+        assert_regions(
+            &space,
+            &[
+                (lock, MMAP_HEAP),
+                (0x7f29_ea62_2000, GO_HEAP),
+                (0xc0_0030_0000, GO_HEAP),
+                (0x7f29_c327_0000, "thread stack"),
+            ],
+        );
+    }
+
+    /// The same merge under another thread's stack: its 132 KiB are the
+    /// only sign of the stacks' size (the others are merged with memory
+    /// above them), and the lock's stack above a guard must not take them
+    /// for 388 KiB.
+    #[test]
+    fn an_unguarded_thread_stack_still_tells_the_stack_size() {
+        let space = go_program(
+            "\
+7ffb76769000-7ffb7676b000 ---p 0 00:00 0
+7ffb7676b000-7ffb767cc000 rw-p 0 00:00 0
+7ffb9d607000-7ffb9da02000 ---p 0 00:00 0
+7ffb9da02000-7ffb9da23000 rw-p 0 00:00 0
+7ffb9da23000-7ffb9da25000 ---p 0 00:00 0
+7ffb9da25000-7ffb9db67000 rw-p 0 00:00 0
+7ffb9db67000-7ffb9dbe7000 ---p 0 00:00 0
+",
+            &[
+                (0x7ffb_7676_b000, 0x7ffb_7678_bd68),
+                (0x7ffb_9da0_2000, 0x7ffb_9da2_2c20),
+                (0x7ffb_9da2_5000, 0x7ffb_9da4_5cf0),
+            ],
+        );
+        let lock = 0x7ffb_9da4_6830;
+        assert_regions(
+            &space,
+            &[(lock, MMAP_HEAP), (0x7ffb_9da4_5000, "thread stack")],
+        );
+    }
+
+    /// A Go heap at a random base (Go 1.26 and later) whose reservation run
+    /// is not 64 MiB-aligned, with 8 MiB pthread stacks: the goroutine's
+    /// stack pointer marks all of it, beyond a thread stack's extent, as it
+    /// starts on a 4 MiB chunk boundary.
+    #[test]
+    fn an_unaligned_go_heap_is_go_heap_past_a_stack_extent() {
+        let mut space = frankenphp(true);
+        space.maps = mappings(&FRANKENPHP_MAPS.replace("35b728000000-", "35b729000000-"));
+        assert_regions(&space, &[(0x35b7_2ae0_0000, GO_HEAP)]);
     }
 
     /// Go 1.27 built static with musl (FrankenPHP's release binaries): no
