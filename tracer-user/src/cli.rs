@@ -9,6 +9,7 @@ mod limits;
 use crate::{
     compare, live, loadgen,
     model::{Mode, Placement, Report},
+    naming::{self, creation::GroupBy},
     probe::request_auto::RequestProbeSpec,
     record,
     render::{
@@ -325,6 +326,10 @@ enum Command {
         /// Print every column in full (by default the table fits the terminal, or 160 columns).
         #[arg(long)]
         wide: bool,
+        /// Locks named by where they were created (`mutex created in f <- g <- h`): one row per
+        /// creation site, its objects at every address summed, or one row per address.
+        #[arg(long, value_enum, value_name = "HOW", default_value = "site")]
+        group_by: GroupBy,
     },
     /// Compare two reports per request: which locks appeared, disappeared or changed.
     Compare(compare::CompareArgs),
@@ -359,6 +364,10 @@ enum Command {
         /// Print every column in full (by default the table fits the terminal, or 160 columns).
         #[arg(long)]
         wide: bool,
+        /// Rows of locks named by their creation site: site merges a per-address report's rows
+        /// (address cannot split a grouped report: record with --group-by address); default: as recorded.
+        #[arg(long, value_enum, value_name = "HOW")]
+        group_by: Option<GroupBy>,
     },
 }
 
@@ -428,6 +437,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             hold_times,
             cpu,
             wide,
+            group_by,
         } => {
             let duration = duration.map(limits::duration).transpose()?;
             let cpu_hz = cpu.hz()?;
@@ -458,6 +468,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 ready_file,
                 hold_times,
                 cpu_hz,
+                group_by,
             };
             let report = runtime()?.block_on(record::record(&options))?;
             write_recording(&report, json, pprof, top, wide)
@@ -493,7 +504,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
             format,
             histograms,
             wide,
-        } => report_file(&file, top, format, histograms, wide),
+            group_by,
+        } => report_file(&file, top, format, histograms, wide, group_by),
     }
 }
 
@@ -583,8 +595,18 @@ fn report_file(
     format: stacks::Format,
     histograms: bool,
     wide: bool,
+    group_by: Option<GroupBy>,
 ) -> Result<ExitCode> {
-    let report = Report::load(file)?;
+    let mut report = Report::load(file)?;
+    let grouped = report.locks.iter().any(|lock| lock.group.is_some());
+    match group_by {
+        Some(GroupBy::Site) => naming::creation::group_by_site(&mut report),
+        Some(GroupBy::Address) if grouped => anyhow::bail!(
+            "{} was recorded with its rows grouped by creation site; each address's figures are in locks[].group.by_address of the JSON, or record again with --group-by address",
+            file.display()
+        ),
+        Some(GroupBy::Address) | None => {}
+    }
     match format {
         stacks::Format::Table => {
             let mut text = table::render(&report, top, Width::for_stdout(wide));

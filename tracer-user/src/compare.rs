@@ -2,15 +2,17 @@
 //! two recordings side by side, matched by an identity that survives a
 //! restart (never the address), plus CI assertions.
 //!
-//! Identity, first that exists: the lock's `name` (symbol or pointer chain),
-//! else the set of its caller functions (`callers[].function`), else
+//! Identity, first that exists: the lock's `name` (symbol, pointer chain,
+//! or creation site: `mutex created in f <- g <- h`), else the set of its caller functions (`callers[].function`), else
 //! `unidentified KIND`. A lock also answers to its other names (its
 //! `offset_name`, its alternative routes), so a report from before field
 //! names (`*g_stats->+0x20`) still matches one with them
 //! (`*g_stats->LOCK_access`), and names spelled before C notation
 //! (`g_stats->+0x20->`) are read as C writes them. Locks with the
 //! same identity (e.g. one mutex per connection, all taken by the same
-//! function) are one row, their figures summed.
+//! function) are one row, their figures summed: a row grouped by creation
+//! site and the per-address rows of the same site match, and `locks` counts
+//! the addresses either stands for.
 use std::{
     collections::{BTreeMap, BTreeSet},
     fmt::Write,
@@ -157,7 +159,11 @@ impl Side {
                 ..Group::default()
             });
             // Saturating: a crafted report's counts near 2^64 must not wrap.
-            group.locks += 1;
+            // A row grouped by creation site stands for its addresses.
+            let addresses = lock.group.as_ref().map_or(1, |g| g.addresses);
+            group.locks = group
+                .locks
+                .saturating_add(usize::try_from(addresses).unwrap_or(usize::MAX));
             group.acquisitions = group
                 .acquisitions
                 .saturating_add(lock.acquisitions.unwrap_or(0));
@@ -836,6 +842,34 @@ mod tests {
             lock[key] = value.clone();
         }
         lock
+    }
+
+    /// A row grouped by creation site (three addresses) matches the same
+    /// site's per-address rows of a run recorded with `--group-by address`:
+    /// one identity, its addresses counted, acquisitions summed.
+    #[test]
+    fn grouped_rows_match_per_address_rows_by_creation_site() {
+        let dir = tempfile::tempdir().unwrap();
+        let site = "mutex created in conn_create <- serve_request <- worker";
+        let grouped = serde_json::json!({"name": site, "group": {
+            "addresses": 3, "objects": 40, "by_address": []}});
+        let before = write_report(
+            dir.path(),
+            "before.json",
+            10,
+            serde_json::json!([lock("0x1000", 30, grouped)]),
+        );
+        let named = serde_json::json!({"name": site});
+        let after = write_report(
+            dir.path(),
+            "after.json",
+            10,
+            serde_json::json!([lock("0x7000", 20, named.clone()), lock("0x7100", 10, named)]),
+        );
+        let before = Side::load(&before).unwrap();
+        let after = Side::load(&after).unwrap();
+        let row = compare_row(&before, &after, &site.to_string());
+        assert_eq!(row[1..4], ["3/2", "3.0", "3.0"]);
     }
 
     #[test]

@@ -16,7 +16,7 @@ use crate::{
         Collected, Coverage, Estimate, ExecLoss, ExecSeen, MainThreadExit, Mode, Placement, Report,
         SampledRun, StopReason, TargetInfo,
     },
-    naming::{self, unwind::StackUnwinder},
+    naming::{self, creation::GroupBy, unwind::StackUnwinder},
     probe::{
         lockfuncs::{self, LockFunction, LockFunctionsMissing},
         placement,
@@ -56,6 +56,8 @@ pub struct RecordOptions {
     pub hold_times: bool,
     /// CPU samples per CPU second for the CPU per lock (None: `--no-cpu`).
     pub cpu_hz: Option<u64>,
+    /// Locks named by their creation site: one row per site or per address.
+    pub group_by: GroupBy,
 }
 
 /// What the probe layer worked out before anything is attached.
@@ -647,6 +649,9 @@ fn report(
         &prepared.functions,
         naming_options,
     );
+    if options.group_by == GroupBy::Site {
+        naming::creation::group_by_site(&mut report);
+    }
     report
 }
 

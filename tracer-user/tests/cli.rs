@@ -61,6 +61,81 @@ fn report_file_missing_or_not_a_report() {
     );
 }
 
+/// `report --group-by site` merges a per-address report's rows of one
+/// creation site (init calls seen) into one; a grouped report cannot be
+/// split again (`--group-by address` says where the addresses' figures are).
+#[test]
+fn report_groups_rows_by_creation_site() {
+    let site = "mutex created in conn_create <- serve_request <- worker";
+    let lock = |address: &str, acquisitions: u64| {
+        serde_json::json!({
+            "address": address, "kind": "mutex", "acquisitions": acquisitions,
+            "contended": 0, "wakes": 0, "wait_ns": 0, "max_wait_ns": 0, "name": site,
+            "created": {"by": "init", "inits": 5, "site": [
+                {"function": "conn_create", "module": null, "offset": 9},
+                {"function": "serve_request", "module": null, "offset": 4},
+                {"function": "worker", "module": null, "offset": 7}]},
+        })
+    };
+    let report = serde_json::json!({
+        "schema": "locktrace.report/1",
+        "target": {"pid": 1, "exe": "/x", "cmdline": []},
+        "duration_s": 1.0, "mode": "all", "dropped": {},
+        "locks": [lock("0x1000", 20), lock("0x2000", 10)],
+        "totals": {"acquisitions": 30, "contended": 0, "wakes": 0, "wait_ns": 0},
+    });
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), report.to_string()).unwrap();
+    let rows = |group_by: Option<&str>| {
+        let mut command = locktrace();
+        command.arg("report").arg(file.path()).arg("--wide");
+        command.args(group_by.map(|how| ["--group-by", how]).iter().flatten());
+        let output = command.output().unwrap();
+        assert!(output.status.success(), "{output:?}");
+        let text = String::from_utf8(output.stdout).unwrap();
+        let rows: Vec<String> = text
+            .lines()
+            .filter(|line| line.starts_with(&format!(" {site} ")))
+            .map(str::to_string)
+            .collect();
+        (rows, text)
+    };
+    // As recorded (per address), and the same with --group-by address.
+    for how in [None, Some("address")] {
+        assert_eq!(rows(how).0.len(), 2, "{}", rows(how).1);
+    }
+    let (grouped, text) = rows(Some("site"));
+    assert_eq!(grouped.len(), 1, "{text}");
+    let cells: Vec<&str> = grouped[0].split('|').map(str::trim).collect();
+    assert_eq!(
+        (cells[2], cells.last().copied()),
+        ("30", Some("0x1000 +1 more")),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "grouped: 1 row named by its creation site stands for 10 objects at 2 addresses"
+        ),
+        "{text}"
+    );
+    // A grouped report stays grouped.
+    let mut saved = report.clone();
+    saved["locks"] = serde_json::json!([lock("0x1000", 30)]);
+    saved["locks"][0]["group"] =
+        serde_json::json!({"addresses": 2, "objects": 10, "by_address": []});
+    std::fs::write(file.path(), saved.to_string()).unwrap();
+    let output = locktrace()
+        .arg("report")
+        .arg(file.path())
+        .args(["--group-by", "address"])
+        .output()
+        .unwrap();
+    assert_one_line_error(
+        &output,
+        "was recorded with its rows grouped by creation site",
+    );
+}
+
 #[test]
 fn invalid_load_ports_are_refused() {
     for port in [":99999", ":abc", ":-1", ":", ":459990"] {

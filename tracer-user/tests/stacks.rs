@@ -111,59 +111,161 @@ fn contended_wait_stacks_are_whole_without_frame_pointers() {
 
 /// The connection mutexes (created per request in `conn_create` at a
 /// reused address, one address per thread) are named by their creation
-/// site, which counts every init; the stats mutex (zeroed memory, no init
-/// call) is created "first used"; `compare` of two runs matches the
-/// connections' rows by their site (addresses differ between runs).
+/// site and, by default, are ONE row: every connection's acquisitions
+/// (3 per request), one object per request, each address's figures in
+/// `group.by_address`. With `--group-by address` they are a row per
+/// address adding up to the same. The stats mutex (zeroed memory, no init
+/// call) is created "first used" and keeps its own row. `compare` matches
+/// the site's rows across runs (addresses differ), grouped or not, and
+/// `report --group-by site` turns the per-address rows into the one row.
 #[test]
-fn locks_are_named_by_where_they_were_created() {
+fn locks_are_named_and_grouped_by_where_they_were_created() {
     const THREADS: u64 = 2;
     let binary = sites(Flavor::Glibc);
     let site = "mutex created in conn_create <- serve_request <- worker";
     let dir = tempfile::tempdir().unwrap();
     let requests = (THREADS * REQUESTS).to_string();
+    // Each run's JSON, and the addresses its connections were at.
     let mut saved = Vec::new();
-    for run in ["before", "after"] {
+    for (run, extra) in [
+        ("first", None),
+        ("second", None),
+        ("by_address", Some("address")),
+    ] {
         let json = dir.path().join(format!("{run}.json"));
         let mut fixture = Fixture::spawn(&binary, &[&THREADS.to_string(), &REQUESTS.to_string()]);
-        let trace = Trace::attach(fixture.pid(), &["--stacks", "8", "--requests", &requests]);
+        let mut args = vec!["--stacks", "8", "--requests", &requests];
+        if let Some(how) = extra {
+            args.extend(["--group-by", how]);
+        }
+        let trace = Trace::attach(fixture.pid(), &args);
         fixture.start();
         let stats = fixture.address("stats");
         fixture.wait();
         let (report, table) = trace.finish_keep(&json);
         let locks = report["locks"].as_array().unwrap();
         let connections: Vec<&Value> = locks.iter().filter(|l| l["name"] == site).collect();
-        assert!(
-            !connections.is_empty(),
-            "{run}: no row named {site}:\n{table}"
-        );
-        let acquired: u64 = connections
-            .iter()
-            .map(|l| l["acquisitions"].as_u64().unwrap())
-            .sum();
-        assert_eq!(acquired, 3 * THREADS * REQUESTS, "{run}:\n{table}");
-        let inits: u64 = connections
-            .iter()
-            .map(|l| l["created"]["inits"].as_u64().unwrap())
-            .sum();
-        assert_eq!(inits, THREADS * REQUESTS, "{run}:\n{table}");
-        for connection in &connections {
-            assert_eq!(connection["created"]["by"], "init");
-            assert_eq!(connection["created"]["site"][0]["function"], "conn_create");
-        }
+        let addresses = if extra.is_none() {
+            assert_one_row_per_site(&report, &connections, THREADS * REQUESTS, &table);
+            connections[0]["group"]["addresses"].as_u64().unwrap()
+        } else {
+            assert_rows_per_address(&connections, THREADS * REQUESTS, &table);
+            connections.len() as u64
+        };
         let stats = lock_at(&report, stats).unwrap_or_else(|| panic!("{run}: no stats row"));
         assert_eq!(stats["created"]["by"], "first_use", "{run}: {stats:#}");
         assert_eq!(stats["created"]["site"][0]["function"], "take", "{run}");
-        saved.push(json);
+        assert!(stats.get("group").is_none(), "{run}: {stats:#}");
+        saved.push((json, addresses));
     }
-    let compared = locktrace().arg("compare").args(&saved).output().unwrap();
+    // Grouped on both sides, and grouped against per address: one row,
+    // 3.0 per request, `locks` counting the addresses on each side.
+    for (before, after) in [(&saved[0], &saved[1]), (&saved[0], &saved[2])] {
+        let row = compare_row_of(&before.0, &after.0, site);
+        let locks = format!("{}/{}", before.1, after.1);
+        assert_eq!(row[1..4], [locks.as_str(), "3.0", "3.0"], "{row:?}");
+    }
+    // The per-address rows, grouped by `report`: the one row's sum.
+    let regrouped = locktrace()
+        .arg("report")
+        .arg(&saved[2].0)
+        .args(["--group-by", "site", "--wide"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&regrouped.stdout);
+    let rows: Vec<&str> = text
+        .lines()
+        .filter(|line| line.starts_with(&format!(" {site} ")))
+        .collect();
+    assert_eq!(rows.len(), 1, "{text}");
+    let cells: Vec<&str> = rows[0].split('|').map(str::trim).collect();
+    assert_eq!(cells[2], (3 * THREADS * REQUESTS).to_string(), "{text}");
+}
+
+/// Default grouping: exactly one row for the site, with the fixture's
+/// sums, its objects and its addresses' figures adding up to the row.
+fn assert_one_row_per_site(report: &Value, rows: &[&Value], objects: u64, table: &str) {
+    assert_eq!(rows.len(), 1, "not one row per creation site:\n{table}");
+    let row = rows[0];
+    assert_eq!(row["acquisitions"], 3 * objects, "{table}");
+    assert_eq!(row["per_request"]["acquisitions"], 3.0, "{table}");
+    assert_eq!(row["created"]["by"], "init");
+    assert_eq!(row["created"]["site"][0]["function"], "conn_create");
+    assert_eq!(row["created"]["inits"], objects, "{row:#}");
+    let group = &row["group"];
+    assert_eq!(group["objects"], objects, "{row:#}");
+    let by_address = group["by_address"].as_array().unwrap();
+    assert_eq!(group["addresses"], by_address.len() as u64, "{row:#}");
+    let sum = |field: &str| -> u64 { by_address.iter().map(|a| a[field].as_u64().unwrap()).sum() };
+    assert_eq!(sum("acquisitions"), 3 * objects, "{row:#}");
+    assert_eq!(sum("inits"), objects, "{row:#}");
+    assert_eq!(sum("contended"), row["contended"].as_u64().unwrap());
+    // The addresses' stacks are the row's: whole chains, counting every call.
+    let stacks: Vec<&Value> = report["stacks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|stack| stack["lock"] == row["address"])
+        .collect();
+    let counted: u64 = stacks.iter().map(|s| s["count"].as_u64().unwrap()).sum();
+    assert_eq!(
+        counted,
+        3 * objects + row["contended"].as_u64().unwrap(),
+        "{table}"
+    );
+    let covered: Vec<u64> = by_address
+        .iter()
+        .map(|a| {
+            u64::from_str_radix(a["address"].as_str().unwrap().trim_start_matches("0x"), 16)
+                .unwrap()
+        })
+        .collect();
+    for stack in report["stacks"].as_array().unwrap() {
+        let lock =
+            u64::from_str_radix(stack["lock"].as_str().unwrap().trim_start_matches("0x"), 16)
+                .unwrap();
+        assert!(
+            stack["lock"] == row["address"] || !covered.contains(&lock),
+            "{stack:#}"
+        );
+    }
+}
+
+/// `--group-by address`: a row per address, no group, the same sums.
+fn assert_rows_per_address(rows: &[&Value], objects: u64, table: &str) {
+    assert!(!rows.is_empty(), "no row named by the site:\n{table}");
+    let acquired: u64 = rows
+        .iter()
+        .map(|l| l["acquisitions"].as_u64().unwrap())
+        .sum();
+    assert_eq!(acquired, 3 * objects, "{table}");
+    let inits: u64 = rows
+        .iter()
+        .map(|l| l["created"]["inits"].as_u64().unwrap())
+        .sum();
+    assert_eq!(inits, objects, "{table}");
+    for row in rows {
+        assert!(row.get("group").is_none(), "{row:#}");
+        assert_eq!(row["created"]["site"][0]["function"], "conn_create");
+    }
+}
+
+/// The cells of `compare BEFORE AFTER`'s row for `identity`.
+fn compare_row_of(
+    before: &std::path::Path,
+    after: &std::path::Path,
+    identity: &str,
+) -> Vec<String> {
+    let compared = locktrace()
+        .arg("compare")
+        .arg(before)
+        .arg(after)
+        .output()
+        .unwrap();
     let text = String::from_utf8_lossy(&compared.stdout);
     let row = text
         .lines()
-        .find(|line| line.contains(site))
-        .unwrap_or_else(|| panic!("compare has no row for {site}:\n{text}"));
-    let cells: Vec<&str> = row.split('|').map(str::trim).collect();
-    // One row per address on each side (a thread's connections reuse one).
-    let (before, after) = cells[1].split_once('/').unwrap();
-    assert!(before != "0" && after != "0", "{text}");
-    assert_eq!((cells[2], cells[3]), ("3.0", "3.0"), "{text}");
+        .find(|line| line.contains(identity))
+        .unwrap_or_else(|| panic!("compare has no row for {identity}:\n{text}"));
+    row.split('|').map(|cell| cell.trim().to_string()).collect()
 }

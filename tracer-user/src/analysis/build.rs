@@ -96,13 +96,7 @@ pub fn build(info: RecordInfo, collected: &Collected, functions: &[LockFunction]
     for lock in &mut locks {
         lock.lifetime = collected.lifetimes.ended(lock.address);
     }
-    locks.sort_by(|a, b| {
-        (b.acquisitions.unwrap_or(0), b.contended, b.wait_ns).cmp(&(
-            a.acquisitions.unwrap_or(0),
-            a.contended,
-            a.wait_ns,
-        ))
-    });
+    sort_locks(&mut locks);
     let totals = waits::totals(&locks, counted_acquisitions);
     let (in_progress, deadlocks) =
         in_progress::apply(&locks, &collected.in_flight, counted_acquisitions);
@@ -141,6 +135,18 @@ pub fn build(info: RecordInfo, collected: &Collected, functions: &[LockFunction]
         locks,
         kernel_limits: Vec::new(),
     }
+}
+
+/// The report's order of locks: most acquisitions, then contended waits,
+/// then wait time first.
+pub fn sort_locks(locks: &mut [Lock]) {
+    locks.sort_by(|a, b| {
+        (b.acquisitions.unwrap_or(0), b.contended, b.wait_ns).cmp(&(
+            a.acquisitions.unwrap_or(0),
+            a.contended,
+            a.wait_ns,
+        ))
+    });
 }
 
 /// `dropped` reason (computed here, not by BPF): lock calls whose caller was

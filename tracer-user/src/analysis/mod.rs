@@ -1,12 +1,14 @@
 //! From collected counts to the report model: the locks and totals
 //! ([`build`]), sampled-mode estimates ([`estimate`]), per-request figures
 //! ([`per_request`]), what tracing cost ([`cost`]) and which futex waits
-//! are lock contention ([`waits`]), the CPU lock code cost ([`cpu`]). No names here: that is
+//! are lock contention ([`waits`]), the CPU lock code cost ([`cpu`]), rows of
+//! several addresses merged into one ([`group`]). No names here: that is
 //! `naming`'s job.
 pub mod build;
 pub mod cost;
 pub mod cpu;
 pub mod estimate;
+pub mod group;
 pub mod holds;
 pub mod in_progress;
 pub mod per_request;

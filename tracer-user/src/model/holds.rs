@@ -54,6 +54,17 @@ pub fn add_histogram(into: &mut Vec<(u64, u64)>, buckets: &[u64]) {
     *into = merged.into_iter().collect();
 }
 
+/// Adds one sparse `[upper_bound_ns, count]` list to another, bucket by
+/// bucket (kept sorted).
+pub fn merge_histogram(into: &mut Vec<(u64, u64)>, other: &[(u64, u64)]) {
+    let mut merged: BTreeMap<u64, u64> = into.iter().copied().collect();
+    for &(bound, count) in other {
+        let total = merged.entry(bound).or_insert(0);
+        *total = total.saturating_add(count);
+    }
+    *into = merged.into_iter().collect();
+}
+
 /// The upper bound of the bucket holding the `quantile` (0..1) of a histogram.
 pub fn quantile(histogram: &[(u64, u64)], quantile: f64) -> Option<u64> {
     let total: u64 = histogram.iter().map(|(_, n)| n).sum();

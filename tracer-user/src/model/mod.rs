@@ -23,15 +23,16 @@ pub use coverage::{Coverage, ExecLoss, ExecSeen, MainThreadExit};
 pub use cpu::{CpuReport, cpu_error_ns, sample_period_ns};
 pub use destination::{Destination, write_output};
 pub use estimate::{Estimate, ScaleBasis, WindowLinkKind};
-pub use holds::{HoldSite, Holds, WaitHolder, add_histogram, quantile};
+pub use holds::{HoldSite, Holds, WaitHolder, add_histogram, merge_histogram, quantile};
 pub use in_progress::{Activity, Deadlock, DeadlockStep, InProgress, ThreadRef};
 pub use kinds::{LockKind, Mode, Placement, RequestSource, ServerKind, StopReason, WaitClass};
 pub use lifetimes::{EndedLifetime, Lifetimes};
 pub use overhead::{Calibration, Overhead};
 pub use report::{
-    AlternativeName, Caller, ClassTotals, CreatedBy, Creation, DeclaredContention, DeclaredType,
-    Frame, LiveNaming, Lock, LockChain, LockStack, MAX_REPORT_BYTES, Naming, PlacementFallback,
-    Report, SCHEMA, SkipReason, SkippedFile, StackSource, TargetInfo, Totals,
+    AddressFigures, AlternativeName, Caller, ClassTotals, CreatedBy, Creation, DeclaredContention,
+    DeclaredType, Frame, LiveNaming, Lock, LockChain, LockStack, MAX_REPORT_BYTES, Naming,
+    PlacementFallback, Report, SCHEMA, SiteGroup, SkipReason, SkippedFile, StackSource, TargetInfo,
+    Totals,
 };
 pub use requests::{AutoProbe, PerRequest, Requests};
 pub use sampled_run::{CountingWindow, SampledRun};

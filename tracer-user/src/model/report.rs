@@ -175,6 +175,44 @@ pub struct Lock {
     /// was there, another row the one there now. Absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lifetime: Option<super::EndedLifetime>,
+    /// A row of the locks named by one creation site (`--group-by site`,
+    /// the default; init calls seen): the addresses and objects it stands
+    /// for, and each address's own figures. Absent on rows kept per
+    /// address (`--group-by address`, locks named otherwise or first used).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<SiteGroup>,
+}
+
+/// The locks one creation-site row stands for.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct SiteGroup {
+    /// Addresses merged into the row.
+    pub addresses: u64,
+    /// Objects seen: the init calls at those addresses (an address reused
+    /// by one object after another counts each), and one for each address
+    /// no init call was seen at.
+    pub objects: u64,
+    /// Each address's own figures, most acquisitions first.
+    pub by_address: Vec<AddressFigures>,
+}
+
+/// One address's figures inside a [`SiteGroup`].
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct AddressFigures {
+    #[serde(with = "address")]
+    pub address: u64,
+    pub acquisitions: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed_tries: Option<u64>,
+    pub contended: u64,
+    pub wakes: u64,
+    pub wait_ns: u64,
+    pub max_wait_ns: u64,
+    #[serde(default)]
+    pub cpu_ns: Option<u64>,
+    /// Init calls seen at this address.
+    pub inits: u64,
+    pub region: String,
 }
 
 /// A lock's type in its module's DWARF.
@@ -258,6 +296,7 @@ impl Lock {
             created: None,
             declared: None,
             lifetime: None,
+            group: None,
         }
     }
 

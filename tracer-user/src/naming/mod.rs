@@ -34,9 +34,12 @@ use region::AddressSpace;
 use tracer_common::stack_kind;
 
 use crate::{
-    analysis::build::is_nested_call,
+    analysis::{
+        build::is_nested_call,
+        group::{CallSites, sorted_callers},
+    },
     model::{
-        Caller, Collected, Frame, LockKind, LockStack, Naming, Report, SkipReason, SkippedFile,
+        Collected, Frame, LockKind, LockStack, Naming, Report, SkipReason, SkippedFile,
         StackSource, UnwoundStack,
     },
     probe::{
@@ -45,9 +48,6 @@ use crate::{
         target::{self, Mapping, Target},
     },
 };
-
-/// Call counts per (function, module, offset) of one lock.
-type CallSites = BTreeMap<(Option<String>, Option<String>, u64), u64>;
 
 /// Heap locks (in report order) whose pointer chains are searched.
 pub const CHAIN_SEARCH_LOCKS: usize = 20;
@@ -611,25 +611,6 @@ fn attribute_futex_waits(report: &mut Report, space: &AddressSpace, collected: &
         };
         lock.callers = sorted_callers(callers);
     }
-}
-
-/// Call sites as report callers, most frequent first.
-fn sorted_callers(sites: CallSites) -> Vec<Caller> {
-    let mut callers: Vec<Caller> = sites
-        .into_iter()
-        .map(|((function, module, offset), count)| Caller {
-            function,
-            module,
-            offset,
-            count,
-        })
-        .collect();
-    callers.sort_by(|a, b| {
-        b.count
-            .cmp(&a.count)
-            .then_with(|| a.function.cmp(&b.function))
-    });
-    callers
 }
 
 /// Resolved frames of one unwound stack: the first is the probed (or

@@ -34,6 +34,27 @@ pub fn naming(report: &Report) -> String {
     out
 }
 
+/// What the rows grouped by creation site stand for (empty without any).
+pub fn grouped_by_site(report: &Report) -> String {
+    let groups: Vec<_> = report
+        .locks
+        .iter()
+        .filter_map(|l| l.group.as_ref())
+        .collect();
+    if groups.is_empty() {
+        return String::new();
+    }
+    let objects: u64 = groups.iter().map(|g| g.objects).sum();
+    let addresses: u64 = groups.iter().map(|g| g.addresses).sum();
+    let rows = match groups.len() {
+        1 => "1 row named by its creation site stands".to_string(),
+        n => format!("{n} rows named by their creation site stand"),
+    };
+    format!(
+        "grouped: {rows} for {objects} objects at {addresses} addresses (--group-by address: a row per address)\n"
+    )
+}
+
 /// The rows that count as contention only because of their DWARF type.
 fn contention_by_type(report: &Report) -> String {
     const SHOWN: usize = 3;

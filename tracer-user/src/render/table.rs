@@ -55,6 +55,7 @@ pub fn render(report: &Report, limit: Option<usize>, width: Width) -> String {
         let _ = writeln!(out, "({} more locks not shown)", contention - shown);
     }
     out.push_str(&stacks::render_text(report, shown));
+    out.push_str(&footer::grouped_by_site(report));
     out.push_str(&footer::naming(report));
     let totals = &report.totals;
     let _ = writeln!(
@@ -191,7 +192,12 @@ fn lock_columns(report: &Report) -> Vec<LockColumn> {
     ));
     columns.push((
         Column::label("address", 45),
-        Box::new(|lock| format!("{:#x}", lock.shown_address())),
+        Box::new(|lock| match &lock.group {
+            Some(group) if group.addresses > 1 => {
+                format!("{:#x} +{} more", lock.shown_address(), group.addresses - 1)
+            }
+            _ => format!("{:#x}", lock.shown_address()),
+        }),
     ));
     columns
 }

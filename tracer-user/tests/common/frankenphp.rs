@@ -312,9 +312,9 @@ pub fn assert_global_lock_stacks(report: &Value, table: &str, what: &str) {
 
 /// The per-connection statistics mutexes (`--stacks`): each request's
 /// connection creates one in `mysqlnd_stats_init`, at a few reused heap
-/// addresses; named by that creation site, they take exactly 383 per
-/// request (792 in all, less 408 on the global lock and 1 on
-/// `*tsrm_env_mutex`).
+/// addresses; named by that creation site, they are one row (grouped by
+/// site) that takes exactly 383.0 per request (792 in all, less 408 on the
+/// global lock and 1 on `*tsrm_env_mutex`).
 pub fn assert_connection_stats_by_site(report: &Value, table: &str, what: &str) {
     const SITE: &str = "mutex created in tsrm_mutex_alloc <- mysqlnd_stats_init";
     let count = report["requests"]["count"].as_u64().unwrap();
@@ -328,15 +328,17 @@ pub fn assert_connection_stats_by_site(report: &Value, table: &str, what: &str) 
                 .is_some_and(|name| name.starts_with(SITE))
         })
         .collect();
-    assert!(!rows.is_empty(), "{what}: no lock named {SITE}…:\n{table}");
-    let acquired: u64 = rows
-        .iter()
-        .map(|l| l["acquisitions"].as_u64().unwrap())
-        .sum();
-    assert_eq!(acquired, 383 * count, "{what}:\n{table}");
-    for row in rows {
-        assert_eq!(row["created"]["by"], "init", "{what}: {row:#}");
-    }
+    // Grouped by creation site (the default): one row for every connection's.
+    assert_eq!(rows.len(), 1, "{what}: not one row named {SITE}…:\n{table}");
+    let row = rows[0];
+    assert_eq!(row["acquisitions"], 383 * count, "{what}:\n{table}");
+    assert_eq!(
+        row["per_request"]["acquisitions"], 383.0,
+        "{what}:\n{table}"
+    );
+    assert_eq!(row["created"]["by"], "init", "{what}: {row:#}");
+    let objects = row["group"]["objects"].as_u64().unwrap_or(0);
+    assert!(objects >= 1, "{what}: {row:#}");
 }
 
 /// Go's scheduler parks its threads on futexes: `go_runtime` rows, never in
