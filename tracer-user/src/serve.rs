@@ -698,6 +698,31 @@ mod tests {
     }
 
     #[test]
+    fn every_metric_the_shipped_rules_use_is_exported() {
+        let mut registry = Registry::default();
+        let metrics = Metrics::register(&mut registry, true);
+        let mut tick = interval(vec![lock("g_lock", 5)]);
+        tick.requests = Some(1);
+        series_set(10).apply(&metrics, &tick, Instant::now());
+        metrics.update(&tick);
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        let exported = classic_text(&text);
+        let rules = include_str!("../../docs/prometheus/locktrace-rules.yml");
+        let used: std::collections::BTreeSet<&str> = rules
+            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .filter(|word| word.starts_with("locktrace_"))
+            .collect();
+        assert!(used.len() >= 6, "{used:?}");
+        for name in used {
+            assert!(
+                exported.contains(&format!("\n{name}")),
+                "{name} is not exported:\n{exported}"
+            );
+        }
+    }
+
+    #[test]
     fn label_values_stay_valid() {
         assert_eq!(label_value("a\"b\\c\nd"), "a'b/c d");
         assert_eq!(label_value("x\x1b]0;t\x07"), "x/x1b]0;t/x07");
