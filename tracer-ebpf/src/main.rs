@@ -35,7 +35,7 @@ use tracer_common::{
     Holder, HolderHolds, HolderKey, LOCK_OPS, LockCounts, LockOp, MAX_CALLERS, MAX_CONDVARS,
     MAX_CPU_LOCK_CODE_RANGES, MAX_CPU_LOCKS, MAX_FUTEXES, MAX_HELD, MAX_HOLDERS,
     MAX_LOCK_CODE_RANGES, MAX_LOCKS, MAX_PROBE_POINTS, MAX_STACKS, MAX_WAITING_THREADS, MUTEX_SPAN,
-    PendingKey, PendingTry, SNAPSHOT_RING_BYTES, Unmapped, STACK_WINDOW, StackKey, StackSnapshot,
+    PendingKey, PendingTry, SNAPSHOT_RING_BYTES, STACK_WINDOW, StackKey, StackSnapshot, Unmapped,
     WaitHolderKey, WaitTime, cookie, counting, cpu_sample, drop_reason, flags, histogram,
     kernel_caps, lifetime, requests, snapshot_due, stack_kind, wait_class,
 };

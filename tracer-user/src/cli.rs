@@ -37,6 +37,24 @@ enum ModeArg {
     Sampled,
 }
 
+/// `--mode` of the live views: sampled windows are for `record` only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum LiveModeArg {
+    /// Every acquisition counted, exact.
+    All,
+    /// No lock probes: futex tracepoints only (contention exact, acquisitions unknown).
+    Contention,
+}
+
+impl From<LiveModeArg> for Mode {
+    fn from(mode: LiveModeArg) -> Mode {
+        match mode {
+            LiveModeArg::All => Mode::All,
+            LiveModeArg::Contention => Mode::Contention,
+        }
+    }
+}
+
 /// `--window-links` (sampled mode).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 enum WindowLinksArg {
@@ -210,25 +228,39 @@ impl CpuArgs {
 #[derive(clap::Args)]
 struct LiveArgs {
     /// Process to trace (the host's pid, also for a process in a container).
-    #[arg(long, short)]
+    #[arg(long, short, help_heading = "Target")]
     pid: u32,
     /// all: every acquisition; contention: futex waits/wakes only (cheapest).
-    #[arg(long, value_enum, default_value = "all")]
-    mode: ModeArg,
-    /// Where the lock probes go.
-    #[arg(long, value_enum, default_value = "auto")]
-    placement: PlacementArg,
+    #[arg(
+        long,
+        value_enum,
+        default_value = "all",
+        help_heading = "What to count"
+    )]
+    mode: LiveModeArg,
     /// Count calls of a function that runs once per request, e.g. libphp.so:php_request_startup;
-    /// auto: the one for the recognised server (the default without --load/--requests); none: no probe.
-    #[arg(long, value_name = "MODULE:SYMBOL|auto|none")]
+    /// auto (the default): the one for the recognised server (PHP); none: no probe.
+    #[arg(
+        long,
+        value_name = "MODULE:SYMBOL|auto|none",
+        help_heading = "Requests"
+    )]
     request_probe: Option<String>,
-    /// Locks quiet this many seconds are forgotten (bounded memory when running for days).
-    #[arg(long, value_name = "SECS", default_value_t = 300)]
-    expire_after: u64,
     /// Create this (empty) file once the probes are live, for scripts and tests.
-    #[arg(long, value_name = "PATH")]
+    #[arg(long, value_name = "PATH", help_heading = "Output")]
     ready_file: Option<PathBuf>,
-    #[command(flatten)]
+    /// Where the lock probes go.
+    #[arg(long, value_enum, default_value = "auto", help_heading = "Cost")]
+    placement: PlacementArg,
+    /// Locks quiet this many seconds are forgotten (bounded memory when running for days).
+    #[arg(
+        long,
+        value_name = "SECS",
+        default_value_t = 300,
+        help_heading = "Cost"
+    )]
+    expire_after: u64,
+    #[command(flatten, next_help_heading = "Cost")]
     cpu: CpuArgs,
 }
 
@@ -270,89 +302,124 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
 #[derive(Subcommand)]
 enum Command {
     /// Attach to a running process and count its lock acquisitions and contention.
+    #[command(after_help = RECORD_EXAMPLES)]
     Record {
         /// Process to trace (the host's pid, also for a process in a container).
-        #[arg(long, short)]
+        #[arg(long, short, help_heading = "Target")]
         pid: u32,
         /// Stop after this many seconds (default: until Ctrl-C or the target exits); with --load, send load this long.
-        #[arg(long, short, allow_negative_numbers = true)]
+        #[arg(long, short, allow_negative_numbers = true, help_heading = "Target")]
         duration: Option<f64>,
-        /// Also write the report as JSON to this file.
-        #[arg(long)]
-        json: Option<PathBuf>,
-        /// Where the lock probes go.
-        #[arg(long, value_enum, default_value = "auto")]
-        placement: PlacementArg,
         /// all: every acquisition, exact; contention: futex waits/wakes only (no lock probes);
         /// sampled: lock probes a fraction of the time, counts scaled (estimates).
-        #[arg(long, value_enum, default_value = "all")]
+        #[arg(
+            long,
+            value_enum,
+            default_value = "all",
+            help_heading = "What to count"
+        )]
         mode: ModeArg,
-        /// Sampled mode: fraction of the time the lock probes are in, each window's 20 ms warm-up
-        /// included (0 < RATE <= 1; default 0.1).
-        #[arg(long, value_name = "RATE", allow_negative_numbers = true)]
-        sample: Option<f64>,
-        /// Sampled mode: one counting window per this many seconds (default 1 with uprobe-multi
-        /// links, 5 with a perf-event uprobe per point).
-        #[arg(long, value_name = "SECONDS", allow_negative_numbers = true)]
-        sample_period: Option<f64>,
-        /// Sampled mode: how windows attach and detach the lock probes: auto (uprobe-multi
-        /// links, else a perf-event uprobe per point) or perf-event (to compare).
-        #[arg(long, value_enum, value_name = "HOW")]
-        window_links: Option<WindowLinksArg>,
-        /// Show at most this many locks in the table.
-        #[arg(long, allow_negative_numbers = true)]
-        top: Option<usize>,
-        #[command(flatten)]
-        requests: RequestArgs,
         /// Record user stacks and keep the top N per lock (names resolved).
         #[arg(
             long,
             value_name = "N",
             default_value_t = 0,
-            allow_negative_numbers = true
+            allow_negative_numbers = true,
+            help_heading = "What to count"
         )]
         stacks: usize,
-        /// Create this (empty) file once the probes are live, for scripts and tests.
-        #[arg(long, value_name = "PATH")]
-        ready_file: Option<PathBuf>,
-        /// Also write the report as a gzipped pprof profile (go tool pprof, Pyroscope, Parca).
-        #[arg(long, value_name = "FILE")]
-        pprof: Option<PathBuf>,
         /// Also probe the unlock functions: hold time per lock and per holder function (about doubles the probe hits).
-        #[arg(long)]
+        #[arg(long, help_heading = "What to count")]
         hold_times: bool,
-        #[command(flatten)]
-        cpu: CpuArgs,
+        #[command(flatten, next_help_heading = "Requests")]
+        requests: RequestArgs,
+        /// Also write the report as JSON to this file.
+        #[arg(long, value_name = "FILE", help_heading = "Output")]
+        json: Option<PathBuf>,
+        /// Show at most this many locks in the table (default: all).
+        #[arg(
+            long,
+            value_name = "N",
+            allow_negative_numbers = true,
+            help_heading = "Output"
+        )]
+        top: Option<usize>,
+        /// Also write the report as a gzipped pprof profile (go tool pprof, Pyroscope, Parca).
+        #[arg(long, value_name = "FILE", help_heading = "Output")]
+        pprof: Option<PathBuf>,
         /// Print every column in full (by default the table fits the terminal, or 160 columns).
-        #[arg(long)]
+        #[arg(long, help_heading = "Output")]
         wide: bool,
         /// Locks named by where they were created (`mutex created in f <- g <- h`): one row per
         /// creation site, its objects at every address summed, or one row per address.
-        #[arg(long, value_enum, value_name = "HOW", default_value = "site")]
+        #[arg(
+            long,
+            value_enum,
+            value_name = "HOW",
+            default_value = "site",
+            help_heading = "Output"
+        )]
         group_by: GroupBy,
+        /// Create this (empty) file once the probes are live, for scripts and tests.
+        #[arg(long, value_name = "PATH", help_heading = "Output")]
+        ready_file: Option<PathBuf>,
+        /// Where the lock probes go.
+        #[arg(long, value_enum, default_value = "auto", help_heading = "Cost")]
+        placement: PlacementArg,
+        /// Sampled mode: fraction of the time the lock probes are in, each window's 20 ms warm-up
+        /// included (0 < RATE <= 1; default 0.1).
+        #[arg(
+            long,
+            value_name = "RATE",
+            allow_negative_numbers = true,
+            help_heading = "Cost"
+        )]
+        sample: Option<f64>,
+        /// Sampled mode: one counting window per this many seconds (default 1 with uprobe-multi
+        /// links, 5 with a perf-event uprobe per point).
+        #[arg(
+            long,
+            value_name = "SECONDS",
+            allow_negative_numbers = true,
+            help_heading = "Cost"
+        )]
+        sample_period: Option<f64>,
+        /// Sampled mode: how windows attach and detach the lock probes: auto (uprobe-multi
+        /// links, else a perf-event uprobe per point) or perf-event (to compare).
+        #[arg(long, value_enum, value_name = "HOW", help_heading = "Cost")]
+        window_links: Option<WindowLinksArg>,
+        #[command(flatten, next_help_heading = "Cost")]
+        cpu: CpuArgs,
     },
     /// Compare two reports per request: which locks appeared, disappeared or changed.
+    #[command(after_help = COMPARE_EXAMPLES)]
     Compare(compare::CompareArgs),
     /// Serve live per-lock counters on a Prometheus /metrics endpoint (OpenMetrics text).
+    #[command(after_help = SERVE_EXAMPLES)]
     Serve {
         #[command(flatten)]
         live: LiveArgs,
         /// Address to listen on, e.g. 127.0.0.1:9464 or 0.0.0.0:9464.
-        #[arg(long, value_name = "ADDR")]
+        #[arg(long, value_name = "ADDR", help_heading = "Output")]
         listen: std::net::SocketAddr,
         /// Lock series exported at most, the most active; the rest add up in lock="other".
-        #[arg(long, value_name = "N", default_value_t = 50)]
+        #[arg(long, value_name = "N", default_value_t = 50, help_heading = "Output")]
         max_locks: usize,
     },
     /// A live full-screen table of the busiest locks, refreshed every second (s: sort, q: quit).
+    #[command(after_help = TOP_EXAMPLES)]
     Top {
         #[command(flatten)]
         live: LiveArgs,
     },
     /// Print a saved JSON report again.
+    #[command(after_help = REPORT_EXAMPLES)]
     Report {
+        /// The report `record --json` wrote.
+        #[arg(value_name = "FILE.json")]
         file: PathBuf,
-        #[arg(long)]
+        /// Show at most this many locks in the table (default: all).
+        #[arg(long, value_name = "N")]
         top: Option<usize>,
         /// `table`, `folded` (stacks for flame graph tools), `svg` (a flame graph) or
         /// `pprof` (gzipped protobuf for go tool pprof, Pyroscope, Parca: redirect to a file).
@@ -370,6 +437,25 @@ enum Command {
         group_by: Option<GroupBy>,
     },
 }
+
+const RECORD_EXAMPLES: &str = "Examples:
+  locktrace record --pid 1234 --duration 10 --json before.json
+  locktrace record --pid 1234 --load http://127.0.0.1:8080/ -n 5000 --json before.json
+  locktrace record --pid 1234 --duration 10 --mode contention
+  locktrace record --pid 1234 --duration 10 --stacks 5 --hold-times";
+const COMPARE_EXAMPLES: &str = "Examples:
+  locktrace compare before.json after.json
+  locktrace compare before.json after.json --assert-gone mysqlnd_global_stats --assert-max tsrm_env_mutex=2";
+const SERVE_EXAMPLES: &str = "Examples:
+  locktrace serve --pid 1234 --listen 127.0.0.1:9464
+  (rules and alerts for Prometheus: docs/prometheus/locktrace-rules.yml)";
+const TOP_EXAMPLES: &str = "Examples:
+  locktrace top --pid 1234
+  locktrace top --pid 1234 --mode contention";
+const REPORT_EXAMPLES: &str = "Examples:
+  locktrace report before.json --top 10
+  locktrace report before.json --format svg > flame.svg
+  locktrace report before.json --format pprof > before.pb.gz";
 
 /// Parses the command line, runs it, and turns errors into one line and an exit code.
 pub fn main() -> ExitCode {

@@ -312,12 +312,54 @@ fn pprof_to_a_terminal_or_a_bad_file_is_a_one_line_error() {
 }
 
 #[test]
+fn help_has_headings_and_examples_and_live_views_offer_only_their_modes() {
+    let help = |args: &[&str]| {
+        let output = locktrace().args(args).arg("--help").output().unwrap();
+        assert!(output.status.success());
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    let record = help(&["record"]);
+    let headings: Vec<&str> = record
+        .lines()
+        .filter(|line| line.ends_with(':') && !line.starts_with(' '))
+        .collect();
+    assert_eq!(
+        headings,
+        [
+            "Options:",
+            "Target:",
+            "What to count:",
+            "Requests:",
+            "Output:",
+            "Cost:",
+            "Examples:"
+        ],
+        "{record}"
+    );
+    for command in ["record", "compare", "serve", "top", "report"] {
+        let text = help(&[command]);
+        assert!(
+            text.contains(&format!("Examples:\n  locktrace {command} ")),
+            "{text}"
+        );
+    }
+    for live in ["serve", "top"] {
+        let text = help(&[live]);
+        assert!(
+            text.contains("contention") && !text.contains("sampled"),
+            "{text}"
+        );
+    }
+    assert!(help(&["report"]).contains("The report `record --json` wrote"));
+}
+
+#[test]
 fn serve_bad_input_is_one_line() {
     let me = std::process::id().to_string();
     for (args, says) in [
         (
             vec!["--listen", "127.0.0.1:0", "--mode", "sampled"],
-            "--mode sampled is for record",
+            "invalid value 'sampled' for '--mode <MODE>' [possible values: all, contention]",
         ),
         (vec!["--listen", "nonsense"], "invalid value 'nonsense'"),
         (
