@@ -457,6 +457,43 @@ const REPORT_EXAMPLES: &str = "Examples:
   locktrace report before.json --format svg > flame.svg
   locktrace report before.json --format pprof > before.pb.gz";
 
+/// The command line's definition (for man pages, completions and the
+/// reference in docs/cli.md).
+pub fn command() -> clap::Command {
+    use clap::CommandFactory;
+    Cli::command()
+}
+
+/// docs/cli.md: every subcommand's `--help`, generated so it cannot drift
+/// (a unit test compares it with the file).
+pub fn reference_markdown() -> String {
+    let mut root = command();
+    // Usage lines then read `locktrace record …`, as typed.
+    root.build();
+    let mut out = String::from(
+        "# Command-line reference\n\nGenerated from the command's own definition \
+         (`LOCKTRACE_BLESS=1 cargo test -p tracer-user --lib cli::` rewrites it; a test \
+         fails when it is stale).\n\n```text\n",
+    );
+    out.push_str(&root.render_long_help().to_string());
+    out.push_str("```\n");
+    for sub in root
+        .get_subcommands_mut()
+        .filter(|sub| sub.get_name() != "help")
+    {
+        let name = sub.get_name().to_string();
+        out.push_str(&format!("\n## locktrace {name}\n\n```text\n"));
+        out.push_str(&sub.render_long_help().to_string());
+        out.push_str("```\n");
+    }
+    // No trailing spaces: clap pads some lines.
+    out.lines()
+        .map(str::trim_end)
+        .collect::<Vec<_>>()
+        .join("\n")
+        + "\n"
+}
+
 /// Parses the command line, runs it, and turns errors into one line and an exit code.
 pub fn main() -> ExitCode {
     // Diagnostics for developers: RUST_LOG=locktrace=debug.
@@ -718,4 +755,21 @@ fn report_file(
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_cli_reference_in_docs_is_current() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/cli.md");
+        let generated = super::reference_markdown();
+        if std::env::var_os("LOCKTRACE_BLESS").is_some() {
+            std::fs::write(&path, &generated).unwrap();
+        }
+        let saved = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            saved == generated,
+            "docs/cli.md is stale: LOCKTRACE_BLESS=1 cargo test -p tracer-user --lib cli:: rewrites it"
+        );
+    }
 }

@@ -1,4 +1,5 @@
-//! Developer tasks: `cargo xtask bench` (results and method: docs/benchmarks.md).
+//! Developer tasks: `cargo xtask bench` (results and method:
+//! docs/benchmarks.md) and `cargo xtask dist` (the release tarball, `dist.rs`).
 //!
 //! The bench runs real processes under real tracers, side by side in one run:
 //! 1. calibration: the cost of one uprobe hit per instruction class on the
@@ -21,6 +22,7 @@
 //! `--only franken-contention`: part 5's contention-mode rows alone;
 //! `--only franken-stacks`: part 5's all-locks rows with and without `--stacks`).
 mod calibration;
+mod dist;
 mod fixtures;
 mod franken_bench;
 mod http_bench;
@@ -51,6 +53,9 @@ enum Task {
     /// Measure locktrace's overhead against bpftrace and save the per-hit
     /// calibration (needs root; see docs/benchmarks.md).
     Bench(BenchArgs),
+    /// Build the release tarball: a static locktrace, man pages,
+    /// completions, licences (target/dist/locktrace-VERSION-x86_64-linux.tar.gz).
+    Dist,
 }
 
 #[derive(clap::Args, Debug, Clone, Copy)]
@@ -94,6 +99,7 @@ fn positive_seconds(text: &str) -> Result<f64, String> {
 fn main() -> Result<()> {
     match Cli::parse().task {
         Task::Bench(args) => bench(args),
+        Task::Dist => dist::run(&repo_root()).map(drop),
     }
 }
 
