@@ -326,7 +326,8 @@ pub fn evaluate(
         .iter()
         .map(|spec| parse_max(spec))
         .collect::<Result<Vec<_>>>()?;
-    let mut text = render(&before, &after, width);
+    // Every line fits the width the tables use: notes wrap, indented.
+    let mut text = crate::render::fit::wrap_lines(&render(&before, &after, width), width);
     let mut failures = Vec::new();
     if !after.counts_acquisitions() {
         for assertion in assert_gone

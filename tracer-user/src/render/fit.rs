@@ -408,3 +408,101 @@ mod tests {
         assert_eq!(fitted.text.lines().count(), 3, "{}", fitted.text);
     }
 }
+
+/// `text` with every line wider than `width` broken at spaces, the rest of
+/// it on lines indented by two spaces (footers and notes: the tables are
+/// already fitted). A word longer than a line (a path) is broken inside.
+pub fn wrap_lines(text: &str, width: Width) -> String {
+    let Width::Columns(columns) = width else {
+        return text.to_string();
+    };
+    let columns = columns.max(20);
+    let mut out = String::with_capacity(text.len());
+    for line in text.split_inclusive('\n') {
+        let (body, newline) = match line.strip_suffix('\n') {
+            Some(body) => (body, "\n"),
+            None => (line, ""),
+        };
+        if body.chars().count() <= columns {
+            out.push_str(line);
+            continue;
+        }
+        for (index, piece) in wrapped(body, columns).iter().enumerate() {
+            if index > 0 {
+                out.push_str("\n  ");
+            }
+            out.push_str(piece);
+        }
+        out.push_str(newline);
+    }
+    out
+}
+
+/// The pieces of one long line: the first up to `columns` characters, the
+/// others up to `columns - 2` (they are indented).
+fn wrapped(line: &str, columns: usize) -> Vec<String> {
+    let mut pieces: Vec<String> = Vec::new();
+    let mut current = String::new();
+    let mut room = columns;
+    for word in line.split(' ') {
+        let mut word = word.to_string();
+        loop {
+            let needed =
+                current.chars().count() + usize::from(!current.is_empty()) + word.chars().count();
+            if needed <= room {
+                if !current.is_empty() {
+                    current.push(' ');
+                }
+                current.push_str(&word);
+                break;
+            }
+            if !current.is_empty() {
+                pieces.push(std::mem::take(&mut current));
+                room = columns - 2;
+                continue;
+            }
+            // A word longer than a whole line.
+            let head: String = word.chars().take(room).collect();
+            word = word.chars().skip(room).collect();
+            pieces.push(head);
+            room = columns - 2;
+        }
+    }
+    if !current.is_empty() || pieces.is_empty() {
+        pieces.push(current);
+    }
+    pieces
+}
+
+#[cfg(test)]
+mod wrap_tests {
+    use super::*;
+
+    #[test]
+    fn long_lines_break_at_spaces_indented_and_short_ones_stay() {
+        let text = "short\nnames: 4 modules in 397 ms; pointer chains: no heap locks to name\n";
+        let wrapped = wrap_lines(text, Width::Columns(30));
+        assert_eq!(
+            wrapped,
+            "short\nnames: 4 modules in 397 ms;\n  pointer chains: no heap\n  locks to name\n"
+        );
+        for line in wrapped.lines() {
+            assert!(line.chars().count() <= 30, "{line:?}");
+        }
+        assert_eq!(wrap_lines(text, Width::Unlimited), text);
+    }
+
+    #[test]
+    fn a_word_longer_than_the_line_is_cut_inside() {
+        let path = format!("file: /{}", "a".repeat(50));
+        let wrapped = wrap_lines(&path, Width::Columns(20));
+        assert!(
+            wrapped.lines().all(|line| line.chars().count() <= 20),
+            "{wrapped}"
+        );
+        assert_eq!(
+            wrapped.replace("\n  ", "").replace(' ', ""),
+            path.replace(' ', "")
+        );
+    }
+}

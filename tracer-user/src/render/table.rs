@@ -106,7 +106,9 @@ pub fn render(report: &Report, limit: Option<usize>, width: Width) -> String {
     }
     out.push_str(&footer::cost(report));
     // The header and footers quote the target's exe and names too.
-    super::format::printable(&out).into_owned()
+    let out = super::format::printable(&out);
+    // Every line fits the width the tables use: footers wrap, indented.
+    super::fit::wrap_lines(&out, width)
 }
 
 /// A column of the lock table and how each lock fills it.
