@@ -191,7 +191,7 @@ fn apache_event_mpm_per_request_locks() {
         ])
         .output()
         .unwrap();
-    let table = String::from_utf8_lossy(&output.stdout);
+    let table = common::unwrapped(&String::from_utf8_lossy(&output.stdout));
     assert!(
         output.status.success(),
         "record failed: {}\n{table}",

@@ -287,7 +287,7 @@ fn histograms_in_full_and_bad_combinations() {
         .output()
         .unwrap();
     assert!(output.status.success());
-    let text = String::from_utf8_lossy(&output.stdout);
+    let text = common::unwrapped(&String::from_utf8_lossy(&output.stdout));
     assert!(text.contains("g_lock: waits ("), "{text}");
     assert!(text.contains("g_lock: holds ("), "{text}");
     assert!(text.contains("held in slow_holder: 20 holds"), "{text}");

@@ -443,7 +443,7 @@ fn record_lifecycle(args: &[&str]) -> (Value, String, u64) {
         "record of the lifecycle fixture",
     );
     assert!(output.status.success(), "{}", stderr_of(&output));
-    let table = String::from_utf8_lossy(&output.stdout).into_owned();
+    let table = common::unwrapped(&String::from_utf8_lossy(&output.stdout));
     (read_json(&dir.path().join("r.json")), table, global)
 }
 

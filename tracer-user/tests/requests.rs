@@ -153,7 +153,7 @@ fn load_driver_gives_exact_per_request_figures() {
     );
     assert_eq!(report["requests"]["errors"], 0);
     assert_eq!(report["stopped_by"], "load_done");
-    let table = String::from_utf8_lossy(&output.stdout);
+    let table = common::unwrapped(&String::from_utf8_lossy(&output.stdout));
     assert!(
         table.contains("acq/req") && table.contains("8.0"),
         "table lacks per-request columns:\n{table}"
@@ -397,7 +397,7 @@ fn compare_confirms_the_global_mutex_is_gone() {
             "conn_counter_add=8",
         ],
     );
-    let text = String::from_utf8_lossy(&output.stdout);
+    let text = common::unwrapped(&String::from_utf8_lossy(&output.stdout));
     assert!(
         output.status.success(),
         "compare failed: {}\n{text}",
@@ -426,7 +426,7 @@ fn compare_confirms_the_global_mutex_is_gone() {
         message.contains("assertion failed") && message.contains("still taken"),
         "message: {message}"
     );
-    let text = String::from_utf8_lossy(&output.stdout);
+    let text = common::unwrapped(&String::from_utf8_lossy(&output.stdout));
     assert!(
         text.lines()
             .any(|line| line.contains("g_stats->") && line.contains("appeared")),

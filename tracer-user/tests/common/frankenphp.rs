@@ -369,7 +369,7 @@ pub fn assert_compare_says_gone(before: &Path, after: &Path) {
         .args(["--assert-gone", GLOBAL_LOCK])
         .output()
         .unwrap();
-    let text = String::from_utf8_lossy(&output.stdout);
+    let text = super::unwrapped(&String::from_utf8_lossy(&output.stdout));
     assert!(
         output.status.success(),
         "{text}{}",

@@ -319,6 +319,7 @@ impl Trace {
     pub fn finish(mut self) -> (Value, String) {
         let mut table = String::new();
         std::io::Read::read_to_string(self.child.stdout.as_mut().unwrap(), &mut table).unwrap();
+        let table = unwrapped(&table);
         let status = self.child.wait().unwrap();
         assert!(
             status.success(),
@@ -499,7 +500,7 @@ pub fn fails_with(command: &mut Command, expected: &str) {
 /// returns the report (read back as the model too) and the printed table.
 pub fn run_record(command: &mut Command, json: &std::path::Path) -> (Value, String) {
     let output = command.output().expect("running locktrace");
-    let table = String::from_utf8_lossy(&output.stdout).into_owned();
+    let table = unwrapped(&String::from_utf8_lossy(&output.stdout));
     assert!(
         output.status.success(),
         "record failed: {}\n{table}",
@@ -508,4 +509,23 @@ pub fn run_record(command: &mut Command, json: &std::path::Path) -> (Value, Stri
     let report = serde_json::from_str(&std::fs::read_to_string(json).unwrap()).unwrap();
     typed(&report);
     (report, table)
+}
+
+/// Printed text with the lines locktrace wrapped to its width joined again
+/// (a continuation line starts with two spaces, then text), so phrases can
+/// be looked for whatever the width.
+pub fn unwrapped(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for line in text.lines() {
+        let continued = line.starts_with("  ") && !line[2..].starts_with(' ') && !out.is_empty();
+        if continued {
+            out.pop();
+            out.push(' ');
+            out.push_str(&line[2..]);
+        } else {
+            out.push_str(line);
+        }
+        out.push('\n');
+    }
+    out
 }
