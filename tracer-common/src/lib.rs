@@ -317,6 +317,13 @@ pub mod stack_kind {
     /// Calls of the lock init functions (`pthread_mutex_init`, …): where
     /// the lock at that address was created.
     pub const CREATION: i64 = 1;
+    /// CPU samples in lock code, user mode (`--stacks` with the sampler):
+    /// the interrupted registers, keyed by the lock the sampler attributed
+    /// the sample to (return address 0).
+    pub const CPU_USER: i64 = 2;
+    /// CPU samples inside a futex syscall on a lock's word: the user
+    /// registers saved at the syscall's entry (kernels with task registers).
+    pub const CPU_KERNEL: i64 = 3;
 }
 
 /// Indexes of the `DROPS` counters: events that could not be counted.

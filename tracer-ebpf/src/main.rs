@@ -1088,7 +1088,9 @@ pub fn unlock_call(ctx: ProbeContext) -> u32 {
 // function or libc lock slow path (user mode; attributed to the lock in its
 // first argument, `rdi`, which those functions keep), or in the kernel inside
 // a futex syscall (attributed to the futex word, the syscall's first
-// argument, read from the user registers saved at syscall entry).
+// argument, read from the user registers saved at syscall entry). With
+// `--stacks` each attributed sample also counts under a stack key of its
+// lock and sends snapshots on the lock calls' schedule (`record_stack_of`).
 
 /// Number of filled entries of `CPU_LOCK_CODE`; set by userspace before load.
 #[unsafe(no_mangle)]
@@ -1134,16 +1136,30 @@ fn in_sampled_lock_code(ip: u64) -> bool {
     false
 }
 
+/// Counts a lock-code sample under `address`; with `--stacks`, also
+/// under its stack key (`stack_kind::CPU_USER` or `CPU_KERNEL`), with a
+/// snapshot of the user registers `regs` (ip, sp, bp) when one is due, so
+/// a lock's CPU stacks add up to its samples.
 #[inline(always)]
-fn attribute_sample(address: u64, kernel: bool) {
-    if let Some(samples) = entry(&CPU_LOCKS, &address, drop_reason::CPU_LOCKS_FULL) {
-        unsafe {
-            if kernel {
-                add(&mut (*samples).kernel, 1);
-            } else {
-                add(&mut (*samples).user, 1);
-            }
+fn attribute_sample(address: u64, kernel: bool, regs: (u64, u64, u64)) {
+    let Some(samples) = entry(&CPU_LOCKS, &address, drop_reason::CPU_LOCKS_FULL) else {
+        return;
+    };
+    // SAFETY: `samples` is the map value just looked up.
+    unsafe {
+        if kernel {
+            add(&mut (*samples).kernel, 1);
+        } else {
+            add(&mut (*samples).user, 1);
         }
+    }
+    if FLAGS.load() & flags::STACKS != 0 {
+        let kind = if kernel {
+            stack_kind::CPU_KERNEL
+        } else {
+            stack_kind::CPU_USER
+        };
+        record_stack_of(kind, address, 0, regs, 0);
     }
 }
 
@@ -1158,7 +1174,7 @@ pub fn cpu_sample(ctx: PerfEventContext) -> u32 {
     if regs.cs & 3 == 3 {
         if in_sampled_lock_code(regs.rip) {
             count_sample(cpu_sample::LOCK_USER);
-            attribute_sample(key_of(regs.rdi), false);
+            attribute_sample(key_of(regs.rdi), false, (regs.rip, regs.rsp, regs.rbp));
         }
         return 0;
     }
@@ -1177,7 +1193,15 @@ pub fn cpu_sample(ctx: PerfEventContext) -> u32 {
         )
     };
     if syscall == SYS_FUTEX {
-        classify_futex_sample(first_arg);
+        // SAFETY: as above.
+        let user_regs = unsafe {
+            (
+                user_ip,
+                core::ptr::read_volatile(&(*user).rsp),
+                core::ptr::read_volatile(&(*user).rbp),
+            )
+        };
+        classify_futex_sample(first_arg, user_regs);
     } else if syscall == NOT_A_SYSCALL && in_sampled_lock_code(user_ip) {
         // A trap from lock code that is no syscall: the uprobe breakpoint.
         count_sample(cpu_sample::TRACER);
@@ -1186,9 +1210,10 @@ pub fn cpu_sample(ctx: PerfEventContext) -> u32 {
 }
 
 /// A kernel sample inside a futex syscall on `uaddr`: a lock's, unless the
-/// thread's wait in progress is a condvar's or the Go runtime's.
+/// thread's wait in progress is a condvar's or the Go runtime's. `regs`:
+/// the user registers saved at the syscall's entry (ip, sp, bp).
 #[inline(always)]
-fn classify_futex_sample(uaddr: u64) {
+fn classify_futex_sample(uaddr: u64, regs: (u64, u64, u64)) {
     let tid = bpf_get_current_pid_tgid() as u32;
     let not_lock = unsafe { WAITING.get(tid) }.is_some_and(|wait| wait.class != wait_class::FUTEX);
     if not_lock {
@@ -1196,7 +1221,7 @@ fn classify_futex_sample(uaddr: u64) {
         return;
     }
     count_sample(cpu_sample::LOCK_KERNEL);
-    attribute_sample(key_of(uaddr), true);
+    attribute_sample(key_of(uaddr), true, regs);
 }
 
 // ---- lifetimes: memory that went away (see `tracer_common::lifetime`) ----

@@ -62,6 +62,25 @@ fn default_record_counts_exactly() {
     }
 }
 
+/// `--stacks` with the CPU sampler: the sampler's stack path (snapshots
+/// of CPU samples) loads where the sampler does, and counts stay exact.
+/// Linux 5.10 under the matrix's TCG took 30-70 s more to go live with it
+/// than without (its verifier on the larger sampler program): a budget of
+/// 300 s here, not the usual 30 s.
+#[test]
+fn stacks_with_the_cpu_sampler_count_exactly() {
+    let mut target = locks_fixture(CALLS, 0);
+    let global = target.address("global");
+    let mut trace = Trace::launch(target.pid(), &["--stacks", "4", "--cpu-hz", "999"], &[]);
+    trace.wait_live_within(std::time::Duration::from_secs(300));
+    target.start();
+    target.wait();
+    let (report, _) = trace.finish();
+    assert_eq!(acquisitions(&report, global), THREADS * CALLS, "{report}");
+    eprintln!("cpu sampler: {}", report["cpu"]["sampler_off"]);
+    assert!(!report["stacks"].as_array().unwrap().is_empty(), "{report}");
+}
+
 #[test]
 fn no_cpu_record_counts_exactly() {
     let (report, global) = record_locks(&["--no-cpu"], CALLS, 0);

@@ -173,7 +173,7 @@ fn stacks_folded_and_svg() {
         .as_array()
         .unwrap()
         .iter()
-        .filter(|s| s["lock"] == global.as_str())
+        .filter(|s| s["lock"] == global.as_str() && !is_cpu_stack(s))
         .collect();
     let from = |caller: &str| -> u64 {
         stacks
@@ -188,21 +188,8 @@ fn stacks_folded_and_svg() {
     assert_eq!(from("reader"), READS);
     assert_eq!(from("writer"), WRITES);
 
-    let folded = locktrace()
-        .args(["report", "--format", "folded"])
-        .arg(&saved)
-        .output()
-        .unwrap();
-    assert!(folded.status.success());
-    let folded = String::from_utf8(folded.stdout).unwrap();
-    let folded_count = |suffix: &str| -> u64 {
-        folded
-            .lines()
-            .filter_map(|line| line.rsplit_once(' '))
-            .filter(|(stack, _)| stack.ends_with(suffix))
-            .map(|(_, n)| n.parse::<u64>().unwrap())
-            .sum()
-    };
+    let folded = String::from_utf8(report_as(&saved, "folded")).unwrap();
+    let folded_count = |suffix: &str| folded_count(&folded, suffix, false);
     assert_eq!(
         folded_count("reader;pthread_mutex_lock;lock g_lock"),
         READS,

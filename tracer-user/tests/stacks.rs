@@ -38,13 +38,14 @@ fn sites(flavor: Flavor) -> PathBuf {
     )
 }
 
+/// The stacks of lock calls and waits of `lock` (not of CPU samples).
 fn stacks_of(report: &Value, lock: u64) -> Vec<&Value> {
     let lock = format!("{lock:#x}");
     report["stacks"]
         .as_array()
         .unwrap()
         .iter()
-        .filter(|stack| stack["lock"] == lock.as_str())
+        .filter(|stack| stack["lock"] == lock.as_str() && !is_cpu_stack(stack))
         .collect()
 }
 
@@ -205,7 +206,7 @@ fn assert_one_row_per_site(report: &Value, rows: &[&Value], objects: u64, table:
         .as_array()
         .unwrap()
         .iter()
-        .filter(|stack| stack["lock"] == row["address"])
+        .filter(|stack| stack["lock"] == row["address"] && !is_cpu_stack(stack))
         .collect();
     let counted: u64 = stacks.iter().map(|s| s["count"].as_u64().unwrap()).sum();
     assert_eq!(
@@ -268,4 +269,92 @@ fn compare_row_of(
         .find(|line| line.contains(identity))
         .unwrap_or_else(|| panic!("compare has no row for {identity}:\n{text}"));
     row.split('|').map(|cell| cell.trim().to_string()).collect()
+}
+
+/// True for the frames a CPU sample of a mutex starts in: glibc's lock
+/// functions and slow paths (the sampler's lock code), or the kernel's
+/// futex path.
+fn in_lock_code(function: &str) -> bool {
+    function == "[kernel] futex"
+        || function.contains("pthread_mutex_")
+        || function.starts_with("__lll_")
+}
+
+/// CPU samples' stacks (issue 30: "where stacks are taken: … CPU
+/// samples"). Two threads contend for the stats mutex with the sampler at
+/// a high rate and `--stacks`: the lock gets stacks of CPU samples
+/// (`source: cpu_samples`), each starting in glibc's lock code or the
+/// kernel's futex path and reaching the fixture's whole chain through code
+/// without frame pointers, and their counts add up exactly to the row's
+/// lock-code samples (`cpu_ns` / the sampling period). The lock calls'
+/// stacks still add up to the acquisitions, and the folded output keeps
+/// the samples under a root frame of their own.
+#[test]
+fn cpu_sample_stacks_reach_the_chain_and_add_up_to_the_samples() {
+    const THREADS: u64 = 2;
+    const REQUESTS: u64 = 40_000;
+    const HZ: u64 = 4999;
+    let binary = sites(Flavor::Glibc);
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("cpu.json");
+    let mut fixture = Fixture::spawn(&binary, &[&THREADS.to_string(), &REQUESTS.to_string()]);
+    let trace = Trace::attach(
+        fixture.pid(),
+        &["--stacks", "1000", "--cpu-hz", &HZ.to_string()],
+    );
+    fixture.start();
+    let stats = fixture.address("stats");
+    fixture.wait();
+    let (report, table) = trace.finish_keep(&json);
+    let row = lock_at(&report, stats).unwrap_or_else(|| panic!("no stats row:\n{table}"));
+    assert_eq!(row["acquisitions"], THREADS * STATS_USES * REQUESTS);
+    assert_eq!(report["cpu"]["sample_hz"], HZ);
+    let period = 1_000_000_000 / HZ;
+    let samples = row["cpu_ns"].as_u64().unwrap() / period;
+    assert!(
+        samples > 0,
+        "no lock-code samples of the stats mutex:\n{table}"
+    );
+    let address = format!("{stats:#x}");
+    let cpu: Vec<&Value> = report["stacks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|stack| stack["lock"] == address.as_str() && is_cpu_stack(stack))
+        .collect();
+    assert!(!cpu.is_empty(), "no CPU-sample stacks:\n{table}");
+    let mut in_kernel = 0;
+    for stack in &cpu {
+        let frames = frame_functions(stack);
+        assert_eq!(stack["unwound_by"], "call_frame_info", "{frames:?}");
+        let take = frames
+            .iter()
+            .position(|f| f == "take")
+            .unwrap_or_else(|| panic!("no `take` in {frames:?}"));
+        assert!(take > 0, "{frames:?}");
+        assert!(
+            frames[..take].iter().all(|f| in_lock_code(f)),
+            "not in lock code: {frames:?}"
+        );
+        assert_eq!(frames[take..take + CHAIN.len()], CHAIN, "{frames:?}");
+        if frames[0] == "[kernel] futex" {
+            in_kernel += stack["count"].as_u64().unwrap();
+        }
+    }
+    let counted: u64 = cpu.iter().map(|s| s["count"].as_u64().unwrap()).sum();
+    assert_eq!(counted, samples, "{table}");
+    eprintln!("{counted} samples of the stats mutex, {in_kernel} in the kernel");
+    // The lock calls' stacks are unchanged by them.
+    let calls: u64 = stacks_of(&report, stats)
+        .iter()
+        .filter(|s| s["source"] == "lock_calls")
+        .map(|s| s["count"].as_u64().unwrap())
+        .sum();
+    assert_eq!(calls, THREADS * STATS_USES * REQUESTS);
+    // Folded: the samples under `cpu samples`, the calls without it.
+    let folded = String::from_utf8(report_as(&json, "folded")).unwrap();
+    let leaf = format!(";lock {}", row["name"].as_str().unwrap());
+    assert_eq!(folded_count(&folded, &leaf, true), samples, "{folded}");
+    let uses = THREADS * STATS_USES * REQUESTS + row["contended"].as_u64().unwrap();
+    assert_eq!(folded_count(&folded, &leaf, false), uses, "{folded}");
 }

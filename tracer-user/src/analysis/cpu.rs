@@ -32,7 +32,7 @@ pub fn attribute(locks: &mut BTreeMap<u64, Lock>, collected: &Collected) -> (BTr
             unattributed += counts.user + counts.kernel;
             continue;
         }
-        let row = row_holding(locks, address).unwrap_or(address);
+        let row = row_holding(locks, address, |lock| lock.kind.span()).unwrap_or(address);
         let lock = locks
             .entry(row)
             .or_insert_with(|| Lock::empty(address, LockKind::Futex, WaitClass::Other));
@@ -53,12 +53,20 @@ pub fn attribute(locks: &mut BTreeMap<u64, Lock>, collected: &Collected) -> (BTr
     (in_lock_functions, unattributed)
 }
 
-/// The row whose lock bytes contain `address`, if any.
-fn row_holding(locks: &BTreeMap<u64, Lock>, address: u64) -> Option<u64> {
-    locks
-        .range(..=address)
+/// The row whose lock bytes contain `address`, if any (`rows` by address,
+/// `span` their bytes). Addresses below the lowest a lock can have are in
+/// none.
+pub fn row_holding<V>(
+    rows: &BTreeMap<u64, V>,
+    address: u64,
+    span: impl Fn(&V) -> u64,
+) -> Option<u64> {
+    if address < LOWEST_LOCK_ADDRESS {
+        return None;
+    }
+    rows.range(..=address)
         .next_back()
-        .filter(|(start, lock)| address - **start < lock.kind.span())
+        .filter(|(start, row)| address - **start < span(row))
         .map(|(start, _)| *start)
 }
 

@@ -31,8 +31,8 @@ pub use overhead::{Calibration, Overhead};
 pub use report::{
     AddressFigures, AlternativeName, Caller, ClassTotals, CreatedBy, Creation, DeclaredContention,
     DeclaredType, Frame, LiveNaming, Lock, LockChain, LockStack, MAX_REPORT_BYTES, Naming,
-    PlacementFallback, Report, SCHEMA, SiteGroup, SkipReason, SkippedFile, StackSource, TargetInfo,
-    Totals,
+    PlacementFallback, Report, SCHEMA, SiteGroup, SkipReason, SkippedFile, StackOrigin,
+    StackSource, TargetInfo, Totals,
 };
 pub use requests::{AutoProbe, PerRequest, Requests};
 pub use sampled_run::{CountingWindow, SampledRun};

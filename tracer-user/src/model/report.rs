@@ -401,6 +401,31 @@ pub struct LockStack {
     /// How the frames were found (absent in reports before it was added).
     #[serde(default)]
     pub unwound_by: StackSource,
+    /// What `count` counts (absent in reports before it was added, whose
+    /// stacks are of lock calls or waits, told apart by their first frame).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<StackOrigin>,
+}
+
+impl LockStack {
+    /// True for a stack of CPU samples (its count is samples, not calls).
+    pub fn is_cpu(&self) -> bool {
+        self.source == Some(StackOrigin::CpuSamples)
+    }
+}
+
+/// What a stack's count counts.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[serde(rename_all = "snake_case")]
+pub enum StackOrigin {
+    /// Lock calls: acquisitions of the lock from this stack.
+    LockCalls,
+    /// Contended waits (futex waits) on the lock.
+    Waits,
+    /// The CPU sampler's lock-code samples of the lock (each 1/`cpu.sample_hz`
+    /// s of CPU): user mode in a lock function, or in the kernel inside a
+    /// futex syscall (first frame `[kernel] futex`).
+    CpuSamples,
 }
 
 /// How a stack's frames were found.
@@ -419,6 +444,9 @@ pub enum StackSource {
     /// No snapshot of it arrived (the ring buffer was full): the immediate
     /// caller only, with its exact count.
     CallerOnly,
+    /// CPU samples with no snapshot unwound (the ring buffer was full):
+    /// no frames, the exact sample count.
+    NoSnapshot,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -572,6 +600,32 @@ impl Report {
     }
 }
 
+#[cfg(test)]
+impl Report {
+    /// A report of `mode` with nothing in it, for unit tests.
+    pub fn empty_for_tests(mode: &str) -> Report {
+        let text = serde_json::json!({
+            "schema": SCHEMA,
+            "target": {"pid": 1, "exe": "/x", "cmdline": []},
+            "duration_s": 1.0, "mode": mode, "locks": [], "dropped": {},
+            "totals": {"acquisitions": null, "contended": 0, "wakes": 0, "wait_ns": 0},
+        });
+        Report::from_json(&text.to_string(), "test").expect("an empty report loads")
+    }
+}
+
+#[cfg(test)]
+impl Frame {
+    /// A frame of function `name`, for unit tests.
+    pub fn named(name: &str) -> Frame {
+        Frame {
+            function: Some(name.into()),
+            module: None,
+            offset: 0,
+        }
+    }
+}
+
 /// Longest recording a report may say it lasted: ten years.
 const MAX_DURATION_S: f64 = 10.0 * 365.25 * 86_400.0;
 
@@ -605,6 +659,30 @@ mod tests {
             );
             assert!(!line.contains('\n'), "{line}");
         }
+    }
+
+    /// Stacks of reports from before `source` load without it; a CPU
+    /// sample stack's source survives a save and load.
+    #[test]
+    fn stack_sources_are_optional_and_kept() {
+        let text = format!(
+            r#"{{"schema": "{SCHEMA}", "target": {{"pid": 1, "exe": "x", "cmdline": []}},
+            "duration_s": 1.0, "mode": "all", "stopped_by": "duration", "locks": [],
+            "stacks": [{{"lock": "0x1000", "count": 3, "frames": [], "unwound_by": "call_frame_info"}}],
+            "dropped": {{}}, "totals": {{"acquisitions": 0, "contended": 0, "wakes": 0, "wait_ns": 0}}}}"#
+        );
+        let mut report = Report::from_json(&text, "old.json").unwrap();
+        assert_eq!(report.stacks[0].source, None);
+        assert!(!report.stacks[0].is_cpu());
+        let saved = serde_json::to_string(&report).unwrap();
+        assert!(!saved.contains("\"source\""), "{saved}");
+        report.stacks[0].source = Some(StackOrigin::CpuSamples);
+        report.stacks[0].unwound_by = StackSource::NoSnapshot;
+        let saved = serde_json::to_string(&report).unwrap();
+        assert!(saved.contains(r#""source":"cpu_samples""#), "{saved}");
+        assert!(saved.contains(r#""unwound_by":"no_snapshot""#), "{saved}");
+        let loaded = Report::from_json(&saved, "new.json").unwrap();
+        assert!(loaded.stacks[0].is_cpu());
     }
 
     #[test]

@@ -40,7 +40,7 @@ use crate::{
     },
     model::{
         Collected, Frame, LockKind, LockStack, Naming, Report, SkipReason, SkippedFile,
-        StackSource, UnwoundStack,
+        StackOrigin, StackSource, UnwoundStack,
     },
     probe::{
         lockfuncs::LockFunction,
@@ -263,7 +263,13 @@ pub fn annotate(
 
     name_ended_lifetimes(report, snapshot, collected, functions);
     if options.stacks_per_lock > 0 {
-        report.stacks = resolve_stacks(&space, collected, functions, options.stacks_per_lock);
+        let rows: BTreeMap<u64, u64> = report
+            .locks
+            .iter()
+            .map(|lock| (lock.address, lock.kind.span()))
+            .collect();
+        report.stacks =
+            resolve_stacks(&space, collected, functions, &rows, options.stacks_per_lock);
         attribute_futex_waits(report, &space, collected);
         creation::apply(report, &space, collected);
     }
@@ -703,11 +709,15 @@ fn scale_shares(shares: Vec<(&[u64], u64)>, target: u64) -> Vec<(&[u64], u64)> {
     scaled
 }
 
-/// The top stacks of each lock, innermost frame first, frames resolved.
+/// The top stacks of each lock, innermost frame first, frames resolved:
+/// the top `per_lock` of its lock calls and waits, and as many of its CPU
+/// samples (`rows`: the report's rows, address to span, which the
+/// sampler's addresses fold into as its samples do).
 fn resolve_stacks(
     space: &AddressSpace,
     collected: &Collected,
     functions: &[LockFunction],
+    rows: &BTreeMap<u64, u64>,
     per_lock: usize,
 ) -> Vec<LockStack> {
     let mut by_lock: BTreeMap<u64, Vec<LockStack>> = BTreeMap::new();
@@ -732,6 +742,11 @@ fn resolve_stacks(
         // function: which of its points fired says nothing to a reader,
         // and stacks that differ only there are one.
         let lock_call = key.return_ip != 0;
+        let source = if lock_call {
+            StackOrigin::LockCalls
+        } else {
+            StackOrigin::Waits
+        };
         let mut push = |mut frames: Vec<Frame>, count, unwound_by| {
             if let (true, Some(first)) = (lock_call, frames.first_mut()) {
                 first.offset = 0;
@@ -741,6 +756,7 @@ fn resolve_stacks(
                 count,
                 frames,
                 unwound_by,
+                source: Some(source),
             });
         };
         match collected.unwound.get(key) {
@@ -764,21 +780,86 @@ fn resolve_stacks(
             None => {}
         }
     }
+    for stack in cpu_stacks(space, collected, rows) {
+        by_lock.entry(stack.lock).or_default().push(stack);
+    }
     let mut out = Vec::new();
-    for (_, mut stacks) in by_lock {
-        // The same resolved stack can come from several raw ones.
-        stacks.sort_by(|a, b| a.frames.cmp(&b.frames));
-        stacks.dedup_by(|later, earlier| {
-            let same = later.frames == earlier.frames;
-            if same {
-                earlier.count += later.count;
-            }
-            same
-        });
-        stacks.sort_by_key(|stack| std::cmp::Reverse(stack.count));
-        out.extend(stacks.into_iter().take(per_lock));
+    for (_, stacks) in by_lock {
+        // Lock calls and waits, then CPU samples: each its own top N.
+        let (cpu, uses): (Vec<LockStack>, Vec<LockStack>) =
+            stacks.into_iter().partition(LockStack::is_cpu);
+        for mut stacks in [uses, cpu] {
+            // The same resolved stack can come from several raw ones.
+            stacks.sort_by(|a, b| (a.source, &a.frames).cmp(&(b.source, &b.frames)));
+            stacks.dedup_by(|later, earlier| {
+                let same = later.frames == earlier.frames && later.source == earlier.source;
+                if same {
+                    earlier.count += later.count;
+                }
+                same
+            });
+            stacks.sort_by_key(|stack| std::cmp::Reverse(stack.count));
+            out.extend(stacks.into_iter().take(per_lock));
+        }
     }
     out
+}
+
+/// The frame that stands for the kernel's futex code at the top of a
+/// stack of CPU samples taken inside a futex syscall.
+pub const KERNEL_FUTEX_FRAME: &str = "[kernel] futex";
+
+/// Stacks of the CPU sampler's lock-code samples (`stack_kind::CPU_USER`,
+/// `CPU_KERNEL`), under the row each sample counts in: the samples of a
+/// key share its exact count, so a row's CPU stacks add up to its samples.
+/// The interrupted instruction's offset is dropped (stacks that differ
+/// only there are one); a sample inside a futex syscall gets
+/// [`KERNEL_FUTEX_FRAME`] on top of the user frames.
+fn cpu_stacks(
+    space: &AddressSpace,
+    collected: &Collected,
+    rows: &BTreeMap<u64, u64>,
+) -> Vec<LockStack> {
+    let mut stacks = Vec::new();
+    let samples = collected.stacks.iter().filter(|(key, _)| {
+        key.stack_id == stack_kind::CPU_USER || key.stack_id == stack_kind::CPU_KERNEL
+    });
+    for (key, &count) in samples {
+        let Some(lock) = crate::analysis::cpu::row_holding(rows, key.lock, |&span| span) else {
+            continue;
+        };
+        let in_kernel = key.stack_id == stack_kind::CPU_KERNEL;
+        let mut push = |ips: &[u64], count, unwound_by| {
+            let mut frames = Vec::with_capacity(ips.len() + 1);
+            if in_kernel {
+                frames.push(Frame {
+                    function: Some(KERNEL_FUTEX_FRAME.into()),
+                    module: None,
+                    offset: 0,
+                });
+            }
+            frames.extend(resolve_frames(space, ips));
+            if let Some(first) = frames.first_mut() {
+                first.offset = 0;
+            }
+            stacks.push(LockStack {
+                lock,
+                count,
+                frames,
+                unwound_by,
+                source: Some(StackOrigin::CpuSamples),
+            });
+        };
+        match collected.unwound.get(key) {
+            Some(unwound) => {
+                for (ips, share) in weigh_snapshots(unwound, count) {
+                    push(ips, share, StackSource::CallFrameInfo);
+                }
+            }
+            None => push(&[], count, StackSource::NoSnapshot),
+        }
+    }
+    stacks
 }
 
 #[cfg(test)]

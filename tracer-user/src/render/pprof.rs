@@ -1,12 +1,13 @@
 //! pprof export of a report: a gzipped `profile.proto` that `go tool pprof`,
 //! Pyroscope, Parca and Grafana read, shaped like Go's mutex profile
 //! (`contentions/count`, `delay/nanoseconds`) plus `acquisitions/count` and
-//! `cpu/nanoseconds` (the lock code's sampled CPU, on the lock's frame).
+//! `cpu/nanoseconds` (the lock code's sampled CPU).
 //!
 //! Each stack of a lock call (`--stacks`) or, without stacks, each caller
 //! becomes a sample carrying its acquisitions, with the lock as the leaf
 //! frame (`lock NAME`) and as the label `lock`; stacks of futex waits carry
-//! contentions. What no stack accounts for (stacks past the top N kept, and
+//! contentions, stacks of CPU samples `cpu` (samples x the sampling
+//! period, no other value). What no stack accounts for (stacks past the top N kept, and
 //! the wait time, known per lock only) goes on a sample whose only frame is
 //! the lock, so each lock's totals in the profile are the report's. Reads
 //! only the report model.
@@ -17,13 +18,14 @@ use flate2::{Compression, write::GzEncoder};
 use prost::Message;
 
 use super::format::{frame_label, label, short_module};
-use crate::model::{Frame, Lock, LockStack, Report};
+use crate::model::{Frame, Lock, LockStack, Report, StackOrigin};
 
 /// Sample value positions, in the order of `sample_type`.
 const ACQUISITIONS: usize = 0;
 const CONTENTIONS: usize = 1;
 const DELAY: usize = 2;
-/// Sampled CPU in lock code, on the lock's frame (the sampler keeps no stacks).
+/// Sampled CPU in lock code: on the stacks of CPU samples (`--stacks`),
+/// the rest on the lock's frame.
 const CPU: usize = 3;
 const SAMPLE_TYPES: usize = 4;
 
@@ -71,18 +73,31 @@ pub fn encode(report: &Report) -> Profile {
     .map(|(kind, unit)| builder.value_type(kind, unit))
     .to_vec();
     for lock in &report.locks {
-        let stacks: Vec<&LockStack> = report
+        let (cpu, stacks): (Vec<&LockStack>, Vec<&LockStack>) = report
             .stacks
             .iter()
             .filter(|stack| stack.lock == lock.address)
-            .collect();
-        // Stacks of lock calls start in a lock function; the others are
-        // stacks of futex waits (which is all a futex-only lock has).
-        let (calls, waits): (Vec<&LockStack>, Vec<&LockStack>) = stacks
-            .into_iter()
-            .partition(|stack| starts_in_lock_function(stack, lock));
+            .partition(|stack| stack.is_cpu());
+        // Stacks of lock calls and of futex waits (which is all a
+        // futex-only lock has); reports from before `source` tell them by
+        // the first frame (a lock call's is a lock function).
+        let (calls, waits): (Vec<&LockStack>, Vec<&LockStack>) =
+            stacks.into_iter().partition(|stack| match stack.source {
+                Some(source) => source == StackOrigin::LockCalls,
+                None => starts_in_lock_function(stack, lock),
+            });
         let acquisitions = lock.acquisitions.unwrap_or(0);
         let mut placed = [0u64; SAMPLE_TYPES];
+        // A CPU sample stands for one sampling period of CPU.
+        let period = report
+            .cpu
+            .as_ref()
+            .filter(|cpu| cpu.sample_hz > 0)
+            .map_or(0, |cpu| crate::model::sample_period_ns(cpu.sample_hz));
+        for stack in cpu {
+            let ns = stack.count.saturating_mul(period);
+            placed[CPU] += builder.sample(lock, &stack.frames, CPU, ns);
+        }
         if !calls.is_empty() || !waits.is_empty() {
             for stack in calls {
                 placed[ACQUISITIONS] +=
@@ -369,13 +384,7 @@ mod tests {
     #[test]
     fn each_locks_cpu_is_on_its_frame() {
         use crate::model::{LockKind, WaitClass};
-        let text = serde_json::json!({
-            "schema": crate::model::SCHEMA,
-            "target": {"pid": 1, "exe": "/x", "cmdline": []},
-            "duration_s": 1.0, "mode": "contention", "locks": [], "dropped": {},
-            "totals": {"acquisitions": null, "contended": 0, "wakes": 0, "wait_ns": 0},
-        });
-        let mut report = Report::from_json(&text.to_string(), "test").unwrap();
+        let mut report = Report::empty_for_tests("contention");
         for (address, cpu_ns) in [(0x1000, 7_000_000), (0x2000, 0)] {
             let mut lock = Lock::empty(address, LockKind::Mutex, WaitClass::Lock);
             lock.cpu_ns = Some(cpu_ns);
@@ -392,5 +401,50 @@ mod tests {
             .filter(|&ns| ns > 0)
             .collect();
         assert_eq!(cpu, vec![7_000_000]);
+    }
+
+    /// Stacks of CPU samples carry CPU (samples x the period) and nothing
+    /// else; what they do not account for stays on the lock's frame, so
+    /// the lock's CPU is the report's; its lock calls' stack carries the
+    /// acquisitions alone.
+    #[test]
+    fn cpu_sample_stacks_carry_cpu_only() {
+        use crate::model::{LockKind, StackOrigin, StackSource, WaitClass};
+        let mut report = Report::empty_for_tests("all");
+        report.cpu = Some(crate::model::CpuReport {
+            sample_hz: 1000,
+            ..Default::default()
+        });
+        let mut lock = Lock::empty(0x1000, LockKind::Mutex, WaitClass::Lock);
+        lock.cpu_ns = Some(5_000_000);
+        lock.acquisitions = Some(10);
+        report.locks.push(lock);
+        let stack = |count, first: &str, source| LockStack {
+            lock: 0x1000,
+            count,
+            frames: vec![Frame::named(first), Frame::named("take")],
+            unwound_by: StackSource::CallFrameInfo,
+            source: Some(source),
+        };
+        report.stacks = vec![
+            stack(10, "pthread_mutex_lock", StackOrigin::LockCalls),
+            stack(3, "pthread_mutex_lock", StackOrigin::CpuSamples),
+        ];
+        let profile = encode(&report);
+        let values: Vec<&Vec<i64>> = profile
+            .sample
+            .iter()
+            .map(|sample| &sample.value)
+            .filter(|values| values.iter().any(|&v| v > 0))
+            .collect();
+        assert_eq!(
+            values,
+            [
+                &vec![0, 0, 0, 3_000_000],
+                &vec![10, 0, 0, 0],
+                &vec![0, 0, 0, 2_000_000]
+            ]
+        );
+        assert_eq!(profile.sample[0].location_id.len(), 3);
     }
 }

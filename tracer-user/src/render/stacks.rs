@@ -45,8 +45,13 @@ pub fn write(report: &Report, format: Format, out: &mut dyn Write) -> Result<()>
     Ok(())
 }
 
-/// One line per stack, outermost frame first, the lock as the leaf. Reports
-/// recorded without `--stacks` give one frame per caller instead.
+/// The outermost frame of the folded lines of CPU-sample stacks (their
+/// counts are samples of `1 / cpu.sample_hz` s each, not lock calls).
+pub const CPU_SAMPLES_FRAME: &str = "cpu samples";
+
+/// One line per stack, outermost frame first, the lock as the leaf; stacks
+/// of CPU samples start with [`CPU_SAMPLES_FRAME`]. Reports recorded
+/// without `--stacks` give one frame per caller instead.
 pub fn folded_lines(report: &Report) -> Vec<String> {
     let lock_label = |address: u64| {
         let lock = report.locks.iter().find(|lock| lock.address == address);
@@ -62,7 +67,13 @@ pub fn folded_lines(report: &Report) -> Vec<String> {
         let mut merged: Vec<(String, u64)> = Vec::new();
         let mut at: std::collections::HashMap<String, usize> = Default::default();
         for stack in &report.stacks {
-            let mut parts: Vec<String> = stack.frames.iter().rev().map(frame_label).collect();
+            // CPU samples count samples, not calls: their own root frame,
+            // so a flame graph shows them as a tree of their own.
+            let root = stack.is_cpu().then(|| CPU_SAMPLES_FRAME.to_string());
+            let mut parts: Vec<String> = root
+                .into_iter()
+                .chain(stack.frames.iter().rev().map(frame_label))
+                .collect();
             parts.push(lock_label(stack.lock));
             let key = parts.join(";");
             match at.get(&key) {
@@ -113,8 +124,52 @@ pub fn render_text(report: &Report, limit: usize) -> String {
         ));
         for stack in stacks {
             let frames: Vec<String> = stack.frames.iter().map(frame_label).collect();
-            out.push_str(&format!("  {:>10}  {}\n", stack.count, frames.join(" <- ")));
+            let what = if stack.is_cpu() { "cpu samples: " } else { "" };
+            out.push_str(&format!(
+                "  {:>10}  {what}{}\n",
+                stack.count,
+                frames.join(" <- ")
+            ));
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Frame, Lock, LockKind, LockStack, StackOrigin, StackSource, WaitClass};
+
+    /// Stacks of CPU samples fold under a root frame of their own, apart
+    /// from the lock calls of the same frames; the text marks them.
+    #[test]
+    fn cpu_sample_stacks_fold_under_their_own_root() {
+        let mut report = Report::empty_for_tests("all");
+        let mut lock = Lock::empty(0x1000, LockKind::Mutex, WaitClass::Lock);
+        lock.name = Some("g_lock".into());
+        report.locks.push(lock);
+        let stack = |count, source| LockStack {
+            lock: 0x1000,
+            count,
+            frames: vec![Frame::named("pthread_mutex_lock"), Frame::named("take")],
+            unwound_by: StackSource::CallFrameInfo,
+            source: Some(source),
+        };
+        report.stacks = vec![
+            stack(7, StackOrigin::LockCalls),
+            stack(2, StackOrigin::CpuSamples),
+        ];
+        assert_eq!(
+            folded_lines(&report),
+            [
+                "take;pthread_mutex_lock;lock g_lock 7",
+                "cpu samples;take;pthread_mutex_lock;lock g_lock 2"
+            ]
+        );
+        let text = render_text(&report, 1);
+        assert!(
+            text.contains("         2  cpu samples: pthread_mutex_lock <- take"),
+            "{text}"
+        );
+    }
 }

@@ -13,8 +13,8 @@ use std::{
 use serde_json::Value;
 
 use super::{
-    Trace, caller_functions, frame_functions, live_views::try_http_get, locktrace, repo_root,
-    run_record,
+    Trace, caller_functions, frame_functions, is_cpu_stack, live_views::try_http_get, locktrace,
+    repo_root, run_record,
 };
 
 /// The global statistics mutex of mysqlnd, as locktrace names it.
@@ -270,7 +270,7 @@ pub fn assert_global_lock_stacks(report: &Value, table: &str, what: &str) {
         .as_array()
         .unwrap()
         .iter()
-        .filter(|stack| stack["lock"] == address)
+        .filter(|stack| stack["lock"] == address && !is_cpu_stack(stack))
         .map(|stack| (frame_functions(stack), stack["count"].as_u64().unwrap()))
         .filter(|(frames, _)| frames[0].starts_with("pthread_mutex"))
         .collect();

@@ -431,6 +431,34 @@ pub fn trace_fixture(
     (report, addresses)
 }
 
+/// `locktrace report --format FORMAT JSON`'s output (it must succeed).
+pub fn report_as(json: &Path, format: &str) -> Vec<u8> {
+    let output = locktrace()
+        .args(["report", "--format", format])
+        .arg(json)
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "report --format {format} failed");
+    output.stdout
+}
+
+/// The counts of folded stack lines ending with `suffix`, summed; `cpu`:
+/// those under the `cpu samples` root, else the others.
+pub fn folded_count(folded: &str, suffix: &str, cpu: bool) -> u64 {
+    folded
+        .lines()
+        .filter_map(|line| line.rsplit_once(' '))
+        .filter(|(stack, _)| stack.ends_with(suffix) && stack.starts_with("cpu samples;") == cpu)
+        .map(|(_, n)| n.parse::<u64>().unwrap())
+        .sum()
+}
+
+/// True for a stack of CPU samples (`stacks[].source`), whose count is
+/// samples, not lock calls or waits.
+pub fn is_cpu_stack(stack: &Value) -> bool {
+    stack["source"] == "cpu_samples"
+}
+
 /// The function names of a stack's frames (`stacks[]`), innermost first
 /// ("?" where unknown).
 pub fn frame_functions(stack: &Value) -> Vec<String> {
