@@ -12,7 +12,7 @@ use std::{
     collections::{HashMap, HashSet},
     ops::{Deref, Range},
     path::{Path, PathBuf},
-    sync::Arc,
+    sync::{Arc, Mutex, PoisonError},
     time::{Duration, Instant},
 };
 
@@ -110,6 +110,19 @@ impl StackUnwinder {
         self.unwound
     }
 
+    /// A copy of the stacks unwound so far (the live views, at each tick).
+    pub fn stacks(&self) -> HashMap<StackKey, Vec<UnwoundStack>> {
+        self.unwound.clone()
+    }
+
+    /// Drops the stacks of keys deleted from the maps (their counts start
+    /// again, with snapshots of their own).
+    pub fn forget(&mut self, keys: &[StackKey]) {
+        for key in keys {
+            self.unwound.remove(key);
+        }
+    }
+
     /// True when an executable mapping holds `ip` (a return address: the
     /// call before it).
     fn covers(&self, ip: u64) -> bool {
@@ -173,6 +186,18 @@ impl StackUnwinder {
 impl SnapshotSink for StackUnwinder {
     fn take(&mut self, header: &SnapshotHeader, stack: &[u8]) {
         self.add(header, stack);
+    }
+}
+
+/// An unwinder the live views share with the snapshot reader: they read
+/// its stacks at each tick while it goes on unwinding.
+pub type SharedUnwinder = Arc<Mutex<StackUnwinder>>;
+
+impl SnapshotSink for SharedUnwinder {
+    fn take(&mut self, header: &SnapshotHeader, stack: &[u8]) {
+        self.lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .add(header, stack);
     }
 }
 
