@@ -280,6 +280,7 @@ impl LiveArgs {
             expire_after: Duration::from_secs(self.expire_after),
             ready_file: self.ready_file,
             cpu_hz: self.cpu.hz()?,
+            stacks: false,
         })
     }
 }
@@ -411,6 +412,10 @@ enum Command {
     Top {
         #[command(flatten)]
         live: LiveArgs,
+        /// Under each lock, its most frequent whole stack (outermost frame first), unwound
+        /// from stack snapshots as `record --stacks` does.
+        #[arg(long)]
+        stacks: bool,
     },
     /// Print a saved JSON report again.
     #[command(after_help = REPORT_EXAMPLES)]
@@ -615,8 +620,11 @@ fn run(cli: Cli) -> Result<ExitCode> {
             };
             runtime()?.block_on(serve::serve(&options))
         }
-        Command::Top { live } => {
-            let options = live.options()?;
+        Command::Top { live, stacks } => {
+            let options = live::LiveOptions {
+                stacks,
+                ..live.options()?
+            };
             limits::open_files(0)?;
             limits::address_space()?;
             runtime()?.block_on(top::run(&options))

@@ -11,13 +11,14 @@
 //! never go backwards.
 use std::{
     collections::{BTreeMap, HashMap, HashSet},
+    sync::{Arc, Mutex, PoisonError},
     time::{Duration, Instant},
 };
 
 use anyhow::{Result, bail};
 use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuHashMap};
 use tracer_common::{
-    CallerKey, CpuSamples, FutexCounts, LockCounts, StackKey, WaitHolderKey, WaitTime, names,
+    CallerKey, CpuSamples, FutexCounts, LockCounts, StackKey, WaitHolderKey, WaitTime, flags, names,
 };
 
 use crate::{
@@ -26,10 +27,13 @@ use crate::{
         build::{RecordInfo, lock_holding},
     },
     model::{
-        Activity, Blocked, Collected, Deadlock, InProgress, Lock, LockKind, Mode, Placement,
-        Report, StopReason, TargetInfo, WaitClass,
+        Activity, Blocked, Collected, Deadlock, InProgress, Lock, LockKind, LockStack, Mode,
+        Placement, Report, StackSource, StopReason, TargetInfo, WaitClass,
     },
-    naming,
+    naming::{
+        self,
+        unwind::{SharedUnwinder, StackUnwinder},
+    },
     probe::{
         lockfuncs::LockFunction,
         request_auto::{Chosen, RequestProbeSpec},
@@ -43,7 +47,9 @@ use crate::{
         collect,
         cpu::CpuSampling,
         follow::MainThreadWatch,
-        inflight, window,
+        inflight,
+        snapshots::{self, SnapshotReader},
+        window,
     },
 };
 
@@ -66,6 +72,9 @@ pub struct LiveOptions {
     pub ready_file: Option<std::path::PathBuf>,
     /// CPU samples per CPU second for the CPU per lock (None: `--no-cpu`).
     pub cpu_hz: Option<u64>,
+    /// Stack snapshots, unwound as `record --stacks` does: each lock's
+    /// top stack (`top --stacks`).
+    pub stacks: bool,
 }
 
 /// What one lock did in an interval, with its name as far as known.
@@ -86,6 +95,9 @@ pub struct LockActivity {
     pub wait_ns: u64,
     /// Sampled CPU time in lock code on the lock (0 with `--no-cpu`).
     pub cpu_ns: u64,
+    /// With stacks: the lock's most frequent stack since it was first
+    /// named (of its calls, else its waits), outermost frame first.
+    pub top_stack: Option<Vec<String>>,
 }
 
 impl LockActivity {
@@ -137,6 +149,23 @@ struct Named {
     top_caller: Option<String>,
     /// Distinct call sites seen when named: more later means re-naming the callers.
     call_sites: usize,
+    /// With stacks: its top stack, outermost first (see [`LockActivity`]).
+    top_stack: Option<Vec<String>>,
+    /// Namings that found no stack yet (a lock is named again for its
+    /// stack at most [`STACK_TRIES`] times).
+    stack_tries: u32,
+}
+
+/// How many times a lock is named again for a stack it lacks: its first
+/// snapshots are unwound on the reader's thread, a tick or so behind.
+const STACK_TRIES: u32 = 5;
+
+/// The snapshot reader of a live session with `stacks`, and the unwinder
+/// it feeds.
+struct LiveStacks {
+    unwinder: SharedUnwinder,
+    /// Kept to the end of the session: the reader thread stops with it.
+    _reader: SnapshotReader<SharedUnwinder>,
 }
 
 /// A lock's running totals as of the previous interval.
@@ -174,6 +203,9 @@ pub struct LiveSession {
     attached_ns: u64,
     blocked_at_attach: Vec<Blocked>,
     cpu_hz: u64,
+    stacks: Option<LiveStacks>,
+    /// The BPF flags the probes were loaded with.
+    flags: u32,
 }
 
 impl LiveSession {
@@ -202,13 +234,14 @@ impl LiveSession {
         } = record::prepare(options.pid, options.mode, options.placement, false)?;
         let request_probe = window::request_probe(&target, &options.request_probe, false)?;
         let sampling = options.cpu_hz.map(|hz| CpuSampling { hz, lock_code });
+        let flags = if options.stacks { flags::STACKS } else { 0 };
         let plan = attach::LoadPlan {
             cpu: sampling.as_ref(),
             unlock_functions: &[],
             waits: &waits,
             target: &target,
             functions: &placed,
-            flags: 0,
+            flags,
             lock_probes: options.mode == Mode::All,
             request_probe: request_probe
                 .as_ref()
@@ -231,6 +264,10 @@ impl LiveSession {
         let attached_ns = inflight::monotonic_ns();
         let blocked_at_attach = inflight::blocked_threads(target.pid);
         let snapshot = naming::Snapshot::take(&target);
+        let stacks = match options.stacks {
+            true => Some(live_stacks(&loaded.ebpf, &target)?),
+            false => None,
+        };
         if let Some(path) = &options.ready_file {
             record::signal_ready(path)?;
         }
@@ -255,6 +292,8 @@ impl LiveSession {
             attached_ns,
             blocked_at_attach,
             cpu_hz,
+            stacks,
+            flags,
         })
     }
 
@@ -267,7 +306,7 @@ impl LiveSession {
             waits: &self.waits,
             target: &self.target,
             functions: &self.placed,
-            flags: 0,
+            flags: self.flags,
             lock_probes: self.mode == Mode::All,
             request_probe: self
                 .request_probe
@@ -313,7 +352,7 @@ impl LiveSession {
         let mut report = analysis::build::build(self.record_info(), &collected, &self.functions);
         let rows = report.locks.len();
         let (long_waits, deadlocks) = self.long_waits(&mut report);
-        self.name_new_locks(&mut report, &collected);
+        self.name_new_locks(&mut report, &mut collected);
         let (long_waits, deadlocks) = self.name_long_waits(long_waits, deadlocks);
         // The rows added for naming only: no counts, not tracked.
         report.locks.truncate(rows);
@@ -339,6 +378,7 @@ impl LiveSession {
                 contended: delta(lock.contended, before.contended),
                 wait_ns: delta(lock.wait_ns, before.wait_ns),
                 cpu_ns: delta(lock.cpu_ns.unwrap_or(0), before.cpu_ns),
+                top_stack: None,
             };
             before.acquisitions = lock.acquisitions.unwrap_or(0);
             before.contended = lock.contended;
@@ -358,6 +398,7 @@ impl LiveSession {
                     label: named.map_or_else(|| format::label(lock), |n| n.label.clone()),
                     module: named.and_then(|n| n.module.clone()),
                     top_caller: named.and_then(|n| n.top_caller.clone()),
+                    top_stack: named.and_then(|n| n.top_stack.clone()),
                     ..activity
                 });
             }
@@ -452,20 +493,22 @@ impl LiveSession {
 
     /// Names the locks not named yet and those with new call sites, most
     /// active first, at most [`NAMED_PER_INTERVAL`] per interval.
-    fn name_new_locks(&mut self, report: &mut Report, collected: &Collected) {
+    fn name_new_locks(&mut self, report: &mut Report, collected: &mut Collected) {
         let mut call_sites: HashMap<u64, usize> = HashMap::new();
         for key in collected.callers.keys() {
             *call_sites.entry(key.lock).or_default() += 1;
         }
+        let stacks = self.stacks.is_some();
         let wanted: Vec<Lock> = report
             .locks
             .iter()
             .filter(|lock| {
                 let address = lock.address;
                 let sites = call_sites.get(&address).copied().unwrap_or(0);
-                self.names
-                    .get(&address)
-                    .is_none_or(|named| named.call_sites < sites)
+                self.names.get(&address).is_none_or(|named| {
+                    named.call_sites < sites
+                        || (stacks && named.top_stack.is_none() && named.stack_tries < STACK_TRIES)
+                })
             })
             .take(NAMED_PER_INTERVAL)
             .cloned()
@@ -473,9 +516,18 @@ impl LiveSession {
         if wanted.is_empty() {
             return;
         }
+        if let Some(stacks) = &self.stacks {
+            collected.unwound = stacks
+                .unwinder
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .stacks();
+        }
         // Name only the wanted locks: swap them in, then the full list back.
         let all = std::mem::replace(&mut report.locks, wanted);
-        let options = naming::NamingOptions { stacks_per_lock: 0 };
+        let options = naming::NamingOptions {
+            stacks_per_lock: usize::from(stacks),
+        };
         naming::annotate(
             report,
             &mut self.snapshot,
@@ -484,12 +536,19 @@ impl LiveSession {
             options,
         );
         let named = std::mem::replace(&mut report.locks, all);
+        let stacks = std::mem::take(&mut report.stacks);
         for lock in &named {
             let address = lock.address;
             let top_caller = lock
                 .callers
                 .first()
                 .map(|caller| format::frame_label(&caller.frame()));
+            let top_stack = top_stack(&stacks, address);
+            let stack_tries = match (&top_stack, self.names.get(&address)) {
+                (Some(_), _) => 0,
+                (None, Some(before)) => before.stack_tries + 1,
+                (None, None) => 1,
+            };
             self.names.insert(
                 address,
                 Named {
@@ -497,6 +556,8 @@ impl LiveSession {
                     module: lock.module.clone(),
                     top_caller,
                     call_sites: call_sites.get(&address).copied().unwrap_or(0),
+                    top_stack,
+                    stack_tries,
                 },
             );
         }
@@ -612,6 +673,13 @@ impl LiveSession {
                 .filter(|k| expired_word(&k.uaddr))
                 .collect(),
         };
+        if let Some(stacks) = &self.stacks {
+            stacks
+                .unwinder
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .forget(&keys.stacks);
+        }
         collect::while_paused(&mut self.loaded.ebpf, |ebpf| keys.remove(ebpf))?;
         for address in &quiet {
             self.previous.remove(address);
@@ -619,6 +687,26 @@ impl LiveSession {
         }
         Ok(())
     }
+}
+
+/// Starts the snapshot reader of a live session, feeding a shared unwinder.
+fn live_stacks(ebpf: &aya::Ebpf, target: &Target) -> Result<LiveStacks> {
+    let unwinder: SharedUnwinder = Arc::new(Mutex::new(StackUnwinder::new(target)));
+    let reader = snapshots::spawn(ebpf, Arc::clone(&unwinder))?;
+    Ok(LiveStacks {
+        unwinder,
+        _reader: reader,
+    })
+}
+
+/// The top stack of the lock at `address` among `stacks` (the most
+/// frequent first), as frame labels, outermost first; None without a
+/// whole stack (only the immediate caller known).
+fn top_stack(stacks: &[LockStack], address: u64) -> Option<Vec<String>> {
+    let stack = stacks
+        .iter()
+        .find(|stack| stack.lock == address && stack.unwound_by == StackSource::CallFrameInfo)?;
+    Some(stack.frames.iter().rev().map(format::frame_label).collect())
 }
 
 /// The map keys of expired locks, by map.

@@ -577,6 +577,7 @@ mod tests {
             contended: 0,
             wait_ns: 0,
             cpu_ns: 0,
+            top_stack: None,
         }
     }
 

@@ -302,6 +302,24 @@ fn fit(text: &str, width: usize) -> String {
     out
 }
 
+/// A lock's top stack as a line under its row: its frames folded
+/// (outermost first, `;` between), cut at the front to `width` so the
+/// frames nearest the lock stay.
+fn stack_line(frames: &[String], width: usize) -> String {
+    let prefix = "    stack ";
+    let folded = frames.join(";");
+    let room = width.saturating_sub(prefix.chars().count());
+    let count = folded.chars().count();
+    if count <= room {
+        return format!("{prefix}{folded}");
+    }
+    let kept: String = folded
+        .chars()
+        .skip(count - room.saturating_sub(1))
+        .collect();
+    format!("{prefix}…{kept}")
+}
+
 /// The lines of the full-screen view, each at most `width` wide, at most `height` of them.
 fn full_screen(
     session: &LiveSession,
@@ -359,11 +377,10 @@ fn full_screen(
         ["acq/s", "cont/s", "wait ms/s", "cpu ms/s"],
         "top caller",
     )]);
-    for lock in interval
-        .locks
-        .iter()
-        .take(height.saturating_sub(lines.len()))
-    {
+    for lock in &interval.locks {
+        if lines.len() >= height {
+            break;
+        }
         let [acquisitions, contended, wait, cpu] = cells(lock, seconds);
         lines.push(row(
             &lock.label,
@@ -371,6 +388,9 @@ fn full_screen(
             [&acquisitions, &contended, &wait, &cpu],
             lock.top_caller.as_deref().unwrap_or("-"),
         ));
+        if let Some(frames) = lock.top_stack.as_ref().filter(|_| lines.len() < height) {
+            lines.push(stack_line(frames, width));
+        }
     }
     lines
 }
@@ -410,6 +430,9 @@ fn plain(session: &LiveSession, interval: &Interval, since_attach: Duration) -> 
             cpu,
             lock.top_caller.as_deref().unwrap_or("-")
         );
+        if let Some(frames) = &lock.top_stack {
+            let _ = writeln!(out, "{}", stack_line(frames, usize::MAX));
+        }
     }
     if interval.locks.len() > PLAIN_ROWS {
         let _ = writeln!(out, "(+{} more)", interval.locks.len() - PLAIN_ROWS);
@@ -447,6 +470,7 @@ mod tests {
             contended: 20,
             wait_ns: 2_000_000_000,
             cpu_ns: 0,
+            top_stack: None,
         };
         let interval = Interval {
             elapsed: Duration::from_secs(2),
@@ -466,6 +490,23 @@ mod tests {
                 "lost since attach: locks_map_full 4464 (figures above incomplete)".to_string(),
             ]
         );
+    }
+
+    /// A stack line keeps the frames nearest the lock when cut.
+    #[test]
+    fn stack_lines_cut_at_the_outer_end() {
+        let frames: Vec<String> = ["main", "serve", "take", "pthread_mutex_lock"]
+            .map(String::from)
+            .to_vec();
+        assert_eq!(
+            stack_line(&frames, usize::MAX),
+            "    stack main;serve;take;pthread_mutex_lock"
+        );
+        assert_eq!(
+            stack_line(&frames, 34),
+            "    stack …take;pthread_mutex_lock"
+        );
+        assert_eq!(stack_line(&frames, 34).chars().count(), 34);
     }
 
     #[test]

@@ -282,6 +282,34 @@ fn top_prints_plain_tables_when_not_a_terminal() {
     assert!(top.0.wait().unwrap().success());
 }
 
+/// `top --stacks` through a pipe: under a lock's row, its top stack,
+/// folded, is the fixture's whole chain (built without frame pointers)
+/// from the thread's function to the lock call.
+#[test]
+fn top_shows_each_locks_top_stack() {
+    let binary = fixture_with(
+        "sites",
+        Flavor::Glibc,
+        &["-fomit-frame-pointer", "-fno-optimize-sibling-calls"],
+    );
+    let mut fixture = Fixture::spawn(&binary, &["1", "2000000"]);
+    let pid = fixture.pid().to_string();
+    let (mut top, _) = start_live(&["top", "--pid", &pid, "--stacks"], Stdio::piped());
+    fixture.start();
+    let mut stdout = BufReader::new(top.0.stdout.take().unwrap());
+    let chain = "worker;serve_request;level1;level2;level3;level4;level5;level6;level7;level8;level9;level10;take;pthread_mutex_lock";
+    let line = wait_for_top_line(&mut stdout, |line| line.starts_with("    stack "));
+    let line = if line.contains(chain) {
+        line
+    } else {
+        // The first naming may come before the first snapshots are unwound.
+        wait_for_top_line(&mut stdout, |line| line.contains(chain))
+    };
+    assert!(line.trim_end().ends_with(chain), "{line}");
+    unsafe { libc::kill(top.0.id() as i32, libc::SIGINT) };
+    assert!(top.0.wait().unwrap().success());
+}
+
 fn tmux(socket: &Path, args: &[&str]) -> String {
     let output = Command::new("tmux")
         .arg("-S")

@@ -5,7 +5,11 @@
 //! Real BPF: run as root.
 mod common;
 
-use std::path::PathBuf;
+use std::{
+    ffi::OsStr,
+    path::{Path, PathBuf},
+    process::Command,
+};
 
 use common::*;
 use serde_json::Value;
@@ -83,6 +87,102 @@ fn lock_call_stacks_are_whole_without_frame_pointers() {
         }
         let counted: u64 = stacks.iter().map(|s| s["count"].as_u64().unwrap()).sum();
         assert_eq!(counted, STATS_USES * REQUESTS, "{flavor:?}");
+    }
+}
+
+/// Flags that leave the fixture's own functions without `.eh_frame`: their
+/// call-frame information is only in `.debug_frame` (the C runtime's
+/// `_start` and PLT keep theirs in `.eh_frame`).
+const DEBUG_FRAME_ONLY: [&str; 4] = [
+    "-fomit-frame-pointer",
+    "-fno-optimize-sibling-calls",
+    "-fno-asynchronous-unwind-tables",
+    "-fno-unwind-tables",
+];
+
+/// The sections of an ELF file, by name.
+fn section_names(binary: &Path) -> Vec<String> {
+    let output = Command::new("readelf")
+        .args(["-SW"])
+        .arg(binary)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&output.stdout)
+        .split_whitespace()
+        .filter(|word| word.starts_with('.'))
+        .map(str::to_string)
+        .collect()
+}
+
+/// `binary` stripped of its debug sections (`.debug_frame` with them),
+/// with a `.gnu_debuglink` to a debug file next to it that keeps them.
+fn with_separate_debug_file(binary: &Path) -> PathBuf {
+    let stripped = binary.with_extension("stripped");
+    let debug = binary.with_extension("debug");
+    let objcopy = |args: &[&OsStr]| {
+        let status = Command::new("objcopy").args(args).status().unwrap();
+        assert!(status.success(), "objcopy {args:?}");
+    };
+    objcopy(&[
+        "--only-keep-debug".as_ref(),
+        binary.as_ref(),
+        debug.as_ref(),
+    ]);
+    let link = format!("--add-gnu-debuglink={}", debug.display());
+    objcopy(&[
+        "--strip-debug".as_ref(),
+        link.as_ref(),
+        binary.as_ref(),
+        stripped.as_ref(),
+    ]);
+    assert!(!section_names(&stripped).contains(&".debug_frame".to_string()));
+    assert!(section_names(&debug).contains(&".debug_frame".to_string()));
+    stripped
+}
+
+/// Code whose call-frame information is only in `.debug_frame`, in the
+/// binary itself or in its separate debug file: every lock call of the
+/// stats mutex still has the whole chain, frame by frame.
+#[test]
+fn lock_call_stacks_are_whole_from_debug_frame() {
+    for flavor in [Flavor::Glibc, Flavor::MuslStatic] {
+        let binary = fixture_with("sites", flavor, &DEBUG_FRAME_ONLY);
+        assert!(section_names(&binary).contains(&".debug_frame".to_string()));
+        for (how, binary) in [
+            ("own .debug_frame", binary.clone()),
+            (
+                "debug file's .debug_frame",
+                with_separate_debug_file(&binary),
+            ),
+        ] {
+            let args = ["1".to_string(), REQUESTS.to_string()];
+            let (report, addresses) =
+                trace_fixture(&binary, &[&args[0], &args[1]], &["--stacks", "64"]);
+            let stats = addresses["stats"][0];
+            let row = lock_at(&report, stats)
+                .unwrap_or_else(|| panic!("{flavor:?}, {how}: no stats row"));
+            assert_eq!(
+                row["acquisitions"],
+                STATS_USES * REQUESTS,
+                "{flavor:?}, {how}"
+            );
+            let stacks = stacks_of(&report, stats);
+            assert!(!stacks.is_empty(), "{flavor:?}, {how}: no stacks");
+            for stack in &stacks {
+                let frames = frame_functions(stack);
+                assert_eq!(
+                    frames[0], "pthread_mutex_lock",
+                    "{flavor:?}, {how}: {frames:?}"
+                );
+                assert_eq!(
+                    frames[1..=CHAIN.len()],
+                    CHAIN,
+                    "{flavor:?}, {how}: {frames:?}"
+                );
+            }
+            let counted: u64 = stacks.iter().map(|s| s["count"].as_u64().unwrap()).sum();
+            assert_eq!(counted, STATS_USES * REQUESTS, "{flavor:?}, {how}");
+        }
     }
 }
 

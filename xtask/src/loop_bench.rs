@@ -90,7 +90,7 @@ pub fn median(runs: usize, mut one: impl FnMut() -> Result<Sample>) -> Result<Sa
 }
 
 /// The run with the median ns/lock.
-fn median_of(mut samples: Vec<Sample>) -> Sample {
+pub fn median_of(mut samples: Vec<Sample>) -> Sample {
     samples.sort_by(|a, b| a.ns_per_lock.total_cmp(&b.ns_per_lock));
     samples[samples.len() / 2]
 }
@@ -118,6 +118,11 @@ pub fn run_loop(binary: &Path, seconds: f64, tracer: &Tracer, locktrace: &Path) 
         sample.attach_ms = finished.attach_ms;
         sample.tracer_cpu_s = finished.cpu_s;
         sample.tracer_rss_mib = finished.rss_mib;
+        sample.snapshots_lost = finished
+            .report
+            .as_ref()
+            .and_then(|report| report.dropped.get("snapshots_lost").copied())
+            .unwrap_or(0);
     }
     Ok(sample)
 }

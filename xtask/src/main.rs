@@ -14,13 +14,15 @@
 //! 4. the HTTP fixture's throughput under wrk with each tracer;
 //! 5. the real FrankenPHP's throughput, when the kit in ../shared/frankenphp
 //!    is built (under `flock /tmp/franken.lock`);
-//! 6. what opening and closing a sampled window costs, by mechanism.
+//! 6. what opening and closing a sampled window costs, by mechanism;
+//! 7. what a stack snapshot costs the target (`--stacks`).
 //!
 //! Needs root (BPF). Run: `cargo xtask bench [--seconds S] [--runs N] [--only loop]`
 //! (`--only loop`: part 2 and 3 on the loop only, a quick look at one change;
 //! `--only calibration`: part 1; `--only franken`: part 5; `--only windows`: part 6;
 //! `--only franken-contention`: part 5's contention-mode rows alone;
-//! `--only franken-stacks`: part 5's all-locks rows with and without `--stacks`).
+//! `--only franken-stacks`: part 5's all-locks rows with and without `--stacks`;
+//! `--only snapshots`: part 7).
 mod calibration;
 mod dist;
 mod fixtures;
@@ -29,6 +31,7 @@ mod http_bench;
 mod kernel_floor;
 mod loop_bench;
 mod results;
+mod snapshot_bench;
 mod tracers;
 mod window_bench;
 
@@ -70,7 +73,8 @@ pub struct BenchArgs {
     /// cost per hit by instruction class; `franken`: the real FrankenPHP;
     /// `franken-contention`: its contention-mode rows only, for many rounds;
     /// `franken-stacks`: its all-locks rows with and without `--stacks`;
-    /// `windows`: attaching and detaching a sampled window, by mechanism).
+    /// `windows`: attaching and detaching a sampled window, by mechanism;
+    /// `snapshots`: the cost of one stack snapshot and of `--stacks` per call).
     #[arg(long, value_enum)]
     pub only: Option<Part>,
 }
@@ -87,6 +91,8 @@ pub enum Part {
     /// (whole stacks from snapshots: what they cost the real server).
     FrankenStacks,
     Windows,
+    /// What one stack snapshot costs the target, and `--stacks` per lock call.
+    Snapshots,
 }
 
 fn positive_seconds(text: &str) -> Result<f64, String> {
@@ -157,6 +163,9 @@ fn bench(args: BenchArgs) -> Result<()> {
     }
     if runs(Part::Windows) {
         report.push_str(&window_bench::run(&bench)?);
+    }
+    if runs(Part::Snapshots) {
+        report.push_str(&snapshot_bench::run(&bench)?);
     }
     results::write(&bench.out, &report)
 }

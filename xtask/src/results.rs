@@ -16,6 +16,8 @@ pub struct Sample {
     pub attach_ms: f64,
     pub tracer_cpu_s: f64,
     pub tracer_rss_mib: f64,
+    /// The report's `dropped.snapshots_lost` (0 without `--stacks`).
+    pub snapshots_lost: u64,
 }
 
 /// Statistics updates per request in the HTTP fixture: each takes the global

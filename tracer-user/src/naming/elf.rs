@@ -257,6 +257,16 @@ pub fn demangle(name: &str) -> String {
     name.to_string()
 }
 
+/// The module's separate debug file (see [`find_debug_file`]), for a
+/// reader that needs only its path (the unwinder's `.debug_frame`).
+pub fn debug_file_path(
+    elf: &object::File,
+    module_path: &str,
+    root: Option<&Path>,
+) -> Option<PathBuf> {
+    find_debug_file(elf, module_path, root, &mut Vec::new())
+}
+
 /// A separate debug file for the module, looked up as gdb does: by build-id
 /// under /usr/lib/debug/.build-id, then by .gnu_debuglink next to the module,
 /// in its .debug directory and under /usr/lib/debug. Looked for in the
