@@ -502,6 +502,10 @@ pub enum SkipReason {
     /// rewritten headers): no symbols or DWARF from it; regions come from
     /// its program headers.
     NoSectionHeaders,
+    /// Stripped, no local debug file, and its debug file could not be
+    /// fetched from the `$DEBUGINFOD_URLS` servers (unreachable, not
+    /// there, too slow, too large, another build-id): its names are missing.
+    DebuginfodFailed,
 }
 
 impl SkipReason {
@@ -514,6 +518,7 @@ impl SkipReason {
             SkipReason::CorruptHeaders => "section headers corrupt",
             SkipReason::SplitDwarf => "split DWARF not read",
             SkipReason::NoSectionHeaders => "no usable section headers",
+            SkipReason::DebuginfodFailed => "debug file not fetched from debuginfod",
         }
     }
 }

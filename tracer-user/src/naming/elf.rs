@@ -1,5 +1,6 @@
 //! Symbols and sections of one ELF module, merged with its separate debug
-//! file (`.gnu_debuglink` or build-id under /usr/lib/debug) when one exists.
+//! file (`.gnu_debuglink` or build-id under /usr/lib/debug, or one fetched
+//! from a debuginfod server: naming::debuginfod) when one exists.
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
@@ -85,6 +86,8 @@ pub struct ModuleSymbols {
     pub debug_path: Option<PathBuf>,
     /// Debug files not used, with why (a debug link too large to check).
     pub skipped: Vec<crate::model::SkippedFile>,
+    /// The module's GNU build-id (what debuginfod serves debug files by).
+    pub build_id: Option<Vec<u8>>,
 }
 
 impl ModuleSymbols {
@@ -121,6 +124,31 @@ impl ModuleSymbols {
     /// Parses a module from its bytes; `root` is where the target's files are
     /// seen (its /proc/PID/root), used to look for debug files.
     pub fn parse(data: &[u8], module_path: &str, root: Option<&Path>) -> Result<ModuleSymbols> {
+        ModuleSymbols::parse_with(data, module_path, root, |elf, skipped| {
+            find_debug_file(elf, module_path, root, skipped)
+        })
+    }
+
+    /// Parses a module with `debug_path` as its debug file (one fetched
+    /// from a debuginfod server, its build-id checked).
+    pub fn parse_with_debug_file(
+        data: &[u8],
+        module_path: &str,
+        root: Option<&Path>,
+        debug_path: &Path,
+    ) -> Result<ModuleSymbols> {
+        ModuleSymbols::parse_with(data, module_path, root, |_, _| {
+            Some(debug_path.to_path_buf())
+        })
+    }
+
+    /// Parses a module; `debug_file` finds its debug file.
+    fn parse_with(
+        data: &[u8],
+        module_path: &str,
+        root: Option<&Path>,
+        debug_file: impl FnOnce(&object::File, &mut Vec<crate::model::SkippedFile>) -> Option<PathBuf>,
+    ) -> Result<ModuleSymbols> {
         let elf = object::File::parse(data)
             .with_context(|| format!("{module_path} is not an ELF file"))?;
         let mut module = ModuleSymbols {
@@ -136,6 +164,12 @@ impl ModuleSymbols {
                     })
                 })
                 .collect(),
+            build_id: elf
+                .build_id()
+                .ok()
+                .flatten()
+                .filter(|id| id.len() > 1)
+                .map(<[u8]>::to_vec),
             ..ModuleSymbols::default()
         };
         if !module.sections_describe_segments() {
@@ -152,7 +186,7 @@ impl ModuleSymbols {
             return Ok(module);
         }
         module.add_symbols(&elf);
-        if let Some(debug_path) = find_debug_file(&elf, module_path, root, &mut module.skipped)
+        if let Some(debug_path) = debug_file(&elf, &mut module.skipped)
             && let Ok(debug_file) = ModuleFile::open(&debug_path)
             && let Ok(debug_elf) = debug_file.elf()
         {
@@ -282,7 +316,7 @@ fn find_debug_file(
     if let Ok(Some(build_id)) = elf.build_id()
         && build_id.len() > 1
     {
-        let hex: String = build_id.iter().map(|byte| format!("{byte:02x}")).collect();
+        let hex = hex(build_id);
         candidates.push((
             format!("/usr/lib/debug/.build-id/{}/{}.debug", &hex[..2], &hex[2..]),
             None,
@@ -336,9 +370,15 @@ fn find_debug_file(
         .map(|(path, _)| path)
 }
 
+/// A build-id as the paths that look files up by it spell it.
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
 /// Largest debug-link file checksummed: debug files of the biggest
 /// programs are a few GiB; a link to a huge (sparse) file once took 654 s.
-const MAX_DEBUG_LINK_BYTES: u64 = 4 << 30;
+/// Also the largest debug file fetched from a debuginfod server.
+pub const MAX_DEBUG_LINK_BYTES: u64 = 4 << 30;
 
 /// Starts with the ELF magic (checked before a checksum of the whole file).
 fn is_elf(path: &Path) -> bool {

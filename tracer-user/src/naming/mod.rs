@@ -12,6 +12,7 @@
 //! searched during the recording (`ongoing.rs`).
 pub mod chain;
 pub mod creation;
+pub mod debuginfod;
 pub mod declared;
 pub mod dwarf;
 pub mod elf;
@@ -246,7 +247,8 @@ pub fn annotate(
     if alive {
         snapshot.refresh();
     }
-    let space = address_space(snapshot, alive);
+    let mut space = address_space(snapshot, alive);
+    debuginfod_files(&mut space, snapshot, report, collected, alive);
     let callers = callers_by_lock(&space, collected, functions);
 
     let mut namer = names::Namer::new(&space, &snapshot.files);
@@ -352,6 +354,39 @@ fn address_space(snapshot: &mut Snapshot, alive: bool) -> AddressSpace {
     };
     space.thread_stacks = snapshot.thread_stacks.clone();
     space
+}
+
+/// With `$DEBUGINFOD_URLS` set, debug files from its servers for the
+/// stripped modules without a local one that hold a lock or a caller.
+fn debuginfod_files(
+    space: &mut AddressSpace,
+    snapshot: &Snapshot,
+    report: &Report,
+    collected: &Collected,
+    alive: bool,
+) {
+    let Some(mut client) = debuginfod::Client::from_env() else {
+        return;
+    };
+    let root = alive.then(|| PathBuf::from(format!("/proc/{}/root", snapshot.pid)));
+    let addresses: Vec<u64> = report
+        .locks
+        .iter()
+        .map(|lock| lock.address)
+        .chain(
+            collected
+                .callers
+                .keys()
+                .map(|key| key.return_ip.wrapping_sub(1)),
+        )
+        .collect();
+    debuginfod::add_debug_files(
+        space,
+        &snapshot.files,
+        root.as_deref(),
+        &addresses,
+        &mut client,
+    );
 }
 
 /// Each lock's call sites, resolved to functions; calls made by a lock

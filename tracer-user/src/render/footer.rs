@@ -17,7 +17,7 @@ pub fn naming(report: &Report) -> String {
     );
     if !naming.stripped.is_empty() {
         out.push_str(&format!(
-            "stripped (exported symbols only): {}; install their debug symbols (/usr/lib/debug) or trace unstripped builds to name internal locks and callers\n",
+            "stripped (exported symbols only): {}; install their debug symbols (/usr/lib/debug), set DEBUGINFOD_URLS, or trace unstripped builds to name internal locks and callers\n",
             naming.stripped.join(", ")
         ));
     }
