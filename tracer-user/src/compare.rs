@@ -380,35 +380,7 @@ pub fn evaluate_with(
         return Ok(Outcome { text, failures });
     }
     for selector in assert_gone {
-        let still: Vec<String> = after
-            .matching(selector)
-            .filter(|(_, group)| group.acquisitions.saturating_add(group.contended) > 0)
-            .map(|(identity, group)| {
-                format!(
-                    "{identity} ({} per request)",
-                    ratio(after.per_request(group.acquisitions))
-                )
-            })
-            .collect();
-        if !still.is_empty() {
-            failures.push(format!(
-                "a lock matching {selector:?} is still taken after: {}",
-                still.join("; ")
-            ));
-        } else if before.matching(selector).next().is_none() {
-            // Matching nothing on either side is a typo, not a pass.
-            failures.push(format!(
-                "--assert-gone {selector:?} matches no lock in {} either (check the selector)",
-                before.path.display()
-            ));
-        } else if let Some(windows) = after.sampled_windows {
-            let _ = writeln!(
-                text,
-                "ok: no lock matching {selector:?} was seen in the {windows} sampling windows after (a lock taken rarely may be missed; --mode all to be sure)"
-            );
-        } else {
-            let _ = writeln!(text, "ok: no lock matching {selector:?} is taken after");
-        }
+        check_gone(&before, &after, selector, &mut text, &mut failures);
     }
     for (selector, max) in &limits {
         let mut matched = false;
@@ -447,6 +419,45 @@ pub fn evaluate_with(
         }
     }
     Ok(Outcome { text, failures })
+}
+
+/// `--assert-gone SELECTOR`: an `ok:` line in `text`, or a failure.
+fn check_gone(
+    before: &Side,
+    after: &Side,
+    selector: &str,
+    text: &mut String,
+    failures: &mut Vec<String>,
+) {
+    let still: Vec<String> = after
+        .matching(selector)
+        .filter(|(_, group)| group.acquisitions.saturating_add(group.contended) > 0)
+        .map(|(identity, group)| {
+            format!(
+                "{identity} ({} per request)",
+                ratio(after.per_request(group.acquisitions))
+            )
+        })
+        .collect();
+    if !still.is_empty() {
+        failures.push(format!(
+            "a lock matching {selector:?} is still taken after: {}",
+            still.join("; ")
+        ));
+    } else if before.matching(selector).next().is_none() {
+        // Matching nothing on either side is a typo, not a pass.
+        failures.push(format!(
+            "--assert-gone {selector:?} matches no lock in {} either (check the selector)",
+            before.path.display()
+        ));
+    } else if let Some(windows) = after.sampled_windows {
+        let _ = writeln!(
+            text,
+            "ok: no lock matching {selector:?} was seen in the {windows} sampling windows after (a lock taken rarely may be missed; --mode all to be sure)"
+        );
+    } else {
+        let _ = writeln!(text, "ok: no lock matching {selector:?} is taken after");
+    }
 }
 
 /// A report that counted acquisitions against one that did not (contention
