@@ -14,7 +14,7 @@
 //! site and the per-address rows of the same site match, and `locks` counts
 //! the addresses either stands for.
 use std::{
-    collections::{BTreeMap, BTreeSet},
+    collections::{BTreeMap, BTreeSet, HashMap},
     fmt::Write,
     path::{Path, PathBuf},
     process::ExitCode,
@@ -23,12 +23,14 @@ use std::{
 use anyhow::{Context, Result, anyhow, bail};
 
 use crate::{
-    model::{LockKind, Mode, Report, WaitClass},
+    model::{LockKind, LockStack, Mode, Report, WaitClass},
     naming::chain::c_notation,
     render::{
         fit::{Column, Width, fit},
         format::{duration, ratio},
         output,
+        pprof::is_lock_call,
+        stacks::folded_path,
     },
 };
 
@@ -48,6 +50,10 @@ pub struct CompareArgs {
     /// Print every column in full (by default the table fits the terminal, or 160 columns).
     #[arg(long)]
     wide: bool,
+    /// Reports with `--stacks`: show the call paths of up to N locks, those
+    /// whose acquisitions per request changed most (0: none).
+    #[arg(long, value_name = "N", default_value_t = PATH_LOCKS)]
+    paths_of: usize,
 }
 
 /// Locks of one identity in one report, summed.
@@ -72,6 +78,8 @@ struct Group {
     /// Sampled reports: the per-request bound of `acquisitions`, summed
     /// over the group's locks (each lock's own bound; a sum never understates).
     per_request_error: f64,
+    /// `--stacks`: lock calls by call path (folded, outermost first).
+    paths: BTreeMap<String, u64>,
 }
 
 /// Adds to an optional total, starting it at 0, never wrapping.
@@ -98,6 +106,10 @@ impl Group {
         self.labels.dedup();
         self.aliases.extend(other.aliases);
         self.per_request_error += other.per_request_error;
+        for (path, count) in other.paths {
+            let total = self.paths.entry(path).or_default();
+            *total = total.saturating_add(count);
+        }
     }
 }
 
@@ -128,6 +140,10 @@ impl Side {
             ),
         };
         let mut groups: BTreeMap<String, Group> = BTreeMap::new();
+        let mut stacks: HashMap<u64, Vec<&LockStack>> = HashMap::new();
+        for stack in &report.stacks {
+            stacks.entry(stack.lock).or_default().push(stack);
+        }
         for lock in &report.locks {
             let spelled = lock
                 .name
@@ -201,6 +217,12 @@ impl Side {
             group.labels.extend(callers);
             group.labels.extend(aliases.iter().cloned());
             group.aliases.extend(aliases);
+            for stack in stacks.get(&lock.address).into_iter().flatten() {
+                if is_lock_call(stack, lock) {
+                    let total = group.paths.entry(folded_path(stack)).or_default();
+                    *total = total.saturating_add(stack.count);
+                }
+            }
             group.labels.sort();
             group.labels.dedup();
         }
@@ -283,12 +305,13 @@ fn adopt(named: &Side, other: &mut Side) {
 }
 
 pub fn run(args: &CompareArgs) -> Result<ExitCode> {
-    let outcome = evaluate(
+    let outcome = evaluate_with(
         &args.before,
         &args.after,
         &args.assert_gone,
         &args.assert_max,
         Width::for_stdout(args.wide),
+        args.paths_of,
     )?;
     // A reader that went away (`| head`) is a normal end; the verdict stands.
     output::stdout_text(&outcome.text)?;
@@ -318,6 +341,18 @@ pub fn evaluate(
     assert_max: &[String],
     width: Width,
 ) -> Result<Outcome> {
+    evaluate_with(before, after, assert_gone, assert_max, width, PATH_LOCKS)
+}
+
+/// [`evaluate`], showing the call paths of up to `path_locks` locks.
+pub fn evaluate_with(
+    before: &Path,
+    after: &Path,
+    assert_gone: &[String],
+    assert_max: &[String],
+    width: Width,
+    path_locks: usize,
+) -> Result<Outcome> {
     let mut before = Side::load(before)?;
     let mut after = Side::load(after)?;
     refuse_mixed_modes(&before, &after)?;
@@ -327,7 +362,9 @@ pub fn evaluate(
         .map(|spec| parse_max(spec))
         .collect::<Result<Vec<_>>>()?;
     // Every line fits the width the tables use: notes wrap, indented.
-    let mut text = crate::render::fit::wrap_lines(&render(&before, &after, width), width);
+    let mut text = render(&before, &after, width);
+    text.push_str(&render_path_changes(&before, &after, path_locks));
+    let mut text = crate::render::fit::wrap_lines(&text, width);
     let mut failures = Vec::new();
     if !after.counts_acquisitions() {
         for assertion in assert_gone
@@ -343,35 +380,7 @@ pub fn evaluate(
         return Ok(Outcome { text, failures });
     }
     for selector in assert_gone {
-        let still: Vec<String> = after
-            .matching(selector)
-            .filter(|(_, group)| group.acquisitions.saturating_add(group.contended) > 0)
-            .map(|(identity, group)| {
-                format!(
-                    "{identity} ({} per request)",
-                    ratio(after.per_request(group.acquisitions))
-                )
-            })
-            .collect();
-        if !still.is_empty() {
-            failures.push(format!(
-                "a lock matching {selector:?} is still taken after: {}",
-                still.join("; ")
-            ));
-        } else if before.matching(selector).next().is_none() {
-            // Matching nothing on either side is a typo, not a pass.
-            failures.push(format!(
-                "--assert-gone {selector:?} matches no lock in {} either (check the selector)",
-                before.path.display()
-            ));
-        } else if let Some(windows) = after.sampled_windows {
-            let _ = writeln!(
-                text,
-                "ok: no lock matching {selector:?} was seen in the {windows} sampling windows after (a lock taken rarely may be missed; --mode all to be sure)"
-            );
-        } else {
-            let _ = writeln!(text, "ok: no lock matching {selector:?} is taken after");
-        }
+        check_gone(&before, &after, selector, &mut text, &mut failures);
     }
     for (selector, max) in &limits {
         let mut matched = false;
@@ -410,6 +419,45 @@ pub fn evaluate(
         }
     }
     Ok(Outcome { text, failures })
+}
+
+/// `--assert-gone SELECTOR`: an `ok:` line in `text`, or a failure.
+fn check_gone(
+    before: &Side,
+    after: &Side,
+    selector: &str,
+    text: &mut String,
+    failures: &mut Vec<String>,
+) {
+    let still: Vec<String> = after
+        .matching(selector)
+        .filter(|(_, group)| group.acquisitions.saturating_add(group.contended) > 0)
+        .map(|(identity, group)| {
+            format!(
+                "{identity} ({} per request)",
+                ratio(after.per_request(group.acquisitions))
+            )
+        })
+        .collect();
+    if !still.is_empty() {
+        failures.push(format!(
+            "a lock matching {selector:?} is still taken after: {}",
+            still.join("; ")
+        ));
+    } else if before.matching(selector).next().is_none() {
+        // Matching nothing on either side is a typo, not a pass.
+        failures.push(format!(
+            "--assert-gone {selector:?} matches no lock in {} either (check the selector)",
+            before.path.display()
+        ));
+    } else if let Some(windows) = after.sampled_windows {
+        let _ = writeln!(
+            text,
+            "ok: no lock matching {selector:?} was seen in the {windows} sampling windows after (a lock taken rarely may be missed; --mode all to be sure)"
+        );
+    } else {
+        let _ = writeln!(text, "ok: no lock matching {selector:?} is taken after");
+    }
 }
 
 /// A report that counted acquisitions against one that did not (contention
@@ -526,6 +574,118 @@ fn render(before: &Side, after: &Side, width: Width) -> String {
         total(before),
         total(after)
     );
+    out
+}
+
+/// Locks and call paths the stack section shows at most (`--paths-of`
+/// sets the locks).
+const PATH_LOCKS: usize = 3;
+const PATHS_PER_LOCK: usize = 5;
+
+/// `--stacks` on both sides: the call paths of the locks whose
+/// acquisitions per request changed most, each path's lock calls per
+/// request before and after (the paths that changed most first).
+fn render_path_changes(before: &Side, after: &Side, path_locks: usize) -> String {
+    let mut locks: Vec<(&String, &Group, &Group)> = before
+        .groups
+        .iter()
+        .filter_map(|(identity, old)| {
+            let new = after.groups.get(identity)?;
+            (!old.paths.is_empty() && !new.paths.is_empty()).then_some((identity, old, new))
+        })
+        .collect();
+    if locks.is_empty() || path_locks == 0 {
+        return String::new();
+    }
+    let per_request = |side: &Side, group: &Group| side.per_request(group.acquisitions);
+    // Biggest change first, then the bigger lock.
+    let rank = |(_, old, new): &(&String, &Group, &Group)| {
+        let (b, a) = (per_request(before, old), per_request(after, new));
+        ((a - b).abs(), a.max(b))
+    };
+    locks.sort_by(|x, y| {
+        let ((dx, sx), (dy, sy)) = (rank(x), rank(y));
+        dy.total_cmp(&dx)
+            .then(sy.total_cmp(&sx))
+            .then_with(|| x.0.cmp(y.0))
+    });
+    let mut out = format!(
+        "\ncall paths (lock calls per request, outermost;…;innermost):\n{:>10} {:>10} {:>10}  path\n",
+        "before", "after", "change"
+    );
+    for (identity, old, new) in locks.iter().take(path_locks) {
+        let _ = writeln!(
+            out,
+            "{identity}: {} -> {} per request",
+            ratio(per_request(before, old)),
+            ratio(per_request(after, new))
+        );
+        out.push_str(&path_lines(before, old, after, new));
+    }
+    if locks.len() > path_locks {
+        let _ = writeln!(
+            out,
+            "{} with stacks on both sides (--paths-of N)",
+            more(locks.len() - path_locks, "lock")
+        );
+    }
+    out
+}
+
+/// `… 1 more path`, `… 2 more paths`.
+fn more(count: usize, noun: &str) -> String {
+    match count {
+        1 => format!("… 1 more {noun}"),
+        _ => format!("… {count} more {noun}s"),
+    }
+}
+
+/// One lock's call paths, those that changed most first, at most
+/// [`PATHS_PER_LOCK`]; a path on one side only is marked.
+fn path_lines(before: &Side, old: &Group, after: &Side, new: &Group) -> String {
+    let mut paths: Vec<(&String, Option<f64>, Option<f64>)> = old
+        .paths
+        .keys()
+        .chain(new.paths.keys())
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .map(|path| {
+            let b = old.paths.get(path).map(|&n| before.per_request(n));
+            let a = new.paths.get(path).map(|&n| after.per_request(n));
+            (path, b, a)
+        })
+        .collect();
+    let size = |b: Option<f64>, a: Option<f64>| {
+        let (b, a) = (b.unwrap_or(0.0), a.unwrap_or(0.0));
+        ((a - b).abs(), a.max(b))
+    };
+    paths.sort_by(|x, y| {
+        let ((dx, sx), (dy, sy)) = (size(x.1, x.2), size(y.1, y.2));
+        dy.total_cmp(&dx)
+            .then(sy.total_cmp(&sx))
+            .then_with(|| x.0.cmp(y.0))
+    });
+    let mut out = String::new();
+    let shown = |v: Option<f64>| v.map_or("-".to_string(), ratio);
+    for (path, b, a) in paths.iter().take(PATHS_PER_LOCK) {
+        let change = b.unwrap_or(0.0);
+        let change = a.unwrap_or(0.0) - change;
+        let mark = match (b, a) {
+            (None, Some(_)) => "(appeared) ",
+            (Some(_), None) => "(disappeared) ",
+            _ => "",
+        };
+        let _ = writeln!(
+            out,
+            "{:>10} {:>10} {:>10}  {mark}{path}",
+            shown(*b),
+            shown(*a),
+            format!("{}{}", sign(change), ratio(change))
+        );
+    }
+    if paths.len() > PATHS_PER_LOCK {
+        let _ = writeln!(out, "  {}", more(paths.len() - PATHS_PER_LOCK, "path"));
+    }
     out
 }
 
@@ -871,6 +1031,117 @@ mod tests {
         let after = Side::load(&after).unwrap();
         let row = compare_row(&before, &after, &site.to_string());
         assert_eq!(row[1..4], ["3/2", "3.0", "3.0"]);
+    }
+
+    /// A stack of `count` `source` events on `lock`, `functions` outermost first.
+    fn stack(lock: &str, count: u64, source: &str, functions: &[&str]) -> Value {
+        let frames: Vec<Value> = functions
+            .iter()
+            .rev()
+            .enumerate()
+            .map(|(at, f)| serde_json::json!({"function": f, "module": "/x", "offset": at}))
+            .collect();
+        serde_json::json!({"lock": lock, "count": count, "frames": frames,
+            "unwound_by": "call_frame_info", "source": source})
+    }
+
+    /// Writes a report of `requests` with `locks` and `stacks`.
+    fn write_stacks_report(
+        dir: &std::path::Path,
+        file: &str,
+        requests: u64,
+        locks: Value,
+        stacks: Value,
+    ) -> PathBuf {
+        let path = write_report(dir, file, requests, locks);
+        let mut report: Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        report["stacks"] = stacks;
+        std::fs::write(&path, report.to_string()).unwrap();
+        path
+    }
+
+    /// With stacks on both sides, a lock's lock-call paths per request
+    /// before and after (waits and CPU samples left out, paths that differ
+    /// only in offsets folded into one), appeared and disappeared ones
+    /// marked; a lock with stacks on one side only gets no section, and
+    /// locks past `--paths-of` are counted.
+    #[test]
+    fn shows_call_paths_per_request_when_both_sides_have_stacks() {
+        let dir = tempfile::tempdir().unwrap();
+        let named = |name: &str| serde_json::json!({ "name": name });
+        let handle = ["main", "handle", "take", "pthread_mutex_lock"];
+        let flush = ["main", "flush", "pthread_mutex_lock"];
+        let cache = ["main", "cache", "pthread_mutex_lock"];
+        let before = write_stacks_report(
+            dir.path(),
+            "before.json",
+            10,
+            serde_json::json!([
+                lock("0x1000", 60, named("g_lock")),
+                lock("0x3000", 5, named("other")),
+                lock("0x4000", 5, named("solo"))
+            ]),
+            serde_json::json!([
+                stack("0x1000", 30, "lock_calls", &handle),
+                stack("0x1000", 10, "lock_calls", &handle),
+                stack("0x1000", 20, "lock_calls", &flush),
+                stack("0x1000", 5, "waits", &["main", "handle", "futex_wait"]),
+                stack("0x1000", 7, "cpu_samples", &cache),
+                stack("0x3000", 5, "lock_calls", &flush),
+                stack("0x4000", 5, "lock_calls", &flush),
+            ]),
+        );
+        let after = write_stacks_report(
+            dir.path(),
+            "after.json",
+            20,
+            serde_json::json!([
+                lock("0x2000", 50, named("g_lock")),
+                lock("0x3000", 5, named("other")),
+                lock("0x4000", 5, named("solo"))
+            ]),
+            serde_json::json!([
+                stack("0x2000", 40, "lock_calls", &handle),
+                stack("0x2000", 10, "lock_calls", &cache),
+                stack("0x3000", 5, "lock_calls", &flush),
+            ]),
+        );
+        let text = render_path_changes(
+            &Side::load(&before).unwrap(),
+            &Side::load(&after).unwrap(),
+            1,
+        );
+        let section: Vec<&str> = text
+            .lines()
+            .skip_while(|line| !line.starts_with("call paths"))
+            .collect();
+        assert_eq!(
+            section,
+            [
+                "call paths (lock calls per request, outermost;…;innermost):",
+                "    before      after     change  path",
+                "g_lock: 6.0 -> 2.50 per request",
+                "       4.0        2.0       -2.0  main;handle;take;pthread_mutex_lock",
+                "       2.0          -       -2.0  (disappeared) main;flush;pthread_mutex_lock",
+                "         -       0.50      +0.50  (appeared) main;cache;pthread_mutex_lock",
+                "… 1 more lock with stacks on both sides (--paths-of N)",
+            ],
+            "{text}"
+        );
+        // No stacks after: no section.
+        let bare = write_report(
+            dir.path(),
+            "bare.json",
+            10,
+            serde_json::json!([lock("0x1000", 60, named("g_lock"))]),
+        );
+        let text = render_path_changes(
+            &Side::load(&before).unwrap(),
+            &Side::load(&bare).unwrap(),
+            3,
+        );
+        assert_eq!(text, "");
     }
 
     #[test]

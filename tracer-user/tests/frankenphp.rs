@@ -93,7 +93,7 @@ fn start(binary: &Path, shape: &str) -> (Fixture, u16) {
 }
 
 /// `locktrace record` under the load driver, requests counted by the probe.
-fn record(server: &Fixture, port: u16, probe: &str) -> (Value, String) {
+fn record(server: &Fixture, port: u16, probe: &str, extra: &[&str]) -> (Value, String) {
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("report.json");
     let url = format!("http://127.0.0.1:{port}/");
@@ -103,7 +103,8 @@ fn record(server: &Fixture, port: u16, probe: &str) -> (Value, String) {
             .args(["record", "--pid", &server.pid().to_string(), "--json"])
             .arg(&json)
             .args(["--load", &url, "-n", &n, "-c", "4", "--warmup", "100"])
-            .args(["--expect-body", "hello", "--request-probe", probe]),
+            .args(["--expect-body", "hello", "--request-probe", probe])
+            .args(extra),
         &json,
     )
 }
@@ -171,20 +172,60 @@ fn assert_frankenphp_truths(report: &Value, table: &str, stats_lock: u64, what: 
     );
 }
 
-fn shape_a_handlers_call_c(build: GoBuild) {
+/// Shape a, recorded with `extra` arguments: the report and the stats
+/// mutex's address.
+fn shape_a_handlers_call_c(build: GoBuild, extra: &[&str]) -> (Value, u64) {
     let binary = goserver(build);
     let name = binary.file_name().unwrap().to_str().unwrap().to_string();
     let (server, port) = start(&binary, "direct");
-    let (report, table) = record(&server, port, &format!("{name}:handle_request"));
+    let (report, table) = record(&server, port, &format!("{name}:handle_request"), extra);
     let what = format!("{build:?} direct");
-    assert_frankenphp_truths(&report, &table, server.address("stats_lock"), &what);
+    let stats = server.address("stats_lock");
+    assert_frankenphp_truths(&report, &table, stats, &what);
+    (report, stats)
+}
+
+/// With `--stacks`: the stats mutex's lock calls reach the cgo call
+/// (`handle_request` called from Go through `runtime.asmcgocall`) and
+/// stop there, saying so: the Go frames are on the goroutine's stack.
+fn assert_stacks_end_at_the_cgo_boundary(report: &Value, stats: u64) {
+    let stats = format!("{stats:#x}");
+    let stacks: Vec<&Value> = report["stacks"]
+        .as_array()
+        .expect("stacks recorded")
+        .iter()
+        .filter(|stack| stack["lock"] == stats.as_str() && stack["source"] == "lock_calls")
+        .collect();
+    let functions = |stack: &Value| -> Vec<String> {
+        stack["frames"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|frame| frame["function"].as_str().unwrap_or("?").to_string())
+            .collect()
+    };
+    let counted: u64 = stacks.iter().map(|s| s["count"].as_u64().unwrap()).sum();
+    assert_eq!(counted, K * REQUESTS, "{stacks:#?}");
+    for stack in stacks {
+        let frames = functions(stack);
+        assert_eq!(
+            frames[1..],
+            [
+                "stats_add",
+                "handle_request",
+                "runtime.asmcgocall.abi0",
+                "[cgo boundary]"
+            ],
+            "{stack:#}"
+        );
+    }
 }
 
 fn shape_b_c_pool_fed_by_go(build: GoBuild) {
     let binary = goserver(build);
     let name = binary.file_name().unwrap().to_str().unwrap().to_string();
     let (server, port) = start(&binary, "pool");
-    let (report, table) = record(&server, port, &format!("{name}:run_request"));
+    let (report, table) = record(&server, port, &format!("{name}:run_request"), &[]);
     let what = format!("{build:?} pool");
     assert_frankenphp_truths(&report, &table, server.address("stats_lock"), &what);
     let pool = server.address("pool");
@@ -225,12 +266,13 @@ fn shape_b_c_pool_fed_by_go(build: GoBuild) {
 
 #[test]
 fn shape_a_glibc_dynamic() {
-    shape_a_handlers_call_c(GoBuild::GlibcDynamic);
+    shape_a_handlers_call_c(GoBuild::GlibcDynamic, &[]);
 }
 
 #[test]
 fn shape_a_musl_static() {
-    shape_a_handlers_call_c(GoBuild::MuslStatic);
+    let (report, stats) = shape_a_handlers_call_c(GoBuild::MuslStatic, &["--stacks", "3"]);
+    assert_stacks_end_at_the_cgo_boundary(&report, stats);
 }
 
 #[test]

@@ -265,6 +265,7 @@ fn locks_are_named_and_grouped_by_where_they_were_created() {
         let row = compare_row_of(&before.0, &after.0, site);
         let locks = format!("{}/{}", before.1, after.1);
         assert_eq!(row[1..4], [locks.as_str(), "3.0", "3.0"], "{row:?}");
+        assert_compare_shows_call_paths(&before.0, &after.0, site);
     }
     // The per-address rows, grouped by `report`: the one row's sum.
     let regrouped = locktrace()
@@ -351,19 +352,60 @@ fn assert_rows_per_address(rows: &[&Value], objects: u64, table: &str) {
     }
 }
 
-/// The cells of `compare BEFORE AFTER`'s row for `identity`.
-fn compare_row_of(
-    before: &std::path::Path,
-    after: &std::path::Path,
-    identity: &str,
-) -> Vec<String> {
+/// `compare BEFORE AFTER`'s stdout, with `extra` arguments.
+fn compare_text(before: &Path, after: &Path, extra: &[&str]) -> String {
     let compared = locktrace()
         .arg("compare")
         .arg(before)
         .arg(after)
+        .args(extra)
         .output()
         .unwrap();
-    let text = String::from_utf8_lossy(&compared.stdout);
+    String::from_utf8_lossy(&compared.stdout).into_owned()
+}
+
+/// `compare`'s call-path section (both runs recorded with `--stacks`):
+/// the connection mutexes (3 per request) and the stats and cache mutexes
+/// (one identity: first used in `take`, created before attach; 5 + 2 per
+/// request) each taken along the fixture's whole chain, the same per
+/// request before and after.
+fn assert_compare_shows_call_paths(before: &Path, after: &Path, site: &str) {
+    // Every lock: the run-to-run noise of the loader's locks (a call or
+    // two) would rank them above the unchanged ones.
+    let text = compare_text(before, after, &["--wide", "--paths-of", "10"]);
+    let section: Vec<&str> = text
+        .lines()
+        .skip_while(|line| !line.starts_with("call paths"))
+        .collect();
+    let chain: Vec<&str> = CHAIN.iter().rev().copied().collect();
+    let chain = format!("{};", chain.join(";"));
+    for (header, per_request) in [
+        (site, "3.0"),
+        ("mutex first used in take <- level10 <- level9", "7.0"),
+    ] {
+        let header = format!("{header}: {per_request} -> {per_request} per request");
+        let at = section
+            .iter()
+            .position(|line| line.ends_with(&header))
+            .unwrap_or_else(|| panic!("no call paths for {header}:\n{text}"));
+        // The lock's paths, up to the next lock's header.
+        let paths: Vec<&str> = section[at + 1..]
+            .iter()
+            .take_while(|line| line.starts_with(' '))
+            .copied()
+            .collect();
+        let path = paths
+            .iter()
+            .find(|line| line.contains(&chain))
+            .unwrap_or_else(|| panic!("no path through {chain} for {header}:\n{text}"));
+        let cells: Vec<&str> = path.split_whitespace().collect();
+        assert_eq!(cells[..3], [per_request, per_request, "+0.0"], "{text}");
+    }
+}
+
+/// The cells of `compare BEFORE AFTER`'s row for `identity`.
+fn compare_row_of(before: &Path, after: &Path, identity: &str) -> Vec<String> {
+    let text = compare_text(before, after, &[]);
     let row = text
         .lines()
         .find(|line| line.contains(identity))

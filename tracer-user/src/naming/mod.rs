@@ -654,9 +654,33 @@ fn attribute_futex_waits(report: &mut Report, space: &AddressSpace, collected: &
     }
 }
 
+/// The outermost frame of a stack that ends where Go called C: the C code
+/// runs on the thread's system stack (`runtime.asmcgocall` switched to
+/// it), and the Go frames that called it are on the goroutine's stack,
+/// which the unwinding does not follow.
+pub const CGO_BOUNDARY_FRAME: &str = "[cgo boundary]";
+
+/// Ends `frames` with [`CGO_BOUNDARY_FRAME`] when its outermost frame is
+/// Go's switch to the system stack for a cgo call, so the stack says why
+/// it stops there.
+fn mark_cgo_boundary(frames: &mut Vec<Frame>) {
+    let at_boundary = frames
+        .last()
+        .and_then(|frame| frame.function.as_deref())
+        .is_some_and(|function| function.starts_with("runtime.asmcgocall"));
+    if at_boundary {
+        frames.push(Frame {
+            function: Some(CGO_BOUNDARY_FRAME.into()),
+            module: None,
+            offset: 0,
+        });
+    }
+}
+
 /// Resolved frames of one unwound stack: the first is the probed (or
 /// interrupted) instruction, the rest return addresses, up to the first
-/// that is not code (a frame-pointer fallback through code without them).
+/// that is not code (a frame-pointer fallback through code without them),
+/// marked where a cgo call's stack ends ([`CGO_BOUNDARY_FRAME`]).
 fn resolve_frames(space: &AddressSpace, ips: &[u64]) -> Vec<Frame> {
     let mut frames = Vec::with_capacity(ips.len());
     for (index, &ip) in ips.iter().enumerate() {
@@ -669,6 +693,7 @@ fn resolve_frames(space: &AddressSpace, ips: &[u64]) -> Vec<Frame> {
         }
         frames.push(resolve_code(space, ip, index > 0));
     }
+    mark_cgo_boundary(&mut frames);
     frames
 }
 
@@ -900,6 +925,39 @@ fn cpu_stacks(
 #[cfg(test)]
 mod stack_share_tests {
     use super::*;
+
+    /// A stack whose outermost frame is Go's cgo switch ends in the
+    /// marker; one that ends elsewhere (or already past it) does not.
+    #[test]
+    fn a_stack_ending_in_a_cgo_call_is_marked() {
+        let names = |frames: &[Frame]| -> Vec<String> {
+            frames.iter().filter_map(|f| f.function.clone()).collect()
+        };
+        let mut frames = vec![
+            Frame::named("pthread_mutex_lock"),
+            Frame::named("stats_add"),
+            Frame::named("runtime.asmcgocall.abi0"),
+        ];
+        mark_cgo_boundary(&mut frames);
+        assert_eq!(
+            names(&frames),
+            [
+                "pthread_mutex_lock",
+                "stats_add",
+                "runtime.asmcgocall.abi0",
+                CGO_BOUNDARY_FRAME
+            ]
+        );
+        let mut go = vec![
+            Frame::named("runtime.asmcgocall"),
+            Frame::named("main.main"),
+        ];
+        mark_cgo_boundary(&mut go);
+        assert_eq!(names(&go), ["runtime.asmcgocall", "main.main"]);
+        let mut empty = Vec::new();
+        mark_cgo_boundary(&mut empty);
+        assert!(empty.is_empty());
+    }
 
     fn at(count_at: u64, frame: u64) -> UnwoundStack {
         UnwoundStack {

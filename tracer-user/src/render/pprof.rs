@@ -29,6 +29,15 @@ const DELAY: usize = 2;
 const CPU: usize = 3;
 const SAMPLE_TYPES: usize = 4;
 
+/// True for a stack of lock calls (not of futex waits or CPU samples);
+/// reports from before `source` tell them by the first frame.
+pub fn is_lock_call(stack: &LockStack, lock: &Lock) -> bool {
+    match stack.source {
+        Some(source) => source == StackOrigin::LockCalls,
+        None => starts_in_lock_function(stack, lock),
+    }
+}
+
 /// True when the stack's innermost frame is a lock function (`pthread_mutex_lock`,
 /// glibc's `___pthread_mutex_lock`, …): a stack of a lock call, not of a futex wait.
 fn starts_in_lock_function(stack: &LockStack, lock: &Lock) -> bool {
@@ -81,11 +90,9 @@ pub fn encode(report: &Report) -> Profile {
         // Stacks of lock calls and of futex waits (which is all a
         // futex-only lock has); reports from before `source` tell them by
         // the first frame (a lock call's is a lock function).
-        let (calls, waits): (Vec<&LockStack>, Vec<&LockStack>) =
-            stacks.into_iter().partition(|stack| match stack.source {
-                Some(source) => source == StackOrigin::LockCalls,
-                None => starts_in_lock_function(stack, lock),
-            });
+        let (calls, waits): (Vec<&LockStack>, Vec<&LockStack>) = stacks
+            .into_iter()
+            .partition(|stack| is_lock_call(stack, lock));
         let acquisitions = lock.acquisitions.unwrap_or(0);
         let mut placed = [0u64; SAMPLE_TYPES];
         // A CPU sample stands for one sampling period of CPU.

@@ -5,7 +5,7 @@ use std::io::Write;
 use anyhow::{Context, Result, bail};
 
 use super::format::{frame_label, label};
-use crate::model::Report;
+use crate::model::{LockStack, Report};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {
@@ -70,10 +70,8 @@ pub fn folded_lines(report: &Report) -> Vec<String> {
             // CPU samples count samples, not calls: their own root frame,
             // so a flame graph shows them as a tree of their own.
             let root = stack.is_cpu().then(|| CPU_SAMPLES_FRAME.to_string());
-            let mut parts: Vec<String> = root
-                .into_iter()
-                .chain(stack.frames.iter().rev().map(frame_label))
-                .collect();
+            let mut parts: Vec<String> = root.into_iter().collect();
+            parts.push(folded_path(stack));
             parts.push(lock_label(stack.lock));
             let key = parts.join(";");
             match at.get(&key) {
@@ -102,6 +100,13 @@ pub fn folded_lines(report: &Report) -> Vec<String> {
         }
     }
     lines
+}
+
+/// A stack's frames folded, outermost first, `;` between them (no lock
+/// frame): stacks that differ only in offsets inside a function fold alike.
+pub fn folded_path(stack: &LockStack) -> String {
+    let frames: Vec<String> = stack.frames.iter().rev().map(frame_label).collect();
+    frames.join(";")
 }
 
 /// The top stacks of the first `limit` locks, as text under the table:
@@ -138,7 +143,7 @@ pub fn render_text(report: &Report, limit: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{Frame, Lock, LockKind, LockStack, StackOrigin, StackSource, WaitClass};
+    use crate::model::{Frame, Lock, LockKind, StackOrigin, StackSource, WaitClass};
 
     /// Stacks of CPU samples fold under a root frame of their own, apart
     /// from the lock calls of the same frames; the text marks them.
