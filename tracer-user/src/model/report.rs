@@ -199,7 +199,10 @@ pub struct SiteGroup {
 /// One address's figures inside a [`SiteGroup`].
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct AddressFigures {
-    #[serde(with = "address")]
+    #[serde(
+        serialize_with = "address::serialize_without_lifetime",
+        deserialize_with = "address::deserialize"
+    )]
     pub address: u64,
     pub acquisitions: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
