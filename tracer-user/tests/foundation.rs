@@ -98,7 +98,11 @@ fn saved_report_prints_the_same_table() {
         .output()
         .unwrap();
     assert!(output.status.success());
-    assert_eq!(String::from_utf8_lossy(&output.stdout), recorded);
+    // `recorded` was read with wrapped lines joined (Trace::finish).
+    assert_eq!(
+        unwrapped(&String::from_utf8_lossy(&output.stdout)),
+        recorded
+    );
 }
 
 // ---- bad input: one line on stderr, non-zero exit, no panic ----
