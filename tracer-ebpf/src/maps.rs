@@ -1,0 +1,156 @@
+//! Every map and global the programs share, in one place: userspace finds
+//! them by these names (`tracer-user/src/trace`).
+
+use aya_ebpf::{
+    Global,
+    bindings::BPF_F_NO_PREALLOC,
+    macros::map,
+    maps::{Array, HashMap, PerCpuArray, PerCpuHashMap, RingBuf},
+};
+use tracer_common::{
+    CallerKey, CodeRange, CondWait, CpuSamples, FutexCounts, FutexWait, HeldKey, HoldCounts,
+    Holder, HolderHolds, HolderKey, LockCounts, MAX_CALLERS, MAX_CONDVARS,
+    MAX_CPU_LOCK_CODE_RANGES, MAX_CPU_LOCKS, MAX_FUTEXES, MAX_HELD, MAX_HOLDERS,
+    MAX_LOCK_CODE_RANGES, MAX_LOCKS, MAX_PROBE_POINTS, MAX_STACKS, MAX_WAITING_THREADS, PendingKey,
+    PendingTry, SNAPSHOT_RING_BYTES, StackKey, Unmapped, WaitHolderKey, WaitTime, cpu_sample,
+    drop_reason, lifetime, requests,
+};
+
+/// Host tgid of the target process; set by userspace before load.
+#[unsafe(no_mangle)]
+pub(crate) static TARGET_TGID: Global<u32> = Global::new(0);
+/// Bits from `tracer_common::flags`; set by userspace before load.
+#[unsafe(no_mangle)]
+pub(crate) static FLAGS: Global<u32> = Global::new(0);
+/// Go programs: the code range of `runtime.futex`; set by userspace before load.
+#[unsafe(no_mangle)]
+pub(crate) static GO_FUTEX_START: Global<u64> = Global::new(0);
+#[unsafe(no_mangle)]
+pub(crate) static GO_FUTEX_END: Global<u64> = Global::new(0);
+/// How many entries of `LOCK_CODE` are used; set by userspace before load.
+#[unsafe(no_mangle)]
+pub(crate) static LOCK_CODE_RANGES: Global<u32> = Global::new(0);
+/// Bits of `tracer_common::kernel_caps`; set by userspace before load. A
+/// read-only global: the verifier resolves branches on it, so a helper the
+/// kernel lacks sits in dead code and is never checked.
+#[unsafe(no_mangle)]
+pub(crate) static KERNEL_CAPS: Global<u32> = Global::new(0);
+
+/// Kernels without attach cookies: the probe point's address in the
+/// target → its cookie (userspace fills it at attach).
+#[map]
+pub(crate) static PROBE_COOKIES: HashMap<u64, u64> = HashMap::with_max_entries(MAX_PROBE_POINTS, 0);
+
+/// Lock calls whose caller is not in `CALLERS` (not recorded, unreadable, or
+/// the map was full). A lock's acquisitions are its `CALLERS` entries plus
+/// its entry here: each call is counted in exactly one of the two.
+#[map]
+pub(crate) static LOCKS: HashMap<u64, LockCounts> = HashMap::with_max_entries(MAX_LOCKS, 0);
+/// Runtime code range `[start, end)` of each lock function (`--hold-times`):
+/// a lock call returning into one was made by another lock function (musl
+/// nests them). One range per function: an interposer library between them
+/// must not be inside.
+#[map]
+pub(crate) static LOCK_CODE: Array<[u64; 2]> = Array::with_max_entries(MAX_LOCK_CODE_RANGES, 0);
+#[map]
+pub(crate) static FUTEXES: HashMap<u64, FutexCounts> =
+    HashMap::with_max_entries(MAX_FUTEXES, BPF_F_NO_PREALLOC);
+#[map]
+pub(crate) static WAITING: HashMap<u32, FutexWait> =
+    HashMap::with_max_entries(MAX_WAITING_THREADS, 0);
+/// Lock calls per (lock, caller, function), per CPU: the lock path's one
+/// hash update, on a line no other CPU writes.
+#[map]
+pub(crate) static CALLERS: PerCpuHashMap<CallerKey, u64> =
+    PerCpuHashMap::with_max_entries(MAX_CALLERS, 0);
+/// Calls of lock functions that may fail, between entry and return, by thread.
+#[map]
+pub(crate) static PENDING_TRIES: HashMap<PendingKey, PendingTry> =
+    HashMap::with_max_entries(MAX_WAITING_THREADS, 0);
+/// Calls that failed (busy, timed out) per (lock, caller, function): counted
+/// at the entry like any call, taken off the acquisitions by userspace.
+#[map]
+pub(crate) static FAILED_TRIES: HashMap<CallerKey, u64> = HashMap::with_max_entries(MAX_CALLERS, 0);
+#[map]
+pub(crate) static STACK_COUNTS: HashMap<StackKey, u64> = HashMap::with_max_entries(MAX_STACKS, 0);
+/// Registers and user-stack copies of sampled `STACK_COUNTS` counts, for
+/// the user-space unwinder (userspace sizes it down to a page without
+/// `--stacks`).
+#[map]
+pub(crate) static SNAPSHOTS: RingBuf = RingBuf::with_byte_size(SNAPSHOT_RING_BYTES, 0);
+/// Calls of the request-boundary function (slots: `tracer_common::requests`), when one is probed.
+#[map]
+pub(crate) static REQUESTS: PerCpuArray<u64> = PerCpuArray::with_max_entries(requests::SLOTS, 0);
+/// Index 0: bits of `tracer_common::counting`, what counts right now.
+#[map]
+pub(crate) static COUNTING: Array<u32> = Array::with_max_entries(1, 0);
+/// Threads inside a condvar wait function, by thread id.
+#[map]
+pub(crate) static COND_THREADS: HashMap<u32, CondWait> =
+    HashMap::with_max_entries(MAX_WAITING_THREADS, 0);
+/// Waits for a condition, keyed by the condvar's address (musl's waiters
+/// sleep on a node on their own stack, so the futex word would not say which).
+#[map]
+pub(crate) static CONDVARS: HashMap<u64, FutexCounts> = HashMap::with_max_entries(MAX_CONDVARS, 0);
+/// Calls of the condvar wait functions (index 0): what their probes cost.
+#[map]
+pub(crate) static COND_CALLS: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
+/// Futex calls of the Go runtime (`runtime.futex`), keyed by the futex word.
+#[map]
+pub(crate) static GO_FUTEXES: HashMap<u64, FutexCounts> = HashMap::with_max_entries(MAX_FUTEXES, 0);
+/// Futex waits per (futex word, holder at the wait's start).
+#[map]
+pub(crate) static WAIT_HOLDERS: HashMap<WaitHolderKey, WaitTime> =
+    HashMap::with_max_entries(MAX_HOLDERS, BPF_F_NO_PREALLOC);
+/// `--hold-times` state: holds in progress per (lock, thread), the current
+/// holder per lock, and completed holds per lock and per (lock, call site).
+#[map]
+// HELD and LOCK_HOLDER churn (an insert and a delete per hold): preallocated,
+// so neither allocates on the lock path.
+pub(crate) static HELD: HashMap<HeldKey, tracer_common::Held> =
+    HashMap::with_max_entries(MAX_HELD, 0);
+#[map]
+pub(crate) static LOCK_HOLDER: HashMap<u64, Holder> = HashMap::with_max_entries(MAX_HELD, 0);
+#[map]
+pub(crate) static HOLDS: HashMap<u64, HoldCounts> =
+    HashMap::with_max_entries(MAX_LOCKS, BPF_F_NO_PREALLOC);
+#[map]
+pub(crate) static HOLDERS: HashMap<HolderKey, HolderHolds> =
+    HashMap::with_max_entries(MAX_HOLDERS, BPF_F_NO_PREALLOC);
+/// Hits of the unlock probes (index 0), for the overhead footer.
+#[map]
+pub(crate) static UNLOCK_HITS: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
+#[map]
+pub(crate) static DROPS: PerCpuArray<u64> = PerCpuArray::with_max_entries(drop_reason::COUNT, 0);
+
+/// The current generation of the target's memory (see `tracer_common::lifetime`).
+#[map]
+pub(crate) static GENERATION: Array<u64> = Array::with_max_entries(1, 0);
+/// The log of watched memory that went away, per CPU (no atomic
+/// fetch-and-add before Linux 5.12), and how much of it is filled.
+#[map]
+pub(crate) static UNMAPPED: PerCpuArray<Unmapped> =
+    PerCpuArray::with_max_entries(lifetime::LOG_ENTRIES, 0);
+#[map]
+pub(crate) static UNMAPPED_COUNT: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
+/// The target's module mappings, `[start, end)` (unused entries are
+/// `[0, 0)`): an unmap over one of them ends the lifetimes of its locks.
+/// Userspace refreshes it as modules come and go.
+#[map]
+pub(crate) static WATCHED: Array<[u64; 2]> = Array::with_max_entries(lifetime::WATCHED_RANGES, 0);
+
+/// Number of filled entries of `CPU_LOCK_CODE`; set by userspace before load.
+#[unsafe(no_mangle)]
+pub(crate) static CPU_LOCK_CODE_RANGES: Global<u32> = Global::new(0);
+
+/// The lock functions' and slow paths' runtime code ranges, one per function.
+#[map]
+pub(crate) static CPU_LOCK_CODE: Array<CodeRange> =
+    Array::with_max_entries(MAX_CPU_LOCK_CODE_RANGES, 0);
+/// Lock-code samples per attributed address (mutex argument or futex word).
+/// Preallocated: Linux before 6.1 refuses run-time allocation here.
+#[map]
+pub(crate) static CPU_LOCKS: HashMap<u64, CpuSamples> = HashMap::with_max_entries(MAX_CPU_LOCKS, 0);
+/// The target's samples by class (see `tracer_common::cpu_sample`).
+#[map]
+pub(crate) static CPU_COUNTS: Array<u64> = Array::with_max_entries(cpu_sample::COUNT, 0);
