@@ -582,6 +582,68 @@ pub mod names {
     /// Probe point's address in the target → its cookie, where the kernel
     /// has no attach cookies (before Linux 5.15).
     pub const MAP_PROBE_COOKIES: &str = "PROBE_COOKIES";
+
+    /// Every program, map and global above: a unit test checks them against
+    /// the embedded object, both ways.
+    pub const PROGRAMS: &[&str] = &[
+        PROGRAM_LOCK_CALL,
+        PROGRAM_REQUEST_BOUNDARY,
+        PROGRAM_FUTEX_ENTER,
+        PROGRAM_FUTEX_EXIT,
+        PROGRAM_TRY_LOCK_EXIT,
+        PROGRAM_FUTEX_WAITV_ENTER,
+        PROGRAM_FUTEX_WAITV_EXIT,
+        PROGRAM_COND_WAIT_ENTER,
+        PROGRAM_COND_WAIT_EXIT,
+        PROGRAM_UNLOCK_CALL,
+        PROGRAM_BREAKPOINT_ANCHOR,
+        PROGRAM_LOCK_INIT,
+        PROGRAM_MUNMAP_ENTER,
+        PROGRAM_MREMAP_ENTER,
+        PROGRAM_MMAP_ENTER,
+        PROGRAM_PROCESS_EXEC,
+        PROGRAM_CPU_SAMPLE,
+    ];
+    pub const MAPS: &[&str] = &[
+        MAP_FAILED_TRIES,
+        MAP_GENERATION,
+        MAP_UNMAPPED,
+        MAP_UNMAPPED_COUNT,
+        MAP_WATCHED,
+        MAP_LOCKS,
+        MAP_FUTEXES,
+        MAP_CALLERS,
+        MAP_STACK_COUNTS,
+        MAP_SNAPSHOTS,
+        MAP_REQUESTS,
+        MAP_COUNTING,
+        MAP_LOCK_CODE,
+        MAP_DROPS,
+        MAP_CONDVARS,
+        MAP_COND_CALLS,
+        MAP_GO_FUTEXES,
+        MAP_WAIT_HOLDERS,
+        MAP_HOLDS,
+        MAP_HOLDERS,
+        MAP_UNLOCK_HITS,
+        MAP_WAITING,
+        MAP_HELD,
+        MAP_CPU_LOCK_CODE,
+        MAP_CPU_LOCKS,
+        MAP_CPU_COUNTS,
+        MAP_PROBE_COOKIES,
+    ];
+    /// Maps only the BPF side uses (per-thread state between its programs).
+    pub const BPF_ONLY_MAPS: &[&str] = &["PENDING_TRIES", "COND_THREADS", "LOCK_HOLDER"];
+    pub const GLOBALS: &[&str] = &[
+        GLOBAL_TARGET_TGID,
+        GLOBAL_FLAGS,
+        GLOBAL_GO_FUTEX_START,
+        GLOBAL_GO_FUTEX_END,
+        GLOBAL_LOCK_CODE_RANGES,
+        GLOBAL_CPU_LOCK_CODE_RANGES,
+        GLOBAL_KERNEL_CAPS,
+    ];
 }
 
 /// Map sizes, shared so userspace can say "map full at N entries".

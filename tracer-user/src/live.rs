@@ -16,10 +16,7 @@ use std::{
 };
 
 use anyhow::{Result, bail};
-use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuHashMap};
-use tracer_common::{
-    CallerKey, CpuSamples, FutexCounts, LockCounts, StackKey, WaitHolderKey, WaitTime, flags, names,
-};
+use tracer_common::flags;
 
 use crate::{
     analysis::{
@@ -42,6 +39,7 @@ use crate::{
     },
     record,
     render::{format, requests},
+    trace::expire::ExpiredKeys,
     trace::{
         attach::{self, Placed, RequestProbePoint},
         collect,
@@ -707,56 +705,6 @@ fn top_stack(stacks: &[LockStack], address: u64) -> Option<Vec<String>> {
         .iter()
         .find(|stack| stack.lock == address && stack.unwound_by == StackSource::CallFrameInfo)?;
     Some(stack.frames.iter().rev().map(format::frame_label).collect())
-}
-
-/// The map keys of expired locks, by map.
-struct ExpiredKeys {
-    locks: Vec<u64>,
-    futexes: Vec<u64>,
-    condvars: Vec<u64>,
-    go_futexes: Vec<u64>,
-    cpu_locks: Vec<u64>,
-    callers: Vec<CallerKey>,
-    stacks: Vec<StackKey>,
-    wait_holders: Vec<WaitHolderKey>,
-}
-
-impl ExpiredKeys {
-    fn remove(self, ebpf: &mut aya::Ebpf) -> Result<()> {
-        remove_keys::<u64, LockCounts>(ebpf, names::MAP_LOCKS, self.locks.into_iter())?;
-        remove_keys::<u64, FutexCounts>(ebpf, names::MAP_FUTEXES, self.futexes.into_iter())?;
-        remove_keys::<u64, FutexCounts>(ebpf, names::MAP_CONDVARS, self.condvars.into_iter())?;
-        remove_keys::<u64, FutexCounts>(ebpf, names::MAP_GO_FUTEXES, self.go_futexes.into_iter())?;
-        remove_keys::<u64, CpuSamples>(ebpf, names::MAP_CPU_LOCKS, self.cpu_locks.into_iter())?;
-        remove_keys::<StackKey, u64>(ebpf, names::MAP_STACK_COUNTS, self.stacks.into_iter())?;
-        remove_keys::<WaitHolderKey, WaitTime>(
-            ebpf,
-            names::MAP_WAIT_HOLDERS,
-            self.wait_holders.into_iter(),
-        )?;
-        let mut callers: PerCpuHashMap<&mut MapData, CallerKey, u64> =
-            PerCpuHashMap::try_from(collect::map_mut(ebpf, names::MAP_CALLERS)?)?;
-        for key in &self.callers {
-            // A key already gone is no error here.
-            let _ = callers.remove(key);
-        }
-        Ok(())
-    }
-}
-
-/// Deletes `keys` from the BPF hash map `name`.
-fn remove_keys<K: aya::Pod, V: aya::Pod>(
-    ebpf: &mut aya::Ebpf,
-    name: &str,
-    keys: impl Iterator<Item = K>,
-) -> Result<()> {
-    let mut table: BpfHashMap<&mut MapData, K, V> =
-        BpfHashMap::try_from(collect::map_mut(ebpf, name)?)?;
-    for key in keys {
-        // The BPF side never deletes; a key already gone is no error here.
-        let _ = table.remove(&key);
-    }
-    Ok(())
 }
 
 /// Waits for a stop signal (SIGINT, SIGTERM or SIGHUP).

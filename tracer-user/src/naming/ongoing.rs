@@ -10,11 +10,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use aya::{
-    Ebpf,
-    maps::{HashMap as BpfHashMap, Map, MapData, PerCpuHashMap},
-};
-use tracer_common::{CallerKey, FutexCounts, LockCounts};
+use aya::Ebpf;
 
 use super::{
     chain::{self, RawChain},
@@ -23,6 +19,7 @@ use super::{
 use crate::{
     model::LiveNaming,
     probe::{modules::ModuleFile, target::Mapping},
+    trace::live_keys::LiveKeys,
 };
 
 /// CPU time one search may take (the recording's tick waits for it; see
@@ -36,10 +33,7 @@ const RETRY_EVERY: Duration = Duration::from_secs(1);
 const MIN_KEY_READ_INTERVAL: Duration = Duration::from_millis(200);
 
 pub struct OngoingNames {
-    locks: Option<BpfHashMap<MapData, u64, LockCounts>>,
-    /// Most lock calls are counted per caller (LOCKS holds the rest).
-    callers: Option<PerCpuHashMap<MapData, CallerKey, u64>>,
-    futexes: Option<BpfHashMap<MapData, u64, FutexCounts>>,
+    keys: Option<LiveKeys>,
     space: Option<AddressSpace>,
     /// Module files known when `space` was built.
     modules_seen: usize,
@@ -57,9 +51,7 @@ pub struct OngoingNames {
 impl Default for OngoingNames {
     fn default() -> Self {
         OngoingNames {
-            locks: None,
-            callers: None,
-            futexes: None,
+            keys: None,
             space: None,
             modules_seen: 0,
             attempts: HashMap::new(),
@@ -73,34 +65,11 @@ impl Default for OngoingNames {
     }
 }
 
-/// A second handle on a loaded map, by its kernel id: readable while the
-/// recording (or the sampler) owns the BPF object.
-fn reopen<K: aya::Pod, V: aya::Pod>(ebpf: &Ebpf, name: &str) -> Option<BpfHashMap<MapData, K, V>> {
-    let Some(Map::HashMap(data)) = ebpf.map(name) else {
-        return None;
-    };
-    let id = data.info().ok()?.id();
-    BpfHashMap::try_from(Map::HashMap(MapData::from_id(id).ok()?)).ok()
-}
-
-fn reopen_per_cpu<K: aya::Pod, V: aya::Pod>(
-    ebpf: &Ebpf,
-    name: &str,
-) -> Option<PerCpuHashMap<MapData, K, V>> {
-    let Some(Map::PerCpuHashMap(data)) = ebpf.map(name) else {
-        return None;
-    };
-    let id = data.info().ok()?.id();
-    PerCpuHashMap::try_from(Map::PerCpuHashMap(MapData::from_id(id).ok()?)).ok()
-}
-
 impl OngoingNames {
     /// Watches the lock and futex maps of a loaded BPF object.
     pub fn watch(ebpf: &Ebpf) -> OngoingNames {
         OngoingNames {
-            locks: reopen(ebpf, "LOCKS"),
-            callers: reopen_per_cpu(ebpf, "CALLERS"),
-            futexes: reopen(ebpf, "FUTEXES"),
+            keys: LiveKeys::open(ebpf),
             ..OngoingNames::default()
         }
     }
@@ -138,7 +107,7 @@ impl OngoingNames {
         files: &BTreeMap<String, Arc<ModuleFile>>,
         thread_stacks: &BTreeMap<u64, u64>,
     ) {
-        if self.locks.is_none() && self.callers.is_none() && self.futexes.is_none() {
+        if self.keys.is_none() {
             return;
         }
         let now = Instant::now();
@@ -153,7 +122,7 @@ impl OngoingNames {
             self.prepare(pid, maps, files);
         }
         let work_started = Instant::now();
-        let mut seen = self.keys();
+        let mut seen = self.keys.as_ref().map(LiveKeys::read).unwrap_or_default();
         // Big maps are read less often: reading keys costs syscalls per key.
         self.key_interval = MIN_KEY_READ_INTERVAL.max(work_started.elapsed() * 20);
         let retry_due = self
@@ -173,44 +142,6 @@ impl OngoingNames {
             self.search(&space, pid, &batch, work_started);
         }
         self.space = Some(space);
-    }
-
-    /// (acquisitions or waits, address) of every lock and futex word in the maps.
-    fn keys(&self) -> Vec<(u64, u64)> {
-        let mut seen: Vec<(u64, u64)> = Vec::new();
-        if let Some(locks) = &self.locks {
-            seen.extend(
-                locks
-                    .iter()
-                    .flatten()
-                    .map(|(address, counts)| (counts.calls.iter().sum::<u64>(), address)),
-            );
-        }
-        if let Some(callers) = &self.callers {
-            seen.extend(
-                callers
-                    .iter()
-                    .flatten()
-                    .map(|(key, counts)| (counts.iter().sum::<u64>(), key.lock)),
-            );
-        }
-        if let Some(futexes) = &self.futexes {
-            seen.extend(
-                futexes
-                    .iter()
-                    .flatten()
-                    .map(|(address, counts)| (counts.waits, address)),
-            );
-        }
-        // One entry per address (a lock has a LOCKS entry and callers).
-        let mut by_address: HashMap<u64, u64> = HashMap::new();
-        for (weight, address) in seen {
-            *by_address.entry(address).or_default() += weight;
-        }
-        by_address
-            .into_iter()
-            .map(|(address, weight)| (weight, address))
-            .collect()
     }
 
     /// Whether a search is due: a key never searched, or retries due.

@@ -643,3 +643,58 @@ fn attach_error(target: &Target, what: &str, error: aya::programs::ProgramError)
         AttachError::Failed(anyhow!("attaching the uprobe for {what} failed: {error}"))
     }
 }
+
+#[cfg(test)]
+mod object_names {
+    use std::collections::BTreeSet;
+
+    use object::{Object, ObjectSection, ObjectSymbol};
+    use tracer_common::names;
+
+    fn set(names: &[&str]) -> BTreeSet<String> {
+        names.iter().map(|name| name.to_string()).collect()
+    }
+
+    /// Userspace finds programs and maps by the names in `tracer_common::names`:
+    /// every one must be in the embedded object, and every program and map of
+    /// the object must be named there (a new map cannot be forgotten).
+    #[test]
+    fn every_program_and_map_name_is_in_the_embedded_object() {
+        let parsed =
+            aya_obj::Object::parse(super::bpf_object()).expect("the embedded object parses");
+        let programs: BTreeSet<String> = parsed.programs.keys().cloned().collect();
+        assert_eq!(programs, set(names::PROGRAMS));
+        let maps: BTreeSet<String> = parsed
+            .maps
+            .keys()
+            .filter(|name| !name.starts_with('.'))
+            .cloned()
+            .collect();
+        let mut expected = set(names::MAPS);
+        expected.extend(set(names::BPF_ONLY_MAPS));
+        assert_eq!(maps, expected);
+    }
+
+    /// The globals userspace sets before load are data symbols of the object.
+    #[test]
+    fn every_global_is_a_data_symbol_of_the_embedded_object() {
+        let file = object::File::parse(super::bpf_object()).expect("the embedded object parses");
+        let data_symbols: BTreeSet<String> = file
+            .symbols()
+            .filter(|symbol| {
+                symbol
+                    .section_index()
+                    .and_then(|index| file.section_by_index(index).ok())
+                    .and_then(|section| section.name().ok().map(|name| name.starts_with('.')))
+                    .unwrap_or(false)
+            })
+            .filter_map(|symbol| symbol.name().ok().map(str::to_string))
+            .collect();
+        for global in names::GLOBALS {
+            assert!(
+                data_symbols.contains(*global),
+                "no global {global} in the object"
+            );
+        }
+    }
+}

@@ -4,10 +4,12 @@
 pub mod attach;
 pub mod collect;
 pub mod cpu;
+pub mod expire;
 pub mod features;
 pub mod follow;
 pub mod inflight;
 pub mod lifetimes;
+pub mod live_keys;
 pub mod multi;
 pub mod prealloc;
 pub mod preflight;

@@ -1,0 +1,60 @@
+//! Deleting the keys of locks a live view (`serve`, `top`) stopped showing,
+//! so the maps never fill up in a long session. The caller pauses counting
+//! around it (`collect::while_paused`).
+use anyhow::Result;
+use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuHashMap};
+use tracer_common::{
+    CallerKey, CpuSamples, FutexCounts, LockCounts, StackKey, WaitHolderKey, WaitTime, names,
+};
+
+use super::collect::map_mut;
+
+/// The map keys of expired locks, by map.
+pub struct ExpiredKeys {
+    pub locks: Vec<u64>,
+    pub futexes: Vec<u64>,
+    pub condvars: Vec<u64>,
+    pub go_futexes: Vec<u64>,
+    pub cpu_locks: Vec<u64>,
+    pub callers: Vec<CallerKey>,
+    pub stacks: Vec<StackKey>,
+    pub wait_holders: Vec<WaitHolderKey>,
+}
+
+impl ExpiredKeys {
+    /// Deletes every key from its map.
+    pub fn remove(self, ebpf: &mut aya::Ebpf) -> Result<()> {
+        remove_keys::<u64, LockCounts>(ebpf, names::MAP_LOCKS, self.locks.into_iter())?;
+        remove_keys::<u64, FutexCounts>(ebpf, names::MAP_FUTEXES, self.futexes.into_iter())?;
+        remove_keys::<u64, FutexCounts>(ebpf, names::MAP_CONDVARS, self.condvars.into_iter())?;
+        remove_keys::<u64, FutexCounts>(ebpf, names::MAP_GO_FUTEXES, self.go_futexes.into_iter())?;
+        remove_keys::<u64, CpuSamples>(ebpf, names::MAP_CPU_LOCKS, self.cpu_locks.into_iter())?;
+        remove_keys::<StackKey, u64>(ebpf, names::MAP_STACK_COUNTS, self.stacks.into_iter())?;
+        remove_keys::<WaitHolderKey, WaitTime>(
+            ebpf,
+            names::MAP_WAIT_HOLDERS,
+            self.wait_holders.into_iter(),
+        )?;
+        let mut callers: PerCpuHashMap<&mut MapData, CallerKey, u64> =
+            PerCpuHashMap::try_from(map_mut(ebpf, names::MAP_CALLERS)?)?;
+        for key in &self.callers {
+            // A key already gone is no error here.
+            let _ = callers.remove(key);
+        }
+        Ok(())
+    }
+}
+
+/// Deletes `keys` from the BPF hash map `name`.
+fn remove_keys<K: aya::Pod, V: aya::Pod>(
+    ebpf: &mut aya::Ebpf,
+    name: &str,
+    keys: impl Iterator<Item = K>,
+) -> Result<()> {
+    let mut table: BpfHashMap<&mut MapData, K, V> = BpfHashMap::try_from(map_mut(ebpf, name)?)?;
+    for key in keys {
+        // The BPF side never deletes; a key already gone is no error here.
+        let _ = table.remove(&key);
+    }
+    Ok(())
+}
