@@ -2,7 +2,7 @@
 //! toolchain. One static `locktrace` (glibc linked in with `crt-static`,
 //! the BPF object embedded as in every build), its man pages and shell
 //! completions (generated from the command's own definition), the licences,
-//! the README and the Prometheus rules.
+//! the README with the `docs/` pages it links to, and the Prometheus rules.
 use std::{
     path::{Path, PathBuf},
     process::Command,
@@ -29,12 +29,22 @@ pub fn run(root: &Path) -> Result<PathBuf> {
     write_completions(&stage.join("completions"))?;
     for file in [
         "README.md",
+        "CONTRIBUTING.md",
         "LICENSE-MIT",
         "LICENSE-APACHE",
         "LICENSE-GPL-2.0",
     ] {
         std::fs::copy(root.join(file), stage.join(file))
             .with_context(|| format!("copying {file}"))?;
+    }
+    // The README's links into docs/ work in the unpacked tarball too.
+    for entry in std::fs::read_dir(root.join("docs"))? {
+        let path = entry?.path();
+        if path.extension().is_some_and(|ext| ext == "md") {
+            let name = path.file_name().context("a docs page without a name")?;
+            std::fs::copy(&path, stage.join("docs").join(name))
+                .with_context(|| format!("copying {}", path.display()))?;
+        }
     }
     for entry in std::fs::read_dir(root.join("docs/prometheus"))? {
         let entry = entry?;
