@@ -364,8 +364,8 @@ pub mod drop_reason {
     /// sample counts in `lock_code_ns` but no lock's `cpu_ns`.
     pub const CPU_LOCKS_FULL: u32 = 15;
     /// A failed trylock or timed-out lock call did not fit in the
-    /// `FAILED_TRIES` map (or its entry in `PENDING_TRIES`): it was counted
-    /// as an acquisition.
+    /// `FAILED_TRIES` map, or its call did not fit in `PENDING_TRIES` (then
+    /// it is missing from the acquisitions too, whatever it returned).
     pub const FAILED_TRIES_UNTRACKED: u32 = 16;
     /// A stack snapshot did not fit in the `SNAPSHOTS` ring buffer: its
     /// calls count under the previous snapshot's stack.

@@ -59,6 +59,18 @@ fn missing(reason: &str, n: u64, nesting_unknown: bool) -> String {
         "lifetimes_merged" => format!(
             "{n} unmaps or execs past the log's capacity (counts exact; a lock unloaded after them may share a row with the lock later at its address)"
         ),
+        "cpu_locks_full" => format!(
+            "{n} CPU samples of lock code on locks beyond the sampler's map (in the lock-code total, in no lock's CPU)"
+        ),
+        "wait_holders_full" => format!(
+            "{n} contended waits whose holder did not fit (counts exact, holders incomplete)"
+        ),
+        "cond_waits_untracked" => {
+            format!("{n} condvar waits not tracked (their futex waits count as plain futex waits)")
+        }
+        "failed_tries_untracked" => format!(
+            "{n} trylock or timed lock calls not tracked (missing from failed tries, and from acquisitions when the call was not tracked at entry)"
+        ),
         other => format!("{other}={n}"),
     }
 }
@@ -158,6 +170,19 @@ mod tests {
             "totals": {"acquisitions": 0, "contended": 0, "wakes": 0, "wait_ns": 0},
         }))
         .unwrap()
+    }
+
+    /// Every reason the BPF side can drop for says in words what it leaves
+    /// out (the bare `reason=N` fallback is for reports from newer versions).
+    #[test]
+    fn every_drop_reason_has_its_words() {
+        let mut reasons: Vec<&str> = tracer_common::drop_reason::NAMES.to_vec();
+        reasons.push("nested_calls_unknown");
+        for reason in reasons {
+            let words = missing(reason, 7, false);
+            assert_ne!(words, format!("{reason}=7"), "no words for {reason}");
+            assert!(words.starts_with("7 ") || words.contains(" 7 "), "{words}");
+        }
     }
 
     /// musl: a lost caller may hide a nested call, so the footer must not
