@@ -8,6 +8,7 @@ use std::{
 };
 
 use super::region::AddressSpace;
+use crate::probe::memory::TargetMemory;
 
 /// Pointer dereferences from the global to the lock.
 pub const MAX_HOPS: usize = 3;
@@ -95,32 +96,6 @@ impl RawChain {
     }
 }
 
-/// Reads the target's memory (process_vm_readv: no ptrace stop needed).
-pub struct Memory {
-    pid: i32,
-}
-
-impl Memory {
-    pub fn new(pid: u32) -> Memory {
-        Memory { pid: pid as i32 }
-    }
-
-    /// Reads up to `buffer.len()` bytes at `address`; returns how many were read.
-    pub fn read(&self, address: u64, buffer: &mut [u8]) -> usize {
-        let local = libc::iovec {
-            iov_base: buffer.as_mut_ptr().cast(),
-            iov_len: buffer.len(),
-        };
-        let remote = libc::iovec {
-            iov_base: address as *mut libc::c_void,
-            iov_len: buffer.len(),
-        };
-        // SAFETY: the local iovec covers exactly `buffer`; the remote one is only read by the kernel.
-        let n = unsafe { libc::process_vm_readv(self.pid, &local, 1, &remote, 1, 0) };
-        n.max(0) as usize
-    }
-}
-
 /// How the search reached an object.
 #[derive(Debug, Clone, Copy)]
 enum Arrival {
@@ -143,7 +118,7 @@ struct Reached {
 /// the pointers held in named globals; every route of the shortest length
 /// (and a few longer ones) is kept, for [`RawChain::rank`] and the namer to
 /// choose from.
-pub fn search(space: &AddressSpace, memory: &Memory, locks: &[u64]) -> SearchOutcome {
+pub fn search(space: &AddressSpace, memory: &dyn TargetMemory, locks: &[u64]) -> SearchOutcome {
     search_within(space, memory, locks, TIME_BUDGET)
 }
 
@@ -151,7 +126,7 @@ pub fn search(space: &AddressSpace, memory: &Memory, locks: &[u64]) -> SearchOut
 /// locks lie in which object.
 struct Search<'a> {
     space: &'a AddressSpace,
-    memory: &'a Memory,
+    memory: &'a dyn TargetMemory,
     wanted: BTreeSet<u64>,
     heap_ranges: Vec<(u64, u64)>,
     reached: Vec<Reached>,
@@ -339,7 +314,7 @@ impl Search<'_> {
 /// [`search`] with its own time budget.
 pub fn search_within(
     space: &AddressSpace,
-    memory: &Memory,
+    memory: &dyn TargetMemory,
     locks: &[u64],
     budget: Duration,
 ) -> SearchOutcome {
@@ -527,7 +502,7 @@ fn object_bounds(
 /// glibc marks a freed tcache chunk with the process's random `tcache_key`
 /// in its second word; the key is read when a symbol table names it
 /// (libc's debug file, or a static executable).
-fn read_tcache_key(space: &AddressSpace, memory: &Memory) -> Option<u64> {
+fn read_tcache_key(space: &AddressSpace, memory: &dyn TargetMemory) -> Option<u64> {
     space.modules.iter().find_map(|module| {
         let symbol = module
             .symbols
@@ -696,5 +671,120 @@ mod tests {
         assert_eq!(super::c_notation("tsrm_env_mutex->"), "*tsrm_env_mutex");
         assert_eq!(super::c_notation("g_stats->lock"), "g_stats->lock");
         assert_eq!(super::c_notation("->"), "->");
+    }
+    /// The search on a hand-built process (no root): a global pointer
+    /// variable and a registry struct both lead to one lock; a second lock
+    /// sits inside the first object; a third is reachable from nothing.
+    mod on_fake_memory {
+        use std::sync::Arc;
+
+        use crate::{
+            naming::{
+                elf::{ModuleSymbols, Section, Segment, Symbol},
+                region::{AddressSpace, LoadedModule},
+            },
+            probe::{memory::FakeMemory, target::Mapping},
+        };
+
+        const DATA: u64 = 0x60_0000;
+        const HEAP: u64 = 0x100_0000;
+        const G_STATS: u64 = DATA + 0x10;
+        const G_CORE: u64 = DATA + 0x40;
+        const OBJECT: u64 = HEAP + 0x100;
+        const LOCK: u64 = HEAP + 0x2000;
+        const REGISTRY: u64 = HEAP + 0x3000;
+        const INSIDE: u64 = OBJECT + 0x48;
+        const ORPHAN: u64 = HEAP + 0x5000;
+
+        fn mapping(start: u64, end: u64, perms: &str, path: &str) -> Mapping {
+            Mapping {
+                start,
+                end,
+                perms: perms.into(),
+                offset: 0,
+                path: path.into(),
+            }
+        }
+
+        fn space() -> AddressSpace {
+            let symbol = |address, size, name: &str| Symbol {
+                address,
+                size,
+                name: name.into(),
+            };
+            let symbols = ModuleSymbols {
+                segments: vec![Segment {
+                    address: 0x40_0000,
+                    memory_size: DATA + 0x1000 - 0x40_0000,
+                    offset: 0,
+                    file_size: DATA + 0x1000 - 0x40_0000,
+                }],
+                sections: vec![Section {
+                    name: ".data".into(),
+                    address: DATA,
+                    size: 0x100,
+                }],
+                objects: vec![
+                    symbol(G_STATS, 8, "g_stats"),
+                    symbol(G_CORE, 0x38, "g_core"),
+                ],
+                ..ModuleSymbols::default()
+            };
+            AddressSpace {
+                maps: vec![
+                    mapping(0x40_0000, 0x40_1000, "r-xp", "/app"),
+                    mapping(DATA, DATA + 0x1000, "rw-p", "/app"),
+                    mapping(HEAP, HEAP + 0x10000, "rw-p", "[heap]"),
+                ],
+                modules: vec![LoadedModule {
+                    path: "/app".into(),
+                    bias: 0,
+                    start: 0x40_0000,
+                    end: DATA + 0x1000,
+                    symbols: Arc::new(symbols),
+                }],
+                ..AddressSpace::default()
+            }
+        }
+
+        fn memory() -> FakeMemory {
+            let mut memory = FakeMemory::default();
+            memory.map(DATA, vec![0; 0x100]);
+            memory.map(HEAP, vec![0; 0x10000]);
+            memory.put_u64(G_STATS, OBJECT);
+            memory.put_u64(OBJECT + 0x20, LOCK);
+            memory.put_u64(G_CORE + 0x30, REGISTRY);
+            memory.put_u64(REGISTRY + 0x10, LOCK);
+            memory
+        }
+
+        #[test]
+        fn names_heap_locks_by_the_best_route() {
+            let outcome = super::super::search(&space(), &memory(), &[LOCK, INSIDE, ORPHAN]);
+            assert!(outcome.complete);
+            let names = |lock: u64| -> Vec<String> {
+                outcome.chains.get(&lock).map_or_else(Vec::new, |chains| {
+                    chains
+                        .iter()
+                        .map(super::super::RawChain::offset_name)
+                        .collect()
+                })
+            };
+            assert_eq!(names(LOCK), ["*g_stats->+0x20", "*g_core+0x30->+0x10"]);
+            assert_eq!(names(INSIDE), ["g_stats->+0x48"]);
+            assert!(names(ORPHAN).is_empty());
+        }
+
+        /// A pointer into memory that is not mapped leads nowhere, and the
+        /// search still ends with what it found.
+        #[test]
+        fn survives_pointers_into_unmapped_memory() {
+            let mut memory = memory();
+            memory.put_u64(OBJECT + 0x8, HEAP + 0x20000);
+            let mut space = space();
+            space.maps[2].end = HEAP + 0x40000; // mapped per maps, unreadable
+            let outcome = super::super::search(&space, &memory, &[LOCK]);
+            assert_eq!(outcome.chains[&LOCK][0].offset_name(), "*g_stats->+0x20");
+        }
     }
 }

@@ -497,7 +497,11 @@ fn heap_chains(
         };
         return (ongoing.found.clone(), message);
     }
-    let outcome = chain::search(space, &chain::Memory::new(snapshot.pid), heap_locks);
+    let outcome = chain::search(
+        space,
+        &crate::probe::memory::ProcessMemory::new(snapshot.pid),
+        heap_locks,
+    );
     let mut found = ongoing.found.clone();
     let named_now = outcome.chains.len();
     // Routes read now are the current ones; those from the recording fill in.

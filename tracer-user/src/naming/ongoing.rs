@@ -212,7 +212,12 @@ impl OngoingNames {
 
     /// Searches chains to `batch` and keeps what was found, with the cost.
     fn search(&mut self, space: &AddressSpace, pid: u32, batch: &[u64], work_started: Instant) {
-        let outcome = chain::search_within(space, &chain::Memory::new(pid), batch, SEARCH_BUDGET);
+        let outcome = chain::search_within(
+            space,
+            &crate::probe::memory::ProcessMemory::new(pid),
+            batch,
+            SEARCH_BUDGET,
+        );
         for &address in batch {
             *self.attempts.entry(address).or_insert(0) += 1;
         }

@@ -3,6 +3,7 @@
 //! request-boundary function, and what tells waiting for work apart from
 //! lock contention (condvar wait functions, Go's `runtime.futex`). Pure functions of files and /proc, unit-testable.
 pub mod lockfuncs;
+pub mod memory;
 pub mod modules;
 pub mod placement;
 pub mod request_auto;
