@@ -96,8 +96,8 @@ mod tests {
         }
     }
 
-    /// A report with every optional part filled, as serde writes it: the
-    /// schema holds every field and enum word locktrace can write.
+    /// A report with every optional part filled (every struct of the model
+    /// in it), as serde writes it, is valid.
     #[test]
     fn a_report_with_every_part_matches_the_schema() {
         let written = serde_json::to_value(full_report()).unwrap();
@@ -124,6 +124,67 @@ mod tests {
         // Its rows' addresses are written without their lifetime bits,
         // and match the address pattern.
         assert_eq!(lock["address"], "0x7f3a5c000b80");
+    }
+
+    /// Each word of each enum in the schema is one serde reads and writes
+    /// back unchanged (schemars reads the serde attributes; a hand-written
+    /// serializer it would not see).
+    #[test]
+    fn enum_words_are_the_serde_words() {
+        fn round_trips<T: serde::Serialize + serde::de::DeserializeOwned>(word: &Value) -> bool {
+            serde_json::from_value::<T>(word.clone())
+                .is_ok_and(|value| serde_json::to_value(value).ok().as_ref() == Some(word))
+        }
+        type Check = fn(&Value) -> bool;
+        let checks: Vec<(&str, Check)> = vec![
+            ("Activity", round_trips::<Activity>),
+            ("CreatedBy", round_trips::<CreatedBy>),
+            ("DeclaredContention", round_trips::<DeclaredContention>),
+            ("ExecLoss", round_trips::<ExecLoss>),
+            ("LockKind", round_trips::<LockKind>),
+            ("Mode", round_trips::<Mode>),
+            ("Placement", round_trips::<Placement>),
+            ("RequestSource", round_trips::<RequestSource>),
+            ("ScaleBasis", round_trips::<ScaleBasis>),
+            ("ServerKind", round_trips::<ServerKind>),
+            ("SkipReason", round_trips::<SkipReason>),
+            ("StackOrigin", round_trips::<StackOrigin>),
+            ("StackSource", round_trips::<StackSource>),
+            ("StopReason", round_trips::<StopReason>),
+            ("WaitClass", round_trips::<WaitClass>),
+            ("WindowLinkKind", round_trips::<WindowLinkKind>),
+        ];
+        let schema = report_schema();
+        let defs = schema.as_value()["$defs"].as_object().unwrap();
+        let mut enums: Vec<&str> = Vec::new();
+        for (name, def) in defs {
+            let words: Vec<Value> = match (def.get("enum"), def.get("oneOf")) {
+                (Some(Value::Array(words)), _) => words.clone(),
+                // Documented variants are a `const` each, the others an `enum`.
+                (_, Some(Value::Array(variants))) => variants
+                    .iter()
+                    .flat_map(
+                        |variant| match (variant.get("const"), variant.get("enum")) {
+                            (Some(word), _) => vec![word.clone()],
+                            (_, Some(Value::Array(words))) => words.clone(),
+                            _ => vec![Value::Null],
+                        },
+                    )
+                    .collect(),
+                _ => continue,
+            };
+            enums.push(name);
+            let (_, check) = checks
+                .iter()
+                .find(|(listed, _)| listed == name)
+                .unwrap_or_else(|| panic!("enum {name} is not checked here: add it"));
+            assert!(words.len() >= 2, "{name}: {words:?}");
+            for word in words {
+                assert!(word.is_string() && check(&word), "{name}: {word}");
+            }
+        }
+        let listed: Vec<&str> = checks.iter().map(|(name, _)| *name).collect();
+        assert_eq!(enums, listed);
     }
 
     /// The validator is no rubber stamp: each kind of damage to a valid
