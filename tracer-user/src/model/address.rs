@@ -1,6 +1,28 @@
 //! Addresses are `u64` in the code and `"0x…"` strings in the JSON (the
 //! schema's form since version 1): a serde adapter for both directions.
+use std::borrow::Cow;
+
+use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Deserializer, Serializer};
+
+/// The JSON Schema of an address as this module writes it (`0x` and
+/// lowercase hex digits, no padding): `#[schemars(with = "address::Hex")]`
+/// on a field serialized here.
+pub struct Hex;
+
+impl JsonSchema for Hex {
+    fn schema_name() -> Cow<'static, str> {
+        "Address".into()
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({
+            "description": "An address in the target: `0x` and lowercase hex digits, no padding (`0x55c1a55154b0`).",
+            "type": "string",
+            "pattern": "^0x[0-9a-f]+$"
+        })
+    }
+}
 
 pub fn serialize<S: Serializer>(address: &u64, serializer: S) -> Result<S::Ok, S::Error> {
     serializer.serialize_str(&format!("{address:#x}"))

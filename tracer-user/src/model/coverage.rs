@@ -1,9 +1,10 @@
 //! What a recording covered beyond its counts: whether forked children were
 //! followed, and an exec of the target with what it left uncounted.
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// `coverage` in JSON (absent in reports of older versions).
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, JsonSchema)]
 pub struct Coverage {
     /// Whether processes the target forked were traced too. Always false:
     /// a child is another process, its locks are not in the counts (trace
@@ -26,7 +27,7 @@ pub struct Coverage {
 /// target's uprobe hits (lock calls, failed tries, condvar waits, request
 /// boundaries) between `running_at_s` and `probes_moved_at_s` were not
 /// counted. Futex waits (tracepoints) were.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, JsonSchema)]
 pub struct MainThreadExit {
     /// Seconds into the recording when the main thread was last seen running.
     pub running_at_s: f64,
@@ -50,7 +51,7 @@ pub struct MainThreadExit {
 /// An exec of the target during the recording: the probes stay on the old
 /// program's lock functions, so from `after_s` on the counts miss what
 /// `not_counted` says.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, JsonSchema)]
 pub struct ExecSeen {
     /// Seconds into the recording when the exec was seen.
     pub after_s: f64,
@@ -65,7 +66,7 @@ pub struct ExecSeen {
 }
 
 /// What an exec left out of the counts from then on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ExecLoss {
     /// The new program mapped none of the probed lock modules (e.g. a static

@@ -1,8 +1,9 @@
 //! What the target's CPU time was and what its lock code cost (`cpu` in JSON).
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// The report's `cpu` block.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, JsonSchema)]
 pub struct CpuReport {
     /// The target's CPU time (user + system, every thread, also those that
     /// exited) over the recording window, from the kernel's scheduler

@@ -1,8 +1,9 @@
 //! What a sampled recording's report says about its estimates.
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// What the JSON report says about a sampled run (`estimate`).
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, JsonSchema)]
 pub struct Estimate {
     /// Which numbers are estimates: lock acquisitions and calls.
     pub estimated: Vec<String>,
@@ -58,7 +59,7 @@ pub struct Estimate {
 }
 
 /// What a sampled run's counts are scaled by.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ScaleBasis {
     /// The recording's time over the windows' counting time. The bound
@@ -73,7 +74,7 @@ pub enum ScaleBasis {
 }
 
 /// The kernel mechanism that opened and closed the sampling windows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum WindowLinkKind {
     /// `BPF_LINK_CREATE` with `BPF_TRACE_UPROBE_MULTI`.

@@ -4,11 +4,12 @@
 //! bound is 2^64-1).
 use std::collections::BTreeMap;
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use tracer_common::histogram;
 
 /// `locks[].holds`: completed holds of a lock (`--hold-times`).
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, JsonSchema)]
 pub struct Holds {
     pub holds: u64,
     pub hold_ns: u64,
@@ -19,7 +20,7 @@ pub struct Holds {
     pub by_function: Vec<HoldSite>,
 }
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, JsonSchema)]
 pub struct HoldSite {
     pub function: Option<String>,
     pub module: Option<String>,
@@ -28,7 +29,7 @@ pub struct HoldSite {
 }
 
 /// `locks[].holders[]`: who held the lock while others waited on it.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, JsonSchema)]
 pub struct WaitHolder {
     /// The function that took the lock (null without lock probes: see `tid`).
     pub function: Option<String>,

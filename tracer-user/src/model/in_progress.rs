@@ -1,17 +1,19 @@
 //! What was still going on when the recording stopped: waits not yet over
 //! (also those that began before attach), holds not yet released, and the
 //! cycles of waits that will never end (deadlocks).
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::{WaitClass, address};
 
 /// A wait for a lock, or a hold of one, in progress at the end.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, JsonSchema)]
 pub struct InProgress {
     pub activity: Activity,
     /// The lock (for a futex word inside a known lock, the lock's address),
     /// or the futex word.
     #[serde(with = "address")]
+    #[schemars(with = "address::Hex")]
     pub lock: u64,
     /// The lock's name as in `locks[]` (null if it has none).
     #[serde(default)]
@@ -35,7 +37,7 @@ pub struct InProgress {
     pub holder: Option<ThreadRef>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Activity {
     Wait,
@@ -43,7 +45,7 @@ pub enum Activity {
 }
 
 /// A thread of the target, by tid and name.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, JsonSchema)]
 pub struct ThreadRef {
     pub tid: u32,
     #[serde(default)]
@@ -52,18 +54,19 @@ pub struct ThreadRef {
 
 /// Threads each waiting for a lock the next one holds, the last waiting
 /// for one the first holds: none of them can go on.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, JsonSchema)]
 pub struct Deadlock {
     pub cycle: Vec<DeadlockStep>,
 }
 
 /// One thread of a deadlock: it waits for `lock`, held by `held_by`.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, JsonSchema)]
 pub struct DeadlockStep {
     pub tid: u32,
     #[serde(default)]
     pub thread: Option<String>,
     #[serde(with = "address")]
+    #[schemars(with = "address::Hex")]
     pub lock: u64,
     #[serde(default)]
     pub name: Option<String>,

@@ -3,10 +3,11 @@
 //! words the schema has always used.
 use std::fmt;
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// What the lock probes do (`--mode`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Mode {
     /// Every acquisition counted, exact.
@@ -18,7 +19,7 @@ pub enum Mode {
 }
 
 /// Where the lock probes go (`--placement`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Placement {
     /// At each lock function's entry (the kernel may have to single-step it).
@@ -28,7 +29,9 @@ pub enum Placement {
 }
 
 /// What a lock in the report is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum LockKind {
     Mutex,
@@ -58,7 +61,18 @@ impl LockKind {
 
 /// What a futex word's waits mean: only `Lock` is contention.
 #[derive(
-    Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq, PartialOrd, Ord, Hash,
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    Serialize,
+    Deserialize,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    JsonSchema,
 )]
 #[serde(rename_all = "snake_case")]
 pub enum WaitClass {
@@ -83,7 +97,7 @@ impl WaitClass {
 }
 
 /// Why a recording stopped.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum StopReason {
     /// `--duration` ended.
@@ -98,7 +112,7 @@ pub enum StopReason {
 }
 
 /// Where a report's request count comes from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum RequestSource {
     /// Responses of the built-in load driver (`--load`).
@@ -112,7 +126,7 @@ pub enum RequestSource {
 
 /// The server `--request-probe auto` recognised, which decides the function
 /// counted as the request boundary.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ServerKind {
     /// FrankenPHP (Go host with PHP threads), classic or worker mode.

@@ -9,6 +9,7 @@
 //! many lifetimes ago it ended (1: the one just before the current one).
 use std::{collections::HashMap, hash::Hash};
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use tracer_common::{
     CallerKey, CpuSamples, FutexCounts, HoldCounts, HolderHolds, HolderKey, LockCounts, StackKey,
@@ -27,7 +28,7 @@ pub struct Lifetimes {
 
 /// A lock row of memory that went away during the recording (absent for
 /// memory that is still there).
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, JsonSchema)]
 pub struct EndedLifetime {
     /// How many times the memory at the address went away since this
     /// lifetime began (1: once, at its end); tells the rows of one address apart.

@@ -17,6 +17,7 @@ mod overhead;
 mod report;
 mod requests;
 mod sampled_run;
+mod schema;
 
 pub use collected::{Blocked, Collected, InFlight, UnwoundStack};
 pub use coverage::{Coverage, ExecLoss, ExecSeen, MainThreadExit};
@@ -36,3 +37,4 @@ pub use report::{
 };
 pub use requests::{AutoProbe, PerRequest, Requests};
 pub use sampled_run::{CountingWindow, SampledRun};
+pub use schema::{report_schema, report_schema_text};

@@ -1,4 +1,5 @@
 //! What tracing cost, as the report records it.
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// Cost per probe hit, and where the figures come from.
@@ -11,7 +12,7 @@ pub struct Calibration {
 }
 
 /// What tracing cost the target and the tracer (`overhead` in JSON).
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, JsonSchema)]
 pub struct Overhead {
     /// Lock probe hits counted (in sampled mode: inside the counting windows).
     pub probe_hits: u64,

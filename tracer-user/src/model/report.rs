@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 
 use anyhow::{Context, Result, bail};
+use schemars::{JsonSchema, Schema, SchemaGenerator};
 use serde::{Deserialize, Serialize};
 
 use super::{
@@ -14,8 +15,14 @@ use super::{
 
 pub const SCHEMA: &str = "locktrace.report/1";
 
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+/// A locktrace report: what `record --json` writes and `report` and
+/// `compare` read. Required are the fields this version always writes; a
+/// field with a `default` may be absent from reports of older versions,
+/// and reads as that default.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, JsonSchema)]
 pub struct Report {
+    /// `locktrace.report/1`: later versions add fields, never rename them.
+    #[schemars(extend("const" = SCHEMA))]
     pub schema: String,
     pub target: TargetInfo,
     pub duration_s: f64,
@@ -67,21 +74,21 @@ pub struct Report {
     pub kernel_limits: Vec<String>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, JsonSchema)]
 pub struct PlacementFallback {
     pub function: String,
     pub module: String,
     pub reason: String,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, JsonSchema)]
 pub struct TargetInfo {
     pub pid: u32,
     pub exe: String,
     pub cmdline: Vec<String>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, JsonSchema)]
 pub struct Lock {
     /// Address in the target (`"0x…"` in JSON). In the code, a row of
     /// memory that went away during the recording (`lifetime`) carries
@@ -91,6 +98,7 @@ pub struct Lock {
         serialize_with = "address::serialize_without_lifetime",
         deserialize_with = "address::deserialize"
     )]
+    #[schemars(with = "address::Hex")]
     pub address: u64,
     pub kind: LockKind,
     /// Lock calls; null where lock functions were not probed.
@@ -184,7 +192,7 @@ pub struct Lock {
 }
 
 /// The locks one creation-site row stands for.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, JsonSchema)]
 pub struct SiteGroup {
     /// Addresses merged into the row.
     pub addresses: u64,
@@ -197,12 +205,13 @@ pub struct SiteGroup {
 }
 
 /// One address's figures inside a [`SiteGroup`].
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, JsonSchema)]
 pub struct AddressFigures {
     #[serde(
         serialize_with = "address::serialize_without_lifetime",
         deserialize_with = "address::deserialize"
     )]
+    #[schemars(with = "address::Hex")]
     pub address: u64,
     pub acquisitions: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -219,7 +228,7 @@ pub struct AddressFigures {
 }
 
 /// A lock's type in its module's DWARF.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, JsonSchema)]
 pub struct DeclaredType {
     /// The lock's own type (`Mutex<u64>`, `pthread_cond_t`).
     #[serde(rename = "type")]
@@ -234,7 +243,7 @@ pub struct DeclaredType {
 }
 
 /// Waits that only the declared type shows to be lock contention.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum DeclaredContention {
     /// A futex word typed as a lock (Rust's `std::sync::Mutex`, whose fast
@@ -246,7 +255,7 @@ pub enum DeclaredContention {
 }
 
 /// Where a lock was created.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, JsonSchema)]
 pub struct Creation {
     pub by: CreatedBy,
     /// The stack, innermost first: from the caller of the init function
@@ -257,7 +266,7 @@ pub struct Creation {
     pub inits: u64,
 }
 
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum CreatedBy {
     /// A `pthread_*_init` call seen while tracing.
@@ -315,7 +324,7 @@ impl Lock {
 }
 
 /// Futex figures of one wait class.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, JsonSchema)]
 pub struct ClassTotals {
     /// Rows (locks or futex words) of the class.
     pub words: usize,
@@ -331,7 +340,7 @@ pub struct ClassTotals {
 /// `root` points to an object whose pointer at `offsets[1]` points to the
 /// next, …; the lock is at the last offset of the last object. One offset:
 /// the lock is inside the global itself.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, JsonSchema)]
 pub struct LockChain {
     /// Module (as the target sees it) whose data holds `root`.
     pub module: String,
@@ -341,7 +350,7 @@ pub struct LockChain {
 }
 
 /// Another name of the same lock (a longer route to it).
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, JsonSchema)]
 pub struct AlternativeName {
     pub name: String,
     pub offset_name: String,
@@ -350,7 +359,7 @@ pub struct AlternativeName {
 
 /// Naming during the recording: pointer chains searched for heap locks
 /// while the target is alive, so a target that exits first keeps them.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, JsonSchema)]
 pub struct LiveNaming {
     /// Searches run (about one a second while new heap locks appear).
     pub searches: u64,
@@ -366,7 +375,7 @@ pub struct LiveNaming {
 /// A code location: function (demangled) and module, and the offset of the
 /// address in the function (in the module when the function is unknown; the
 /// absolute address when the module is unknown too).
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, PartialOrd, Ord, JsonSchema)]
 pub struct Frame {
     pub function: Option<String>,
     pub module: Option<String>,
@@ -374,7 +383,7 @@ pub struct Frame {
 }
 
 /// One caller of a lock: the call site's function and the return address's offset in it.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, JsonSchema)]
 pub struct Caller {
     pub function: Option<String>,
     pub module: Option<String>,
@@ -393,10 +402,11 @@ impl Caller {
     }
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, JsonSchema)]
 pub struct LockStack {
     /// Address of the lock, as in `locks[].address`.
     #[serde(with = "address")]
+    #[schemars(with = "address::Hex")]
     pub lock: u64,
     pub count: u64,
     /// Innermost first.
@@ -418,7 +428,9 @@ impl LockStack {
 }
 
 /// What a stack's count counts.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, PartialOrd, Ord, Hash, JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum StackOrigin {
     /// Lock calls: acquisitions of the lock from this stack.
@@ -432,7 +444,7 @@ pub enum StackOrigin {
 }
 
 /// How a stack's frames were found.
-#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum StackSource {
     /// The kernel's frame-pointer walk: it stops at the first function
@@ -452,7 +464,7 @@ pub enum StackSource {
     NoSnapshot,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, JsonSchema)]
 pub struct Naming {
     pub elapsed_ms: f64,
     /// ELF modules whose symbols were read.
@@ -478,7 +490,7 @@ pub struct Naming {
 }
 
 /// A module or debug file naming did not read (fully).
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, JsonSchema)]
 pub struct SkippedFile {
     pub file: String,
     pub reason: SkipReason,
@@ -486,7 +498,7 @@ pub struct SkippedFile {
     pub detail: String,
 }
 
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum SkipReason {
     /// Truncated or rewritten in place while mapped: read as zeros past its new end.
@@ -526,7 +538,7 @@ impl SkipReason {
     }
 }
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, JsonSchema)]
 pub struct Totals {
     pub acquisitions: Option<u64>,
     pub contended: u64,
@@ -541,7 +553,16 @@ pub struct Totals {
     /// Futex figures by wait class; `contended`, `wakes`, `wait_ns` above are
     /// those of `lock` only (absent in reports of older versions).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(schema_with = "by_wait_class_schema")]
     pub by_wait_class: BTreeMap<WaitClass, ClassTotals>,
+}
+
+/// `totals.by_wait_class`: an object whose keys are wait class words.
+fn by_wait_class_schema(generator: &mut SchemaGenerator) -> Schema {
+    let mut schema = generator.subschema_for::<BTreeMap<String, ClassTotals>>();
+    let keys = generator.subschema_for::<WaitClass>();
+    schema.insert("propertyNames".into(), keys.to_value());
+    schema
 }
 
 impl Report {

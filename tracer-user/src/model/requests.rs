@@ -2,12 +2,13 @@
 //! request-boundary probe, or the user) and figures divided by it.
 use std::collections::BTreeMap;
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::{RequestSource, ServerKind};
 
 /// The `requests` block of a report.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, JsonSchema)]
 pub struct Requests {
     /// Where `count` comes from; with `probe`, the function is in `probe`.
     pub source: RequestSource,
@@ -42,7 +43,7 @@ pub struct Requests {
 
 /// The request-boundary function locktrace chose from the target's own
 /// modules and symbols.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, JsonSchema)]
 pub struct AutoProbe {
     /// The server recognised; it decides the function.
     pub server: ServerKind,
@@ -59,7 +60,7 @@ fn is_zero(n: &u64) -> bool {
 }
 
 /// Figures per request, for one lock or for all of them.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, JsonSchema)]
 pub struct PerRequest {
     /// Null where acquisitions were not counted.
     pub acquisitions: Option<f64>,
