@@ -16,7 +16,7 @@ use aya::{
 };
 use tracer_common::kernel_caps;
 
-use super::multi::{BPF_PROG_LOAD, ProgLoadAttr, bpf};
+use super::sys::load_probe_program;
 
 /// Set in the environment to a comma-separated list (`cookies`,
 /// `task_regs`, `cmpxchg`), these count as missing whatever the kernel has: the
@@ -144,15 +144,7 @@ fn loads_compare_exchange() -> bool {
         0xb7,                                                      // r0 = 0
         0x95,                                                      // exit
     ];
-    let license = c"GPL";
-    let mut program = ProgLoadAttr {
-        prog_type: BPF_PROG_TYPE_SOCKET_FILTER,
-        insn_cnt: instructions.len() as u32,
-        insns: instructions.as_ptr() as u64,
-        license: license.as_ptr() as u64,
-        ..ProgLoadAttr::default()
-    };
-    match bpf(BPF_PROG_LOAD, &mut program) {
+    match load_probe_program(BPF_PROG_TYPE_SOCKET_FILTER, &instructions) {
         Ok(_) => true,
         Err(error) => error.raw_os_error() != Some(libc::EINVAL),
     }

@@ -18,4 +18,5 @@ pub mod proc_events;
 pub mod sampled;
 pub mod snapshots;
 pub mod stop;
+pub mod sys;
 pub mod window;

@@ -12,36 +12,18 @@
 use std::{
     collections::HashSet,
     ffi::CString,
-    os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd},
+    os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd},
     path::Path,
 };
 
 use anyhow::{Context, Result, anyhow, bail};
 use aya::{Ebpf, maps::Map};
 
-pub(super) const BPF_PROG_LOAD: libc::c_long = 5;
+use super::sys::{BPF_PROG_LOAD, ProgLoadAttr, bpf};
+
 const BPF_LINK_CREATE: libc::c_long = 28;
 const BPF_PROG_TYPE_KPROBE: u32 = 2;
 const BPF_TRACE_UPROBE_MULTI: u32 = 48;
-
-/// `union bpf_attr` for `BPF_PROG_LOAD`, up to `expected_attach_type` (the
-/// kernel zero-fills a shorter attr).
-#[repr(C)]
-#[derive(Default)]
-pub(super) struct ProgLoadAttr {
-    pub(super) prog_type: u32,
-    pub(super) insn_cnt: u32,
-    pub(super) insns: u64,
-    pub(super) license: u64,
-    pub(super) log_level: u32,
-    pub(super) log_size: u32,
-    pub(super) log_buf: u64,
-    pub(super) kern_version: u32,
-    pub(super) prog_flags: u32,
-    pub(super) prog_name: [u8; 16],
-    pub(super) prog_ifindex: u32,
-    pub(super) expected_attach_type: u32,
-}
 
 /// `union bpf_attr` for `BPF_LINK_CREATE` of a uprobe-multi link.
 #[repr(C)]
@@ -61,24 +43,6 @@ struct LinkCreateAttr {
     /// Named so that it is zeroed: the kernel refuses (EINVAL) an attr
     /// with a non-zero byte past the last field it knows.
     padding: u32,
-}
-
-pub(super) fn bpf<T>(command: libc::c_long, attr: &mut T) -> std::io::Result<OwnedFd> {
-    // SAFETY: `attr` is a live repr(C) prefix of `union bpf_attr` of the
-    // size passed; the pointers inside it outlive the call.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            command,
-            attr as *mut T,
-            std::mem::size_of::<T>() as u32,
-        )
-    };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: the kernel returned a new file descriptor that nothing else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
 }
 
 /// Programs of the object loaded for uprobe-multi links.
@@ -135,14 +99,8 @@ fn load_program(
     instructions: &[aya_obj::generated::bpf_insn],
     license: &CString,
 ) -> std::io::Result<OwnedFd> {
-    let mut attr = ProgLoadAttr {
-        prog_type: BPF_PROG_TYPE_KPROBE,
-        insn_cnt: instructions.len() as u32,
-        insns: instructions.as_ptr() as u64,
-        license: license.as_ptr() as u64,
-        expected_attach_type: BPF_TRACE_UPROBE_MULTI,
-        ..ProgLoadAttr::default()
-    };
+    let mut attr = ProgLoadAttr::new(BPF_PROG_TYPE_KPROBE, instructions, license);
+    attr.expected_attach_type = BPF_TRACE_UPROBE_MULTI;
     for (slot, byte) in attr.prog_name.iter_mut().zip(name.bytes().take(15)) {
         *slot = byte;
     }

@@ -7,9 +7,8 @@
 use anyhow::{Result, anyhow};
 use object::{Object, ObjectSection, ObjectSymbol};
 
-use super::multi::{BPF_PROG_LOAD, ProgLoadAttr, bpf};
+use super::sys::{BPF_MAP_CREATE, bpf, load_probe_program};
 
-const BPF_MAP_CREATE: libc::c_long = 0;
 const BPF_MAP_TYPE_HASH: u32 = 1;
 const BPF_F_NO_PREALLOC: u32 = 1;
 const BPF_PROG_TYPE_PERF_EVENT: u32 = 7;
@@ -59,15 +58,7 @@ pub fn run_time_allocation_allowed() -> bool {
         0xb7,
         0x95,
     ];
-    let license = c"GPL";
-    let mut program = ProgLoadAttr {
-        prog_type: BPF_PROG_TYPE_PERF_EVENT,
-        insn_cnt: instructions.len() as u32,
-        insns: instructions.as_ptr() as u64,
-        license: license.as_ptr() as u64,
-        ..ProgLoadAttr::default()
-    };
-    bpf(BPF_PROG_LOAD, &mut program).is_ok()
+    load_probe_program(BPF_PROG_TYPE_PERF_EVENT, &instructions).is_ok()
 }
 
 /// `object` with `BPF_F_NO_PREALLOC` cleared on every map it defines.
