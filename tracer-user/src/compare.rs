@@ -52,7 +52,14 @@ pub struct CompareArgs {
     wide: bool,
     /// Reports with `--stacks`: show the call paths of up to N locks, those
     /// whose acquisitions per request changed most (0: none).
-    #[arg(long, value_name = "N", default_value_t = PATH_LOCKS)]
+    // At most a row per lock the lock map holds: only lock calls have paths.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = PATH_LOCKS,
+        value_parser = clap::builder::RangedU64ValueParser::<usize>::new()
+            .range(0..=u64::from(tracer_common::MAX_LOCKS))
+    )]
     paths_of: usize,
 }
 
