@@ -311,7 +311,7 @@ fn arm_sampler(
 }
 
 /// A recording from the moment its probes are announced live.
-struct Live {
+struct LiveRecording {
     loaded: Loaded,
     started: Instant,
     /// The target's CPU clock, and its reading when the window started.
@@ -326,7 +326,7 @@ fn go_live(
     prepared: &Prepared,
     window: &RequestWindow,
     loaded: Loaded,
-) -> Result<Live> {
+) -> Result<LiveRecording> {
     // The window and the target's CPU clock start before anyone is told the
     // probes are live: a client that starts work at the ready file could
     // otherwise run before the first reading (seen under two CPU hogs: the
@@ -339,7 +339,7 @@ fn go_live(
     if let Some(path) = &options.ready_file {
         signal_ready(path)?;
     }
-    Ok(Live {
+    Ok(LiveRecording {
         loaded,
         started,
         clock,
@@ -378,7 +378,7 @@ async fn wait_for_stop(
     window: &mut RequestWindow,
     signals: &mut StopSignals,
     snapshot: &mut naming::Snapshot,
-    live: &mut Live,
+    live: &mut LiveRecording,
     armed: Option<sampled::Armed>,
 ) -> Result<(StopReason, Option<SampledRun>)> {
     let target = &prepared.target;
