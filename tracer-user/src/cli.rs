@@ -115,16 +115,18 @@ struct RequestArgs {
         long = "load-requests",
         value_name = "REQUESTS",
         requires = "load",
-        conflicts_with = "duration"
+        conflicts_with = "duration",
+        value_parser = limits::whole::<u64>("-n", 1, Some(limits::MAX_LOAD_REQUESTS))
     )]
     load_requests: Option<u64>,
-    /// Connections (each keep-alive, one request in flight) for --load.
+    /// Connections (each keep-alive, one request in flight) for --load (1 to 10000).
     #[arg(
         short = 'c',
         long,
         default_value_t = 4,
         requires = "load",
-        allow_negative_numbers = true
+        allow_negative_numbers = true,
+        value_parser = limits::whole::<usize>("-c (concurrency)", 1, Some(limits::MAX_CONCURRENCY))
     )]
     concurrency: usize,
     /// The status every response must have.
@@ -132,7 +134,8 @@ struct RequestArgs {
         long,
         default_value_t = 200,
         requires = "load",
-        allow_negative_numbers = true
+        allow_negative_numbers = true,
+        value_parser = limits::whole::<u16>("--expect-status", 100, Some(599))
     )]
     expect_status: u16,
     /// Text every response body must contain.
@@ -147,7 +150,8 @@ struct RequestArgs {
         default_value_t = 0,
         value_name = "N",
         requires = "load",
-        allow_negative_numbers = true
+        allow_negative_numbers = true,
+        value_parser = limits::whole::<u64>("--warmup", 0, Some(limits::MAX_LOAD_REQUESTS))
     )]
     warmup: u64,
     /// CPUs for the load driver's threads, e.g. 1 or 0,2-3 (keep them off the target's).
@@ -158,7 +162,7 @@ struct RequestArgs {
     #[arg(long, value_name = "MODULE:SYMBOL|auto|none")]
     request_probe: Option<String>,
     /// Requests served in the window, counted elsewhere (wrk, an access log).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = limits::whole::<u64>("--requests", 1, None))]
     requests: Option<u64>,
 }
 
@@ -172,13 +176,12 @@ impl RequestArgs {
                     url
                 },
                 amount: match (self.load_requests, duration) {
-                    (Some(0), _) => anyhow::bail!("-n must be at least 1"),
                     (Some(n), _) => loadgen::Amount::Requests(n),
                     (None, Some(duration)) => loadgen::Amount::Duration(duration),
                     (None, None) => loadgen::Amount::Requests(1000),
                 },
-                concurrency: limits::concurrency(self.concurrency)?,
-                expect_status: limits::status(self.expect_status)?,
+                concurrency: self.concurrency,
+                expect_status: self.expect_status,
                 expect_body: self.expect_body,
                 warmup: self.warmup,
                 cpus: self
@@ -206,9 +209,10 @@ struct CpuArgs {
         long,
         value_name = "N",
         conflicts_with = "no_cpu",
-        allow_negative_numbers = true
+        allow_negative_numbers = true,
+        value_parser = limits::checked(limits::cpu_hz)
     )]
-    cpu_hz: Option<i64>,
+    cpu_hz: Option<u64>,
     /// Do not sample the CPU (no CPU per lock; the target's CPU time is still measured).
     #[arg(long)]
     no_cpu: bool,
@@ -216,11 +220,8 @@ struct CpuArgs {
 
 impl CpuArgs {
     /// The sampling rate, None with --no-cpu.
-    fn hz(&self) -> Result<Option<u64>> {
-        if self.no_cpu {
-            return Ok(None);
-        }
-        limits::cpu_hz(self.cpu_hz.unwrap_or(DEFAULT_CPU_HZ as i64)).map(Some)
+    fn hz(&self) -> Option<u64> {
+        (!self.no_cpu).then(|| self.cpu_hz.unwrap_or(DEFAULT_CPU_HZ))
     }
 }
 
@@ -257,7 +258,8 @@ struct LiveArgs {
         long,
         value_name = "SECS",
         default_value_t = 300,
-        help_heading = "Cost"
+        help_heading = "Cost",
+        value_parser = limits::whole::<u64>("--expire-after", 1, Some(limits::MAX_EXPIRE_AFTER_S))
     )]
     expire_after: u64,
     #[command(flatten, next_help_heading = "Cost")]
@@ -266,9 +268,6 @@ struct LiveArgs {
 
 impl LiveArgs {
     fn options(self) -> Result<live::LiveOptions> {
-        if self.expire_after == 0 {
-            anyhow::bail!("--expire-after must be at least 1 second");
-        }
         if let Some(path) = &self.ready_file {
             limits::outputs(&[("--ready-file", path)])?;
         }
@@ -279,7 +278,7 @@ impl LiveArgs {
             request_probe: request_spec(self.request_probe.as_deref()),
             expire_after: Duration::from_secs(self.expire_after),
             ready_file: self.ready_file,
-            cpu_hz: self.cpu.hz()?,
+            cpu_hz: self.cpu.hz(),
             stacks: false,
         })
     }
@@ -309,8 +308,14 @@ enum Command {
         #[arg(long, short, help_heading = "Target")]
         pid: u32,
         /// Stop after this many seconds (default: until Ctrl-C or the target exits); with --load, send load this long.
-        #[arg(long, short, allow_negative_numbers = true, help_heading = "Target")]
-        duration: Option<f64>,
+        #[arg(
+            long,
+            short,
+            allow_negative_numbers = true,
+            help_heading = "Target",
+            value_parser = limits::checked(limits::duration)
+        )]
+        duration: Option<Duration>,
         /// all: every acquisition, exact; contention: futex waits/wakes only (no lock probes);
         /// sampled: lock probes a fraction of the time, counts scaled (estimates).
         #[arg(
@@ -320,13 +325,14 @@ enum Command {
             help_heading = "What to count"
         )]
         mode: ModeArg,
-        /// Record user stacks and keep the top N per lock (names resolved).
+        /// Record user stacks and keep the top N per lock (names resolved; N at most 16384, the stacks a recording holds).
         #[arg(
             long,
             value_name = "N",
             default_value_t = 0,
             allow_negative_numbers = true,
-            help_heading = "What to count"
+            help_heading = "What to count",
+            value_parser = limits::whole::<usize>("--stacks", 0, Some(limits::MAX_STACKS_PER_LOCK))
         )]
         stacks: usize,
         /// Also probe the unlock functions: hold time per lock and per holder function (about doubles the probe hits).
@@ -342,7 +348,8 @@ enum Command {
             long,
             value_name = "N",
             allow_negative_numbers = true,
-            help_heading = "Output"
+            help_heading = "Output",
+            value_parser = limits::whole::<usize>("--top", 1, None)
         )]
         top: Option<usize>,
         /// Also write the report as a gzipped pprof profile (go tool pprof, Pyroscope, Parca).
@@ -373,7 +380,8 @@ enum Command {
             long,
             value_name = "RATE",
             allow_negative_numbers = true,
-            help_heading = "Cost"
+            help_heading = "Cost",
+            value_parser = limits::checked(limits::sample_rate)
         )]
         sample: Option<f64>,
         /// Sampled mode: one counting window per this many seconds (default 1 with uprobe-multi
@@ -382,9 +390,10 @@ enum Command {
             long,
             value_name = "SECONDS",
             allow_negative_numbers = true,
-            help_heading = "Cost"
+            help_heading = "Cost",
+            value_parser = limits::checked(limits::sample_period)
         )]
-        sample_period: Option<f64>,
+        sample_period: Option<Duration>,
         /// Sampled mode: how windows attach and detach the lock probes: auto (uprobe-multi
         /// links, else a perf-event uprobe per point) or perf-event (to compare).
         #[arg(long, value_enum, value_name = "HOW", help_heading = "Cost")]
@@ -404,7 +413,13 @@ enum Command {
         #[arg(long, value_name = "ADDR", help_heading = "Output")]
         listen: std::net::SocketAddr,
         /// Lock series exported at most, the most active; the rest add up in lock="other".
-        #[arg(long, value_name = "N", default_value_t = 50, help_heading = "Output")]
+        #[arg(
+            long,
+            value_name = "N",
+            default_value_t = 50,
+            help_heading = "Output",
+            value_parser = limits::whole::<usize>("--max-locks", 1, None)
+        )]
         max_locks: usize,
     },
     /// A live full-screen table of the busiest locks, refreshed every second (s: sort, q: quit).
@@ -424,7 +439,7 @@ enum Command {
         #[arg(value_name = "FILE.json")]
         file: PathBuf,
         /// Show at most this many locks in the table (default: all).
-        #[arg(long, value_name = "N")]
+        #[arg(long, value_name = "N", value_parser = limits::whole::<usize>("--top", 1, None))]
         top: Option<usize>,
         /// `table`, `folded` (stacks for flame graph tools), `svg` (a flame graph) or
         /// `pprof` (gzipped protobuf for go tool pprof, Pyroscope, Parca: redirect to a file).
@@ -567,8 +582,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             wide,
             group_by,
         } => {
-            let duration = duration.map(limits::duration).transpose()?;
-            let cpu_hz = cpu.hz()?;
+            let cpu_hz = cpu.hz();
             let sample = sample_options(mode, sample, sample_period, window_links)?;
             let requests = requests.options(duration)?;
             limits::open_files(
@@ -607,9 +621,6 @@ fn run(cli: Cli) -> Result<ExitCode> {
             listen,
             max_locks,
         } => {
-            if max_locks == 0 {
-                anyhow::bail!("--max-locks must be at least 1");
-            }
             // Scrapers' connections.
             limits::open_files(64)?;
             limits::address_space()?;
@@ -644,7 +655,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
 fn sample_options(
     mode: ModeArg,
     sample: Option<f64>,
-    sample_period: Option<f64>,
+    sample_period: Option<Duration>,
     window_links: Option<WindowLinksArg>,
 ) -> Result<SampleOptions> {
     if mode != ModeArg::Sampled && window_links.is_some() {
@@ -653,8 +664,11 @@ fn sample_options(
         );
     }
     if mode != ModeArg::Sampled {
-        for (flag, given) in [("--sample", sample), ("--sample-period", sample_period)] {
-            if given.is_some() {
+        for (flag, given) in [
+            ("--sample", sample.is_some()),
+            ("--sample-period", sample_period.is_some()),
+        ] {
+            if given {
                 anyhow::bail!(
                     "{flag} applies only with --mode sampled; add --mode sampled or drop {flag}"
                 );
@@ -662,8 +676,8 @@ fn sample_options(
         }
     }
     Ok(SampleOptions {
-        rate: limits::sample_rate(sample.unwrap_or(0.1))?,
-        period: sample_period.map(limits::sample_period).transpose()?,
+        rate: sample.unwrap_or(0.1),
+        period: sample_period,
         links: match window_links {
             None | Some(WindowLinksArg::Auto) => WindowLinkChoice::Auto,
             Some(WindowLinksArg::PerfEvent) => WindowLinkChoice::PerfEvent,
@@ -767,6 +781,88 @@ fn report_file(
 
 #[cfg(test)]
 mod tests {
+    use clap::{Parser, error::ErrorKind};
+
+    /// Each bounded flag: values just out of its range are a clap error
+    /// (one line, before anything runs), its boundaries are taken.
+    #[test]
+    fn numeric_flags_refuse_values_out_of_range_and_take_their_bounds() {
+        let record = &["record", "--pid", "1"][..];
+        let load = &["record", "--pid", "1", "--load", "http://127.0.0.1:9/"][..];
+        let sampled = &["record", "--pid", "1", "--mode", "sampled"][..];
+        let serve = &["serve", "--pid", "1", "--listen", "127.0.0.1:0"][..];
+        let top = &["top", "--pid", "1"][..];
+        let report = &["report", "r.json"][..];
+        let compare = &["compare", "a.json", "b.json"][..];
+        /// A command, one of its flags, values it refuses, values it takes.
+        type Case<'a> = (&'a [&'a str], &'a str, &'a [&'a str], &'a [&'a str]);
+        let cases: &[Case] = &[
+            (
+                record,
+                "--duration",
+                &["0", "-1", "31622401", "NaN", "inf"],
+                &["0.001", "31622400"],
+            ),
+            (record, "--stacks", &["-1", "16385"], &["0", "16384"]),
+            (record, "--top", &["0", "-1"], &["1"]),
+            (record, "--cpu-hz", &["0", "-1", "20001"], &["1", "20000"]),
+            (record, "--requests", &["0"], &["1"]),
+            (sampled, "--sample", &["0", "1.01", "NaN"], &["0.001", "1"]),
+            (
+                sampled,
+                "--sample-period",
+                &["0.09", "3601"],
+                &["0.1", "3600"],
+            ),
+            (load, "-n", &["0", "1000000001"], &["1", "1000000000"]),
+            (
+                load,
+                "-c",
+                &["0", "10001", "18446744073709551615"],
+                &["1", "10000"],
+            ),
+            (load, "--expect-status", &["99", "600"], &["100", "599"]),
+            (
+                load,
+                "--warmup",
+                &["-1", "1000000001"],
+                &["0", "1000000000"],
+            ),
+            (serve, "--max-locks", &["0"], &["1"]),
+            (
+                serve,
+                "--expire-after",
+                &["0", "31622401"],
+                &["1", "31622400"],
+            ),
+            (top, "--expire-after", &["0"], &["1"]),
+            (top, "--cpu-hz", &["20001"], &["20000"]),
+            (report, "--top", &["0"], &["1"]),
+            (compare, "--paths-of", &["65537"], &["0", "65536"]),
+        ];
+        for (command, flag, refused, accepted) in cases {
+            let parse = |value: &str| {
+                let mut argv = vec!["locktrace"];
+                argv.extend(*command);
+                argv.extend([*flag, value]);
+                super::Cli::try_parse_from(argv)
+            };
+            for value in *refused {
+                let error = parse(value).err();
+                assert_eq!(
+                    error.as_ref().map(clap::Error::kind),
+                    Some(ErrorKind::ValueValidation),
+                    "{flag} {value} was not refused: {error:?}"
+                );
+            }
+            for value in *accepted {
+                if let Err(error) = parse(value) {
+                    panic!("{flag} {value} was refused: {error}");
+                }
+            }
+        }
+    }
+
     #[test]
     fn the_cli_reference_in_docs_is_current() {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/cli.md");

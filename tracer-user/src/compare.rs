@@ -23,7 +23,7 @@ use std::{
 use anyhow::{Context, Result, anyhow, bail};
 
 use crate::{
-    model::{LockKind, LockStack, Mode, Report, WaitClass},
+    model::{Lock, LockKind, LockStack, Mode, Report, WaitClass},
     naming::chain::c_notation,
     render::{
         fit::{Column, Width, fit},
@@ -52,7 +52,14 @@ pub struct CompareArgs {
     wide: bool,
     /// Reports with `--stacks`: show the call paths of up to N locks, those
     /// whose acquisitions per request changed most (0: none).
-    #[arg(long, value_name = "N", default_value_t = PATH_LOCKS)]
+    // At most a row per lock the lock map holds: only lock calls have paths.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = PATH_LOCKS,
+        value_parser = clap::builder::RangedU64ValueParser::<usize>::new()
+            .range(0..=u64::from(tracer_common::MAX_LOCKS))
+    )]
     paths_of: usize,
 }
 
@@ -113,6 +120,144 @@ impl Group {
     }
 }
 
+/// The report's request count, which every per-request figure divides by.
+fn request_count(report: &Report, path: &Path) -> Result<u64> {
+    match &report.requests {
+        Some(r) if r.refused.is_none() && r.count > 0 => Ok(r.count),
+        Some(r) if r.refused.is_some() => bail!(
+            "{} has no per-request figures: {}",
+            path.display(),
+            r.refused.as_deref().unwrap_or_default()
+        ),
+        _ => bail!(
+            "{} has no request count; record it with --load URL, --request-probe MODULE:SYMBOL or --requests N",
+            path.display()
+        ),
+    }
+}
+
+/// What identifies a lock across runs, and what selectors find it by.
+struct LockNames<'r> {
+    /// The name as the report spells it (never a bare address).
+    spelled: Option<&'r str>,
+    /// The name in C notation.
+    name: Option<String>,
+    /// Its caller functions, sorted, once each.
+    callers: Vec<String>,
+}
+
+impl<'r> LockNames<'r> {
+    fn of(lock: &'r Lock) -> LockNames<'r> {
+        let spelled = lock
+            .name
+            .as_deref()
+            // A bare address is no identity across runs.
+            .filter(|n| !n.is_empty() && !n.starts_with("0x"));
+        let mut callers: Vec<String> = lock
+            .callers
+            .iter()
+            .filter_map(|c| c.function.clone())
+            .collect();
+        callers.sort();
+        callers.dedup();
+        LockNames {
+            spelled,
+            // Reports before C notation wrote `g_stats->+0x20->` for `*g_stats->+0x20`.
+            name: spelled.map(c_notation),
+            callers,
+        }
+    }
+
+    /// The group's key: the name, else the callers, else the kind.
+    fn identity(&self, lock: &Lock) -> String {
+        let identity = match (&self.name, self.callers.is_empty()) {
+            (Some(name), _) => name.clone(),
+            (None, false) => format!("{} via {}", lock.kind, self.callers.join(", ")),
+            (None, true) => format!("unidentified {}", lock.kind),
+        };
+        // Like with like: a condvar or runtime word never matches a lock.
+        match lock.wait_class {
+            WaitClass::Lock => identity,
+            class => format!("[{class}] {identity}"),
+        }
+    }
+
+    /// Other names of the lock (offset notation, other routes), in C notation.
+    fn aliases(&self, lock: &Lock) -> Vec<String> {
+        lock.offset_name
+            .iter()
+            .cloned()
+            .chain(
+                lock.alternatives
+                    .iter()
+                    .flat_map(|a| [a.name.clone(), a.offset_name.clone()]),
+            )
+            .map(|alias| c_notation(&alias))
+            .filter(|alias| Some(alias) != self.name.as_ref())
+            .collect()
+    }
+}
+
+/// Adds a lock's figures, names and call paths to the group of its identity.
+fn add_to_group(
+    groups: &mut BTreeMap<String, Group>,
+    lock: &Lock,
+    requests: u64,
+    stacks: &[&LockStack],
+) {
+    let names = LockNames::of(lock);
+    let group = groups.entry(names.identity(lock)).or_insert_with(|| Group {
+        kind: Some(lock.kind),
+        is_lock: lock.is_contention(),
+        ..Group::default()
+    });
+    add_figures(group, lock, requests);
+    let aliases = names.aliases(lock);
+    // Selectors find a lock by its old spelling too.
+    group.labels.extend(names.spelled.map(str::to_string));
+    group.labels.extend(lock.offset_name.clone());
+    group.labels.extend(names.name);
+    group.labels.extend(names.callers);
+    group.labels.extend(aliases.iter().cloned());
+    group.aliases.extend(aliases);
+    for stack in stacks {
+        if is_lock_call(stack, lock) {
+            let total = group.paths.entry(folded_path(stack)).or_default();
+            *total = total.saturating_add(stack.count);
+        }
+    }
+    group.labels.sort();
+    group.labels.dedup();
+}
+
+/// Adds a lock's counts and times to its group.
+fn add_figures(group: &mut Group, lock: &Lock, requests: u64) {
+    // Saturating: a crafted report's counts near 2^64 must not wrap.
+    // A row grouped by creation site stands for its addresses.
+    let addresses = lock.group.as_ref().map_or(1, |g| g.addresses);
+    group.locks = group
+        .locks
+        .saturating_add(usize::try_from(addresses).unwrap_or(usize::MAX));
+    group.acquisitions = group
+        .acquisitions
+        .saturating_add(lock.acquisitions.unwrap_or(0));
+    group.per_request_error += lock
+        .per_request
+        .as_ref()
+        .and_then(|per| per.acquisitions_error)
+        // Reports before per-request bounds: the lock's own bound.
+        .or(lock.acquisitions_error.map(|e| e as f64 / requests as f64))
+        .unwrap_or(0.0);
+    group.contended = group.contended.saturating_add(lock.contended);
+    group.wait_ns = group.wait_ns.saturating_add(lock.wait_ns);
+    if let Some(holds) = &lock.holds {
+        saturating_add_to(&mut group.hold_ns, holds.hold_ns);
+    }
+    if let Some(cpu) = lock.cpu_ns {
+        saturating_add_to(&mut group.cpu_ns, cpu);
+    }
+}
+
 struct Side {
     path: PathBuf,
     requests: u64,
@@ -127,104 +272,15 @@ struct Side {
 impl Side {
     fn load(path: &Path) -> Result<Side> {
         let report = Report::load(path)?;
-        let requests = match &report.requests {
-            Some(r) if r.refused.is_none() && r.count > 0 => r.count,
-            Some(r) if r.refused.is_some() => bail!(
-                "{} has no per-request figures: {}",
-                path.display(),
-                r.refused.as_deref().unwrap_or_default()
-            ),
-            _ => bail!(
-                "{} has no request count; record it with --load URL, --request-probe MODULE:SYMBOL or --requests N",
-                path.display()
-            ),
-        };
-        let mut groups: BTreeMap<String, Group> = BTreeMap::new();
+        let requests = request_count(&report, path)?;
         let mut stacks: HashMap<u64, Vec<&LockStack>> = HashMap::new();
         for stack in &report.stacks {
             stacks.entry(stack.lock).or_default().push(stack);
         }
+        let mut groups: BTreeMap<String, Group> = BTreeMap::new();
         for lock in &report.locks {
-            let spelled = lock
-                .name
-                .as_deref()
-                // A bare address is no identity across runs.
-                .filter(|n| !n.is_empty() && !n.starts_with("0x"));
-            // Reports before C notation wrote `g_stats->+0x20->` for `*g_stats->+0x20`.
-            let name = spelled.map(c_notation);
-            let mut callers: Vec<String> = lock
-                .callers
-                .iter()
-                .filter_map(|c| c.function.clone())
-                .collect();
-            callers.sort();
-            callers.dedup();
-            let identity = match (&name, callers.is_empty()) {
-                (Some(name), _) => name.clone(),
-                (None, false) => format!("{} via {}", lock.kind, callers.join(", ")),
-                (None, true) => format!("unidentified {}", lock.kind),
-            };
-            // Like with like: a condvar or runtime word never matches a lock.
-            let identity = match lock.wait_class {
-                WaitClass::Lock => identity,
-                class => format!("[{class}] {identity}"),
-            };
-            let group = groups.entry(identity).or_insert_with(|| Group {
-                kind: Some(lock.kind),
-                is_lock: lock.is_contention(),
-                ..Group::default()
-            });
-            // Saturating: a crafted report's counts near 2^64 must not wrap.
-            // A row grouped by creation site stands for its addresses.
-            let addresses = lock.group.as_ref().map_or(1, |g| g.addresses);
-            group.locks = group
-                .locks
-                .saturating_add(usize::try_from(addresses).unwrap_or(usize::MAX));
-            group.acquisitions = group
-                .acquisitions
-                .saturating_add(lock.acquisitions.unwrap_or(0));
-            group.per_request_error += lock
-                .per_request
-                .as_ref()
-                .and_then(|per| per.acquisitions_error)
-                // Reports before per-request bounds: the lock's own bound.
-                .or(lock.acquisitions_error.map(|e| e as f64 / requests as f64))
-                .unwrap_or(0.0);
-            group.contended = group.contended.saturating_add(lock.contended);
-            group.wait_ns = group.wait_ns.saturating_add(lock.wait_ns);
-            if let Some(holds) = &lock.holds {
-                saturating_add_to(&mut group.hold_ns, holds.hold_ns);
-            }
-            if let Some(cpu) = lock.cpu_ns {
-                saturating_add_to(&mut group.cpu_ns, cpu);
-            }
-            let aliases: Vec<String> = lock
-                .offset_name
-                .iter()
-                .cloned()
-                .chain(
-                    lock.alternatives
-                        .iter()
-                        .flat_map(|a| [a.name.clone(), a.offset_name.clone()]),
-                )
-                .map(|alias| c_notation(&alias))
-                .filter(|alias| Some(alias) != name.as_ref())
-                .collect();
-            // Selectors find a lock by its old spelling too.
-            group.labels.extend(spelled.map(str::to_string));
-            group.labels.extend(lock.offset_name.clone());
-            group.labels.extend(name);
-            group.labels.extend(callers);
-            group.labels.extend(aliases.iter().cloned());
-            group.aliases.extend(aliases);
-            for stack in stacks.get(&lock.address).into_iter().flatten() {
-                if is_lock_call(stack, lock) {
-                    let total = group.paths.entry(folded_path(stack)).or_default();
-                    *total = total.saturating_add(stack.count);
-                }
-            }
-            group.labels.sort();
-            group.labels.dedup();
+            let lock_stacks = stacks.get(&lock.address).map_or(&[][..], Vec::as_slice);
+            add_to_group(&mut groups, lock, requests, lock_stacks);
         }
         Ok(Side {
             path: path.to_path_buf(),

@@ -297,30 +297,10 @@ async fn drive(mut sender: Option<Sender>, endpoint: &Endpoint, phase: &Phase) -
             break;
         }
         resend = false;
-        // The server may have closed the connection (keep-alive limit): reopen, not an error.
-        let usable = match sender.as_mut() {
-            Some(s) if !s.is_closed() => match phase.unless_stopped(s.ready()).await {
-                Some(ready) => ready.is_ok(),
-                None => break,
-            },
-            _ => false,
-        };
-        if !usable {
-            served = 0;
-            // A server with a full backlog leaves a connect hanging for minutes.
-            let Some(opened) = phase.unless_stopped(open(endpoint)).await else {
-                break;
-            };
-            match opened {
-                Ok(fresh) => sender = Some(fresh),
-                Err(error) => {
-                    phase.record_error(format!("{error:#}"));
-                    sender = None;
-                    // Back off briefly so a dead server does not spin the driver.
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                    continue;
-                }
-            }
+        match connect(&mut sender, &mut served, endpoint, phase).await {
+            Connection::Ready => {}
+            Connection::Failed => continue,
+            Connection::Stopped => break,
         }
         let Some(active) = sender.as_mut() else {
             continue;
@@ -335,23 +315,8 @@ async fn drive(mut sender: Option<Sender>, endpoint: &Endpoint, phase: &Phase) -
                 continue;
             }
         };
-        let expect_body = phase.expect_body.as_deref();
-        let exchange = async {
-            let response = active.send_request(request).await?;
-            let status = response.status().as_u16();
-            let body_ok =
-                read_body(response.into_body(), expect_body, endpoint.max_body_bytes).await?;
-            Ok::<_, ExchangeError>((status, body_ok))
-        };
-        // A server that never answers (e.g. fewer server threads than
-        // connections) must not hang the recording.
-        let stopped_and_grace = async {
-            phase.stopped().await;
-            tokio::time::sleep(STOP_GRACE).await;
-        };
-        let answered = tokio::select! {
-            answered = tokio::time::timeout(RESPONSE_TIMEOUT, exchange) => answered,
-            () = stopped_and_grace => break,
+        let Some(answered) = exchange(active, request, endpoint, phase).await else {
+            break;
         };
         let Ok(outcome) = answered else {
             phase.record_error(format!(
@@ -361,33 +326,131 @@ async fn drive(mut sender: Option<Sender>, endpoint: &Endpoint, phase: &Phase) -
             sender = None;
             continue;
         };
-        match outcome {
-            Ok((status, body_ok)) => {
-                served += 1;
-                let mut tally = lock(&phase.tally);
-                *tally.statuses.entry(status).or_insert(0) += 1;
-                if status == phase.expect_status && !body_ok {
-                    tally.wrong_bodies += 1;
-                }
-                drop(tally);
-                phase.done.fetch_add(1, Ordering::Relaxed);
-            }
-            // A reused keep-alive connection the server closed before
-            // answering (its idle/limit close raced our request): the server
-            // never took the request, so send it again on a new connection,
-            // as HTTP clients do for idempotent requests. Counted as a retry.
-            Err(ExchangeError::Http(error)) if served > 0 && error.is_incomplete_message() => {
-                lock(&phase.tally).retries += 1;
+        match tally(phase, outcome, served) {
+            Answered::Counted => served += 1,
+            Answered::Reconnect => sender = None,
+            Answered::Resend => {
                 sender = None;
                 resend = true;
-            }
-            Err(error) => {
-                phase.record_error(error.to_string());
-                sender = None;
             }
         }
     }
     sender
+}
+
+/// Whether a request can go out on the driver's connection.
+enum Connection {
+    Ready,
+    /// No connection (the error is tallied): on to the next request.
+    Failed,
+    /// The phase stopped first.
+    Stopped,
+}
+
+/// Keeps `sender` usable: the server may have closed the connection
+/// (keep-alive limit), so a new one is opened, which is not an error
+/// (`served` restarts at 0).
+async fn connect(
+    sender: &mut Option<Sender>,
+    served: &mut u64,
+    endpoint: &Endpoint,
+    phase: &Phase,
+) -> Connection {
+    let usable = match sender.as_mut() {
+        Some(s) if !s.is_closed() => match phase.unless_stopped(s.ready()).await {
+            Some(ready) => ready.is_ok(),
+            None => return Connection::Stopped,
+        },
+        _ => false,
+    };
+    if usable {
+        return Connection::Ready;
+    }
+    *served = 0;
+    // A server with a full backlog leaves a connect hanging for minutes.
+    let Some(opened) = phase.unless_stopped(open(endpoint)).await else {
+        return Connection::Stopped;
+    };
+    match opened {
+        Ok(fresh) => {
+            *sender = Some(fresh);
+            Connection::Ready
+        }
+        Err(error) => {
+            phase.record_error(format!("{error:#}"));
+            *sender = None;
+            // Back off briefly so a dead server does not spin the driver.
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            Connection::Failed
+        }
+    }
+}
+
+/// Sends the request and reads the response, within [`RESPONSE_TIMEOUT`];
+/// None when the phase stopped and the response did not come within
+/// [`STOP_GRACE`] after.
+async fn exchange(
+    active: &mut Sender,
+    request: Request<Empty<Bytes>>,
+    endpoint: &Endpoint,
+    phase: &Phase,
+) -> Option<Result<Result<(u16, bool), ExchangeError>, tokio::time::error::Elapsed>> {
+    let expect_body = phase.expect_body.as_deref();
+    let exchange = async {
+        let response = active.send_request(request).await?;
+        let status = response.status().as_u16();
+        let body_ok = read_body(response.into_body(), expect_body, endpoint.max_body_bytes).await?;
+        Ok::<_, ExchangeError>((status, body_ok))
+    };
+    // A server that never answers (e.g. fewer server threads than
+    // connections) must not hang the recording.
+    let stopped_and_grace = async {
+        phase.stopped().await;
+        tokio::time::sleep(STOP_GRACE).await;
+    };
+    tokio::select! {
+        answered = tokio::time::timeout(RESPONSE_TIMEOUT, exchange) => Some(answered),
+        () = stopped_and_grace => None,
+    }
+}
+
+/// What an answered exchange means for the connection.
+enum Answered {
+    /// A response, tallied.
+    Counted,
+    /// An error, tallied: the connection is dropped.
+    Reconnect,
+    /// A retry, tallied: the request goes again on a new connection.
+    Resend,
+}
+
+/// Tallies a response (its status, whether its body was as expected) or
+/// the error instead; `served` is the responses on this connection so far.
+fn tally(phase: &Phase, outcome: Result<(u16, bool), ExchangeError>, served: u64) -> Answered {
+    match outcome {
+        Ok((status, body_ok)) => {
+            let mut tally = lock(&phase.tally);
+            *tally.statuses.entry(status).or_insert(0) += 1;
+            if status == phase.expect_status && !body_ok {
+                tally.wrong_bodies += 1;
+            }
+            drop(tally);
+            phase.done.fetch_add(1, Ordering::Relaxed);
+            Answered::Counted
+        }
+        // A reused keep-alive connection the server closed before
+        // answering (its idle/limit close raced our request): the server
+        // never took the request, so send it again on a new connection,
+        // as HTTP clients do for idempotent requests. Counted as a retry.
+        Err(ExchangeError::Http(error)) if served > 0 && error.is_incomplete_message() => {
+            lock(&phase.tally).retries += 1;
+            Answered::Resend
+        }
+        Err(error) => {
+            phase.record_error(error.to_string());
+            Answered::Reconnect
+        }
+    }
 }
 
 async fn open(endpoint: &Endpoint) -> Result<Sender> {

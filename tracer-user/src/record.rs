@@ -13,8 +13,8 @@ use tracer_common::flags;
 use crate::{
     analysis::{self, build::RecordInfo},
     model::{
-        Collected, Coverage, Estimate, ExecLoss, ExecSeen, MainThreadExit, Mode, Placement, Report,
-        SampledRun, StopReason, TargetInfo,
+        Collected, Coverage, Estimate, ExecLoss, ExecSeen, MainThreadExit, Mode, Overhead,
+        Placement, Report, SampledRun, StopReason, TargetInfo,
     },
     naming::{self, creation::GroupBy, unwind::StackUnwinder},
     probe::{
@@ -231,63 +231,161 @@ async fn trace(
         ));
         return Ok(nothing_traced(stopped_by));
     }
-    let sampled_mode = options.mode == Mode::Sampled;
-    let probed = probed_modules(prepared);
-    let watch = ProcWatch::start(target.pid, &probed);
+    let watch = ProcWatch::start(target.pid, &probed_modules(prepared));
     let mut loaded = load_probes(options, prepared, window)?;
     if let Some(reason) = &loaded.cpu_off {
         output::note(format_args!(
             "locktrace: CPU sampler off, counting goes on without CPU per lock: {reason}"
         ));
     }
-    // Waits older than the probes: only the kernel knows of them.
-    let attached_ns = inflight::monotonic_ns();
-    let blocked_at_attach = inflight::blocked_threads(target.pid);
-    let armed = sampled_mode
-        .then(|| {
-            let request_probe = window.request_probe();
-            sampled::arm(
-                &mut loaded.ebpf,
-                target,
-                &prepared.placed,
-                request_probe.as_ref(),
-                &options.sample,
-            )
-        })
-        .transpose()?;
+    let waits_before = WaitsBeforeAttach::now(target.pid);
+    let armed = arm_sampler(options, prepared, window, &mut loaded)?;
     // Pointer chains of heap locks are searched while the target lives.
     snapshot.watch(&loaded.ebpf);
+    let mut live = go_live(options, prepared, window, loaded)?;
+    let stacks = spawn_unwinder(options, &live.loaded, target);
+    let (stopped_by, sampled) = wait_for_stop(
+        options, prepared, window, signals, snapshot, &mut live, armed,
+    )
+    .await?;
+    // Stop counting, then read: every total and the request count cover
+    // the same interval, the one timed here.
+    let duration_s = live.started.elapsed().as_secs_f64();
+    let cpu_at_end = live.clock.as_mut().and_then(TargetClock::latest);
+    collect::set_counting(&mut live.loaded.ebpf, 0)?;
+    let seen = watch.finish();
+    let collected = read_counts(options, &live.loaded, target.pid, waits_before, stacks)?;
+    Ok(Traced {
+        collected,
+        stopped_by,
+        duration_s,
+        attach_ms: live.loaded.attach_time.as_millis() as u64,
+        sampled,
+        seen,
+        started: live.started,
+        target_cpu_ns: live
+            .cpu_at_start
+            .zip(cpu_at_end)
+            .map(|(start, end)| end.saturating_sub(start)),
+        main_thread_exit: live.main_thread.finish(),
+        cpu_off: live.loaded.cpu_off,
+    })
+}
+
+/// Waits older than the probes: only the kernel knows of them, so they are
+/// taken from /proc at attach time and matched when the maps are read.
+struct WaitsBeforeAttach {
+    attached_ns: u64,
+    blocked: Vec<crate::model::Blocked>,
+}
+
+impl WaitsBeforeAttach {
+    fn now(pid: u32) -> WaitsBeforeAttach {
+        WaitsBeforeAttach {
+            attached_ns: inflight::monotonic_ns(),
+            blocked: inflight::blocked_threads(pid),
+        }
+    }
+}
+
+/// Sampled mode: the sampler's first window, armed before the probes are
+/// announced (None in the other modes).
+fn arm_sampler(
+    options: &RecordOptions,
+    prepared: &Prepared,
+    window: &RequestWindow,
+    loaded: &mut Loaded,
+) -> Result<Option<sampled::Armed>> {
+    if options.mode != Mode::Sampled {
+        return Ok(None);
+    }
+    let request_probe = window.request_probe();
+    sampled::arm(
+        &mut loaded.ebpf,
+        &prepared.target,
+        &prepared.placed,
+        request_probe.as_ref(),
+        &options.sample,
+    )
+    .map(Some)
+}
+
+/// A recording from the moment its probes are announced live.
+struct LiveRecording {
+    loaded: Loaded,
+    started: Instant,
+    /// The target's CPU clock, and its reading when the window started.
+    clock: Option<TargetClock>,
+    cpu_at_start: Option<u64>,
+    main_thread: MainThreadWatch,
+}
+
+/// Starts the window, says the probes are live, and creates the ready file.
+fn go_live(
+    options: &RecordOptions,
+    prepared: &Prepared,
+    window: &RequestWindow,
+    loaded: Loaded,
+) -> Result<LiveRecording> {
     // The window and the target's CPU clock start before anyone is told the
     // probes are live: a client that starts work at the ready file could
     // otherwise run before the first reading (seen under two CPU hogs: the
     // target's CPU read 10 % low).
     let started = Instant::now();
-    let mut clock = TargetClock::open(target.pid);
+    let mut clock = TargetClock::open(prepared.target.pid);
     let cpu_at_start = clock.as_mut().and_then(TargetClock::read);
     announce(options, prepared, &loaded, window);
     priority::end_setup();
     if let Some(path) = &options.ready_file {
         signal_ready(path)?;
     }
-    let mut main_thread = MainThreadWatch::new(started);
-    // Stack snapshots are unwound on a thread of their own, as they come.
-    // A reader that cannot start costs the whole stacks, not the recording:
-    // each call site's stack is then its immediate caller (exact counts).
-    let stacks = (options.stacks > 0)
-        .then(|| snapshots::spawn(&loaded.ebpf, StackUnwinder::new(target)))
-        .and_then(|spawned| {
-            spawned
-                .map_err(|error| {
-                    output::note(format_args!(
-                        "locktrace: whole stacks off, immediate callers only: {error:#}"
-                    ))
-                })
-                .ok()
-        });
+    Ok(LiveRecording {
+        loaded,
+        started,
+        clock,
+        cpu_at_start,
+        main_thread: MainThreadWatch::new(started),
+    })
+}
+
+/// With `--stacks`, the reader that unwinds stack snapshots on a thread of
+/// its own, as they come. A reader that cannot start costs the whole
+/// stacks, not the recording: each call site's stack is then its immediate
+/// caller (exact counts).
+fn spawn_unwinder(
+    options: &RecordOptions,
+    loaded: &Loaded,
+    target: &Target,
+) -> Option<snapshots::SnapshotReader<StackUnwinder>> {
+    if options.stacks == 0 {
+        return None;
+    }
+    snapshots::spawn(&loaded.ebpf, StackUnwinder::new(target))
+        .map_err(|error| {
+            output::note(format_args!(
+                "locktrace: whole stacks off, immediate callers only: {error:#}"
+            ))
+        })
+        .ok()
+}
+
+/// Runs until the recording's stop reason (the duration, a signal, the
+/// target's exit, the load's end), keeping the snapshot, the watched
+/// modules and the main thread's probes current meanwhile.
+async fn wait_for_stop(
+    options: &RecordOptions,
+    prepared: &Prepared,
+    window: &mut RequestWindow,
+    signals: &mut StopSignals,
+    snapshot: &mut naming::Snapshot,
+    live: &mut LiveRecording,
+    armed: Option<sampled::Armed>,
+) -> Result<(StopReason, Option<SampledRun>)> {
+    let target = &prepared.target;
     // Modules seen by the snapshot's ticks, watched for unmaps by the
     // follow step (which holds the BPF object).
     let module_ranges = std::cell::RefCell::new(None);
-    let mut watched = std::mem::take(&mut loaded.watched);
+    let mut watched = std::mem::take(&mut live.loaded.watched);
     let mut watch_modules = |ebpf: &mut aya::Ebpf| {
         if let Some(ranges) = module_ranges.borrow_mut().take()
             && let Err(error) = watched.update(ebpf, ranges)
@@ -297,39 +395,15 @@ async fn trace(
             ));
         }
     };
+    let clock = &mut live.clock;
     let mut refresh = || {
         snapshot.tick();
         *module_ranges.borrow_mut() = Some(lifetimes::module_ranges(snapshot.maps()));
         // Kept up to date: the last reading counts if the target exits.
         clock.as_mut().map(TargetClock::read);
     };
-    let (stopped_by, sampled) = if let Some(armed) = armed {
-        // The sampler attaches and detaches the lock probes itself, so it
-        // owns the BPF object; no load driver runs in this mode.
-        let end =
-            async { Ok(stop::wait_for_end(target, options.duration, signals, &mut refresh).await) };
-        tokio::pin!(end);
-        // The windows attach the lock probes; the rest moves here.
-        let plan = attach::LoadPlan {
-            request_probe: window.request_probe(),
-            ..load_plan(options, prepared, window, None)
-        };
-        let mut follow = |ebpf: &mut aya::Ebpf| {
-            watch_modules(ebpf);
-            main_thread.tick(ebpf, &plan)
-        };
-        let (stopped_by, run) = sampled::run(
-            &mut loaded.ebpf,
-            target,
-            &prepared.placed,
-            options.sample,
-            armed,
-            end,
-            &mut follow,
-        )
-        .await?;
-        (stopped_by, Some(run))
-    } else {
+    let main_thread = &mut live.main_thread;
+    let Some(armed) = armed else {
         let plan = load_plan(options, prepared, window, None);
         let mut refresh_and_follow = |ebpf: &mut aya::Ebpf| {
             refresh();
@@ -340,19 +414,49 @@ async fn trace(
             .run(
                 target,
                 options.duration,
-                &mut loaded.ebpf,
+                &mut live.loaded.ebpf,
                 signals,
                 &mut refresh_and_follow,
             )
             .await?;
-        (stopped_by, None)
+        return Ok((stopped_by, None));
     };
-    // Stop counting, then read: every total and the request count cover
-    // the same interval, the one timed here.
-    let duration_s = started.elapsed().as_secs_f64();
-    let cpu_at_end = clock.as_mut().and_then(TargetClock::latest);
-    collect::set_counting(&mut loaded.ebpf, 0)?;
-    let seen = watch.finish();
+    // The sampler attaches and detaches the lock probes itself, so it
+    // owns the BPF object; no load driver runs in this mode.
+    let end =
+        async { Ok(stop::wait_for_end(target, options.duration, signals, &mut refresh).await) };
+    tokio::pin!(end);
+    // The windows attach the lock probes; the rest moves here.
+    let plan = attach::LoadPlan {
+        request_probe: window.request_probe(),
+        ..load_plan(options, prepared, window, None)
+    };
+    let mut follow = |ebpf: &mut aya::Ebpf| {
+        watch_modules(ebpf);
+        main_thread.tick(ebpf, &plan)
+    };
+    let (stopped_by, run) = sampled::run(
+        &mut live.loaded.ebpf,
+        target,
+        &prepared.placed,
+        options.sample,
+        armed,
+        end,
+        &mut follow,
+    )
+    .await?;
+    Ok((stopped_by, Some(run)))
+}
+
+/// The maps read once counting stopped, with the unwound stacks and the
+/// waits in progress.
+fn read_counts(
+    options: &RecordOptions,
+    loaded: &Loaded,
+    pid: u32,
+    waits_before: WaitsBeforeAttach,
+    stacks: Option<snapshots::SnapshotReader<StackUnwinder>>,
+) -> Result<Collected> {
     let mut collected = collect::collect(&loaded.ebpf)?;
     if let Some(stacks) = stacks {
         match stacks.finish() {
@@ -363,7 +467,12 @@ async fn trace(
         }
     }
     collected.hold_times = options.hold_times;
-    collected.in_flight = inflight::read(&loaded.ebpf, target.pid, attached_ns, blocked_at_attach);
+    collected.in_flight = inflight::read(
+        &loaded.ebpf,
+        pid,
+        waits_before.attached_ns,
+        waits_before.blocked,
+    );
     // Last: every key above, unwound stacks and waits in progress included,
     // is merged across the generations of its address.
     collected.merge_lifetimes(lifetimes::read(&loaded.ebpf)?);
@@ -371,20 +480,7 @@ async fn trace(
         None => options.cpu_hz.unwrap_or(0),
         Some(_) => 0,
     };
-    Ok(Traced {
-        collected,
-        stopped_by,
-        duration_s,
-        attach_ms: loaded.attach_time.as_millis() as u64,
-        sampled,
-        seen,
-        started,
-        target_cpu_ns: cpu_at_start
-            .zip(cpu_at_end)
-            .map(|(start, end)| end.saturating_sub(start)),
-        main_thread_exit: main_thread.finish(),
-        cpu_off: loaded.cpu_off,
-    })
+    Ok(collected)
 }
 
 /// A recording stopped before its probes were attached.
@@ -563,65 +659,25 @@ fn report(
         main_thread_exit,
         cpu_off,
     } = traced;
-    let counted_placement = match options.mode {
-        Mode::Contention => &[][..],
-        Mode::All | Mode::Sampled => &prepared.placed[..],
-    };
-    let mut overhead = analysis::cost::measure(
-        &collected,
-        counted_placement,
-        window.request_probe_emulated(),
+    let (overhead, estimate) = cost_and_estimate(
+        options,
+        prepared,
+        &window,
+        &mut collected,
         attach_ms,
+        sampled.as_ref(),
     );
-    let estimate: Option<Estimate> = sampled.as_ref().map(|run| {
-        let cost_per_hit = analysis::cost::lock_cost_per_hit(&collected, &prepared.placed);
-        let mut estimate = analysis::estimate::of_run(run, options.sample.rate, cost_per_hit);
-        analysis::estimate::scale_by_requests(
-            &mut estimate,
-            collected.requests,
-            collected.requests_whole_recording,
-        );
-        estimate
-    });
-    analysis::cost::add_unlock_overhead(&mut overhead, collected.unlock_hits, &prepared.unlocks);
-    if let Some(estimate) = &estimate {
-        analysis::estimate::scale(&mut collected, estimate);
-    }
-    let target = &prepared.target;
-    let info = RecordInfo {
-        target: TargetInfo {
-            pid: target.pid,
-            exe: target.exe.clone(),
-            cmdline: target.cmdline.clone(),
-        },
-        duration_s,
-        mode: options.mode,
-        placement: (options.mode != Mode::Contention).then_some(options.placement),
-        stopped_by,
-    };
+    let info = record_info(options, &prepared.target, duration_s, stopped_by);
     let mut report = analysis::build::build(info, &collected, &prepared.functions);
     analysis::holds::apply(&mut report, &collected);
     report.placement_fallbacks = placement_fallbacks(options, prepared);
     report.estimate = estimate;
-    if let Some(cpu) = &mut report.cpu {
-        cpu.target_ns = target_cpu_ns;
-        cpu.unsampled_ns = target_cpu_ns.map(|target| {
-            target.saturating_sub(cpu.samples * crate::model::sample_period_ns(cpu.sample_hz))
-        });
-        // The probes' estimated cost (uprobe traps included) or what the
-        // sampler could not see (the BPF programs, tracepoints included).
-        cpu.tracer_ns = overhead
-            .estimated_added_ns
-            .max(cpu.unsampled_ns.unwrap_or(0));
-    } else {
-        report.cpu = Some(analysis::cpu::report(
-            &collected,
-            &report.locks,
-            target_cpu_ns,
-            overhead.estimated_added_ns,
-            0,
-        ));
-    }
+    add_target_cpu(
+        &mut report,
+        &collected,
+        target_cpu_ns,
+        overhead.estimated_added_ns,
+    );
     report.kernel_limits = KernelFeatures::get().limits(
         options.stacks > 0,
         prepared.waits.go_futex.is_some(),
@@ -639,20 +695,116 @@ fn report(
         analysis::per_request::apply(&mut report, requests);
     }
     analysis::estimate::bound(&mut report);
+    name(options, prepared, &mut report, snapshot, &collected);
+    report
+}
+
+/// The probes' cost, and in sampled mode the estimate the counts are then
+/// scaled by (the cost is measured on the counts as counted).
+fn cost_and_estimate(
+    options: &RecordOptions,
+    prepared: &Prepared,
+    window: &RequestWindow,
+    collected: &mut Collected,
+    attach_ms: u64,
+    sampled: Option<&SampledRun>,
+) -> (Overhead, Option<Estimate>) {
+    let counted_placement = match options.mode {
+        Mode::Contention => &[][..],
+        Mode::All | Mode::Sampled => &prepared.placed[..],
+    };
+    let mut overhead = analysis::cost::measure(
+        collected,
+        counted_placement,
+        window.request_probe_emulated(),
+        attach_ms,
+    );
+    let estimate: Option<Estimate> = sampled.map(|run| {
+        let cost_per_hit = analysis::cost::lock_cost_per_hit(collected, &prepared.placed);
+        let mut estimate = analysis::estimate::of_run(run, options.sample.rate, cost_per_hit);
+        analysis::estimate::scale_by_requests(
+            &mut estimate,
+            collected.requests,
+            collected.requests_whole_recording,
+        );
+        estimate
+    });
+    analysis::cost::add_unlock_overhead(&mut overhead, collected.unlock_hits, &prepared.unlocks);
+    if let Some(estimate) = &estimate {
+        analysis::estimate::scale(collected, estimate);
+    }
+    (overhead, estimate)
+}
+
+/// The report's header: what was recorded, how, and why it stopped.
+fn record_info(
+    options: &RecordOptions,
+    target: &Target,
+    duration_s: f64,
+    stopped_by: StopReason,
+) -> RecordInfo {
+    RecordInfo {
+        target: TargetInfo {
+            pid: target.pid,
+            exe: target.exe.clone(),
+            cmdline: target.cmdline.clone(),
+        },
+        duration_s,
+        mode: options.mode,
+        placement: (options.mode != Mode::Contention).then_some(options.placement),
+        stopped_by,
+    }
+}
+
+/// The target's CPU time and the tracer's share of it, added to the CPU
+/// per lock (or a CPU section of its own when the sampler was off).
+fn add_target_cpu(
+    report: &mut Report,
+    collected: &Collected,
+    target_cpu_ns: Option<u64>,
+    estimated_added_ns: u64,
+) {
+    if let Some(cpu) = &mut report.cpu {
+        cpu.target_ns = target_cpu_ns;
+        cpu.unsampled_ns = target_cpu_ns.map(|target| {
+            target.saturating_sub(cpu.samples * crate::model::sample_period_ns(cpu.sample_hz))
+        });
+        // The probes' estimated cost (uprobe traps included) or what the
+        // sampler could not see (the BPF programs, tracepoints included).
+        cpu.tracer_ns = estimated_added_ns.max(cpu.unsampled_ns.unwrap_or(0));
+    } else {
+        report.cpu = Some(analysis::cpu::report(
+            collected,
+            &report.locks,
+            target_cpu_ns,
+            estimated_added_ns,
+            0,
+        ));
+    }
+}
+
+/// Names the locks, their callers and stacks (naming), then groups them by
+/// creation site if asked.
+fn name(
+    options: &RecordOptions,
+    prepared: &Prepared,
+    report: &mut Report,
+    snapshot: &mut naming::Snapshot,
+    collected: &Collected,
+) {
     let naming_options = naming::NamingOptions {
         stacks_per_lock: options.stacks,
     };
     naming::annotate(
-        &mut report,
+        report,
         snapshot,
-        &collected,
+        collected,
         &prepared.functions,
         naming_options,
     );
     if options.group_by == GroupBy::Site {
-        naming::creation::group_by_site(&mut report);
+        naming::creation::group_by_site(report);
     }
-    report
 }
 
 /// Creates the (empty) `--ready-file` once the probes are live, for scripts and tests.

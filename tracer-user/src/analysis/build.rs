@@ -3,7 +3,7 @@
 //! futex words folded into the lock whose bytes hold them, totals, drops.
 use std::collections::BTreeMap;
 
-use tracer_common::{CallerKey, LockOp, drop_reason};
+use tracer_common::{CallerKey, LockCounts, LockOp, drop_reason};
 
 use crate::{
     analysis::{cpu, in_progress, waits},
@@ -25,6 +25,59 @@ pub struct RecordInfo {
 
 pub fn build(info: RecordInfo, collected: &Collected, functions: &[LockFunction]) -> Report {
     let nested = nested_calls(collected, functions);
+    let mut locks = lock_rows(collected, functions, &nested);
+    fold_futexes(&mut locks, collected);
+    let (in_lock_functions, unattributed) = cpu::attribute(&mut locks, collected);
+    let counted_acquisitions = info.mode != Mode::Contention;
+    waits::classify(&mut locks, collected, counted_acquisitions);
+    // With every lock call probed (all mode) each pthread lock worked on has
+    // its own row; a futex word that only lock-code samples name is one the
+    // libc's generic wait/wake helpers worked on (musl's condvar waiters
+    // wake through `__wake` on the waiter's stack), not a lock. Sampled mode
+    // misses the lock calls outside its windows: there the samples say lock.
+    if info.mode == Mode::Sampled {
+        cpu::mark_locks(&mut locks, &in_lock_functions);
+    }
+    let mut locks: Vec<Lock> = locks.into_values().collect();
+    for lock in &mut locks {
+        lock.lifetime = collected.lifetimes.ended(lock.address);
+    }
+    sort_locks(&mut locks);
+    let totals = waits::totals(&locks, counted_acquisitions);
+    let (in_progress, deadlocks) =
+        in_progress::apply(&locks, &collected.in_flight, counted_acquisitions);
+    Report {
+        schema: SCHEMA.into(),
+        target: info.target,
+        duration_s: info.duration_s,
+        mode: info.mode,
+        placement: info.placement,
+        stopped_by: info.stopped_by,
+        stacks: Vec::new(),
+        naming: None,
+        dropped: dropped(collected, &nested, functions),
+        totals,
+        requests: None,
+        placement_fallbacks: Vec::new(),
+        estimate: None,
+        overhead: None,
+        coverage: None,
+        in_progress,
+        deadlocks,
+        // The target's CPU time and the tracer's share are added by the caller.
+        cpu: (collected.cpu_hz > 0).then(|| cpu::report(collected, &locks, None, 0, unattributed)),
+        locks,
+        kernel_limits: Vec::new(),
+    }
+}
+
+/// One row per lock address the lock functions were called on: the calls
+/// of each function (nested calls dropped) and the user's failed tries.
+fn lock_rows(
+    collected: &Collected,
+    functions: &[LockFunction],
+    nested: &BTreeMap<(u64, u32), u64>,
+) -> BTreeMap<u64, Lock> {
     let mut locks: BTreeMap<u64, Lock> = BTreeMap::new();
     for (&address, counts) in &collected.locks {
         let mut calls = BTreeMap::new();
@@ -45,33 +98,45 @@ pub fn build(info: RecordInfo, collected: &Collected, functions: &[LockFunction]
         if calls.is_empty() && failed == 0 {
             continue;
         }
-        let is_rwlock = LockOp::ALL
-            .iter()
-            .any(|op| op.is_rwlock() && counts.calls[*op as usize] > 0)
-            || collected.failed_tries.keys().any(|key| {
-                key.lock == address && LockOp::from_index(key.op).is_some_and(LockOp::is_rwlock)
-            });
-        let is_spin = LockOp::ALL
-            .iter()
-            .any(|op| op.is_spin() && counts.calls[*op as usize] > 0)
-            || collected.failed_tries.keys().any(|key| {
-                key.lock == address && LockOp::from_index(key.op).is_some_and(LockOp::is_spin)
-            });
-        let kind = if is_rwlock {
-            LockKind::Rwlock
-        } else if is_spin {
-            LockKind::Spinlock
-        } else {
-            LockKind::Mutex
-        };
-        let mut lock = Lock::empty(address, kind, WaitClass::Lock);
+        let mut lock = Lock::empty(
+            address,
+            lock_kind(collected, address, counts),
+            WaitClass::Lock,
+        );
         lock.acquisitions = Some(calls.values().sum());
         lock.calls = calls;
         lock.failed_tries = (failed > 0).then_some(failed);
         locks.insert(address, lock);
     }
+    locks
+}
+
+/// A lock's kind by the functions called on it, failed tries included: any
+/// rwlock function makes it a rwlock, then any spinlock one a spinlock.
+fn lock_kind(collected: &Collected, address: u64, counts: &LockCounts) -> LockKind {
+    let called = |is: fn(LockOp) -> bool| {
+        LockOp::ALL
+            .iter()
+            .any(|op| is(*op) && counts.calls[*op as usize] > 0)
+            || collected
+                .failed_tries
+                .keys()
+                .any(|key| key.lock == address && LockOp::from_index(key.op).is_some_and(is))
+    };
+    if called(LockOp::is_rwlock) {
+        LockKind::Rwlock
+    } else if called(LockOp::is_spin) {
+        LockKind::Spinlock
+    } else {
+        LockKind::Mutex
+    }
+}
+
+/// Futex waits and wakes, each folded into the lock whose bytes hold its
+/// word, else a row of its own.
+fn fold_futexes(locks: &mut BTreeMap<u64, Lock>, collected: &Collected) {
     for (&futex, counts) in &collected.futexes {
-        let owner = lock_holding(&locks, futex, |lock| lock.kind.span());
+        let owner = lock_holding(locks, futex, |lock| lock.kind.span());
         let lock = locks
             .entry(owner.unwrap_or(futex))
             .or_insert_with(|| Lock::empty(futex, LockKind::Futex, WaitClass::Other));
@@ -81,25 +146,14 @@ pub fn build(info: RecordInfo, collected: &Collected, functions: &[LockFunction]
         lock.max_wait_ns = lock.max_wait_ns.max(counts.max_wait_ns);
         add_histogram(&mut lock.wait_histogram, &counts.wait_histogram);
     }
-    let (in_lock_functions, unattributed) = cpu::attribute(&mut locks, collected);
-    let counted_acquisitions = info.mode != Mode::Contention;
-    waits::classify(&mut locks, collected, counted_acquisitions);
-    // With every lock call probed (all mode) each pthread lock worked on has
-    // its own row; a futex word that only lock-code samples name is one the
-    // libc's generic wait/wake helpers worked on (musl's condvar waiters
-    // wake through `__wake` on the waiter's stack), not a lock. Sampled mode
-    // misses the lock calls outside its windows: there the samples say lock.
-    if info.mode == Mode::Sampled {
-        cpu::mark_locks(&mut locks, &in_lock_functions);
-    }
-    let mut locks: Vec<Lock> = locks.into_values().collect();
-    for lock in &mut locks {
-        lock.lifetime = collected.lifetimes.ended(lock.address);
-    }
-    sort_locks(&mut locks);
-    let totals = waits::totals(&locks, counted_acquisitions);
-    let (in_progress, deadlocks) =
-        in_progress::apply(&locks, &collected.in_flight, counted_acquisitions);
+}
+
+/// The events the BPF programs dropped, by reason.
+fn dropped(
+    collected: &Collected,
+    nested: &BTreeMap<(u64, u32), u64>,
+    functions: &[LockFunction],
+) -> BTreeMap<String, u64> {
     let mut dropped: BTreeMap<String, u64> = drop_reason::NAMES
         .iter()
         .zip(collected.drops)
@@ -108,33 +162,11 @@ pub fn build(info: RecordInfo, collected: &Collected, functions: &[LockFunction]
         .collect();
     let callers_lost = collected.drops[drop_reason::CALLERS_FULL as usize]
         + collected.drops[drop_reason::CALLER_UNREADABLE as usize];
-    if callers_lost > 0 && lock_functions_nest(&nested, functions) {
+    if callers_lost > 0 && lock_functions_nest(nested, functions) {
         // A nested call whose caller was lost cannot be subtracted.
         dropped.insert(NESTED_CALLS_UNKNOWN.to_string(), callers_lost);
     }
-    Report {
-        schema: SCHEMA.into(),
-        target: info.target,
-        duration_s: info.duration_s,
-        mode: info.mode,
-        placement: info.placement,
-        stopped_by: info.stopped_by,
-        stacks: Vec::new(),
-        naming: None,
-        dropped,
-        totals,
-        requests: None,
-        placement_fallbacks: Vec::new(),
-        estimate: None,
-        overhead: None,
-        coverage: None,
-        in_progress,
-        deadlocks,
-        // The target's CPU time and the tracer's share are added by the caller.
-        cpu: (collected.cpu_hz > 0).then(|| cpu::report(collected, &locks, None, 0, unattributed)),
-        locks,
-        kernel_limits: Vec::new(),
-    }
+    dropped
 }
 
 /// The report's order of locks: most acquisitions, then contended waits,

@@ -211,18 +211,12 @@ where
     let counting_rate = counting_rate(options.rate, period);
     let mut jitter = Jitter::new();
     let mut run = new_run(&armed.attacher, armed.fallback, period);
-    let attacher = armed.attacher;
+    let mut probes = WindowProbes::new(target, functions, armed.attacher, armed.links);
+    if let Some(canary) = armed.canary {
+        probes.detacher.time(canary);
+    }
     // Lock calls and requests counted before the current window.
     let mut previous = (0u64, 0u64);
-    let mut detacher = Detacher {
-        links_per_window: armed.links.len(),
-        ..Detacher::default()
-    };
-    // Links kept from the last window because detaching is too slow.
-    let mut kept = Some(armed.links);
-    if let Some(canary) = armed.canary {
-        detacher.time(canary);
-    }
     let stopped_by = 'periods: loop {
         let period_start = Instant::now();
         // The first window opens at once: time before it is an unsampled
@@ -232,21 +226,11 @@ where
         } else {
             (period - on).mul_f64(jitter.next())
         };
-        if let Some(stopped) = wait_to_open(offset, &mut detacher, &mut end).await {
+        if let Some(stopped) = wait_to_open(offset, &mut probes.detacher, &mut end).await {
             break 'periods stopped?;
         }
         let attaching = Instant::now();
-        let opened = match kept.take() {
-            Some(links) => Ok(Some(links)),
-            None => open_window(ebpf, &attacher, target, functions),
-        };
-        let opened = match opened {
-            // The main thread left since the last check: its files went
-            // with it. Once more, from a live thread.
-            Err(_) if between_windows(ebpf) => open_window(ebpf, &attacher, target, functions),
-            opened => opened,
-        };
-        let Some(links) = opened? else {
+        let Some(links) = probes.open(ebpf, between_windows)? else {
             break 'periods StopReason::TargetExited;
         };
         // Counting starts once the target runs at its probed pace.
@@ -255,7 +239,7 @@ where
             _ = tokio::time::sleep(WARMUP) => None,
         };
         if let Some(stopped) = warmed_up {
-            kept = Some(links);
+            probes.kept = Some(links);
             break 'periods stopped?;
         }
         set_counting(ebpf, true)?;
@@ -285,20 +269,8 @@ where
         )?;
         // The next window would wait for this detach: keep the probes
         // (not counting: the flag is off) and say so in the report.
-        let keep = stopped.is_none() && detacher.too_slow_for(period.saturating_sub(length));
-        kept = release_window(ebpf, &mut detacher, links, keep, &mut run)?;
-        // Kept probes bound to a main thread that has left would not count.
-        if between_windows(ebpf)
-            && let Some(links) = kept.take()
-        {
-            detacher.start(links.take(ebpf)?);
-        }
-        // Measures the detach time for the next window's decision.
-        if detacher.wants_canary()
-            && let Some(canary) = attach_canary(ebpf, &attacher, target, functions)?
-        {
-            detacher.time(canary);
-        }
+        let keep = stopped.is_none() && probes.detacher.too_slow_for(period.saturating_sub(length));
+        probes.release(ebpf, links, keep, &mut run, between_windows)?;
         if let Some(stopped) = stopped {
             break 'periods stopped?;
         }
@@ -309,11 +281,96 @@ where
         }
     };
     run.total = started.elapsed();
-    if let Some(links) = kept {
-        detacher.start(links.take(ebpf)?);
-    }
-    detacher.finish();
+    probes.finish(ebpf)?;
     Ok((stopped_by, run))
+}
+
+/// The windows' probes between windows: where they attach, the links kept
+/// from the last window, and the detaches in flight.
+struct WindowProbes<'a> {
+    target: &'a Target,
+    functions: &'a [Placed],
+    attacher: Attacher,
+    detacher: Detacher,
+    /// Links kept from the last window because detaching is too slow.
+    kept: Option<WindowLinks>,
+}
+
+impl<'a> WindowProbes<'a> {
+    /// Starts with the links [`arm`] attached for the first window.
+    fn new(
+        target: &'a Target,
+        functions: &'a [Placed],
+        attacher: Attacher,
+        armed: WindowLinks,
+    ) -> WindowProbes<'a> {
+        WindowProbes {
+            target,
+            functions,
+            attacher,
+            detacher: Detacher {
+                links_per_window: armed.len(),
+                ..Detacher::default()
+            },
+            kept: Some(armed),
+        }
+    }
+
+    /// The next window's links: the kept ones, else attached afresh; None
+    /// when the target exited.
+    fn open(
+        &mut self,
+        ebpf: &mut Ebpf,
+        between_windows: &mut dyn FnMut(&mut Ebpf) -> bool,
+    ) -> Result<Option<WindowLinks>> {
+        let opened = match self.kept.take() {
+            Some(links) => Ok(Some(links)),
+            None => open_window(ebpf, &self.attacher, self.target, self.functions),
+        };
+        match opened {
+            // The main thread left since the last check: its files went
+            // with it. Once more, from a live thread.
+            Err(_) if between_windows(ebpf) => {
+                open_window(ebpf, &self.attacher, self.target, self.functions)
+            }
+            opened => opened,
+        }
+    }
+
+    /// After a window: its links kept (`keep`) or detached, and a canary
+    /// attached when the detacher wants the detach time measured again.
+    fn release(
+        &mut self,
+        ebpf: &mut Ebpf,
+        links: WindowLinks,
+        keep: bool,
+        run: &mut SampledRun,
+        between_windows: &mut dyn FnMut(&mut Ebpf) -> bool,
+    ) -> Result<()> {
+        self.kept = release_window(ebpf, &mut self.detacher, links, keep, run)?;
+        // Kept probes bound to a main thread that has left would not count.
+        if between_windows(ebpf)
+            && let Some(links) = self.kept.take()
+        {
+            self.detacher.start(links.take(ebpf)?);
+        }
+        // Measures the detach time for the next window's decision.
+        if self.detacher.wants_canary()
+            && let Some(canary) = attach_canary(ebpf, &self.attacher, self.target, self.functions)?
+        {
+            self.detacher.time(canary);
+        }
+        Ok(())
+    }
+
+    /// Detaches what is still attached and waits for every detach.
+    fn finish(mut self, ebpf: &mut Ebpf) -> Result<()> {
+        if let Some(links) = self.kept.take() {
+            self.detacher.start(links.take(ebpf)?);
+        }
+        self.detacher.finish();
+        Ok(())
+    }
 }
 
 /// The run before its first window: how its windows are attached, and why
