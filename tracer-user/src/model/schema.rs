@@ -303,6 +303,58 @@ mod tests {
             root: "g_stats".into(),
             offsets: vec![0x10, 0x40],
         };
+        report.locks = vec![full_lock(address, &chain)];
+        report.mode = Mode::Sampled;
+        report.placement = Some(Placement::Auto);
+        report.stopped_by = StopReason::LoadDone;
+        report.stacks = vec![LockStack {
+            lock: address,
+            count: 400,
+            frames: vec![frame("update"), frame("main")],
+            unwound_by: StackSource::CallFrameInfo,
+            source: Some(StackOrigin::LockCalls),
+        }];
+        report.naming = Some(Naming {
+            elapsed_ms: 12.5,
+            modules: 3,
+            debug_files: vec!["/usr/lib/libphp.so <- /usr/lib/debug/libphp.debug".into()],
+            pointer_chains: "1 of 1 heap locks named".into(),
+            stripped: vec!["/usr/lib/libc.so.6".into()],
+            debug_info: vec!["/usr/lib/libphp.so <- libphp.debug (10 variables, 2 ms)".into()],
+            live: Some(LiveNaming {
+                searches: 2,
+                heap_locks_seen: 1,
+                heap_locks_named: 1,
+                elapsed_ms: 3.0,
+                max_search_ms: 2.0,
+            }),
+            skipped_files: vec![SkippedFile {
+                file: "/usr/lib/libbad.so".into(),
+                reason: SkipReason::DwarfCorrupt,
+                detail: ".debug_info".into(),
+            }],
+        });
+        report.dropped.insert("map_full".into(), 2);
+        report.totals.acquisitions = Some(400);
+        report.totals.contended = 20;
+        report.totals.hold_ns = Some(80_000);
+        report.totals.per_request = Some(per_request());
+        report.totals.by_wait_class.insert(
+            WaitClass::GoRuntime,
+            crate::model::ClassTotals {
+                words: 1,
+                waits: 5,
+                wakes: 5,
+                wait_ns: 100,
+                per_request: Some(per_request()),
+            },
+        );
+        fill_the_recording_parts(&mut report, address);
+        report
+    }
+
+    /// A lock with every optional field set.
+    fn full_lock(address: u64, chain: &LockChain) -> crate::model::Lock {
         let mut lock = crate::model::Lock::empty(
             // An ended lifetime's key: lifetime bits above the address.
             tracer_common::lifetime::tag(address, 1),
@@ -387,52 +439,12 @@ mod tests {
                 region: "heap".into(),
             }],
         });
-        report.mode = Mode::Sampled;
-        report.placement = Some(Placement::Auto);
-        report.stopped_by = StopReason::LoadDone;
-        report.locks = vec![lock];
-        report.stacks = vec![LockStack {
-            lock: address,
-            count: 400,
-            frames: vec![frame("update"), frame("main")],
-            unwound_by: StackSource::CallFrameInfo,
-            source: Some(StackOrigin::LockCalls),
-        }];
-        report.naming = Some(Naming {
-            elapsed_ms: 12.5,
-            modules: 3,
-            debug_files: vec!["/usr/lib/libphp.so <- /usr/lib/debug/libphp.debug".into()],
-            pointer_chains: "1 of 1 heap locks named".into(),
-            stripped: vec!["/usr/lib/libc.so.6".into()],
-            debug_info: vec!["/usr/lib/libphp.so <- libphp.debug (10 variables, 2 ms)".into()],
-            live: Some(LiveNaming {
-                searches: 2,
-                heap_locks_seen: 1,
-                heap_locks_named: 1,
-                elapsed_ms: 3.0,
-                max_search_ms: 2.0,
-            }),
-            skipped_files: vec![SkippedFile {
-                file: "/usr/lib/libbad.so".into(),
-                reason: SkipReason::DwarfCorrupt,
-                detail: ".debug_info".into(),
-            }],
-        });
-        report.dropped.insert("map_full".into(), 2);
-        report.totals.acquisitions = Some(400);
-        report.totals.contended = 20;
-        report.totals.hold_ns = Some(80_000);
-        report.totals.per_request = Some(per_request());
-        report.totals.by_wait_class.insert(
-            WaitClass::GoRuntime,
-            crate::model::ClassTotals {
-                words: 1,
-                waits: 5,
-                wakes: 5,
-                wait_ns: 100,
-                per_request: Some(per_request()),
-            },
-        );
+        lock
+    }
+
+    /// The report's parts about the recording (requests, estimate, cost,
+    /// coverage, what was going on), every optional field set.
+    fn fill_the_recording_parts(report: &mut Report, address: u64) {
         report.requests = Some(Requests {
             source: RequestSource::Probe,
             count: 50,
@@ -543,6 +555,5 @@ mod tests {
             sampler_off: Some("perf_event_open refused".into()),
         });
         report.kernel_limits = vec!["no wait stacks before Linux 5.15".into()];
-        report
     }
 }
