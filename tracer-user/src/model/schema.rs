@@ -517,6 +517,11 @@ mod tests {
                 later_moves: 1,
             }),
         });
+        fill_what_was_going_on(report, address);
+    }
+
+    /// Waits in progress, deadlocks and the CPU figures, every optional field set.
+    fn fill_what_was_going_on(report: &mut Report, address: u64) {
         report.in_progress = vec![InProgress {
             activity: Activity::Wait,
             lock: address,
