@@ -505,7 +505,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn windows_open_and_close_on_the_schedule_the_flags_ask_for() {
         // rate, period, jitter, counting, opens (ms), the exit's open (ms).
-        let schedules: [(f64, u64, [f64; 2], u64, [u64; 3], u64); 3] = [
+        let schedules = [
             // 100 ms in (20 warm-up, 80 counting), 900 ms free.
             (0.1, 1000, [0.5, 0.25], 80, [0, 1450, 2225], 3450),
             // 50 ms in (20 + 30), 150 ms free.
