@@ -20,15 +20,19 @@ use anyhow::{Result, anyhow};
 use aya::Ebpf;
 use tracer_common::{counting, names};
 
+use cycle::{Counts, Jitter, WindowProbes};
+
 use super::{
     attach::{self, AttachError, Placed, RequestProbePoint},
     collect,
     multi::MultiPrograms,
 };
 use crate::{
-    model::{CountingWindow, SampledRun, StopReason, WindowLinkKind},
+    model::{SampledRun, StopReason, WindowLinkKind},
     probe::target::Target,
 };
+
+mod cycle;
 
 #[derive(Debug, Clone, Copy)]
 pub struct SampleOptions {
@@ -187,188 +191,127 @@ fn first_point(functions: &[Placed]) -> Option<Vec<Placed>> {
     })
 }
 
-/// Runs the duty cycle until `end` resolves. The request-boundary probe, if
-/// any, stays in from [`arm`] on: it counts requests inside the windows, so
-/// requests and locks are counted over the same time, and over the whole
-/// recording. `between_windows` runs before each window opens and says
-/// whether the probes moved to another thread (`trace::follow`): probes
-/// kept from the last window are then attached afresh.
+/// Runs the duty cycle ([`cycle::run`]) until `end` resolves. The
+/// request-boundary probe, if any, stays in from [`arm`] on: it counts
+/// requests inside the windows, so requests and locks are counted over the
+/// same time, and over the whole recording. `between_windows` runs before
+/// each window opens and says whether the probes moved to another thread
+/// (`trace::follow`): probes kept from the last window are then attached afresh.
 pub async fn run<F>(
     ebpf: &mut Ebpf,
     target: &Target,
     functions: &[Placed],
     options: SampleOptions,
     armed: Armed,
-    mut end: Pin<&mut F>,
+    end: Pin<&mut F>,
     between_windows: &mut dyn FnMut(&mut Ebpf) -> bool,
 ) -> Result<(StopReason, SampledRun)>
 where
     F: Future<Output = Result<StopReason>>,
 {
-    let started = Instant::now();
+    let started = tokio::time::Instant::now();
     let period = options.period.unwrap_or(armed.attacher.default_period());
-    let on = period.mul_f64(options.rate);
-    let counting_rate = counting_rate(options.rate, period);
     let mut jitter = Jitter::new();
-    let mut run = new_run(&armed.attacher, armed.fallback, period);
-    let mut probes = WindowProbes::new(target, functions, armed.attacher, armed.links);
+    let run = new_run(&armed.attacher, armed.fallback, period);
+    let mut probes = KernelProbes {
+        ebpf,
+        between_windows,
+        target,
+        functions,
+        detacher: Detacher {
+            links_per_window: armed.links.len(),
+            ..Detacher::default()
+        },
+        attacher: armed.attacher,
+        open: None,
+        kept: Some(armed.links),
+    };
     if let Some(canary) = armed.canary {
         probes.detacher.time(canary);
     }
-    // Lock calls and requests counted before the current window.
-    let mut previous = (0u64, 0u64);
-    let stopped_by = 'periods: loop {
-        let period_start = Instant::now();
-        // The first window opens at once: time before it is an unsampled
-        // edge that widens the bound; later ones are jittered.
-        let offset = if run.windows.is_empty() {
-            Duration::ZERO
-        } else {
-            (period - on).mul_f64(jitter.next())
-        };
-        if let Some(stopped) = wait_to_open(offset, &mut probes.detacher, &mut end).await {
-            break 'periods stopped?;
-        }
-        let attaching = Instant::now();
-        let Some(links) = probes.open(ebpf, between_windows)? else {
-            break 'periods StopReason::TargetExited;
-        };
-        // Counting starts once the target runs at its probed pace.
-        let warmed_up = tokio::select! {
-            stopped = &mut end => Some(stopped),
-            _ = tokio::time::sleep(WARMUP) => None,
-        };
-        if let Some(stopped) = warmed_up {
-            probes.kept = Some(links);
-            break 'periods stopped?;
-        }
-        set_counting(ebpf, true)?;
-        let counting_since = Instant::now();
-        let length = window_length(
-            counting_rate,
-            period,
-            counting_since - started,
-            counted_so_far(&run.windows),
-        );
-        log::debug!(
-            "sampling window {}: at {:?}, attached in {:?}, counting {length:?}",
-            run.windows.len() + 1,
-            counting_since - started,
-            attaching.elapsed()
-        );
-        let stopped = tokio::select! {
-            stopped = &mut end => Some(stopped),
-            _ = tokio::time::sleep(length) => None,
-        };
-        close_window(
-            ebpf,
-            &mut run,
-            &mut previous,
-            counting_since - started,
-            counting_since,
-        )?;
-        // The next window would wait for this detach: keep the probes
-        // (not counting: the flag is off) and say so in the report.
-        let keep = stopped.is_none() && probes.detacher.too_slow_for(period.saturating_sub(length));
-        probes.release(ebpf, links, keep, &mut run, between_windows)?;
-        if let Some(stopped) = stopped {
-            break 'periods stopped?;
-        }
-        let rest = period.saturating_sub(period_start.elapsed());
-        tokio::select! {
-            stopped = &mut end => break 'periods stopped?,
-            _ = tokio::time::sleep(rest) => {}
-        }
-    };
-    run.total = started.elapsed();
-    probes.finish(ebpf)?;
-    Ok((stopped_by, run))
+    let mut jitter = || jitter.next();
+    cycle::run(&mut probes, options.rate, run, &mut jitter, started, end).await
 }
 
-/// The windows' probes between windows: where they attach, the links kept
-/// from the last window, and the detaches in flight.
-struct WindowProbes<'a> {
+/// The windows' probes in the kernel: where they attach, the links of the
+/// open window, those kept from the last window, and the detaches in flight.
+struct KernelProbes<'a> {
+    ebpf: &'a mut Ebpf,
+    between_windows: &'a mut dyn FnMut(&mut Ebpf) -> bool,
     target: &'a Target,
     functions: &'a [Placed],
     attacher: Attacher,
     detacher: Detacher,
-    /// Links kept from the last window because detaching is too slow.
+    /// The open window's links.
+    open: Option<WindowLinks>,
+    /// Links kept from the last window because detaching is too slow (at
+    /// first, those [`arm`] attached for the first window).
     kept: Option<WindowLinks>,
 }
 
-impl<'a> WindowProbes<'a> {
-    /// Starts with the links [`arm`] attached for the first window.
-    fn new(
-        target: &'a Target,
-        functions: &'a [Placed],
-        attacher: Attacher,
-        armed: WindowLinks,
-    ) -> WindowProbes<'a> {
-        WindowProbes {
-            target,
-            functions,
-            attacher,
-            detacher: Detacher {
-                links_per_window: armed.len(),
-                ..Detacher::default()
-            },
-            kept: Some(armed),
-        }
-    }
-
-    /// The next window's links: the kept ones, else attached afresh; None
-    /// when the target exited.
-    fn open(
-        &mut self,
-        ebpf: &mut Ebpf,
-        between_windows: &mut dyn FnMut(&mut Ebpf) -> bool,
-    ) -> Result<Option<WindowLinks>> {
-        let opened = match self.kept.take() {
-            Some(links) => Ok(Some(links)),
-            None => open_window(ebpf, &self.attacher, self.target, self.functions),
+impl WindowProbes for KernelProbes<'_> {
+    fn open(&mut self) -> Result<bool> {
+        self.open = match self.kept.take() {
+            Some(links) => Some(links),
+            None => open_window(self.ebpf, &self.attacher, self.target, self.functions)?,
         };
-        match opened {
-            // The main thread left since the last check: its files went
-            // with it. Once more, from a live thread.
-            Err(_) if between_windows(ebpf) => {
-                open_window(ebpf, &self.attacher, self.target, self.functions)
-            }
-            opened => opened,
-        }
+        Ok(self.open.is_some())
     }
 
-    /// After a window: its links kept (`keep`) or detached, and a canary
-    /// attached when the detacher wants the detach time measured again.
-    fn release(
-        &mut self,
-        ebpf: &mut Ebpf,
-        links: WindowLinks,
-        keep: bool,
-        run: &mut SampledRun,
-        between_windows: &mut dyn FnMut(&mut Ebpf) -> bool,
-    ) -> Result<()> {
-        self.kept = release_window(ebpf, &mut self.detacher, links, keep, run)?;
-        // Kept probes bound to a main thread that has left would not count.
-        if between_windows(ebpf)
-            && let Some(links) = self.kept.take()
-        {
-            self.detacher.start(links.take(ebpf)?);
+    fn follow(&mut self) -> Result<bool> {
+        let moved = (self.between_windows)(self.ebpf);
+        if moved && let Some(links) = self.kept.take() {
+            self.detacher.start(links.take(self.ebpf)?);
         }
-        // Measures the detach time for the next window's decision.
+        Ok(moved)
+    }
+
+    fn set_counting(&mut self, on: bool) -> Result<()> {
+        set_counting(self.ebpf, on)
+    }
+
+    fn read_counts(&self) -> Result<Counts> {
+        Ok(Counts {
+            calls: collect::total_lock_calls(self.ebpf)?,
+            requests: collect::request_probe_hits(self.ebpf).unwrap_or(0),
+        })
+    }
+
+    fn detaching(&mut self) -> bool {
+        self.detacher.busy()
+    }
+
+    fn too_slow_to_close(&mut self, gap: Duration) -> bool {
+        self.detacher.too_slow_for(gap)
+    }
+
+    fn close(&mut self, keep: bool) -> Result<()> {
+        let Some(links) = self.open.take() else {
+            return Ok(());
+        };
+        if keep {
+            self.kept = Some(links);
+        } else {
+            self.detacher.start(links.take(self.ebpf)?);
+        }
+        Ok(())
+    }
+
+    fn time_detach(&mut self) -> Result<()> {
         if self.detacher.wants_canary()
-            && let Some(canary) = attach_canary(ebpf, &self.attacher, self.target, self.functions)?
+            && let Some(canary) =
+                attach_canary(self.ebpf, &self.attacher, self.target, self.functions)?
         {
             self.detacher.time(canary);
         }
         Ok(())
     }
 
-    /// Detaches what is still attached and waits for every detach.
-    fn finish(mut self, ebpf: &mut Ebpf) -> Result<()> {
-        if let Some(links) = self.kept.take() {
-            self.detacher.start(links.take(ebpf)?);
+    fn finish(&mut self) -> Result<()> {
+        for links in [self.open.take(), self.kept.take()].into_iter().flatten() {
+            self.detacher.start(links.take(self.ebpf)?);
         }
-        self.detacher.finish();
+        std::mem::take(&mut self.detacher).finish();
         Ok(())
     }
 }
@@ -384,30 +327,6 @@ fn new_run(attacher: &Attacher, fallback: Option<String>, period: Duration) -> S
     }
 }
 
-/// Waits `offset`, then until the last window's probes are all detached: one
-/// still detaching would fire alongside its new twin and count twice.
-/// The end's outcome if it comes first.
-async fn wait_to_open<F>(
-    offset: Duration,
-    detacher: &mut Detacher,
-    end: &mut Pin<&mut F>,
-) -> Option<Result<StopReason>>
-where
-    F: Future<Output = Result<StopReason>>,
-{
-    tokio::select! {
-        stopped = end.as_mut() => return Some(stopped),
-        _ = tokio::time::sleep(offset) => {}
-    }
-    while detacher.busy() {
-        tokio::select! {
-            stopped = end.as_mut() => return Some(stopped),
-            _ = tokio::time::sleep(Duration::from_millis(5)) => {}
-        }
-    }
-    None
-}
-
 /// Attaches a window's probes; None when the target exited between windows
 /// (the recording ends).
 fn open_window(
@@ -421,53 +340,6 @@ fn open_window(
         Err(AttachError::TargetExited) => Ok(None),
         Err(AttachError::Failed(error)) => Err(error),
     }
-}
-
-/// Stops counting and adds the window to the run: how long it counted, and
-/// the lock calls and requests since the previous window (`previous`).
-fn close_window(
-    ebpf: &mut Ebpf,
-    run: &mut SampledRun,
-    previous: &mut (u64, u64),
-    start: Duration,
-    counting_since: Instant,
-) -> Result<()> {
-    // Timed at the switch, not after the wait for running programs inside it.
-    let counted = counting_since.elapsed();
-    set_counting(ebpf, false)?;
-    let calls = collect::total_lock_calls(ebpf)?;
-    let requests = collect::request_probe_hits(ebpf).unwrap_or(0);
-    let window = CountingWindow {
-        start,
-        counted,
-        calls: calls - previous.0,
-        requests: requests - previous.1,
-    };
-    log::debug!(
-        "sampling window closed: at {start:?}, counted {counted:?}, {} lock calls, {} requests",
-        window.calls,
-        window.requests
-    );
-    run.windows.push(window);
-    *previous = (calls, requests);
-    Ok(())
-}
-
-/// The window's probes: kept attached for the next window (`keep`, counted
-/// in the run), or detached in the background.
-fn release_window(
-    ebpf: &mut Ebpf,
-    detacher: &mut Detacher,
-    links: WindowLinks,
-    keep: bool,
-    run: &mut SampledRun,
-) -> Result<Option<WindowLinks>> {
-    if keep {
-        run.windows_kept_attached += 1;
-        return Ok(Some(links));
-    }
-    detacher.start(links.take(ebpf)?);
-    Ok(None)
 }
 
 /// Detaches links in the background, each on its own thread: a detach
@@ -577,38 +449,6 @@ fn timed_drop(link: Detach) -> JoinHandle<Duration> {
     })
 }
 
-/// The share of the time a window counts. `--sample` is the share of the
-/// time the probes are in, which is what the target pays, so a window's
-/// warm-up comes out of it; but a window counts for at least half its
-/// share (below 40 ms of probes a window, the warm-up is longer than the
-/// rate asks).
-fn counting_rate(rate: f64, period: Duration) -> f64 {
-    if rate >= 1.0 {
-        return rate;
-    }
-    let on = period.mul_f64(rate);
-    let counting = on.saturating_sub(WARMUP).max(on / 2);
-    counting.as_secs_f64() / period.as_secs_f64()
-}
-
-fn counted_so_far(windows: &[CountingWindow]) -> Duration {
-    windows.iter().map(|window| window.counted).sum()
-}
-
-/// How long a window counts: its share of the period, longer when earlier
-/// windows were late or lost (slow detaches on a loaded machine), so that
-/// the counted time stays the sample rate of the elapsed time; at most a
-/// period. `now` is the window's start from the start of the recording.
-fn window_length(rate: f64, period: Duration, now: Duration, counted: Duration) -> Duration {
-    let on = period.mul_f64(rate);
-    if rate >= 1.0 {
-        return on;
-    }
-    // Counting L more makes counted + L = rate × (now + L).
-    let behind = (rate * now.as_secs_f64() - counted.as_secs_f64()) / (1.0 - rate);
-    Duration::from_secs_f64(behind.clamp(on.as_secs_f64(), period.as_secs_f64()))
-}
-
 /// The links of one window's lock probes.
 enum WindowLinks {
     /// One uprobe-multi link per module.
@@ -669,26 +509,6 @@ fn set_counting(ebpf: &mut Ebpf, on: bool) -> Result<()> {
     collect::switch_counting(ebpf, counting::WAITS | lock_calls).map(|_| ())
 }
 
-/// Small xorshift for window jitter (no need for a crate).
-struct Jitter(u64);
-
-impl Jitter {
-    fn new() -> Jitter {
-        let seed = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(1, |d| d.as_nanos() as u64);
-        Jitter(seed | 1)
-    }
-
-    /// Uniform in [0, 1).
-    fn next(&mut self) -> f64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        (self.0 >> 11) as f64 / (1u64 << 53) as f64
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -720,33 +540,5 @@ mod tests {
                 Some(Duration::from_millis(98 * links as u64))
             );
         }
-    }
-
-    #[test]
-    fn warm_up_comes_out_of_the_window_share() {
-        let period = Duration::from_secs(1);
-        // 100 ms of probes: 20 ms warm-up, 80 ms counting.
-        assert!((counting_rate(0.1, period) - 0.08).abs() < 1e-9);
-        // 30 ms of probes: counts 15 ms, the warm-up still 20 ms.
-        assert!((counting_rate(0.03, period) - 0.015).abs() < 1e-9);
-        assert_eq!(counting_rate(1.0, period), 1.0);
-    }
-
-    #[test]
-    fn late_windows_count_longer_to_keep_the_rate() {
-        let (rate, period) = (0.2, Duration::from_millis(500));
-        let ms = Duration::from_millis;
-        // On schedule: the window's share of the period.
-        assert_eq!(window_length(rate, period, ms(300), ms(0)), ms(100));
-        assert_eq!(window_length(rate, period, ms(1300), ms(200)), ms(100));
-        // Windows lost to a 2 s detach: counted 100 ms of 2.4 s; this one
-        // catches up (0.1 + L = 0.2 × (2.4 + L) gives L = 475 ms).
-        let length = window_length(rate, period, ms(2400), ms(100));
-        assert!(
-            length.abs_diff(ms(475)) < Duration::from_micros(1),
-            "{length:?}"
-        );
-        // Never more than a period.
-        assert_eq!(window_length(rate, period, ms(60_000), ms(100)), ms(500));
     }
 }
