@@ -4,10 +4,10 @@
 use std::collections::BTreeSet;
 
 use anyhow::{Context, Result};
-use object::{Object, ObjectSegment, ObjectSymbol, SymbolKind};
+use object::{Object, ObjectSegment, ObjectSymbol};
 use tracer_common::{CodeRange, LockOp, MAX_LOCK_CODE_RANGES};
 
-use super::target::Target;
+use super::{modules::functions_named, target::Target};
 
 /// One lock function in one module of the target.
 #[derive(Debug, Clone)]
@@ -198,15 +198,7 @@ fn lookup(
     module: &str,
     target: &Target,
 ) -> Result<Option<LockFunction>> {
-    let name = op.symbol();
-    let symbol = elf.symbols().chain(elf.dynamic_symbols()).find(|symbol| {
-        symbol.kind() == SymbolKind::Text
-            && symbol.is_definition()
-            && symbol.name().is_ok_and(|n| {
-                n == name || n.strip_prefix(name).is_some_and(|v| v.starts_with('@'))
-            })
-    });
-    let Some(symbol) = symbol else {
+    let Some(symbol) = functions_named(elf, op.symbol()).next() else {
         return Ok(None);
     };
     let address = symbol.address();
