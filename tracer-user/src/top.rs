@@ -19,7 +19,11 @@ use crossterm::{
 use crate::{
     live::{self, Interval, LiveOptions, LiveSession, LockActivity},
     model::WaitClass,
-    render::{format, in_progress},
+    render::{
+        fit::{Fixed, fixed_line},
+        format::{self, cut},
+        in_progress,
+    },
 };
 
 /// Rows of the plain (not a terminal) table per interval.
@@ -222,15 +226,40 @@ impl Drop for Screen {
     }
 }
 
-/// Per-second rates of one lock, as table cells.
-fn cells(lock: &LockActivity, seconds: f64) -> [String; 4] {
+/// The table's titles, a cell per column.
+const TITLES: [&str; 7] = [
+    "lock",
+    "kind",
+    "acq/s",
+    "cont/s",
+    "wait ms/s",
+    "cpu ms/s",
+    "top caller",
+];
+
+/// The plain table's columns (the full screen's depend on its width).
+const PLAIN_COLUMNS: [Fixed; 7] = [
+    Fixed::left(32),
+    Fixed::left(6),
+    Fixed::right(10),
+    Fixed::right(10),
+    Fixed::right(10),
+    Fixed::right(10),
+    Fixed::left(0).after(2),
+];
+
+/// One lock's row: its label, kind, per-second rates and top caller.
+fn row_cells(lock: &LockActivity, seconds: f64) -> [String; 7] {
     let rate = |n: u64| n as f64 / seconds;
     [
+        lock.label.clone(),
+        lock.kind.to_string(),
         lock.acquisitions
             .map_or_else(|| "-".into(), |n| format_rate(rate(n))),
         format_rate(rate(lock.contended)),
         format!("{:.1}", rate(lock.wait_ns) / 1e6),
         format!("{:.1}", rate(lock.cpu_ns) / 1e6),
+        lock.top_caller.clone().unwrap_or_else(|| "-".into()),
     ]
 }
 
@@ -292,16 +321,6 @@ fn notes(interval: &Interval, seconds: f64) -> Vec<String> {
     notes
 }
 
-/// Cuts `text` to `width` characters, marking the cut with `…`.
-fn fit(text: &str, width: usize) -> String {
-    if text.chars().count() <= width {
-        return text.to_string();
-    }
-    let mut out: String = text.chars().take(width.saturating_sub(1)).collect();
-    out.push('…');
-    out
-}
-
 /// A lock's top stack as a line under its row: its frames folded
 /// (outermost first, `;` between), cut at the front to `width` so the
 /// frames nearest the lock stay.
@@ -353,41 +372,24 @@ fn full_screen(
     let fixed = 6 + 8 + 8 + 9 + 8 + 6;
     let flexible = width.saturating_sub(fixed).max(20);
     let name_width = flexible * 11 / 20;
-    let caller_width = flexible - name_width;
-    let row = |name: &str, kind: &str, numbers: [&str; 4], caller: &str| {
-        fit(
-            &format!(
-                "{:<name_width$} {:<6} {:>8} {:>8} {:>9} {:>8} {}",
-                fit(name, name_width),
-                fit(kind, 6),
-                numbers[0],
-                numbers[1],
-                numbers[2],
-                numbers[3],
-                fit(caller, caller_width)
-            ),
-            width,
-        )
-    };
-    let mut lines = vec![fit(&status, width), fit(&help, width)];
-    lines.extend(notes(interval, seconds).iter().map(|note| fit(note, width)));
-    lines.extend([row(
-        "lock",
-        "kind",
-        ["acq/s", "cont/s", "wait ms/s", "cpu ms/s"],
-        "top caller",
-    )]);
+    let columns = [
+        Fixed::left(name_width).cut(),
+        Fixed::left(6).cut(),
+        Fixed::right(8),
+        Fixed::right(8),
+        Fixed::right(9),
+        Fixed::right(8),
+        Fixed::left(flexible - name_width).cut(),
+    ];
+    let row = |cells: &[String]| cut(&fixed_line(&columns, cells), width);
+    let mut lines = vec![cut(&status, width), cut(&help, width)];
+    lines.extend(notes(interval, seconds).iter().map(|note| cut(note, width)));
+    lines.push(row(&TITLES.map(String::from)));
     for lock in &interval.locks {
         if lines.len() >= height {
             break;
         }
-        let [acquisitions, contended, wait, cpu] = cells(lock, seconds);
-        lines.push(row(
-            &lock.label,
-            &lock.kind.to_string(),
-            [&acquisitions, &contended, &wait, &cpu],
-            lock.top_caller.as_deref().unwrap_or("-"),
-        ));
+        lines.push(row(&row_cells(lock, seconds)));
         if let Some(frames) = lock.top_stack.as_ref().filter(|_| lines.len() < height) {
             lines.push(stack_line(frames, width));
         }
@@ -412,23 +414,12 @@ fn plain(session: &LiveSession, interval: &Interval, since_attach: Duration) -> 
     for note in notes(interval, seconds) {
         let _ = writeln!(out, "{note}");
     }
-    let _ = writeln!(
-        out,
-        "{:<32} {:<6} {:>10} {:>10} {:>10} {:>10}  top caller",
-        "lock", "kind", "acq/s", "cont/s", "wait ms/s", "cpu ms/s"
-    );
+    let _ = writeln!(out, "{}", fixed_line(&PLAIN_COLUMNS, &TITLES));
     for lock in interval.locks.iter().take(PLAIN_ROWS) {
-        let [acquisitions, contended, wait, cpu] = cells(lock, seconds);
         let _ = writeln!(
             out,
-            "{:<32} {:<6} {:>10} {:>10} {:>10} {:>10}  {}",
-            lock.label,
-            lock.kind,
-            acquisitions,
-            contended,
-            wait,
-            cpu,
-            lock.top_caller.as_deref().unwrap_or("-")
+            "{}",
+            fixed_line(&PLAIN_COLUMNS, &row_cells(lock, seconds))
         );
         if let Some(frames) = &lock.top_stack {
             let _ = writeln!(out, "{}", stack_line(frames, usize::MAX));
@@ -509,9 +500,23 @@ mod tests {
         assert_eq!(stack_line(&frames, 34).chars().count(), 34);
     }
 
+    /// The plain table's rows line up under its titles, the kind too.
     #[test]
-    fn fit_cuts_with_an_ellipsis() {
-        assert_eq!(fit("abcdef", 4), "abc…");
-        assert_eq!(fit("abc", 4), "abc");
+    fn plain_rows_line_up_under_the_titles() {
+        assert_eq!(
+            fixed_line(&PLAIN_COLUMNS, &TITLES),
+            "lock                             kind        acq/s     cont/s  wait ms/s   cpu ms/s  top caller"
+        );
+        let row = ["g_lock", "mutex", "40000", "0", "0.0", "1.2", "tick"];
+        assert_eq!(
+            fixed_line(&PLAIN_COLUMNS, &row),
+            "g_lock                           mutex       40000          0        0.0        1.2  tick"
+        );
+    }
+
+    #[test]
+    fn cut_cuts_with_an_ellipsis() {
+        assert_eq!(cut("abcdef", 4), "abc…");
+        assert_eq!(cut("abc", 4), "abc");
     }
 }

@@ -88,17 +88,6 @@ impl Drop for CpuHog {
     }
 }
 
-/// Sampled mode as the tests here run it: a fifth of the time, in windows
-/// of 100 ms every 0.5 s.
-const SAMPLED: &[&str] = &[
-    "--mode",
-    "sampled",
-    "--sample",
-    "0.2",
-    "--sample-period",
-    "0.5",
-];
-
 /// fixtures/steady.c: 50 locks every millisecond for 12 s; truth 600,000.
 /// On a machine loaded by two busy threads, as CI machines are.
 #[test]

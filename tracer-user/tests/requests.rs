@@ -49,6 +49,29 @@ fn stderr(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
 }
 
+/// `record --load http://127.0.0.1:PORT/ ARGS…` of the fixture server,
+/// its report written to `json`; it must succeed.
+fn record_load(pid: u32, port: u16, json: &Path, args: &[&str]) -> Output {
+    let url = format!("http://127.0.0.1:{port}/");
+    let mut all = vec!["--load", url.as_str()];
+    all.extend(args);
+    let output = record(pid, json, &all);
+    assert!(
+        output.status.success(),
+        "record failed: {}",
+        stderr(&output)
+    );
+    output
+}
+
+/// [`record_load`] into a report of its own: the output and the report.
+fn record_load_report(pid: u32, port: u16, args: &[&str]) -> (Output, Value) {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("report.json");
+    let output = record_load(pid, port, &json, args);
+    (output, read_report(&json))
+}
+
 /// Sends `n` keep-alive GETs on one connection, reading each response fully.
 fn send_requests(port: u16, n: usize) {
     let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
@@ -119,16 +142,11 @@ fn assert_exact_mutex_mode(report: &Value, stats_lock: u64, requests: u64) {
 #[test]
 fn load_driver_gives_exact_per_request_figures() {
     let (server, port) = start_server("mutex", None);
-    let dir = tempfile::tempdir().unwrap();
-    let json = dir.path().join("report.json");
-    let url = format!("http://127.0.0.1:{port}/");
     // The warmup is sent before the probes go in, so it is not counted.
-    let output = record(
+    let (output, report) = record_load_report(
         server.pid(),
-        &json,
+        port,
         &[
-            "--load",
-            &url,
             "-n",
             "400",
             "-c",
@@ -139,12 +157,6 @@ fn load_driver_gives_exact_per_request_figures() {
             "hello",
         ],
     );
-    assert!(
-        output.status.success(),
-        "record failed: {}",
-        stderr(&output)
-    );
-    let report = read_report(&json);
     assert_exact_mutex_mode(&report, server.address("stats_lock"), 400);
     assert_eq!(report["requests"]["source"], "load");
     assert_eq!(
@@ -163,16 +175,7 @@ fn load_driver_gives_exact_per_request_figures() {
 #[test]
 fn off_mode_takes_no_lock_per_request() {
     let (server, port) = start_server("off", None);
-    let dir = tempfile::tempdir().unwrap();
-    let json = dir.path().join("report.json");
-    let url = format!("http://127.0.0.1:{port}/");
-    let output = record(server.pid(), &json, &["--load", &url, "-n", "300"]);
-    assert!(
-        output.status.success(),
-        "record failed: {}",
-        stderr(&output)
-    );
-    let report = read_report(&json);
+    let (_, report) = record_load_report(server.pid(), port, &["-n", "300"]);
     assert_eq!(report["requests"]["count"], 300);
     assert_eq!(report["locks"], serde_json::json!([]));
     assert_eq!(
@@ -184,30 +187,12 @@ fn off_mode_takes_no_lock_per_request() {
 #[test]
 fn load_for_a_duration_on_pinned_cpus() {
     let (server, port) = start_server("mutex", None);
-    let dir = tempfile::tempdir().unwrap();
-    let json = dir.path().join("report.json");
-    let url = format!("http://127.0.0.1:{port}/");
     let last_cpu = (std::thread::available_parallelism().unwrap().get() - 1).to_string();
-    let output = record(
+    let (_, report) = record_load_report(
         server.pid(),
-        &json,
-        &[
-            "--load",
-            &url,
-            "--duration",
-            "1",
-            "-c",
-            "2",
-            "--load-cpus",
-            &last_cpu,
-        ],
+        port,
+        &["--duration", "1", "-c", "2", "--load-cpus", &last_cpu],
     );
-    assert!(
-        output.status.success(),
-        "record failed: {}",
-        stderr(&output)
-    );
-    let report = read_report(&json);
     let count = report["requests"]["count"].as_u64().unwrap();
     assert!(count > 100, "only {count} requests in a second");
     assert_eq!(report["requests"]["statuses"]["200"], count);
@@ -219,15 +204,10 @@ fn load_for_a_duration_on_pinned_cpus() {
 #[test]
 fn request_probe_counts_requests_with_and_without_load() {
     let (server, port) = start_server("mutex", None);
-    let dir = tempfile::tempdir().unwrap();
-    let json = dir.path().join("report.json");
-    let url = format!("http://127.0.0.1:{port}/");
-    let output = record(
+    let (_, report) = record_load_report(
         server.pid(),
-        &json,
+        port,
         &[
-            "--load",
-            &url,
             "-n",
             "300",
             "-c",
@@ -236,12 +216,6 @@ fn request_probe_counts_requests_with_and_without_load() {
             "httpd:handle_request",
         ],
     );
-    assert!(
-        output.status.success(),
-        "record failed: {}",
-        stderr(&output)
-    );
-    let report = read_report(&json);
     assert_eq!(report["requests"]["source"], "probe");
     assert_eq!(report["requests"]["probe_hits"], 300);
     // The request probe's hits are part of what tracing cost.
@@ -353,17 +327,7 @@ fn load_driver_bad_input_is_one_line() {
 fn record_mode(dir: &Path, mode: &str) -> (std::path::PathBuf, u64) {
     let (server, port) = start_server(mode, None);
     let json = dir.join(format!("{mode}.json"));
-    let url = format!("http://127.0.0.1:{port}/");
-    let output = record(
-        server.pid(),
-        &json,
-        &["--load", &url, "-n", "300", "-c", "4"],
-    );
-    assert!(
-        output.status.success(),
-        "record failed: {}",
-        stderr(&output)
-    );
+    record_load(server.pid(), port, &json, &["-n", "300", "-c", "4"]);
     (json, server.address("stats_lock"))
 }
 

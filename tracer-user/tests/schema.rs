@@ -85,18 +85,7 @@ fn a_contention_mode_recording_matches_the_schema() {
 #[test]
 fn a_sampled_recording_matches_the_schema() {
     let binary = fixture("steady", Flavor::Glibc);
-    let (report, _) = trace_fixture(
-        &binary,
-        &["20", "2500"],
-        &[
-            "--mode",
-            "sampled",
-            "--sample",
-            "0.2",
-            "--sample-period",
-            "0.5",
-        ],
-    );
+    let (report, _) = trace_fixture(&binary, &["20", "2500"], SAMPLED);
     assert_valid(&report, "--mode sampled");
     assert_eq!(report["mode"], "sampled");
     assert!(report["estimate"].is_object(), "{}", report["estimate"]);

@@ -8,7 +8,10 @@ use std::collections::BTreeSet;
 use tracer_common::{CodeRange, MAX_CPU_LOCK_CODE_RANGES};
 
 use super::{elf::ModuleSymbols, region::load_biases};
-use crate::probe::{lockfuncs::LockFunction, target::Target};
+use crate::probe::{
+    lockfuncs::{self, LockFunction},
+    target::Target,
+};
 
 /// Lock code by symbol: the public functions (glibc and musl), glibc's
 /// internal slow paths and aliases, musl's internal lock and wait functions.
@@ -55,11 +58,12 @@ const LOCK_CODE_SYMBOLS: &[&str] = &[
 ];
 
 /// The runtime code ranges of the lock code in the modules of `functions`
-/// (at most [`MAX_CPU_LOCK_CODE_RANGES`]), sorted, aliases merged.
+/// (at most [`MAX_CPU_LOCK_CODE_RANGES`]), sorted, aliases merged (as
+/// `LOCK_CODE`'s, by [`lockfuncs::code_ranges`]).
 pub fn ranges(target: &Target, functions: &[LockFunction]) -> Vec<CodeRange> {
     let modules: BTreeSet<&str> = functions.iter().map(|f| f.module.as_str()).collect();
     let root = target.host_path("/");
-    let mut found = BTreeSet::new();
+    let mut found = Vec::new();
     for module in modules {
         let Ok(file) = target.module_file(module) else {
             continue;
@@ -71,16 +75,12 @@ pub fn ranges(target: &Target, functions: &[LockFunction]) -> Vec<CodeRange> {
             for function in symbols.functions.iter().filter(|f| is_lock_code(&f.name)) {
                 if function.size > 0 {
                     let start = bias.wrapping_add(function.address);
-                    found.insert((start, start.wrapping_add(function.size)));
+                    found.push((start, start.wrapping_add(function.size)));
                 }
             }
         }
     }
-    found
-        .into_iter()
-        .take(MAX_CPU_LOCK_CODE_RANGES as usize)
-        .map(|(start, end)| CodeRange { start, end })
-        .collect()
+    lockfuncs::code_ranges(found, MAX_CPU_LOCK_CODE_RANGES)
 }
 
 /// `name` is a lock-code symbol, also as a versioned (`name@GLIBC_2.2.5`)

@@ -4,10 +4,10 @@
 use std::collections::BTreeSet;
 
 use anyhow::{Context, Result};
-use object::{Object, ObjectSegment, ObjectSymbol, SymbolKind};
-use tracer_common::LockOp;
+use object::{Object, ObjectSegment, ObjectSymbol};
+use tracer_common::{CodeRange, LockOp, MAX_LOCK_CODE_RANGES};
 
-use super::target::Target;
+use super::{modules::functions_named, target::Target};
 
 /// One lock function in one module of the target.
 #[derive(Debug, Clone)]
@@ -198,15 +198,7 @@ fn lookup(
     module: &str,
     target: &Target,
 ) -> Result<Option<LockFunction>> {
-    let name = op.symbol();
-    let symbol = elf.symbols().chain(elf.dynamic_symbols()).find(|symbol| {
-        symbol.kind() == SymbolKind::Text
-            && symbol.is_definition()
-            && symbol.name().is_ok_and(|n| {
-                n == name || n.strip_prefix(name).is_some_and(|v| v.starts_with('@'))
-            })
-    });
-    let Some(symbol) = symbol else {
+    let Some(symbol) = functions_named(elf, op.symbol()).next() else {
         return Ok(None);
     };
     let address = symbol.address();
@@ -265,19 +257,32 @@ pub fn find_unlocks(target: &Target) -> Result<Vec<LockFunction>> {
     Ok(found)
 }
 
-/// Runtime code range `[start, end)` of each lock function: a lock call
-/// returning into one came from another lock function (musl nests them).
-/// One range per function, not one spanning them all: an interposer library
-/// loaded between two modules' lock functions must not fall inside.
-pub fn lock_code_ranges(functions: &[LockFunction]) -> Vec<[u64; 2]> {
-    let mut ranges: Vec<[u64; 2]> = functions
-        .iter()
-        .filter(|f| f.runtime_start < f.runtime_end)
-        .map(|f| [f.runtime_start, f.runtime_end])
+/// Runtime code range `[start, end)` of each lock function (at most
+/// [`MAX_LOCK_CODE_RANGES`]): a lock call returning into one came from
+/// another lock function (musl nests them). One range per function, not one
+/// spanning them all: an interposer library loaded between two modules' lock
+/// functions must not fall inside.
+pub fn lock_code_ranges(functions: &[LockFunction]) -> Vec<CodeRange> {
+    code_ranges(
+        functions.iter().map(|f| (f.runtime_start, f.runtime_end)),
+        MAX_LOCK_CODE_RANGES,
+    )
+}
+
+/// Both lock-code maps' ranges, `LOCK_CODE` (the lock functions, for hold
+/// times: [`lock_code_ranges`]) and `CPU_LOCK_CODE` (with libc's slow paths,
+/// for the CPU sampler: `naming::lock_code`): the non-empty `[start, end)`
+/// ranges, sorted, repeats (aliases) once, the first `most` of them.
+pub fn code_ranges(ranges: impl IntoIterator<Item = (u64, u64)>, most: u32) -> Vec<CodeRange> {
+    let sorted: BTreeSet<(u64, u64)> = ranges
+        .into_iter()
+        .filter(|(start, end)| start < end)
         .collect();
-    ranges.sort_unstable();
-    ranges.dedup();
-    ranges
+    sorted
+        .into_iter()
+        .take(most as usize)
+        .map(|(start, end)| CodeRange { start, end })
+        .collect()
 }
 
 #[cfg(test)]
@@ -315,7 +320,10 @@ mod tests {
             ),
             function(LockOp::MutexTimedlock, "empty", 0x9000, 0x9000),
         ];
-        let ranges = lock_code_ranges(&functions);
+        let ranges: Vec<[u64; 2]> = lock_code_ranges(&functions)
+            .iter()
+            .map(|range| [range.start, range.end])
+            .collect();
         assert_eq!(
             ranges,
             vec![[0x40_1000, 0x40_1080], [0x7f00_0000_2000, 0x7f00_0000_2100]]

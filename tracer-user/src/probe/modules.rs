@@ -15,6 +15,7 @@ use std::{
 
 use anyhow::{Context, Result, bail};
 use memmap2::Mmap;
+use object::{Object, ObjectSymbol, SymbolKind};
 
 /// One ELF file, mapped read-only. The mapping stays valid after the target
 /// exits (it holds the inode), so names resolve from it afterwards.
@@ -86,6 +87,30 @@ impl ModuleFile {
     pub fn elf(&self) -> Result<object::File<'_>> {
         object::File::parse(self.bytes()).context("not a valid ELF file")
     }
+}
+
+/// `symbol` defines the function `name` in its module: a text symbol,
+/// defined there, named `name` unversioned or in any version
+/// (`name@GLIBC_2.2.5`, `name@@GLIBC_2.34`).
+pub fn defines_function(symbol: &object::Symbol, name: &str) -> bool {
+    symbol.kind() == SymbolKind::Text
+        && symbol.is_definition()
+        && symbol
+            .name()
+            .is_ok_and(|n| n == name || n.strip_prefix(name).is_some_and(|v| v.starts_with('@')))
+}
+
+/// The one lookup of a function by name (the lock and unlock functions,
+/// the condvar waits and lock inits, the request probe, Go's futex): every
+/// definition of `name` in `elf`, the symbol table's first, then the
+/// dynamic symbols'.
+pub fn functions_named<'data, 'file>(
+    elf: &'file object::File<'data>,
+    name: &'file str,
+) -> impl Iterator<Item = object::Symbol<'data, 'file>> {
+    elf.symbols()
+        .chain(elf.dynamic_symbols())
+        .filter(move |symbol| defines_function(symbol, name))
 }
 
 impl std::fmt::Debug for ModuleFile {

@@ -2,11 +2,16 @@
 //! request in one of the target's modules, as the file offset a uprobe takes.
 use anyhow::{Context, Result, anyhow, bail};
 use object::{
-    Endianness, Object, ObjectSymbol, SymbolKind, elf,
+    Endianness, Object, ObjectSymbol, elf,
     read::elf::{Dyn, ElfFile64},
 };
 
-use super::{lockfuncs::file_offset_of, placement, target::Target};
+use super::{
+    lockfuncs::file_offset_of,
+    modules::{defines_function, functions_named},
+    placement,
+    target::Target,
+};
 
 /// A resolved request-boundary function.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -175,31 +180,15 @@ pub fn defined<'a>(target: &Target, module: &str, symbols: &[&'a str]) -> Vec<&'
     };
     let mut found: Vec<&str> = Vec::new();
     for symbol in elf.symbols().chain(elf.dynamic_symbols()) {
-        if symbol.kind() != SymbolKind::Text || !symbol.is_definition() {
-            continue;
-        }
-        let Ok(name) = symbol.name() else { continue };
-        let name = name.split_once('@').map_or(name, |(name, _version)| name);
-        if let Some(wanted) = symbols.iter().find(|wanted| **wanted == name)
+        if let Some(wanted) = symbols
+            .iter()
+            .find(|wanted| defines_function(&symbol, wanted))
             && !found.contains(wanted)
         {
             found.push(wanted);
         }
     }
     found
-}
-
-fn find_function<'data, 'file>(
-    elf: &'file object::File<'data>,
-    symbol: &str,
-) -> Option<object::Symbol<'data, 'file>> {
-    elf.symbols().chain(elf.dynamic_symbols()).find(|s| {
-        s.kind() == SymbolKind::Text
-            && s.is_definition()
-            && s.name().is_ok_and(|n| {
-                n == symbol || n.strip_prefix(symbol).is_some_and(|v| v.starts_with('@'))
-            })
-    })
 }
 
 /// The uprobe point of the function `symbol` in the target's `module`.
@@ -211,7 +200,7 @@ pub fn probe_symbol(target: &Target, module: &str, symbol: &str) -> Result<Reque
     let elf = file
         .elf()
         .with_context(|| format!("--request-probe: {module}"))?;
-    let Some(found) = find_function(&elf, symbol) else {
+    let Some(found) = functions_named(&elf, symbol).next() else {
         bail!(
             "--request-probe: no function {symbol} in {module} (misspelt, static and stripped, or inlined?)"
         );

@@ -5,10 +5,11 @@
 //! calls. `trace::attach` attaches the condvar probes.
 use std::collections::BTreeSet;
 
-use object::{Object, ObjectSymbol, SymbolKind};
+use object::ObjectSymbol;
 
 use super::{
     lockfuncs::{file_offset_of, runtime_address},
+    modules::functions_named,
     target::Target,
 };
 
@@ -102,15 +103,7 @@ pub fn find(target: &Target) -> WaitFunctions {
 
 /// File offsets of every text definition of `name` (any version), distinct.
 fn definitions(elf: &object::File, name: &str) -> BTreeSet<u64> {
-    elf.symbols()
-        .chain(elf.dynamic_symbols())
-        .filter(|symbol| {
-            symbol.kind() == SymbolKind::Text
-                && symbol.is_definition()
-                && symbol.name().is_ok_and(|n| {
-                    n == name || n.strip_prefix(name).is_some_and(|v| v.starts_with('@'))
-                })
-        })
+    functions_named(elf, name)
         .filter_map(|symbol| file_offset_of(elf, symbol.address()))
         .collect()
 }
@@ -118,10 +111,9 @@ fn definitions(elf: &object::File, name: &str) -> BTreeSet<u64> {
 /// `runtime.futex` of a Go executable, as a runtime address range. It is
 /// written in assembly, so its ELF symbol carries the ABI0 suffix.
 fn go_futex(elf: &object::File, module: &str, target: &Target) -> Option<(u64, u64)> {
-    let symbol = elf.symbols().find(|symbol| {
-        symbol.kind() == SymbolKind::Text
-            && matches!(symbol.name(), Ok("runtime.futex.abi0" | "runtime.futex"))
-    })?;
+    let symbol = functions_named(elf, "runtime.futex.abi0")
+        .chain(functions_named(elf, "runtime.futex"))
+        .next()?;
     let start = runtime_address(target, module, file_offset_of(elf, symbol.address())?)?;
     Some((start, start + symbol.size().max(1)))
 }

@@ -3,7 +3,8 @@
 //! rank saying how long it stays and how narrow it may get. When a table is
 //! wider than its [`Width`], the lowest-ranked columns are shortened (with
 //! `…`) or dropped first; the name column ranks highest and is cut last.
-//! One row per line, numbers right-aligned.
+//! One row per line, numbers right-aligned. [`Fixed`] columns are the
+//! other layout, for tables whose widths the caller sets (`top`).
 use std::fmt::Write;
 
 use prettytable::{Cell, Row, Table, format};
@@ -326,6 +327,70 @@ fn draw(columns: &[Column], rows: &[Vec<String>], widths: &[Option<usize>]) -> S
     out
 }
 
+/// A column of a table laid out at widths the caller chose (`top`: from
+/// the screen, not from the cells), drawn without rule or `|`: its cells
+/// [`Align`]ed in `width` characters, cut to them (with `…`) when `cut`,
+/// `gap` spaces after the column before it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fixed {
+    pub align: Align,
+    pub width: usize,
+    pub cut: bool,
+    pub gap: usize,
+}
+
+impl Fixed {
+    pub const fn left(width: usize) -> Fixed {
+        Fixed {
+            align: Align::Left,
+            width,
+            cut: false,
+            gap: 1,
+        }
+    }
+
+    pub const fn right(width: usize) -> Fixed {
+        Fixed {
+            align: Align::Right,
+            ..Fixed::left(width)
+        }
+    }
+
+    /// Cells longer than the width are cut to it.
+    pub const fn cut(self) -> Fixed {
+        Fixed { cut: true, ..self }
+    }
+
+    /// `gap` spaces before the column instead of one.
+    pub const fn after(self, gap: usize) -> Fixed {
+        Fixed { gap, ..self }
+    }
+}
+
+/// One line of a [`Fixed`] table, a cell per column; a cell wider than
+/// an uncut column overflows it, a left-aligned last cell is not padded.
+pub fn fixed_line(columns: &[Fixed], cells: &[impl AsRef<str>]) -> String {
+    let mut line = String::new();
+    for (at, (column, cell)) in columns.iter().zip(cells).enumerate() {
+        if at > 0 {
+            line.extend(std::iter::repeat_n(' ', column.gap));
+        }
+        let cell = cell.as_ref();
+        let cell = if column.cut {
+            super::format::cut(cell, column.width)
+        } else {
+            cell.to_string()
+        };
+        let width = column.width;
+        let _ = match column.align {
+            Align::Left if at + 1 == columns.len() => write!(line, "{cell}"),
+            Align::Left => write!(line, "{cell:<width$}"),
+            Align::Right => write!(line, "{cell:>width$}"),
+        };
+    }
+    line
+}
+
 /// Cells are one line: control characters (from a hand-edited report) become spaces.
 fn one_line(cell: &str) -> String {
     cell.chars()
@@ -399,6 +464,20 @@ mod tests {
         let (columns, rows) = table();
         let fitted = fit(&columns, &rows, Width::Columns(5));
         assert_eq!(fitted.text.lines().nth(2), Some(" a_rather_long_l…"));
+    }
+
+    #[test]
+    fn fixed_lines_pad_cut_and_leave_the_last_cell_unpadded() {
+        let columns = [
+            Fixed::left(5).cut(),
+            Fixed::right(4),
+            Fixed::left(3).after(2),
+        ];
+        assert_eq!(fixed_line(&columns, &["ab", "7", "x"]), "ab       7  x");
+        assert_eq!(
+            fixed_line(&columns, &["abcdefg", "123456", "wxyz"]),
+            "abcd… 123456  wxyz"
+        );
     }
 
     #[test]

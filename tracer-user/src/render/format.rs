@@ -28,9 +28,14 @@ pub fn ratio(value: f64) -> String {
 /// `text` cut to at most `max` characters, ending in `…` when cut; control
 /// characters escaped first (see [`printable`]).
 pub fn truncate(text: &str, max: usize) -> String {
-    let text = printable(text);
+    cut(&printable(text), max)
+}
+
+/// `text` cut to at most `max` characters, ending in `…` when cut, as it
+/// is (`top` escapes its lines whole when it prints them).
+pub fn cut(text: &str, max: usize) -> String {
     if text.chars().count() <= max {
-        return text.into_owned();
+        return text.to_string();
     }
     let kept: String = text.chars().take(max.saturating_sub(1)).collect();
     format!("{kept}…")

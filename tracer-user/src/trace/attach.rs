@@ -16,7 +16,7 @@ use aya::{
         uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeLinkId, UProbeScope},
     },
 };
-use tracer_common::{MAX_LOCK_CODE_RANGES, cookie, counting, flags, names};
+use tracer_common::{cookie, counting, flags, names};
 
 use super::collect;
 use super::cpu::{self, CpuSampling};
@@ -93,7 +93,7 @@ pub fn load(plan: &LoadPlan) -> Result<Loaded> {
     let (go_start, go_end) = plan.waits.go_futex.unwrap_or((0, 0));
     let lock_functions: Vec<LockFunction> = plan.functions.iter().map(|(f, _)| f.clone()).collect();
     let lock_code = lockfuncs::lock_code_ranges(&lock_functions);
-    let ranges = lock_code.len().min(MAX_LOCK_CODE_RANGES as usize) as u32;
+    let ranges = lock_code.len() as u32;
     let flags = plan.flags
         | if plan.waits.go_futex.is_some() {
             flags::GO_RUNTIME
@@ -133,7 +133,7 @@ pub fn load(plan: &LoadPlan) -> Result<Loaded> {
         .map_max_entries(names::MAP_SNAPSHOTS, snapshot_ring_bytes(plan.flags))
         .load(&object)
         .map_err(|error| features::refused(&error))?;
-    store_lock_code(&mut ebpf, &lock_code)?;
+    cpu::store_code_ranges(&mut ebpf, names::MAP_LOCK_CODE, &lock_code)?;
     // Sampled mode: lock calls count only inside the sampler's windows.
     let counting = if plan.flags & flags::SAMPLED != 0 {
         counting::WAITS
@@ -272,24 +272,6 @@ fn attach_futex_waitv(ebpf: &mut Ebpf) -> Result<()> {
         program
             .attach("syscalls", event)
             .with_context(|| format!("attaching to the syscalls:{event} tracepoint"))?;
-    }
-    Ok(())
-}
-
-/// Fills `LOCK_CODE` with the lock functions' code ranges (a lock call
-/// returning into one is nested in another lock function).
-fn store_lock_code(ebpf: &mut Ebpf, ranges: &[[u64; 2]]) -> Result<()> {
-    let mut map: aya::maps::Array<&mut aya::maps::MapData, [u64; 2]> = aya::maps::Array::try_from(
-        ebpf.map_mut(names::MAP_LOCK_CODE)
-            .ok_or_else(|| anyhow!("BPF object lacks map {}", names::MAP_LOCK_CODE))?,
-    )?;
-    for (index, range) in ranges
-        .iter()
-        .take(MAX_LOCK_CODE_RANGES as usize)
-        .enumerate()
-    {
-        map.set(index as u32, range, 0)
-            .context("storing the lock functions' code ranges")?;
     }
     Ok(())
 }

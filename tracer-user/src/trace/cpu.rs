@@ -73,6 +73,22 @@ pub fn detach_sampler(ebpf: &mut Ebpf) {
     }
 }
 
+/// Fills a lock-code map, `LOCK_CODE` or `CPU_LOCK_CODE` (`[start, end)`
+/// each: `[u64; 2]` and [`CodeRange`] are the same 16 bytes), with the
+/// ranges `probe::lockfuncs::code_ranges` made for it.
+pub fn store_code_ranges(ebpf: &mut Ebpf, map: &str, ranges: &[CodeRange]) -> Result<()> {
+    let mut array: Array<_, CodeRange> = Array::try_from(
+        ebpf.map_mut(map)
+            .ok_or_else(|| anyhow!("BPF object lacks map {map}"))?,
+    )?;
+    for (index, range) in ranges.iter().enumerate() {
+        array
+            .set(index as u32, *range, 0)
+            .with_context(|| format!("filling the lock-code ranges of {map}"))?;
+    }
+    Ok(())
+}
+
 /// Set in the environment, the sampler is refused as an old kernel would
 /// (the tests' stand-in for Linux 5.10, where the kernel refuses it).
 pub const REFUSE_FOR_A_TEST: &str = "LOCKTRACE_TEST_REFUSE_CPU_SAMPLER";
@@ -81,17 +97,7 @@ pub fn attach_sampler(ebpf: &mut Ebpf, sampling: &CpuSampling) -> Result<()> {
     if std::env::var_os(REFUSE_FOR_A_TEST).is_some() {
         anyhow::bail!("refused for a test ({REFUSE_FOR_A_TEST} is set)");
     }
-    {
-        let mut ranges: Array<_, CodeRange> = Array::try_from(
-            ebpf.map_mut(names::MAP_CPU_LOCK_CODE)
-                .ok_or_else(|| anyhow!("BPF object lacks map {}", names::MAP_CPU_LOCK_CODE))?,
-        )?;
-        for (index, range) in sampling.lock_code.iter().enumerate() {
-            ranges
-                .set(index as u32, *range, 0)
-                .context("filling the lock-code ranges")?;
-        }
-    }
+    store_code_ranges(ebpf, names::MAP_CPU_LOCK_CODE, &sampling.lock_code)?;
     let program: &mut PerfEvent = ebpf
         .program_mut(names::PROGRAM_CPU_SAMPLE)
         .ok_or_else(|| anyhow!("BPF object lacks program {}", names::PROGRAM_CPU_SAMPLE))?

@@ -416,6 +416,17 @@ pub fn lock_named<'a>(report: &'a Value, name: &str) -> Option<&'a Value> {
         .find(|lock| lock["name"] == name)
 }
 
+/// Sampled mode as the tests run it: a fifth of the time, in windows of
+/// 100 ms every 0.5 s.
+pub const SAMPLED: &[&str] = &[
+    "--mode",
+    "sampled",
+    "--sample",
+    "0.2",
+    "--sample-period",
+    "0.5",
+];
+
 /// Runs a fixture traced from its start to its exit.
 pub fn trace_fixture(
     binary: &Path,
