@@ -22,10 +22,11 @@ use crate::{
     analysis::{
         self,
         build::{RecordInfo, lock_holding},
+        builder::{Probes, ReportBuilder},
     },
     model::{
         Activity, Blocked, Collected, Deadlock, InProgress, Lock, LockKind, LockStack, Mode,
-        Placement, Report, StackSource, StopReason, TargetInfo, WaitClass,
+        Placement, Report, StackSource, StopReason, WaitClass,
     },
     naming::{
         self,
@@ -347,7 +348,7 @@ impl LiveSession {
         // One row per lock across unmaps elsewhere (expiry then misses the
         // keys of a lock whose address changed generation: they stay, bounded).
         collected.merge_lifetimes(crate::trace::lifetimes::read(&self.loaded.ebpf)?);
-        let mut report = analysis::build::build(self.record_info(), &collected, &self.functions);
+        let mut report = self.builder().counts(&collected);
         let rows = report.locks.len();
         let (long_waits, deadlocks) = self.long_waits(&mut report);
         self.name_new_locks(&mut report, &mut collected);
@@ -475,17 +476,12 @@ impl LiveSession {
         (long_waits, deadlocks)
     }
 
-    fn record_info(&self) -> RecordInfo {
-        RecordInfo {
-            target: TargetInfo {
-                pid: self.target.pid,
-                exe: self.target.exe.clone(),
-                cmdline: self.target.cmdline.clone(),
-            },
-            duration_s: 0.0,
-            mode: self.mode,
-            placement: None,
-            stopped_by: StopReason::Duration,
+    /// The report builder of every interval: a header with no duration,
+    /// placement or stop yet.
+    fn builder(&self) -> ReportBuilder<'_> {
+        ReportBuilder {
+            info: RecordInfo::of(&self.target, self.mode, None, 0.0, StopReason::Duration),
+            functions: &self.functions,
         }
     }
 
@@ -563,14 +559,7 @@ impl LiveSession {
 
     /// Cost since attach: what the maps hold now plus what expired locks had.
     fn cost(&self, collected: &Collected) -> Cost {
-        let now = analysis::cost::measure(
-            collected,
-            self.placed_probes(),
-            self.request_probe
-                .as_ref()
-                .map(|chosen| chosen.probe.emulated),
-            self.attach_ms,
-        );
+        let now = self.probes().overhead(collected);
         Cost {
             probe_hits: now.probe_hits + self.expired_cost.probe_hits,
             estimated_added_ns: now.estimated_added_ns + self.expired_cost.estimated_added_ns,
@@ -579,11 +568,16 @@ impl LiveSession {
         }
     }
 
-    fn placed_probes(&self) -> &[Placed] {
-        if self.mode == Mode::Contention {
-            &[]
-        } else {
-            &self.placed
+    /// The probes whose hits cost the target time.
+    fn probes(&self) -> Probes<'_> {
+        Probes {
+            mode: self.mode,
+            placed: &self.placed,
+            request_probe_emulated: self
+                .request_probe
+                .as_ref()
+                .map(|chosen| chosen.probe.emulated),
+            attach_ms: self.attach_ms,
         }
     }
 
@@ -612,7 +606,7 @@ impl LiveSession {
                 .collect(),
             ..Collected::default()
         };
-        let expired = analysis::cost::measure(&gone, self.placed_probes(), None, 0);
+        let expired = analysis::cost::measure(&gone, self.probes().counted(), None, 0);
         self.expired_cost.probe_hits += expired.probe_hits;
         self.expired_cost.estimated_added_ns += expired.estimated_added_ns;
 
