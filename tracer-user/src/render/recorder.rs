@@ -149,25 +149,16 @@ mod tests {
     fn files_get_the_rendered_bytes_and_json_reads_back() {
         let dir = tempfile::tempdir().unwrap();
         let report = Report::empty_for_tests("all");
-        let path = dir.path().join("r.json");
-        write(
-            &report,
-            OutputFormat::Json,
-            &TableOptions::FULL,
-            Sink::File(&path),
-        )
-        .unwrap();
+        let save = |format, name: &str| {
+            let path = dir.path().join(name);
+            write(&report, format, &TableOptions::FULL, Sink::File(&path)).unwrap();
+            path
+        };
+        let path = save(OutputFormat::Json, "r.json");
         let text = std::fs::read_to_string(&path).unwrap();
         assert!(text.ends_with("}\n"));
         assert_eq!(Report::load(&path).unwrap().duration_s, report.duration_s);
-        let pprof = dir.path().join("r.pb.gz");
-        write(
-            &report,
-            OutputFormat::Pprof,
-            &TableOptions::FULL,
-            Sink::File(&pprof),
-        )
-        .unwrap();
+        let pprof = save(OutputFormat::Pprof, "r.pb.gz");
         // gzip magic.
         assert_eq!(std::fs::read(&pprof).unwrap()[..2], [0x1f, 0x8b]);
     }
