@@ -25,8 +25,8 @@ use crate::{
         builder::{Probes, ReportBuilder},
     },
     model::{
-        Activity, Blocked, Collected, Deadlock, InProgress, Lock, LockKind, LockStack, Mode,
-        Placement, Report, StackSource, StopReason, WaitClass,
+        Activity, Collected, Deadlock, InProgress, Lock, LockKind, LockStack, Mode, Placement,
+        Report, StackSource, StopReason, WaitClass,
     },
     naming::{
         self,
@@ -46,7 +46,7 @@ use crate::{
         collect,
         cpu::CpuSampling,
         follow::MainThreadWatch,
-        inflight,
+        inflight::WaitsBeforeAttach,
         snapshots::{self, SnapshotReader},
         window,
     },
@@ -199,8 +199,7 @@ pub struct LiveSession {
     last_tick: Instant,
     expire_after: Duration,
     /// When the probes went in, and the threads blocked in a futex then.
-    attached_ns: u64,
-    blocked_at_attach: Vec<Blocked>,
+    waits_before: WaitsBeforeAttach,
     cpu_hz: u64,
     stacks: Option<LiveStacks>,
     /// The BPF flags the probes were loaded with.
@@ -260,8 +259,7 @@ impl LiveSession {
                 0
             }
         };
-        let attached_ns = inflight::monotonic_ns();
-        let blocked_at_attach = inflight::blocked_threads(target.pid);
+        let waits_before = WaitsBeforeAttach::now(target.pid);
         let snapshot = naming::Snapshot::take(&target);
         let stacks = match options.stacks {
             true => Some(live_stacks(&loaded.ebpf, &target)?),
@@ -288,8 +286,7 @@ impl LiveSession {
             expired_cost: Cost::default(),
             last_tick: Instant::now(),
             expire_after: options.expire_after,
-            attached_ns,
-            blocked_at_attach,
+            waits_before,
             cpu_hz,
             stacks,
             flags,
@@ -337,17 +334,15 @@ impl LiveSession {
         let elapsed = now - self.last_tick;
         self.last_tick = now;
         self.follow_main_thread_exit();
-        let mut collected = collect::collect(&self.loaded.ebpf)?;
-        collected.in_flight = inflight::read(
-            &self.loaded.ebpf,
-            self.target.pid,
-            self.attached_ns,
-            self.blocked_at_attach.clone(),
-        );
-        collected.cpu_hz = self.cpu_hz;
         // One row per lock across unmaps elsewhere (expiry then misses the
         // keys of a lock whose address changed generation: they stay, bounded).
-        collected.merge_lifetimes(crate::trace::lifetimes::read(&self.loaded.ebpf)?);
+        let mut collected = collect::read_for_report(
+            &self.loaded.ebpf,
+            self.target.pid,
+            &self.waits_before,
+            self.cpu_hz,
+            |_| {},
+        )?;
         let mut report = self.builder().counts(&collected);
         let rows = report.locks.len();
         let (long_waits, deadlocks) = self.long_waits(&mut report);

@@ -33,7 +33,8 @@ use crate::{
         collect,
         cpu::{CpuSampling, TargetClock},
         features::KernelFeatures,
-        inflight, lifetimes, preflight, priority,
+        inflight::WaitsBeforeAttach,
+        lifetimes, preflight, priority,
         proc_events::{self, ProcWatch},
         sampled::{self, SampleOptions},
         snapshots,
@@ -275,22 +276,6 @@ async fn trace(
     })
 }
 
-/// Waits older than the probes: only the kernel knows of them, so they are
-/// taken from /proc at attach time and matched when the maps are read.
-struct WaitsBeforeAttach {
-    attached_ns: u64,
-    blocked: Vec<crate::model::Blocked>,
-}
-
-impl WaitsBeforeAttach {
-    fn now(pid: u32) -> WaitsBeforeAttach {
-        WaitsBeforeAttach {
-            attached_ns: inflight::monotonic_ns(),
-            blocked: inflight::blocked_threads(pid),
-        }
-    }
-}
-
 /// Sampled mode: the sampler's first window, armed before the probes are
 /// announced (None in the other modes).
 fn arm_sampler(
@@ -460,30 +445,21 @@ fn read_counts(
     waits_before: WaitsBeforeAttach,
     stacks: Option<snapshots::SnapshotReader<StackUnwinder>>,
 ) -> Result<Collected> {
-    let mut collected = collect::collect(&loaded.ebpf)?;
-    if let Some(stacks) = stacks {
-        match stacks.finish() {
-            Ok(unwinder) => collected.unwound = unwinder.into_stacks(),
-            Err(error) => output::note(format_args!(
-                "locktrace: whole stacks lost, immediate callers only: {error:#}"
-            )),
-        }
-    }
-    collected.hold_times = options.hold_times;
-    collected.in_flight = inflight::read(
-        &loaded.ebpf,
-        pid,
-        waits_before.attached_ns,
-        waits_before.blocked,
-    );
-    // Last: every key above, unwound stacks and waits in progress included,
-    // is merged across the generations of its address.
-    collected.merge_lifetimes(lifetimes::read(&loaded.ebpf)?);
-    collected.cpu_hz = match loaded.cpu_off {
+    let cpu_hz = match loaded.cpu_off {
         None => options.cpu_hz.unwrap_or(0),
         Some(_) => 0,
     };
-    Ok(collected)
+    collect::read_for_report(&loaded.ebpf, pid, &waits_before, cpu_hz, |collected| {
+        if let Some(stacks) = stacks {
+            match stacks.finish() {
+                Ok(unwinder) => collected.unwound = unwinder.into_stacks(),
+                Err(error) => output::note(format_args!(
+                    "locktrace: whole stacks lost, immediate callers only: {error:#}"
+                )),
+            }
+        }
+        collected.hold_times = options.hold_times;
+    })
 }
 
 /// A recording stopped before its probes were attached.
