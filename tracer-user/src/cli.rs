@@ -12,12 +12,7 @@ use crate::{
     naming::{self, creation::GroupBy},
     probe::request_auto::RequestProbeSpec,
     record,
-    render::{
-        fit::Width,
-        holds,
-        output::{self, Written},
-        pprof, stacks, table,
-    },
+    render::{self, OutputFormat, Sink, TableOptions, fit::Width, output},
     serve, top,
     trace::{
         cpu::DEFAULT_CPU_HZ,
@@ -444,7 +439,7 @@ enum Command {
         /// `table`, `folded` (stacks for flame graph tools), `svg` (a flame graph) or
         /// `pprof` (gzipped protobuf for go tool pprof, Pyroscope, Parca: redirect to a file).
         #[arg(long, value_enum, default_value = "table")]
-        format: stacks::Format,
+        format: OutputFormat,
         /// With the table: print every lock's wait (and hold) histogram in full.
         #[arg(long)]
         histograms: bool,
@@ -711,19 +706,29 @@ fn write_recording(
     top: Option<usize>,
     wide: bool,
 ) -> Result<ExitCode> {
+    let table = TableOptions {
+        top,
+        width: Width::for_stdout(wide),
+        histograms: false,
+    };
+    let save = |format, path: &Option<PathBuf>| {
+        path.as_deref()
+            .map(|path| render::write(report, format, &table, Sink::File(path)))
+            .transpose()
+    };
     // The JSON first: it is the recording, and must not depend on stdout.
-    let saved = json.as_deref().map(|path| report.save(path)).transpose();
-    let pprof_saved = pprof.map(|path| pprof::save(report, &path)).transpose();
-    // A reader that went away (`| head`) is a normal end.
-    let text = table::render(report, top, Width::for_stdout(wide));
+    let saved = save(OutputFormat::Json, &json);
+    let pprof_saved = save(OutputFormat::Pprof, &pprof);
     let json_on_stdout = json.as_deref().map(crate::model::Destination::of)
         == Some(crate::model::Destination::Stdout);
-    if json_on_stdout {
-        // `--json -` is for a pipe into jq: the table goes to stderr.
-        output::note(format_args!("{}", text.trim_end()));
+    // `--json -` is for a pipe into jq: the table goes to stderr. A reader
+    // that went away (`| head`) is a normal end.
+    let sink = if json_on_stdout {
+        Sink::Stderr
     } else {
-        let _: Written = output::stdout_text(&text)?;
-    }
+        Sink::Stdout
+    };
+    render::write(report, OutputFormat::Table, &table, sink)?;
     saved?;
     pprof_saved?;
     if let Some(reason) = report.requests.as_ref().and_then(|r| r.refused.as_ref()) {
@@ -737,7 +742,7 @@ fn write_recording(
 fn report_file(
     file: &std::path::Path,
     top: Option<usize>,
-    format: stacks::Format,
+    format: OutputFormat,
     histograms: bool,
     wide: bool,
     group_by: Option<GroupBy>,
@@ -752,30 +757,12 @@ fn report_file(
         ),
         Some(GroupBy::Address) | None => {}
     }
-    match format {
-        stacks::Format::Table => {
-            let mut text = table::render(&report, top, Width::for_stdout(wide));
-            if histograms {
-                text.push_str(&holds::render_histograms(&report, top));
-            }
-            output::stdout_text(&text)?;
-        }
-        stacks::Format::Pprof => {
-            if std::io::IsTerminal::is_terminal(&std::io::stdout()) {
-                anyhow::bail!(
-                    "--format pprof writes binary data: redirect it to a file (> FILE.pb.gz)"
-                )
-            }
-            let mut bytes = Vec::new();
-            stacks::write(&report, format, &mut bytes)?;
-            output::stdout(&bytes)?;
-        }
-        text_format => {
-            let mut bytes = Vec::new();
-            stacks::write(&report, text_format, &mut bytes)?;
-            output::stdout_text(&String::from_utf8_lossy(&bytes))?;
-        }
-    }
+    let table = TableOptions {
+        top,
+        width: Width::for_stdout(wide),
+        histograms,
+    };
+    render::write(&report, format, &table, Sink::Stdout)?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -26,6 +26,7 @@ use crate::{
     model::{Lock, LockKind, LockStack, Mode, Report, WaitClass},
     naming::chain::c_notation,
     render::{
+        Sink,
         fit::{Column, Width, fit},
         format::{duration, ratio},
         output,
@@ -370,7 +371,7 @@ pub fn run(args: &CompareArgs) -> Result<ExitCode> {
         args.paths_of,
     )?;
     // A reader that went away (`| head`) is a normal end; the verdict stands.
-    output::stdout_text(&outcome.text)?;
+    Sink::Stdout.text(&outcome.text)?;
     if outcome.failures.is_empty() {
         return Ok(ExitCode::SUCCESS);
     }

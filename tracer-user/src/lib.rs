@@ -5,9 +5,11 @@
 //! - [`loadgen`]: the HTTP load driver;
 //! - [`probe`]: the target process, its lock functions, where probes go (pure, no root);
 //! - [`trace`]: everything that needs root: preflight, attach, stop, the load and sampled runs, map reading;
-//! - [`analysis`]: collected counts to the model (per request, estimates, cost);
+//! - [`analysis`]: collected counts to the model (per request, estimates, cost),
+//!   through one `builder::ReportBuilder` for `record` and the live views;
 //! - [`naming`]: symbols, regions and pointer chains into the model;
-//! - [`render`]: text, folded stacks and flame graphs, from the model only;
+//! - [`render`]: text, folded stacks and flame graphs, from the model only,
+//!   every format written by one `render::write`;
 //! - [`compare`]: two reports side by side, CI assertions;
 //! - [`record`]: one recording, end to end; [`live`]: a session that stays
 //!   attached and reports each interval;

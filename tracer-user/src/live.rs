@@ -22,10 +22,11 @@ use crate::{
     analysis::{
         self,
         build::{RecordInfo, lock_holding},
+        builder::{Probes, ReportBuilder},
     },
     model::{
-        Activity, Blocked, Collected, Deadlock, InProgress, Lock, LockKind, LockStack, Mode,
-        Placement, Report, StackSource, StopReason, TargetInfo, WaitClass,
+        Activity, Collected, Deadlock, InProgress, Lock, LockKind, LockStack, Mode, Placement,
+        Report, StackSource, StopReason, WaitClass,
     },
     naming::{
         self,
@@ -45,7 +46,7 @@ use crate::{
         collect,
         cpu::CpuSampling,
         follow::MainThreadWatch,
-        inflight,
+        inflight::WaitsBeforeAttach,
         snapshots::{self, SnapshotReader},
         window,
     },
@@ -198,8 +199,7 @@ pub struct LiveSession {
     last_tick: Instant,
     expire_after: Duration,
     /// When the probes went in, and the threads blocked in a futex then.
-    attached_ns: u64,
-    blocked_at_attach: Vec<Blocked>,
+    waits_before: WaitsBeforeAttach,
     cpu_hz: u64,
     stacks: Option<LiveStacks>,
     /// The BPF flags the probes were loaded with.
@@ -259,8 +259,7 @@ impl LiveSession {
                 0
             }
         };
-        let attached_ns = inflight::monotonic_ns();
-        let blocked_at_attach = inflight::blocked_threads(target.pid);
+        let waits_before = WaitsBeforeAttach::now(target.pid);
         let snapshot = naming::Snapshot::take(&target);
         let stacks = match options.stacks {
             true => Some(live_stacks(&loaded.ebpf, &target)?),
@@ -287,8 +286,7 @@ impl LiveSession {
             expired_cost: Cost::default(),
             last_tick: Instant::now(),
             expire_after: options.expire_after,
-            attached_ns,
-            blocked_at_attach,
+            waits_before,
             cpu_hz,
             stacks,
             flags,
@@ -336,18 +334,16 @@ impl LiveSession {
         let elapsed = now - self.last_tick;
         self.last_tick = now;
         self.follow_main_thread_exit();
-        let mut collected = collect::collect(&self.loaded.ebpf)?;
-        collected.in_flight = inflight::read(
-            &self.loaded.ebpf,
-            self.target.pid,
-            self.attached_ns,
-            self.blocked_at_attach.clone(),
-        );
-        collected.cpu_hz = self.cpu_hz;
         // One row per lock across unmaps elsewhere (expiry then misses the
         // keys of a lock whose address changed generation: they stay, bounded).
-        collected.merge_lifetimes(crate::trace::lifetimes::read(&self.loaded.ebpf)?);
-        let mut report = analysis::build::build(self.record_info(), &collected, &self.functions);
+        let mut collected = collect::read_for_report(
+            &self.loaded.ebpf,
+            self.target.pid,
+            &self.waits_before,
+            self.cpu_hz,
+            |_| {},
+        )?;
+        let mut report = self.builder().counts(&collected);
         let rows = report.locks.len();
         let (long_waits, deadlocks) = self.long_waits(&mut report);
         self.name_new_locks(&mut report, &mut collected);
@@ -475,17 +471,12 @@ impl LiveSession {
         (long_waits, deadlocks)
     }
 
-    fn record_info(&self) -> RecordInfo {
-        RecordInfo {
-            target: TargetInfo {
-                pid: self.target.pid,
-                exe: self.target.exe.clone(),
-                cmdline: self.target.cmdline.clone(),
-            },
-            duration_s: 0.0,
-            mode: self.mode,
-            placement: None,
-            stopped_by: StopReason::Duration,
+    /// The report builder of every interval: a header with no duration,
+    /// placement or stop yet.
+    fn builder(&self) -> ReportBuilder<'_> {
+        ReportBuilder {
+            info: RecordInfo::of(&self.target, self.mode, None, 0.0, StopReason::Duration),
+            functions: &self.functions,
         }
     }
 
@@ -563,14 +554,7 @@ impl LiveSession {
 
     /// Cost since attach: what the maps hold now plus what expired locks had.
     fn cost(&self, collected: &Collected) -> Cost {
-        let now = analysis::cost::measure(
-            collected,
-            self.placed_probes(),
-            self.request_probe
-                .as_ref()
-                .map(|chosen| chosen.probe.emulated),
-            self.attach_ms,
-        );
+        let now = self.probes().overhead(collected);
         Cost {
             probe_hits: now.probe_hits + self.expired_cost.probe_hits,
             estimated_added_ns: now.estimated_added_ns + self.expired_cost.estimated_added_ns,
@@ -579,11 +563,16 @@ impl LiveSession {
         }
     }
 
-    fn placed_probes(&self) -> &[Placed] {
-        if self.mode == Mode::Contention {
-            &[]
-        } else {
-            &self.placed
+    /// The probes whose hits cost the target time.
+    fn probes(&self) -> Probes<'_> {
+        Probes {
+            mode: self.mode,
+            placed: &self.placed,
+            request_probe_emulated: self
+                .request_probe
+                .as_ref()
+                .map(|chosen| chosen.probe.emulated),
+            attach_ms: self.attach_ms,
         }
     }
 
@@ -612,7 +601,7 @@ impl LiveSession {
                 .collect(),
             ..Collected::default()
         };
-        let expired = analysis::cost::measure(&gone, self.placed_probes(), None, 0);
+        let expired = analysis::cost::measure(&gone, self.probes().counted(), None, 0);
         self.expired_cost.probe_hits += expired.probe_hits;
         self.expired_cost.estimated_added_ns += expired.estimated_added_ns;
 

@@ -11,10 +11,13 @@ use anyhow::{Context, Result, bail};
 use tracer_common::flags;
 
 use crate::{
-    analysis::{self, build::RecordInfo},
+    analysis::{
+        build::RecordInfo,
+        builder::{Measured, Probes, ReportBuilder},
+    },
     model::{
-        Collected, Coverage, Estimate, ExecLoss, ExecSeen, MainThreadExit, Mode, Overhead,
-        Placement, Report, SampledRun, StopReason, TargetInfo,
+        Collected, Coverage, ExecLoss, ExecSeen, MainThreadExit, Mode, Placement, Report,
+        SampledRun, StopReason,
     },
     naming::{self, creation::GroupBy, unwind::StackUnwinder},
     probe::{
@@ -30,7 +33,8 @@ use crate::{
         collect,
         cpu::{CpuSampling, TargetClock},
         features::KernelFeatures,
-        inflight, lifetimes, preflight, priority,
+        inflight::WaitsBeforeAttach,
+        lifetimes, preflight, priority,
         proc_events::{self, ProcWatch},
         sampled::{self, SampleOptions},
         snapshots,
@@ -272,22 +276,6 @@ async fn trace(
     })
 }
 
-/// Waits older than the probes: only the kernel knows of them, so they are
-/// taken from /proc at attach time and matched when the maps are read.
-struct WaitsBeforeAttach {
-    attached_ns: u64,
-    blocked: Vec<crate::model::Blocked>,
-}
-
-impl WaitsBeforeAttach {
-    fn now(pid: u32) -> WaitsBeforeAttach {
-        WaitsBeforeAttach {
-            attached_ns: inflight::monotonic_ns(),
-            blocked: inflight::blocked_threads(pid),
-        }
-    }
-}
-
 /// Sampled mode: the sampler's first window, armed before the probes are
 /// announced (None in the other modes).
 fn arm_sampler(
@@ -457,30 +445,21 @@ fn read_counts(
     waits_before: WaitsBeforeAttach,
     stacks: Option<snapshots::SnapshotReader<StackUnwinder>>,
 ) -> Result<Collected> {
-    let mut collected = collect::collect(&loaded.ebpf)?;
-    if let Some(stacks) = stacks {
-        match stacks.finish() {
-            Ok(unwinder) => collected.unwound = unwinder.into_stacks(),
-            Err(error) => output::note(format_args!(
-                "locktrace: whole stacks lost, immediate callers only: {error:#}"
-            )),
-        }
-    }
-    collected.hold_times = options.hold_times;
-    collected.in_flight = inflight::read(
-        &loaded.ebpf,
-        pid,
-        waits_before.attached_ns,
-        waits_before.blocked,
-    );
-    // Last: every key above, unwound stacks and waits in progress included,
-    // is merged across the generations of its address.
-    collected.merge_lifetimes(lifetimes::read(&loaded.ebpf)?);
-    collected.cpu_hz = match loaded.cpu_off {
+    let cpu_hz = match loaded.cpu_off {
         None => options.cpu_hz.unwrap_or(0),
         Some(_) => 0,
     };
-    Ok(collected)
+    collect::read_for_report(&loaded.ebpf, pid, &waits_before, cpu_hz, |collected| {
+        if let Some(stacks) = stacks {
+            match stacks.finish() {
+                Ok(unwinder) => collected.unwound = unwinder.into_stacks(),
+                Err(error) => output::note(format_args!(
+                    "locktrace: whole stacks lost, immediate callers only: {error:#}"
+                )),
+            }
+        }
+        collected.hold_times = options.hold_times;
+    })
 }
 
 /// A recording stopped before its probes were attached.
@@ -659,128 +638,45 @@ fn report(
         main_thread_exit,
         cpu_off,
     } = traced;
-    let (overhead, estimate) = cost_and_estimate(
-        options,
-        prepared,
-        &window,
-        &mut collected,
-        attach_ms,
-        sampled.as_ref(),
-    );
-    let info = record_info(options, &prepared.target, duration_s, stopped_by);
-    let mut report = analysis::build::build(info, &collected, &prepared.functions);
-    analysis::holds::apply(&mut report, &collected);
-    report.placement_fallbacks = placement_fallbacks(options, prepared);
-    report.estimate = estimate;
-    add_target_cpu(
-        &mut report,
-        &collected,
+    let placement = (options.mode != Mode::Contention).then_some(options.placement);
+    let builder = ReportBuilder {
+        info: RecordInfo::of(
+            &prepared.target,
+            options.mode,
+            placement,
+            duration_s,
+            stopped_by,
+        ),
+        functions: &prepared.functions,
+    };
+    let measured = Measured {
+        probes: Probes {
+            mode: options.mode,
+            placed: &prepared.placed,
+            request_probe_emulated: window.request_probe_emulated(),
+            attach_ms,
+        },
+        unlocks: &prepared.unlocks,
+        sampled: sampled.as_ref().map(|run| (run, options.sample.rate)),
         target_cpu_ns,
-        overhead.estimated_added_ns,
-    );
-    report.kernel_limits = KernelFeatures::get().limits(
-        options.stacks > 0,
-        prepared.waits.go_futex.is_some(),
-        options.cpu_hz.is_some() && cpu_off.is_none(),
-    );
-    if let Some(cpu) = &mut report.cpu {
-        cpu.sampler_off = cpu_off;
-    }
-    report.overhead = Some(overhead);
-    report.coverage = Some(coverage(options.mode, seen, started, main_thread_exit));
-    if let Some(requests) = window.finish(&collected) {
+        kernel_limits: KernelFeatures::get().limits(
+            options.stacks > 0,
+            prepared.waits.go_futex.is_some(),
+            options.cpu_hz.is_some() && cpu_off.is_none(),
+        ),
+        cpu_off,
+        placement_fallbacks: placement_fallbacks(options, prepared),
+        coverage: coverage(options.mode, seen, started, main_thread_exit),
+    };
+    let mut report = builder.recording(&mut collected, measured, |report, collected| {
+        let requests = window.finish(collected)?;
         if requests.count > 0 && report.totals.acquisitions == Some(0) {
             window::hint_children(report.target.pid, requests.count);
         }
-        analysis::per_request::apply(&mut report, requests);
-    }
-    analysis::estimate::bound(&mut report);
+        Some(requests)
+    });
     name(options, prepared, &mut report, snapshot, &collected);
     report
-}
-
-/// The probes' cost, and in sampled mode the estimate the counts are then
-/// scaled by (the cost is measured on the counts as counted).
-fn cost_and_estimate(
-    options: &RecordOptions,
-    prepared: &Prepared,
-    window: &RequestWindow,
-    collected: &mut Collected,
-    attach_ms: u64,
-    sampled: Option<&SampledRun>,
-) -> (Overhead, Option<Estimate>) {
-    let counted_placement = match options.mode {
-        Mode::Contention => &[][..],
-        Mode::All | Mode::Sampled => &prepared.placed[..],
-    };
-    let mut overhead = analysis::cost::measure(
-        collected,
-        counted_placement,
-        window.request_probe_emulated(),
-        attach_ms,
-    );
-    let estimate: Option<Estimate> = sampled.map(|run| {
-        let cost_per_hit = analysis::cost::lock_cost_per_hit(collected, &prepared.placed);
-        let mut estimate = analysis::estimate::of_run(run, options.sample.rate, cost_per_hit);
-        analysis::estimate::scale_by_requests(
-            &mut estimate,
-            collected.requests,
-            collected.requests_whole_recording,
-        );
-        estimate
-    });
-    analysis::cost::add_unlock_overhead(&mut overhead, collected.unlock_hits, &prepared.unlocks);
-    if let Some(estimate) = &estimate {
-        analysis::estimate::scale(collected, estimate);
-    }
-    (overhead, estimate)
-}
-
-/// The report's header: what was recorded, how, and why it stopped.
-fn record_info(
-    options: &RecordOptions,
-    target: &Target,
-    duration_s: f64,
-    stopped_by: StopReason,
-) -> RecordInfo {
-    RecordInfo {
-        target: TargetInfo {
-            pid: target.pid,
-            exe: target.exe.clone(),
-            cmdline: target.cmdline.clone(),
-        },
-        duration_s,
-        mode: options.mode,
-        placement: (options.mode != Mode::Contention).then_some(options.placement),
-        stopped_by,
-    }
-}
-
-/// The target's CPU time and the tracer's share of it, added to the CPU
-/// per lock (or a CPU section of its own when the sampler was off).
-fn add_target_cpu(
-    report: &mut Report,
-    collected: &Collected,
-    target_cpu_ns: Option<u64>,
-    estimated_added_ns: u64,
-) {
-    if let Some(cpu) = &mut report.cpu {
-        cpu.target_ns = target_cpu_ns;
-        cpu.unsampled_ns = target_cpu_ns.map(|target| {
-            target.saturating_sub(cpu.samples * crate::model::sample_period_ns(cpu.sample_hz))
-        });
-        // The probes' estimated cost (uprobe traps included) or what the
-        // sampler could not see (the BPF programs, tracepoints included).
-        cpu.tracer_ns = estimated_added_ns.max(cpu.unsampled_ns.unwrap_or(0));
-    } else {
-        report.cpu = Some(analysis::cpu::report(
-            collected,
-            &report.locks,
-            target_cpu_ns,
-            estimated_added_ns,
-            0,
-        ));
-    }
 }
 
 /// Names the locks, their callers and stacks (naming), then groups them by

@@ -20,9 +20,11 @@ use crate::{
     live::{self, Interval, LiveOptions, LiveSession, LockActivity},
     model::WaitClass,
     render::{
+        Sink,
         fit::{Fixed, fixed_line},
         format::{self, cut},
         in_progress,
+        output::Written,
     },
 };
 
@@ -101,10 +103,8 @@ pub async fn run(options: &LiveOptions) -> Result<ExitCode> {
                     let mut interval = session.tick()?;
                     SortKey::Acquisitions.sort(&mut interval.locks);
                     let text = plain(&session, &interval, started.elapsed());
-                    let text = crate::render::format::printable(&text);
-                    let mut stdout = std::io::stdout().lock();
-                    // A closed pipe (| head) ends top quietly.
-                    if stdout.write_all(text.as_bytes()).and_then(|_| stdout.flush()).is_err() {
+                    // A closed pipe (| head), or any stdout that fails, ends top quietly.
+                    if !matches!(Sink::Stdout.text(&text), Ok(Written::All)) {
                         return Ok(ExitCode::SUCCESS);
                     }
                 }

@@ -20,7 +20,7 @@ use locktrace::{
     model::Report,
     naming::{elf::ModuleSymbols, region::AddressSpace},
     probe::target::Mapping,
-    render::{fit::Width, stacks, table},
+    render::{self, OutputFormat, Sink, TableOptions, fit::Width, table},
 };
 use proptest::{
     prelude::*,
@@ -243,11 +243,17 @@ fn exercise(report: &Report, dir: &Path, selectors: &[String]) {
     let _ = table::render(report, None, Width::Unlimited);
     let _ = table::render(report, Some(1), Width::Columns(80));
     let _ = table::render(report, None, Width::Columns(0));
-    for format in [stacks::Format::Folded, stacks::Format::Svg] {
-        let _ = stacks::write(report, format, &mut Vec::new());
+    for format in [OutputFormat::Folded, OutputFormat::Svg] {
+        let _ = format.render(report, &TableOptions::FULL);
     }
     let path = dir.join("parsed.json");
-    if report.save(&path).is_ok() {
+    let json = render::write(
+        report,
+        OutputFormat::Json,
+        &TableOptions::FULL,
+        Sink::File(&path),
+    );
+    if json.is_ok() {
         let max: Vec<String> = selectors.iter().map(|s| format!("{s}=1")).collect();
         let _ = compare::evaluate(&path, &path, selectors, &max, Width::Columns(80));
     }

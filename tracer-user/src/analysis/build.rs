@@ -15,6 +15,7 @@ use crate::{
 };
 
 /// How the report was recorded, for its header.
+#[derive(Debug, Clone)]
 pub struct RecordInfo {
     pub target: TargetInfo,
     pub duration_s: f64,

@@ -3,8 +3,10 @@
 //! ([`per_request`]), what tracing cost ([`cost`]) and which futex waits
 //! are lock contention ([`waits`]), the CPU lock code cost ([`cpu`]), rows of
 //! several addresses merged into one ([`group`]). No names here: that is
-//! `naming`'s job.
+//! `naming`'s job. [`builder`] is the one entry point: `record` and the
+//! live views build their reports through it.
 pub mod build;
+pub mod builder;
 pub mod cost;
 pub mod cpu;
 pub mod estimate;

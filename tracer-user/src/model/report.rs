@@ -622,11 +622,6 @@ impl Report {
         }
         Ok(report)
     }
-
-    pub fn save(&self, path: &std::path::Path) -> Result<()> {
-        let text = serde_json::to_string_pretty(self)?;
-        super::destination::write_output(path, (text + "\n").as_bytes())
-    }
 }
 
 #[cfg(test)]

@@ -1,6 +1,8 @@
 //! Text outputs, each reading only the model: the table with its footers
 //! ([`table`]), folded stacks and flame graphs ([`stacks`]), and the shared
-//! number formatting ([`format`]), gzipped pprof profiles ([`pprof`]).
+//! number formatting ([`format`]), gzipped pprof profiles ([`pprof`]); every
+//! format chosen and written one way ([`recorder`]: [`OutputFormat`],
+//! [`write`], [`Sink`]).
 pub mod cpu;
 pub mod fit;
 pub mod footer;
@@ -10,7 +12,10 @@ pub mod in_progress;
 pub mod lost;
 pub mod output;
 pub mod pprof;
+pub mod recorder;
 pub mod requests;
 pub mod stacks;
 pub mod table;
 pub mod waits;
+
+pub use recorder::{OutputFormat, Rendered, Sink, TableOptions, write};

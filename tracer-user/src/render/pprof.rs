@@ -61,13 +61,6 @@ pub fn write(report: &Report, out: &mut dyn Write) -> Result<()> {
         .context("cannot write the pprof profile")
 }
 
-/// Writes the report as a gzipped pprof profile to `path`.
-pub fn save(report: &Report, path: &std::path::Path) -> Result<()> {
-    let mut bytes = Vec::new();
-    write(report, &mut bytes)?;
-    crate::model::write_output(path, &bytes)
-}
-
 /// The profile of a report (not yet serialized).
 pub fn encode(report: &Report) -> Profile {
     let mut builder = Builder::default();

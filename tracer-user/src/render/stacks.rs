@@ -7,42 +7,36 @@ use anyhow::{Context, Result, bail};
 use super::format::{frame_label, label};
 use crate::model::{LockStack, Report};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Format {
-    Table,
-    Folded,
-    Svg,
-    /// Gzipped pprof protobuf (`go tool pprof`, Pyroscope, Parca).
-    Pprof,
+/// The folded stacks, a line each (what flame graph tools read).
+pub fn folded(report: &Report) -> Result<String> {
+    let mut text = String::new();
+    for line in lines_to_show(report)? {
+        text.push_str(&line);
+        text.push('\n');
+    }
+    Ok(text)
 }
 
-/// Writes the report's stacks in `format` (folded or svg).
-pub fn write(report: &Report, format: Format, out: &mut dyn Write) -> Result<()> {
-    if format == Format::Pprof {
-        return super::pprof::write(report, out);
-    }
+/// Draws the report's stacks as an SVG flame graph.
+pub fn write_svg(report: &Report, out: &mut dyn Write) -> Result<()> {
+    let lines = lines_to_show(report)?;
+    let mut options = inferno::flamegraph::Options::default();
+    options.title = format!(
+        "locktrace: lock calls of pid {} ({})",
+        report.target.pid, report.target.exe
+    );
+    options.count_name = "lock calls".into();
+    inferno::flamegraph::from_lines(&mut options, lines.iter().map(String::as_str), out)
+        .context("cannot draw the flame graph")
+}
+
+/// The folded lines, refused when there are none.
+fn lines_to_show(report: &Report) -> Result<Vec<String>> {
     let lines = folded_lines(report);
     if lines.is_empty() {
         bail!("the report has no stacks or callers to show; record with --stacks N");
     }
-    match format {
-        Format::Folded | Format::Table | Format::Pprof => {
-            for line in &lines {
-                writeln!(out, "{line}")?;
-            }
-        }
-        Format::Svg => {
-            let mut options = inferno::flamegraph::Options::default();
-            options.title = format!(
-                "locktrace: lock calls of pid {} ({})",
-                report.target.pid, report.target.exe
-            );
-            options.count_name = "lock calls".into();
-            inferno::flamegraph::from_lines(&mut options, lines.iter().map(String::as_str), out)
-                .context("cannot draw the flame graph")?;
-        }
-    }
-    Ok(())
+    Ok(lines)
 }
 
 /// The outermost frame of the folded lines of CPU-sample stacks (their

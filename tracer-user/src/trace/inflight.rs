@@ -67,6 +67,23 @@ fn futex_wait_address(line: &str) -> Option<u64> {
     (number == SYS_FUTEX && matches!(op, 0 | 6 | 9 | 11 | 13)).then_some(uaddr)
 }
 
+/// Waits older than the probes: only the kernel knows of them, so they are
+/// taken from /proc at attach time and matched when the maps are read.
+#[derive(Debug, Clone)]
+pub struct WaitsBeforeAttach {
+    pub attached_ns: u64,
+    pub blocked: Vec<Blocked>,
+}
+
+impl WaitsBeforeAttach {
+    pub fn now(pid: u32) -> WaitsBeforeAttach {
+        WaitsBeforeAttach {
+            attached_ns: monotonic_ns(),
+            blocked: blocked_threads(pid),
+        }
+    }
+}
+
 /// Reads the in-flight maps and the target's blocked threads now.
 pub fn read(ebpf: &Ebpf, pid: u32, attached_ns: u64, blocked_at_attach: Vec<Blocked>) -> InFlight {
     let now_ns = monotonic_ns();
