@@ -258,6 +258,67 @@ pub fn scale(collected: &mut Collected, estimate: &Estimate) {
 pub mod tests {
     use super::*;
 
+    /// The run `trace::sampled::cycle`'s fake gives for a steady target (1 M
+    /// lock calls and 1000 requests a second, 3.8 s: four 80 ms windows),
+    /// scaled back to what the target made.
+    #[test]
+    fn four_cycle_windows_scale_back_to_the_truth() {
+        use crate::model::{Collected, ScaleBasis};
+        use tracer_common::LockCounts;
+        let run = SampledRun {
+            windows: [20, 1470, 2470, 3470]
+                .map(|start| CountingWindow {
+                    start: Duration::from_millis(start),
+                    counted: Duration::from_millis(80),
+                    calls: 80_000,
+                    requests: 80,
+                })
+                .to_vec(),
+            total: Duration::from_millis(3800),
+            period: Duration::from_millis(1000),
+            ..SampledRun::default()
+        };
+        let mut estimate = of_run(&run, 0.1, 0);
+        let close = |a: f64, b: f64| (a - b).abs() < 1e-12;
+        assert_eq!(estimate.windows, 4);
+        assert_eq!(estimate.sample_period_s, Some(1.0));
+        assert!(close(estimate.counted_s, 0.32), "{}", estimate.counted_s);
+        assert!(close(estimate.total_s, 3.8));
+        assert!(close(estimate.scale, 3.8 / 0.32), "{}", estimate.scale);
+        // 20 ms before the first window, 250 ms after the last.
+        assert!(close(estimate.unsampled_edges_s, 0.27));
+        // Equal windows: only the counting noise and the edges.
+        let bound = 3.0 / 320_000f64.sqrt() + 0.27 / 3.8;
+        assert!(
+            close(estimate.relative_error, bound),
+            "{}",
+            estimate.relative_error
+        );
+        let ratio_bound = estimate.per_request_relative_error.unwrap();
+        assert!(close(ratio_bound, 3.0 / 320f64.sqrt()), "{ratio_bound}");
+
+        // Scaled by time: 320,000 calls counted, 3.8 M made.
+        let mut collected = Collected {
+            requests: 320,
+            requests_whole_recording: 3800,
+            ..Collected::default()
+        };
+        let calls = |collected: &Collected| collected.locks[&0x1000].calls[0];
+        let mut lock = LockCounts::default();
+        lock.calls[0] = 320_000;
+        collected.locks.insert(0x1000, lock);
+        let mut by_time = collected.clone();
+        scale(&mut by_time, &estimate);
+        assert_eq!((calls(&by_time), by_time.requests), (3_800_000, 3800));
+
+        // Scaled by requests (the request probe's): the same, the bound the ratio's.
+        scale_by_requests(&mut estimate, 320, 3800);
+        assert_eq!(estimate.scaled_by, ScaleBasis::Requests);
+        assert!(close(estimate.relative_error, ratio_bound));
+        scale(&mut collected, &estimate);
+        assert_eq!((calls(&collected), collected.requests), (3_800_000, 3800));
+    }
+
     /// Ten 100 ms windows, one a second, ~1 M calls/s each.
     fn steady_windows() -> Vec<CountingWindow> {
         (0..10)

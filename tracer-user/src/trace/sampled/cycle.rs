@@ -276,13 +276,8 @@ mod tests {
     use std::collections::VecDeque;
 
     use anyhow::anyhow;
-    use tracer_common::LockCounts;
 
     use super::*;
-    use crate::{
-        analysis::estimate,
-        model::{Collected, ScaleBasis},
-    };
 
     fn ms(n: u64) -> Duration {
         Duration::from_millis(n)
@@ -717,11 +712,12 @@ mod tests {
         assert_eq!(probes.at(Event::Exited), [ms(2125 + 450 + 565)]);
     }
 
-    /// The windows' counts, scaled by the model, give back what the steady
-    /// target made over the whole recording: 1 M lock calls and 1000
-    /// requests a second, 3.8 s.
+    /// What a steady target (1 M lock calls and 1000 requests a second)
+    /// gives over 3.8 s: four equal windows, the run the model scales
+    /// (`analysis::estimate`'s `four_cycle_windows_scale_back_to_the_truth`
+    /// takes this run as its input).
     #[tokio::test(start_paused = true)]
-    async fn the_windows_counts_scale_to_the_models_estimate() {
+    async fn a_steady_target_gives_four_equal_windows() {
         let mut probes = FakeProbes::new();
         let stop = Some((ms(3800), StopReason::Duration));
         let (_, run) = cycle(&mut probes, 0.1, ms(1000), &[0.5], stop)
@@ -732,48 +728,9 @@ mod tests {
         assert!(
             run.windows
                 .iter()
-                .all(|w| w.calls == 80_000 && w.requests == 80)
+                .all(|w| w.counted == ms(80) && w.calls == 80_000 && w.requests == 80)
         );
-
-        let mut estimate = estimate::of_run(&run, 0.1, 0);
-        let close = |a: f64, b: f64| (a - b).abs() < 1e-12;
-        assert_eq!(estimate.windows, 4);
-        assert_eq!(estimate.sample_period_s, Some(1.0));
-        assert!(close(estimate.counted_s, 0.32), "{}", estimate.counted_s);
-        assert!(close(estimate.total_s, 3.8));
-        assert!(close(estimate.scale, 3.8 / 0.32), "{}", estimate.scale);
-        // 20 ms before the first window, 250 ms after the last.
-        assert!(close(estimate.unsampled_edges_s, 0.27));
-        // Equal windows: only the counting noise and the edges.
-        let bound = 3.0 / 320_000f64.sqrt() + 0.27 / 3.8;
-        assert!(
-            close(estimate.relative_error, bound),
-            "{}",
-            estimate.relative_error
-        );
-        let ratio_bound = estimate.per_request_relative_error.unwrap();
-        assert!(close(ratio_bound, 3.0 / 320f64.sqrt()), "{ratio_bound}");
-
-        // Scaled by time: 320,000 calls counted, 3.8 M made.
-        let mut collected = Collected {
-            requests: 320,
-            requests_whole_recording: 3800,
-            ..Collected::default()
-        };
-        let calls = |collected: &Collected| collected.locks[&0x1000].calls[0];
-        let mut lock = LockCounts::default();
-        lock.calls[0] = 320_000;
-        collected.locks.insert(0x1000, lock);
-        let mut by_time = collected.clone();
-        estimate::scale(&mut by_time, &estimate);
-        assert_eq!((calls(&by_time), by_time.requests), (3_800_000, 3800));
-
-        // Scaled by requests (the request probe's): the same, the bound the ratio's.
-        estimate::scale_by_requests(&mut estimate, 320, 3800);
-        assert_eq!(estimate.scaled_by, ScaleBasis::Requests);
-        assert!(close(estimate.relative_error, ratio_bound));
-        estimate::scale(&mut collected, &estimate);
-        assert_eq!((calls(&collected), collected.requests), (3_800_000, 3800));
+        assert_eq!((run.total, run.period), (ms(3800), ms(1000)));
     }
 
     #[test]
