@@ -42,7 +42,7 @@ pub struct Report {
     #[serde(default)]
     pub naming: Option<Naming>,
     /// Events that could not be counted, by reason (zero counts omitted).
-    pub dropped: BTreeMap<String, u64>,
+    pub dropped: BTreeMap<super::DropReason, u64>,
     pub totals: Totals,
     /// Request count and source, when requests were counted (`--load`, `--request-probe`, `--requests`).
     #[serde(default)]

@@ -334,7 +334,9 @@ mod tests {
                 detail: ".debug_info".into(),
             }],
         });
-        report.dropped.insert("map_full".into(), 2);
+        report
+            .dropped
+            .insert(crate::model::DropReason::LocksMapFull, 2);
         report.totals.acquisitions = Some(400);
         report.totals.contended = 20;
         report.totals.hold_ns = Some(80_000);

@@ -1,0 +1,76 @@
+//! Kinds that a report writes as one open-ended word: the known words are
+//! variants, any other word (a module's section name, a reason from a newer
+//! version) is kept as it was read. `worded!` gives such a type its
+//! `Display`, serde (the word itself) and order (by word, as the JSON
+//! object's keys were sorted when they were strings).
+
+/// A kind written as one word.
+pub trait Worded: Sized {
+    /// The word in the report.
+    fn word(&self) -> &str;
+    /// The kind a report's word names; never fails (unknown words are kept).
+    fn from_word(word: &str) -> Self;
+}
+
+/// `Display`, `Serialize`, `Deserialize` and `Ord` by the word of a [`Worded`] type.
+macro_rules! worded {
+    ($kind:ty) => {
+        impl std::fmt::Display for $kind {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str($crate::model::word::Worded::word(self))
+            }
+        }
+
+        impl serde::Serialize for $kind {
+            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                serializer.serialize_str($crate::model::word::Worded::word(self))
+            }
+        }
+
+        impl<'de> serde::Deserialize<'de> for $kind {
+            fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+                let word = <std::borrow::Cow<'de, str>>::deserialize(deserializer)?;
+                Ok(<$kind as $crate::model::word::Worded>::from_word(&word))
+            }
+        }
+
+        impl PartialOrd for $kind {
+            fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+                Some(self.cmp(other))
+            }
+        }
+
+        impl Ord for $kind {
+            fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+                use $crate::model::word::Worded;
+                self.word().cmp(other.word())
+            }
+        }
+    };
+}
+pub(crate) use worded;
+
+/// The JSON Schema of a worded kind: a string, one of `known` or any other.
+pub fn schema(description: &str, known: &[&str]) -> schemars::Schema {
+    schemars::json_schema!({
+        "description": description,
+        "anyOf": [
+            {"enum": known},
+            {"type": "string"}
+        ]
+    })
+}
+
+/// Test helper: each word reads as a kind that writes it back unchanged,
+/// in the JSON and by `Display`.
+#[cfg(test)]
+pub fn assert_round_trips<T>(word: &str)
+where
+    T: Worded + std::fmt::Display + serde::Serialize + serde::de::DeserializeOwned,
+{
+    let json = serde_json::to_string(word).unwrap();
+    let kind: T = serde_json::from_str(&json).unwrap();
+    assert_eq!(serde_json::to_string(&kind).unwrap(), json);
+    assert_eq!(kind.to_string(), word);
+    assert_eq!(T::from_word(word).word(), word);
+}
