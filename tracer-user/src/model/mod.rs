@@ -15,11 +15,13 @@ mod in_progress;
 mod kinds;
 mod lifetimes;
 mod overhead;
+mod region;
 mod report;
 mod requests;
 mod sampled_run;
 mod schema;
 pub(crate) mod word;
+pub use word::Worded;
 
 pub use collected::{Blocked, Collected, InFlight, UnwoundStack};
 pub use coverage::{Coverage, ExecLoss, ExecSeen, MainThreadExit};
@@ -32,6 +34,7 @@ pub use in_progress::{Activity, Deadlock, DeadlockStep, InProgress, ThreadRef};
 pub use kinds::{LockKind, Mode, Placement, RequestSource, ServerKind, StopReason, WaitClass};
 pub use lifetimes::{EndedLifetime, Lifetimes};
 pub use overhead::{Calibration, Overhead};
+pub use region::Region;
 pub use report::{
     AddressFigures, AlternativeName, Caller, ClassTotals, CreatedBy, Creation, DeclaredContention,
     DeclaredType, Frame, LiveNaming, Lock, LockChain, LockStack, MAX_REPORT_BYTES, Naming,

@@ -126,7 +126,7 @@ pub struct Lock {
     /// Memory holding the lock: a module section (`.data`, `.bss`), `[heap]`,
     /// `[stack]`, `thread stack`, `anonymous`, …
     #[serde(default)]
-    pub region: String,
+    pub region: super::Region,
     /// Module (path as the target sees it) whose data holds the lock.
     #[serde(default)]
     pub module: Option<String>,
@@ -224,7 +224,7 @@ pub struct AddressFigures {
     pub cpu_ns: Option<u64>,
     /// Init calls seen at this address.
     pub inits: u64,
-    pub region: String,
+    pub region: super::Region,
 }
 
 /// A lock's type in its module's DWARF.
@@ -292,7 +292,7 @@ impl Lock {
             max_wait_ns: 0,
             per_request: None,
             name: None,
-            region: String::new(),
+            region: super::Region::Unset,
             module: None,
             callers: Vec::new(),
             acquisitions_error: None,

@@ -372,7 +372,7 @@ mod tests {
         lock.max_wait_ns = 900_000;
         lock.per_request = Some(per_request());
         lock.name = Some("g_stats->lock".into());
-        lock.region = "heap".into();
+        lock.region = crate::model::Region::MmapHeap;
         lock.module = Some("/usr/lib/libphp.so".into());
         lock.callers = vec![Caller {
             function: Some("update".into()),
@@ -438,7 +438,7 @@ mod tests {
                 max_wait_ns: 900_000,
                 cpu_ns: None,
                 inits: 1,
-                region: "heap".into(),
+                region: crate::model::Region::MmapHeap,
             }],
         });
         lock
@@ -528,7 +528,7 @@ mod tests {
             activity: Activity::Wait,
             lock: address,
             name: Some("g_stats->lock".into()),
-            region: "heap".into(),
+            region: crate::model::Region::MmapHeap,
             wait_class: Some(WaitClass::Lock),
             tid: 4244,
             thread: Some("worker".into()),

@@ -1,29 +1,31 @@
 //! Kinds that a report writes as one open-ended word: the known words are
 //! variants, any other word (a module's section name, a reason from a newer
 //! version) is kept as it was read. `worded!` gives such a type its
-//! `Display`, serde (the word itself) and order (by word, as the JSON
-//! object's keys were sorted when they were strings).
+//! `Display`, serde (the word itself), equality and order (by word, as the
+//! JSON object's keys were sorted when they were strings).
 
 /// A kind written as one word.
 pub trait Worded: Sized {
     /// The word in the report.
-    fn word(&self) -> &str;
+    fn word(&self) -> std::borrow::Cow<'_, str>;
     /// The kind a report's word names; never fails (unknown words are kept).
     fn from_word(word: &str) -> Self;
 }
 
-/// `Display`, `Serialize`, `Deserialize` and `Ord` by the word of a [`Worded`] type.
+/// `Display`, `Serialize`, `Deserialize`, `Eq`, `Hash` and `Ord` by the
+/// word of a [`Worded`] type: two values that write the same word are the
+/// same (a section name read back from a report is the one named).
 macro_rules! worded {
     ($kind:ty) => {
         impl std::fmt::Display for $kind {
             fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str($crate::model::word::Worded::word(self))
+                f.write_str(&$crate::model::word::Worded::word(self))
             }
         }
 
         impl serde::Serialize for $kind {
             fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-                serializer.serialize_str($crate::model::word::Worded::word(self))
+                serializer.serialize_str(&$crate::model::word::Worded::word(self))
             }
         }
 
@@ -31,6 +33,21 @@ macro_rules! worded {
             fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
                 let word = <std::borrow::Cow<'de, str>>::deserialize(deserializer)?;
                 Ok(<$kind as $crate::model::word::Worded>::from_word(&word))
+            }
+        }
+
+        impl PartialEq for $kind {
+            fn eq(&self, other: &Self) -> bool {
+                use $crate::model::word::Worded;
+                self.word() == other.word()
+            }
+        }
+
+        impl Eq for $kind {}
+
+        impl std::hash::Hash for $kind {
+            fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+                $crate::model::word::Worded::word(self).hash(state)
             }
         }
 
@@ -43,7 +60,7 @@ macro_rules! worded {
         impl Ord for $kind {
             fn cmp(&self, other: &Self) -> std::cmp::Ordering {
                 use $crate::model::word::Worded;
-                self.word().cmp(other.word())
+                self.word().cmp(&other.word())
             }
         }
     };

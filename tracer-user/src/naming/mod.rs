@@ -461,7 +461,7 @@ fn heap_locks_to_chain(report: &Report) -> Vec<u64> {
         .locks
         .iter()
         .filter(|lock| lock.lifetime.is_none())
-        .filter(|lock| lock.name.is_none() && region::is_heap_region(&lock.region))
+        .filter(|lock| lock.name.is_none() && lock.region.is_heap())
         .take(CHAIN_SEARCH_LOCKS)
         .map(|lock| lock.address)
         .collect()
