@@ -15,6 +15,7 @@ mod in_progress;
 mod kinds;
 mod lifetimes;
 mod overhead;
+mod placement_refusal;
 mod region;
 mod report;
 mod requests;
@@ -34,6 +35,7 @@ pub use in_progress::{Activity, Deadlock, DeadlockStep, InProgress, ThreadRef};
 pub use kinds::{LockKind, Mode, Placement, RequestSource, ServerKind, StopReason, WaitClass};
 pub use lifetimes::{EndedLifetime, Lifetimes};
 pub use overhead::{Calibration, Overhead};
+pub use placement_refusal::{At, Elsewhere, PlacementRefusal};
 pub use region::Region;
 pub use report::{
     AddressFigures, AlternativeName, Caller, ClassTotals, CreatedBy, Creation, DeclaredContention,

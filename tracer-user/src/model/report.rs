@@ -78,7 +78,7 @@ pub struct Report {
 pub struct PlacementFallback {
     pub function: String,
     pub module: String,
-    pub reason: String,
+    pub reason: super::PlacementRefusal,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, JsonSchema)]

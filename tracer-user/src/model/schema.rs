@@ -467,7 +467,7 @@ mod tests {
         report.placement_fallbacks = vec![PlacementFallback {
             function: "pthread_mutex_lock".into(),
             module: "/usr/lib/libc.so.6".into(),
-            reason: "no emulated instruction".into(),
+            reason: crate::model::PlacementRefusal::TooLong { limit: 64 },
         }];
         report.estimate = Some(Estimate {
             estimated: vec!["acquisitions".into(), "calls".into()],
