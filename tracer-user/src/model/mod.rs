@@ -16,6 +16,7 @@ mod kinds;
 mod lifetimes;
 mod overhead;
 mod placement_refusal;
+mod pointer_chains;
 mod region;
 mod report;
 mod requests;
@@ -36,6 +37,7 @@ pub use kinds::{LockKind, Mode, Placement, RequestSource, ServerKind, StopReason
 pub use lifetimes::{EndedLifetime, Lifetimes};
 pub use overhead::{Calibration, Overhead};
 pub use placement_refusal::{At, Elsewhere, PlacementRefusal};
+pub use pointer_chains::{ChainSearch, PointerChains};
 pub use region::Region;
 pub use report::{
     AddressFigures, AlternativeName, Caller, ClassTotals, CreatedBy, Creation, DeclaredContention,

@@ -472,7 +472,7 @@ pub struct Naming {
     /// `module <- debug file` for modules with separate debug symbols.
     pub debug_files: Vec<String>,
     /// What the heap pointer-chain search found, or why it did not run.
-    pub pointer_chains: String,
+    pub pointer_chains: super::PointerChains,
     /// Modules with only exported symbols (stripped, no debug file found)
     /// that left locks or callers of this report unnamed.
     #[serde(default)]

@@ -318,7 +318,7 @@ mod tests {
             elapsed_ms: 12.5,
             modules: 3,
             debug_files: vec!["/usr/lib/libphp.so <- /usr/lib/debug/libphp.debug".into()],
-            pointer_chains: "1 of 1 heap locks named".into(),
+            pointer_chains: crate::model::PointerChains::NamedBeforeExit { named: 1, of: 1 },
             stripped: vec!["/usr/lib/libc.so.6".into()],
             debug_info: vec!["/usr/lib/libphp.so <- libphp.debug (10 variables, 2 ms)".into()],
             live: Some(LiveNaming {

@@ -91,3 +91,25 @@ where
     assert_eq!(kind.to_string(), word);
     assert_eq!(T::from_word(word).word(), word);
 }
+
+/// The fields of `word` between `literals` (`literals[0]` starts it, the
+/// last ends it, each field runs to the next literal's first occurrence),
+/// or None if `word` is not of that form.
+pub fn fields<'a>(word: &'a str, literals: &[&str]) -> Option<Vec<&'a str>> {
+    let (first, rest) = literals.split_first()?;
+    let mut word = word.strip_prefix(first)?;
+    let mut out = Vec::new();
+    for (i, literal) in rest.iter().enumerate() {
+        let field = if i + 1 == rest.len() {
+            let field = word.strip_suffix(literal)?;
+            word = "";
+            field
+        } else {
+            let (field, after) = word.split_once(literal).filter(|_| !literal.is_empty())?;
+            word = after;
+            field
+        };
+        out.push(field);
+    }
+    word.is_empty().then_some(out)
+}
