@@ -100,6 +100,9 @@ const BRANCH_TARGET: (&str, &str) = (
     "",
 );
 
+/// Reads one form of sentence.
+type Parser = dyn Fn(&str) -> Option<PlacementRefusal>;
+
 /// `+0x1f` as 0x1f.
 fn offset(text: &str) -> Option<u64> {
     u64::from_str_radix(text.strip_prefix("+0x")?, 16).ok()
@@ -126,7 +129,7 @@ impl PlacementRefusal {
         if word == NO_CODE {
             return Some(R::NoCode);
         }
-        let parsers: [&dyn Fn(&str) -> Option<PlacementRefusal>; 14] = [
+        let parsers: [&Parser; 14] = [
             &|w| {
                 Some(R::LeavesFunction {
                     offset: offset(between(w, LEAVES)?)?,
