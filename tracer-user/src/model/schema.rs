@@ -144,6 +144,7 @@ mod tests {
             ("LockKind", round_trips::<LockKind>),
             ("Mode", round_trips::<Mode>),
             ("Placement", round_trips::<Placement>),
+            ("Region", round_trips::<crate::model::Region>),
             ("RequestSource", round_trips::<RequestSource>),
             ("ScaleBasis", round_trips::<ScaleBasis>),
             ("ServerKind", round_trips::<ServerKind>),
@@ -171,7 +172,11 @@ mod tests {
                         },
                     )
                     .collect(),
-                _ => continue,
+                // An open-ended kind: its known words, then any string.
+                _ => match def.pointer("/anyOf/0/enum") {
+                    Some(Value::Array(words)) => words.clone(),
+                    _ => continue,
+                },
             };
             enums.push(name);
             let (_, check) = checks
@@ -185,6 +190,45 @@ mod tests {
         }
         let listed: Vec<&str> = checks.iter().map(|(name, _)| *name).collect();
         assert_eq!(enums, listed);
+    }
+
+    /// The words that are enums in the code (regions, drop reasons,
+    /// placement refusals, the pointer-chain line) read back as written:
+    /// this version's words, older ones and words it does not know.
+    #[test]
+    fn worded_kinds_are_written_back_as_read() {
+        let mut report = serde_json::to_value(full_report()).unwrap();
+        let regions = [
+            ".data",
+            "[heap]",
+            "heap (thread arena)",
+            "[heap], heap (thread arena)",
+            "file /dev/shm/x",
+            "[anon:glibc]",
+            "",
+            "heap",
+        ];
+        let lock = report["locks"][0].clone();
+        report["locks"] = regions
+            .iter()
+            .map(|region| {
+                let mut lock = lock.clone();
+                lock["region"] = (*region).into();
+                lock
+            })
+            .collect();
+        report["in_progress"][0]["region"] = "Go heap".into();
+        report["dropped"] =
+            serde_json::json!({"a_newer_reason": 1, "nested_calls_unknown": 2, "stacks_lost": 3});
+        report["placement_fallbacks"][0]["reason"] =
+            "mov at +0x0 writes rdi (the lock argument)".into();
+        report["naming"]["pointer_chains"] = "1 named".into();
+        let read: Report = serde_json::from_value(report.clone()).unwrap();
+        assert_eq!(serde_json::to_value(&read).unwrap(), report);
+        assert_eq!(
+            serde_json::to_string(&read.dropped).unwrap(),
+            r#"{"a_newer_reason":1,"nested_calls_unknown":2,"stacks_lost":3}"#
+        );
     }
 
     /// The validator is no rubber stamp: each kind of damage to a valid
