@@ -2,8 +2,6 @@
 //! report's `placement_fallbacks[].reason`, one sentence.
 use std::borrow::Cow;
 
-use schemars::{JsonSchema, Schema, SchemaGenerator};
-
 use super::word::{Worded, worded};
 
 /// An instruction on a path from the entry: its mnemonic (lowercase) and
@@ -232,20 +230,11 @@ impl Worded for PlacementRefusal {
     }
 }
 
-worded!(PlacementRefusal);
-
-impl JsonSchema for PlacementRefusal {
-    fn schema_name() -> Cow<'static, str> {
-        "PlacementRefusal".into()
-    }
-
-    fn json_schema(_: &mut SchemaGenerator) -> Schema {
-        schemars::json_schema!({
-            "description": "Why auto placement kept the probe at the function's entry, one sentence (`mov at +0x3 writes rdi (the lock argument)`); offsets are from the function's start.",
-            "type": "string"
-        })
-    }
-}
+worded!(
+    PlacementRefusal,
+    sentence "PlacementRefusal",
+    "Why auto placement kept the probe at the function's entry, one sentence (`mov at +0x3 writes rdi (the lock argument)`); offsets are from the function's start."
+);
 
 #[cfg(test)]
 mod tests {

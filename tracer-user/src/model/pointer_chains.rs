@@ -2,8 +2,6 @@
 //! `naming.pointer_chains` sentence.
 use std::borrow::Cow;
 
-use schemars::{JsonSchema, Schema, SchemaGenerator};
-
 use super::word::{Worded, fields, worded};
 
 /// What the pointer-chain search for the unnamed heap locks found, or why
@@ -140,20 +138,11 @@ impl Worded for PointerChains {
     }
 }
 
-worded!(PointerChains);
-
-impl JsonSchema for PointerChains {
-    fn schema_name() -> Cow<'static, str> {
-        "PointerChains".into()
-    }
-
-    fn json_schema(_: &mut SchemaGenerator) -> Schema {
-        schemars::json_schema!({
-            "description": "What the pointer-chain search for the unnamed heap locks found, or why it did not run, one sentence (`no heap locks to name`, `N of M heap locks named by a pointer chain from a global (…)`, `M heap locks not named: the target exited before naming …`).",
-            "type": "string"
-        })
-    }
-}
+worded!(
+    PointerChains,
+    sentence "PointerChains",
+    "What the pointer-chain search for the unnamed heap locks found, or why it did not run, one sentence (`no heap locks to name`, `N of M heap locks named by a pointer chain from a global (…)`, `M heap locks not named: the target exited before naming …`)."
+);
 
 #[cfg(test)]
 mod tests {

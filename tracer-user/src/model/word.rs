@@ -14,8 +14,22 @@ pub trait Worded: Sized {
 
 /// `Display`, `Serialize`, `Deserialize`, `Eq`, `Hash` and `Ord` by the
 /// word of a [`Worded`] type: two values that write the same word are the
-/// same (a section name read back from a report is the one named).
+/// same (a section name read back from a report is the one named). With
+/// `sentence NAME, DESCRIPTION`: its JSON Schema too, a string.
 macro_rules! worded {
+    ($kind:ty, sentence $name:literal, $description:literal) => {
+        $crate::model::word::worded!($kind);
+
+        impl schemars::JsonSchema for $kind {
+            fn schema_name() -> std::borrow::Cow<'static, str> {
+                $name.into()
+            }
+
+            fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+                schemars::json_schema!({"description": $description, "type": "string"})
+            }
+        }
+    };
     ($kind:ty) => {
         impl std::fmt::Display for $kind {
             fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
