@@ -21,9 +21,10 @@ use std::{
 };
 
 use anyhow::{Context, Result, anyhow, bail};
+use identity::{Identified, LockIdentity};
 
 use crate::{
-    model::{Lock, LockKind, LockStack, Mode, Report, WaitClass},
+    model::{Lock, LockKind, LockStack, Mode, Report},
     naming::chain::c_notation,
     render::{
         Sink,
@@ -34,6 +35,8 @@ use crate::{
         stacks::folded_path,
     },
 };
+
+mod identity;
 
 #[derive(clap::Args, Debug)]
 pub struct CompareArgs {
@@ -170,16 +173,19 @@ impl<'r> LockNames<'r> {
     }
 
     /// The group's key: the name, else the callers, else the kind.
-    fn identity(&self, lock: &Lock) -> String {
-        let identity = match (&self.name, self.callers.is_empty()) {
-            (Some(name), _) => name.clone(),
-            (None, false) => format!("{} via {}", lock.kind, self.callers.join(", ")),
-            (None, true) => format!("unidentified {}", lock.kind),
+    fn identity(&self, lock: &Lock) -> LockIdentity {
+        let by = match (&self.name, self.callers.is_empty()) {
+            (Some(name), _) => Identified::Name(name.clone()),
+            (None, false) => Identified::Callers {
+                kind: lock.kind,
+                functions: self.callers.clone(),
+            },
+            (None, true) => Identified::Unidentified(lock.kind),
         };
         // Like with like: a condvar or runtime word never matches a lock.
-        match lock.wait_class {
-            WaitClass::Lock => identity,
-            class => format!("[{class}] {identity}"),
+        LockIdentity {
+            class: lock.wait_class,
+            by,
         }
     }
 
@@ -201,7 +207,7 @@ impl<'r> LockNames<'r> {
 
 /// Adds a lock's figures, names and call paths to the group of its identity.
 fn add_to_group(
-    groups: &mut BTreeMap<String, Group>,
+    groups: &mut BTreeMap<LockIdentity, Group>,
     lock: &Lock,
     requests: u64,
     stacks: &[&LockStack],
@@ -267,7 +273,7 @@ struct Side {
     sampled_windows: Option<u32>,
     /// The target's CPU time over the window (`cpu.target_ns`), where measured.
     target_cpu_ns: Option<u64>,
-    groups: BTreeMap<String, Group>,
+    groups: BTreeMap<LockIdentity, Group>,
 }
 
 impl Side {
@@ -278,7 +284,7 @@ impl Side {
         for stack in &report.stacks {
             stacks.entry(stack.lock).or_default().push(stack);
         }
-        let mut groups: BTreeMap<String, Group> = BTreeMap::new();
+        let mut groups: BTreeMap<LockIdentity, Group> = BTreeMap::new();
         for lock in &report.locks {
             let lock_stacks = stacks.get(&lock.address).map_or(&[][..], Vec::as_slice);
             add_to_group(&mut groups, lock, requests, lock_stacks);
@@ -315,7 +321,7 @@ impl Side {
     fn matching<'a>(
         &'a self,
         selector: &'a str,
-    ) -> impl Iterator<Item = (&'a String, &'a Group)> + 'a {
+    ) -> impl Iterator<Item = (&'a LockIdentity, &'a Group)> + 'a {
         self.groups.iter().filter(move |(_, group)| {
             group.is_lock && group.labels.iter().any(|label| label.contains(selector))
         })
@@ -340,7 +346,8 @@ fn adopt(named: &Side, other: &mut Side) {
             .groups
             .iter()
             .find(|(key, found)| {
-                group.aliases.contains(*key)
+                key.lock_name()
+                    .is_some_and(|name| group.aliases.contains(name))
                     || (found.is_lock == group.is_lock
                         && !found.aliases.is_disjoint(&group.aliases))
             })
@@ -567,12 +574,13 @@ fn render(before: &Side, after: &Side, width: Width) -> String {
         after.path.display(),
         after.requests
     );
-    let mut identities: Vec<&String> = before.groups.keys().chain(after.groups.keys()).collect();
+    let mut identities: Vec<&LockIdentity> =
+        before.groups.keys().chain(after.groups.keys()).collect();
     identities.sort();
     identities.dedup();
     // Biggest first, by the larger of the two sides.
     identities.sort_by(|a, b| {
-        let size = |id: &String| {
+        let size = |id: &LockIdentity| {
             let b = before
                 .groups
                 .get(id)
@@ -643,7 +651,7 @@ const PATHS_PER_LOCK: usize = 5;
 /// acquisitions per request changed most, each path's lock calls per
 /// request before and after (the paths that changed most first).
 fn render_path_changes(before: &Side, after: &Side, path_locks: usize) -> String {
-    let mut locks: Vec<(&String, &Group, &Group)> = before
+    let mut locks: Vec<(&LockIdentity, &Group, &Group)> = before
         .groups
         .iter()
         .filter_map(|(identity, old)| {
@@ -656,7 +664,7 @@ fn render_path_changes(before: &Side, after: &Side, path_locks: usize) -> String
     }
     let per_request = |side: &Side, group: &Group| side.per_request(group.acquisitions);
     // Biggest change first, then the bigger lock.
-    let rank = |(_, old, new): &(&String, &Group, &Group)| {
+    let rank = |(_, old, new): &(&LockIdentity, &Group, &Group)| {
         let (b, a) = (per_request(before, old), per_request(after, new));
         ((a - b).abs(), a.max(b))
     };
@@ -761,7 +769,7 @@ fn time_change(before: Option<f64>, after: Option<f64>) -> String {
 }
 
 /// One identity's row: per-request figures on both sides and the change.
-fn compare_row(before: &Side, after: &Side, identity: &String) -> Vec<String> {
+fn compare_row(before: &Side, after: &Side, identity: &LockIdentity) -> Vec<String> {
     let old = before.groups.get(identity);
     let new = after.groups.get(identity);
     let acquisitions =
@@ -809,7 +817,7 @@ fn compare_row(before: &Side, after: &Side, identity: &String) -> Vec<String> {
         None => "-".to_string(),
     };
     vec![
-        identity.clone(),
+        identity.to_string(),
         count,
         acquired(before, old),
         acquired(after, new),
@@ -830,7 +838,7 @@ fn render_time_changes(
     field: fn(&Group) -> Option<u64>,
     width: Width,
 ) -> String {
-    let mut identities: Vec<&String> = before
+    let mut identities: Vec<&LockIdentity> = before
         .groups
         .iter()
         .chain(&after.groups)
@@ -858,7 +866,7 @@ fn render_time_changes(
                 (Some(b), Some(a)) if b > 0.0 => format!("{:+.0}%", (a - b) / b * 100.0),
                 _ => String::new(),
             };
-            vec![identity.clone(), shown(b), shown(a), change]
+            vec![identity.to_string(), shown(b), shown(a), change]
         })
         .collect();
     let columns = [
@@ -887,6 +895,14 @@ fn render_cpu_changes(before: &Side, after: &Side, width: Width) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The group whose identity is written `written`.
+    fn group_of<'s>(side: &'s Side, written: &str) -> Option<&'s Group> {
+        side.groups
+            .iter()
+            .find(|(identity, _)| identity.to_string() == written)
+            .map(|(_, group)| group)
+    }
     use serde_json::Value;
 
     /// A minimal report with requests; `locks` as JSON (naming's fields optional).
@@ -1086,7 +1102,8 @@ mod tests {
         );
         let before = Side::load(&before).unwrap();
         let after = Side::load(&after).unwrap();
-        let row = compare_row(&before, &after, &site.to_string());
+        let identity = before.groups.keys().find(|id| id.to_string() == site);
+        let row = compare_row(&before, &after, identity.unwrap());
         assert_eq!(row[1..4], ["3/2", "3.0", "3.0"]);
     }
 
@@ -1316,15 +1333,19 @@ mod tests {
         let before = Side::load(&before).unwrap();
         let after = Side::load(&after).unwrap();
         assert_eq!(before.groups.len(), 3);
-        assert_eq!(before.groups["g_stats->lock"].acquisitions, 80);
+        assert_eq!(group_of(&before, "g_stats->lock").unwrap().acquisitions, 80);
         // Two per-connection mutexes, one identity; matched across runs whatever their addresses.
-        let connections = &before.groups["mutex via conn_counter_add"];
+        let connections = &group_of(&before, "mutex via conn_counter_add").unwrap();
         assert_eq!((connections.locks, connections.acquisitions), (2, 80));
         assert_eq!(
-            after.per_request(after.groups["mutex via conn_counter_add"].acquisitions),
+            after.per_request(
+                group_of(&after, "mutex via conn_counter_add")
+                    .unwrap()
+                    .acquisitions
+            ),
             8.0
         );
-        assert!(before.groups.contains_key("unidentified mutex"));
+        assert!(group_of(&before, "unidentified mutex").is_some());
         // Selectors search names and caller functions.
         assert_eq!(before.matching("global_stats").count(), 1);
         assert_eq!(before.matching("g_stats->").count(), 1);
@@ -1407,7 +1428,7 @@ mod tests {
             let mut before = Side::load(&new).unwrap();
             let mut after = Side::load(old).unwrap();
             unify(&mut before, &mut after);
-            assert!(after.groups.contains_key("*g_global_stats->LOCK_access"));
+            assert!(group_of(&after, "*g_global_stats->LOCK_access").is_some());
         }
     }
 
@@ -1423,10 +1444,13 @@ mod tests {
             ),
         ]);
         let side = Side::load(&write_report(dir.path(), "r.json", 10, locks)).unwrap();
-        assert_eq!(side.groups["*g_pool"].acquisitions, 20);
-        assert_eq!(side.groups["*g_pool"].contended, 0);
-        assert_eq!(side.groups["[condvar] *g_pool"].contended, 30);
-        let selected: Vec<&String> = side.matching("g_pool").map(|(id, _)| id).collect();
+        assert_eq!(group_of(&side, "*g_pool").unwrap().acquisitions, 20);
+        assert_eq!(group_of(&side, "*g_pool").unwrap().contended, 0);
+        assert_eq!(group_of(&side, "[condvar] *g_pool").unwrap().contended, 30);
+        let selected: Vec<String> = side
+            .matching("g_pool")
+            .map(|(id, _)| id.to_string())
+            .collect();
         assert_eq!(selected, ["*g_pool"]);
     }
 

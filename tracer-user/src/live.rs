@@ -116,7 +116,7 @@ pub struct Interval {
     pub other_waits: Vec<LockActivity>,
     /// Events the BPF side could not count since attach, by reason (the
     /// report's `dropped`; empty when nothing was lost).
-    pub dropped: BTreeMap<String, u64>,
+    pub dropped: BTreeMap<crate::model::DropReason, u64>,
     /// Request probe hits in the interval (None without a request probe).
     pub requests: Option<u64>,
     /// Since attach: probe hits, estimated time added, tracer CPU and RSS.

@@ -171,7 +171,7 @@ impl Metrics {
             self.lost.clone(),
         );
         // Every reason from the start, so an alert on a rise sees a series at 0.
-        for reason in tracer_common::drop_reason::NAMES {
+        for reason in crate::model::DropReason::known() {
             drop(self.lost.get_or_create(&ReasonLabels {
                 reason: reason.to_string(),
             }));
@@ -283,10 +283,10 @@ impl Metrics {
     }
 
     /// Raises each reason's counter to the total lost since attach.
-    fn set_lost(&self, dropped: &std::collections::BTreeMap<String, u64>) {
+    fn set_lost(&self, dropped: &std::collections::BTreeMap<crate::model::DropReason, u64>) {
         for (reason, &total) in dropped {
             let counter = self.lost.get_or_create(&ReasonLabels {
-                reason: reason.clone(),
+                reason: reason.to_string(),
             });
             counter.inc_by(total.saturating_sub(counter.get()));
         }
@@ -659,11 +659,12 @@ mod tests {
                 .map(|c| c.get())
         };
         assert_eq!(lost("locks_map_full"), Some(0));
-        let mut dropped = std::collections::BTreeMap::from([("locks_map_full".to_string(), 10)]);
+        let full = crate::model::DropReason::LocksMapFull;
+        let mut dropped = std::collections::BTreeMap::from([(full.clone(), 10)]);
         metrics.set_lost(&dropped);
         metrics.set_lost(&dropped);
         assert_eq!(lost("locks_map_full"), Some(10));
-        dropped.insert("locks_map_full".into(), 15);
+        dropped.insert(full, 15);
         metrics.set_lost(&dropped);
         assert_eq!(lost("locks_map_full"), Some(15));
     }

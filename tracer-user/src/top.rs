@@ -467,7 +467,7 @@ mod tests {
             elapsed: Duration::from_secs(2),
             locks: Vec::new(),
             other_waits: vec![condvar],
-            dropped: [("locks_map_full".to_string(), 4464)].into(),
+            dropped: [(crate::model::DropReason::LocksMapFull, 4464)].into(),
             requests: None,
             cost: Default::default(),
             tracked_locks: 0,

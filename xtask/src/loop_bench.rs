@@ -121,7 +121,12 @@ pub fn run_loop(binary: &Path, seconds: f64, tracer: &Tracer, locktrace: &Path) 
         sample.snapshots_lost = finished
             .report
             .as_ref()
-            .and_then(|report| report.dropped.get("snapshots_lost").copied())
+            .and_then(|report| {
+                report
+                    .dropped
+                    .get(&locktrace::model::DropReason::SnapshotsLost)
+                    .copied()
+            })
             .unwrap_or(0);
     }
     Ok(sample)

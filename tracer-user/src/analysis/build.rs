@@ -8,8 +8,8 @@ use tracer_common::{CallerKey, LockCounts, LockOp, drop_reason};
 use crate::{
     analysis::{cpu, in_progress, waits},
     model::{
-        Collected, Lock, LockKind, Mode, Placement, Report, SCHEMA, StopReason, TargetInfo,
-        WaitClass, add_histogram,
+        Collected, DropReason, Lock, LockKind, Mode, Placement, Report, SCHEMA, StopReason,
+        TargetInfo, WaitClass, add_histogram,
     },
     probe::lockfuncs::LockFunction,
 };
@@ -154,18 +154,19 @@ fn dropped(
     collected: &Collected,
     nested: &BTreeMap<(u64, u32), u64>,
     functions: &[LockFunction],
-) -> BTreeMap<String, u64> {
-    let mut dropped: BTreeMap<String, u64> = drop_reason::NAMES
+) -> BTreeMap<DropReason, u64> {
+    let mut dropped: BTreeMap<DropReason, u64> = collected
+        .drops
         .iter()
-        .zip(collected.drops)
-        .filter(|(_, n)| *n > 0)
-        .map(|(name, n)| (name.to_string(), n))
+        .enumerate()
+        .filter(|(_, n)| **n > 0)
+        .map(|(index, &n)| (DropReason::from_index(index), n))
         .collect();
     let callers_lost = collected.drops[drop_reason::CALLERS_FULL as usize]
         + collected.drops[drop_reason::CALLER_UNREADABLE as usize];
     if callers_lost > 0 && lock_functions_nest(nested, functions) {
         // A nested call whose caller was lost cannot be subtracted.
-        dropped.insert(NESTED_CALLS_UNKNOWN.to_string(), callers_lost);
+        dropped.insert(DropReason::NestedCallsUnknown, callers_lost);
     }
     dropped
 }
@@ -181,11 +182,6 @@ pub fn sort_locks(locks: &mut [Lock]) {
         ))
     });
 }
-
-/// `dropped` reason (computed here, not by BPF): lock calls whose caller was
-/// lost where the lock functions call each other, so up to that many
-/// acquisitions may be nested calls counted again.
-pub const NESTED_CALLS_UNKNOWN: &str = "nested_calls_unknown";
 
 /// True when the lock functions call each other (musl): nested calls were
 /// seen, or the lock functions come from musl.

@@ -98,12 +98,7 @@ fn add_details(into: &mut Lock, row: Lock) {
         (a, b) => a.or(b),
     };
     if into.region != row.region {
-        let mut regions: Vec<&str> = into.region.split(", ").collect();
-        if !regions.contains(&row.region.as_str()) {
-            regions.push(&row.region);
-            regions.sort_unstable();
-            into.region = regions.join(", ");
-        }
+        into.region = into.region.merged(&row.region);
     }
     if into.module != row.module {
         into.module = None;
@@ -265,7 +260,7 @@ mod tests {
         lock.contended = contended;
         lock.wakes = contended;
         lock.wait_ns = contended * 1000;
-        lock.region = "heap (thread arena)".into();
+        lock.region = crate::model::Region::ThreadArena;
         lock.created = Some(Creation {
             by: CreatedBy::Init,
             site: vec![frame("conn_create")],
@@ -286,7 +281,7 @@ mod tests {
         b.wait_histogram = vec![(2048, 1), (8192, 1)];
         b.callers = vec![caller("take", 30)];
         b.failed_tries = Some(4);
-        b.region = "[heap]".into();
+        b.region = crate::model::Region::Heap;
         let c = row(0x3000, 9, 0, 0);
         let merged = merge(vec![a, b, c]).unwrap();
         assert_eq!(merged.address, 0x1000);
@@ -305,7 +300,7 @@ mod tests {
             merged.callers,
             vec![caller("take", 80), caller("other", 10)]
         );
-        assert_eq!(merged.region, "[heap], heap (thread arena)");
+        assert_eq!(merged.region.to_string(), "[heap], heap (thread arena)");
         assert_eq!(merged.created.as_ref().unwrap().inits, 30);
         let group = merged.group.unwrap();
         // 20 + 10 objects created at two addresses, one first used at the third.

@@ -19,7 +19,7 @@ pub struct InProgress {
     #[serde(default)]
     pub name: Option<String>,
     #[serde(default)]
-    pub region: String,
+    pub region: super::Region,
     /// Waits only: whether it is lock contention or waiting for work.
     #[serde(default)]
     pub wait_class: Option<WaitClass>,

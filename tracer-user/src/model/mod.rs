@@ -8,27 +8,37 @@ mod collected;
 mod coverage;
 mod cpu;
 mod destination;
+mod drop_reason;
 mod estimate;
 mod holds;
 mod in_progress;
 mod kinds;
 mod lifetimes;
 mod overhead;
+mod placement_refusal;
+mod pointer_chains;
+mod region;
 mod report;
 mod requests;
 mod sampled_run;
 mod schema;
+pub(crate) mod word;
+pub use word::Worded;
 
 pub use collected::{Blocked, Collected, InFlight, UnwoundStack};
 pub use coverage::{Coverage, ExecLoss, ExecSeen, MainThreadExit};
 pub use cpu::{CpuReport, cpu_error_ns, sample_period_ns};
 pub use destination::{Destination, write_output};
+pub use drop_reason::DropReason;
 pub use estimate::{Estimate, ScaleBasis, WindowLinkKind};
 pub use holds::{HoldSite, Holds, WaitHolder, add_histogram, merge_histogram, quantile};
 pub use in_progress::{Activity, Deadlock, DeadlockStep, InProgress, ThreadRef};
 pub use kinds::{LockKind, Mode, Placement, RequestSource, ServerKind, StopReason, WaitClass};
 pub use lifetimes::{EndedLifetime, Lifetimes};
 pub use overhead::{Calibration, Overhead};
+pub use placement_refusal::{At, Elsewhere, PlacementRefusal};
+pub use pointer_chains::{ChainSearch, PointerChains};
+pub use region::Region;
 pub use report::{
     AddressFigures, AlternativeName, Caller, ClassTotals, CreatedBy, Creation, DeclaredContention,
     DeclaredType, Frame, LiveNaming, Lock, LockChain, LockStack, MAX_REPORT_BYTES, Naming,

@@ -42,7 +42,7 @@ pub struct Report {
     #[serde(default)]
     pub naming: Option<Naming>,
     /// Events that could not be counted, by reason (zero counts omitted).
-    pub dropped: BTreeMap<String, u64>,
+    pub dropped: BTreeMap<super::DropReason, u64>,
     pub totals: Totals,
     /// Request count and source, when requests were counted (`--load`, `--request-probe`, `--requests`).
     #[serde(default)]
@@ -78,7 +78,7 @@ pub struct Report {
 pub struct PlacementFallback {
     pub function: String,
     pub module: String,
-    pub reason: String,
+    pub reason: super::PlacementRefusal,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, JsonSchema)]
@@ -126,7 +126,7 @@ pub struct Lock {
     /// Memory holding the lock: a module section (`.data`, `.bss`), `[heap]`,
     /// `[stack]`, `thread stack`, `anonymous`, …
     #[serde(default)]
-    pub region: String,
+    pub region: super::Region,
     /// Module (path as the target sees it) whose data holds the lock.
     #[serde(default)]
     pub module: Option<String>,
@@ -224,7 +224,7 @@ pub struct AddressFigures {
     pub cpu_ns: Option<u64>,
     /// Init calls seen at this address.
     pub inits: u64,
-    pub region: String,
+    pub region: super::Region,
 }
 
 /// A lock's type in its module's DWARF.
@@ -292,7 +292,7 @@ impl Lock {
             max_wait_ns: 0,
             per_request: None,
             name: None,
-            region: String::new(),
+            region: super::Region::Unset,
             module: None,
             callers: Vec::new(),
             acquisitions_error: None,
@@ -472,7 +472,7 @@ pub struct Naming {
     /// `module <- debug file` for modules with separate debug symbols.
     pub debug_files: Vec<String>,
     /// What the heap pointer-chain search found, or why it did not run.
-    pub pointer_chains: String,
+    pub pointer_chains: super::PointerChains,
     /// Modules with only exported symbols (stripped, no debug file found)
     /// that left locks or callers of this report unnamed.
     #[serde(default)]

@@ -144,6 +144,7 @@ mod tests {
             ("LockKind", round_trips::<LockKind>),
             ("Mode", round_trips::<Mode>),
             ("Placement", round_trips::<Placement>),
+            ("Region", round_trips::<crate::model::Region>),
             ("RequestSource", round_trips::<RequestSource>),
             ("ScaleBasis", round_trips::<ScaleBasis>),
             ("ServerKind", round_trips::<ServerKind>),
@@ -171,7 +172,11 @@ mod tests {
                         },
                     )
                     .collect(),
-                _ => continue,
+                // An open-ended kind: its known words, then any string.
+                _ => match def.pointer("/anyOf/0/enum") {
+                    Some(Value::Array(words)) => words.clone(),
+                    _ => continue,
+                },
             };
             enums.push(name);
             let (_, check) = checks
@@ -185,6 +190,45 @@ mod tests {
         }
         let listed: Vec<&str> = checks.iter().map(|(name, _)| *name).collect();
         assert_eq!(enums, listed);
+    }
+
+    /// The words that are enums in the code (regions, drop reasons,
+    /// placement refusals, the pointer-chain line) read back as written:
+    /// this version's words, older ones and words it does not know.
+    #[test]
+    fn worded_kinds_are_written_back_as_read() {
+        let mut report = serde_json::to_value(full_report()).unwrap();
+        let regions = [
+            ".data",
+            "[heap]",
+            "heap (thread arena)",
+            "[heap], heap (thread arena)",
+            "file /dev/shm/x",
+            "[anon:glibc]",
+            "",
+            "heap",
+        ];
+        let lock = report["locks"][0].clone();
+        report["locks"] = regions
+            .iter()
+            .map(|region| {
+                let mut lock = lock.clone();
+                lock["region"] = (*region).into();
+                lock
+            })
+            .collect();
+        report["in_progress"][0]["region"] = "Go heap".into();
+        report["dropped"] =
+            serde_json::json!({"a_newer_reason": 1, "nested_calls_unknown": 2, "stacks_lost": 3});
+        report["placement_fallbacks"][0]["reason"] =
+            "mov at +0x0 writes rdi (the lock argument)".into();
+        report["naming"]["pointer_chains"] = "1 named".into();
+        let read: Report = serde_json::from_value(report.clone()).unwrap();
+        assert_eq!(serde_json::to_value(&read).unwrap(), report);
+        assert_eq!(
+            serde_json::to_string(&read.dropped).unwrap(),
+            r#"{"a_newer_reason":1,"nested_calls_unknown":2,"stacks_lost":3}"#
+        );
     }
 
     /// The validator is no rubber stamp: each kind of damage to a valid
@@ -318,7 +362,7 @@ mod tests {
             elapsed_ms: 12.5,
             modules: 3,
             debug_files: vec!["/usr/lib/libphp.so <- /usr/lib/debug/libphp.debug".into()],
-            pointer_chains: "1 of 1 heap locks named".into(),
+            pointer_chains: crate::model::PointerChains::NamedBeforeExit { named: 1, of: 1 },
             stripped: vec!["/usr/lib/libc.so.6".into()],
             debug_info: vec!["/usr/lib/libphp.so <- libphp.debug (10 variables, 2 ms)".into()],
             live: Some(LiveNaming {
@@ -334,7 +378,9 @@ mod tests {
                 detail: ".debug_info".into(),
             }],
         });
-        report.dropped.insert("map_full".into(), 2);
+        report
+            .dropped
+            .insert(crate::model::DropReason::LocksMapFull, 2);
         report.totals.acquisitions = Some(400);
         report.totals.contended = 20;
         report.totals.hold_ns = Some(80_000);
@@ -370,7 +416,7 @@ mod tests {
         lock.max_wait_ns = 900_000;
         lock.per_request = Some(per_request());
         lock.name = Some("g_stats->lock".into());
-        lock.region = "heap".into();
+        lock.region = crate::model::Region::MmapHeap;
         lock.module = Some("/usr/lib/libphp.so".into());
         lock.callers = vec![Caller {
             function: Some("update".into()),
@@ -436,7 +482,7 @@ mod tests {
                 max_wait_ns: 900_000,
                 cpu_ns: None,
                 inits: 1,
-                region: "heap".into(),
+                region: crate::model::Region::MmapHeap,
             }],
         });
         lock
@@ -465,7 +511,7 @@ mod tests {
         report.placement_fallbacks = vec![PlacementFallback {
             function: "pthread_mutex_lock".into(),
             module: "/usr/lib/libc.so.6".into(),
-            reason: "no emulated instruction".into(),
+            reason: crate::model::PlacementRefusal::TooLong { limit: 64 },
         }];
         report.estimate = Some(Estimate {
             estimated: vec!["acquisitions".into(), "calls".into()],
@@ -526,7 +572,7 @@ mod tests {
             activity: Activity::Wait,
             lock: address,
             name: Some("g_stats->lock".into()),
-            region: "heap".into(),
+            region: crate::model::Region::MmapHeap,
             wait_class: Some(WaitClass::Lock),
             tid: 4244,
             thread: Some("worker".into()),

@@ -107,16 +107,16 @@ impl ModuleSymbols {
     /// The region of a link address from the program headers alone: the
     /// zero-filled tail of a segment is `.bss`, its file bytes `module`;
     /// None past every segment.
-    pub fn segment_region(&self, link_address: u64) -> Option<&'static str> {
+    pub fn segment_region(&self, link_address: u64) -> Option<crate::model::Region> {
         let segment = self.segments.iter().find(|segment| {
             (segment.address..segment.address.saturating_add(segment.memory_size))
                 .contains(&link_address)
         })?;
         Some(
             if link_address >= segment.address.saturating_add(segment.file_size) {
-                ".bss"
+                crate::model::Region::Section(".bss".into())
             } else {
-                "module"
+                crate::model::Region::Module
             },
         )
     }

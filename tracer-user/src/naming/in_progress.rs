@@ -15,12 +15,12 @@ pub fn name(
     if report.in_progress.is_empty() {
         return;
     }
-    let rows: BTreeMap<u64, (Option<String>, String)> = report
+    let rows: BTreeMap<u64, (Option<String>, crate::model::Region)> = report
         .locks
         .iter()
         .map(|lock| (lock.address, (lock.name.clone(), lock.region.clone())))
         .collect();
-    let mut known: BTreeMap<u64, (Option<String>, String)> = BTreeMap::new();
+    let mut known: BTreeMap<u64, (Option<String>, crate::model::Region)> = BTreeMap::new();
     let mut name_of = |address: u64| {
         known
             .entry(address)

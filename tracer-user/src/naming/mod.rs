@@ -40,8 +40,8 @@ use crate::{
         group::{CallSites, sorted_callers},
     },
     model::{
-        Collected, Frame, LockKind, LockStack, Naming, Report, SkipReason, SkippedFile,
-        StackOrigin, StackSource, UnwoundStack,
+        ChainSearch, Collected, Frame, LockKind, LockStack, Naming, PointerChains, Report,
+        SkipReason, SkippedFile, StackOrigin, StackSource, UnwoundStack,
     },
     probe::{
         lockfuncs::LockFunction,
@@ -461,7 +461,7 @@ fn heap_locks_to_chain(report: &Report) -> Vec<u64> {
         .locks
         .iter()
         .filter(|lock| lock.lifetime.is_none())
-        .filter(|lock| lock.name.is_none() && region::is_heap_region(&lock.region))
+        .filter(|lock| lock.name.is_none() && lock.region.is_heap())
         .take(CHAIN_SEARCH_LOCKS)
         .map(|lock| lock.address)
         .collect()
@@ -474,26 +474,24 @@ fn heap_chains(
     snapshot: &Snapshot,
     heap_locks: &[u64],
     alive: bool,
-) -> (BTreeMap<u64, Vec<chain::RawChain>>, String) {
+) -> (BTreeMap<u64, Vec<chain::RawChain>>, PointerChains) {
     let ongoing = &snapshot.ongoing;
     if heap_locks.is_empty() {
-        return (BTreeMap::new(), "no heap locks to name".to_string());
+        return (BTreeMap::new(), PointerChains::NoHeapLocks);
     }
     if !alive {
         let named_during_recording = heap_locks
             .iter()
             .filter(|lock| ongoing.found.contains_key(lock))
             .count();
+        let of = heap_locks.len();
         let message = if named_during_recording > 0 {
-            format!(
-                "{named_during_recording} of {} heap locks named by pointer chains found during the recording (the target exited before naming)",
-                heap_locks.len()
-            )
+            PointerChains::NamedBeforeExit {
+                named: named_during_recording,
+                of,
+            }
         } else {
-            format!(
-                "{} heap locks not named: the target exited before naming and no chain was found during the recording (pointer chains are read from its live memory)",
-                heap_locks.len()
-            )
+            PointerChains::TargetExited { of }
         };
         return (ongoing.found.clone(), message);
     }
@@ -507,20 +505,16 @@ fn heap_chains(
     // Routes read now are the current ones; those from the recording fill in.
     found.extend(outcome.chains);
     let named = heap_locks.iter().filter(|l| found.contains_key(l)).count();
-    let message = format!(
-        "{named} of {} heap locks named by a pointer chain from a global ({named_now} by the search now: {} pointers followed in {} ms{}; at most {} hops, fields up to {:#x}; {} only by the searches during the recording)",
-        heap_locks.len(),
-        outcome.pointers_followed,
-        outcome.elapsed.as_millis(),
-        if outcome.complete {
-            ""
-        } else {
-            ", budget ran out"
-        },
-        chain::MAX_HOPS,
-        chain::MAX_FIELD_OFFSET,
-        named.saturating_sub(named_now),
-    );
+    let message = PointerChains::Searched(ChainSearch {
+        named,
+        of: heap_locks.len(),
+        named_now,
+        pointers_followed: outcome.pointers_followed,
+        elapsed_ms: u64::try_from(outcome.elapsed.as_millis()).unwrap_or(u64::MAX),
+        complete: outcome.complete,
+        max_hops: chain::MAX_HOPS,
+        max_field_offset: chain::MAX_FIELD_OFFSET,
+    });
     (found, message)
 }
 

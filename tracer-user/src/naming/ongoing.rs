@@ -14,7 +14,7 @@ use aya::Ebpf;
 
 use super::{
     chain::{self, RawChain},
-    region::{self, AddressSpace},
+    region::AddressSpace,
 };
 use crate::{
     model::LiveNaming,
@@ -238,5 +238,5 @@ fn is_heap_lock(space: &AddressSpace, address: u64) -> bool {
     space
         .module_of(address)
         .is_none_or(|module| module.spare_start() <= address)
-        && region::is_heap_region(&space.region_of(address))
+        && space.region_of(address).is_heap()
 }

@@ -4,7 +4,10 @@
 use std::{collections::BTreeMap, path::Path, sync::Arc};
 
 use super::elf::{ModuleSymbols, Segment};
-use crate::probe::{modules::ModuleFile, target::Mapping};
+use crate::{
+    model::{Region, Worded},
+    probe::{modules::ModuleFile, target::Mapping},
+};
 
 /// One ELF module mapped in the target.
 #[derive(Debug)]
@@ -40,15 +43,6 @@ pub fn thread_stack_pointers(pid: u32) -> Vec<u64> {
         .collect()
 }
 
-/// Region of heap memory inside a module's mapping (see `region_of`).
-pub const SPARE_HEAP: &str = "heap (module page tail)";
-/// glibc's per-thread malloc arenas.
-pub const THREAD_ARENA: &str = "heap (thread arena)";
-/// Other writable anonymous memory: mmap'ed C heaps (musl's malloc, large
-/// glibc allocations) and whatever else a program maps.
-pub const MMAP_HEAP: &str = "heap (mmap)";
-/// The Go runtime's heap arenas, goroutine stacks and `m` structures included.
-pub const GO_HEAP: &str = "Go heap";
 /// Where the Go runtime puts its heap on x86-64 up to Go 1.25 (its first
 /// arena hint, 0x00c0 << 32, and the rest of that terabyte it grows into).
 /// Go 1.26 and later start it at a random address (FrankenPHP's Go 1.27 at
@@ -60,15 +54,6 @@ const GO_CHUNK: u64 = 4 << 20;
 /// Largest no-access mapping taken for a thread stack's guard (glibc and
 /// musl use a page or two); the Go runtime's huge reservations are not guards.
 const MAX_GUARD: u64 = 64 << 10;
-
-/// Regions whose locks only a pointer chain from a global can name: the
-/// memory malloc hands out. One list for the searches during the recording
-/// and the one at the end (musl's heap is `heap (mmap)`: a list without it
-/// left a static musl program's heap locks unsearched until the end).
-pub fn is_heap_region(region: &str) -> bool {
-    matches!(region, "[heap]" | "anonymous")
-        || [SPARE_HEAP, MMAP_HEAP, THREAD_ARENA].contains(&region)
-}
 
 impl LoadedModule {
     /// End of the module's last allocated section: what follows up to `end`
@@ -233,21 +218,20 @@ impl AddressSpace {
     /// Which kind of memory holds `address`: a module section (`.data`,
     /// `.bss`, …), `[heap]`, `[stack]`, `thread stack`, `anonymous`, a mapped
     /// file, or `unknown` (not mapped when the maps were read).
-    pub fn region_of(&self, address: u64) -> String {
+    pub fn region_of(&self, address: u64) -> Region {
         if let Some(module) = self.module_of(address) {
             let link_address = module.link_address(address);
             return match module.symbols.section_at(link_address) {
-                Some(section) => section.name.clone(),
+                Some(section) => Region::Section(section.name.clone()),
                 // No section headers (sstrip): the program headers say.
                 None if module.symbols.sections.is_empty() => module
                     .symbols
                     .segment_region(link_address)
-                    .unwrap_or(SPARE_HEAP)
-                    .into(),
+                    .unwrap_or(Region::SpareHeap),
                 // musl's dynamic linker gives the unused tail of a module's
                 // last data page to malloc.
-                None if module.spare_start() <= address => SPARE_HEAP.into(),
-                None => "module".into(),
+                None if module.spare_start() <= address => Region::SpareHeap,
+                None => Region::Module,
             };
         }
         let Some(index) = self
@@ -255,36 +239,36 @@ impl AddressSpace {
             .iter()
             .position(|mapping| mapping.contains(address))
         else {
-            return "unknown".into(); // not mapped when the maps were read
+            return Region::Unmapped; // not mapped when the maps were read
         };
         let mapping = &self.maps[index];
         if mapping.path.starts_with('[') {
-            return mapping.path.clone();
+            return Region::from_word(&mapping.path);
         }
         if mapping.is_file() {
-            return format!("file {}", mapping.path);
+            return Region::File(mapping.path.clone());
         }
         // Before the stack checks: goroutine stacks are in the Go heap, and
         // threads in a syscall have their stack pointer there.
         if (self.is_go && GO_ARENA.contains(&address)) || address < self.go_heap_end(index) {
-            return GO_HEAP.into();
+            return Region::GoHeap;
         }
         let in_stack_part = address < self.thread_stack_end(index);
         if self.thread_stacks.contains_key(&mapping.start) && in_stack_part {
-            return "thread stack".into();
+            return Region::ThreadStack;
         }
         if self.is_thread_arena(index) {
-            return THREAD_ARENA.into();
+            return Region::ThreadArena;
         }
         // glibc and musl put a no-access guard page right below each thread
         // stack.
         if self.above_guard(index) && in_stack_part {
-            return "thread stack".into();
+            return Region::ThreadStack;
         }
         if mapping.perms.starts_with("rw") {
-            return MMAP_HEAP.into();
+            return Region::MmapHeap;
         }
-        "anonymous".into()
+        Region::Anonymous
     }
 }
 
@@ -466,6 +450,11 @@ pub(super) fn bias_of(mapping: &Mapping, segments: &[Segment]) -> Option<u64> {
 mod tests {
     use super::*;
 
+    const SPARE_HEAP: Region = Region::SpareHeap;
+    const THREAD_ARENA: Region = Region::ThreadArena;
+    const MMAP_HEAP: Region = Region::MmapHeap;
+    const GO_HEAP: Region = Region::GoHeap;
+
     /// A module whose read-only segment ends inside the page where its code
     /// segment starts (as rustc's executables have it), loaded twice
     /// (dlmopen): each copy's bias comes from the segment its mapping
@@ -567,8 +556,8 @@ mod tests {
         assert_eq!(space.region_of(0x7ff3_b000_1000), THREAD_ARENA);
         // An arena right above the previous arena's reservation is still one.
         assert_eq!(space.region_of(0x7ff3_b400_1000), THREAD_ARENA);
-        assert_eq!(space.region_of(0x7ff3_d57f_0000), "thread stack");
-        assert_eq!(space.region_of(0x7ffd_1419_5000), "[stack]");
+        assert_eq!(space.region_of(0x7ff3_d57f_0000), Region::ThreadStack);
+        assert_eq!(space.region_of(0x7ffd_1419_5000), Region::Stack);
         // Chains are not searched through the Go heap.
         let heap = space.heap_ranges();
         assert!(
@@ -586,18 +575,24 @@ mod tests {
 
     #[test]
     fn heap_regions_are_what_malloc_hands_out() {
-        for region in ["[heap]", "anonymous", SPARE_HEAP, MMAP_HEAP, THREAD_ARENA] {
-            assert!(is_heap_region(region), "{region}");
+        for region in [
+            Region::Heap,
+            Region::Anonymous,
+            SPARE_HEAP,
+            MMAP_HEAP,
+            THREAD_ARENA,
+        ] {
+            assert!(region.is_heap(), "{region}");
         }
         for region in [
-            ".bss",
-            ".data",
+            Region::Section(".bss".into()),
+            Region::Section(".data".into()),
             GO_HEAP,
-            "thread stack",
-            "[stack]",
-            "unknown",
+            Region::ThreadStack,
+            Region::Stack,
+            Region::Unmapped,
         ] {
-            assert!(!is_heap_region(region), "{region}");
+            assert!(!region.is_heap(), "{region}");
         }
     }
 
@@ -616,12 +611,12 @@ mod tests {
     /// Each address's region, and chains searched through it just where
     /// the region is heap (the searches at the end go by the region, those
     /// through memory by `heap_ranges`).
-    fn assert_regions(space: &AddressSpace, expected: &[(u64, &str)]) {
+    fn assert_regions(space: &AddressSpace, expected: &[(u64, Region)]) {
         let heap = space.heap_ranges();
-        for &(address, region) in expected {
-            assert_eq!(space.region_of(address), region, "{address:#x}");
-            let searched = heap.iter().any(|&(s, e)| (s..e).contains(&address));
-            assert_eq!(searched, is_heap_region(region), "{address:#x} searched");
+        for (address, region) in expected {
+            assert_eq!(&space.region_of(*address), region, "{address:#x}");
+            let searched = heap.iter().any(|&(s, e)| (s..e).contains(address));
+            assert_eq!(searched, region.is_heap(), "{address:#x} searched");
         }
     }
 
@@ -657,7 +652,7 @@ c000400000-c004000000 ---p 0 00:00 0
                 (lock, MMAP_HEAP),
                 (0x7f29_ea62_2000, GO_HEAP),
                 (0xc0_0030_0000, GO_HEAP),
-                (0x7f29_c327_0000, "thread stack"),
+                (0x7f29_c327_0000, Region::ThreadStack),
             ],
         );
     }
@@ -687,7 +682,7 @@ c000400000-c004000000 ---p 0 00:00 0
         let lock = 0x7ffb_9da4_6830;
         assert_regions(
             &space,
-            &[(lock, MMAP_HEAP), (0x7ffb_9da4_5000, "thread stack")],
+            &[(lock, MMAP_HEAP), (0x7ffb_9da4_5000, Region::ThreadStack)],
         );
     }
 

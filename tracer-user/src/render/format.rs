@@ -77,7 +77,7 @@ pub fn label(lock: &Lock) -> String {
     let address = lock.shown_address();
     let label = match &lock.name {
         Some(name) => name.clone(),
-        None if lock.region.is_empty() => format!("{address:#x}"),
+        None if matches!(lock.region, crate::model::Region::Unset) => format!("{address:#x}"),
         None => format!("{} {address:#x}", lock.region),
     };
     label + lifetime_note(lock)

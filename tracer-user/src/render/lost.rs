@@ -3,75 +3,76 @@
 //! plus what an exec of the target or its forked children left uncounted.
 use std::fmt::Write;
 
-use crate::model::{ExecLoss, MainThreadExit, Report};
+use crate::model::{DropReason, ExecLoss, MainThreadExit, Report};
 
 /// What one drop reason leaves out, by the schema's reason word.
 /// `nesting_unknown`: lost callers may hide nested calls (musl), so the
 /// acquisitions are not exact then.
-fn missing(reason: &str, n: u64, nesting_unknown: bool) -> String {
+fn missing(reason: &DropReason, n: u64, nesting_unknown: bool) -> String {
+    use DropReason as R;
     match reason {
-        "locks_map_full" => {
+        R::LocksMapFull => {
             format!("{n} lock calls on locks beyond the map's capacity (missing from acquisitions)")
         }
-        "futex_map_full" => format!(
+        R::FutexMapFull => format!(
             "{n} futex waits or wakes on words beyond the map's capacity (missing from contended, wakes and wait times)"
         ),
-        "waits_untracked" => {
+        R::WaitsUntracked => {
             format!("{n} futex waits not tracked (missing from contended and wait times)")
         }
-        "callers_map_full" | "caller_unreadable" if nesting_unknown => format!(
+        R::CallersMapFull | R::CallerUnreadable if nesting_unknown => format!(
             "{n} callers ({reason}; callers incomplete, and acquisitions may include nested lock-function calls)"
         ),
-        "callers_map_full" | "caller_unreadable" => {
+        R::CallersMapFull | R::CallerUnreadable => {
             format!("{n} callers ({reason}; counts exact, callers incomplete)")
         }
-        "nested_calls_unknown" => format!(
+        R::NestedCallsUnknown => format!(
             "up to {n} acquisitions may be counted twice: their callers were lost, and these lock functions call each other (musl), so nested calls could not be told apart"
         ),
-        "stacks_lost" => format!("{n} stacks (counts exact, stacks incomplete)"),
-        "snapshots_lost" => format!(
+        R::StacksLost => format!("{n} stacks (counts exact, stacks incomplete)"),
+        R::SnapshotsLost => format!(
             "{n} stack snapshots (ring buffer full; counts exact, their calls count under the stack of an earlier snapshot)"
         ),
-        "stack_counts_full" => {
+        R::StackCountsFull => {
             format!("{n} stacks (stack count map full; counts exact, stacks incomplete)")
         }
-        "condvar_map_full" => format!(
+        R::CondvarMapFull => format!(
             "{n} condvar waits on condvars beyond the map's capacity (missing from the condvar rows)"
         ),
-        "go_futex_map_full" => format!(
+        R::GoFutexMapFull => format!(
             "{n} Go runtime futex waits or wakes beyond the map's capacity (missing from the go_runtime rows)"
         ),
-        "holds_untracked" => {
+        R::HoldsUntracked => {
             format!("{n} holds not tracked (HELD map full; missing from hold times)")
         }
-        "holds_map_full" => format!(
+        R::HoldsMapFull => format!(
             "{n} completed holds on locks beyond the hold map's capacity (missing from hold times)"
         ),
-        "holders_map_full" => format!(
+        R::HoldersMapFull => format!(
             "{n} completed holds whose call site did not fit (missing from hold time per function)"
         ),
-        "paused_for_expiry" => format!(
+        R::PausedForExpiry => format!(
             "{n} events while counting paused to delete expired locks (missing from every count)"
         ),
-        "probe_point_unknown" => format!(
+        R::ProbePointUnknown => format!(
             "{n} lock calls at probe points this kernel (no attach cookies, before Linux 5.15) could not identify (missing from acquisitions)"
         ),
-        "lifetimes_merged" => format!(
+        R::LifetimesMerged => format!(
             "{n} unmaps or execs past the log's capacity (counts exact; a lock unloaded after them may share a row with the lock later at its address)"
         ),
-        "cpu_locks_full" => format!(
+        R::CpuLocksFull => format!(
             "{n} CPU samples of lock code on locks beyond the sampler's map (in the lock-code total, in no lock's CPU)"
         ),
-        "wait_holders_full" => format!(
+        R::WaitHoldersFull => format!(
             "{n} contended waits whose holder did not fit (counts exact, holders incomplete)"
         ),
-        "cond_waits_untracked" => {
+        R::CondWaitsUntracked => {
             format!("{n} condvar waits not tracked (their futex waits count as plain futex waits)")
         }
-        "failed_tries_untracked" => format!(
+        R::FailedTriesUntracked => format!(
             "{n} trylock or timed lock calls not tracked (missing from failed tries, and from acquisitions when the call was not tracked at entry)"
         ),
-        other => format!("{other}={n}"),
+        R::Other(other) => format!("{other}={n}"),
     }
 }
 
@@ -93,9 +94,7 @@ pub fn render(report: &Report) -> String {
     if report.dropped.is_empty() && exec.is_none() && main_thread_exit.is_none() {
         out.push_str("lost: nothing\n");
     }
-    let nesting_unknown = report
-        .dropped
-        .contains_key(crate::analysis::build::NESTED_CALLS_UNKNOWN);
+    let nesting_unknown = report.dropped.contains_key(&DropReason::NestedCallsUnknown);
     for (reason, &n) in &report.dropped {
         let _ = writeln!(out, "lost: {}", missing(reason, n, nesting_unknown));
     }
@@ -176,10 +175,8 @@ mod tests {
     /// out (the bare `reason=N` fallback is for reports from newer versions).
     #[test]
     fn every_drop_reason_has_its_words() {
-        let mut reasons: Vec<&str> = tracer_common::drop_reason::NAMES.to_vec();
-        reasons.push("nested_calls_unknown");
-        for reason in reasons {
-            let words = missing(reason, 7, false);
+        for reason in DropReason::known() {
+            let words = missing(&reason, 7, false);
             assert_ne!(words, format!("{reason}=7"), "no words for {reason}");
             assert!(words.starts_with("7 ") || words.contains(" 7 "), "{words}");
         }
@@ -190,15 +187,13 @@ mod tests {
     #[test]
     fn lost_callers_on_nesting_lock_functions_are_not_exact() {
         let mut report = report();
-        report.dropped.insert("callers_map_full".into(), 5);
+        report.dropped.insert(DropReason::CallersMapFull, 5);
         let exact = table::render(&report, None, crate::render::fit::Width::Unlimited);
         assert!(
             exact.contains("lost: 5 callers (callers_map_full; counts exact"),
             "{exact}"
         );
-        report
-            .dropped
-            .insert(crate::analysis::build::NESTED_CALLS_UNKNOWN.into(), 5);
+        report.dropped.insert(DropReason::NestedCallsUnknown, 5);
         let text = table::render(&report, None, crate::render::fit::Width::Unlimited);
         assert!(!text.contains("counts exact"), "{text}");
         assert!(
@@ -210,8 +205,8 @@ mod tests {
     #[test]
     fn lost_stacks_leave_the_counts_exact() {
         let mut report = report();
-        report.dropped.insert("stacks_lost".into(), 7);
-        report.dropped.insert("locks_map_full".into(), 3);
+        report.dropped.insert(DropReason::StacksLost, 7);
+        report.dropped.insert(DropReason::LocksMapFull, 3);
         let text = table::render(&report, None, crate::render::fit::Width::Unlimited);
         assert!(!text.contains("missing from the counts"), "{text}");
         assert!(

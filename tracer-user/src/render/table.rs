@@ -121,7 +121,7 @@ fn lock_columns(report: &Report) -> Vec<LockColumn> {
         (
             Column::name("name"),
             Box::new(|lock| {
-                let name = lock.name.clone().unwrap_or_else(|| lock.region.clone());
+                let name = lock.name.clone().unwrap_or_else(|| lock.region.to_string());
                 name + super::format::lifetime_note(lock)
             }),
         ),

@@ -94,7 +94,10 @@ fn waits_table(rows: &[&Lock], per_request: bool, width: Width) -> Fitted {
                 let [_, waits, wait] = requests::cells(lock.per_request.as_ref());
                 row.extend([waits, wait]);
             }
-            row.extend([lock.region.clone(), format!("{:#x}", lock.shown_address())]);
+            row.extend([
+                lock.region.to_string(),
+                format!("{:#x}", lock.shown_address()),
+            ]);
             row
         })
         .collect();

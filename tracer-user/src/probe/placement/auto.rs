@@ -30,6 +30,7 @@ use iced_x86::{
 };
 
 use super::ProbePoint;
+use crate::model::{At, Elsewhere, PlacementRefusal};
 
 /// Instructions a uprobe can sit on without a single step.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -159,9 +160,9 @@ pub fn analyse(
     file_offset: u64,
     cheap: &[CheapClass],
     module: Option<&BranchTargets>,
-) -> Result<Vec<ProbePoint>, String> {
+) -> Result<Vec<ProbePoint>, PlacementRefusal> {
     if code.is_empty() {
-        return Err("the symbol has no size, so its code is unknown".into());
+        return Err(PlacementRefusal::NoCode);
     }
     let mut walk = Walk {
         code,
@@ -175,10 +176,10 @@ pub fn analyse(
     };
     walk.visit(file_offset, 0, 0)?;
     if walk.points.len() > MAX_POINTS {
-        return Err(format!(
-            "{} probe points needed (limit {MAX_POINTS})",
-            walk.points.len()
-        ));
+        return Err(PlacementRefusal::TooManyPoints {
+            needed: walk.points.len(),
+            limit: MAX_POINTS,
+        });
     }
 
     // Branches into the region from outside the analysed paths.
@@ -196,15 +197,14 @@ pub fn analyse(
         let from_module =
             module.map_or(0, |m| m.count(offset).saturating_sub(inside.count(offset)));
         if from_function + from_module > 0 {
-            return Err(format!(
-                "+{:#x} (between the entry and a probe point) is also a branch target from elsewhere{}",
-                offset - file_offset,
-                if from_function > 0 {
-                    " in the function"
+            return Err(PlacementRefusal::BranchTarget {
+                offset: offset - file_offset,
+                from: if from_function > 0 {
+                    Elsewhere::Function
                 } else {
-                    " in the module"
-                }
-            ));
+                    Elsewhere::Module
+                },
+            });
         }
     }
     debug_assert!(walk.depth_at.keys().all(|&o| o < function_end));
@@ -235,29 +235,23 @@ struct Walk<'a> {
 }
 
 impl Walk<'_> {
-    fn visit(&mut self, offset: u64, pushes: u32, length: usize) -> Result<(), String> {
+    fn visit(&mut self, offset: u64, pushes: u32, length: usize) -> Result<(), PlacementRefusal> {
         let relative = offset.wrapping_sub(self.start);
         if offset < self.start || relative >= self.code.len() as u64 {
-            return Err(format!(
-                "a path leaves the function (to +{relative:#x}) before a cheap instruction"
-            ));
+            return Err(PlacementRefusal::LeavesFunction { offset: relative });
         }
         if self.on_path.contains(&offset) {
-            return Err(format!(
-                "a loop back to +{relative:#x} before a cheap instruction"
-            ));
+            return Err(PlacementRefusal::Loop { offset: relative });
         }
         if length >= MAX_PATH_INSTRUCTIONS {
-            return Err(format!(
-                "no cheap instruction within {MAX_PATH_INSTRUCTIONS} instructions"
-            ));
+            return Err(PlacementRefusal::TooLong {
+                limit: MAX_PATH_INSTRUCTIONS,
+            });
         }
         match self.depth_at.get(&offset) {
             Some(&seen) if seen == pushes => return Ok(()), // a join already analysed
             Some(_) => {
-                return Err(format!(
-                    "paths join at +{relative:#x} with different stack depths"
-                ));
+                return Err(PlacementRefusal::DepthMismatch { offset: relative });
             }
             None => {}
         }
@@ -266,14 +260,17 @@ impl Walk<'_> {
         let mut decoder = Decoder::with_ip(64, bytes, offset, DecoderOptions::NONE);
         let instruction = decoder.decode();
         if instruction.is_invalid() {
-            return Err(format!("undecodable bytes at +{relative:#x}"));
+            return Err(PlacementRefusal::Undecodable { offset: relative });
         }
         let raw = &bytes[..instruction.len()];
         if classify(raw).is_some_and(|class| self.cheap.contains(&class)) {
             self.points.insert(offset, pushes);
             return Ok(());
         }
-        let what = format!("{:?} at +{relative:#x}", instruction.mnemonic()).to_lowercase();
+        let what = At {
+            mnemonic: format!("{:?}", instruction.mnemonic()).to_lowercase(),
+            offset: relative,
+        };
         let is_push = instruction.mnemonic() == iced_x86::Mnemonic::Push
             && instruction.op0_kind() == iced_x86::OpKind::Register;
         let flow = instruction.flow_control();
@@ -298,14 +295,12 @@ impl Walk<'_> {
                 *self.internal_edges.entry(target).or_insert(0) += 1;
                 self.visit(target, pushes, length + 1)
             }
-            FlowControl::Return => Err(format!(
-                "a path returns ({what}) before a cheap instruction"
-            )),
-            FlowControl::Call => Err(format!("a path calls ({what}) before a cheap instruction")),
+            FlowControl::Return => Err(PlacementRefusal::Returns(what)),
+            FlowControl::Call => Err(PlacementRefusal::Calls(what)),
             FlowControl::IndirectBranch | FlowControl::IndirectCall => {
-                Err(format!("indirect jump or call ({what})"))
+                Err(PlacementRefusal::IndirectBranch(what))
             }
-            _ => Err(format!("unsupported control flow ({what})")),
+            _ => Err(PlacementRefusal::UnsupportedFlow(what)),
         };
         self.on_path.remove(&offset);
         result
@@ -317,8 +312,8 @@ impl Walk<'_> {
         &mut self,
         instruction: &Instruction,
         is_push: bool,
-        what: &str,
-    ) -> Result<(), String> {
+        what: &At,
+    ) -> Result<(), PlacementRefusal> {
         let info = self.factory.info(instruction);
         let writes = |access: OpAccess| {
             matches!(
@@ -334,15 +329,17 @@ impl Walk<'_> {
                 continue;
             }
             match used.register().full_register() {
-                Register::RDI => return Err(format!("{what} writes rdi (the lock argument)")),
-                Register::RSP if !is_push => return Err(format!("{what} moves the stack pointer")),
+                Register::RDI => return Err(PlacementRefusal::WritesRdi(what.clone())),
+                Register::RSP if !is_push => {
+                    return Err(PlacementRefusal::MovesStackPointer(what.clone()));
+                }
                 _ => {}
             }
         }
         if !is_push {
             for memory in info.used_memory() {
                 if writes(memory.access()) && memory.base().full_register() == Register::RSP {
-                    return Err(format!("{what} stores on the stack"));
+                    return Err(PlacementRefusal::StoresOnStack(what.clone()));
                 }
             }
         }
@@ -356,7 +353,7 @@ mod tests {
 
     const ALL: &[CheapClass] = KERNEL_EMULATED;
 
-    fn points(code: &[u8], cheap: &[CheapClass]) -> Result<Vec<(u64, u32)>, String> {
+    fn points(code: &[u8], cheap: &[CheapClass]) -> Result<Vec<(u64, u32)>, PlacementRefusal> {
         analyse(code, 0x1000, cheap, None).map(|points| {
             points
                 .iter()
@@ -401,31 +398,45 @@ mod tests {
     #[test]
     fn unsafe_prologues_fall_back() {
         let writes_rdi = [0x48, 0x89, 0xc7, 0x53, 0xc3]; // mov rdi,rax; push rbx
-        assert!(points(&writes_rdi, ALL).unwrap_err().contains("writes rdi"));
+        let refusal = |code: &[u8], cheap| points(code, cheap).unwrap_err();
+        assert!(matches!(
+            refusal(&writes_rdi, ALL),
+            PlacementRefusal::WritesRdi(At { offset: 0, .. })
+        ));
         let moves_sp = [0x48, 0x83, 0xec, 0x08, 0x53, 0xc3]; // sub rsp,8; push rbx
-        assert!(
-            points(&moves_sp, ALL)
-                .unwrap_err()
-                .contains("stack pointer")
-        );
+        assert!(matches!(
+            refusal(&moves_sp, ALL),
+            PlacementRefusal::MovesStackPointer(_)
+        ));
         let indirect = [0xff, 0xe0, 0x53, 0xc3]; // jmp rax
-        assert!(points(&indirect, ALL).unwrap_err().contains("indirect"));
+        assert!(matches!(
+            refusal(&indirect, ALL),
+            PlacementRefusal::IndirectBranch(_)
+        ));
         let returns = [0x31, 0xc0, 0xc3]; // xor eax,eax; ret
-        assert!(points(&returns, ALL).unwrap_err().contains("returns"));
+        assert_eq!(
+            refusal(&returns, ALL).to_string(),
+            "a path returns (ret at +0x2) before a cheap instruction"
+        );
         // test edi,edi; je -4 (back to itself's start): loop when jcc is not cheap
         let looping = [0x85, 0xff, 0x74, 0xfc, 0x53, 0xc3];
-        assert!(
-            points(&looping, &[CheapClass::Push])
-                .unwrap_err()
-                .contains("loop")
-        );
+        assert!(matches!(
+            refusal(&looping, &[CheapClass::Push]),
+            PlacementRefusal::Loop { offset: 0 }
+        ));
     }
 
     #[test]
     fn a_point_reachable_from_elsewhere_is_refused() {
         // mov eax,[rdi]; push rbx; ...; jne back to the push (+2)
         let code = [0x8b, 0x07, 0x53, 0x85, 0xc0, 0x75, 0xfb, 0x5b, 0xc3];
-        assert!(points(&code, ALL).unwrap_err().contains("branch target"));
+        assert!(matches!(
+            points(&code, ALL).unwrap_err(),
+            PlacementRefusal::BranchTarget {
+                offset: 2,
+                from: Elsewhere::Function
+            }
+        ));
     }
 
     #[test]

@@ -6,7 +6,7 @@
 //! kernel emulates instead, on every path from the entry.
 use super::lockfuncs::LockFunction;
 pub use crate::model::Placement;
-use crate::model::PlacementFallback;
+use crate::model::{PlacementFallback, PlacementRefusal};
 
 pub mod auto;
 
@@ -29,7 +29,7 @@ pub type Placed = (LockFunction, PlacedFunction);
 #[derive(Debug, Clone)]
 pub struct PlacedFunction {
     pub points: Vec<ProbePoint>,
-    pub fallback_reason: Option<String>,
+    pub fallback_reason: Option<PlacementRefusal>,
 }
 
 /// Places every function; for auto placement each module (from `module_file`,
