@@ -129,6 +129,7 @@ impl ReportBuilder<'_> {
             analysis::per_request::apply(&mut report, requests);
         }
         analysis::estimate::bound(&mut report);
+        analysis::saturation::apply(&mut report);
         report
     }
 }

@@ -14,4 +14,5 @@ pub mod group;
 pub mod holds;
 pub mod in_progress;
 pub mod per_request;
+pub mod saturation;
 pub mod waits;

@@ -21,6 +21,7 @@ mod region;
 mod report;
 mod requests;
 mod sampled_run;
+mod saturation;
 mod schema;
 pub(crate) mod word;
 pub use word::Worded;
@@ -47,4 +48,5 @@ pub use report::{
 };
 pub use requests::{AutoProbe, PerRequest, Requests};
 pub use sampled_run::{CountingWindow, SampledRun};
+pub use saturation::{QueueModel, SATURATION_NOTE_AT, Saturation};
 pub use schema::{report_schema, report_schema_text};

@@ -189,6 +189,10 @@ pub struct Lock {
     /// address (`--group-by address`, locks named otherwise or first used).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub group: Option<SiteGroup>,
+    /// `--hold-times`: the share of the time the lock was held and what a
+    /// queueing model predicts from it; null without hold times.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub saturation: Option<super::Saturation>,
 }
 
 /// The locks one creation-site row stands for.
@@ -309,6 +313,7 @@ impl Lock {
             declared: None,
             lifetime: None,
             group: None,
+            saturation: None,
         }
     }
 

@@ -144,6 +144,7 @@ mod tests {
             ("LockKind", round_trips::<LockKind>),
             ("Mode", round_trips::<Mode>),
             ("Placement", round_trips::<Placement>),
+            ("QueueModel", round_trips::<crate::model::QueueModel>),
             ("Region", round_trips::<crate::model::Region>),
             ("RequestSource", round_trips::<RequestSource>),
             ("ScaleBasis", round_trips::<ScaleBasis>),
@@ -484,6 +485,16 @@ mod tests {
                 inits: 1,
                 region: crate::model::Region::MmapHeap,
             }],
+        });
+        lock.saturation = Some(crate::model::Saturation {
+            utilization: 0.4,
+            holds_per_s: 1000.0,
+            mean_hold_ns: 400_000.0,
+            model: crate::model::QueueModel::MD1,
+            predicted_wait_ns: Some(133_333.3),
+            measured_wait_ns: 0.0,
+            saturating_holds_per_s: 2500.0,
+            saturating_requests_per_s: Some(2500.0),
         });
         lock
     }

@@ -14,6 +14,7 @@ pub mod output;
 pub mod pprof;
 pub mod recorder;
 pub mod requests;
+pub mod saturation;
 pub mod stacks;
 pub mod table;
 pub mod waits;

@@ -7,7 +7,7 @@ use super::{
     fit::{Column, Fitted, Width, fit},
     footer,
     format::duration,
-    holds, in_progress, lost, requests, stacks, waits,
+    holds, in_progress, lost, requests, saturation, stacks, waits,
 };
 use crate::model::{Lock, Mode, Report, StopReason};
 
@@ -76,6 +76,7 @@ pub fn render(report: &Report, limit: Option<usize>, width: Width) -> String {
     if let Some(hold_ns) = totals.hold_ns {
         let _ = writeln!(out, "held: {} in total (--hold-times)", duration(hold_ns));
     }
+    out.push_str(&saturation::render(report));
     if report.mode == Mode::Contention && report.locks.iter().any(|lock| !lock.holders.is_empty()) {
         out.push_str("holders: contention mode has no lock probes; the holder is the owner thread read from glibc's mutex (its name from /proc), no function (record --hold-times for functions)\n");
     }
