@@ -79,6 +79,9 @@ struct Group {
     hold_ns: Option<u64>,
     /// Sampled CPU time in lock code, where CPU was sampled.
     cpu_ns: Option<u64>,
+    /// What removing the locks would save (`removal`): CPU ns and bound.
+    saving_ns: Option<u64>,
+    saving_error_ns: Option<u64>,
     /// Name and caller functions: what selectors search.
     labels: Vec<String>,
     /// Lock contention rows (not condvar, Go runtime or other futex words):
@@ -110,6 +113,12 @@ impl Group {
         }
         if let Some(cpu) = other.cpu_ns {
             saturating_add_to(&mut self.cpu_ns, cpu);
+        }
+        if let Some(saving) = other.saving_ns {
+            saturating_add_to(&mut self.saving_ns, saving);
+        }
+        if let Some(error) = other.saving_error_ns {
+            saturating_add_to(&mut self.saving_error_ns, error);
         }
         self.is_lock |= other.is_lock;
         self.labels.extend(other.labels);
@@ -262,6 +271,11 @@ fn add_figures(group: &mut Group, lock: &Lock, requests: u64) {
     }
     if let Some(cpu) = lock.cpu_ns {
         saturating_add_to(&mut group.cpu_ns, cpu);
+    }
+    if let Some(removal) = &lock.removal {
+        // Non-negative and finite by construction; `as` saturates a crafted one.
+        saturating_add_to(&mut group.saving_ns, removal.saving_ns.max(0.0) as u64);
+        saturating_add_to(&mut group.saving_error_ns, removal.error_ns.max(0.0) as u64);
     }
 }
 
@@ -886,10 +900,59 @@ fn render_cpu_changes(before: &Side, after: &Side, width: Width) -> String {
         return String::new();
     }
     format!(
-        "cpu per request: target {}\n{}",
+        "cpu per request: target {}\n{}{}",
         time_change(target(before), target(after)),
-        render_time_changes(before, after, "cpu per request", |g| g.cpu_ns, width)
+        render_time_changes(before, after, "cpu per request", |g| g.cpu_ns, width),
+        render_predicted_saving(before, after, width)
     )
+}
+
+/// What the locks' removal prices predicted the change to save, per lock
+/// and in all, beside the target's measured CPU change.
+fn render_predicted_saving(before: &Side, after: &Side, width: Width) -> String {
+    let total = |side: &Side, field: fn(&Group) -> Option<u64>| {
+        side.groups
+            .values()
+            .filter_map(field)
+            .fold(None, |sum: Option<f64>, ns| {
+                Some(sum.unwrap_or(0.0) + side.per_request(ns))
+            })
+    };
+    let (Some(price_before), price_after) = (
+        total(before, |g| g.saving_ns),
+        total(after, |g| g.saving_ns).unwrap_or(0.0),
+    ) else {
+        return String::new();
+    };
+    let bound = total(before, |g| g.saving_error_ns).unwrap_or(0.0)
+        + total(after, |g| g.saving_error_ns).unwrap_or(0.0);
+    let predicted = price_before - price_after;
+    let target = |side: &Side| side.target_cpu_ns.map(|ns| side.per_request(ns));
+    let measured = match (target(before), target(after)) {
+        (Some(b), Some(a)) => format!(
+            "; measured: the target's CPU per request fell by {} (both recordings' own CPU, tracing included)",
+            signed_duration(b - a)
+        ),
+        _ => String::new(),
+    };
+    format!(
+        "{}predicted saving: the locks' price fell by {} ±{} CPU per request{measured}\n",
+        render_time_changes(
+            before,
+            after,
+            "removal saving per request",
+            |g| g.saving_ns,
+            width
+        ),
+        signed_duration(predicted),
+        duration(bound.round() as u64)
+    )
+}
+
+/// A duration that may be negative (`-1.2 µs`).
+fn signed_duration(ns: f64) -> String {
+    let shown = duration(ns.abs().round() as u64);
+    if ns < 0.0 { format!("-{shown}") } else { shown }
 }
 
 #[cfg(test)]

@@ -130,6 +130,7 @@ impl ReportBuilder<'_> {
         }
         analysis::estimate::bound(&mut report);
         analysis::saturation::apply(&mut report);
+        analysis::removal::apply(&mut report, analysis::cost::unit_costs());
         report
     }
 }

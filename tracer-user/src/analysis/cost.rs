@@ -15,6 +15,20 @@ use crate::{
 pub const EMULATED_NS_PER_HIT: u64 = 800;
 pub const STEPPED_NS_PER_HIT: u64 = 9_500;
 
+/// One uncontended pthread_mutex_lock + unlock pair with its calls, and one
+/// transfer of a cache line between two cores sharing L3, on the reference
+/// machine (`cargo xtask bench` measures this machine's).
+pub const LOCK_PAIR_NS: f64 = 6.0;
+pub const HANDOFF_NS: f64 = 30.0;
+
+/// The costs a lock's removal is priced with (see `analysis::removal`).
+pub fn unit_costs() -> super::removal::UnitCosts {
+    super::removal::UnitCosts {
+        lock_pair_ns: LOCK_PAIR_NS,
+        handoff_ns: HANDOFF_NS,
+    }
+}
+
 /// Written by `cargo xtask bench` (its calibration step) on this machine.
 pub const CALIBRATION_FILE: &str = "/var/cache/locktrace/calibration.json";
 

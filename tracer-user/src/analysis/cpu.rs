@@ -49,6 +49,7 @@ pub fn attribute(locks: &mut BTreeMap<u64, Lock>, collected: &Collected) -> (BTr
         let n = counts.user + counts.kernel;
         lock.cpu_ns = Some(n * period);
         lock.cpu_error_ns = Some(cpu_error_ns(n, period));
+        lock.cpu_kernel_ns = Some(counts.kernel * period);
     }
     (in_lock_functions, unattributed)
 }

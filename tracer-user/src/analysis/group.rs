@@ -106,6 +106,17 @@ fn add_details(into: &mut Lock, row: Lock) {
     if into.declared != row.declared {
         into.declared = None;
     }
+    into.removal = match (into.removal.take(), row.removal) {
+        (Some(a), Some(b)) => Some(super::removal::merge(a, b)),
+        (a, b) => a.or(b),
+    };
+    // A group is many locks, each its own queue: the busiest one's.
+    if row.saturation.as_ref().map(|s| s.utilization)
+        > into.saturation.as_ref().map(|s| s.utilization)
+    {
+        into.saturation = row.saturation;
+    }
+    into.cpu_kernel_ns = add_optional(into.cpu_kernel_ns, row.cpu_kernel_ns);
 }
 
 /// Calls per call site: `(function, module, offset)`.

@@ -14,5 +14,6 @@ pub mod group;
 pub mod holds;
 pub mod in_progress;
 pub mod per_request;
+pub mod removal;
 pub mod saturation;
 pub mod waits;

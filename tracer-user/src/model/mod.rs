@@ -18,6 +18,7 @@ mod overhead;
 mod placement_refusal;
 mod pointer_chains;
 mod region;
+mod removal;
 mod report;
 mod requests;
 mod sampled_run;
@@ -40,6 +41,7 @@ pub use overhead::{Calibration, Overhead};
 pub use placement_refusal::{At, Elsewhere, PlacementRefusal};
 pub use pointer_chains::{ChainSearch, PointerChains};
 pub use region::Region;
+pub use removal::{PriceBasis, PricePart, Removal};
 pub use report::{
     AddressFigures, AlternativeName, Caller, ClassTotals, CreatedBy, Creation, DeclaredContention,
     DeclaredType, Frame, LiveNaming, Lock, LockChain, LockStack, MAX_REPORT_BYTES, Naming,

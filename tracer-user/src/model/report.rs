@@ -193,6 +193,14 @@ pub struct Lock {
     /// queueing model predicts from it; null without hold times.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub saturation: Option<super::Saturation>,
+    /// The CPU removing the lock would save, part by part; null where no
+    /// part could be priced.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub removal: Option<super::Removal>,
+    /// Sampled CPU in the kernel's futex code on the lock's words: part of
+    /// `cpu_ns`; null when CPU was not sampled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_kernel_ns: Option<u64>,
 }
 
 /// The locks one creation-site row stands for.
@@ -314,6 +322,8 @@ impl Lock {
             lifetime: None,
             group: None,
             saturation: None,
+            removal: None,
+            cpu_kernel_ns: None,
         }
     }
 

@@ -144,6 +144,7 @@ mod tests {
             ("LockKind", round_trips::<LockKind>),
             ("Mode", round_trips::<Mode>),
             ("Placement", round_trips::<Placement>),
+            ("PriceBasis", round_trips::<crate::model::PriceBasis>),
             ("QueueModel", round_trips::<crate::model::QueueModel>),
             ("Region", round_trips::<crate::model::Region>),
             ("RequestSource", round_trips::<RequestSource>),
@@ -496,6 +497,23 @@ mod tests {
             saturating_holds_per_s: 2500.0,
             saturating_requests_per_s: Some(2500.0),
         });
+        let part = |basis| crate::model::PricePart {
+            ns: 2_000.0,
+            error_ns: 500.0,
+            basis,
+        };
+        lock.removal = Some(crate::model::Removal {
+            saving_ns: 4_000.0,
+            error_ns: 1_000.0,
+            saving_ns_per_request: Some(40.0),
+            error_ns_per_request: Some(10.0),
+            share_of_target_cpu: Some(0.01),
+            lock_code: Some(part(crate::model::PriceBasis::Calibrated)),
+            handoffs: None,
+            kernel: Some(part(crate::model::PriceBasis::Sampled)),
+            unpriced: vec!["handoffs: not counted".into()],
+        });
+        lock.cpu_kernel_ns = Some(400_000);
         lock
     }
 

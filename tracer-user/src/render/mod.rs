@@ -13,6 +13,7 @@ pub mod lost;
 pub mod output;
 pub mod pprof;
 pub mod recorder;
+pub mod removal;
 pub mod requests;
 pub mod saturation;
 pub mod stacks;

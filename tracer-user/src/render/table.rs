@@ -7,7 +7,7 @@ use super::{
     fit::{Column, Fitted, Width, fit},
     footer,
     format::duration,
-    holds, in_progress, lost, requests, saturation, stacks, waits,
+    holds, in_progress, lost, removal, requests, saturation, stacks, waits,
 };
 use crate::model::{Lock, Mode, Report, StopReason};
 
@@ -77,6 +77,7 @@ pub fn render(report: &Report, limit: Option<usize>, width: Width) -> String {
         let _ = writeln!(out, "held: {} in total (--hold-times)", duration(hold_ns));
     }
     out.push_str(&saturation::render(report));
+    out.push_str(&removal::render(report));
     if report.mode == Mode::Contention && report.locks.iter().any(|lock| !lock.holders.is_empty()) {
         out.push_str("holders: contention mode has no lock probes; the holder is the owner thread read from glibc's mutex (its name from /proc), no function (record --hold-times for functions)\n");
     }

@@ -1,0 +1,231 @@
+//! What removing a lock would save: its price in CPU, part by part.
+//!
+//! - lock code: the lock functions' own work. With call counts (all-locks
+//!   and sampled mode), calls × the calibrated cost of an uncontended lock
+//!   and unlock pair with its calls: exact counts, and the uprobes' traps
+//!   (which land in that code) do not inflate it. Without (contention mode),
+//!   the sampled user-mode CPU in the lock functions.
+//! - handoffs: acquisitions on another CPU than the lock's previous one move
+//!   its cache line: handoffs × the calibrated cost of one transfer.
+//! - kernel: the sampled CPU in the kernel's futex code on its words (the
+//!   waits, the wakes, the scheduler's work they cause).
+//!
+//! The saving assumes the critical section's own work stays and nothing
+//! synchronizes it in the lock's place.
+use crate::model::{PriceBasis, PricePart, Removal, Report};
+
+/// Calibrated costs the parts are priced with, in ns.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct UnitCosts {
+    /// One uncontended lock + unlock pair, the calls included.
+    pub lock_pair_ns: f64,
+    /// One transfer of a cache line between two CPUs.
+    pub handoff_ns: f64,
+}
+
+/// A calibrated figure is trusted to within this share of itself: the
+/// spread of the calibration runs and of the machine's state between runs.
+const CALIBRATED_ERROR: f64 = 0.25;
+
+/// Fills `removal` for every lock with at least one priced part.
+pub fn apply(report: &mut Report, costs: UnitCosts) {
+    let divisor = report
+        .requests
+        .as_ref()
+        .and_then(super::per_request::divisor);
+    let target_ns = report.cpu.as_ref().and_then(|cpu| cpu.target_ns);
+    let sampled = report.cpu.as_ref().is_some_and(|cpu| cpu.sample_hz > 0);
+    for lock in &mut report.locks {
+        let inputs = LockInputs {
+            acquisitions: lock.acquisitions,
+            handoffs: None,
+            cpu_ns: lock.cpu_ns.filter(|_| sampled),
+            cpu_kernel_ns: lock.cpu_kernel_ns.filter(|_| sampled),
+            period_ns: report
+                .cpu
+                .as_ref()
+                .map_or(0, |cpu| crate::model::sample_period_ns(cpu.sample_hz)),
+        };
+        lock.removal = price(&inputs, costs).map(|mut removal| {
+            removal.saving_ns_per_request = divisor.map(|n| removal.saving_ns / n);
+            removal.error_ns_per_request = divisor.map(|n| removal.error_ns / n);
+            removal.share_of_target_cpu = target_ns
+                .filter(|&ns| ns > 0)
+                .map(|ns| removal.saving_ns / ns as f64);
+            removal
+        });
+    }
+}
+
+/// What one lock's price is made of.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LockInputs {
+    pub acquisitions: Option<u64>,
+    pub handoffs: Option<u64>,
+    /// Sampled CPU on the lock (user and kernel), and its kernel part.
+    pub cpu_ns: Option<u64>,
+    pub cpu_kernel_ns: Option<u64>,
+    pub period_ns: u64,
+}
+
+/// The lock's price, part by part; none when no part could be priced.
+pub fn price(inputs: &LockInputs, costs: UnitCosts) -> Option<Removal> {
+    let mut unpriced = Vec::new();
+    let sampled_part = |ns: u64| PricePart {
+        ns: ns as f64,
+        error_ns: crate::model::cpu_error_ns(ns / inputs.period_ns.max(1), inputs.period_ns) as f64,
+        basis: PriceBasis::Sampled,
+    };
+    let calibrated_part = |count: u64, unit_ns: f64| PricePart {
+        ns: count as f64 * unit_ns,
+        error_ns: count as f64 * unit_ns * CALIBRATED_ERROR,
+        basis: PriceBasis::Calibrated,
+    };
+    let user_sampled = inputs
+        .cpu_ns
+        .map(|all| all.saturating_sub(inputs.cpu_kernel_ns.unwrap_or(0)));
+    let lock_code = match (inputs.acquisitions, user_sampled) {
+        (Some(calls), _) => Some(calibrated_part(calls, costs.lock_pair_ns)),
+        (None, Some(user)) => Some(sampled_part(user)),
+        (None, None) => {
+            unpriced.push("lock code: no call counts (contention mode) and CPU not sampled".into());
+            None
+        }
+    };
+    let handoffs = match (inputs.handoffs, inputs.acquisitions) {
+        (Some(handoffs), _) => Some(calibrated_part(handoffs, costs.handoff_ns)),
+        // Contention mode's sampled lock code holds the transfers' stalls.
+        (None, None) => None,
+        (None, Some(_)) => {
+            unpriced.push("handoffs: not counted".into());
+            None
+        }
+    };
+    let kernel = match inputs.cpu_kernel_ns {
+        Some(ns) => Some(sampled_part(ns)),
+        None => {
+            unpriced.push("kernel: CPU not sampled (--no-cpu)".into());
+            None
+        }
+    };
+    let parts = [lock_code, handoffs, kernel];
+    if parts.iter().all(Option::is_none) {
+        return None;
+    }
+    let known = parts.iter().flatten();
+    Some(Removal {
+        saving_ns: known.clone().map(|part| part.ns).sum(),
+        error_ns: known.map(|part| part.error_ns).sum(),
+        saving_ns_per_request: None,
+        error_ns_per_request: None,
+        share_of_target_cpu: None,
+        lock_code,
+        handoffs,
+        kernel,
+        unpriced,
+    })
+}
+
+/// The price of two locks removed together (a group of rows): the sums.
+pub fn merge(a: Removal, b: Removal) -> Removal {
+    let add = |x: Option<f64>, y: Option<f64>| match (x, y) {
+        (Some(x), Some(y)) => Some(x + y),
+        (x, y) => x.or(y),
+    };
+    let add_part = |x: Option<PricePart>, y: Option<PricePart>| match (x, y) {
+        (Some(x), Some(y)) => Some(PricePart {
+            ns: x.ns + y.ns,
+            error_ns: x.error_ns + y.error_ns,
+            basis: x.basis,
+        }),
+        (x, y) => x.or(y),
+    };
+    let mut unpriced = a.unpriced;
+    for reason in b.unpriced {
+        if !unpriced.contains(&reason) {
+            unpriced.push(reason);
+        }
+    }
+    Removal {
+        saving_ns: a.saving_ns + b.saving_ns,
+        error_ns: a.error_ns + b.error_ns,
+        saving_ns_per_request: add(a.saving_ns_per_request, b.saving_ns_per_request),
+        error_ns_per_request: add(a.error_ns_per_request, b.error_ns_per_request),
+        share_of_target_cpu: add(a.share_of_target_cpu, b.share_of_target_cpu),
+        lock_code: add_part(a.lock_code, b.lock_code),
+        handoffs: add_part(a.handoffs, b.handoffs),
+        kernel: add_part(a.kernel, b.kernel),
+        unpriced,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const COSTS: UnitCosts = UnitCosts {
+        lock_pair_ns: 6.0,
+        handoff_ns: 30.0,
+    };
+
+    #[test]
+    fn counted_locks_are_priced_by_calls_handoffs_and_sampled_kernel_time() {
+        let inputs = LockInputs {
+            acquisitions: Some(1000),
+            handoffs: Some(100),
+            cpu_ns: Some(50_000_000),
+            cpu_kernel_ns: Some(40_000_000),
+            period_ns: 10_000_000,
+        };
+        let removal = price(&inputs, COSTS).unwrap();
+        let lock_code = removal.lock_code.unwrap();
+        assert_eq!(lock_code.basis, PriceBasis::Calibrated);
+        assert_eq!(lock_code.ns, 6000.0);
+        assert_eq!(lock_code.error_ns, 1500.0);
+        assert_eq!(removal.handoffs.unwrap().ns, 3000.0);
+        let kernel = removal.kernel.unwrap();
+        assert_eq!(kernel.basis, PriceBasis::Sampled);
+        assert_eq!(kernel.ns, 40_000_000.0);
+        // 4 samples: (2·√4 + 1) periods.
+        assert_eq!(kernel.error_ns, 50_000_000.0);
+        assert_eq!(removal.saving_ns, 40_009_000.0);
+        assert_eq!(removal.error_ns, 1500.0 + 750.0 + 50_000_000.0);
+        assert!(removal.unpriced.is_empty());
+    }
+
+    #[test]
+    fn contention_mode_prices_the_sampled_lock_code() {
+        let inputs = LockInputs {
+            acquisitions: None,
+            handoffs: None,
+            cpu_ns: Some(30_000_000),
+            cpu_kernel_ns: Some(10_000_000),
+            period_ns: 10_000_000,
+        };
+        let removal = price(&inputs, COSTS).unwrap();
+        let lock_code = removal.lock_code.unwrap();
+        assert_eq!(lock_code.basis, PriceBasis::Sampled);
+        assert_eq!(lock_code.ns, 20_000_000.0);
+        assert_eq!(removal.handoffs, None);
+        assert_eq!(removal.saving_ns, 30_000_000.0);
+        assert!(removal.unpriced.is_empty(), "{:?}", removal.unpriced);
+    }
+
+    #[test]
+    fn what_could_not_be_priced_is_said() {
+        let inputs = LockInputs {
+            acquisitions: Some(10),
+            ..LockInputs::default()
+        };
+        let removal = price(&inputs, COSTS).unwrap();
+        assert_eq!(removal.saving_ns, 60.0);
+        assert_eq!(
+            removal.unpriced,
+            [
+                "handoffs: not counted",
+                "kernel: CPU not sampled (--no-cpu)"
+            ]
+        );
+        assert_eq!(price(&LockInputs::default(), COSTS), None);
+    }
+}
