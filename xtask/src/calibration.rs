@@ -86,6 +86,7 @@ fn save(emulated_ns: f64, stepped_ns: f64) -> Result<String> {
             .to_string(),
         emulated_ns: emulated_ns.round().max(0.0) as u64,
         stepped_ns: stepped_ns.round().max(0.0) as u64,
+        handoff_ns: 0,
     };
     std::fs::create_dir_all(path.parent().expect("has a parent"))?;
     std::fs::write(path, serde_json::to_string_pretty(&calibration)? + "\n")

@@ -134,6 +134,9 @@ pub fn load(plan: &LoadPlan) -> Result<Loaded> {
         .load(&object)
         .map_err(|error| features::refused(&error))?;
     cpu::store_code_ranges(&mut ebpf, names::MAP_LOCK_CODE, &lock_code)?;
+    if plan.flags & flags::HANDOFFS != 0 {
+        super::handoffs::store_places(&mut ebpf, &crate::probe::topology::read())?;
+    }
     // Sampled mode: lock calls count only inside the sampler's windows.
     let counting = if plan.flags & flags::SAMPLED != 0 {
         counting::WAITS
