@@ -24,6 +24,10 @@ pub fn run(bench: &Bench) -> Result<String> {
             tracers::locktrace(&["--placement", "auto"]),
         ),
         (
+            "locktrace --placement auto --no-handoffs (handoffs not counted)",
+            tracers::locktrace(&["--placement", "auto", "--no-handoffs"]),
+        ),
+        (
             "locktrace --placement auto --stacks 8 (whole stacks from snapshots)",
             tracers::locktrace(&["--placement", "auto", "--stacks", "8"]),
         ),

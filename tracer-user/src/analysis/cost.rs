@@ -15,11 +15,12 @@ use crate::{
 pub const EMULATED_NS_PER_HIT: u64 = 800;
 pub const STEPPED_NS_PER_HIT: u64 = 9_500;
 
-/// One cache line's transfer between two cores sharing the L3 (CPUs 0 and 1
-/// of the reference machine, `cargo xtask bench --only calibration`: two
-/// pinned threads ping-ponging on an atomic, half a round trip). Used when
-/// no calibration file with a handoff figure matches the running kernel.
-pub const HANDOFF_NS: u64 = 60;
+/// One cache line's transfer between two cores sharing the L3 on the
+/// reference machine (CPUs 0 and 1 of the 2-core VM, Linux 6.18: 26.1 ns,
+/// fixtures/bench/handoff.c, two pinned threads passing a token through
+/// one atomic). Used when no calibration file with a handoff figure
+/// matches the running kernel.
+pub const HANDOFF_NS: u64 = 26;
 
 /// Written by `cargo xtask bench` (its calibration step) on this machine.
 pub const CALIBRATION_FILE: &str = "/var/cache/locktrace/calibration.json";
