@@ -58,8 +58,8 @@ pub struct RecordOptions {
     pub ready_file: Option<PathBuf>,
     /// Also probe the unlock functions and time every hold.
     pub hold_times: bool,
-    /// Count each lock's acquisitions on another CPU than the one before
-    /// (off: `--no-handoffs`; never in contention mode, which has no lock probes).
+    /// `--handoffs`: count each lock's acquisitions on another CPU than the
+    /// one before (never in contention mode, which has no lock probes).
     pub handoffs: bool,
     /// CPU samples per CPU second for the CPU per lock (None: `--no-cpu`).
     pub cpu_hz: Option<u64>,
@@ -539,7 +539,7 @@ fn bpf_flags(options: &RecordOptions) -> u32 {
     flags
 }
 
-/// Handoffs are counted at the lock probes' acquisitions, unless turned off.
+/// Handoffs are counted at the lock probes' acquisitions, when asked for.
 fn counts_handoffs(options: &RecordOptions) -> bool {
     options.handoffs && options.mode != Mode::Contention
 }

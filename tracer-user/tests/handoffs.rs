@@ -48,7 +48,7 @@ fn two_cpus_alternating_hand_the_lock_over_every_time_but_the_first() {
     let class = topology::read()
         .class(0, 1)
         .expect("CPU 0 and CPU 1 are two CPUs");
-    let (report, table, lock) = trace_handoffs("two", ROUNDS, &[]);
+    let (report, table, lock) = trace_handoffs("two", ROUNDS, &["--handoffs"]);
     assert_eq!(lock["acquisitions"], 2 * ROUNDS, "{lock}");
     let handoffs = &lock["handoffs"];
     assert_eq!(handoffs["total"], 2 * ROUNDS - 1, "{lock}");
@@ -66,7 +66,7 @@ fn two_cpus_alternating_hand_the_lock_over_every_time_but_the_first() {
 
 #[test]
 fn one_cpu_alternating_hands_nothing_over() {
-    let (_, _, lock) = trace_handoffs("one", ROUNDS, &[]);
+    let (_, _, lock) = trace_handoffs("one", ROUNDS, &["--handoffs"]);
     assert_eq!(lock["acquisitions"], 2 * ROUNDS, "{lock}");
     let handoffs = &lock["handoffs"];
     for key in ["total", "same_core", "same_l3", "other_l3", "cost_ns"] {
@@ -75,8 +75,8 @@ fn one_cpu_alternating_hands_nothing_over() {
 }
 
 #[test]
-fn no_handoffs_turns_the_counting_off() {
-    let (_, _, lock) = trace_handoffs("two", 2_000, &["--no-handoffs"]);
+fn handoffs_are_counted_only_when_asked_for() {
+    let (_, _, lock) = trace_handoffs("two", 2_000, &[]);
     assert_eq!(lock["acquisitions"], 4_000, "{lock}");
     assert!(lock.get("handoffs").is_none(), "{lock}");
 }
@@ -84,7 +84,11 @@ fn no_handoffs_turns_the_counting_off() {
 #[test]
 fn contention_mode_counts_no_handoffs() {
     let binary = fixture("handoffs", Flavor::Glibc);
-    let (report, _) = trace_fixture(&binary, &["two", "2000"], &["--mode", "contention"]);
+    let (report, _) = trace_fixture(
+        &binary,
+        &["two", "2000"],
+        &["--mode", "contention", "--handoffs"],
+    );
     for lock in report["locks"].as_array().expect("locks") {
         assert!(lock.get("handoffs").is_none(), "{lock}");
     }
@@ -99,7 +103,8 @@ fn contention_mode_counts_no_handoffs() {
 #[test]
 fn sampled_mode_scales_handoffs_like_acquisitions() {
     assert!(two_cpus(), "the handoff fixture needs CPUs 0 and 1");
-    let (report, _, lock) = trace_handoffs("two", 20_000_000, SAMPLED);
+    let sampled: Vec<&str> = SAMPLED.iter().copied().chain(["--handoffs"]).collect();
+    let (report, _, lock) = trace_handoffs("two", 20_000_000, &sampled);
     let estimate = &report["estimate"];
     let windows = estimate["windows"].as_f64().expect("windows");
     assert!(windows >= 1.0, "{estimate}");
@@ -111,6 +116,6 @@ fn sampled_mode_scales_handoffs_like_acquisitions() {
         handoffs >= acquisitions - (windows + 1.0) * scale - 2.0,
         "{lock} {estimate}"
     );
-    let (_, _, lock) = trace_handoffs("one", 1_000_000, SAMPLED);
+    let (_, _, lock) = trace_handoffs("one", 1_000_000, &sampled);
     assert_eq!(lock["handoffs"]["total"], 0, "{lock}");
 }

@@ -24,8 +24,8 @@ pub fn run(bench: &Bench) -> Result<String> {
             tracers::locktrace(&["--placement", "auto"]),
         ),
         (
-            "locktrace --placement auto --no-handoffs (handoffs not counted)",
-            tracers::locktrace(&["--placement", "auto", "--no-handoffs"]),
+            "locktrace --placement auto --handoffs (acquisitions on another CPU counted)",
+            tracers::locktrace(&["--placement", "auto", "--handoffs"]),
         ),
         (
             "locktrace --placement auto --stacks 8 (whole stacks from snapshots)",

@@ -153,7 +153,7 @@ pub struct Lock {
     pub holds: Option<Holds>,
     /// Acquisitions on another CPU than the lock's previous acquisition
     /// (its cache line moved), by cache distance, with their cost; null
-    /// where not counted (contention mode, `--no-handoffs`).
+    /// where not counted (without `--handoffs`; contention mode).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub handoffs: Option<super::Handoffs>,
     /// The name in offsets from the symbol (`*g_stats->+0x10`), as

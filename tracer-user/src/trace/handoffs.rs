@@ -12,6 +12,15 @@ use tracer_common::{CpuPlace, HandoffCounts, MAX_CPUS, names};
 use super::collect::{map_mut, read_hash};
 use crate::probe::topology::Topology;
 
+/// [`store_places`] of this machine's topology, when `flags` (bits of
+/// `tracer_common::flags`) count handoffs.
+pub fn store_places_if(ebpf: &mut Ebpf, flags: u32) -> Result<()> {
+    if flags & tracer_common::flags::HANDOFFS == 0 {
+        return Ok(());
+    }
+    store_places(ebpf, &crate::probe::topology::read())
+}
+
 /// Writes each CPU's place (CPUs beyond `MAX_CPUS` stay unknown: their
 /// moves count as another L3's).
 pub fn store_places(ebpf: &mut Ebpf, topology: &Topology) -> Result<()> {
