@@ -23,9 +23,13 @@ fn field(class: HandoffClass) -> &'static str {
 /// Runs the fixture (`two` or `one` CPU, `rounds` each thread) under
 /// `record EXTRA…`; returns the report, its table and g_lock's row.
 fn trace_handoffs(cpus: &str, rounds: u64, extra: &[&str]) -> (Value, String, Value) {
+    trace_handoffs_for(&[cpus, &rounds.to_string()], extra)
+}
+
+/// [`trace_handoffs`] with the fixture's arguments as given.
+fn trace_handoffs_for(args: &[&str], extra: &[&str]) -> (Value, String, Value) {
     let binary = fixture("handoffs", Flavor::Glibc);
-    let rounds = rounds.to_string();
-    let mut fixture = Fixture::spawn(&binary, &[cpus, &rounds]);
+    let mut fixture = Fixture::spawn(&binary, args);
     let trace = Trace::attach(fixture.pid(), extra);
     fixture.start();
     let address = fixture.address("g_lock");
@@ -104,7 +108,7 @@ fn contention_mode_counts_no_handoffs() {
 fn sampled_mode_scales_handoffs_like_acquisitions() {
     assert!(two_cpus(), "the handoff fixture needs CPUs 0 and 1");
     let sampled: Vec<&str> = SAMPLED.iter().copied().chain(["--handoffs"]).collect();
-    let (report, _, lock) = trace_handoffs("two", 20_000_000, &sampled);
+    let (report, _, lock) = trace_handoffs_for(&["two", "0", "2"], &sampled);
     let estimate = &report["estimate"];
     let windows = estimate["windows"].as_f64().expect("windows");
     assert!(windows >= 1.0, "{estimate}");
@@ -116,6 +120,6 @@ fn sampled_mode_scales_handoffs_like_acquisitions() {
         handoffs >= acquisitions - (windows + 1.0) * scale - 2.0,
         "{lock} {estimate}"
     );
-    let (_, _, lock) = trace_handoffs("one", 1_000_000, &sampled);
+    let (_, _, lock) = trace_handoffs_for(&["one", "0", "2"], &sampled);
     assert_eq!(lock["handoffs"]["total"], 0, "{lock}");
 }
