@@ -177,6 +177,57 @@ pub struct LockCounts {
     pub calls: [u64; LOCK_OPS],
 }
 
+/// Value of the `HANDOFFS` map, keyed by lock (like `LOCKS`): the CPU of
+/// the lock's last acquisition, and how many acquisitions happened on
+/// another CPU than the one before (the lock's cache line had to move), by
+/// [`handoff_class`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct HandoffCounts {
+    /// The CPU of the last acquisition, plus one (0: none seen yet).
+    pub last_cpu: u32,
+    pub _pad: u32,
+    pub counts: [u64; handoff_class::COUNT],
+}
+
+/// Value of the `CPU_PLACES` array, indexed by CPU number: where the CPU
+/// sits in the cache topology (userspace fills it from sysfs at attach).
+/// Ids are plus one; 0 means unknown, which matches no other CPU.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CpuPlace {
+    /// The core (its SMT siblings share it).
+    pub core: u32,
+    /// The last-level (L3) cache; without cache information, the package.
+    pub l3: u32,
+}
+
+/// CPUs `CPU_PLACES` covers; a CPU beyond is classified as another L3.
+pub const MAX_CPUS: u32 = 4096;
+
+/// Indexes of [`HandoffCounts::counts`]: how far the lock's cache line moved.
+pub mod handoff_class {
+    /// To an SMT sibling of the previous CPU (same core).
+    pub const SAME_CORE: usize = 0;
+    /// To another core sharing the previous CPU's last-level cache.
+    pub const SAME_L3: usize = 1;
+    /// To a core on another L3 cache or another socket (or a CPU of unknown place).
+    pub const OTHER_L3: usize = 2;
+    pub const COUNT: usize = 3;
+
+    /// The class of a move between two CPUs' places (never called for the same CPU).
+    #[inline(always)]
+    pub const fn of(from: super::CpuPlace, to: super::CpuPlace) -> usize {
+        if from.core != 0 && from.core == to.core {
+            SAME_CORE
+        } else if from.l3 != 0 && from.l3 == to.l3 {
+            SAME_L3
+        } else {
+            OTHER_L3
+        }
+    }
+}
+
 /// Value of the `FUTEXES` map, keyed by the futex word's address in the target.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
@@ -377,7 +428,10 @@ pub mod drop_reason {
     /// out or the `UNMAPPED` log filled: locks at a reused address may
     /// merge with the one that was there before.
     pub const LIFETIMES_MERGED: u32 = 19;
-    pub const COUNT: u32 = 20;
+    /// A new lock did not fit in the `HANDOFFS` map: its acquisitions are
+    /// counted, its moves between CPUs are not.
+    pub const HANDOFFS_FULL: u32 = 20;
+    pub const COUNT: u32 = 21;
     pub const NAMES: [&str; COUNT as usize] = [
         "locks_map_full",
         "futex_map_full",
@@ -399,6 +453,7 @@ pub mod drop_reason {
         "snapshots_lost",
         "probe_point_unknown",
         "lifetimes_merged",
+        "handoffs_map_full",
     ];
 }
 
@@ -505,6 +560,8 @@ pub mod flags {
     pub const GO_RUNTIME: u32 = 16;
     /// `--hold-times`: keep per-thread hold state at lock calls, unlock probes attached.
     pub const HOLDS: u32 = 32;
+    /// Count each lock's moves between CPUs (`HANDOFFS`) at its acquisitions.
+    pub const HANDOFFS: u32 = 64;
 }
 
 /// Names of the BPF programs and maps, as userspace looks them up. The BPF
@@ -582,6 +639,10 @@ pub mod names {
     /// Probe point's address in the target → its cookie, where the kernel
     /// has no attach cookies (before Linux 5.15).
     pub const MAP_PROBE_COOKIES: &str = "PROBE_COOKIES";
+    /// Per lock: the CPU of its last acquisition and its moves between CPUs.
+    pub const MAP_HANDOFFS: &str = "HANDOFFS";
+    /// CPU number → its core and L3 cache (filled at attach from sysfs).
+    pub const MAP_CPU_PLACES: &str = "CPU_PLACES";
 
     /// Every program, map and global above: a unit test checks them against
     /// the embedded object, both ways.
@@ -632,6 +693,8 @@ pub mod names {
         MAP_CPU_LOCKS,
         MAP_CPU_COUNTS,
         MAP_PROBE_COOKIES,
+        MAP_HANDOFFS,
+        MAP_CPU_PLACES,
     ];
     /// Maps only the BPF side uses (per-thread state between its programs).
     pub const BPF_ONLY_MAPS: &[&str] = &["PENDING_TRIES", "COND_THREADS", "LOCK_HOLDER"];
@@ -886,4 +949,6 @@ mod pod {
     unsafe impl aya::Pod for super::WaitTime {}
     unsafe impl aya::Pod for super::CodeRange {}
     unsafe impl aya::Pod for super::CpuSamples {}
+    unsafe impl aya::Pod for super::HandoffCounts {}
+    unsafe impl aya::Pod for super::CpuPlace {}
 }

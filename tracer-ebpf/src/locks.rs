@@ -14,6 +14,7 @@ use tracer_common::{
 
 use crate::{
     counters::{add, count_drop, counting, entry, is_target, key_of, stack_pointer},
+    handoffs::count_handoff,
     holds::hold_begin,
     maps::{CALLERS, FAILED_TRIES, FLAGS, KERNEL_CAPS, LOCKS, PENDING_TRIES, PROBE_COOKIES},
     stacks::{record_stack, record_stack_of},
@@ -80,6 +81,9 @@ pub fn lock_call(ctx: ProbeContext) -> u32 {
         }
     } else {
         count_call(lock, return_ip, op as u32);
+        if wanted & flags::HANDOFFS != 0 {
+            count_handoff(lock);
+        }
     }
     if wanted & flags::STACKS != 0 {
         // SAFETY: a uprobe's context is the pt_regs the kernel passes in.
@@ -209,6 +213,9 @@ pub fn try_lock_exit(ctx: RetProbeContext) -> u32 {
     }
     if result == 0 {
         count_call(pending.lock, ip, pending.op);
+        if FLAGS.load() & flags::HANDOFFS != 0 {
+            count_handoff(pending.lock);
+        }
         return 0;
     }
     let failed = CallerKey {

@@ -14,7 +14,7 @@
 //! `counters` (helpers all programs share), `locks` (lock calls and
 //! trylocks), `stacks` (stack keys and snapshots), `requests` (the request
 //! boundary), `futex` (futex and condvar waits), `holds` (hold times and
-//! holders), `cpu` (CPU samples of lock code) and `lifetimes` (memory that
+//! holders), `handoffs` (acquisitions on another CPU than the one before), `cpu` (CPU samples of lock code) and `lifetimes` (memory that
 //! went away).
 #![no_std]
 #![no_main]
@@ -24,6 +24,7 @@
 mod counters;
 mod cpu;
 mod futex;
+mod handoffs;
 mod holds;
 mod lifetimes;
 mod locks;

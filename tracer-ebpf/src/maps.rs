@@ -8,9 +8,9 @@ use aya_ebpf::{
     maps::{Array, HashMap, PerCpuArray, PerCpuHashMap, RingBuf},
 };
 use tracer_common::{
-    CallerKey, CodeRange, CondWait, CpuSamples, FutexCounts, FutexWait, HeldKey, HoldCounts,
-    Holder, HolderHolds, HolderKey, LockCounts, MAX_CALLERS, MAX_CONDVARS,
-    MAX_CPU_LOCK_CODE_RANGES, MAX_CPU_LOCKS, MAX_FUTEXES, MAX_HELD, MAX_HOLDERS,
+    CallerKey, CodeRange, CondWait, CpuPlace, CpuSamples, FutexCounts, FutexWait, HandoffCounts,
+    HeldKey, HoldCounts, Holder, HolderHolds, HolderKey, LockCounts, MAX_CALLERS, MAX_CONDVARS,
+    MAX_CPU_LOCK_CODE_RANGES, MAX_CPU_LOCKS, MAX_CPUS, MAX_FUTEXES, MAX_HELD, MAX_HOLDERS,
     MAX_LOCK_CODE_RANGES, MAX_LOCKS, MAX_PROBE_POINTS, MAX_STACKS, MAX_WAITING_THREADS, PendingKey,
     PendingTry, SNAPSHOT_RING_BYTES, StackKey, Unmapped, WaitHolderKey, WaitTime, cpu_sample,
     drop_reason, lifetime, requests,
@@ -46,6 +46,13 @@ pub(crate) static PROBE_COOKIES: HashMap<u64, u64> = HashMap::with_max_entries(M
 /// its entry here: each call is counted in exactly one of the two.
 #[map]
 pub(crate) static LOCKS: HashMap<u64, LockCounts> = HashMap::with_max_entries(MAX_LOCKS, 0);
+/// Per lock (keyed like `LOCKS`): the CPU of its last acquisition and its
+/// acquisitions on another CPU by `tracer_common::handoff_class`.
+#[map]
+pub(crate) static HANDOFFS: HashMap<u64, HandoffCounts> = HashMap::with_max_entries(MAX_LOCKS, 0);
+/// CPU number → its core and L3 cache (userspace fills it at attach).
+#[map]
+pub(crate) static CPU_PLACES: Array<CpuPlace> = Array::with_max_entries(MAX_CPUS, 0);
 /// Runtime code range `[start, end)` of each lock function (`--hold-times`):
 /// a lock call returning into one was made by another lock function (musl
 /// nests them). One range per function: an interposer library between them

@@ -333,6 +333,9 @@ enum Command {
         /// Also probe the unlock functions: hold time per lock and per holder function (about doubles the probe hits).
         #[arg(long, help_heading = "What to count")]
         hold_times: bool,
+        /// Also count each lock's acquisitions on another CPU than the one before (handoffs), by cache distance (about +6% per lock call).
+        #[arg(long, help_heading = "What to count")]
+        handoffs: bool,
         #[command(flatten, next_help_heading = "Requests")]
         requests: RequestArgs,
         /// Also write the report as JSON to this file.
@@ -573,6 +576,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             ready_file,
             pprof,
             hold_times,
+            handoffs,
             cpu,
             wide,
             group_by,
@@ -604,6 +608,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 stacks,
                 ready_file,
                 hold_times,
+                handoffs,
                 cpu_hz,
                 group_by,
             };

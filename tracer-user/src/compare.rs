@@ -82,6 +82,8 @@ struct Group {
     /// What removing the locks would save (`removal`): CPU ns and bound.
     saving_ns: Option<u64>,
     saving_error_ns: Option<u64>,
+    /// What the lock's handoffs between CPUs cost (`handoffs.cost_ns`), where counted.
+    handoff_cost_ns: Option<u64>,
     /// Name and caller functions: what selectors search.
     labels: Vec<String>,
     /// Lock contention rows (not condvar, Go runtime or other futex words):
@@ -119,6 +121,9 @@ impl Group {
         }
         if let Some(error) = other.saving_error_ns {
             saturating_add_to(&mut self.saving_error_ns, error);
+        }
+        if let Some(cost) = other.handoff_cost_ns {
+            saturating_add_to(&mut self.handoff_cost_ns, cost);
         }
         self.is_lock |= other.is_lock;
         self.labels.extend(other.labels);
@@ -268,6 +273,9 @@ fn add_figures(group: &mut Group, lock: &Lock, requests: u64) {
     group.wait_ns = group.wait_ns.saturating_add(lock.wait_ns);
     if let Some(holds) = &lock.holds {
         saturating_add_to(&mut group.hold_ns, holds.hold_ns);
+    }
+    if let Some(handoffs) = &lock.handoffs {
+        saturating_add_to(&mut group.handoff_cost_ns, handoffs.cost_ns);
     }
     if let Some(cpu) = lock.cpu_ns {
         saturating_add_to(&mut group.cpu_ns, cpu);
@@ -630,6 +638,13 @@ fn render(before: &Side, after: &Side, width: Width) -> String {
         after,
         "held per request",
         |g| g.hold_ns,
+        width,
+    ));
+    out.push_str(&render_time_changes(
+        before,
+        after,
+        "handoff cost per request",
+        |g| g.handoff_cost_ns,
         width,
     ));
     let total = |side: &Side| {

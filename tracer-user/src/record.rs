@@ -58,6 +58,9 @@ pub struct RecordOptions {
     pub ready_file: Option<PathBuf>,
     /// Also probe the unlock functions and time every hold.
     pub hold_times: bool,
+    /// `--handoffs`: count each lock's acquisitions on another CPU than the
+    /// one before (never in contention mode, which has no lock probes).
+    pub handoffs: bool,
     /// CPU samples per CPU second for the CPU per lock (None: `--no-cpu`).
     pub cpu_hz: Option<u64>,
     /// Locks named by their creation site: one row per site or per address.
@@ -459,6 +462,7 @@ fn read_counts(
             }
         }
         collected.hold_times = options.hold_times;
+        collected.handoffs_counted = counts_handoffs(options);
     })
 }
 
@@ -529,7 +533,15 @@ fn bpf_flags(options: &RecordOptions) -> u32 {
     if options.hold_times {
         flags |= flags::HOLDS;
     }
+    if counts_handoffs(options) {
+        flags |= flags::HANDOFFS;
+    }
     flags
+}
+
+/// Handoffs are counted at the lock probes' acquisitions, when asked for.
+fn counts_handoffs(options: &RecordOptions) -> bool {
+    options.handoffs && options.mode != Mode::Contention
 }
 
 /// The modules holding probed lock functions, as the target and the host see them.

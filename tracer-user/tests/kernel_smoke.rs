@@ -81,10 +81,21 @@ fn stacks_with_the_cpu_sampler_count_exactly() {
     assert!(!report["stacks"].as_array().unwrap().is_empty(), "{report}");
 }
 
+/// With `--handoffs` too (its map and `bpf_get_smp_processor_id` on the
+/// lock path load on every kernel): the moves between CPUs are at most
+/// one fewer than the acquisitions, and add up by class.
 #[test]
 fn no_cpu_record_counts_exactly() {
-    let (report, global) = record_locks(&["--no-cpu"], CALLS, 0);
+    let (report, global) = record_locks(&["--no-cpu", "--handoffs"], CALLS, 0);
     assert_eq!(acquisitions(&report, global), THREADS * CALLS);
+    let handoffs = &lock_at(&report, global).expect("the global mutex")["handoffs"];
+    let total = handoffs["total"].as_u64().expect("handoffs counted");
+    assert!(total < THREADS * CALLS, "{handoffs}");
+    let classes: u64 = ["same_core", "same_l3", "other_l3"]
+        .iter()
+        .map(|class| handoffs[class].as_u64().expect("a class count"))
+        .sum();
+    assert_eq!(classes, total, "{handoffs}");
 }
 
 /// Held 20 µs a time, the global mutex is contended; every acquisition is

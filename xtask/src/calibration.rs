@@ -1,10 +1,11 @@
 //! Calibration: the cost of one uprobe hit per instruction class on the
 //! running kernel (fixtures/bench/calib.c: a pthread_mutex_lock whose first
-//! instruction is of that class, probed at the entry), saved where
-//! locktrace's `overhead` reads it.
+//! instruction is of that class, probed at the entry), and the cost of one
+//! handoff (fixtures/bench/handoff.c: a cache line bounced between CPUs 0
+//! and 1), saved where locktrace's `overhead` and `handoffs` read them.
 use std::path::Path;
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 use locktrace::{analysis::cost::CALIBRATION_FILE, model::Calibration};
 
 use crate::{
@@ -72,13 +73,48 @@ pub fn run(bench: &Bench) -> Result<String> {
     }
     emulated_costs.sort_by(f64::total_cmp);
     let emulated_cost = emulated_costs[emulated_costs.len() / 2];
-    text.push_str(&save(emulated_cost, stepped_cost)?);
+    let handoff_ns = handoff_cost(bench)?;
+    let line = format!(
+        "\n### Cost of one handoff (fixtures/bench/handoff.c)\n\nOne cache line bounced between CPUs 0 and 1 by two pinned threads: **{handoff_ns:.1} ns** per transfer (best of five runs, median of {} such).\n",
+        bench.runs.max(1)
+    );
+    eprint!("{line}");
+    text.push_str(&line);
+    text.push_str(&save(emulated_cost, stepped_cost, handoff_ns)?);
     Ok(text)
+}
+
+/// ns per transfer of a cache line between CPUs 0 and 1: the median of
+/// `bench.runs` runs of the fixture (each the best of five).
+fn handoff_cost(bench: &Bench) -> Result<f64> {
+    let binary = compile(&bench.root, &bench.out, "handoff", &[])?;
+    let mut costs = Vec::new();
+    for _ in 0..bench.runs.max(1) {
+        let output = std::process::Command::new(&binary)
+            .arg("2000000")
+            .output()
+            .with_context(|| format!("running {}", binary.display()))?;
+        let text = String::from_utf8_lossy(&output.stdout);
+        let Some(ns) = text
+            .lines()
+            .find_map(|line| line.strip_prefix("ns_per_handoff "))
+            .and_then(|ns| ns.trim().parse::<f64>().ok())
+        else {
+            bail!(
+                "{} printed no ns_per_handoff (needs CPUs 0 and 1): {}",
+                binary.display(),
+                String::from_utf8_lossy(&output.stderr)
+            );
+        };
+        costs.push(ns);
+    }
+    costs.sort_by(f64::total_cmp);
+    Ok(costs[costs.len() / 2])
 }
 
 /// Writes the calibration locktrace's report footer uses (hits × cost per hit)
 /// and returns a line for the results.
-fn save(emulated_ns: f64, stepped_ns: f64) -> Result<String> {
+fn save(emulated_ns: f64, stepped_ns: f64, handoff_ns: f64) -> Result<String> {
     let path = Path::new(CALIBRATION_FILE);
     let calibration = Calibration {
         kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")?
@@ -86,12 +122,13 @@ fn save(emulated_ns: f64, stepped_ns: f64) -> Result<String> {
             .to_string(),
         emulated_ns: emulated_ns.round().max(0.0) as u64,
         stepped_ns: stepped_ns.round().max(0.0) as u64,
+        handoff_ns: handoff_ns.round().max(1.0) as u64,
     };
     std::fs::create_dir_all(path.parent().expect("has a parent"))?;
     std::fs::write(path, serde_json::to_string_pretty(&calibration)? + "\n")
         .with_context(|| format!("writing {}", path.display()))?;
     Ok(format!(
-        "\nCalibration saved to {} (median emulated class {emulated_ns:.0} ns, single-stepped {stepped_ns:.0} ns per hit); locktrace's `overhead` uses it on this kernel.\n",
+        "\nCalibration saved to {} (median emulated class {emulated_ns:.0} ns, single-stepped {stepped_ns:.0} ns per hit, {handoff_ns:.0} ns per handoff); locktrace's `overhead` and `handoffs` use it on this kernel.\n",
         path.display()
     ))
 }

@@ -24,6 +24,10 @@ pub fn run(bench: &Bench) -> Result<String> {
             tracers::locktrace(&["--placement", "auto"]),
         ),
         (
+            "locktrace --placement auto --handoffs (acquisitions on another CPU counted)",
+            tracers::locktrace(&["--placement", "auto", "--handoffs"]),
+        ),
+        (
             "locktrace --placement auto --stacks 8 (whole stacks from snapshots)",
             tracers::locktrace(&["--placement", "auto", "--stacks", "8"]),
         ),

@@ -96,6 +96,7 @@ impl ReportBuilder<'_> {
     pub fn counts(&self, collected: &Collected) -> Report {
         let mut report = analysis::build::build(self.info.clone(), collected, self.functions);
         analysis::holds::apply(&mut report, collected);
+        analysis::handoffs::apply(&mut report, collected, analysis::cost::handoff_cost_ns());
         report
     }
 

@@ -4,7 +4,7 @@
 use tracer_common::LockOp;
 
 use crate::{
-    model::{Calibration, Collected, Overhead},
+    model::{Calibration, Collected, HandoffCostSource, Overhead},
     probe::placement::Placed,
 };
 
@@ -15,17 +15,22 @@ use crate::{
 pub const EMULATED_NS_PER_HIT: u64 = 800;
 pub const STEPPED_NS_PER_HIT: u64 = 9_500;
 
-/// One uncontended pthread_mutex_lock + unlock pair with its calls, and one
-/// transfer of a cache line between two cores sharing L3, on the reference
-/// machine (`cargo xtask bench` measures this machine's).
+/// One cache line's transfer between two cores sharing the L3 on the
+/// reference machine (CPUs 0 and 1 of the 2-core VM, Linux 6.18: 26.1 ns,
+/// fixtures/bench/handoff.c, two pinned threads passing a token through
+/// one atomic). Used when no calibration file with a handoff figure
+/// matches the running kernel.
+pub const HANDOFF_NS: u64 = 26;
+
+/// One uncontended pthread_mutex_lock + unlock pair with their calls on the
+/// reference machine (fixtures/bench/pair.c: 5.7-6.0 ns).
 pub const LOCK_PAIR_NS: f64 = 6.0;
-pub const HANDOFF_NS: f64 = 30.0;
 
 /// The costs a lock's removal is priced with (see `analysis::removal`).
 pub fn unit_costs() -> super::removal::UnitCosts {
     super::removal::UnitCosts {
         lock_pair_ns: LOCK_PAIR_NS,
-        handoff_ns: HANDOFF_NS,
+        handoff_ns: handoff_cost_ns().0 as f64,
     }
 }
 
@@ -35,28 +40,56 @@ pub const CALIBRATION_FILE: &str = "/var/cache/locktrace/calibration.json";
 /// The calibration measured on the running kernel if there is one, else the
 /// built-in reference figures; plus a description of the source.
 pub fn calibration() -> (Calibration, String) {
-    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
-        .unwrap_or_default()
-        .trim()
-        .to_string();
-    let measured = std::fs::read_to_string(CALIBRATION_FILE)
-        .ok()
-        .and_then(|text| serde_json::from_str::<Calibration>(&text).ok())
-        .filter(|calibration| calibration.kernel == kernel);
-    match measured {
+    match measured_calibration() {
         Some(calibration) => (
             calibration,
             format!("measured on this kernel ({CALIBRATION_FILE})"),
         ),
         None => (
             Calibration {
-                kernel,
+                kernel: running_kernel(),
                 emulated_ns: EMULATED_NS_PER_HIT,
                 stepped_ns: STEPPED_NS_PER_HIT,
+                handoff_ns: HANDOFF_NS,
             },
             "built-in reference figures (run `cargo xtask bench` to measure this machine)".into(),
         ),
     }
+}
+
+/// The cost of one handoff (a lock's cache line moving to another core),
+/// ns, and where it comes from: the calibration measured on this kernel
+/// when it has the figure, else [`HANDOFF_NS`]. A lock's handoffs × this
+/// is the CPU time the moves cost (`locks[].handoffs.cost_ns`).
+pub fn handoff_cost_ns() -> (u64, HandoffCostSource) {
+    handoff_cost_of(measured_calibration().as_ref())
+}
+
+/// The handoff figure of a calibration file's contents, if any.
+fn handoff_cost_of(measured: Option<&Calibration>) -> (u64, HandoffCostSource) {
+    match measured {
+        Some(calibration) if calibration.handoff_ns > 0 => {
+            (calibration.handoff_ns, HandoffCostSource::Calibrated)
+        }
+        _ => (HANDOFF_NS, HandoffCostSource::BuiltIn),
+    }
+}
+
+/// `uname -r`.
+fn running_kernel() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .unwrap_or_default()
+        .trim()
+        .to_string()
+}
+
+/// The calibration file, when it was measured on the running kernel.
+fn measured_calibration() -> Option<Calibration> {
+    let kernel = running_kernel();
+    std::fs::read_to_string(CALIBRATION_FILE)
+        .ok()
+        .and_then(|text| serde_json::from_str::<Calibration>(&text).ok())
+        .filter(|calibration| calibration.kernel == kernel)
 }
 
 /// The lock probes' cost per hit, weighted by the hits of each function:
@@ -180,4 +213,32 @@ pub fn add_unlock_overhead(overhead: &mut Overhead, hits: u64, unlocks: &[Placed
         } else {
             overhead.cost_ns_per_stepped_hit
         };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_old_calibration_file_loads_and_prices_handoffs_built_in() {
+        let old = r#"{"kernel": "6.18.0", "emulated_ns": 700, "stepped_ns": 9000}"#;
+        let calibration: Calibration = serde_json::from_str(old).expect("old files load");
+        assert_eq!(calibration.handoff_ns, 0);
+        assert_eq!(
+            handoff_cost_of(Some(&calibration)),
+            (HANDOFF_NS, HandoffCostSource::BuiltIn)
+        );
+        let new = Calibration {
+            handoff_ns: 75,
+            ..calibration
+        };
+        assert_eq!(
+            handoff_cost_of(Some(&new)),
+            (75, HandoffCostSource::Calibrated)
+        );
+        assert_eq!(
+            handoff_cost_of(None),
+            (HANDOFF_NS, HandoffCostSource::BuiltIn)
+        );
+    }
 }

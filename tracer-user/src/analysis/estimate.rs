@@ -248,6 +248,12 @@ pub fn scale(collected: &mut Collected, estimate: &Estimate) {
     for count in collected.callers.values_mut() {
         *count = scaled(*count);
     }
+    // Moves between CPUs are counted at the acquisitions: scaled alike.
+    for counts in collected.handoffs.values_mut() {
+        for count in &mut counts.counts {
+            *count = scaled(*count);
+        }
+    }
     collected.requests = match estimate.scaled_by {
         ScaleBasis::Time => scaled(collected.requests),
         ScaleBasis::Requests => collected.requests_whole_recording,

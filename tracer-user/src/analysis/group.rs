@@ -97,6 +97,13 @@ fn add_details(into: &mut Lock, row: Lock) {
         (Some(a), Some(b)) => Some(merge_holds(a, b)),
         (a, b) => a.or(b),
     };
+    into.handoffs = match (into.handoffs.take(), row.handoffs) {
+        (Some(mut a), Some(b)) => {
+            a.merge(&b);
+            Some(a)
+        }
+        (a, b) => a.or(b),
+    };
     if into.region != row.region {
         into.region = into.region.merged(&row.region);
     }

@@ -11,6 +11,7 @@ pub mod cost;
 pub mod cpu;
 pub mod estimate;
 pub mod group;
+pub mod handoffs;
 pub mod holds;
 pub mod in_progress;
 pub mod per_request;

@@ -14,6 +14,7 @@ pub fn apply(report: &mut Report, requests: Requests) {
             wait_ns: lock.wait_ns as f64 / n,
             hold_ns: lock.holds.as_ref().map(|h| h.hold_ns as f64 / n),
             cpu_ns: lock.cpu_ns.map(|cpu| cpu as f64 / n),
+            handoffs: lock.handoffs.as_ref().map(|h| h.total as f64 / n),
         });
     }
     let target_cpu_ns = report.cpu.as_ref().and_then(|cpu| cpu.target_ns);
@@ -25,6 +26,7 @@ pub fn apply(report: &mut Report, requests: Requests) {
         wait_ns: totals.wait_ns as f64 / n,
         hold_ns: totals.hold_ns.map(|h| h as f64 / n),
         cpu_ns: target_cpu_ns.map(|cpu| cpu as f64 / n),
+        handoffs: None,
     });
     super::waits::apply_per_request(totals, divisor);
     report.requests = Some(requests);

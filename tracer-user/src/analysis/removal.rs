@@ -38,7 +38,7 @@ pub fn apply(report: &mut Report, costs: UnitCosts) {
     for lock in &mut report.locks {
         let inputs = LockInputs {
             acquisitions: lock.acquisitions,
-            handoffs: None,
+            handoffs: lock.handoffs.as_ref().map(|handoffs| handoffs.total),
             cpu_ns: lock.cpu_ns.filter(|_| sampled),
             cpu_kernel_ns: lock.cpu_kernel_ns.filter(|_| sampled),
             period_ns: report
@@ -97,7 +97,7 @@ pub fn price(inputs: &LockInputs, costs: UnitCosts) -> Option<Removal> {
         // Contention mode's sampled lock code holds the transfers' stalls.
         (None, None) => None,
         (None, Some(_)) => {
-            unpriced.push("handoffs: not counted".into());
+            unpriced.push("handoffs: not counted (record --handoffs)".into());
             None
         }
     };
@@ -222,7 +222,7 @@ mod tests {
         assert_eq!(
             removal.unpriced,
             [
-                "handoffs: not counted",
+                "handoffs: not counted (record --handoffs)",
                 "kernel: CPU not sampled (--no-cpu)"
             ]
         );

@@ -166,6 +166,7 @@ pub fn apply_per_request(totals: &mut Totals, divisor: Option<f64>) {
             wait_ns: class.wait_ns as f64 / n,
             hold_ns: None,
             cpu_ns: None,
+            handoffs: None,
         });
     }
 }

@@ -4,8 +4,8 @@
 use std::collections::{BTreeSet, HashMap};
 
 use tracer_common::{
-    CallerKey, CpuSamples, FutexCounts, FutexWait, Held, HeldKey, HoldCounts, HolderHolds,
-    HolderKey, LockCounts, StackKey, WaitHolderKey, WaitTime, cpu_sample, drop_reason,
+    CallerKey, CpuSamples, FutexCounts, FutexWait, HandoffCounts, Held, HeldKey, HoldCounts,
+    HolderHolds, HolderKey, LockCounts, StackKey, WaitHolderKey, WaitTime, cpu_sample, drop_reason,
 };
 
 /// One stack snapshot, unwound: it stands for its key's calls from
@@ -47,6 +47,9 @@ pub struct Collected {
     pub holds: HashMap<u64, HoldCounts>,
     pub holders: HashMap<HolderKey, HolderHolds>,
     pub unlock_hits: u64,
+    /// Whether handoffs were counted, and per lock what (`HANDOFFS`).
+    pub handoffs_counted: bool,
+    pub handoffs: HashMap<u64, HandoffCounts>,
     /// Waits and holds in progress when read (filled by the caller that
     /// knows when the probes went in; see [`super::inflight`]).
     pub in_flight: InFlight,

@@ -6,7 +6,7 @@ use schemars::{JsonSchema, Schema, SchemaGenerator};
 use super::word::{Worded, worded};
 
 /// One reason in a report's `dropped`. The BPF side counts the first
-/// twenty (`tracer_common::drop_reason`, in its index order); userspace
+/// twenty-one (`tracer_common::drop_reason`, in its index order); userspace
 /// adds `nested_calls_unknown`; a reason from a newer version is kept.
 #[derive(Debug, Clone)]
 pub enum DropReason {
@@ -30,6 +30,7 @@ pub enum DropReason {
     SnapshotsLost,
     ProbePointUnknown,
     LifetimesMerged,
+    HandoffsMapFull,
     /// Computed by userspace, not BPF: lock calls whose caller was lost
     /// where the lock functions call each other, so up to that many
     /// acquisitions may be nested calls counted again.
@@ -60,6 +61,7 @@ const BPF: [DropReason; tracer_common::drop_reason::COUNT as usize] = [
     DropReason::SnapshotsLost,
     DropReason::ProbePointUnknown,
     DropReason::LifetimesMerged,
+    DropReason::HandoffsMapFull,
 ];
 
 impl DropReason {
@@ -102,6 +104,7 @@ impl Worded for DropReason {
             R::SnapshotsLost => 17,
             R::ProbePointUnknown => 18,
             R::LifetimesMerged => 19,
+            R::HandoffsMapFull => 20,
         };
         tracer_common::drop_reason::NAMES[index].into()
     }

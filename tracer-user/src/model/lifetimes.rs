@@ -131,6 +131,12 @@ impl Merge for FutexCounts {
     }
 }
 
+impl Merge for tracer_common::HandoffCounts {
+    fn merge(&mut self, other: &Self) {
+        add_all(&mut self.counts, &other.counts);
+    }
+}
+
 impl Merge for HoldCounts {
     fn merge(&mut self, other: &Self) {
         self.holds.merge(&other.holds);
@@ -191,6 +197,7 @@ impl Collected {
         rekey(&mut self.condvars, key);
         rekey(&mut self.go_futexes, key);
         rekey(&mut self.holds, key);
+        rekey(&mut self.handoffs, key);
         rekey(&mut self.cpu_locks, key);
         let caller = |k: &CallerKey| CallerKey {
             lock: lifetimes.merged(k.lock),

@@ -9,6 +9,10 @@ pub struct Calibration {
     pub kernel: String,
     pub emulated_ns: u64,
     pub stepped_ns: u64,
+    /// One cache line's transfer between two cores (CPUs 0 and 1), ns;
+    /// 0 in files written before it was measured.
+    #[serde(default)]
+    pub handoff_ns: u64,
 }
 
 /// What tracing cost the target and the tracer (`overhead` in JSON).

@@ -151,6 +151,11 @@ pub struct Lock {
     /// `--hold-times`: completed holds; null where not recorded.
     #[serde(default)]
     pub holds: Option<Holds>,
+    /// Acquisitions on another CPU than the lock's previous acquisition
+    /// (its cache line moved), by cache distance, with their cost; null
+    /// where not counted (without `--handoffs`; contention mode).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handoffs: Option<super::Handoffs>,
     /// The name in offsets from the symbol (`*g_stats->+0x10`), as
     /// without debug info; what older reports called the lock.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -312,6 +317,7 @@ impl Lock {
             wait_histogram: Vec::new(),
             holders: Vec::new(),
             holds: None,
+            handoffs: None,
             offset_name: None,
             chain: None,
             alternatives: Vec::new(),

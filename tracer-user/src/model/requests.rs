@@ -76,4 +76,7 @@ pub struct PerRequest {
     /// the target's `cpu.target_ns`; null where not measured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu_ns: Option<f64>,
+    /// A lock's handoffs per request (`handoffs.total`); null where not counted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handoffs: Option<f64>,
 }

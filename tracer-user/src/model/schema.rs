@@ -141,6 +141,10 @@ mod tests {
             ("CreatedBy", round_trips::<CreatedBy>),
             ("DeclaredContention", round_trips::<DeclaredContention>),
             ("ExecLoss", round_trips::<ExecLoss>),
+            (
+                "HandoffCostSource",
+                round_trips::<crate::model::HandoffCostSource>,
+            ),
             ("LockKind", round_trips::<LockKind>),
             ("Mode", round_trips::<Mode>),
             ("Placement", round_trips::<Placement>),
@@ -336,6 +340,7 @@ mod tests {
             wait_ns: 1200.0,
             hold_ns: Some(900.0),
             cpu_ns: Some(3000.0),
+            handoffs: Some(0.5),
         }
     }
 
@@ -436,6 +441,15 @@ mod tests {
             waits: 20,
             wait_ns: 5_000_000,
         }];
+        lock.handoffs = Some(crate::model::Handoffs {
+            total: 200,
+            same_core: 10,
+            same_l3: 150,
+            other_l3: 40,
+            ns_per_handoff: 60,
+            cost_source: Some(crate::model::HandoffCostSource::Calibrated),
+            cost_ns: 12_000,
+        });
         lock.holds = Some(Holds {
             holds: 400,
             hold_ns: 80_000,
@@ -511,7 +525,7 @@ mod tests {
             lock_code: Some(part(crate::model::PriceBasis::Calibrated)),
             handoffs: None,
             kernel: Some(part(crate::model::PriceBasis::Sampled)),
-            unpriced: vec!["handoffs: not counted".into()],
+            unpriced: vec!["handoffs: not counted (record --handoffs)".into()],
         });
         lock.cpu_kernel_ns = Some(400_000);
         lock

@@ -10,4 +10,5 @@ pub mod request_auto;
 pub mod request_probe;
 pub mod shrink_guard;
 pub mod target;
+pub mod topology;
 pub mod waitfuncs;

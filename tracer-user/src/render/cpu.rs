@@ -91,6 +91,7 @@ mod tests {
         assert_eq!(cell(&lock), "42.0 ms ±14.0 ms");
         lock.per_request = Some(PerRequest {
             cpu_ns: Some(2_100.0),
+            handoffs: None,
             ..PerRequest::default()
         });
         assert_eq!(cell(&lock), "2.1 µs");

@@ -60,6 +60,9 @@ fn missing(reason: &DropReason, n: u64, nesting_unknown: bool) -> String {
         R::LifetimesMerged => format!(
             "{n} unmaps or execs past the log's capacity (counts exact; a lock unloaded after them may share a row with the lock later at its address)"
         ),
+        R::HandoffsMapFull => format!(
+            "{n} acquisitions on locks beyond the handoff map's capacity (counts exact, missing from handoffs)"
+        ),
         R::CpuLocksFull => format!(
             "{n} CPU samples of lock code on locks beyond the sampler's map (in the lock-code total, in no lock's CPU)"
         ),

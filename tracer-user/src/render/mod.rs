@@ -7,6 +7,7 @@ pub mod cpu;
 pub mod fit;
 pub mod footer;
 pub mod format;
+pub mod handoffs;
 pub mod holds;
 pub mod in_progress;
 pub mod lost;

@@ -7,7 +7,7 @@ use super::{
     fit::{Column, Fitted, Width, fit},
     footer,
     format::duration,
-    holds, in_progress, lost, removal, requests, saturation, stacks, waits,
+    handoffs, holds, in_progress, lost, removal, requests, saturation, stacks, waits,
 };
 use crate::model::{Lock, Mode, Report, StopReason};
 
@@ -78,6 +78,7 @@ pub fn render(report: &Report, limit: Option<usize>, width: Width) -> String {
     }
     out.push_str(&saturation::render(report));
     out.push_str(&removal::render(report));
+    out.push_str(&handoffs::footer(report));
     if report.mode == Mode::Contention && report.locks.iter().any(|lock| !lock.holders.is_empty()) {
         out.push_str("holders: contention mode has no lock probes; the holder is the owner thread read from glibc's mutex (its name from /proc), no function (record --hold-times for functions)\n");
     }
@@ -178,6 +179,9 @@ fn lock_columns(report: &Report) -> Vec<LockColumn> {
         Column::number("wait p50/p99", 20),
         Box::new(holds::wait_percentiles),
     ));
+    if handoffs::counted(report) {
+        columns.push((Column::number("handoffs", 60), Box::new(handoffs::cell)));
+    }
     if report.locks.iter().any(|lock| lock.holds.is_some()) {
         columns.push((
             Column::number("held total/max", 25),

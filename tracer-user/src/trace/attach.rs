@@ -133,7 +133,7 @@ pub fn load(plan: &LoadPlan) -> Result<Loaded> {
         .map_max_entries(names::MAP_SNAPSHOTS, snapshot_ring_bytes(plan.flags))
         .load(&object)
         .map_err(|error| features::refused(&error))?;
-    cpu::store_code_ranges(&mut ebpf, names::MAP_LOCK_CODE, &lock_code)?;
+    fill_tables(&mut ebpf, plan.flags, &lock_code)?;
     // Sampled mode: lock calls count only inside the sampler's windows.
     let counting = if plan.flags & flags::SAMPLED != 0 {
         counting::WAITS
@@ -186,6 +186,17 @@ pub fn load(plan: &LoadPlan) -> Result<Loaded> {
         cpu_off,
         watched,
     })
+}
+
+/// The tables userspace fills before the probes: the lock functions' code
+/// ranges, and the CPUs' places when handoffs are counted.
+fn fill_tables(
+    ebpf: &mut Ebpf,
+    plan_flags: u32,
+    lock_code: &[tracer_common::CodeRange],
+) -> Result<()> {
+    cpu::store_code_ranges(ebpf, names::MAP_LOCK_CODE, lock_code)?;
+    super::handoffs::store_places_if(ebpf, plan_flags)
 }
 
 fn snapshot_ring_bytes(plan_flags: u32) -> u32 {

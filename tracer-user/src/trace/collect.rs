@@ -58,6 +58,7 @@ pub fn collect(ebpf: &Ebpf) -> Result<Collected> {
         holds: read_hash(ebpf, names::MAP_HOLDS)?,
         holders: read_hash(ebpf, names::MAP_HOLDERS)?,
         cpu_locks: read_hash(ebpf, names::MAP_CPU_LOCKS)?,
+        handoffs: super::handoffs::read(ebpf)?,
         ..Collected::default()
     };
     collected.unlock_hits = per_cpu_sum(ebpf, names::MAP_UNLOCK_HITS, 0)?;
@@ -197,7 +198,7 @@ pub fn map_mut<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut aya::maps::
         .with_context(|| format!("BPF object lacks map {name}"))
 }
 
-fn read_hash<K, V>(ebpf: &Ebpf, name: &str) -> Result<HashMap<K, V>>
+pub fn read_hash<K, V>(ebpf: &Ebpf, name: &str) -> Result<HashMap<K, V>>
 where
     K: aya::Pod + Eq + std::hash::Hash,
     V: aya::Pod,

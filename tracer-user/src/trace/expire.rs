@@ -4,7 +4,8 @@
 use anyhow::Result;
 use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuHashMap};
 use tracer_common::{
-    CallerKey, CpuSamples, FutexCounts, LockCounts, StackKey, WaitHolderKey, WaitTime, names,
+    CallerKey, CpuSamples, FutexCounts, HandoffCounts, LockCounts, StackKey, WaitHolderKey,
+    WaitTime, names,
 };
 
 use super::collect::map_mut;
@@ -24,6 +25,7 @@ pub struct ExpiredKeys {
 impl ExpiredKeys {
     /// Deletes every key from its map.
     pub fn remove(self, ebpf: &mut aya::Ebpf) -> Result<()> {
+        remove_keys::<u64, HandoffCounts>(ebpf, names::MAP_HANDOFFS, self.locks.iter().copied())?;
         remove_keys::<u64, LockCounts>(ebpf, names::MAP_LOCKS, self.locks.into_iter())?;
         remove_keys::<u64, FutexCounts>(ebpf, names::MAP_FUTEXES, self.futexes.into_iter())?;
         remove_keys::<u64, FutexCounts>(ebpf, names::MAP_CONDVARS, self.condvars.into_iter())?;

@@ -7,6 +7,7 @@ pub mod cpu;
 pub mod expire;
 pub mod features;
 pub mod follow;
+pub mod handoffs;
 pub mod inflight;
 pub mod lifetimes;
 pub mod live_keys;

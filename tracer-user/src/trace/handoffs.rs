@@ -1,0 +1,40 @@
+//! The handoff maps: the CPUs' places in the cache topology, written at
+//! load (`CPU_PLACES`), and the counts per lock, read with the others.
+use std::collections::HashMap;
+
+use anyhow::{Context, Result};
+use aya::{
+    Ebpf,
+    maps::{Array, MapData},
+};
+use tracer_common::{CpuPlace, HandoffCounts, MAX_CPUS, names};
+
+use super::collect::{map_mut, read_hash};
+use crate::probe::topology::Topology;
+
+/// [`store_places`] of this machine's topology, when `flags` (bits of
+/// `tracer_common::flags`) count handoffs.
+pub fn store_places_if(ebpf: &mut Ebpf, flags: u32) -> Result<()> {
+    if flags & tracer_common::flags::HANDOFFS == 0 {
+        return Ok(());
+    }
+    store_places(ebpf, &crate::probe::topology::read())
+}
+
+/// Writes each CPU's place (CPUs beyond `MAX_CPUS` stay unknown: their
+/// moves count as another L3's).
+pub fn store_places(ebpf: &mut Ebpf, topology: &Topology) -> Result<()> {
+    let mut places: Array<&mut MapData, CpuPlace> =
+        Array::try_from(map_mut(ebpf, names::MAP_CPU_PLACES)?)?;
+    for (cpu, place) in topology.places().filter(|(cpu, _)| *cpu < MAX_CPUS) {
+        places
+            .set(cpu, place, 0)
+            .with_context(|| format!("writing CPU {cpu}'s place to {}", names::MAP_CPU_PLACES))?;
+    }
+    Ok(())
+}
+
+/// Each lock's handoff counts.
+pub fn read(ebpf: &Ebpf) -> Result<HashMap<u64, HandoffCounts>> {
+    read_hash(ebpf, names::MAP_HANDOFFS)
+}
