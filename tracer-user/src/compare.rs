@@ -928,6 +928,7 @@ fn render_predicted_saving(before: &Side, after: &Side, width: Width) -> String 
     let total = |side: &Side, field: fn(&Group) -> Option<u64>| {
         side.groups
             .values()
+            .filter(|group| group.is_lock)
             .filter_map(field)
             .fold(None, |sum: Option<f64>, ns| {
                 Some(sum.unwrap_or(0.0) + side.per_request(ns))
@@ -998,6 +999,15 @@ mod tests {
         let path = dir.join(file);
         std::fs::write(&path, report.to_string()).unwrap();
         path
+    }
+
+    /// Gives a written report a `cpu` block with the target's CPU time.
+    fn set_target_cpu(path: &Path, target_ns: u64) {
+        let mut report: Value =
+            serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        report["cpu"] = serde_json::json!({"target_ns": target_ns, "lock_code_ns": null,
+            "lock_code_error_ns": null, "samples": 0, "sample_hz": 999, "tracer_ns": 0});
+        std::fs::write(path, report.to_string()).unwrap();
     }
 
     /// A report of `mode` with 10 requests and the lock `g_lock` (or none).
@@ -1329,13 +1339,6 @@ mod tests {
     #[test]
     fn shows_cpu_per_request_of_the_target_and_the_locks() {
         let dir = tempfile::tempdir().unwrap();
-        let with_cpu = |path: &Path, target_ns: u64| {
-            let mut report: Value =
-                serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-            report["cpu"] = serde_json::json!({"target_ns": target_ns, "lock_code_ns": null,
-                "lock_code_error_ns": null, "samples": 0, "sample_hz": 999, "tracer_ns": 0});
-            std::fs::write(path, report.to_string()).unwrap();
-        };
         let cpu = |ns: u64| serde_json::json!({"name": "g_lock", "cpu_ns": ns, "cpu_error_ns": 1});
         let before = write_report(
             dir.path(),
@@ -1349,8 +1352,8 @@ mod tests {
             200,
             serde_json::json!([lock("0x1000", 10, cpu(0))]),
         );
-        with_cpu(&before, 100_000_000);
-        with_cpu(&after, 150_000_000);
+        set_target_cpu(&before, 100_000_000);
+        set_target_cpu(&after, 150_000_000);
         let text = render(
             &Side::load(&before).unwrap(),
             &Side::load(&after).unwrap(),
@@ -1370,6 +1373,50 @@ mod tests {
             .map(str::trim)
             .collect();
         assert_eq!(row, ["g_lock", "300.0 µs", "0", "-100%"], "{text}");
+    }
+
+    /// Issue 32: the fall of the locks' removal price is the predicted
+    /// saving, set beside the target's measured CPU change.
+    #[test]
+    fn sets_the_predicted_saving_beside_the_measured_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let priced = |name: &str, saving_ns: f64, error_ns: f64| {
+            serde_json::json!({"name": name, "wait_class": "lock", "removal": {
+                "saving_ns": saving_ns, "error_ns": error_ns,
+                "lock_code": {"ns": saving_ns, "error_ns": error_ns, "basis": "calibrated"},
+                "handoffs": null, "kernel": null}})
+        };
+        // 100 requests: g_stats costs 5 µs per request and goes; g_conn
+        // costs 1 µs per request before and after.
+        let before = write_report(
+            dir.path(),
+            "before.json",
+            100,
+            serde_json::json!([
+                lock("0x1000", 10, priced("g_stats", 500_000.0, 100_000.0)),
+                lock("0x2000", 10, priced("g_conn", 100_000.0, 20_000.0)),
+            ]),
+        );
+        let after = write_report(
+            dir.path(),
+            "after.json",
+            100,
+            serde_json::json!([lock("0x2000", 10, priced("g_conn", 100_000.0, 20_000.0))]),
+        );
+        set_target_cpu(&before, 100_000_000);
+        set_target_cpu(&after, 99_400_000);
+        let text = render(
+            &Side::load(&before).unwrap(),
+            &Side::load(&after).unwrap(),
+            Width::Unlimited,
+        );
+        assert!(
+            text.contains(
+                "predicted saving: the locks' price fell by 5.0 µs ±1.4 µs CPU per request; \
+                 measured: the target's CPU per request fell by 6.0 µs"
+            ),
+            "{text}"
+        );
     }
 
     #[test]

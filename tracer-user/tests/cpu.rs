@@ -165,13 +165,60 @@ fn lock_free_fixture_has_no_lock_cpu() {
 fn all_mode_reports_cpu_per_lock() {
     let run = traced_run("shared", &["--cpu-hz", "999"]);
     assert_target_cpu_matches(&run);
-    let lock = run.report["locks"]
+    let lock = shared_lock_row(&run.report);
+    assert_eq!(lock["acquisitions"].as_f64(), Some(run.ops));
+    assert!(lock["cpu_ns"].as_u64().unwrap() > 0, "{lock}");
+    assert!(lock["cpu_error_ns"].as_u64().unwrap() > 0, "{lock}");
+    assert_removal_adds_up(lock, run.ops, "calibrated");
+}
+
+/// Issue 32: a lock's removal price is the sum of its parts; the lock
+/// code is priced by exact calls (all mode: calls × the calibrated pair
+/// cost, a few ns each) or by samples (contention mode).
+fn assert_removal_adds_up(lock: &Value, ops: f64, lock_code_basis: &str) {
+    let removal = &lock["removal"];
+    let part = |name: &str| removal[name]["ns"].as_f64().unwrap_or(0.0);
+    let sum = part("lock_code") + part("handoffs") + part("kernel");
+    let saving = removal["saving_ns"].as_f64().expect("a removal price");
+    assert!((saving - sum).abs() <= 1e-6 * saving.max(1.0), "{removal}");
+    assert_eq!(removal["lock_code"]["basis"], lock_code_basis, "{removal}");
+    if lock_code_basis == "calibrated" {
+        let per_call = part("lock_code") / ops;
+        assert!(
+            (1.0..=50.0).contains(&per_call),
+            "{per_call} ns per pair: {removal}"
+        );
+        assert!(
+            removal["unpriced"][0]
+                .as_str()
+                .is_some_and(|reason| reason.starts_with("handoffs")),
+            "{removal}"
+        );
+    }
+    assert!(removal["kernel"]["ns"].as_f64().is_some(), "{removal}");
+}
+
+/// Contention mode prices the lock code by its samples, and the table
+/// names the costliest lock's removal.
+#[test]
+fn contention_mode_prices_removal_by_samples() {
+    let run = traced_run("shared", &["--mode", "contention", "--cpu-hz", "999"]);
+    let lock = shared_lock_row(&run.report);
+    assert_removal_adds_up(lock, run.ops, "sampled");
+    assert!(
+        run.table
+            .contains("removing g_shared_lock would save about"),
+        "{}",
+        run.table
+    );
+}
+
+/// The shared mutex's row.
+fn shared_lock_row(report: &Value) -> &Value {
+    report["locks"]
         .as_array()
         .unwrap()
         .iter()
         .find(|lock| lock["name"] == "g_shared_lock")
-        .expect("the shared lock has a row");
-    assert_eq!(lock["acquisitions"].as_f64(), Some(run.ops));
-    assert!(lock["cpu_ns"].as_u64().unwrap() > 0, "{lock}");
-    assert!(lock["cpu_error_ns"].as_u64().unwrap() > 0, "{lock}");
+        .expect("the shared lock has a row")
 }

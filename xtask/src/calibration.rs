@@ -80,28 +80,46 @@ pub fn run(bench: &Bench) -> Result<String> {
     );
     eprint!("{line}");
     text.push_str(&line);
-    text.push_str(&save(emulated_cost, stepped_cost, handoff_ns)?);
+    let lock_pair_ns = fixture_figure(bench, "pair", "20000000", "ns_per_pair")?;
+    let line = format!(
+        "\n### Cost of one uncontended lock + unlock pair (fixtures/bench/pair.c)\n\n**{lock_pair_ns:.2} ns** per pair with its calls (best of five runs, median of {} such).\n",
+        bench.runs.max(1)
+    );
+    eprint!("{line}");
+    text.push_str(&line);
+    text.push_str(&save(
+        emulated_cost,
+        stepped_cost,
+        handoff_ns,
+        lock_pair_ns,
+    )?);
     Ok(text)
 }
 
 /// ns per transfer of a cache line between CPUs 0 and 1: the median of
 /// `bench.runs` runs of the fixture (each the best of five).
 fn handoff_cost(bench: &Bench) -> Result<f64> {
-    let binary = compile(&bench.root, &bench.out, "handoff", &[])?;
+    fixture_figure(bench, "handoff", "2000000", "ns_per_handoff")
+}
+
+/// The median over `bench.runs` runs of what fixtures/bench/NAME.c prints
+/// after `KEY ` when run with `ARG`.
+fn fixture_figure(bench: &Bench, name: &str, arg: &str, key: &str) -> Result<f64> {
+    let binary = compile(&bench.root, &bench.out, name, &[])?;
     let mut costs = Vec::new();
     for _ in 0..bench.runs.max(1) {
         let output = std::process::Command::new(&binary)
-            .arg("2000000")
+            .arg(arg)
             .output()
             .with_context(|| format!("running {}", binary.display()))?;
         let text = String::from_utf8_lossy(&output.stdout);
         let Some(ns) = text
             .lines()
-            .find_map(|line| line.strip_prefix("ns_per_handoff "))
+            .find_map(|line| line.strip_prefix(key)?.strip_prefix(' '))
             .and_then(|ns| ns.trim().parse::<f64>().ok())
         else {
             bail!(
-                "{} printed no ns_per_handoff (needs CPUs 0 and 1): {}",
+                "{} printed no {key} (the handoff fixture needs CPUs 0 and 1): {}",
                 binary.display(),
                 String::from_utf8_lossy(&output.stderr)
             );
@@ -114,7 +132,7 @@ fn handoff_cost(bench: &Bench) -> Result<f64> {
 
 /// Writes the calibration locktrace's report footer uses (hits × cost per hit)
 /// and returns a line for the results.
-fn save(emulated_ns: f64, stepped_ns: f64, handoff_ns: f64) -> Result<String> {
+fn save(emulated_ns: f64, stepped_ns: f64, handoff_ns: f64, lock_pair_ns: f64) -> Result<String> {
     let path = Path::new(CALIBRATION_FILE);
     let calibration = Calibration {
         kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")?
@@ -123,12 +141,13 @@ fn save(emulated_ns: f64, stepped_ns: f64, handoff_ns: f64) -> Result<String> {
         emulated_ns: emulated_ns.round().max(0.0) as u64,
         stepped_ns: stepped_ns.round().max(0.0) as u64,
         handoff_ns: handoff_ns.round().max(1.0) as u64,
+        lock_pair_ns,
     };
     std::fs::create_dir_all(path.parent().expect("has a parent"))?;
     std::fs::write(path, serde_json::to_string_pretty(&calibration)? + "\n")
         .with_context(|| format!("writing {}", path.display()))?;
     Ok(format!(
-        "\nCalibration saved to {} (median emulated class {emulated_ns:.0} ns, single-stepped {stepped_ns:.0} ns per hit, {handoff_ns:.0} ns per handoff); locktrace's `overhead` and `handoffs` use it on this kernel.\n",
+        "\nCalibration saved to {} (median emulated class {emulated_ns:.0} ns, single-stepped {stepped_ns:.0} ns per hit, {handoff_ns:.0} ns per handoff, {lock_pair_ns:.2} ns per lock pair); locktrace's `overhead`, `handoffs` and `removal` use it on this kernel.\n",
         path.display()
     ))
 }

@@ -22,10 +22,10 @@ use crate::{
     tracers::{self, Tracer},
 };
 
-const BINARY: &str = "/tmp/e2e/frankenphp-e2e";
-const PID_FILE: &str = "/tmp/e2e/franken.pid";
-const LOCK_FILE: &str = "/tmp/franken.lock";
-const URL: &str = "http://127.0.0.1:8091/q.php";
+pub(crate) const BINARY: &str = "/tmp/e2e/frankenphp-e2e";
+pub(crate) const PID_FILE: &str = "/tmp/e2e/franken.pid";
+pub(crate) const LOCK_FILE: &str = "/tmp/franken.lock";
+pub(crate) const URL: &str = "http://127.0.0.1:8091/q.php";
 /// The stats mutex as locktrace names it, and its calls per request (bpftrace, exact).
 const STATS_LOCK: &str = "*mysqlnd_global_stats->LOCK_access";
 const STATS_TRUTH: f64 = 408.0;
@@ -346,13 +346,13 @@ fn per_request_cell(rounds: &[FrankenSample]) -> (String, &'static str) {
 }
 
 /// The kit: `LOCKTRACE_FRANKEN_KIT`, else ../shared/frankenphp next to the worktree.
-fn kit_dir(bench: &Bench) -> PathBuf {
+pub(crate) fn kit_dir(bench: &Bench) -> PathBuf {
     std::env::var_os("LOCKTRACE_FRANKEN_KIT")
         .map(PathBuf::from)
         .unwrap_or_else(|| bench.root.join("../shared/frankenphp"))
 }
 
-fn script(kit: &Path, name: &str, args: &[&str]) -> Result<()> {
+pub(crate) fn script(kit: &Path, name: &str, args: &[&str]) -> Result<()> {
     let path = kit.join(name);
     let output = Command::new(&path)
         .args(args)
@@ -369,7 +369,7 @@ fn script(kit: &Path, name: &str, args: &[&str]) -> Result<()> {
 }
 
 /// `flock(LOCK_EX)` on a file, held until dropped (the file's close releases it).
-struct ExclusiveLock {
+pub(crate) struct ExclusiveLock {
     _held: File,
 }
 
@@ -380,7 +380,7 @@ impl ExclusiveLock {
     /// Takes the lock, waiting up to [`LOCK_WAIT`]. Our descriptor is
     /// close-on-exec (Rust's default), so the server and MariaDB started
     /// under it do not inherit the lock.
-    fn take(path: &str) -> Result<ExclusiveLock> {
+    pub(crate) fn take(path: &str) -> Result<ExclusiveLock> {
         let file = File::options()
             .create(true)
             .append(true)

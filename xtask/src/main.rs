@@ -31,6 +31,7 @@ mod http_bench;
 mod kernel_floor;
 mod loop_bench;
 mod results;
+mod savings_bench;
 mod snapshot_bench;
 mod tracers;
 mod window_bench;
@@ -93,6 +94,9 @@ pub enum Part {
     Windows,
     /// What one stack snapshot costs the target, and `--stacks` per lock call.
     Snapshots,
+    /// What removing a lock saves: locktrace's prediction against the
+    /// measured saving, on lockcost, the demo's server and FrankenPHP.
+    Savings,
 }
 
 fn positive_seconds(text: &str) -> Result<f64, String> {
@@ -166,6 +170,9 @@ fn bench(args: BenchArgs) -> Result<()> {
     }
     if runs(Part::Snapshots) {
         report.push_str(&snapshot_bench::run(&bench)?);
+    }
+    if runs(Part::Savings) {
+        report.push_str(&savings_bench::run(&bench)?);
     }
     results::write(&bench.out, &report)
 }

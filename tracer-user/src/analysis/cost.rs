@@ -28,8 +28,11 @@ pub const LOCK_PAIR_NS: f64 = 6.0;
 
 /// The costs a lock's removal is priced with (see `analysis::removal`).
 pub fn unit_costs() -> super::removal::UnitCosts {
+    let measured = measured_calibration()
+        .map(|calibration| calibration.lock_pair_ns)
+        .filter(|&ns| ns > 0.0);
     super::removal::UnitCosts {
-        lock_pair_ns: LOCK_PAIR_NS,
+        lock_pair_ns: measured.unwrap_or(LOCK_PAIR_NS),
         handoff_ns: handoff_cost_ns().0 as f64,
     }
 }
@@ -51,6 +54,7 @@ pub fn calibration() -> (Calibration, String) {
                 emulated_ns: EMULATED_NS_PER_HIT,
                 stepped_ns: STEPPED_NS_PER_HIT,
                 handoff_ns: HANDOFF_NS,
+                lock_pair_ns: LOCK_PAIR_NS,
             },
             "built-in reference figures (run `cargo xtask bench` to measure this machine)".into(),
         ),

@@ -35,7 +35,8 @@ pub fn apply(report: &mut Report, costs: UnitCosts) {
         .and_then(super::per_request::divisor);
     let target_ns = report.cpu.as_ref().and_then(|cpu| cpu.target_ns);
     let sampled = report.cpu.as_ref().is_some_and(|cpu| cpu.sample_hz > 0);
-    for lock in &mut report.locks {
+    // Only locks: a condvar's or the Go runtime's futex words wait for work.
+    for lock in report.locks.iter_mut().filter(|lock| lock.is_contention()) {
         let inputs = LockInputs {
             acquisitions: lock.acquisitions,
             handoffs: lock.handoffs.as_ref().map(|handoffs| handoffs.total),

@@ -13,6 +13,10 @@ pub struct Calibration {
     /// 0 in files written before it was measured.
     #[serde(default)]
     pub handoff_ns: u64,
+    /// One uncontended lock + unlock pair with its calls, ns; 0 in files
+    /// written before it was measured.
+    #[serde(default)]
+    pub lock_pair_ns: f64,
 }
 
 /// What tracing cost the target and the tracer (`overhead` in JSON).

@@ -501,6 +501,12 @@ mod tests {
                 region: crate::model::Region::MmapHeap,
             }],
         });
+        fill_the_price_parts(&mut lock);
+        lock
+    }
+
+    /// Saturation, removal price and the kernel part of the CPU.
+    fn fill_the_price_parts(lock: &mut crate::model::Lock) {
         lock.saturation = Some(crate::model::Saturation {
             utilization: 0.4,
             holds_per_s: 1000.0,
@@ -528,7 +534,6 @@ mod tests {
             unpriced: vec!["handoffs: not counted (record --handoffs)".into()],
         });
         lock.cpu_kernel_ns = Some(400_000);
-        lock
     }
 
     /// The report's parts about the recording (requests, estimate, cost,
