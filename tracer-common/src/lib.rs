@@ -922,7 +922,12 @@ pub mod cpu_sample {
     pub const TRACER: u32 = 3;
     /// In a futex syscall of a condvar wait or of the Go runtime: not a lock's.
     pub const FUTEX_NOT_LOCK: u32 = 4;
-    pub const COUNT: u32 = 5;
+    /// In the kernel on an interrupt or exception from user code outside
+    /// lock code: mostly the scheduler's work after a wake-up (the
+    /// reschedule interrupt, the preempted thread's switch back), also
+    /// page faults and timer ticks.
+    pub const INTERRUPTED: u32 = 5;
+    pub const COUNT: u32 = 6;
 }
 
 /// Map sizes of the hold state.

@@ -119,6 +119,8 @@ pub fn cpu_sample(ctx: PerfEventContext) -> u32 {
     } else if syscall == NOT_A_SYSCALL && in_sampled_lock_code(user_ip) {
         // A trap from lock code that is no syscall: the uprobe breakpoint.
         count_sample(cpu_sample::TRACER);
+    } else if syscall == NOT_A_SYSCALL {
+        count_sample(cpu_sample::INTERRUPTED);
     }
     0
 }

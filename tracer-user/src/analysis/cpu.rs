@@ -101,6 +101,7 @@ pub fn report(
         tracer_samples: count(cpu_sample::TRACER),
         futex_not_lock_samples: count(cpu_sample::FUTEX_NOT_LOCK),
         unattributed_samples: unattributed,
+        interrupted_samples: count(cpu_sample::INTERRUPTED),
         ..CpuReport::default()
     };
     if hz > 0 {

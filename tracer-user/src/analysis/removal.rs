@@ -8,7 +8,11 @@
 //! - handoffs: acquisitions on another CPU than the lock's previous one move
 //!   its cache line: handoffs × the calibrated cost of one transfer.
 //! - kernel: the sampled CPU in the kernel's futex code on its words (the
-//!   waits, the wakes, the scheduler's work they cause).
+//!   waits, the wakes, the switches inside them).
+//! - scheduling: the scheduler's work its waits cause outside its futex
+//!   calls (the woken thread's reschedule interrupt, the preempted
+//!   thread's switch back): the samples on interrupts from user code × the
+//!   lock's share of the target's futex waits.
 //!
 //! The saving assumes the critical section's own work stays and nothing
 //! synchronizes it in the lock's place.
@@ -35,6 +39,8 @@ pub fn apply(report: &mut Report, costs: UnitCosts) {
         .and_then(super::per_request::divisor);
     let target_ns = report.cpu.as_ref().and_then(|cpu| cpu.target_ns);
     let sampled = report.cpu.as_ref().is_some_and(|cpu| cpu.sample_hz > 0);
+    let interrupted = report.cpu.as_ref().map_or(0, |cpu| cpu.interrupted_samples);
+    let all_waits: u64 = report.totals.by_wait_class.values().map(|c| c.waits).sum();
     // Only locks: a condvar's or the Go runtime's futex words wait for work.
     for lock in report.locks.iter_mut().filter(|lock| lock.is_contention()) {
         let inputs = LockInputs {
@@ -42,6 +48,8 @@ pub fn apply(report: &mut Report, costs: UnitCosts) {
             handoffs: lock.handoffs.as_ref().map(|handoffs| handoffs.total),
             cpu_ns: lock.cpu_ns.filter(|_| sampled),
             cpu_kernel_ns: lock.cpu_kernel_ns.filter(|_| sampled),
+            interrupted_samples: (sampled && all_waits > 0)
+                .then(|| interrupted as f64 * lock.contended as f64 / all_waits as f64),
             period_ns: report
                 .cpu
                 .as_ref()
@@ -66,6 +74,8 @@ pub struct LockInputs {
     /// Sampled CPU on the lock (user and kernel), and its kernel part.
     pub cpu_ns: Option<u64>,
     pub cpu_kernel_ns: Option<u64>,
+    /// The lock's share of the samples on interrupts from user code.
+    pub interrupted_samples: Option<f64>,
     pub period_ns: u64,
 }
 
@@ -109,7 +119,15 @@ pub fn price(inputs: &LockInputs, costs: UnitCosts) -> Option<Removal> {
             None
         }
     };
-    let parts = [lock_code, handoffs, kernel];
+    let scheduling = inputs
+        .interrupted_samples
+        .filter(|&samples| samples > 0.0)
+        .map(|samples| PricePart {
+            ns: samples * inputs.period_ns as f64,
+            error_ns: (2.0 * samples.sqrt() + 1.0) * inputs.period_ns as f64,
+            basis: PriceBasis::Sampled,
+        });
+    let parts = [lock_code, handoffs, kernel, scheduling];
     if parts.iter().all(Option::is_none) {
         return None;
     }
@@ -123,6 +141,7 @@ pub fn price(inputs: &LockInputs, costs: UnitCosts) -> Option<Removal> {
         lock_code,
         handoffs,
         kernel,
+        scheduling,
         unpriced,
     })
 }
@@ -156,6 +175,7 @@ pub fn merge(a: Removal, b: Removal) -> Removal {
         lock_code: add_part(a.lock_code, b.lock_code),
         handoffs: add_part(a.handoffs, b.handoffs),
         kernel: add_part(a.kernel, b.kernel),
+        scheduling: add_part(a.scheduling, b.scheduling),
         unpriced,
     }
 }
@@ -176,6 +196,7 @@ mod tests {
             handoffs: Some(100),
             cpu_ns: Some(50_000_000),
             cpu_kernel_ns: Some(40_000_000),
+            interrupted_samples: None,
             period_ns: 10_000_000,
         };
         let removal = price(&inputs, COSTS).unwrap();
@@ -201,6 +222,7 @@ mod tests {
             handoffs: None,
             cpu_ns: Some(30_000_000),
             cpu_kernel_ns: Some(10_000_000),
+            interrupted_samples: Some(4.0),
             period_ns: 10_000_000,
         };
         let removal = price(&inputs, COSTS).unwrap();
@@ -208,7 +230,11 @@ mod tests {
         assert_eq!(lock_code.basis, PriceBasis::Sampled);
         assert_eq!(lock_code.ns, 20_000_000.0);
         assert_eq!(removal.handoffs, None);
-        assert_eq!(removal.saving_ns, 30_000_000.0);
+        // The lock's share of the interrupt samples: 4 samples.
+        let scheduling = removal.scheduling.unwrap();
+        assert_eq!(scheduling.ns, 40_000_000.0);
+        assert_eq!(scheduling.error_ns, 50_000_000.0);
+        assert_eq!(removal.saving_ns, 70_000_000.0);
         assert!(removal.unpriced.is_empty(), "{:?}", removal.unpriced);
     }
 

@@ -34,6 +34,12 @@ pub struct CpuReport {
     /// or tiny argument): in `lock_code_ns`, in no lock's `cpu_ns`.
     #[serde(default)]
     pub unattributed_samples: u64,
+    /// Samples in the kernel on an interrupt or exception from the target's
+    /// code outside lock code: mostly the scheduler's work after wake-ups
+    /// (a lock's `removal.scheduling` takes its share by futex waits), also
+    /// page faults and ticks.
+    #[serde(default)]
+    pub interrupted_samples: u64,
     /// `target_ns` minus what the samples account for (`samples` × the
     /// period), when positive: the target's CPU time the sampler could not
     /// see because the kernel does not run it while another BPF program runs

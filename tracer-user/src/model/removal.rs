@@ -51,6 +51,13 @@ pub struct Removal {
     pub handoffs: Option<PricePart>,
     /// The kernel's futex waits and wakes on the lock's words, sampled.
     pub kernel: Option<PricePart>,
+    /// The scheduler's work the lock's waits cause outside its futex calls
+    /// (the woken thread's reschedule interrupt, the preempted thread's
+    /// switch back): the samples on interrupts from user code
+    /// (`cpu.interrupted_samples`) × the lock's share of the target's futex
+    /// waits; null without waits or samples.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheduling: Option<PricePart>,
     /// Parts that could not be priced, and why (`kernel: CPU not sampled
     /// (--no-cpu)`): the saving leaves them out.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

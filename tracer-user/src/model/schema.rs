@@ -523,7 +523,7 @@ mod tests {
             basis,
         };
         lock.removal = Some(crate::model::Removal {
-            saving_ns: 4_000.0,
+            saving_ns: 6_000.0,
             error_ns: 1_000.0,
             saving_ns_per_request: Some(40.0),
             error_ns_per_request: Some(10.0),
@@ -531,6 +531,7 @@ mod tests {
             lock_code: Some(part(crate::model::PriceBasis::Calibrated)),
             handoffs: None,
             kernel: Some(part(crate::model::PriceBasis::Sampled)),
+            scheduling: Some(part(crate::model::PriceBasis::Sampled)),
             unpriced: vec!["handoffs: not counted (record --handoffs)".into()],
         });
         lock.cpu_kernel_ns = Some(400_000);
@@ -650,6 +651,7 @@ mod tests {
             tracer_samples: 1,
             futex_not_lock_samples: 2,
             unattributed_samples: 3,
+            interrupted_samples: 7,
             unsampled_ns: Some(10_000),
             sampler_off: Some("perf_event_open refused".into()),
         });
