@@ -198,6 +198,14 @@ impl Fixture {
         stdin.write_all(b"go\n").unwrap();
     }
 
+    /// Writes a line to the fixture's stdin, keeping it open (the first
+    /// one starts a fixture that waits for a line).
+    pub fn send(&mut self, line: &str) {
+        let stdin = self.stdin.as_mut().expect("fixture stdin is open");
+        writeln!(stdin, "{line}").unwrap();
+        stdin.flush().unwrap();
+    }
+
     /// Reads the next line the fixture prints (None at its end).
     pub fn read_line(&mut self) -> Option<String> {
         let mut line = String::new();
