@@ -952,7 +952,20 @@ fn render_predicted_saving(before: &Side, after: &Side, width: Width) -> String 
         side.target_cpu_ns
             .map(|ns| side.per_request(ns.saturating_sub(side.tracer_cpu_ns)))
     };
+    // With lock probes the share is an estimate (hits × a calibrated cost):
+    // one that big swamps a lock's few ns per call. Contention mode's is
+    // measured (what the sampler could not see while the probes ran).
+    let tracer_share = |side: &Side| match side.target_cpu_ns {
+        _ if !side.counts_acquisitions() => 0.0,
+        Some(ns) if ns > 0 => side.tracer_cpu_ns as f64 / ns as f64,
+        _ => 1.0,
+    };
+    let share = tracer_share(before).max(tracer_share(after));
     let measured = match (untraced(before), untraced(after)) {
+        (Some(_), Some(_)) if share > MAX_TRACER_SHARE => format!(
+            "; measured: not comparable, the tracer took {:.0}% of the target's CPU (record both in contention mode)",
+            share * 100.0
+        ),
         (Some(b), Some(a)) => format!(
             "; measured: the target's CPU per request less the tracer's share fell by {}",
             signed_duration(b - a)
@@ -972,6 +985,10 @@ fn render_predicted_saving(before: &Side, after: &Side, width: Width) -> String 
         duration(bound.round() as u64)
     )
 }
+
+/// Above this share of the target's CPU, the lock probes' estimated cost
+/// is too uncertain to take out of a measured CPU change.
+const MAX_TRACER_SHARE: f64 = 0.05;
 
 /// A duration that may be negative (`-1.2 µs`).
 fn signed_duration(ns: f64) -> String {
@@ -1423,6 +1440,20 @@ mod tests {
                 "predicted saving: the locks' price fell by 5.0 µs ±1.4 µs CPU per request; \
                  measured: the target's CPU per request less the tracer's share fell by 6.0 µs"
             ),
+            "{text}"
+        );
+        // A tracer that took a tenth of the target's CPU: no measured figure.
+        let mut report: Value =
+            serde_json::from_str(&std::fs::read_to_string(&after).unwrap()).unwrap();
+        report["cpu"]["tracer_ns"] = 9_940_000.into();
+        std::fs::write(&after, report.to_string()).unwrap();
+        let text = render(
+            &Side::load(&before).unwrap(),
+            &Side::load(&after).unwrap(),
+            Width::Unlimited,
+        );
+        assert!(
+            text.contains("measured: not comparable, the tracer took 10% of the target's CPU"),
             "{text}"
         );
     }
