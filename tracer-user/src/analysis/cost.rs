@@ -33,7 +33,6 @@ pub fn unit_costs() -> super::removal::UnitCosts {
         .filter(|&ns| ns > 0.0);
     super::removal::UnitCosts {
         lock_pair_ns: measured.unwrap_or(LOCK_PAIR_NS),
-        handoff_ns: handoff_cost_ns().0 as f64,
     }
 }
 

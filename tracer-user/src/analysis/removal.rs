@@ -6,7 +6,8 @@
 //!   (which land in that code) do not inflate it. Without (contention mode),
 //!   the sampled user-mode CPU in the lock functions.
 //! - handoffs: acquisitions on another CPU than the lock's previous one move
-//!   its cache line: handoffs × the calibrated cost of one transfer.
+//!   its cache line: the row's `handoffs.cost_ns` (handoffs × the
+//!   calibrated cost of one transfer, `analysis::handoffs`).
 //! - kernel: the sampled CPU in the kernel's futex code on its words (the
 //!   waits, the wakes, the switches inside them).
 //! - scheduling: the scheduler's work its waits cause outside its futex
@@ -23,8 +24,6 @@ use crate::model::{PriceBasis, PricePart, Removal, Report};
 pub struct UnitCosts {
     /// One uncontended lock + unlock pair, the calls included.
     pub lock_pair_ns: f64,
-    /// One transfer of a cache line between two CPUs.
-    pub handoff_ns: f64,
 }
 
 /// A calibrated figure is trusted to within this share of itself: the
@@ -45,7 +44,7 @@ pub fn apply(report: &mut Report, costs: UnitCosts) {
     for lock in report.locks.iter_mut().filter(|lock| lock.is_contention()) {
         let inputs = LockInputs {
             acquisitions: lock.acquisitions,
-            handoffs: lock.handoffs.as_ref().map(|handoffs| handoffs.total),
+            handoffs_ns: lock.handoffs.as_ref().map(|handoffs| handoffs.cost_ns),
             cpu_ns: lock.cpu_ns.filter(|_| sampled),
             cpu_kernel_ns: lock.cpu_kernel_ns.filter(|_| sampled),
             interrupted_samples: (sampled && all_waits > 0)
@@ -70,7 +69,8 @@ pub fn apply(report: &mut Report, costs: UnitCosts) {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct LockInputs {
     pub acquisitions: Option<u64>,
-    pub handoffs: Option<u64>,
+    /// What its handoffs cost (`handoffs.cost_ns`), where counted.
+    pub handoffs_ns: Option<u64>,
     /// Sampled CPU on the lock (user and kernel), and its kernel part.
     pub cpu_ns: Option<u64>,
     pub cpu_kernel_ns: Option<u64>,
@@ -103,8 +103,8 @@ pub fn price(inputs: &LockInputs, costs: UnitCosts) -> Option<Removal> {
             None
         }
     };
-    let handoffs = match (inputs.handoffs, inputs.acquisitions) {
-        (Some(handoffs), _) => Some(calibrated_part(handoffs, costs.handoff_ns)),
+    let handoffs = match (inputs.handoffs_ns, inputs.acquisitions) {
+        (Some(ns), _) => Some(calibrated_part(1, ns as f64)),
         // Contention mode's sampled lock code holds the transfers' stalls.
         (None, None) => None,
         (None, Some(_)) => {
@@ -184,16 +184,14 @@ pub fn merge(a: Removal, b: Removal) -> Removal {
 mod tests {
     use super::*;
 
-    const COSTS: UnitCosts = UnitCosts {
-        lock_pair_ns: 6.0,
-        handoff_ns: 30.0,
-    };
+    const COSTS: UnitCosts = UnitCosts { lock_pair_ns: 6.0 };
 
     #[test]
     fn counted_locks_are_priced_by_calls_handoffs_and_sampled_kernel_time() {
         let inputs = LockInputs {
             acquisitions: Some(1000),
-            handoffs: Some(100),
+            // 100 handoffs at 30 ns.
+            handoffs_ns: Some(3000),
             cpu_ns: Some(50_000_000),
             cpu_kernel_ns: Some(40_000_000),
             interrupted_samples: None,
@@ -219,7 +217,7 @@ mod tests {
     fn contention_mode_prices_the_sampled_lock_code() {
         let inputs = LockInputs {
             acquisitions: None,
-            handoffs: None,
+            handoffs_ns: None,
             cpu_ns: Some(30_000_000),
             cpu_kernel_ns: Some(10_000_000),
             interrupted_samples: Some(4.0),
