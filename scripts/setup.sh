@@ -5,7 +5,8 @@
 #   --frankenphp   also build the real FrankenPHP kit the tests run (scripts/test.sh
 #                  passes it; about 8 minutes the first time, cached in /tmp/e2e and
 #                  /tmp/gobin-venv afterwards), then its static musl variant
-#                  (scripts/build-frankenphp-static.sh, about 12 more minutes once).
+#                  (scripts/build-frankenphp-static.sh, about 12 more minutes once),
+#                  and mod_php for Apache (scripts/build-modphp.sh, about 5 minutes once).
 #                  The kit is $LOCKTRACE_FRANKENPHP_KIT, else shared/frankenphp
 #                  beside the repository.
 set -euo pipefail
@@ -21,7 +22,7 @@ done
 NIGHTLY=${LOCKTRACE_NIGHTLY:-nightly}
 NIGHTLY_DATE=2026-05-19
 BPF_LINKER_VERSION=0.13.0
-APT_PACKAGES=(gcc musl-tools libc6-dev apache2 mariadb-server sysbench bpftrace libc6-dbg binutils util-linux golang-go prometheus tmux qemu-system-x86 busybox-static xz-utils python3 debuginfod)
+APT_PACKAGES=(gcc musl-tools libc6-dev apache2 apache2-dev mariadb-server sysbench bpftrace libc6-dbg binutils util-linux golang-go prometheus tmux qemu-system-x86 busybox-static xz-utils python3 debuginfod)
 
 die() { echo "setup: $*" >&2; exit 1; }
 
@@ -85,6 +86,11 @@ if [ "$FRANKENPHP" = 1 ]; then
   [ -x /tmp/e2e/frankenphp-e2e ] || echo "setup: building the real FrankenPHP from $kit (about 8 minutes, once; log $log)" >&2
   SMOKE=0 bash "$kit/build.sh" >"$log" 2>&1 ||
     die "building the FrankenPHP kit failed (see $log); by hand: SMOKE=0 bash $kit/build.sh"
+  # mod_php for Apache's event MPM (tests/apache_php.rs): the same ZTS PHP built
+  # with --with-apxs2 from the tarball the kit fetched; about 5 minutes once.
+  [ -f /tmp/e2e/modphp/libphp.so ] || echo "setup: building mod_php (about 5 minutes, once; logs /tmp/e2e/logs/modphp-*)" >&2
+  bash "$repo/scripts/build-modphp.sh" >/tmp/e2e/logs/setup-modphp.log 2>&1 ||
+    die "building mod_php failed (see /tmp/e2e/logs/setup-modphp.log); by hand: bash $repo/scripts/build-modphp.sh"
   # The release shape (tests/frankenphp_static.rs): one static musl executable
   # with PHP inside, from the kit's outputs; about 12 minutes once, then under a second.
   LOCKTRACE_FRANKENPHP_KIT=$kit bash "$repo/scripts/build-frankenphp-static.sh"

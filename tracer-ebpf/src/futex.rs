@@ -26,6 +26,7 @@ use crate::{
         COND_CALLS, COND_THREADS, CONDVARS, FLAGS, FUTEXES, GO_FUTEX_END, GO_FUTEX_START,
         GO_FUTEXES, KERNEL_CAPS, WAITING,
     },
+    php::count_route_wait,
     stacks::record_stack,
 };
 
@@ -268,6 +269,9 @@ pub(crate) fn end_wait(ctx: &TracePointContext) -> u32 {
         }
     }
     count_wait_holder(&wait, waited);
+    if FLAGS.load() & flags::PHP != 0 && wait.class == wait_class::FUTEX {
+        count_route_wait(wait.uaddr, waited);
+    }
     if FLAGS.load() & flags::HOLDS != 0 && wait.class == wait_class::FUTEX {
         hold_after_wait(wait.uaddr, tid);
     }

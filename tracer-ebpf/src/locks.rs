@@ -17,6 +17,7 @@ use crate::{
     handoffs::count_handoff,
     holds::hold_begin,
     maps::{CALLERS, FAILED_TRIES, FLAGS, KERNEL_CAPS, LOCKS, PENDING_TRIES, PROBE_COOKIES},
+    php::count_route_call,
     stacks::{record_stack, record_stack_of},
 };
 
@@ -83,6 +84,9 @@ pub fn lock_call(ctx: ProbeContext) -> u32 {
         count_call(lock, return_ip, op as u32);
         if wanted & flags::HANDOFFS != 0 {
             count_handoff(lock);
+        }
+        if wanted & flags::PHP != 0 {
+            count_route_call(lock);
         }
     }
     if wanted & flags::STACKS != 0 {
@@ -213,8 +217,12 @@ pub fn try_lock_exit(ctx: RetProbeContext) -> u32 {
     }
     if result == 0 {
         count_call(pending.lock, ip, pending.op);
-        if FLAGS.load() & flags::HANDOFFS != 0 {
+        let wanted = FLAGS.load();
+        if wanted & flags::HANDOFFS != 0 {
             count_handoff(pending.lock);
+        }
+        if wanted & flags::PHP != 0 {
+            count_route_call(pending.lock);
         }
         return 0;
     }

@@ -14,7 +14,8 @@
 //! `counters` (helpers all programs share), `locks` (lock calls and
 //! trylocks), `stacks` (stack keys and snapshots), `requests` (the request
 //! boundary), `futex` (futex and condvar waits), `holds` (hold times and
-//! holders), `handoffs` (acquisitions on another CPU than the one before), `cpu` (CPU samples of lock code) and `lifetimes` (memory that
+//! holders), `handoffs` (acquisitions on another CPU than the one before), `php`
+//! (routes and PHP stacks, `--php`), `cpu` (CPU samples of lock code) and `lifetimes` (memory that
 //! went away).
 #![no_std]
 #![no_main]
@@ -29,6 +30,7 @@ mod holds;
 mod lifetimes;
 mod locks;
 mod maps;
+mod php;
 mod requests;
 mod stacks;
 

@@ -13,7 +13,12 @@ use tracer_common::{
     MAX_CPU_LOCK_CODE_RANGES, MAX_CPU_LOCKS, MAX_CPUS, MAX_FUTEXES, MAX_HELD, MAX_HOLDERS,
     MAX_LOCK_CODE_RANGES, MAX_LOCKS, MAX_PROBE_POINTS, MAX_STACKS, MAX_WAITING_THREADS, PendingKey,
     PendingTry, SNAPSHOT_RING_BYTES, StackKey, Unmapped, WaitHolderKey, WaitTime, cpu_sample,
-    drop_reason, lifetime, requests,
+    drop_reason, lifetime,
+    php::{
+        MAX_ROUTE_LOCKS, MAX_ROUTES, MAX_THREADS, PhpOffsets, RouteLockCounts, RouteLockKey,
+        RouteText, miss,
+    },
+    requests,
 };
 
 /// Host tgid of the target process; set by userspace before load.
@@ -161,3 +166,29 @@ pub(crate) static CPU_LOCKS: HashMap<u64, CpuSamples> = HashMap::with_max_entrie
 /// The target's samples by class (see `tracer_common::cpu_sample`).
 #[map]
 pub(crate) static CPU_COUNTS: Array<u64> = Array::with_max_entries(cpu_sample::COUNT, 0);
+
+/// `--php` (see `tracer_common::php`): the offsets to read PHP's state
+/// with (index 0; userspace fills it at attach).
+#[map]
+pub(crate) static PHP_OFFSETS: Array<PhpOffsets> = Array::with_max_entries(1, 0);
+/// PHP's threads: thread pointer → the thread's block of PHP globals
+/// (userspace loads it from PHP's own table, and again as threads come).
+#[map]
+pub(crate) static PHP_THREADS: HashMap<u64, u64> = HashMap::with_max_entries(MAX_THREADS, 0);
+/// The route of each thread's current (or last) request, by thread id.
+#[map]
+pub(crate) static THREAD_ROUTES: HashMap<u32, u64> =
+    HashMap::with_max_entries(MAX_WAITING_THREADS, 0);
+/// Each route's method and path, by its hash.
+#[map]
+pub(crate) static ROUTE_TEXTS: HashMap<u64, RouteText> = HashMap::with_max_entries(MAX_ROUTES, 0);
+/// Requests per route.
+#[map]
+pub(crate) static ROUTE_REQUESTS: HashMap<u64, u64> = HashMap::with_max_entries(MAX_ROUTES, 0);
+/// Acquisitions and contended waits per (route, lock).
+#[map]
+pub(crate) static ROUTE_LOCKS: HashMap<RouteLockKey, RouteLockCounts> =
+    HashMap::with_max_entries(MAX_ROUTE_LOCKS, 0);
+/// Events whose PHP context could not be read, by `tracer_common::php::miss`.
+#[map]
+pub(crate) static PHP_MISSES: PerCpuArray<u64> = PerCpuArray::with_max_entries(miss::COUNT, 0);

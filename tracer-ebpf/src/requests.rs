@@ -1,11 +1,12 @@
 //! The request boundary (`--request-probe`): counts requests per CPU.
 
 use aya_ebpf::{macros::uprobe, programs::ProbeContext};
-use tracer_common::{counting, drop_reason, requests};
+use tracer_common::{counting, drop_reason, flags, requests};
 
 use crate::{
     counters::{add, count_drop, counting_state, is_target},
-    maps::REQUESTS,
+    maps::{FLAGS, REQUESTS},
+    php::begin_request,
 };
 
 /// Attached to the user's request-boundary function (`--request-probe`).
@@ -30,6 +31,9 @@ pub fn request_boundary(ctx: ProbeContext) -> u32 {
         && let Some(counter) = REQUESTS.get_ptr_mut(requests::WHOLE_RECORDING)
     {
         add(counter, 1);
+    }
+    if state & counting::WAITS != 0 && FLAGS.load() & flags::PHP != 0 {
+        begin_request();
     }
     0
 }

@@ -2,11 +2,14 @@
 //! unwinds.
 
 use aya_ebpf::helpers::generated::bpf_probe_read_user as bpf_probe_read_user_raw;
-use tracer_common::{STACK_WINDOW, StackKey, StackSnapshot, drop_reason, snapshot_due, stack_kind};
+use tracer_common::{
+    STACK_WINDOW, StackKey, StackSnapshot, drop_reason, flags, snapshot_due, stack_kind,
+};
 
 use crate::{
     counters::{add, count_drop, entry},
-    maps::{SNAPSHOTS, STACK_COUNTS},
+    maps::{FLAGS, SNAPSHOTS, STACK_COUNTS},
+    php::read_php_stack,
 };
 
 /// Counts the call (or wait) under `(lock, return_ip)` and, when the count
@@ -76,6 +79,13 @@ pub(crate) fn send_snapshot(
         (*snapshot).header.bp = bp;
         (*snapshot).header.return_slot = return_slot;
         (*snapshot).header.len = 0;
+        if FLAGS.load() & flags::PHP != 0 {
+            read_php_stack(&mut (*snapshot).php);
+        } else {
+            (*snapshot).php.depth = 0;
+            (*snapshot).php.miss = 0;
+            (*snapshot).php.route = 0;
+        }
         let stack = (*snapshot).stack.as_mut_ptr() as *mut core::ffi::c_void;
         // The read fails as a whole at the first page that is not there
         // (a thread's stack may end a few KiB above a deep frame): then the

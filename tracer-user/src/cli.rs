@@ -98,6 +98,44 @@ struct Cli {
     command: Command,
 }
 
+/// `--php`: thread-safe PHP read from outside.
+#[derive(clap::Args)]
+struct PhpArgs {
+    /// Thread-safe PHP (FrankenPHP, mod_php): each request's route (method and path) with its locks per request, and PHP frames (Class::method file:line) in stacks.
+    #[arg(long)]
+    php: bool,
+    /// With --php: name routes by replacing each match of REGEX in the path with NAME (repeatable, in order), e.g. '/posts/\d+=/posts/:id'.
+    #[arg(long, value_name = "REGEX=NAME", requires = "php")]
+    route_pattern: Vec<String>,
+    /// With --php: routes kept apart (most requests first); the rest are reported together as other routes.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = crate::analysis::routes::DEFAULT_MAX_ROUTES,
+        allow_negative_numbers = true,
+        value_parser = limits::whole::<usize>("--max-routes", 1, Some(1000))
+    )]
+    max_routes: usize,
+}
+
+impl PhpArgs {
+    /// The route rules, or None without --php.
+    fn rules(&self) -> Result<Option<crate::analysis::routes::RouteRules>> {
+        if !self.php {
+            return Ok(None);
+        }
+        let patterns = self
+            .route_pattern
+            .iter()
+            .map(|text| crate::analysis::routes::RoutePattern::parse(text))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Some(crate::analysis::routes::RouteRules {
+            patterns,
+            max_routes: self.max_routes,
+        }))
+    }
+}
+
 /// Per-request figures: how requests are counted.
 #[derive(clap::Args)]
 struct RequestArgs {
@@ -338,6 +376,8 @@ enum Command {
         handoffs: bool,
         #[command(flatten, next_help_heading = "Requests")]
         requests: RequestArgs,
+        #[command(flatten, next_help_heading = "PHP")]
+        php: PhpArgs,
         /// Also write the report as JSON to this file.
         #[arg(long, value_name = "FILE", help_heading = "Output")]
         json: Option<PathBuf>,
@@ -580,8 +620,10 @@ fn run(cli: Cli) -> Result<ExitCode> {
             cpu,
             wide,
             group_by,
+            php,
         } => {
             let cpu_hz = cpu.hz();
+            let php = php.rules()?;
             let sample = sample_options(mode, sample, sample_period, window_links)?;
             let requests = requests.options(duration)?;
             limits::open_files(
@@ -611,6 +653,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 handoffs,
                 cpu_hz,
                 group_by,
+                php,
             };
             let report = runtime()?.block_on(record::record(&options))?;
             write_recording(&report, json, pprof, top, wide)

@@ -14,13 +14,15 @@ use crate::{
     analysis::{
         build::RecordInfo,
         builder::{Measured, Probes, ReportBuilder},
+        routes::{self, RouteRules},
     },
     model::{
-        Collected, Coverage, ExecLoss, ExecSeen, MainThreadExit, Mode, Placement, Report,
-        SampledRun, StopReason,
+        Collected, Coverage, ExecLoss, ExecSeen, MainThreadExit, Mode, PhpContext, Placement,
+        Report, SampledRun, StopReason,
     },
-    naming::{self, creation::GroupBy, unwind::StackUnwinder},
+    naming::{self, creation::GroupBy, php::PhpRuntime, unwind::StackUnwinder},
     probe::{
+        btf,
         lockfuncs::{self, LockFunction, LockFunctionsMissing},
         placement,
         target::Target,
@@ -34,7 +36,9 @@ use crate::{
         cpu::{CpuSampling, TargetClock},
         features::KernelFeatures,
         inflight::WaitsBeforeAttach,
-        lifetimes, preflight, priority,
+        lifetimes,
+        php::PhpThreads,
+        preflight, priority,
         proc_events::{self, ProcWatch},
         sampled::{self, SampleOptions},
         snapshots,
@@ -65,6 +69,9 @@ pub struct RecordOptions {
     pub cpu_hz: Option<u64>,
     /// Locks named by their creation site: one row per site or per address.
     pub group_by: GroupBy,
+    /// `--php`: routes per request and PHP frames in stacks, with these
+    /// rules for naming routes (None: off).
+    pub php: Option<RouteRules>,
 }
 
 /// What the probe layer worked out before anything is attached.
@@ -134,8 +141,45 @@ pub async fn record(options: &RecordOptions) -> Result<Report> {
     priority::begin_setup();
     // Maps and module files, kept so names resolve even after the target exits.
     let mut snapshot = naming::Snapshot::take(&prepared.target);
-    let traced = trace(options, &prepared, &mut window, &mut signals, &mut snapshot).await?;
-    Ok(report(options, &prepared, window, traced, &mut snapshot))
+    let php = php_setup(options, &prepared, &window)?;
+    let traced = trace(
+        options,
+        &prepared,
+        &mut window,
+        &mut signals,
+        &mut snapshot,
+        php.as_ref(),
+    )
+    .await?;
+    Ok(report(
+        options,
+        &prepared,
+        window,
+        traced,
+        &mut snapshot,
+        php.as_ref(),
+    ))
+}
+
+/// `--php`: PHP's engine in the target and the kernel's thread-pointer
+/// offset; an error (one line, what to do) when either is missing.
+fn php_setup(
+    options: &RecordOptions,
+    prepared: &Prepared,
+    window: &RequestWindow,
+) -> Result<Option<PhpRuntime>> {
+    if options.php.is_none() {
+        return Ok(None);
+    }
+    let mut runtime = naming::php::resolve(&prepared.target)?;
+    runtime.offsets.task_fsbase = btf::task_fsbase_offset()
+        .map_err(|error| anyhow::anyhow!("--php needs the kernel's BTF: {error}"))?;
+    if window.request_probe().is_none() {
+        output::note(format_args!(
+            "locktrace: --php without a request probe: PHP frames only, no routes (name one with --request-probe)"
+        ));
+    }
+    Ok(Some(runtime))
 }
 
 /// Preflight checks, the target, its lock functions and their probe points
@@ -230,6 +274,7 @@ async fn trace(
     window: &mut RequestWindow,
     signals: &mut StopSignals,
     snapshot: &mut naming::Snapshot,
+    php: Option<&PhpRuntime>,
 ) -> Result<Traced> {
     let target = &prepared.target;
     if let Some(stopped_by) = window.stopped_early() {
@@ -249,7 +294,10 @@ async fn trace(
     let armed = arm_sampler(options, prepared, window, &mut loaded)?;
     // Pointer chains of heap locks are searched while the target lives.
     snapshot.watch(&loaded.ebpf);
-    let mut live = go_live(options, prepared, window, loaded)?;
+    let php_threads = php
+        .map(|php| PhpThreads::start(&mut loaded.ebpf, target.pid, php.offsets, php.threads))
+        .transpose()?;
+    let mut live = go_live(options, prepared, window, loaded, php_threads)?;
     let stacks = spawn_unwinder(options, &live.loaded, target);
     let (stopped_by, sampled) = wait_for_stop(
         options, prepared, window, signals, snapshot, &mut live, armed,
@@ -261,7 +309,10 @@ async fn trace(
     let cpu_at_end = live.clock.as_mut().and_then(TargetClock::latest);
     collect::set_counting(&mut live.loaded.ebpf, 0)?;
     let seen = watch.finish();
-    let collected = read_counts(options, &live.loaded, target.pid, waits_before, stacks)?;
+    let mut collected = read_counts(options, &live.loaded, target.pid, waits_before, stacks)?;
+    if let Some(threads) = &live.php {
+        collected.php = Some(crate::trace::php::read(&live.loaded.ebpf, threads.count())?);
+    }
     Ok(Traced {
         collected,
         stopped_by,
@@ -309,6 +360,8 @@ struct LiveRecording {
     clock: Option<TargetClock>,
     cpu_at_start: Option<u64>,
     main_thread: MainThreadWatch,
+    /// `--php`: PHP's threads, loaded again at each tick.
+    php: Option<PhpThreads>,
 }
 
 /// Starts the window, says the probes are live, and creates the ready file.
@@ -317,6 +370,7 @@ fn go_live(
     prepared: &Prepared,
     window: &RequestWindow,
     loaded: Loaded,
+    php: Option<PhpThreads>,
 ) -> Result<LiveRecording> {
     // The window and the target's CPU clock start before anyone is told the
     // probes are live: a client that starts work at the ready file could
@@ -336,6 +390,7 @@ fn go_live(
         clock,
         cpu_at_start,
         main_thread: MainThreadWatch::new(started),
+        php,
     })
 }
 
@@ -394,12 +449,14 @@ async fn wait_for_stop(
         clock.as_mut().map(TargetClock::read);
     };
     let main_thread = &mut live.main_thread;
+    let php = &mut live.php;
     let Some(armed) = armed else {
         let plan = load_plan(options, prepared, window, None);
         let mut refresh_and_follow = |ebpf: &mut aya::Ebpf| {
             refresh();
             watch_modules(ebpf);
             main_thread.tick(ebpf, &plan);
+            refresh_php(php, ebpf);
         };
         let stopped_by = window
             .run(
@@ -424,6 +481,7 @@ async fn wait_for_stop(
     };
     let mut follow = |ebpf: &mut aya::Ebpf| {
         watch_modules(ebpf);
+        refresh_php(php, ebpf);
         main_thread.tick(ebpf, &plan)
     };
     let (stopped_by, run) = sampled::run(
@@ -437,6 +495,18 @@ async fn wait_for_stop(
     )
     .await?;
     Ok((stopped_by, Some(run)))
+}
+
+/// Loads threads PHP started since the last tick; a failure leaves their
+/// events counted as `thread_unknown`.
+fn refresh_php(php: &mut Option<PhpThreads>, ebpf: &mut aya::Ebpf) {
+    if let Some(threads) = php
+        && let Err(error) = threads.refresh(ebpf)
+    {
+        output::note(format_args!(
+            "locktrace: PHP's new threads not loaded: {error:#}"
+        ));
+    }
 }
 
 /// The maps read once counting stopped, with the unwound stacks and the
@@ -535,6 +605,9 @@ fn bpf_flags(options: &RecordOptions) -> u32 {
     }
     if counts_handoffs(options) {
         flags |= flags::HANDOFFS;
+    }
+    if options.php.is_some() {
+        flags |= flags::PHP;
     }
     flags
 }
@@ -637,6 +710,7 @@ fn report(
     window: RequestWindow,
     traced: Traced,
     snapshot: &mut naming::Snapshot,
+    php: Option<&PhpRuntime>,
 ) -> Report {
     let Traced {
         mut collected,
@@ -687,8 +761,29 @@ fn report(
         }
         Some(requests)
     });
+    if let (Some(runtime), Some(rules), Some(read)) = (php, &options.php, &collected.php) {
+        report.php = Some(php_context(runtime, read));
+        report.routes = Some(routes::build(read, rules));
+    }
     name(options, prepared, &mut report, snapshot, &collected);
+    routes::name_locks(&mut report);
     report
+}
+
+/// The report's `php` block.
+fn php_context(runtime: &PhpRuntime, read: &crate::model::PhpCollected) -> PhpContext {
+    PhpContext {
+        module: runtime.module.clone(),
+        version: runtime.version.clone(),
+        layout: runtime.layout,
+        threads: read.threads,
+        unread: tracer_common::php::miss::NAMES
+            .iter()
+            .zip(read.misses)
+            .filter(|(_, count)| *count > 0)
+            .map(|(name, count)| (name.to_string(), count))
+            .collect(),
+    }
 }
 
 /// Names the locks, their callers and stacks (naming), then groups them by

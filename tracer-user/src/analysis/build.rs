@@ -69,6 +69,8 @@ pub fn build(info: RecordInfo, collected: &Collected, functions: &[LockFunction]
         cpu: (collected.cpu_hz > 0).then(|| cpu::report(collected, &locks, None, 0, unattributed)),
         locks,
         kernel_limits: Vec::new(),
+        php: None,
+        routes: None,
     }
 }
 

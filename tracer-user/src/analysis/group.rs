@@ -259,6 +259,7 @@ mod tests {
             function: Some(function.to_string()),
             module: None,
             offset: 0,
+            php: None,
         }
     }
 

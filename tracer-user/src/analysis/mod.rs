@@ -16,5 +16,6 @@ pub mod holds;
 pub mod in_progress;
 pub mod per_request;
 pub mod removal;
+pub mod routes;
 pub mod saturation;
 pub mod waits;

@@ -6,6 +6,7 @@ use std::collections::{BTreeSet, HashMap};
 use tracer_common::{
     CallerKey, CpuSamples, FutexCounts, FutexWait, HandoffCounts, Held, HeldKey, HoldCounts,
     HolderHolds, HolderKey, LockCounts, StackKey, WaitHolderKey, WaitTime, cpu_sample, drop_reason,
+    php::{self, RouteLockCounts, RouteLockKey},
 };
 
 /// One stack snapshot, unwound: it stands for its key's calls from
@@ -15,6 +16,34 @@ pub struct UnwoundStack {
     pub count_at: u64,
     /// Instruction pointer, then return addresses, innermost first.
     pub frames: Vec<u64>,
+    /// `--php`: the thread's PHP frames at the snapshot, innermost first.
+    pub php: Vec<PhpFrameRead>,
+}
+
+/// One PHP frame as the BPF side read it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PhpFrameRead {
+    /// `Class::method`, a function's name, or empty for a file's top level.
+    pub function: String,
+    /// The end of the file's path (empty for a function written in C).
+    pub file: String,
+    /// The line running in the frame (0 for a function written in C).
+    pub line: u32,
+}
+
+/// `--php`: what the route maps and PHP's thread table held.
+#[derive(Debug, Default, Clone)]
+pub struct PhpCollected {
+    /// Route key → (method, path).
+    pub routes: HashMap<u64, (String, String)>,
+    /// Requests per route key.
+    pub requests: HashMap<u64, u64>,
+    /// Per (route key, lock): acquisitions and contended waits.
+    pub locks: HashMap<RouteLockKey, RouteLockCounts>,
+    /// Events whose PHP context could not be read, by `php::miss` index.
+    pub misses: [u64; php::miss::COUNT as usize],
+    /// Threads in PHP's thread table at the last read.
+    pub threads: u64,
 }
 
 /// Everything the BPF side counted, keyed as in the maps.
@@ -61,6 +90,8 @@ pub struct Collected {
     pub cpu_counts: [u64; cpu_sample::COUNT as usize],
     /// The unmaps that split the keys above (after `merge_lifetimes`).
     pub lifetimes: super::Lifetimes,
+    /// `--php`: routes and what could not be read.
+    pub php: Option<PhpCollected>,
 }
 
 /// A thread blocked in a futex wait, as `/proc` shows it.

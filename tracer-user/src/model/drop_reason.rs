@@ -6,7 +6,7 @@ use schemars::{JsonSchema, Schema, SchemaGenerator};
 use super::word::{Worded, worded};
 
 /// One reason in a report's `dropped`. The BPF side counts the first
-/// twenty-one (`tracer_common::drop_reason`, in its index order); userspace
+/// twenty-two (`tracer_common::drop_reason`, in its index order); userspace
 /// adds `nested_calls_unknown`; a reason from a newer version is kept.
 #[derive(Debug, Clone)]
 pub enum DropReason {
@@ -31,6 +31,7 @@ pub enum DropReason {
     ProbePointUnknown,
     LifetimesMerged,
     HandoffsMapFull,
+    RoutesMapFull,
     /// Computed by userspace, not BPF: lock calls whose caller was lost
     /// where the lock functions call each other, so up to that many
     /// acquisitions may be nested calls counted again.
@@ -62,6 +63,7 @@ const BPF: [DropReason; tracer_common::drop_reason::COUNT as usize] = [
     DropReason::ProbePointUnknown,
     DropReason::LifetimesMerged,
     DropReason::HandoffsMapFull,
+    DropReason::RoutesMapFull,
 ];
 
 impl DropReason {
@@ -105,6 +107,7 @@ impl Worded for DropReason {
             R::ProbePointUnknown => 18,
             R::LifetimesMerged => 19,
             R::HandoffsMapFull => 20,
+            R::RoutesMapFull => 21,
         };
         tracer_common::drop_reason::NAMES[index].into()
     }

@@ -13,7 +13,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use tracer_common::{
     CallerKey, CpuSamples, FutexCounts, HoldCounts, HolderHolds, HolderKey, LockCounts, StackKey,
-    Unmapped, WaitHolderKey, WaitTime, lifetime,
+    Unmapped, WaitHolderKey, WaitTime, lifetime, php::RouteLockKey,
 };
 
 use super::{Collected, UnwoundStack};
@@ -214,6 +214,19 @@ impl Collected {
             ..*k
         });
         self.merge_stacks(lifetimes);
+        if let Some(php) = &mut self.php {
+            let locks = std::mem::take(&mut php.locks);
+            for (key, counts) in locks {
+                let merged = RouteLockKey {
+                    lock: lifetimes.merged(key.lock),
+                    ..key
+                };
+                let into = php.locks.entry(merged).or_default();
+                into.calls += counts.calls;
+                into.waits += counts.waits;
+                into.wait_ns += counts.wait_ns;
+            }
+        }
         for wait in self.in_flight.waits.values_mut() {
             wait.uaddr = lifetimes.merged(wait.uaddr);
         }
@@ -337,6 +350,7 @@ mod tests {
         let stack = |count_at| UnwoundStack {
             count_at,
             frames: vec![count_at],
+            php: Vec::new(),
         };
         collected.unwound.insert(key(0), vec![stack(1)]);
         collected.unwound.insert(key(1), vec![stack(1), stack(2)]);

@@ -16,6 +16,7 @@ mod in_progress;
 mod kinds;
 mod lifetimes;
 mod overhead;
+mod php;
 mod placement_refusal;
 mod pointer_chains;
 mod region;
@@ -28,7 +29,7 @@ mod schema;
 pub(crate) mod word;
 pub use word::Worded;
 
-pub use collected::{Blocked, Collected, InFlight, UnwoundStack};
+pub use collected::{Blocked, Collected, InFlight, PhpCollected, PhpFrameRead, UnwoundStack};
 pub use coverage::{Coverage, ExecLoss, ExecSeen, MainThreadExit};
 pub use cpu::{CpuReport, cpu_error_ns, sample_period_ns};
 pub use destination::{Destination, write_output};
@@ -40,6 +41,7 @@ pub use in_progress::{Activity, Deadlock, DeadlockStep, InProgress, ThreadRef};
 pub use kinds::{LockKind, Mode, Placement, RequestSource, ServerKind, StopReason, WaitClass};
 pub use lifetimes::{EndedLifetime, Lifetimes};
 pub use overhead::{Calibration, Overhead};
+pub use php::{LayoutSource, PhpContext, Route, RouteKind, RouteLock, Routes};
 pub use placement_refusal::{At, Elsewhere, PlacementRefusal};
 pub use pointer_chains::{ChainSearch, PointerChains};
 pub use region::Region;
@@ -47,8 +49,8 @@ pub use removal::{PriceBasis, PricePart, Removal};
 pub use report::{
     AddressFigures, AlternativeName, Caller, ClassTotals, CreatedBy, Creation, DeclaredContention,
     DeclaredType, Frame, LiveNaming, Lock, LockChain, LockStack, MAX_REPORT_BYTES, Naming,
-    PlacementFallback, Report, SCHEMA, SiteGroup, SkipReason, SkippedFile, StackOrigin,
-    StackSource, TargetInfo, Totals,
+    PhpLocation, PlacementFallback, Report, SCHEMA, SiteGroup, SkipReason, SkippedFile,
+    StackOrigin, StackSource, TargetInfo, Totals,
 };
 pub use requests::{AutoProbe, PerRequest, Requests};
 pub use sampled_run::{CountingWindow, SampledRun};

@@ -72,6 +72,12 @@ pub struct Report {
     /// each (Linux before 5.15: no wait stacks, no Go runtime waits).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub kernel_limits: Vec<String>,
+    /// `--php`: where PHP's state was found, and what could not be read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub php: Option<super::PhpContext>,
+    /// `--php`: each route's requests and locks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub routes: Option<super::Routes>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, JsonSchema)]
@@ -401,6 +407,19 @@ pub struct Frame {
     pub function: Option<String>,
     pub module: Option<String>,
     pub offset: u64,
+    /// A PHP frame (`--php`): its file and line; `module` is then null.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub php: Option<PhpLocation>,
+}
+
+/// Where a PHP frame runs: the file (the end of its path, empty for a
+/// function written in C) and the line (0 there).
+#[derive(
+    Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq, PartialOrd, Ord, Hash, JsonSchema,
+)]
+pub struct PhpLocation {
+    pub file: String,
+    pub line: u32,
 }
 
 /// One caller of a lock: the call site's function and the return address's offset in it.
@@ -419,6 +438,7 @@ impl Caller {
             function: self.function.clone(),
             module: self.module.clone(),
             offset: self.offset,
+            php: None,
         }
     }
 }
@@ -667,6 +687,7 @@ impl Frame {
             function: Some(name.into()),
             module: None,
             offset: 0,
+            php: None,
         }
     }
 }

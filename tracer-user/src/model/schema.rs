@@ -145,6 +145,7 @@ mod tests {
                 "HandoffCostSource",
                 round_trips::<crate::model::HandoffCostSource>,
             ),
+            ("LayoutSource", round_trips::<crate::model::LayoutSource>),
             ("LockKind", round_trips::<LockKind>),
             ("Mode", round_trips::<Mode>),
             ("Placement", round_trips::<Placement>),
@@ -152,6 +153,7 @@ mod tests {
             ("QueueModel", round_trips::<crate::model::QueueModel>),
             ("Region", round_trips::<crate::model::Region>),
             ("RequestSource", round_trips::<RequestSource>),
+            ("RouteKind", round_trips::<crate::model::RouteKind>),
             ("ScaleBasis", round_trips::<ScaleBasis>),
             ("ServerKind", round_trips::<ServerKind>),
             ("SkipReason", round_trips::<SkipReason>),
@@ -329,6 +331,19 @@ mod tests {
             function: Some(function.into()),
             module: Some("/usr/lib/libc.so.6".into()),
             offset: 0x1c,
+            php: None,
+        }
+    }
+
+    fn php_frame() -> Frame {
+        Frame {
+            function: Some("Repo::find".into()),
+            module: None,
+            offset: 0,
+            php: Some(crate::model::PhpLocation {
+                file: "/srv/src/Repo.php".into(),
+                line: 42,
+            }),
         }
     }
 
@@ -361,7 +376,7 @@ mod tests {
         report.stacks = vec![LockStack {
             lock: address,
             count: 400,
-            frames: vec![frame("update"), frame("main")],
+            frames: vec![frame("update"), php_frame(), frame("main")],
             unwound_by: StackSource::CallFrameInfo,
             source: Some(StackOrigin::LockCalls),
         }];
@@ -403,7 +418,40 @@ mod tests {
             },
         );
         fill_the_recording_parts(&mut report, address);
+        fill_php(&mut report, address);
         report
+    }
+
+    /// The `--php` blocks, every optional field set.
+    fn fill_php(report: &mut Report, address: u64) {
+        report.php = Some(crate::model::PhpContext {
+            module: "/usr/lib/libphp.so".into(),
+            version: Some("8.2.32".into()),
+            layout: crate::model::LayoutSource::Dwarf,
+            threads: 16,
+            unread: [("no_php_code".to_string(), 3)].into(),
+        });
+        report.routes = Some(crate::model::Routes {
+            routes: vec![crate::model::Route {
+                name: "GET /posts/:id".into(),
+                kind: crate::model::RouteKind::Route,
+                requests: 10,
+                acquisitions_per_request: Some(40.0),
+                locks: vec![crate::model::RouteLock {
+                    address,
+                    name: Some("g_lock".into()),
+                    acquisitions: 400,
+                    contended: 20,
+                    wait_ns: 1000,
+                    acquisitions_per_request: Some(40.0),
+                    contended_per_request: Some(2.0),
+                    wait_us_per_request: Some(0.1),
+                }],
+            }],
+            distinct: 1,
+            max_routes: 20,
+            patterns: vec!["/posts/\\d+=/posts/:id".into()],
+        });
     }
 
     /// A lock with every optional field set.

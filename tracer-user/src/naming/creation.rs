@@ -183,6 +183,7 @@ mod tests {
             function: Some(function.to_string()),
             module: None,
             offset: 0,
+            php: None,
         }
     }
 

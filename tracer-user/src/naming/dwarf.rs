@@ -496,6 +496,65 @@ impl DebugInfo {
         }
     }
 
+    /// The first complete struct or union named `name` (a declaration
+    /// only is skipped), searched unit by unit.
+    pub fn aggregate_named(&self, name: &str) -> Option<TypeRef> {
+        for (index, unit) in self.units.iter().enumerate() {
+            let mut entries = unit.entries();
+            while let Ok(Some(entry)) = entries.next_dfs() {
+                let aggregate = matches!(
+                    entry.tag(),
+                    dw::DW_TAG_structure_type | dw::DW_TAG_union_type
+                );
+                if aggregate
+                    && entry.attr(dw::DW_AT_declaration).is_none()
+                    && self.name_of(unit, entry).as_deref() == Some(name)
+                {
+                    return Some(TypeRef {
+                        unit: index,
+                        offset: entry.offset(),
+                    });
+                }
+            }
+        }
+        None
+    }
+
+    /// The byte offset of the member at `path` (`["request_info",
+    /// "request_uri"]`) in `type_ref`, through typedefs and into anonymous
+    /// members; None when a name is not found.
+    pub fn member_offset(&self, type_ref: TypeRef, path: &[&str]) -> Option<u64> {
+        let mut current = type_ref;
+        let mut offset = 0u64;
+        for name in path {
+            let (member_offset, member_type) = self.find_member(current, name, 0)?;
+            offset = offset.checked_add(member_offset)?;
+            current = member_type;
+        }
+        Some(offset)
+    }
+
+    /// A member named `name` of an aggregate, looking into its anonymous
+    /// members (a few levels deep) when it is not a direct one.
+    fn find_member(&self, type_ref: TypeRef, name: &str, depth: usize) -> Option<(u64, TypeRef)> {
+        let Shape::Aggregate { members, .. } = self.view(type_ref)?.shape else {
+            return None;
+        };
+        if let Some(member) = members.iter().find(|m| m.name.as_deref() == Some(name)) {
+            return Some((member.offset, member.type_ref));
+        }
+        if depth >= 4 {
+            return None;
+        }
+        members
+            .iter()
+            .filter(|member| member.name.is_none())
+            .find_map(|member| {
+                let (inner, found) = self.find_member(member.type_ref, name, depth + 1)?;
+                Some((member.offset.checked_add(inner)?, found))
+            })
+    }
+
     /// Bytes of a type, when known.
     pub fn size_of(&self, type_ref: TypeRef) -> Option<u64> {
         let mut current = type_ref;

@@ -21,6 +21,7 @@ pub mod in_progress;
 pub mod lock_code;
 pub mod names;
 pub mod ongoing;
+pub mod php;
 pub mod region;
 pub mod unwind;
 
@@ -40,8 +41,8 @@ use crate::{
         group::{CallSites, sorted_callers},
     },
     model::{
-        ChainSearch, Collected, Frame, LockKind, LockStack, Naming, PointerChains, Report,
-        SkipReason, SkippedFile, StackOrigin, StackSource, UnwoundStack,
+        ChainSearch, Collected, Frame, LockKind, LockStack, Naming, PhpLocation, PointerChains,
+        Report, SkipReason, SkippedFile, StackOrigin, StackSource, UnwoundStack,
     },
     probe::{
         lockfuncs::LockFunction,
@@ -573,6 +574,7 @@ fn resolve_code(space: &AddressSpace, ip: u64, is_return_address: bool) -> Frame
             function: None,
             module: None,
             offset: ip,
+            php: None,
         };
     };
     match module.symbols.function_at(module.link_address(lookup)) {
@@ -580,11 +582,13 @@ fn resolve_code(space: &AddressSpace, ip: u64, is_return_address: bool) -> Frame
             function: Some(symbol.readable_name()),
             module: Some(module.path.clone()),
             offset: module.link_address(ip) - symbol.address,
+            php: None,
         },
         None => Frame {
             function: None,
             module: Some(module.path.clone()),
             offset: module.link_address(ip),
+            php: None,
         },
     }
 }
@@ -618,8 +622,9 @@ fn attribute_futex_waits(report: &mut Report, space: &AddressSpace, collected: &
         let Some(unwound) = collected.unwound.get(key) else {
             continue;
         };
-        for (ips, share) in weigh_snapshots(unwound, count) {
-            let caller = ips
+        for (stack, share) in weigh_snapshots(unwound, count) {
+            let caller = stack
+                .frames
                 .iter()
                 .skip(1)
                 .map(|&ip| resolve_code(space, ip, true))
@@ -671,6 +676,7 @@ fn mark_cgo_boundary(frames: &mut Vec<Frame>) {
             function: Some(CGO_BOUNDARY_FRAME.into()),
             module: None,
             offset: 0,
+            php: None,
         });
     }
 }
@@ -695,11 +701,46 @@ fn resolve_frames(space: &AddressSpace, ips: &[u64]) -> Vec<Frame> {
     frames
 }
 
+/// The executor's loop: PHP frames run inside the innermost of these.
+const PHP_EXECUTOR: [&str; 3] = ["execute_ex", "zend_execute", "dtrace_execute_ex"];
+
+/// An unwound stack's frames, resolved, with its PHP frames (`--php`)
+/// where they run: inside the innermost executor frame, so the stack reads
+/// root first as native frames down to the executor, the PHP frames, then
+/// the C code PHP called down to the lock. Without an executor frame (a
+/// stack cut short) they go at the outer end.
+fn resolve_stack(space: &AddressSpace, stack: &UnwoundStack) -> Vec<Frame> {
+    let mut frames = resolve_frames(space, &stack.frames);
+    if stack.php.is_empty() {
+        return frames;
+    }
+    let executor = frames
+        .iter()
+        .position(|frame| {
+            frame
+                .function
+                .as_deref()
+                .is_some_and(|name| PHP_EXECUTOR.contains(&name))
+        })
+        .unwrap_or(frames.len());
+    let php = stack.php.iter().map(|frame| Frame {
+        function: Some(frame.function.clone()),
+        module: None,
+        offset: 0,
+        php: Some(PhpLocation {
+            file: frame.file.clone(),
+            line: frame.line,
+        }),
+    });
+    frames.splice(executor..executor, php);
+    frames
+}
+
 /// The unwound stacks of one stack key with their share of its exact
 /// `count`: a snapshot taken at the key's n-th count stands for the calls
 /// up to the next snapshot's (the first also for any before it, whose
 /// snapshots were lost), so the shares add up to `count`.
-fn weigh_snapshots(unwound: &[UnwoundStack], count: u64) -> Vec<(&[u64], u64)> {
+fn weigh_snapshots(unwound: &[UnwoundStack], count: u64) -> Vec<(&UnwoundStack, u64)> {
     let mut sorted: Vec<&UnwoundStack> = unwound.iter().collect();
     sorted.sort_by_key(|stack| stack.count_at);
     let mut shares = Vec::with_capacity(sorted.len());
@@ -710,7 +751,7 @@ fn weigh_snapshots(unwound: &[UnwoundStack], count: u64) -> Vec<(&[u64], u64)> {
             .map_or(count.saturating_add(1), |next| next.count_at);
         let share = until.saturating_sub(from);
         if share > 0 {
-            shares.push((stack.frames.as_slice(), share));
+            shares.push((*stack, share));
         }
     }
     shares
@@ -733,7 +774,7 @@ fn acquisitions_by_call_site(
 
 /// `shares` (adding up to some total) scaled to add up to `target`
 /// exactly: largest remainders get the units left over.
-fn scale_shares(shares: Vec<(&[u64], u64)>, target: u64) -> Vec<(&[u64], u64)> {
+fn scale_shares<T: Copy>(shares: Vec<(T, u64)>, target: u64) -> Vec<(T, u64)> {
     let total: u64 = shares.iter().map(|(_, share)| share).sum();
     if total == target || total == 0 {
         return shares;
@@ -751,7 +792,7 @@ fn scale_shares(shares: Vec<(&[u64], u64)>, target: u64) -> Vec<(&[u64], u64)> {
     let mut left = target.saturating_sub(exact.iter().map(|(whole, _)| whole).sum::<u64>());
     let mut order: Vec<usize> = (0..exact.len()).collect();
     order.sort_by_key(|&index| std::cmp::Reverse(exact[index].1));
-    let mut scaled: Vec<(&[u64], u64)> = shares
+    let mut scaled: Vec<(T, u64)> = shares
         .iter()
         .zip(&exact)
         .map(|((frames, _), (whole, _))| (*frames, *whole))
@@ -820,9 +861,9 @@ fn resolve_stacks(
         match collected.unwound.get(key) {
             Some(unwound) => {
                 let shares = scale_shares(weigh_snapshots(unwound, hits), count);
-                for (ips, share) in shares {
+                for (stack, share) in shares {
                     push(
-                        resolve_frames(space, ips),
+                        resolve_stack(space, stack),
                         share,
                         StackSource::CallFrameInfo,
                     );
@@ -887,16 +928,19 @@ fn cpu_stacks(
             continue;
         };
         let in_kernel = key.stack_id == stack_kind::CPU_KERNEL;
-        let mut push = |ips: &[u64], count, unwound_by| {
-            let mut frames = Vec::with_capacity(ips.len() + 1);
+        let mut push = |stack: Option<&UnwoundStack>, count, unwound_by| {
+            let mut frames = Vec::new();
             if in_kernel {
                 frames.push(Frame {
                     function: Some(KERNEL_FUTEX_FRAME.into()),
                     module: None,
                     offset: 0,
+                    php: None,
                 });
             }
-            frames.extend(resolve_frames(space, ips));
+            if let Some(stack) = stack {
+                frames.extend(resolve_stack(space, stack));
+            }
             if let Some(first) = frames.first_mut() {
                 first.offset = 0;
             }
@@ -910,11 +954,11 @@ fn cpu_stacks(
         };
         match collected.unwound.get(key) {
             Some(unwound) => {
-                for (ips, share) in weigh_snapshots(unwound, count) {
-                    push(ips, share, StackSource::CallFrameInfo);
+                for (stack, share) in weigh_snapshots(unwound, count) {
+                    push(Some(stack), share, StackSource::CallFrameInfo);
                 }
             }
-            None => push(&[], count, StackSource::NoSnapshot),
+            None => push(None, count, StackSource::NoSnapshot),
         }
     }
     stacks
@@ -961,6 +1005,7 @@ mod stack_share_tests {
         UnwoundStack {
             count_at,
             frames: vec![frame],
+            php: Vec::new(),
         }
     }
 
@@ -971,7 +1016,7 @@ mod stack_share_tests {
         let unwound = [at(4, 2), at(1, 1), at(40, 3)];
         let shares: Vec<(u64, u64)> = weigh_snapshots(&unwound, 100)
             .into_iter()
-            .map(|(frames, share)| (frames[0], share))
+            .map(|(stack, share)| (stack.frames[0], share))
             .collect();
         assert_eq!(shares, [(1, 3), (2, 36), (3, 61)]);
         let lost_first = [at(8, 1), at(16, 2)];

@@ -95,6 +95,15 @@ pub fn lifetime_note(lock: &Lock) -> &'static str {
 
 /// A stack frame as people read it: its function, else module and offset.
 pub fn frame_label(frame: &Frame) -> String {
+    if let (Some(php), Some(function)) = (&frame.php, &frame.function) {
+        // `Repo::find (Repo.php:42)`; a PHP function written in C says so.
+        let text = if php.file.is_empty() {
+            format!("{function} (php)")
+        } else {
+            format!("{function} ({}:{})", short_module(&php.file), php.line)
+        };
+        return text.replace(';', ",");
+    }
     let text = match (&frame.function, &frame.module) {
         (Some(function), _) => function.clone(),
         (None, Some(module)) => format!("{}+{:#x}", short_module(module), frame.offset),

@@ -63,6 +63,9 @@ fn missing(reason: &DropReason, n: u64, nesting_unknown: bool) -> String {
         R::HandoffsMapFull => format!(
             "{n} acquisitions on locks beyond the handoff map's capacity (counts exact, missing from handoffs)"
         ),
+        R::RoutesMapFull => format!(
+            "{n} lock calls, waits or requests beyond the route maps' capacity (in the totals, in no route)"
+        ),
         R::CpuLocksFull => format!(
             "{n} CPU samples of lock code on locks beyond the sampler's map (in the lock-code total, in no lock's CPU)"
         ),

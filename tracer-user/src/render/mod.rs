@@ -16,6 +16,7 @@ pub mod pprof;
 pub mod recorder;
 pub mod removal;
 pub mod requests;
+pub mod routes;
 pub mod saturation;
 pub mod stacks;
 pub mod table;

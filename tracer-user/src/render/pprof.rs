@@ -186,6 +186,11 @@ impl Builder {
     }
 
     fn location(&mut self, name: String, file: String) -> u64 {
+        self.location_at(name, file, 0)
+    }
+
+    /// A location with a source line (PHP frames).
+    fn location_at(&mut self, name: String, file: String, line: u32) -> u64 {
         if let Some(&id) = self.location_ids.get(&(name.clone(), file.clone())) {
             return id;
         }
@@ -204,7 +209,7 @@ impl Builder {
             address: 0,
             line: vec![Line {
                 function_id: id,
-                line: 0,
+                line: i64::from(line),
             }],
             is_folded: false,
         });
@@ -221,6 +226,11 @@ impl Builder {
             lock.module.clone().unwrap_or_default(),
         )];
         for frame in frames {
+            if let Some(php) = &frame.php {
+                let id = self.location_at(frame_label(frame), php.file.clone(), php.line);
+                location_id.push(id);
+                continue;
+            }
             let file = frame
                 .module
                 .as_deref()

@@ -164,7 +164,7 @@ pub fn total_lock_calls(ebpf: &Ebpf) -> Result<u64> {
 }
 
 /// Index `index` of a per-CPU array of counters, summed over the CPUs.
-fn per_cpu_sum(ebpf: &Ebpf, name: &str, index: u32) -> Result<u64> {
+pub(super) fn per_cpu_sum(ebpf: &Ebpf, name: &str, index: u32) -> Result<u64> {
     let array: PerCpuArray<&MapData, u64> = PerCpuArray::try_from(map(ebpf, name)?)?;
     let values = array
         .get(&index, 0)

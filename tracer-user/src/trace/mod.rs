@@ -12,6 +12,7 @@ pub mod inflight;
 pub mod lifetimes;
 pub mod live_keys;
 pub mod multi;
+pub mod php;
 pub mod prealloc;
 pub mod preflight;
 pub mod priority;

@@ -19,15 +19,18 @@ use aya::{
     Ebpf,
     maps::{Map, MapData, RingBuf},
 };
-use tracer_common::{SnapshotHeader, StackSnapshot, names};
+use tracer_common::{SnapshotHeader, StackSnapshot, names, php::PhpStack};
+
+use crate::model::PhpFrameRead;
 
 /// How long the reader sleeps when the ring is empty.
 const POLL_EVERY: Duration = Duration::from_millis(5);
 
 /// What takes the snapshots, on the reader's thread.
 pub trait SnapshotSink: Send + 'static {
-    /// `stack` is the header's `len` bytes from its `sp` up.
-    fn take(&mut self, header: &SnapshotHeader, stack: &[u8]);
+    /// `stack` is the header's `len` bytes from its `sp` up; `php` the
+    /// thread's PHP frames (`--php`), innermost first.
+    fn take(&mut self, header: &SnapshotHeader, php: Vec<PhpFrameRead>, stack: &[u8]);
 }
 
 /// The reading thread; [`SnapshotReader::finish`] stops it and returns
@@ -98,10 +101,13 @@ fn drain(ring: &mut RingBuf<MapData>, sink: &mut impl SnapshotSink) -> usize {
         // written by the BPF side with the same repr(C) layout, header
         // first; any bytes are a valid header. Only the header is copied.
         let header = unsafe { std::ptr::read_unaligned(item.as_ptr() as *const SnapshotHeader) };
+        let php_at = std::mem::offset_of!(StackSnapshot, php);
+        // SAFETY: as above; the PHP stack is plain integers and bytes.
+        let php = unsafe { std::ptr::read_unaligned(item.as_ptr().add(php_at) as *const PhpStack) };
         let start = std::mem::offset_of!(StackSnapshot, stack);
         let len = usize::try_from(header.len).unwrap_or(usize::MAX);
         let end = start.saturating_add(len).min(item.len());
-        sink.take(&header, &item[start..end]);
+        sink.take(&header, super::php::frames(&php), &item[start..end]);
         drained += 1;
     }
     drained

@@ -4,6 +4,7 @@
 
 pub mod frankenphp;
 pub mod live_views;
+pub mod modphp;
 
 use std::{
     collections::HashMap,

@@ -1,0 +1,109 @@
+//! `--php`: thread-safe PHP read from outside. The report's `php` block
+//! says where PHP's state was found and what could not be read; `routes`
+//! gives each route's requests and, per request, its locks.
+use std::collections::BTreeMap;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::address;
+
+/// Where the offsets of PHP's structures came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum LayoutSource {
+    /// The module's own DWARF (built with `-g`, or its debug file).
+    Dwarf,
+    /// locktrace's table for the module's PHP version (a stripped build).
+    Table,
+}
+
+/// The report's `php` block.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct PhpContext {
+    /// The module holding PHP's engine (`libphp.so`, or the executable of a
+    /// static build), as the target sees it.
+    pub module: String,
+    /// `8.2.32`, from the module; null when not found.
+    #[serde(default)]
+    pub version: Option<String>,
+    pub layout: LayoutSource,
+    /// PHP threads found in PHP's own thread table.
+    pub threads: u64,
+    /// Events whose PHP context could not be read, by reason
+    /// (`not_php_thread`, `no_php_code`, `read_failed`, `no_thread_pointer`);
+    /// zero counts omitted. Such events are counted as always, without
+    /// their PHP frames (or under the `(unreadable)` route).
+    #[serde(default)]
+    pub unread: BTreeMap<String, u64>,
+}
+
+/// What a route row stands for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum RouteKind {
+    /// Requests with this method and path (after `--route-pattern`).
+    Route,
+    /// The routes past `--max-routes`, together.
+    Other,
+    /// Requests whose method and path could not be read.
+    Unreadable,
+    /// Lock calls and waits on threads before their first request (the
+    /// server's own threads: Go's, Apache's listener, …).
+    OutsideRequests,
+}
+
+/// The report's `routes` block.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Routes {
+    /// Most requests first; `other`, `unreadable` and `outside_requests`
+    /// rows last.
+    pub routes: Vec<Route>,
+    /// Distinct routes seen (before folding into `other`).
+    pub distinct: u64,
+    /// Routes kept apart; the rest are in the `other` row.
+    pub max_routes: u64,
+    /// `--route-pattern` rules applied, in order (`REGEX=NAME`).
+    #[serde(default)]
+    pub patterns: Vec<String>,
+}
+
+/// One route: its requests and, per lock, what its requests did.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Route {
+    /// `GET /posts/:id`; the script's path when the request had no URI.
+    pub name: String,
+    pub kind: RouteKind,
+    pub requests: u64,
+    /// Lock calls of all locks per request (null without requests).
+    #[serde(default)]
+    pub acquisitions_per_request: Option<f64>,
+    /// Most acquisitions first.
+    pub locks: Vec<RouteLock>,
+}
+
+/// One lock under one route.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct RouteLock {
+    /// The lock's `locks[].address`.
+    #[serde(
+        serialize_with = "address::serialize_without_lifetime",
+        deserialize_with = "address::deserialize"
+    )]
+    #[schemars(with = "address::Hex")]
+    pub address: u64,
+    /// The lock's name, as in its row.
+    #[serde(default)]
+    pub name: Option<String>,
+    pub acquisitions: u64,
+    /// Contended waits and their time.
+    pub contended: u64,
+    pub wait_ns: u64,
+    /// The three above per request of the route (null without requests).
+    #[serde(default)]
+    pub acquisitions_per_request: Option<f64>,
+    #[serde(default)]
+    pub contended_per_request: Option<f64>,
+    #[serde(default)]
+    pub wait_us_per_request: Option<f64>,
+}

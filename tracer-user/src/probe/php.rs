@@ -1,0 +1,126 @@
+//! PHP's table of thread blocks (TSRM's `tsrm_tls_table`), read from the
+//! target's memory: which block of PHP globals belongs to which thread.
+//!
+//! Thread-safe PHP keeps one `tsrm_tls_entry` per thread, chained in a hash
+//! table by `pthread_self()`; a thread's `_tsrm_ls_cache` points to its
+//! entry, and its globals sit at fixed offsets from there. On x86-64 glibc
+//! and musl, `pthread_self()` is the thread pointer (the `fs` base), which
+//! the BPF side reads from the kernel's task: so the table gives it, per
+//! thread, where PHP's globals are.
+use super::memory::TargetMemory;
+
+/// Where the table is and how its entries are laid out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ThreadTable {
+    /// Runtime addresses of `tsrm_tls_table` (a pointer to the bucket
+    /// array) and `tsrm_tls_table_size` (an int).
+    pub table: u64,
+    pub size: u64,
+    /// Offsets of `thread_id` and `next` in `tsrm_tls_entry`.
+    pub thread_id: u64,
+    pub next: u64,
+}
+
+/// Buckets read at most (PHP sizes the table at startup: 1 in FrankenPHP
+/// and mod_php, a few hundred at most elsewhere).
+const MAX_BUCKETS: u64 = 65_536;
+/// Entries read at most, over all chains (a chain looping back on itself in
+/// a torn read ends here).
+const MAX_ENTRIES: usize = 4096;
+
+fn read_u64(memory: &dyn TargetMemory, address: u64) -> Option<u64> {
+    let mut bytes = [0u8; 8];
+    (memory.read(address, &mut bytes) == 8).then(|| u64::from_le_bytes(bytes))
+}
+
+fn read_i32(memory: &dyn TargetMemory, address: u64) -> Option<i32> {
+    let mut bytes = [0u8; 4];
+    (memory.read(address, &mut bytes) == 4).then(|| i32::from_le_bytes(bytes))
+}
+
+impl ThreadTable {
+    /// (thread pointer, block address) of every thread PHP knows; empty
+    /// before PHP started its threads or when the table cannot be read. The
+    /// process keeps running meanwhile: a chain changed under the read ends
+    /// early, and the next read gets it right.
+    pub fn threads(&self, memory: &dyn TargetMemory) -> Vec<(u64, u64)> {
+        let mut found = Vec::new();
+        let Some(buckets) = read_u64(memory, self.table).filter(|&b| b != 0) else {
+            return found;
+        };
+        let Some(size) = read_i32(memory, self.size).and_then(|s| u64::try_from(s).ok()) else {
+            return found;
+        };
+        let mut steps = 0;
+        for bucket in 0..size.min(MAX_BUCKETS) {
+            let Some(mut entry) = read_u64(memory, buckets + bucket * 8) else {
+                break;
+            };
+            while entry != 0 && steps < MAX_ENTRIES {
+                steps += 1;
+                let Some(thread) = read_u64(memory, entry + self.thread_id) else {
+                    break;
+                };
+                if thread != 0 && !found.iter().any(|&(_, block)| block == entry) {
+                    found.push((thread, entry));
+                }
+                entry = read_u64(memory, entry + self.next).unwrap_or(0);
+            }
+        }
+        found
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::probe::memory::FakeMemory;
+
+    const TABLE: ThreadTable = ThreadTable {
+        table: 0x1000,
+        size: 0x1008,
+        thread_id: 16,
+        next: 24,
+    };
+
+    fn entry(memory: &mut FakeMemory, at: u64, thread: u64, next: u64) {
+        let mut bytes = vec![0u8; 32];
+        bytes[16..24].copy_from_slice(&thread.to_le_bytes());
+        bytes[24..32].copy_from_slice(&next.to_le_bytes());
+        memory.map(at, bytes);
+    }
+
+    #[test]
+    fn every_chain_of_every_bucket() {
+        let mut memory = FakeMemory::default();
+        let mut globals = vec![0u8; 12];
+        globals[..8].copy_from_slice(&0x2000u64.to_le_bytes());
+        globals[8..12].copy_from_slice(&2i32.to_le_bytes());
+        memory.map(0x1000, globals);
+        let mut buckets = vec![0u8; 16];
+        buckets[..8].copy_from_slice(&0x3000u64.to_le_bytes());
+        buckets[8..].copy_from_slice(&0x5000u64.to_le_bytes());
+        memory.map(0x2000, buckets);
+        entry(&mut memory, 0x3000, 0x7f00, 0x4000);
+        entry(&mut memory, 0x4000, 0x7f10, 0);
+        entry(&mut memory, 0x5000, 0x7f20, 0);
+        assert_eq!(
+            TABLE.threads(&memory),
+            vec![(0x7f00, 0x3000), (0x7f10, 0x4000), (0x7f20, 0x5000)]
+        );
+    }
+
+    #[test]
+    fn a_loop_or_an_unreadable_table_ends_the_read() {
+        let mut memory = FakeMemory::default();
+        assert!(TABLE.threads(&memory).is_empty());
+        let mut globals = vec![0u8; 12];
+        globals[..8].copy_from_slice(&0x2000u64.to_le_bytes());
+        globals[8..12].copy_from_slice(&1i32.to_le_bytes());
+        memory.map(0x1000, globals);
+        memory.map(0x2000, 0x3000u64.to_le_bytes().to_vec());
+        // An entry whose next is itself (a torn read).
+        entry(&mut memory, 0x3000, 0x7f00, 0x3000);
+        assert_eq!(TABLE.threads(&memory), vec![(0x7f00, 0x3000)]);
+    }
+}
