@@ -310,6 +310,10 @@ pub struct StackKey {
     /// Return address read at the probe (0 where none): the kernel's unwinder
     /// starts at the probed instruction and misses the immediate caller.
     pub return_ip: u64,
+    /// `--php`: the lines running in the two innermost PHP frames written
+    /// in PHP (`php::site`), so that each PHP call site of one native call
+    /// site gets snapshots of its own; 0 otherwise.
+    pub php_site: u64,
 }
 
 /// Bytes of user stack a snapshot copies, from the stack pointer up (the

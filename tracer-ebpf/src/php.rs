@@ -184,6 +184,50 @@ pub(crate) fn count_route_wait(lock: u64, waited: u64) {
     }
 }
 
+/// The lines running in the two innermost frames written in PHP, as one
+/// key part (`StackKey::php_site`): line numbers stay the same from request
+/// to request where the frames' addresses do not (PHP compiles each script
+/// again per request without opcache). 0 outside PHP code.
+#[inline(always)]
+pub(crate) fn php_site() -> u64 {
+    let Some(offsets) = offsets() else {
+        return 0;
+    };
+    let Ok(block) = thread_block(offsets) else {
+        return 0;
+    };
+    let mut execute_data =
+        read_u64(block + offsets.executor_globals + offsets.current_execute_data).unwrap_or(0);
+    let mut site = 0u64;
+    let mut found = 0u32;
+    for _ in 0..6 {
+        if execute_data == 0 || found >= 2 {
+            break;
+        }
+        if let Some(line) = user_line(offsets, execute_data) {
+            site = (site << 32) | u64::from(line);
+            found += 1;
+        }
+        execute_data = read_u64(execute_data + offsets.execute_data_prev).unwrap_or(0);
+    }
+    site
+}
+
+/// The line running in a frame of a function written in PHP.
+#[inline(always)]
+fn user_line(offsets: &PhpOffsets, execute_data: u64) -> Option<u32> {
+    let function = read_u64(execute_data + offsets.execute_data_func).ok()?;
+    // SAFETY: the helper checks the user address and fails (never faults).
+    let kind =
+        unsafe { bpf_probe_read_user((function + offsets.function_type) as *const u8) }.ok()?;
+    if function == 0 || kind != USER_FUNCTION {
+        return None;
+    }
+    let opline = read_u64(execute_data + offsets.execute_data_opline).ok()?;
+    // SAFETY: as above.
+    unsafe { bpf_probe_read_user((opline + offsets.op_lineno) as *const u32) }.ok()
+}
+
 /// Fills `stack` (inside a reserved snapshot) with the thread's PHP frames,
 /// innermost first, or the reason none were read.
 #[inline(always)]

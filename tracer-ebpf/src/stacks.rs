@@ -9,7 +9,7 @@ use tracer_common::{
 use crate::{
     counters::{add, count_drop, entry},
     maps::{FLAGS, SNAPSHOTS, STACK_COUNTS},
-    php::read_php_stack,
+    php::{php_site, read_php_stack},
 };
 
 /// Counts the call (or wait) under `(lock, return_ip)` and, when the count
@@ -37,6 +37,11 @@ pub(crate) fn record_stack_of(
         lock,
         stack_id: kind,
         return_ip,
+        php_site: if FLAGS.load() & flags::PHP != 0 {
+            php_site()
+        } else {
+            0
+        },
     };
     if let Some(count) = entry(&STACK_COUNTS, &key, drop_reason::STACK_COUNTS_FULL) {
         add(count, 1);

@@ -10,7 +10,6 @@
 //! MariaDB is the kit's (its start.sh starts it and the `bench` database):
 //! the test holds `/tmp/franken.lock` as the FrankenPHP tests do, and stops
 //! MariaDB again if it started it. Real BPF: run as root.
-#![cfg(feature = "root-tests")]
 mod common;
 
 use std::{

@@ -344,6 +344,7 @@ mod tests {
             lock: lifetime::tag(HEAP_LOCK, generation),
             stack_id: 0,
             return_ip: 0x1234,
+            php_site: 0,
         };
         collected.stacks.insert(key(0), 3);
         collected.stacks.insert(key(1), 3);

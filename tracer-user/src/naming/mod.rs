@@ -772,6 +772,15 @@ fn acquisitions_by_call_site(
     acquired
 }
 
+/// `acquired × hits / all_hits`: one key's part of its call site's
+/// acquisitions (all of them when the site has one key and no nested calls).
+fn share_of(acquired: u64, hits: u64, all_hits: u64) -> u64 {
+    if all_hits == 0 || acquired == all_hits {
+        return hits.min(acquired);
+    }
+    (u128::from(acquired) * u128::from(hits) / u128::from(all_hits)) as u64
+}
+
 /// `shares` (adding up to some total) scaled to add up to `target`
 /// exactly: largest remainders get the units left over.
 fn scale_shares<T: Copy>(shares: Vec<(T, u64)>, target: u64) -> Vec<(T, u64)> {
@@ -825,13 +834,22 @@ fn resolve_stacks(
         .stacks
         .iter()
         .filter(|(key, _)| key.stack_id == stack_kind::USE);
+    // A call site's keys (one per PHP call site with `--php`) share its hits.
+    let mut site_hits: HashMap<(u64, u64), u64> = HashMap::new();
+    for (key, &hits) in uses.clone() {
+        *site_hits.entry((key.lock, key.return_ip)).or_insert(0) += hits;
+    }
     for (key, &hits) in uses {
         // A call site's probe hits include lock functions tail-called or
         // called by the one it called (musl's lock jumps to timedlock):
         // its stacks share its acquisitions, as the lock's row counts them.
         let count = match key.return_ip {
             0 => hits,
-            return_ip => acquired.get(&(key.lock, return_ip)).copied().unwrap_or(0),
+            return_ip => {
+                let acquired = acquired.get(&(key.lock, return_ip)).copied().unwrap_or(0);
+                let all_hits = site_hits.get(&(key.lock, return_ip)).copied().unwrap_or(0);
+                share_of(acquired, hits, all_hits)
+            }
         };
         if count == 0 {
             continue;

@@ -5,6 +5,7 @@
 pub mod frankenphp;
 pub mod live_views;
 pub mod modphp;
+pub mod php_pages;
 
 use std::{
     collections::HashMap,

@@ -1,0 +1,219 @@
+//! `--php` tests (issue 31): pages of known truths, a mixed load over them,
+//! and what the report must show on every server (FrankenPHP classic and
+//! worker, mod_php under Apache).
+//!
+//! - `/q.php`: the kit's page, 408 calls of mysqlnd's global statistics lock
+//!   per request (the kit's bpftrace truth);
+//! - `/two.php`: a connection and two queries, in the PHP functions
+//!   `load_posts` and `load_titles` (`fixtures/php/two.php`);
+//! - `/hello.php`: no database work, so no call of that lock;
+//! - `/hello.php/N`: the same page under ids, one route once
+//!   `--route-pattern '/\d+$=/:id'` collapses them.
+use std::{
+    path::{Path, PathBuf},
+    thread,
+};
+
+use serde_json::Value;
+
+use super::{frankenphp::GLOBAL_LOCK, live_views::try_http_get, repo_root};
+
+/// The pattern the tests collapse ids with, and the route it gives.
+pub const ID_PATTERN: &str = "/\\d+$=/:id";
+pub const ID_ROUTE: &str = "GET /hello.php/:id";
+
+/// Requests per page of the mixed load.
+#[derive(Debug, Clone, Copy)]
+pub struct Mix {
+    pub q: u64,
+    pub two: u64,
+    pub hello: u64,
+    pub ids: u64,
+}
+
+pub const MIX: Mix = Mix {
+    q: 60,
+    two: 30,
+    hello: 40,
+    ids: 20,
+};
+
+/// A temp docroot with the pages (world-readable: Apache's workers run as
+/// www-data).
+pub struct Pages {
+    _dir: tempfile::TempDir,
+    pub root: PathBuf,
+}
+
+impl Pages {
+    pub fn new(kit: &Path) -> Pages {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("www");
+        std::fs::create_dir(&root).unwrap();
+        std::fs::copy(kit.join("www/q.php"), root.join("q.php")).unwrap();
+        for page in ["two.php", "hello.php", "worker.php"] {
+            std::fs::copy(fixture(page), root.join(page)).unwrap();
+        }
+        for path in [dir.path(), root.as_path()] {
+            std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+                .unwrap();
+        }
+        Pages { _dir: dir, root }
+    }
+}
+
+pub fn fixture(page: &str) -> PathBuf {
+    repo_root().join("fixtures/php").join(page)
+}
+
+/// The 1-based line of `needle` in `file`.
+pub fn line_of(file: &Path, needle: &str) -> u32 {
+    let text = std::fs::read_to_string(file).unwrap();
+    let index = text
+        .lines()
+        .position(|line| line.contains(needle))
+        .unwrap_or_else(|| panic!("{needle:?} not in {}", file.display()));
+    index as u32 + 1
+}
+
+/// `n` requests of `path` (with `{i}` replaced by the request's number),
+/// each answered 200 with `body` in it.
+fn requests(port: u16, path: &str, n: u64, body: &str) {
+    for i in 0..n {
+        let path = path.replace("{i}", &(i + 1).to_string());
+        let answer = try_http_get(port, &path).unwrap_or_else(|| panic!("GET {path} failed"));
+        assert!(answer.contains(body), "GET {path}: {answer}");
+    }
+}
+
+/// The mix, its pages interleaved from three clients at once; `/two.php`
+/// carries a query string, which routes leave out.
+pub fn send_mix(port: u16, mix: Mix) {
+    thread::scope(|scope| {
+        scope.spawn(|| requests(port, "/q.php", mix.q, "\"count\":20"));
+        scope.spawn(|| requests(port, "/two.php?page={i}", mix.two, "\"titles\":20"));
+        scope.spawn(|| {
+            requests(port, "/hello.php", mix.hello, "hello");
+            requests(port, "/hello.php/{i}", mix.ids, "hello");
+        });
+    });
+}
+
+/// The route row named `name`.
+pub fn route<'a>(report: &'a Value, name: &str) -> &'a Value {
+    let routes = report["routes"]["routes"]
+        .as_array()
+        .expect("a routes block");
+    routes
+        .iter()
+        .find(|route| route["name"] == name)
+        .unwrap_or_else(|| panic!("no route {name}: {:#}", report["routes"]))
+}
+
+/// The route's acquisitions of `lock` per request (0 when it took none).
+pub fn lock_per_request(route: &Value, lock: &str) -> f64 {
+    route["locks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|row| row["name"] == lock)
+        .map_or(0.0, |row| row["acquisitions_per_request"].as_f64().unwrap())
+}
+
+/// What every server shows under the mix: each route's exact request count,
+/// the global lock's exact calls per request on each page (`two_truth` for
+/// `/two.php`, measured apart), ids collapsed, and every acquisition in
+/// exactly one route.
+pub fn assert_routes(report: &Value, mix: Mix, two_truth: f64, what: &str) {
+    let q = route(report, "GET /q.php");
+    assert_eq!(q["requests"], mix.q, "{what}: {q:#}");
+    assert_eq!(lock_per_request(q, GLOBAL_LOCK), 408.0, "{what}: {q:#}");
+    let two = route(report, "GET /two.php");
+    assert_eq!(two["requests"], mix.two, "{what}: {two:#}");
+    assert_eq!(
+        lock_per_request(two, GLOBAL_LOCK),
+        two_truth,
+        "{what}: {two:#}"
+    );
+    let hello = route(report, "GET /hello.php");
+    assert_eq!(hello["requests"], mix.hello, "{what}: {hello:#}");
+    assert_eq!(
+        lock_per_request(hello, GLOBAL_LOCK),
+        0.0,
+        "{what}: {hello:#}"
+    );
+    let ids = route(report, ID_ROUTE);
+    assert_eq!(ids["requests"], mix.ids, "{what}: {ids:#}");
+    assert_eq!(lock_per_request(ids, GLOBAL_LOCK), 0.0, "{what}: {ids:#}");
+    let routes = report["routes"]["routes"].as_array().unwrap();
+    assert!(
+        !routes
+            .iter()
+            .any(|r| r["name"].as_str().unwrap().contains("/hello.php/1")),
+        "{what}: ids not collapsed: {:#}",
+        report["routes"]
+    );
+    let in_routes: u64 = routes
+        .iter()
+        .flat_map(|r| r["locks"].as_array().unwrap())
+        .map(|lock| lock["acquisitions"].as_u64().unwrap())
+        .sum();
+    assert_eq!(
+        Some(in_routes),
+        report["totals"]["acquisitions"].as_u64(),
+        "{what}: every acquisition in one route"
+    );
+    assert_eq!(
+        report["php"]["layout"], "dwarf",
+        "{what}: {:#}",
+        report["php"]
+    );
+    assert_eq!(report["php"]["version"], "8.2.32", "{what}");
+}
+
+/// `(function, file name, line)` of every PHP frame in the global lock's
+/// stacks.
+pub fn php_frames(report: &Value) -> Vec<(String, String, u64)> {
+    let lock = super::frankenphp::lock_named(report, GLOBAL_LOCK);
+    let address = lock["address"].as_str().unwrap();
+    let mut frames = Vec::new();
+    for stack in report["stacks"].as_array().unwrap() {
+        if stack["lock"] != address {
+            continue;
+        }
+        for frame in stack["frames"].as_array().unwrap() {
+            let Some(php) = frame.get("php") else {
+                continue;
+            };
+            let file = php["file"].as_str().unwrap();
+            let name = file.rsplit('/').next().unwrap().to_string();
+            frames.push((
+                frame["function"].as_str().unwrap().to_string(),
+                name,
+                php["line"].as_u64().unwrap(),
+            ));
+        }
+    }
+    frames.sort();
+    frames.dedup();
+    frames
+}
+
+/// The global lock's stacks hold `function` in `file` at the line of each
+/// of `needles` in that file (the calls that took the lock).
+pub fn assert_frame(
+    frames: &[(String, String, u64)],
+    file: &Path,
+    function: &str,
+    needles: &[&str],
+) {
+    let name = file.file_name().unwrap().to_str().unwrap();
+    for needle in needles {
+        let line = u64::from(line_of(file, needle));
+        let wanted = (function.to_string(), name.to_string(), line);
+        assert!(
+            frames.contains(&wanted),
+            "no PHP frame {wanted:?} in the global lock's stacks: {frames:#?}"
+        );
+    }
+}

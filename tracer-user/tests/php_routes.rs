@@ -1,0 +1,206 @@
+//! Issue 31: `--php` on the real FrankenPHP (the kit's dynamic build, classic
+//! and worker mode) serving pages of known truths (`common/php_pages.rs`):
+//! each route's requests and its calls of mysqlnd's global statistics lock
+//! per request, exact under a mixed load, ids collapsed by a route pattern,
+//! and the PHP functions, files and lines that took the lock in its stacks.
+//!
+//! The truth for `/two.php` (a connection and two queries) is measured apart
+//! first, by a plain recording (no `--php`) while only that page is served:
+//! the lock's calls over the probe-counted requests, the figure the FrankenPHP
+//! tests check exact for `/q.php`.
+//!
+//! The kit's server runs under `/tmp/franken.lock` as in the other
+//! FrankenPHP tests; stopped (and MariaDB if the test started it) on drop.
+mod common;
+
+use std::{
+    fs::File,
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use common::{Trace, frankenphp::*, php_pages::*};
+use serde_json::Value;
+
+const PORT: u16 = 8091;
+
+/// The kit's server on the test's pages, while this lives.
+struct PhpServer {
+    kit: PathBuf,
+    pid: u32,
+    mariadb_was_up: bool,
+    pages: Pages,
+    _lock: File,
+}
+
+impl PhpServer {
+    fn start(mode: Mode) -> PhpServer {
+        let kit = kit();
+        assert!(
+            Path::new("/tmp/e2e/frankenphp-e2e").exists(),
+            "the FrankenPHP kit is not built: run scripts/setup.sh --frankenphp"
+        );
+        let lock = take_machine_lock();
+        let mariadb_was_up = mariadb_up();
+        let pages = Pages::new(&kit);
+        let mode = match mode {
+            Mode::Classic => "classic",
+            Mode::Worker => "worker",
+        };
+        let output = Command::new("bash")
+            .arg(kit.join("start.sh"))
+            .arg(mode)
+            .env("FRANKEN_DOCROOT", &pages.root)
+            .env("FRANKEN_WORKER", pages.root.join("worker.php"))
+            .env("FRANKEN_READY", "/hello.php")
+            .output()
+            .expect("running the kit's start.sh");
+        assert!(
+            output.status.success(),
+            "start.sh {mode}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let pid = std::fs::read_to_string("/tmp/e2e/franken.pid").expect("start.sh wrote no pid");
+        PhpServer {
+            kit,
+            pid: pid.trim().parse().expect("a pid"),
+            mariadb_was_up,
+            pages,
+            _lock: lock,
+        }
+    }
+
+    /// The global lock's calls per request of `/two.php` alone.
+    fn two_truth(&self) -> f64 {
+        let trace = Trace::attach(self.pid, &["--duration", "8"]);
+        send_mix(
+            PORT,
+            Mix {
+                q: 0,
+                two: 20,
+                hello: 0,
+                ids: 0,
+            },
+        );
+        let (report, table) = trace.finish();
+        assert_eq!(report["requests"]["count"], 20, "{table}");
+        let calls = lock_named(&report, GLOBAL_LOCK)["acquisitions"]
+            .as_u64()
+            .unwrap();
+        calls as f64 / 20.0
+    }
+
+    /// `record --php` under the mixed load.
+    fn record_mix(&self) -> (Value, String) {
+        let trace = Trace::attach(
+            self.pid,
+            &[
+                "--duration",
+                "15",
+                "--php",
+                "--stacks",
+                "16",
+                "--route-pattern",
+                ID_PATTERN,
+            ],
+        );
+        send_mix(PORT, MIX);
+        trace.finish()
+    }
+}
+
+impl Drop for PhpServer {
+    fn drop(&mut self) {
+        let run = |args: &[&str]| {
+            let _ = Command::new("bash")
+                .arg(self.kit.join(args[0]))
+                .args(&args[1..])
+                .output();
+        };
+        run(&["stop.sh"]);
+        if !self.mariadb_was_up {
+            run(&["stop.sh", "all"]);
+        }
+    }
+}
+
+#[test]
+fn classic_mode_routes_and_php_frames_are_exact() {
+    let server = PhpServer::start(Mode::Classic);
+    let two_truth = server.two_truth();
+    assert!(
+        two_truth > 408.0,
+        "two queries take the lock more than one page: {two_truth}"
+    );
+    let (report, table) = server.record_mix();
+    assert_routes(&report, MIX, two_truth, "classic");
+    // Every mutex call of a /q.php request, as the kit's bpftrace truth (792).
+    let q = route(&report, "GET /q.php");
+    assert_eq!(q["acquisitions_per_request"], 792.0, "{q:#}");
+    assert!(table.contains("routes (4 seen):"), "{table}");
+    let frames = php_frames(&report);
+    let two = server.pages.root.join("two.php");
+    assert_frame(&frames, &two, "load_posts", &["$st->execute([1, 1]);"]);
+    assert_frame(&frames, &two, "load_titles", &["$st->execute([21, 21]);"]);
+    assert_frame(
+        &frames,
+        &two,
+        "{main}",
+        &["$posts = load_posts($pdo);", "$titles = load_titles($pdo);"],
+    );
+    let q_page = server.pages.root.join("q.php");
+    assert_frame(
+        &frames,
+        &q_page,
+        "{main}",
+        &["$st->execute([$start, $start]);"],
+    );
+    // The C functions PHP called show as PHP frames too, without a file.
+    assert!(
+        frames.contains(&("PDOStatement::execute".into(), String::new(), 0)),
+        "{frames:#?}"
+    );
+}
+
+#[test]
+fn worker_mode_routes_and_php_frames_are_exact() {
+    let server = PhpServer::start(Mode::Worker);
+    let two_truth = server.two_truth();
+    let (report, _) = server.record_mix();
+    assert_routes(&report, MIX, two_truth, "worker");
+    let frames = php_frames(&report);
+    let worker = server.pages.root.join("worker.php");
+    assert_frame(&frames, &worker, "load_posts", &["$st->execute([1, 1]);"]);
+    assert_frame(
+        &frames,
+        &worker,
+        "load_titles",
+        &["$st->execute([21, 21]);"],
+    );
+    assert_frame(
+        &frames,
+        &worker,
+        "query_page",
+        &["$st->execute([$start, $start]);"],
+    );
+    assert_frame(
+        &frames,
+        &worker,
+        "{closure}",
+        &["$posts = load_posts($pdo);"],
+    );
+}
+
+/// The table locktrace keeps for PHP 8.2 (used where libphp has no DWARF)
+/// is what the kit's libphp's DWARF says.
+#[test]
+fn the_php_8_2_table_matches_the_kits_dwarf() {
+    use locktrace::naming::{dwarf, php};
+    let file =
+        locktrace::probe::modules::ModuleFile::open(Path::new("/tmp/e2e/libphp-franken-stock.so"))
+            .expect("the kit's libphp (scripts/setup.sh --frankenphp)");
+    let info = dwarf::load_module(&file).expect("the kit's libphp has DWARF");
+    let from_dwarf = php::dwarf_layout(&info).expect("every PHP structure in the DWARF");
+    assert_eq!(Some(from_dwarf), php::table_layout(Some("8.2.32")));
+    assert_eq!(php::php_version(file.bytes()).as_deref(), Some("8.2.32"));
+}
