@@ -37,6 +37,7 @@ use crate::{
 };
 
 mod identity;
+mod routes;
 
 #[derive(clap::Args, Debug)]
 pub struct CompareArgs {
@@ -298,6 +299,8 @@ struct Side {
     /// The tracer's estimated share of it (`cpu.tracer_ns`).
     tracer_cpu_ns: u64,
     groups: BTreeMap<LockIdentity, Group>,
+    /// `--php` recordings: each route's locks.
+    routes: Option<crate::model::Routes>,
 }
 
 impl Side {
@@ -321,6 +324,7 @@ impl Side {
             target_cpu_ns: report.cpu.as_ref().and_then(|cpu| cpu.target_ns),
             tracer_cpu_ns: report.cpu.as_ref().map_or(0, |cpu| cpu.tracer_ns),
             groups,
+            routes: report.routes.clone(),
         })
     }
 
@@ -452,6 +456,10 @@ pub fn evaluate_with(
         .collect::<Result<Vec<_>>>()?;
     // Every line fits the width the tables use: notes wrap, indented.
     let mut text = render(&before, &after, width);
+    text.push_str(&routes::render(
+        before.routes.as_ref(),
+        after.routes.as_ref(),
+    ));
     text.push_str(&render_path_changes(&before, &after, path_locks));
     let mut text = crate::render::fit::wrap_lines(&text, width);
     let mut failures = Vec::new();

@@ -147,3 +147,61 @@ fn mod_php_event_mpm_takes_the_global_stats_lock_408_times_per_request() {
     );
     assert_eq!(server.child_pid(), worker, "the worker child changed");
 }
+
+/// Issue 31 on mod_php: `--php` on the worker child serving the pages of
+/// known truths (`common/php_pages.rs`) under the mixed load: each route's
+/// exact requests and calls of the global lock per request (`/two.php`'s
+/// truth measured apart first), ids collapsed, and the PHP functions, files
+/// and lines that took the lock in its stacks. Requests are counted by
+/// `php_request_startup`; Apache's `request_uri` is the path without the
+/// query. Apache's own threads may add an `(outside requests)` row.
+#[test]
+fn mod_php_routes_and_php_frames_are_exact() {
+    use common::php_pages::*;
+    let _lock = take_machine_lock();
+    let _database = Database::up();
+    let pages = Pages::new(&kit());
+    let server = ModPhp::start(&pages.root);
+    let body = server.get("/two.php?page=0");
+    assert!(
+        body.as_deref()
+            .is_some_and(|body| body.contains("\"titles\":20")),
+        "two.php under mod_php does not answer: {body:?}; logs:\n{}",
+        server.error_log()
+    );
+    let worker = server.child_pid();
+    let port = server.port();
+
+    let two = two_truth(worker, port);
+    eprintln!("/two.php alone: {two} calls of {GLOBAL_LOCK} per request");
+    assert!(
+        two > GLOBAL_PER_REQUEST,
+        "two queries take the lock more than one page: {two}"
+    );
+    let (report, table) = record_mix(worker, port);
+    eprintln!("{table}");
+    assert_mod_php_auto_probe(&report, "--php");
+    assert_routes(&report, MIX, two, "mod_php");
+    let frames = php_frames(&report);
+    let two_page = pages.root.join("two.php");
+    assert_frame(&frames, &two_page, "load_posts", &["$st->execute([1, 1]);"]);
+    assert_frame(
+        &frames,
+        &two_page,
+        "load_titles",
+        &["$st->execute([21, 21]);"],
+    );
+    assert_frame(
+        &frames,
+        &two_page,
+        "{main}",
+        &["$posts = load_posts($pdo);", "$titles = load_titles($pdo);"],
+    );
+    assert_frame(
+        &frames,
+        &pages.root.join("q.php"),
+        "{main}",
+        &["$st->execute([$start, $start]);"],
+    );
+    assert_eq!(server.child_pid(), worker, "the worker child changed");
+}

@@ -47,27 +47,35 @@ impl PhpServer {
             Mode::Classic => "classic",
             Mode::Worker => "worker",
         };
-        let output = Command::new("bash")
-            .arg(kit.join("start.sh"))
-            .arg(mode)
-            .env("FRANKEN_DOCROOT", &pages.root)
-            .env("FRANKEN_WORKER", pages.root.join("worker.php"))
-            .env("FRANKEN_READY", "/hello.php")
-            .output()
-            .expect("running the kit's start.sh");
-        assert!(
-            output.status.success(),
-            "start.sh {mode}: {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        let pid = std::fs::read_to_string("/tmp/e2e/franken.pid").expect("start.sh wrote no pid");
-        PhpServer {
+        let mut server = PhpServer {
             kit,
-            pid: pid.trim().parse().expect("a pid"),
+            pid: 0,
             mariadb_was_up,
             pages,
             _lock: lock,
-        }
+        };
+        server.script(&["start.sh", mode]);
+        server
+    }
+
+    /// Runs a kit script with the test's pages (`use-patched.sh` restarts
+    /// the server on them); the server's pid afterwards.
+    fn script(&mut self, args: &[&str]) {
+        let output = Command::new("bash")
+            .arg(self.kit.join(args[0]))
+            .args(&args[1..])
+            .env("FRANKEN_DOCROOT", &self.pages.root)
+            .env("FRANKEN_WORKER", self.pages.root.join("worker.php"))
+            .env("FRANKEN_READY", "/hello.php")
+            .output()
+            .expect("running a kit script");
+        assert!(
+            output.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let pid = std::fs::read_to_string("/tmp/e2e/franken.pid").expect("start.sh wrote no pid");
+        self.pid = pid.trim().parse().expect("a pid");
     }
 
     /// The global lock's calls per request of `/two.php` alone.
@@ -117,7 +125,9 @@ impl Drop for PhpServer {
                 .args(&args[1..])
                 .output();
         };
+        // use-stock.sh restarts a running server: stop it first.
         run(&["stop.sh"]);
+        run(&["use-stock.sh"]);
         if !self.mariadb_was_up {
             run(&["stop.sh", "all"]);
         }
@@ -160,6 +170,40 @@ fn classic_mode_routes_and_php_frames_are_exact() {
         frames.contains(&("PDOStatement::execute".into(), String::new(), 0)),
         "{frames:#?}"
     );
+    // Confirm the patch per route: compare says the lock is gone from both
+    // database pages, and the page without database work is unchanged.
+    let dir = tempfile::tempdir().unwrap();
+    let (before, after) = (
+        dir.path().join("stock.json"),
+        dir.path().join("patched.json"),
+    );
+    std::fs::write(&before, report.to_string()).unwrap();
+    let mut server = server;
+    server.script(&["use-patched.sh"]);
+    let (patched, _) = server.record_mix();
+    std::fs::write(&after, patched.to_string()).unwrap();
+    assert_eq!(
+        route(&patched, "GET /q.php")["acquisitions_per_request"],
+        1.0
+    );
+    let output = common::locktrace()
+        .arg("compare")
+        .args([&before, &after])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{text}");
+    let q_line = text
+        .lines()
+        .find(|l| l.contains("GET /q.php:"))
+        .expect("a q.php route line");
+    assert!(
+        q_line.contains("792")
+            && q_line.contains(&format!("{GLOBAL_LOCK} 408"))
+            && q_line.contains("-> gone"),
+        "{text}"
+    );
+    assert!(text.contains("GET /hello.php: 1"), "{text}");
 }
 
 #[test]

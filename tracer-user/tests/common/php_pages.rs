@@ -16,7 +16,7 @@ use std::{
 
 use serde_json::Value;
 
-use super::{frankenphp::GLOBAL_LOCK, live_views::try_http_get, repo_root};
+use super::{Trace, frankenphp::GLOBAL_LOCK, live_views::try_http_get, repo_root};
 
 /// The pattern the tests collapse ids with, and the route it gives.
 pub const ID_PATTERN: &str = "/\\d+$=/:id";
@@ -97,6 +97,50 @@ pub fn send_mix(port: u16, mix: Mix) {
             requests(port, "/hello.php/{i}", mix.ids, "hello");
         });
     });
+}
+
+/// Requests of `/two.php` alone in [`two_truth`].
+pub const TWO_ALONE: u64 = 20;
+
+/// The global lock's calls per request of `/two.php` alone: a plain
+/// recording of `pid` (no `--php`) while only that page is requested on
+/// `port`, the requests counted by the server's request probe.
+pub fn two_truth(pid: u32, port: u16) -> f64 {
+    let trace = Trace::attach(pid, &["--duration", "8"]);
+    send_mix(
+        port,
+        Mix {
+            q: 0,
+            two: TWO_ALONE,
+            hello: 0,
+            ids: 0,
+        },
+    );
+    let (report, table) = trace.finish();
+    assert_eq!(report["requests"]["count"], TWO_ALONE, "{table}");
+    let calls = super::frankenphp::lock_named(&report, GLOBAL_LOCK)["acquisitions"]
+        .as_u64()
+        .unwrap();
+    calls as f64 / TWO_ALONE as f64
+}
+
+/// `record --php --stacks 16 --route-pattern ID_PATTERN --duration 15` of
+/// `pid` under [`MIX`] on `port`.
+pub fn record_mix(pid: u32, port: u16) -> (Value, String) {
+    let trace = Trace::attach(
+        pid,
+        &[
+            "--duration",
+            "15",
+            "--php",
+            "--stacks",
+            "16",
+            "--route-pattern",
+            ID_PATTERN,
+        ],
+    );
+    send_mix(port, MIX);
+    trace.finish()
 }
 
 /// The route row named `name`.
