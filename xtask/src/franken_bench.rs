@@ -50,6 +50,8 @@ pub enum Rows {
     Contention,
     /// All-locks mode with and without `--stacks`.
     Stacks,
+    /// All-locks mode with and without `--php`, with and without `--stacks`.
+    Php,
 }
 
 /// Runs the part when the kit is built; otherwise says how to build it.
@@ -140,6 +142,24 @@ fn stacks_configs(probe: &[&str]) -> [Config; 2] {
     ]
 }
 
+/// `--php` (routes per request; with `--stacks`, PHP frames) beside the
+/// same recording without it: the ratio of each pair is what reading PHP's
+/// state costs the real server.
+fn php_configs(probe: &[&str]) -> [Config; 2] {
+    [
+        config(
+            "locktrace (all locks) --php",
+            tracers::locktrace(&[probe, &["--php"][..]].concat()),
+            0.0,
+        ),
+        config(
+            "locktrace (all locks) --stacks 20 --php",
+            tracers::locktrace(&[probe, &["--stacks", "20", "--php"][..]].concat()),
+            0.0,
+        ),
+    ]
+}
+
 fn configs(rows: Rows) -> Vec<Config> {
     let probe = ["--request-probe", REQUEST_PROBE];
     let mut configs = Vec::new();
@@ -151,6 +171,7 @@ fn configs(rows: Rows) -> Vec<Config> {
                 min_seconds: 0.0,
             });
             configs.extend(stacks_configs(&probe));
+            configs.extend(php_configs(&probe));
             configs.extend(contention_configs());
             // Sampled mode needs time for a tight bound (the issue asks ±5 % after 30 s).
             configs.push(config(
@@ -167,6 +188,10 @@ fn configs(rows: Rows) -> Vec<Config> {
             ));
         }
         Rows::Stacks => configs.extend(stacks_configs(&probe)),
+        Rows::Php => {
+            configs.extend(stacks_configs(&probe));
+            configs.extend(php_configs(&probe));
+        }
         Rows::Contention => {
             configs.extend(contention_configs());
             // The sampler at the old default rate, beside the default (99 Hz).
@@ -212,7 +237,46 @@ fn measure(bench: &Bench, rows: Rows) -> Result<String> {
             before = after;
         }
     }
-    Ok(table(bench, &configs, &untraced, paired))
+    let cost = php_cost(&configs, &paired);
+    Ok(table(bench, &configs, &untraced, paired) + &cost)
+}
+
+/// Lock calls per request of `/q.php` (the kit's bpftrace truth).
+const CALLS_PER_REQUEST: f64 = 792.0;
+
+/// What `--php` adds per lock call: the time per request with it less the
+/// time without (from each row's median ratio to untraced), over the lock
+/// calls of a request.
+fn php_cost(configs: &[Config], paired: &[Paired]) -> String {
+    let ratio = |name: &str| {
+        configs
+            .iter()
+            .zip(paired)
+            .find(|(config, _)| config.name == name)
+            .map(|(_, pairs)| median(pairs.ratios.clone()))
+    };
+    let mut text = String::new();
+    for (plain, php) in [
+        ("locktrace (all locks)", "locktrace (all locks) --php"),
+        (
+            "locktrace (all locks) --stacks 20",
+            "locktrace (all locks) --stacks 20 --php",
+        ),
+    ] {
+        let (Some(without), Some(with)) = (ratio(plain), ratio(php)) else {
+            continue;
+        };
+        // Per request, in units of the untraced request's time.
+        let added = 1.0 / with - 1.0 / without;
+        text.push_str(&format!(
+            "\n`{php}` against `{plain}`: {:.3}x the throughput; {:+.1}% time per request, \
+             i.e. {:+.2} untraced-request times per 1000 lock calls.\n",
+            with / without,
+            added * without * 100.0,
+            added / CALLS_PER_REQUEST * 1000.0,
+        ));
+    }
+    text
 }
 
 fn run_round(pid: u32, seconds: f64, traced: &Traced, locktrace: &Path) -> Result<FrankenSample> {

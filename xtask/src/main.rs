@@ -22,6 +22,7 @@
 //! `--only calibration`: part 1; `--only franken`: part 5; `--only windows`: part 6;
 //! `--only franken-contention`: part 5's contention-mode rows alone;
 //! `--only franken-stacks`: part 5's all-locks rows with and without `--stacks`;
+//! `--only franken-php`: part 5's all-locks rows with and without `--php`;
 //! `--only snapshots`: part 7).
 mod calibration;
 mod dist;
@@ -74,6 +75,7 @@ pub struct BenchArgs {
     /// cost per hit by instruction class; `franken`: the real FrankenPHP;
     /// `franken-contention`: its contention-mode rows only, for many rounds;
     /// `franken-stacks`: its all-locks rows with and without `--stacks`;
+    /// `franken-php`: its all-locks rows with and without `--php`;
     /// `windows`: attaching and detaching a sampled window, by mechanism;
     /// `snapshots`: the cost of one stack snapshot and of `--stacks` per call).
     #[arg(long, value_enum)]
@@ -91,6 +93,9 @@ pub enum Part {
     /// The FrankenPHP part's all-locks rows with and without `--stacks`
     /// (whole stacks from snapshots: what they cost the real server).
     FrankenStacks,
+    /// The FrankenPHP part's all-locks rows with and without `--php`
+    /// (routes, and PHP frames with `--stacks`: what reading PHP costs).
+    FrankenPhp,
     Windows,
     /// What one stack snapshot costs the target, and `--stacks` per lock call.
     Snapshots,
@@ -164,6 +169,9 @@ fn bench(args: BenchArgs) -> Result<()> {
     }
     if args.only == Some(Part::FrankenStacks) {
         report.push_str(&franken_bench::run(&bench, franken_bench::Rows::Stacks)?);
+    }
+    if args.only == Some(Part::FrankenPhp) {
+        report.push_str(&franken_bench::run(&bench, franken_bench::Rows::Php)?);
     }
     if runs(Part::Windows) {
         report.push_str(&window_bench::run(&bench)?);
