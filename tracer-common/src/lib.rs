@@ -56,6 +56,25 @@ impl LockOp {
         LockOp::SpinTrylock,
     ];
 
+    /// True when the function of `op` may be tail-called by the one of
+    /// `outer` (musl: the plain lock jumps to the timed one, which calls
+    /// the try one). A try call after a try call is a retry, not nested.
+    pub const fn index_tail_called_by(op: u32, outer: u32) -> bool {
+        use LockOp::*;
+        let (Some(op), Some(outer)) = (LockOp::from_index(op), LockOp::from_index(outer)) else {
+            return false;
+        };
+        matches!(
+            (op, outer),
+            (MutexTimedlock | MutexClocklock, MutexLock)
+                | (MutexTrylock, MutexLock | MutexTimedlock)
+                | (RwlockTimedrdlock, RwlockRdlock)
+                | (RwlockTryrdlock, RwlockRdlock | RwlockTimedrdlock)
+                | (RwlockTimedwrlock, RwlockWrlock)
+                | (RwlockTrywrlock, RwlockWrlock | RwlockTimedwrlock)
+        )
+    }
+
     /// The libc symbol of this operation.
     pub const fn symbol(self) -> &'static str {
         match self {
@@ -166,7 +185,9 @@ pub struct PendingKey {
 pub struct PendingTry {
     pub lock: u64,
     pub op: u32,
-    pub _pad: u32,
+    /// 1 when the call was tail-called by another lock function (musl's
+    /// lock jumps to its timed variant): not a second acquisition.
+    pub nested: u32,
 }
 
 /// Value of the `LOCKS` map, keyed by the lock's address in the target:
@@ -297,6 +318,22 @@ pub struct CallerKey {
     pub _pad: u32,
 }
 
+/// Value of `THREAD_ROUTES` (`--php`), per thread: the route of its
+/// current request, and its last lock call's entry. A call of a function
+/// another lock function may tail-call, entered with the same return slot
+/// and address, was tail-called by that one (the jump leaves the stack as
+/// it was): one acquisition, not two.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct ThreadRoute {
+    pub route: u64,
+    /// Where the last call's return address is on the stack, and that address.
+    pub return_slot: u64,
+    pub return_ip: u64,
+    /// Its [`LockOp`] index.
+    pub op: u64,
+}
+
 /// Key of the `STACK_COUNTS` map: lock calls by (lock, immediate caller),
 /// futex waits by word (`return_ip` 0). Their stacks come from the
 /// key's snapshots.
@@ -310,9 +347,9 @@ pub struct StackKey {
     /// Return address read at the probe (0 where none): the kernel's unwinder
     /// starts at the probed instruction and misses the immediate caller.
     pub return_ip: u64,
-    /// `--php`: the lines running in the two innermost PHP frames written
-    /// in PHP (`php::site`), so that each PHP call site of one native call
-    /// site gets snapshots of its own; 0 otherwise.
+    /// `--php`: the line running in the innermost frame written in PHP,
+    /// plus one, so that each PHP line calling one native call site gets
+    /// snapshots of its own; 0 otherwise (and outside PHP code).
     pub php_site: u64,
 }
 
@@ -1087,6 +1124,12 @@ pub mod php {
         pub request_method: u64,
         pub request_uri: u64,
         pub path_translated: u64,
+        /// 1 when `tls_offset` is known: a thread's block is the pointer at
+        /// its thread pointer plus `tls_offset` (PHP's `_tsrm_ls_cache`),
+        /// found by userspace; else `PHP_THREADS` alone.
+        pub tls_known: u64,
+        /// A signed offset, as two's complement.
+        pub tls_offset: u64,
     }
 
     /// `zend_function.type` of a function written in PHP.

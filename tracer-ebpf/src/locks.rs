@@ -17,7 +17,7 @@ use crate::{
     handoffs::count_handoff,
     holds::hold_begin,
     maps::{CALLERS, FAILED_TRIES, FLAGS, KERNEL_CAPS, LOCKS, PENDING_TRIES, PROBE_COOKIES},
-    php::count_route_call,
+    php::{count_route_call, current_route, route_call},
     stacks::{record_stack, record_stack_of},
 };
 
@@ -72,21 +72,24 @@ pub fn lock_call(ctx: ProbeContext) -> u32 {
     }
     let slot = stack_pointer(&ctx) + cookie::return_address_sp_offset(cookie);
     let return_ip = read_return_ip(slot);
-    if LockOp::index_may_fail(op as u32) {
+    // A call from inside another lock function, or tail-called by one (musl
+    // nests them), is the same acquisition: the lock's row leaves it out,
+    // so do routes.
+    let may_fail = LockOp::index_may_fail(op as u32);
+    let nested =
+        wanted & flags::PHP != 0 && route_call(lock, op as u32, slot, return_ip, !may_fail);
+    if may_fail {
         // Counted at the return, with its result: a failed call took nothing.
         // A retry loop that jumps back to the entry (musl's CAS loops) is the
         // same call again: its return slot now reads as the kernel's return
         // trampoline, and it must not begin a second hold.
-        if !begin_try(slot, lock, op as u32) {
+        if !begin_try(slot, lock, op as u32, nested) {
             return 0;
         }
     } else {
         count_call(lock, return_ip, op as u32);
         if wanted & flags::HANDOFFS != 0 {
             count_handoff(lock);
-        }
-        if wanted & flags::PHP != 0 {
-            count_route_call(lock);
         }
     }
     if wanted & flags::STACKS != 0 {
@@ -171,7 +174,7 @@ pub(crate) fn count_call(lock: u64, return_ip: u64, op: u32) {
 /// the same slot.
 /// Returns false for a re-entry of a call already pending.
 #[inline(always)]
-pub(crate) fn begin_try(slot: u64, lock: u64, op: u32) -> bool {
+pub(crate) fn begin_try(slot: u64, lock: u64, op: u32, nested: bool) -> bool {
     let key = PendingKey {
         tid: bpf_get_current_pid_tgid() as u32,
         _pad: 0,
@@ -182,7 +185,15 @@ pub(crate) fn begin_try(slot: u64, lock: u64, op: u32) -> bool {
         return false;
     }
     if PENDING_TRIES
-        .insert(key, PendingTry { lock, op, _pad: 0 }, 0)
+        .insert(
+            key,
+            PendingTry {
+                lock,
+                op,
+                nested: u32::from(nested),
+            },
+            0,
+        )
         .is_err()
     {
         count_drop(drop_reason::FAILED_TRIES_UNTRACKED);
@@ -221,8 +232,8 @@ pub fn try_lock_exit(ctx: RetProbeContext) -> u32 {
         if wanted & flags::HANDOFFS != 0 {
             count_handoff(pending.lock);
         }
-        if wanted & flags::PHP != 0 {
-            count_route_call(pending.lock);
+        if wanted & flags::PHP != 0 && pending.nested == 0 {
+            count_route_call(current_route(), pending.lock);
         }
         return 0;
     }

@@ -175,9 +175,10 @@ pub(crate) static PHP_OFFSETS: Array<PhpOffsets> = Array::with_max_entries(1, 0)
 /// (userspace loads it from PHP's own table, and again as threads come).
 #[map]
 pub(crate) static PHP_THREADS: HashMap<u64, u64> = HashMap::with_max_entries(MAX_THREADS, 0);
-/// The route of each thread's current (or last) request, by thread id.
+/// The route of each thread's current (or last) request, and its last lock
+/// call, by thread id.
 #[map]
-pub(crate) static THREAD_ROUTES: HashMap<u32, u64> =
+pub(crate) static THREAD_ROUTES: HashMap<u32, tracer_common::ThreadRoute> =
     HashMap::with_max_entries(MAX_WAITING_THREADS, 0);
 /// Each route's method and path, by its hash.
 #[map]

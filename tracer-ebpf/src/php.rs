@@ -9,7 +9,7 @@ use aya_ebpf::{
     },
 };
 use tracer_common::{
-    drop_reason,
+    LockOp, ThreadRoute, drop_reason,
     php::{
         FILE_BYTES, MAX_FRAMES, NO_REQUEST, PhpFrame, PhpOffsets, PhpStack, RouteLockCounts,
         RouteLockKey, RouteText, UNREADABLE_ROUTE, USER_FUNCTION, miss, route_hash,
@@ -18,6 +18,7 @@ use tracer_common::{
 
 use crate::{
     counters::{add, entry},
+    holds::in_lock_code,
     maps::{
         PHP_MISSES, PHP_OFFSETS, PHP_THREADS, ROUTE_LOCKS, ROUTE_REQUESTS, ROUTE_TEXTS,
         THREAD_ROUTES,
@@ -73,6 +74,13 @@ fn thread_block(offsets: &PhpOffsets) -> Result<u64, u32> {
         bpf_probe_read_kernel((task + offsets.task_fsbase) as *const u64)
     }
     .map_err(|_| miss::NO_THREAD_POINTER)?;
+    if offsets.tls_known != 0 {
+        // PHP's `_tsrm_ls_cache`: null on a thread PHP has not set up.
+        return match read_u64(fsbase.wrapping_add(offsets.tls_offset)) {
+            Ok(0) => Err(miss::THREAD_UNKNOWN),
+            other => other,
+        };
+    }
     // SAFETY: the value is copied out at once.
     unsafe { PHP_THREADS.get(fsbase) }
         .copied()
@@ -93,8 +101,10 @@ pub(crate) fn begin_request() {
             UNREADABLE_ROUTE
         }
     };
-    let tid = bpf_get_current_pid_tgid() as u32;
-    let _ = THREAD_ROUTES.insert(tid, route, 0);
+    if let Some(state) = thread_state() {
+        // SAFETY: `state` is the map value just looked up.
+        unsafe { (*state).route = route };
+    }
     if let Some(count) = entry(&ROUTE_REQUESTS, &route, drop_reason::ROUTES_FULL) {
         add(count, 1);
     }
@@ -143,30 +153,64 @@ fn cut_query(path: &mut [u8; tracer_common::php::PATH_BYTES]) {
     }
 }
 
+/// The current thread's state, created (route `NO_REQUEST`) at its first
+/// use; None when the map is full.
+#[inline(always)]
+fn thread_state() -> Option<*mut ThreadRoute> {
+    let tid = bpf_get_current_pid_tgid() as u32;
+    entry(&THREAD_ROUTES, &tid, drop_reason::ROUTES_FULL)
+}
+
 /// The current thread's route (`NO_REQUEST` before its first request).
 #[inline(always)]
 pub(crate) fn current_route() -> u64 {
     let tid = bpf_get_current_pid_tgid() as u32;
     // SAFETY: the value is copied out at once.
     unsafe { THREAD_ROUTES.get(tid) }
-        .copied()
+        .map(|state| state.route)
         .unwrap_or(NO_REQUEST)
 }
 
-/// The (route, lock) counts of the current thread's route.
+/// The (route, lock) counts of `route`.
 #[inline(always)]
-fn route_counts(lock: u64) -> Option<*mut RouteLockCounts> {
-    let key = RouteLockKey {
-        route: current_route(),
-        lock,
-    };
+fn route_counts(route: u64, lock: u64) -> Option<*mut RouteLockCounts> {
+    let key = RouteLockKey { route, lock };
     entry(&ROUTE_LOCKS, &key, drop_reason::ROUTES_FULL)
 }
 
-/// One acquisition of `lock` under the thread's route.
+/// At a lock call's entry: whether it is nested in another lock call
+/// (made from inside a lock function, or tail-called by the call this
+/// thread entered last), remembering this entry for the next; and, when
+/// `count` and not nested, one acquisition of `lock` under the thread's
+/// route. Nested calls are the same acquisition: the lock's row leaves
+/// them out, so do routes.
 #[inline(always)]
-pub(crate) fn count_route_call(lock: u64) {
-    if let Some(counts) = route_counts(lock) {
+pub(crate) fn route_call(lock: u64, op: u32, slot: u64, return_ip: u64, count: bool) -> bool {
+    let Some(state) = thread_state() else {
+        return false;
+    };
+    // SAFETY: `state` is this thread's map value, looked up just now; only
+    // this thread writes it.
+    let (tail_called, route) = unsafe {
+        let tail_called = (*state).return_slot == slot
+            && (*state).return_ip == return_ip
+            && LockOp::index_tail_called_by(op, (*state).op as u32);
+        (*state).return_slot = slot;
+        (*state).return_ip = return_ip;
+        (*state).op = u64::from(op);
+        (tail_called, (*state).route)
+    };
+    let nested = tail_called || in_lock_code(return_ip);
+    if count && !nested {
+        count_route_call(route, lock);
+    }
+    nested
+}
+
+/// One acquisition of `lock` under `route`.
+#[inline(always)]
+pub(crate) fn count_route_call(route: u64, lock: u64) {
+    if let Some(counts) = route_counts(route, lock) {
         // SAFETY: `counts` is the map value just looked up.
         add(unsafe { &mut (*counts).calls }, 1);
     }
@@ -175,7 +219,7 @@ pub(crate) fn count_route_call(lock: u64) {
 /// One contended wait of `waited` ns on `lock` under the thread's route.
 #[inline(always)]
 pub(crate) fn count_route_wait(lock: u64, waited: u64) {
-    if let Some(counts) = route_counts(lock) {
+    if let Some(counts) = route_counts(current_route(), lock) {
         // SAFETY: `counts` is the map value just looked up.
         unsafe {
             add(&mut (*counts).waits, 1);
@@ -184,10 +228,13 @@ pub(crate) fn count_route_wait(lock: u64, waited: u64) {
     }
 }
 
-/// The lines running in the two innermost frames written in PHP, as one
-/// key part (`StackKey::php_site`): line numbers stay the same from request
-/// to request where the frames' addresses do not (PHP compiles each script
-/// again per request without opcache). 0 outside PHP code.
+/// The line running in the innermost frame written in PHP, as a key part
+/// (`StackKey::php_site`): line numbers stay the same from request to
+/// request where the frames' addresses do not (PHP compiles each script
+/// again per request without opcache). One line, not a whole PHP stack:
+/// this runs at every lock call (each frame more is four reads of the
+/// target's memory); the callers of that line share its snapshots. 0
+/// outside PHP code.
 #[inline(always)]
 pub(crate) fn php_site() -> u64 {
     let Some(offsets) = offsets() else {
@@ -198,19 +245,18 @@ pub(crate) fn php_site() -> u64 {
     };
     let mut execute_data =
         read_u64(block + offsets.executor_globals + offsets.current_execute_data).unwrap_or(0);
-    let mut site = 0u64;
-    let mut found = 0u32;
-    for _ in 0..6 {
-        if execute_data == 0 || found >= 2 {
+    // The innermost frames are often PHP functions written in C
+    // (`PDOStatement::execute`): a few frames up at most.
+    for _ in 0..4 {
+        if execute_data == 0 {
             break;
         }
         if let Some(line) = user_line(offsets, execute_data) {
-            site = (site << 32) | u64::from(line);
-            found += 1;
+            return u64::from(line) + 1;
         }
         execute_data = read_u64(execute_data + offsets.execute_data_prev).unwrap_or(0);
     }
-    site
+    0
 }
 
 /// The line running in a frame of a function written in PHP.

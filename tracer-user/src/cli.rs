@@ -297,6 +297,8 @@ struct LiveArgs {
     expire_after: u64,
     #[command(flatten, next_help_heading = "Cost")]
     cpu: CpuArgs,
+    #[command(flatten, next_help_heading = "PHP")]
+    php: PhpArgs,
 }
 
 impl LiveArgs {
@@ -313,6 +315,7 @@ impl LiveArgs {
             ready_file: self.ready_file,
             cpu_hz: self.cpu.hz(),
             stacks: false,
+            php: self.php.rules()?,
         })
     }
 }

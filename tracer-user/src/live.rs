@@ -23,10 +23,11 @@ use crate::{
         self,
         build::{RecordInfo, lock_holding},
         builder::{Probes, ReportBuilder},
+        routes::RouteRules,
     },
     model::{
         Activity, Collected, Deadlock, InProgress, Lock, LockKind, LockStack, Mode, Placement,
-        Report, StackSource, StopReason, WaitClass,
+        Report, Routes, StackSource, StopReason, WaitClass,
     },
     naming::{
         self,
@@ -47,6 +48,7 @@ use crate::{
         cpu::CpuSampling,
         follow::MainThreadWatch,
         inflight::WaitsBeforeAttach,
+        php::PhpThreads,
         snapshots::{self, SnapshotReader},
         window,
     },
@@ -74,6 +76,9 @@ pub struct LiveOptions {
     /// Stack snapshots, unwound as `record --stacks` does: each lock's
     /// top stack (`top --stacks`).
     pub stacks: bool,
+    /// `--php`: routes (cumulative, in each interval) and PHP frames in
+    /// the stacks, with these rules for naming routes.
+    pub php: Option<RouteRules>,
 }
 
 /// What one lock did in an interval, with its name as far as known.
@@ -127,6 +132,8 @@ pub struct Interval {
     pub long_waits: Vec<InProgress>,
     /// Threads waiting for each other's locks now.
     pub deadlocks: Vec<Deadlock>,
+    /// `--php`: each route's requests and locks since attach.
+    pub routes: Option<Routes>,
 }
 
 /// A lock wait in progress this long is shown by the live views.
@@ -204,6 +211,8 @@ pub struct LiveSession {
     stacks: Option<LiveStacks>,
     /// The BPF flags the probes were loaded with.
     flags: u32,
+    /// `--php`: PHP's threads (loaded again at each tick) and the route rules.
+    php: Option<(PhpThreads, RouteRules)>,
 }
 
 impl LiveSession {
@@ -232,7 +241,14 @@ impl LiveSession {
         } = record::prepare(options.pid, options.mode, options.placement, false)?;
         let request_probe = window::request_probe(&target, &options.request_probe, false)?;
         let sampling = options.cpu_hz.map(|hz| CpuSampling { hz, lock_code });
-        let flags = if options.stacks { flags::STACKS } else { 0 };
+        let runtime = match &options.php {
+            Some(_) => Some(record::php_runtime(&target)?),
+            None => None,
+        };
+        let mut flags = if options.stacks { flags::STACKS } else { 0 };
+        if runtime.is_some() {
+            flags |= flags::PHP;
+        }
         let plan = attach::LoadPlan {
             cpu: sampling.as_ref(),
             unlock_functions: &[],
@@ -245,7 +261,19 @@ impl LiveSession {
                 .as_ref()
                 .map(|chosen| RequestProbePoint::from(&chosen.probe)),
         };
-        let loaded = attach::load(&plan)?;
+        let mut loaded = attach::load(&plan)?;
+        let php = match (runtime, &options.php) {
+            (Some(runtime), Some(rules)) => Some((
+                PhpThreads::start(
+                    &mut loaded.ebpf,
+                    target.pid,
+                    runtime.offsets,
+                    runtime.threads,
+                )?,
+                rules.clone(),
+            )),
+            _ => None,
+        };
         let cpu_hz = match &loaded.cpu_off {
             None => options.cpu_hz.unwrap_or(0),
             Some(reason) => {
@@ -290,6 +318,7 @@ impl LiveSession {
             cpu_hz,
             stacks,
             flags,
+            php,
         })
     }
 
@@ -343,7 +372,10 @@ impl LiveSession {
             self.cpu_hz,
             |_| {},
         )?;
+        let routes = self.routes(&mut collected)?;
         let mut report = self.builder().counts(&collected);
+        report.routes = routes;
+        analysis::routes::fold_into_rows(&mut report);
         let rows = report.locks.len();
         let (long_waits, deadlocks) = self.long_waits(&mut report);
         self.name_new_locks(&mut report, &mut collected);
@@ -418,7 +450,34 @@ impl LiveSession {
             tracked_locks: self.previous.len(),
             long_waits,
             deadlocks,
+            routes: self.named_routes(report.routes.take()),
         })
+    }
+
+    /// `--php`: PHP's new threads loaded, and the routes since attach, their
+    /// locks named as the rows are.
+    fn routes(&mut self, collected: &mut Collected) -> Result<Option<Routes>> {
+        let Some((threads, rules)) = &mut self.php else {
+            return Ok(None);
+        };
+        threads.refresh(&mut self.loaded.ebpf)?;
+        let read = crate::trace::php::read(&self.loaded.ebpf, threads)?;
+        let routes = analysis::routes::build(&read, rules);
+        collected.php = Some(read);
+        Ok(Some(routes))
+    }
+
+    /// The routes' locks under the names of their rows, as far as named.
+    fn named_routes(&self, mut routes: Option<Routes>) -> Option<Routes> {
+        for route in routes
+            .iter_mut()
+            .flat_map(|routes| routes.routes.iter_mut())
+        {
+            for lock in &mut route.locks {
+                lock.name = self.names.get(&lock.address).map(|n| n.label.clone());
+            }
+        }
+        routes
     }
 
     /// The lock waits going on for [`LONG_WAIT`] or more, and deadlocks; the

@@ -18,7 +18,7 @@ use crate::{
     },
     model::{
         Collected, Coverage, ExecLoss, ExecSeen, MainThreadExit, Mode, PhpContext, Placement,
-        Report, SampledRun, StopReason,
+        Report, SampledRun, StopReason, ThreadBlocks,
     },
     naming::{self, creation::GroupBy, php::PhpRuntime, unwind::StackUnwinder},
     probe::{
@@ -161,8 +161,16 @@ pub async fn record(options: &RecordOptions) -> Result<Report> {
     ))
 }
 
-/// `--php`: PHP's engine in the target and the kernel's thread-pointer
-/// offset; an error (one line, what to do) when either is missing.
+/// PHP's engine in `target` and the kernel's thread-pointer offset; an
+/// error (one line, what to do) when either is missing (`--php`).
+pub fn php_runtime(target: &Target) -> Result<PhpRuntime> {
+    let mut runtime = naming::php::resolve(target)?;
+    runtime.offsets.task_fsbase = btf::task_fsbase_offset()
+        .map_err(|error| anyhow::anyhow!("--php needs the kernel's BTF: {error}"))?;
+    Ok(runtime)
+}
+
+/// `--php`: [`php_runtime`], and a note when routes cannot be counted.
 fn php_setup(
     options: &RecordOptions,
     prepared: &Prepared,
@@ -171,9 +179,7 @@ fn php_setup(
     if options.php.is_none() {
         return Ok(None);
     }
-    let mut runtime = naming::php::resolve(&prepared.target)?;
-    runtime.offsets.task_fsbase = btf::task_fsbase_offset()
-        .map_err(|error| anyhow::anyhow!("--php needs the kernel's BTF: {error}"))?;
+    let runtime = php_runtime(&prepared.target)?;
     if window.request_probe().is_none() {
         output::note(format_args!(
             "locktrace: --php without a request probe: PHP frames only, no routes (name one with --request-probe)"
@@ -311,7 +317,7 @@ async fn trace(
     let seen = watch.finish();
     let mut collected = read_counts(options, &live.loaded, target.pid, waits_before, stacks)?;
     if let Some(threads) = &live.php {
-        collected.php = Some(crate::trace::php::read(&live.loaded.ebpf, threads.count())?);
+        collected.php = Some(crate::trace::php::read(&live.loaded.ebpf, threads)?);
     }
     Ok(Traced {
         collected,
@@ -766,7 +772,7 @@ fn report(
         report.routes = Some(routes::build(read, rules));
     }
     name(options, prepared, &mut report, snapshot, &collected);
-    routes::name_locks(&mut report);
+    routes::fold_into_rows(&mut report);
     report
 }
 
@@ -777,6 +783,11 @@ fn php_context(runtime: &PhpRuntime, read: &crate::model::PhpCollected) -> PhpCo
         version: runtime.version.clone(),
         layout: runtime.layout,
         threads: read.threads,
+        thread_blocks: if read.tls {
+            ThreadBlocks::Tls
+        } else {
+            ThreadBlocks::Table
+        },
         unread: tracer_common::php::miss::NAMES
             .iter()
             .zip(read.misses)

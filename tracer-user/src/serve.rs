@@ -86,6 +86,28 @@ struct ReasonLabels {
     reason: String,
 }
 
+/// `--php`: a route (bounded: `--max-routes` of them, plus the `other`,
+/// `unreadable` and `outside requests` rows).
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RouteLabels {
+    route: String,
+}
+
+/// A lock under a route: its [`ROUTE_LOCKS`] busiest locks, the rest as `other`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RouteLockLabels {
+    route: String,
+    lock: String,
+}
+
+/// Locks exported per route; the rest add up in `lock="other"`.
+const ROUTE_LOCKS: usize = 10;
+
+/// Raises a cumulative counter to `total` (it never goes down).
+fn raise_counter(counter: &Counter, total: u64) {
+    counter.inc_by(total.saturating_sub(counter.get()));
+}
+
 /// The metrics, registered once; `/metrics` encodes the registry.
 struct Metrics {
     acquisitions: Family<LockLabels, Counter>,
@@ -97,6 +119,11 @@ struct Metrics {
     /// Events the BPF side could not count, by the report's drop reason.
     lost: Family<ReasonLabels, Counter>,
     cpu_seconds: Family<LockLabels, Counter<f64, AtomicU64>>,
+    /// `--php`: requests per route, and acquisitions and contended waits
+    /// per route and lock, since attach.
+    route_requests: Family<RouteLabels, Counter>,
+    route_acquisitions: Family<RouteLockLabels, Counter>,
+    route_contended: Family<RouteLockLabels, Counter>,
     requests: Option<Counter>,
     probe_hits: Gauge,
     estimated_added_seconds: Gauge<f64, AtomicU64>,
@@ -118,6 +145,9 @@ impl Metrics {
             other_wait_seconds: Family::default(),
             lost: Family::default(),
             cpu_seconds: Family::default(),
+            route_requests: Family::default(),
+            route_acquisitions: Family::default(),
+            route_contended: Family::default(),
             requests: with_requests.then(Counter::default),
             probe_hits: Gauge::default(),
             estimated_added_seconds: Gauge::default(),
@@ -164,6 +194,21 @@ impl Metrics {
             "locktrace_futex_wait_seconds",
             "Time spent in futex waits that are not lock contention, by wait_class",
             self.other_wait_seconds.clone(),
+        );
+        registry.register(
+            "locktrace_route_requests",
+            "--php: requests per route (method and path, ids collapsed by --route-pattern)",
+            self.route_requests.clone(),
+        );
+        registry.register(
+            "locktrace_route_lock_acquisitions",
+            "--php: lock calls per route and lock (a route's 10 busiest locks, the rest as lock=other)",
+            self.route_acquisitions.clone(),
+        );
+        registry.register(
+            "locktrace_route_lock_contended",
+            "--php: futex waits per route and lock",
+            self.route_contended.clone(),
         );
         registry.register(
             "locktrace_lost",
@@ -252,6 +297,9 @@ impl Metrics {
             self.add_other_wait(wait);
         }
         self.set_lost(&interval.dropped);
+        if let Some(routes) = &interval.routes {
+            self.set_routes(routes);
+        }
         let cost = &interval.cost;
         self.probe_hits.set(cost.probe_hits as i64);
         self.estimated_added_seconds
@@ -280,6 +328,46 @@ impl Metrics {
         self.other_wait_seconds
             .get_or_create(&labels)
             .inc_by(wait.wait_ns as f64 / 1e9);
+    }
+
+    /// Raises each route's counters to their totals since attach.
+    fn set_routes(&self, routes: &crate::model::Routes) {
+        for route in &routes.routes {
+            let name = label_value(&route.name);
+            let labels = RouteLabels {
+                route: name.clone(),
+            };
+            raise_counter(&self.route_requests.get_or_create(&labels), route.requests);
+            let mut other = (0u64, 0u64);
+            for (index, lock) in route.locks.iter().enumerate() {
+                if index >= ROUTE_LOCKS {
+                    other.0 += lock.acquisitions;
+                    other.1 += lock.contended;
+                    continue;
+                }
+                let lock_name = lock
+                    .name
+                    .clone()
+                    .unwrap_or_else(|| format!("{:#x}", lock.address));
+                let labels = RouteLockLabels {
+                    route: name.clone(),
+                    lock: label_value(&lock_name),
+                };
+                raise_counter(
+                    &self.route_acquisitions.get_or_create(&labels),
+                    lock.acquisitions,
+                );
+                raise_counter(&self.route_contended.get_or_create(&labels), lock.contended);
+            }
+            if route.locks.len() > ROUTE_LOCKS {
+                let labels = RouteLockLabels {
+                    route: name,
+                    lock: "other".into(),
+                };
+                raise_counter(&self.route_acquisitions.get_or_create(&labels), other.0);
+                raise_counter(&self.route_contended.get_or_create(&labels), other.1);
+            }
+        }
     }
 
     /// Raises each reason's counter to the total lost since attach.
@@ -592,7 +680,61 @@ mod tests {
             tracked_locks: 0,
             long_waits: Vec::new(),
             deadlocks: Vec::new(),
+            routes: None,
         }
+    }
+
+    /// A route's ten busiest locks get series of their own, the rest add
+    /// up in `lock="other"`; counters follow the totals and never go down.
+    #[test]
+    fn route_series_are_bounded_and_follow_the_totals() {
+        use crate::model::{Route, RouteKind, RouteLock, Routes};
+        let mut registry = Registry::default();
+        let metrics = Metrics::register(&mut registry, true);
+        let lock = |n: u64| RouteLock {
+            address: 0x1000 + n,
+            name: Some(format!("lock{n}")),
+            acquisitions: 100 - n,
+            contended: 1,
+            wait_ns: 0,
+            acquisitions_per_request: None,
+            contended_per_request: None,
+            wait_us_per_request: None,
+        };
+        let routes = |requests: u64| Routes {
+            routes: vec![Route {
+                name: "GET /q.php".into(),
+                kind: RouteKind::Route,
+                requests,
+                acquisitions_per_request: None,
+                locks: (0..12).map(lock).collect(),
+            }],
+            distinct: 1,
+            max_routes: 20,
+            patterns: Vec::new(),
+        };
+        metrics.set_routes(&routes(7));
+        metrics.set_routes(&routes(9));
+        let requests = metrics
+            .route_requests
+            .get_or_create(&RouteLabels {
+                route: "GET /q.php".into(),
+            })
+            .get();
+        assert_eq!(requests, 9);
+        let of = |lock: &str| {
+            metrics
+                .route_acquisitions
+                .get_or_create(&RouteLockLabels {
+                    route: "GET /q.php".into(),
+                    lock: lock.into(),
+                })
+                .get()
+        };
+        assert_eq!(of("lock0"), 100);
+        assert_eq!(of("lock9"), 91);
+        // lock10 (90) and lock11 (89) together.
+        assert_eq!(of("other"), 179);
     }
 
     fn acquisitions(metrics: &Metrics, lock: &str) -> Option<u64> {

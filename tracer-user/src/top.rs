@@ -473,6 +473,7 @@ mod tests {
             tracked_locks: 0,
             long_waits: Vec::new(),
             deadlocks: Vec::new(),
+            routes: None,
         };
         assert_eq!(
             notes(&interval, 2.0),

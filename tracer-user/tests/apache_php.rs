@@ -182,26 +182,6 @@ fn mod_php_routes_and_php_frames_are_exact() {
     eprintln!("{table}");
     assert_mod_php_auto_probe(&report, "--php");
     assert_routes(&report, MIX, two, "mod_php");
-    let frames = php_frames(&report);
-    let two_page = pages.root.join("two.php");
-    assert_frame(&frames, &two_page, "load_posts", &["$st->execute([1, 1]);"]);
-    assert_frame(
-        &frames,
-        &two_page,
-        "load_titles",
-        &["$st->execute([21, 21]);"],
-    );
-    assert_frame(
-        &frames,
-        &two_page,
-        "{main}",
-        &["$posts = load_posts($pdo);", "$titles = load_titles($pdo);"],
-    );
-    assert_frame(
-        &frames,
-        &pages.root.join("q.php"),
-        "{main}",
-        &["$st->execute([$start, $start]);"],
-    );
+    assert_classic_page_frames(&report, &pages.root);
     assert_eq!(server.child_pid(), worker, "the worker child changed");
 }

@@ -23,7 +23,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::{Trace, frankenphp::*};
+use common::{Trace, frankenphp::*, php_pages::*};
 use object::{Object, ObjectSymbol};
 use serde_json::Value;
 
@@ -53,7 +53,14 @@ struct StaticServer {
 
 impl StaticServer {
     fn start(mode: Mode, libphp: Libphp) -> StaticServer {
+        StaticServer::start_on(mode, libphp, None)
+    }
+
+    /// [`StaticServer::start`] serving `root` (`-root`; worker mode runs
+    /// its `worker.php`) instead of the kit's `www`.
+    fn start_on(mode: Mode, libphp: Libphp, root: Option<&Path>) -> StaticServer {
         let kit = kit();
+        let root = root.map_or_else(|| kit.join("www"), Path::to_path_buf);
         let binary = binary(libphp);
         let lock = take_machine_lock();
         let mariadb_was_up = mariadb_up();
@@ -67,12 +74,12 @@ impl StaticServer {
             .open("/tmp/e2e/logs/franken-static.log")
             .expect("opening /tmp/e2e/logs/franken-static.log");
         let mut command = Command::new(&binary);
-        command.arg("-root").arg(kit.join("www"));
+        command.arg("-root").arg(&root);
         if mode == Mode::Worker {
             // The kit's worker configuration (start.sh worker).
             command
                 .arg("-worker")
-                .arg(kit.join("www/worker.php"))
+                .arg(root.join("worker.php"))
                 .args(["-workers", "16"]);
         }
         let child = command
@@ -299,4 +306,54 @@ fn a_server_exiting_mid_recording_keeps_the_global_lock_named() {
     assert_global_lock(&report, &table, "exited mid-recording");
     let naming = report["naming"]["pointer_chains"].as_str().unwrap();
     assert!(naming.contains("found during the recording"), "{naming}");
+}
+
+/// Issue 31 on the release shape: `--php` on the static executable (PHP's
+/// globals, its TLS and DWARF in the executable itself) serving the pages
+/// of known truths (`common/php_pages.rs`) in classic mode, as
+/// `php_routes.rs` does on the kit's dynamic build: the PHP functions,
+/// files and lines that took the global lock in its stacks, and each
+/// route's exact requests and calls of that lock per request under the
+/// mixed load (`/two.php`'s truth measured apart first), ids collapsed,
+/// every acquisition in exactly one route. musl's lock functions call each
+/// other (`pthread_rwlock_rdlock` -> `timedrdlock` -> `tryrdlock`;
+/// `pthread_mutex_lock` -> `timedlock` -> `trylock` when the lock is taken):
+/// one acquisition each, in the routes as in the lock rows.
+#[test]
+fn static_build_routes_and_php_frames() {
+    let pages = Pages::new(&kit());
+    let server = StaticServer::start_on(Mode::Classic, Libphp::Stock, Some(&pages.root));
+    let port = 8091;
+    let two = two_truth(server.pid(), port);
+    eprintln!("/two.php alone: {two} calls of {GLOBAL_LOCK} per request");
+    assert!(
+        two > GLOBAL_PER_REQUEST,
+        "two queries take the lock more than one page: {two}"
+    );
+    let (report, table) = record_mix(server.pid(), port);
+    eprintln!("{table}");
+    let frames = assert_classic_page_frames(&report, &pages.root);
+    assert!(
+        frames.contains(&("PDOStatement::execute".into(), String::new(), 0)),
+        "{frames:#?}"
+    );
+    assert!(table.contains("routes (4 seen):"), "{table}");
+    assert_routes(&report, MIX, two, "static classic");
+    // musl's thread-creation rwlock (`lock`): each of its calls once per
+    // route, as in its row.
+    let rwlock = lock_named(&report, "lock");
+    let in_routes: u64 = report["routes"]["routes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|route| route["locks"].as_array().unwrap())
+        .filter(|row| row["address"] == rwlock["address"])
+        .map(|row| row["acquisitions"].as_u64().unwrap())
+        .sum();
+    assert_eq!(
+        Some(in_routes),
+        rwlock["acquisitions"].as_u64(),
+        "{:#}",
+        report["routes"]
+    );
 }

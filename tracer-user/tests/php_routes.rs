@@ -148,23 +148,7 @@ fn classic_mode_routes_and_php_frames_are_exact() {
     let q = route(&report, "GET /q.php");
     assert_eq!(q["acquisitions_per_request"], 792.0, "{q:#}");
     assert!(table.contains("routes (4 seen):"), "{table}");
-    let frames = php_frames(&report);
-    let two = server.pages.root.join("two.php");
-    assert_frame(&frames, &two, "load_posts", &["$st->execute([1, 1]);"]);
-    assert_frame(&frames, &two, "load_titles", &["$st->execute([21, 21]);"]);
-    assert_frame(
-        &frames,
-        &two,
-        "{main}",
-        &["$posts = load_posts($pdo);", "$titles = load_titles($pdo);"],
-    );
-    let q_page = server.pages.root.join("q.php");
-    assert_frame(
-        &frames,
-        &q_page,
-        "{main}",
-        &["$st->execute([$start, $start]);"],
-    );
+    let frames = assert_classic_page_frames(&report, &server.pages.root);
     // The C functions PHP called show as PHP frames too, without a file.
     assert!(
         frames.contains(&("PDOStatement::execute".into(), String::new(), 0)),
@@ -247,4 +231,60 @@ fn the_php_8_2_table_matches_the_kits_dwarf() {
     let from_dwarf = php::dwarf_layout(&info).expect("every PHP structure in the DWARF");
     assert_eq!(Some(from_dwarf), php::table_layout(Some("8.2.32")));
     assert_eq!(php::php_version(file.bytes()).as_deref(), Some("8.2.32"));
+}
+
+/// `serve --php`: a series per route and per (route, lock), exact, the ids
+/// collapsed as in `record`.
+#[test]
+fn serve_exports_each_routes_requests_and_locks() {
+    use common::live_views::{free_port, start_live, wait_for_sample};
+    let server = PhpServer::start(Mode::Classic);
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let pid = server.pid.to_string();
+    let (_serve, _) = start_live(
+        &[
+            "serve",
+            "--pid",
+            &pid,
+            "--listen",
+            &listen,
+            "--php",
+            "--route-pattern",
+            ID_PATTERN,
+        ],
+        std::process::Stdio::null(),
+    );
+    let mix = Mix {
+        q: 30,
+        two: 0,
+        hello: 10,
+        ids: 12,
+    };
+    send_mix(PORT, mix);
+    let q = "route=\"GET /q.php\"";
+    wait_for_sample(port, "locktrace_route_requests_total", q, |n| {
+        n == Some(30.0)
+    });
+    let ids = format!("route=\"{ID_ROUTE}\"");
+    wait_for_sample(port, "locktrace_route_requests_total", &ids, |n| {
+        n == Some(12.0)
+    });
+    let global = format!("{q},lock=\"{GLOBAL_LOCK}\"");
+    let metrics = wait_for_sample(
+        port,
+        "locktrace_route_lock_acquisitions_total",
+        &global,
+        |n| n == Some(408.0 * 30.0),
+    );
+    let hello_global = format!("route=\"GET /hello.php\",lock=\"{GLOBAL_LOCK}\"");
+    assert_eq!(
+        common::live_views::sample(
+            &metrics,
+            "locktrace_route_lock_acquisitions_total",
+            &hello_global
+        ),
+        None,
+        "{metrics}"
+    );
 }

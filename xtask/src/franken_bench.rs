@@ -237,7 +237,8 @@ fn measure(bench: &Bench, rows: Rows) -> Result<String> {
             before = after;
         }
     }
-    let cost = php_cost(&configs, &paired);
+    let untraced_rate = median(untraced.iter().map(|s| s.requests_per_s).collect());
+    let cost = php_cost(&configs, &paired, untraced_rate);
     Ok(table(bench, &configs, &untraced, paired) + &cost)
 }
 
@@ -247,7 +248,7 @@ const CALLS_PER_REQUEST: f64 = 792.0;
 /// What `--php` adds per lock call: the time per request with it less the
 /// time without (from each row's median ratio to untraced), over the lock
 /// calls of a request.
-fn php_cost(configs: &[Config], paired: &[Paired]) -> String {
+fn php_cost(configs: &[Config], paired: &[Paired], untraced_rate: f64) -> String {
     let ratio = |name: &str| {
         configs
             .iter()
@@ -266,14 +267,15 @@ fn php_cost(configs: &[Config], paired: &[Paired]) -> String {
         let (Some(without), Some(with)) = (ratio(plain), ratio(php)) else {
             continue;
         };
-        // Per request, in units of the untraced request's time.
-        let added = 1.0 / with - 1.0 / without;
+        // The machine's time per request (1 / throughput; both CPUs are
+        // busy): the traced rates are the untraced median × each ratio.
+        let added_s = 1.0 / (untraced_rate * with) - 1.0 / (untraced_rate * without);
         text.push_str(&format!(
-            "\n`{php}` against `{plain}`: {:.3}x the throughput; {:+.1}% time per request, \
-             i.e. {:+.2} untraced-request times per 1000 lock calls.\n",
+            "\n`{php}` against `{plain}`: {:.3}x the throughput; {:+.0} µs of the machine's time per \
+             request (1 / throughput), {:+.0} ns per lock call ({CALLS_PER_REQUEST} a request).\n",
             with / without,
-            added * without * 100.0,
-            added / CALLS_PER_REQUEST * 1000.0,
+            added_s * 1e6,
+            added_s * 1e9 / CALLS_PER_REQUEST,
         ));
     }
     text

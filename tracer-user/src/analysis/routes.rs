@@ -3,12 +3,13 @@
 //! keys get their names, `--route-pattern` rules collapse ids, routes past
 //! `--max-routes` fold into `other`, and every figure is divided by its
 //! route's own requests.
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use anyhow::{Context, Result, bail};
 use regex::Regex;
 use tracer_common::php::{NO_REQUEST, UNREADABLE_ROUTE};
 
+use super::build::lock_holding;
 use crate::model::{PhpCollected, Report, Route, RouteKind, RouteLock, Routes};
 
 /// Routes kept apart by default.
@@ -108,8 +109,8 @@ fn row_of(key: u64, php: &PhpCollected, rules: &RouteRules) -> (RouteKind, Strin
     }
 }
 
-/// The per-route section (lock names are filled by [`name_locks`] once the
-/// locks are named).
+/// The per-route section (folded into the report's rows, with their names,
+/// by [`fold_into_rows`] once the rows are final).
 pub fn build(php: &PhpCollected, rules: &RouteRules) -> Routes {
     let mut rows: HashMap<(RouteKind, String), Tally> = HashMap::new();
     for (&key, &requests) in &php.requests {
@@ -193,16 +194,193 @@ fn route(kind: RouteKind, name: String, tally: Tally) -> Route {
     }
 }
 
-/// Gives each route's locks the names of their rows.
-pub fn name_locks(report: &mut Report) {
-    let names: HashMap<u64, Option<String>> = report
-        .locks
-        .iter()
-        .map(|lock| (lock.address, lock.name.clone()))
-        .collect();
-    if let Some(routes) = &mut report.routes {
-        for lock in routes.routes.iter_mut().flat_map(|r| r.locks.iter_mut()) {
+/// Folds each route's locks into the report's rows, once the rows are
+/// final (named, grouped by creation site): a futex word inside a lock
+/// (musl's mutex waits on its second word) and each member of a grouped
+/// row count under that row, with its name.
+pub fn fold_into_rows(report: &mut Report) {
+    let mut rows: BTreeMap<u64, (u64, Option<String>)> = BTreeMap::new();
+    let mut members: HashMap<u64, u64> = HashMap::new();
+    for lock in &report.locks {
+        rows.insert(lock.address, (lock.kind.span(), lock.name.clone()));
+        for member in lock.group.iter().flat_map(|group| &group.by_address) {
+            members.insert(member.address, lock.address);
+        }
+    }
+    let row_of = |address: u64| {
+        if rows.contains_key(&address) {
+            return address;
+        }
+        if let Some(&row) = members.get(&address) {
+            return row;
+        }
+        let owner = lock_holding(&rows, address, |(span, _)| *span);
+        owner
+            .map(|owner| members.get(&owner).copied().unwrap_or(owner))
+            .unwrap_or(address)
+    };
+    let Some(routes) = &mut report.routes else {
+        return;
+    };
+    for route in &mut routes.routes {
+        let mut folded: BTreeMap<u64, RouteLock> = BTreeMap::new();
+        for lock in route.locks.drain(..) {
+            let row = row_of(lock.address);
+            let into = folded.entry(row).or_insert_with(|| RouteLock {
+                address: row,
+                name: rows.get(&row).and_then(|(_, name)| name.clone()),
+                acquisitions: 0,
+                contended: 0,
+                wait_ns: 0,
+                acquisitions_per_request: None,
+                contended_per_request: None,
+                wait_us_per_request: None,
+            });
+            into.acquisitions += lock.acquisitions;
+            into.contended += lock.contended;
+            into.wait_ns += lock.wait_ns;
+        }
+        let tally = Tally {
+            requests: route.requests,
+            locks: folded
+                .into_values()
+                .map(|lock| {
+                    (
+                        lock.address,
+                        (lock.acquisitions, lock.contended, lock.wait_ns),
+                    )
+                })
+                .collect(),
+        };
+        let names: HashMap<u64, Option<String>> = tally
+            .locks
+            .keys()
+            .map(|&address| (address, rows.get(&address).and_then(|(_, n)| n.clone())))
+            .collect();
+        *route = self::route(route.kind, std::mem::take(&mut route.name), tally);
+        for lock in &mut route.locks {
             lock.name = names.get(&lock.address).cloned().flatten();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tracer_common::php::{RouteLockCounts, RouteLockKey};
+
+    use super::*;
+    use crate::model::{AddressFigures, Lock, LockKind, SiteGroup, WaitClass};
+
+    const MUTEX: u64 = 0x1000;
+    const GROUP: u64 = 0x2000;
+    const MEMBER: u64 = 0x3000;
+
+    fn counts(calls: u64, waits: u64) -> RouteLockCounts {
+        RouteLockCounts {
+            calls,
+            waits,
+            wait_ns: waits * 1000,
+        }
+    }
+
+    /// Two routes of one path under ids, the query string already cut by
+    /// the BPF side, and a thread outside requests.
+    fn collected() -> PhpCollected {
+        let mut php = PhpCollected::default();
+        php.routes.insert(7, ("GET".into(), "/posts/1".into()));
+        php.routes.insert(8, ("GET".into(), "/posts/22".into()));
+        php.requests.insert(7, 1);
+        php.requests.insert(8, 3);
+        let mut add = |route, lock, value| {
+            php.locks.insert(RouteLockKey { route, lock }, value);
+        };
+        add(7, MUTEX, counts(4, 0));
+        add(8, MUTEX, counts(12, 0));
+        // musl's mutex waits on its second word.
+        add(8, MUTEX + 4, counts(0, 2));
+        add(8, MEMBER, counts(8, 0));
+        add(NO_REQUEST, GROUP, counts(5, 0));
+        php
+    }
+
+    fn rules() -> RouteRules {
+        RouteRules {
+            patterns: vec![RoutePattern::parse("/\\d+$=/:id").unwrap()],
+            max_routes: 20,
+        }
+    }
+
+    #[test]
+    fn patterns_collapse_ids_and_figures_are_per_route_request() {
+        let routes = build(&collected(), &rules());
+        assert_eq!(routes.distinct, 1);
+        let posts = &routes.routes[0];
+        assert_eq!((posts.name.as_str(), posts.requests), ("GET /posts/:id", 4));
+        let mutex = posts.locks.iter().find(|l| l.address == MUTEX).unwrap();
+        assert_eq!(mutex.acquisitions_per_request, Some(4.0));
+        let outside = routes.routes.last().unwrap();
+        assert_eq!(outside.kind, RouteKind::OutsideRequests);
+        assert_eq!(outside.acquisitions_per_request, None);
+    }
+
+    #[test]
+    fn futex_words_and_group_members_fold_into_their_rows() {
+        let mut report = Report::empty_for_tests("all");
+        let mut mutex = Lock::empty(MUTEX, LockKind::Mutex, WaitClass::Lock);
+        mutex.name = Some("g_lock".into());
+        let mut group = Lock::empty(GROUP, LockKind::Mutex, WaitClass::Lock);
+        group.name = Some("mutex created in f".into());
+        group.group = Some(SiteGroup {
+            addresses: 2,
+            objects: 2,
+            by_address: [GROUP, MEMBER]
+                .map(|address| AddressFigures {
+                    address,
+                    ..AddressFigures::default()
+                })
+                .to_vec(),
+        });
+        report.locks = vec![mutex, group];
+        report.routes = Some(build(&collected(), &rules()));
+        fold_into_rows(&mut report);
+        let posts = &report.routes.as_ref().unwrap().routes[0];
+        let row = |address| posts.locks.iter().find(|l| l.address == address).unwrap();
+        assert_eq!(posts.locks.len(), 2, "{posts:#?}");
+        assert_eq!((row(MUTEX).acquisitions, row(MUTEX).contended), (16, 2));
+        assert_eq!(row(MUTEX).name.as_deref(), Some("g_lock"));
+        assert_eq!(row(MUTEX).contended_per_request, Some(0.5));
+        assert_eq!(row(GROUP).acquisitions, 8);
+        assert_eq!(row(GROUP).name.as_deref(), Some("mutex created in f"));
+    }
+
+    #[test]
+    fn routes_past_the_limit_fold_into_other() {
+        let mut php = collected();
+        php.routes.insert(9, ("POST".into(), "/login".into()));
+        php.requests.insert(9, 1);
+        let routes = build(
+            &php,
+            &RouteRules {
+                max_routes: 1,
+                ..rules()
+            },
+        );
+        let names: Vec<&str> = routes.routes.iter().map(|r| r.name.as_str()).collect();
+        assert_eq!(
+            names,
+            ["GET /posts/:id", "(other routes)", "(outside requests)"]
+        );
+        assert_eq!(routes.distinct, 2);
+    }
+
+    #[test]
+    fn a_pattern_without_a_name_part_is_a_one_line_error() {
+        let error = RoutePattern::parse("/posts/\\d+").unwrap_err().to_string();
+        assert!(error.contains("REGEX=NAME"), "{error}");
+        let error = RoutePattern::parse("/posts/(=x").unwrap_err();
+        assert!(
+            format!("{error:#}").contains("not a valid regex"),
+            "{error:#}"
+        );
     }
 }

@@ -44,6 +44,8 @@ pub struct PhpCollected {
     pub misses: [u64; php::miss::COUNT as usize],
     /// Threads in PHP's thread table at the last read.
     pub threads: u64,
+    /// Whether the BPF side found threads' blocks through their TLS.
+    pub tls: bool,
 }
 
 /// Everything the BPF side counted, keyed as in the maps.

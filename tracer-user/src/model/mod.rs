@@ -41,7 +41,7 @@ pub use in_progress::{Activity, Deadlock, DeadlockStep, InProgress, ThreadRef};
 pub use kinds::{LockKind, Mode, Placement, RequestSource, ServerKind, StopReason, WaitClass};
 pub use lifetimes::{EndedLifetime, Lifetimes};
 pub use overhead::{Calibration, Overhead};
-pub use php::{LayoutSource, PhpContext, Route, RouteKind, RouteLock, Routes};
+pub use php::{LayoutSource, PhpContext, Route, RouteKind, RouteLock, Routes, ThreadBlocks};
 pub use placement_refusal::{At, Elsewhere, PlacementRefusal};
 pub use pointer_chains::{ChainSearch, PointerChains};
 pub use region::Region;

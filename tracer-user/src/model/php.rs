@@ -30,12 +30,28 @@ pub struct PhpContext {
     pub layout: LayoutSource,
     /// PHP threads found in PHP's own thread table.
     pub threads: u64,
+    /// Where the BPF side found each thread's PHP globals.
+    #[serde(default)]
+    pub thread_blocks: ThreadBlocks,
     /// Events whose PHP context could not be read, by reason
     /// (`not_php_thread`, `no_php_code`, `read_failed`, `no_thread_pointer`);
     /// zero counts omitted. Such events are counted as always, without
     /// their PHP frames (or under the `(unreadable)` route).
     #[serde(default)]
     pub unread: BTreeMap<String, u64>,
+}
+
+/// How the BPF side finds a thread's block of PHP globals.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ThreadBlocks {
+    /// At a fixed offset from the thread pointer (PHP's `_tsrm_ls_cache`,
+    /// found in the threads' TLS): every thread, from its first request.
+    Tls,
+    /// PHP's thread table as last read (each tick): a thread's requests
+    /// before the next read count as `(unreadable)`.
+    #[default]
+    Table,
 }
 
 /// What a route row stands for.

@@ -160,6 +160,7 @@ mod tests {
             ("StackOrigin", round_trips::<StackOrigin>),
             ("StackSource", round_trips::<StackSource>),
             ("StopReason", round_trips::<StopReason>),
+            ("ThreadBlocks", round_trips::<crate::model::ThreadBlocks>),
             ("WaitClass", round_trips::<WaitClass>),
             ("WindowLinkKind", round_trips::<WindowLinkKind>),
         ];
@@ -429,6 +430,7 @@ mod tests {
             version: Some("8.2.32".into()),
             layout: crate::model::LayoutSource::Dwarf,
             threads: 16,
+            thread_blocks: crate::model::ThreadBlocks::Tls,
             unread: [("no_php_code".to_string(), 3)].into(),
         });
         report.routes = Some(crate::model::Routes {

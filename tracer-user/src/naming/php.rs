@@ -263,6 +263,8 @@ pub const PHP_8_2: (PhpOffsets, (u64, u64)) = (
         request_method: 8,
         request_uri: 48,
         path_translated: 40,
+        tls_known: 0,
+        tls_offset: 0,
     },
     (16, 24),
 );

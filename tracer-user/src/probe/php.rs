@@ -71,6 +71,46 @@ impl ThreadTable {
     }
 }
 
+/// How far below the thread pointer a thread's static TLS is searched for
+/// PHP's `_tsrm_ls_cache` (x86-64 puts static TLS right below it).
+pub const TLS_SEARCH_BYTES: u64 = 64 * 1024;
+
+/// The offset from the thread pointer of a TLS slot holding each known
+/// thread's block (PHP's `_tsrm_ls_cache`): the BPF side then reads any
+/// thread's block there, also before PHP's table is read again (a thread's
+/// first request). Found by search, so it needs no relocation or TLS model:
+/// the offsets where the first thread's block appears below its thread
+/// pointer, kept where every other known thread's block is found too.
+/// None when no thread is known or no offset holds for all.
+pub fn tls_offset(memory: &dyn TargetMemory, threads: &[(u64, u64)]) -> Option<i64> {
+    let &(first_tp, first_block) = threads.first()?;
+    let start = first_tp.checked_sub(TLS_SEARCH_BYTES)?;
+    let mut window = vec![0u8; TLS_SEARCH_BYTES as usize];
+    if memory.read(start, &mut window) != window.len() {
+        return None;
+    }
+    let mut candidates: Vec<i64> = window
+        .chunks_exact(8)
+        .enumerate()
+        .filter(|(_, word)| u64::from_le_bytes((*word).try_into().unwrap_or([0; 8])) == first_block)
+        .map(|(index, _)| index as i64 * 8 - TLS_SEARCH_BYTES as i64)
+        .collect();
+    for &(tp, block) in &threads[1..] {
+        candidates
+            .retain(|&offset| read_u64(memory, tp.wrapping_add_signed(offset)) == Some(block));
+    }
+    // Several slots may hold it (each module built with PHP's static cache
+    // has its own): any that holds for every thread will do.
+    candidates.last().copied()
+}
+
+/// True when `offset` gives every thread's block.
+pub fn tls_offset_holds(memory: &dyn TargetMemory, threads: &[(u64, u64)], offset: i64) -> bool {
+    threads
+        .iter()
+        .all(|&(tp, block)| read_u64(memory, tp.wrapping_add_signed(offset)) == Some(block))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -108,6 +148,27 @@ mod tests {
             TABLE.threads(&memory),
             vec![(0x7f00, 0x3000), (0x7f10, 0x4000), (0x7f20, 0x5000)]
         );
+    }
+
+    /// Two threads whose TLS holds their blocks 0x40 below the thread
+    /// pointer; the first also has the block elsewhere by chance.
+    #[test]
+    fn the_tls_offset_is_the_one_every_thread_agrees_on() {
+        let mut memory = FakeMemory::default();
+        let threads = [(0x10_0000u64, 0xaaaa_0000u64), (0x20_0000, 0xbbbb_0000)];
+        for (n, &(tp, block)) in threads.iter().enumerate() {
+            let mut tls = vec![0u8; TLS_SEARCH_BYTES as usize];
+            let at = tls.len() - 0x40;
+            tls[at..at + 8].copy_from_slice(&block.to_le_bytes());
+            if n == 0 {
+                tls[0x100..0x108].copy_from_slice(&block.to_le_bytes());
+            }
+            memory.map(tp - TLS_SEARCH_BYTES, tls);
+        }
+        assert_eq!(tls_offset(&memory, &threads), Some(-0x40));
+        assert!(tls_offset_holds(&memory, &threads, -0x40));
+        assert!(!tls_offset_holds(&memory, &threads, -0x48));
+        assert_eq!(tls_offset(&memory, &[]), None);
     }
 
     #[test]

@@ -21,11 +21,15 @@ pub fn render(report: &Report) -> String {
             .collect();
         let _ = writeln!(
             out,
-            "php: {} {} ({} layout), {} threads{}",
+            "php: {} {} ({} layout), {} threads ({}){}",
             printable(&php.module),
             php.version.as_deref().unwrap_or("(version unknown)"),
             serde_plain(&php.layout),
             php.threads,
+            match php.thread_blocks {
+                crate::model::ThreadBlocks::Tls => "globals found through their TLS",
+                crate::model::ThreadBlocks::Table => "globals found in PHP's thread table",
+            },
             if unread.is_empty() {
                 String::new()
             } else {

@@ -16,7 +16,10 @@ use tracer_common::{
 use super::collect::{map_mut, per_cpu_sum, read_hash};
 use crate::{
     model::{PhpCollected, PhpFrameRead},
-    probe::{memory::ProcessMemory, php::ThreadTable},
+    probe::{
+        memory::ProcessMemory,
+        php::{ThreadTable, tls_offset, tls_offset_holds},
+    },
 };
 
 /// PHP's thread table, as last loaded into `PHP_THREADS`.
@@ -24,6 +27,9 @@ pub struct PhpThreads {
     table: ThreadTable,
     memory: ProcessMemory,
     loaded: HashSet<(u64, u64)>,
+    /// The offsets as loaded, and whether the TLS offset was checked
+    /// against every thread known at the last read.
+    offsets: PhpOffsets,
 }
 
 impl PhpThreads {
@@ -34,27 +40,50 @@ impl PhpThreads {
         offsets: PhpOffsets,
         table: ThreadTable,
     ) -> Result<PhpThreads> {
-        let mut array: Array<&mut MapData, PhpOffsets> =
-            Array::try_from(map_mut(ebpf, names::MAP_PHP_OFFSETS)?)?;
-        let enabled = PhpOffsets {
-            enabled: 1,
-            ..offsets
-        };
-        array
-            .set(0, enabled, 0)
-            .context("writing PHP's offsets to the BPF maps")?;
         let mut threads = PhpThreads {
             table,
             memory: ProcessMemory::new(pid),
             loaded: HashSet::new(),
+            offsets: PhpOffsets {
+                enabled: 1,
+                ..offsets
+            },
         };
+        threads.store_offsets(ebpf)?;
         threads.refresh(ebpf)?;
         Ok(threads)
+    }
+
+    fn store_offsets(&self, ebpf: &mut Ebpf) -> Result<()> {
+        let mut array: Array<&mut MapData, PhpOffsets> =
+            Array::try_from(map_mut(ebpf, names::MAP_PHP_OFFSETS)?)?;
+        array
+            .set(0, self.offsets, 0)
+            .context("writing PHP's offsets to the BPF maps")
+    }
+
+    /// Finds the TLS slot of each thread's block once threads are known,
+    /// and drops it if a thread ever disagrees (then `PHP_THREADS` alone).
+    fn check_tls_offset(&mut self, ebpf: &mut Ebpf, now: &[(u64, u64)]) -> Result<()> {
+        let known = self.offsets.tls_known != 0;
+        let offset = self.offsets.tls_offset as i64;
+        let wanted = match known {
+            true if tls_offset_holds(&self.memory, now, offset) => return Ok(()),
+            true => None,
+            false => tls_offset(&self.memory, now),
+        };
+        if wanted.is_none() && !known {
+            return Ok(());
+        }
+        self.offsets.tls_known = u64::from(wanted.is_some());
+        self.offsets.tls_offset = wanted.unwrap_or(0) as u64;
+        self.store_offsets(ebpf)
     }
 
     /// Loads threads PHP started since the last call (each tick).
     pub fn refresh(&mut self, ebpf: &mut Ebpf) -> Result<()> {
         let now = self.table.threads(&self.memory);
+        self.check_tls_offset(ebpf, &now)?;
         let mut map: BpfHashMap<&mut MapData, u64, u64> =
             BpfHashMap::try_from(map_mut(ebpf, names::MAP_PHP_THREADS)?)?;
         for &(thread, block) in &now {
@@ -71,10 +100,15 @@ impl PhpThreads {
     pub fn count(&self) -> u64 {
         self.loaded.len() as u64
     }
+
+    /// Whether the BPF side reads each thread's block from its TLS.
+    pub fn through_tls(&self) -> bool {
+        self.offsets.tls_known != 0
+    }
 }
 
 /// The route maps and the misses, once counting stopped.
-pub fn read(ebpf: &Ebpf, threads: u64) -> Result<PhpCollected> {
+pub fn read(ebpf: &Ebpf, threads: &PhpThreads) -> Result<PhpCollected> {
     let texts: std::collections::HashMap<u64, RouteText> = read_hash(ebpf, names::MAP_ROUTE_TEXTS)?;
     let mut collected = PhpCollected {
         routes: texts
@@ -83,7 +117,8 @@ pub fn read(ebpf: &Ebpf, threads: u64) -> Result<PhpCollected> {
             .collect(),
         requests: read_hash(ebpf, names::MAP_ROUTE_REQUESTS)?,
         locks: read_hash(ebpf, names::MAP_ROUTE_LOCKS)?,
-        threads,
+        threads: threads.count(),
+        tls: threads.through_tls(),
         ..PhpCollected::default()
     };
     for index in 0..miss::COUNT {

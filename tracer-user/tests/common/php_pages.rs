@@ -213,6 +213,21 @@ pub fn assert_routes(report: &Value, mix: Mix, two_truth: f64, what: &str) {
         report["php"]
     );
     assert_eq!(report["php"]["version"], "8.2.32", "{what}");
+    // Every thread's block from its TLS: a thread's first request too.
+    assert_eq!(
+        report["php"]["thread_blocks"], "tls",
+        "{what}: {:#}",
+        report["php"]
+    );
+    assert!(
+        !report["routes"]["routes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["kind"] == "unreadable"),
+        "{what}: {:#}",
+        report["routes"]
+    );
 }
 
 /// `(function, file name, line)` of every PHP frame in the global lock's
@@ -240,6 +255,25 @@ pub fn php_frames(report: &Value) -> Vec<(String, String, u64)> {
     }
     frames.sort();
     frames.dedup();
+    frames
+}
+
+/// The PHP frames of the classic pages (two.php's functions and top level,
+/// q.php's top level) at the lines that took the global lock; returns every
+/// frame found.
+pub fn assert_classic_page_frames(report: &Value, root: &Path) -> Vec<(String, String, u64)> {
+    let frames = php_frames(report);
+    let two = root.join("two.php");
+    assert_frame(&frames, &two, "load_posts", &["$st->execute([1, 1]);"]);
+    assert_frame(&frames, &two, "load_titles", &["$st->execute([21, 21]);"]);
+    assert_frame(
+        &frames,
+        &two,
+        "{main}",
+        &["$posts = load_posts($pdo);", "$titles = load_titles($pdo);"],
+    );
+    let q = root.join("q.php");
+    assert_frame(&frames, &q, "{main}", &["$st->execute([$start, $start]);"]);
     frames
 }
 
