@@ -503,7 +503,8 @@ const RECORD_EXAMPLES: &str = "Examples:
   locktrace record --pid 1234 --duration 10 --json before.json
   locktrace record --pid 1234 --load http://127.0.0.1:8080/ -n 5000 --json before.json
   locktrace record --pid 1234 --duration 10 --mode contention
-  locktrace record --pid 1234 --duration 10 --stacks 5 --hold-times";
+  locktrace record --pid 1234 --duration 10 --stacks 5 --hold-times
+  locktrace record --pid 1234 --duration 30 --php --stacks 8 --route-pattern '/posts/\\d+=/posts/:id'";
 const COMPARE_EXAMPLES: &str = "Examples:
   locktrace compare before.json after.json
   locktrace compare before.json after.json --assert-gone mysqlnd_global_stats --assert-max tsrm_env_mutex=2";

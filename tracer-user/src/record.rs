@@ -126,6 +126,11 @@ pub async fn record(options: &RecordOptions) -> Result<Report> {
         options.placement,
         options.hold_times,
     )?;
+    // Before the request window, whose notes would come first otherwise.
+    let php = match &options.php {
+        Some(_) => Some(php_runtime(&prepared.target)?),
+        None => None,
+    };
     for fallback in placement_fallbacks(options, &prepared) {
         output::note(format_args!(
             "locktrace: auto placement fell back to the entry of {} in {}: {}",
@@ -141,7 +146,11 @@ pub async fn record(options: &RecordOptions) -> Result<Report> {
     priority::begin_setup();
     // Maps and module files, kept so names resolve even after the target exits.
     let mut snapshot = naming::Snapshot::take(&prepared.target);
-    let php = php_setup(options, &prepared, &window)?;
+    if php.is_some() && window.request_probe().is_none() {
+        output::note(format_args!(
+            "locktrace: --php without a request probe: PHP frames only, no routes (name one with --request-probe)"
+        ));
+    }
     let traced = trace(
         options,
         &prepared,
@@ -168,24 +177,6 @@ pub fn php_runtime(target: &Target) -> Result<PhpRuntime> {
     runtime.offsets.task_fsbase = btf::task_fsbase_offset()
         .map_err(|error| anyhow::anyhow!("--php needs the kernel's BTF: {error}"))?;
     Ok(runtime)
-}
-
-/// `--php`: [`php_runtime`], and a note when routes cannot be counted.
-fn php_setup(
-    options: &RecordOptions,
-    prepared: &Prepared,
-    window: &RequestWindow,
-) -> Result<Option<PhpRuntime>> {
-    if options.php.is_none() {
-        return Ok(None);
-    }
-    let runtime = php_runtime(&prepared.target)?;
-    if window.request_probe().is_none() {
-        output::note(format_args!(
-            "locktrace: --php without a request probe: PHP frames only, no routes (name one with --request-probe)"
-        ));
-    }
-    Ok(Some(runtime))
 }
 
 /// Preflight checks, the target, its lock functions and their probe points

@@ -330,6 +330,7 @@ fn help_has_headings_and_examples_and_live_views_offer_only_their_modes() {
             "Target:",
             "What to count:",
             "Requests:",
+            "PHP:",
             "Output:",
             "Cost:",
             "Examples:"

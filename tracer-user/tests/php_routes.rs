@@ -288,3 +288,31 @@ fn serve_exports_each_routes_requests_and_locks() {
         "{metrics}"
     );
 }
+
+/// `--php` on a process without PHP, and a route pattern without its name
+/// part: one line each that says what to do, nothing attached.
+#[test]
+fn php_refusals_are_one_line() {
+    use common::{Fixture, Flavor, fails_with, fixture};
+    let target = Fixture::spawn(&fixture("steady", Flavor::Glibc), &["1", "1"]);
+    let pid = target.pid().to_string();
+    fails_with(
+        common::locktrace().args(["record", "--pid", &pid, "--php", "--duration", "1"]),
+        "runs no PHP engine",
+    );
+    fails_with(
+        common::locktrace().args([
+            "record",
+            "--pid",
+            &pid,
+            "--php",
+            "--route-pattern",
+            "/posts/\\d+",
+        ]),
+        "write REGEX=NAME",
+    );
+    fails_with(
+        common::locktrace().args(["record", "--pid", &pid, "--route-pattern", "/x=/y"]),
+        "--php",
+    );
+}
