@@ -6,9 +6,10 @@ use super::format::{cut, printable};
 use crate::model::{Report, Route};
 
 /// Locks named per route at most.
-const LOCKS_SHOWN: usize = 3;
-/// Longest route name shown.
+const LOCKS_SHOWN: usize = 2;
+/// Longest route name and lock name shown (the JSON has them whole).
 const NAME_WIDTH: usize = 60;
+const LOCK_WIDTH: usize = 36;
 
 /// `routes:` then one line per route, and where PHP's state was found.
 pub fn render(report: &Report) -> String {
@@ -75,9 +76,11 @@ fn line(route: &Route) -> String {
                 .name
                 .clone()
                 .unwrap_or_else(|| format!("{:#x}", lock.address));
+            // Short enough that a route's line fits the table's width.
+            let label = cut(&printable(&label), LOCK_WIDTH);
             match lock.acquisitions_per_request {
-                Some(per) => format!("{} {per:.1}", printable(&label)),
-                None => format!("{} {}", printable(&label), lock.acquisitions),
+                Some(per) => format!("{label} {per:.1}"),
+                None => format!("{label} {}", lock.acquisitions),
             }
         })
         .collect();
