@@ -699,6 +699,8 @@ pub mod names {
     pub const MAP_ROUTE_TEXTS: &str = "ROUTE_TEXTS";
     pub const MAP_ROUTE_REQUESTS: &str = "ROUTE_REQUESTS";
     pub const MAP_ROUTE_LOCKS: &str = "ROUTE_LOCKS";
+    /// The CPU sampler's samples of the target per route.
+    pub const MAP_ROUTE_CPU: &str = "ROUTE_CPU";
     pub const MAP_PHP_MISSES: &str = "PHP_MISSES";
     /// Offsets into PHP's and the kernel's structures, set before load.
     pub const MAP_PHP_OFFSETS: &str = "PHP_OFFSETS";
@@ -758,6 +760,7 @@ pub mod names {
         MAP_ROUTE_TEXTS,
         MAP_ROUTE_REQUESTS,
         MAP_ROUTE_LOCKS,
+        MAP_ROUTE_CPU,
         MAP_PHP_MISSES,
         MAP_PHP_OFFSETS,
     ];
@@ -1178,13 +1181,15 @@ pub mod php {
         pub lock: u64,
     }
 
-    /// Per (route, lock): acquisitions, contended waits and their time.
+    /// Per (route, lock): acquisitions, contended waits and their time,
+    /// and the CPU sampler's samples in the lock's code.
     #[repr(C)]
     #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
     pub struct RouteLockCounts {
         pub calls: u64,
         pub waits: u64,
         pub wait_ns: u64,
+        pub cpu_samples: u64,
     }
 
     /// FNV-1a of a route's bytes, never [`NO_REQUEST`] or

@@ -11,13 +11,14 @@
 
 use aya_ebpf::{helpers::bpf_get_current_pid_tgid, macros::perf_event, programs::PerfEventContext};
 use tracer_common::{
-    MAX_CPU_LOCK_CODE_RANGES, cpu_sample, drop_reason, flags, stack_kind, wait_class,
+    MAX_CPU_LOCK_CODE_RANGES, counting, cpu_sample, drop_reason, flags, stack_kind, wait_class,
 };
 
 use crate::{
-    counters::{add, entry, is_target, key_of},
+    counters::{add, counting_state, entry, is_target, key_of},
     futex::saved_user_regs,
     maps::{CPU_COUNTS, CPU_LOCK_CODE, CPU_LOCK_CODE_RANGES, CPU_LOCKS, FLAGS, WAITING},
+    php::{count_route_lock_sample, count_route_sample},
     stacks::record_stack_of,
 };
 
@@ -67,6 +68,9 @@ pub(crate) fn attribute_sample(address: u64, kernel: bool, regs: (u64, u64, u64)
             add(&mut (*samples).user, 1);
         }
     }
+    if FLAGS.load() & flags::PHP != 0 {
+        count_route_lock_sample(address);
+    }
     if FLAGS.load() & flags::STACKS != 0 {
         let kind = if kernel {
             stack_kind::CPU_KERNEL
@@ -79,10 +83,15 @@ pub(crate) fn attribute_sample(address: u64, kernel: bool, regs: (u64, u64, u64)
 
 #[perf_event]
 pub fn cpu_sample(ctx: PerfEventContext) -> u32 {
-    if !is_target(&ctx) {
+    // Once counting stops (the recording's end) no sample counts either:
+    // the totals, per lock and per route, are read after and agree.
+    if !is_target(&ctx) || counting_state() & counting::WAITS == 0 {
         return 0;
     }
     count_sample(cpu_sample::TARGET);
+    if FLAGS.load() & flags::PHP != 0 {
+        count_route_sample();
+    }
     let regs = unsafe { &(*ctx.ctx).regs };
     // The interrupted context was user mode: these are the user registers.
     if regs.cs & 3 == 3 {

@@ -190,6 +190,9 @@ pub(crate) static ROUTE_REQUESTS: HashMap<u64, u64> = HashMap::with_max_entries(
 #[map]
 pub(crate) static ROUTE_LOCKS: HashMap<RouteLockKey, RouteLockCounts> =
     HashMap::with_max_entries(MAX_ROUTE_LOCKS, 0);
+/// The CPU sampler's samples of the target's threads per route.
+#[map]
+pub(crate) static ROUTE_CPU: HashMap<u64, u64> = HashMap::with_max_entries(MAX_ROUTES, 0);
 /// Events whose PHP context could not be read, by `tracer_common::php::miss`.
 #[map]
 pub(crate) static PHP_MISSES: PerCpuArray<u64> = PerCpuArray::with_max_entries(miss::COUNT, 0);

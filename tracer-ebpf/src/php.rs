@@ -20,7 +20,7 @@ use crate::{
     counters::{add, entry},
     holds::in_lock_code,
     maps::{
-        PHP_MISSES, PHP_OFFSETS, PHP_THREADS, ROUTE_LOCKS, ROUTE_REQUESTS, ROUTE_TEXTS,
+        PHP_MISSES, PHP_OFFSETS, PHP_THREADS, ROUTE_CPU, ROUTE_LOCKS, ROUTE_REQUESTS, ROUTE_TEXTS,
         THREAD_ROUTES,
     },
 };
@@ -74,13 +74,14 @@ fn thread_block(offsets: &PhpOffsets) -> Result<u64, u32> {
         bpf_probe_read_kernel((task + offsets.task_fsbase) as *const u64)
     }
     .map_err(|_| miss::NO_THREAD_POINTER)?;
-    if offsets.tls_known != 0 {
-        // PHP's `_tsrm_ls_cache`: null on a thread PHP has not set up.
-        return match read_u64(fsbase.wrapping_add(offsets.tls_offset)) {
-            Ok(0) => Err(miss::THREAD_UNKNOWN),
-            other => other,
-        };
+    if offsets.tls_known != 0
+        && let Ok(block) = read_u64(fsbase.wrapping_add(offsets.tls_offset))
+        && block != 0
+    {
+        return Ok(block);
     }
+    // No TLS slot known, or not set on this thread yet (PHP sets its cache
+    // after creating the thread's block): PHP's table as last read.
     // SAFETY: the value is copied out at once.
     unsafe { PHP_THREADS.get(fsbase) }
         .copied()
@@ -225,6 +226,23 @@ pub(crate) fn count_route_wait(lock: u64, waited: u64) {
             add(&mut (*counts).waits, 1);
             add(&mut (*counts).wait_ns, waited);
         }
+    }
+}
+
+/// A CPU sample of a target thread, under the thread's route.
+#[inline(always)]
+pub(crate) fn count_route_sample() {
+    if let Some(count) = entry(&ROUTE_CPU, &current_route(), drop_reason::ROUTES_FULL) {
+        add(count, 1);
+    }
+}
+
+/// A CPU sample in `lock`'s code, under the thread's route.
+#[inline(always)]
+pub(crate) fn count_route_lock_sample(lock: u64) {
+    if let Some(counts) = route_counts(current_route(), lock) {
+        // SAFETY: `counts` is the map value just looked up.
+        add(unsafe { &mut (*counts).cpu_samples }, 1);
     }
 }
 

@@ -760,7 +760,7 @@ fn report(
     });
     if let (Some(runtime), Some(rules), Some(read)) = (php, &options.php, &collected.php) {
         report.php = Some(php_context(runtime, read));
-        report.routes = Some(routes::build(read, rules));
+        report.routes = Some(routes::build(read, rules, collected.cpu_hz));
     }
     name(options, prepared, &mut report, snapshot, &collected);
     routes::fold_into_rows(&mut report);

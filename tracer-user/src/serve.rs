@@ -124,6 +124,8 @@ struct Metrics {
     route_requests: Family<RouteLabels, Counter>,
     route_acquisitions: Family<RouteLockLabels, Counter>,
     route_contended: Family<RouteLockLabels, Counter>,
+    /// The target's sampled CPU per route (with the CPU sampler).
+    route_cpu_seconds: Family<RouteLabels, Counter<f64, AtomicU64>>,
     requests: Option<Counter>,
     probe_hits: Gauge,
     estimated_added_seconds: Gauge<f64, AtomicU64>,
@@ -148,6 +150,7 @@ impl Metrics {
             route_requests: Family::default(),
             route_acquisitions: Family::default(),
             route_contended: Family::default(),
+            route_cpu_seconds: Family::default(),
             requests: with_requests.then(Counter::default),
             probe_hits: Gauge::default(),
             estimated_added_seconds: Gauge::default(),
@@ -209,6 +212,11 @@ impl Metrics {
             "locktrace_route_lock_contended",
             "--php: futex waits per route and lock",
             self.route_contended.clone(),
+        );
+        registry.register(
+            "locktrace_route_cpu_seconds",
+            "--php: the target's CPU per route, sampled (from a request's start to the thread's next request)",
+            self.route_cpu_seconds.clone(),
         );
         registry.register(
             "locktrace_lost",
@@ -338,6 +346,11 @@ impl Metrics {
                 route: name.clone(),
             };
             raise_counter(&self.route_requests.get_or_create(&labels), route.requests);
+            if let Some(period) = routes.cpu_sample_period_ns {
+                let cpu = self.route_cpu_seconds.get_or_create(&labels);
+                let total = (route.cpu_samples * period) as f64 / 1e9;
+                cpu.inc_by((total - cpu.get()).max(0.0));
+            }
             let mut other = (0u64, 0u64);
             for (index, lock) in route.locks.iter().enumerate() {
                 if index >= ROUTE_LOCKS {
@@ -700,6 +713,8 @@ mod tests {
             acquisitions_per_request: None,
             contended_per_request: None,
             wait_us_per_request: None,
+            cpu_samples: 0,
+            cpu_us_per_request: None,
         };
         let routes = |requests: u64| Routes {
             routes: vec![Route {
@@ -707,11 +722,14 @@ mod tests {
                 kind: RouteKind::Route,
                 requests,
                 acquisitions_per_request: None,
+                cpu_samples: requests * 2,
+                cpu_us_per_request: None,
                 locks: (0..12).map(lock).collect(),
             }],
             distinct: 1,
             max_routes: 20,
             patterns: Vec::new(),
+            cpu_sample_period_ns: Some(1_000_000),
         };
         metrics.set_routes(&routes(7));
         metrics.set_routes(&routes(9));
@@ -722,6 +740,13 @@ mod tests {
             })
             .get();
         assert_eq!(requests, 9);
+        let cpu = metrics
+            .route_cpu_seconds
+            .get_or_create(&RouteLabels {
+                route: "GET /q.php".into(),
+            })
+            .get();
+        assert!((cpu - 0.018).abs() < 1e-9, "{cpu}");
         let of = |lock: &str| {
             metrics
                 .route_acquisitions

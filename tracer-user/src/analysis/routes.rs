@@ -2,15 +2,16 @@
 //! and contended waits per route key (a hash of method and path); here the
 //! keys get their names, `--route-pattern` rules collapse ids, routes past
 //! `--max-routes` fold into `other`, and every figure is divided by its
-//! route's own requests.
+//! route's own requests. CPU comes from the CPU sampler: its samples of the
+//! target per route, and per (route, lock) in the lock's code.
 use std::collections::{BTreeMap, HashMap};
 
 use anyhow::{Context, Result, bail};
 use regex::Regex;
-use tracer_common::php::{NO_REQUEST, UNREADABLE_ROUTE};
+use tracer_common::php::{NO_REQUEST, RouteLockCounts, UNREADABLE_ROUTE};
 
 use super::build::lock_holding;
-use crate::model::{PhpCollected, Report, Route, RouteKind, RouteLock, Routes};
+use crate::model::{PhpCollected, Report, Route, RouteKind, RouteLock, Routes, sample_period_ns};
 
 /// Routes kept apart by default.
 pub const DEFAULT_MAX_ROUTES: usize = 20;
@@ -81,18 +82,24 @@ impl RouteRules {
 #[derive(Default)]
 struct Tally {
     requests: u64,
-    /// lock → (acquisitions, contended, wait ns)
-    locks: HashMap<u64, (u64, u64, u64)>,
+    /// The target's CPU samples under the route.
+    cpu_samples: u64,
+    locks: HashMap<u64, RouteLockCounts>,
+}
+
+fn add_counts(into: &mut RouteLockCounts, counts: &RouteLockCounts) {
+    into.calls += counts.calls;
+    into.waits += counts.waits;
+    into.wait_ns += counts.wait_ns;
+    into.cpu_samples += counts.cpu_samples;
 }
 
 impl Tally {
     fn absorb(&mut self, other: Tally) {
         self.requests += other.requests;
-        for (lock, (calls, waits, wait_ns)) in other.locks {
-            let into = self.locks.entry(lock).or_default();
-            into.0 += calls;
-            into.1 += waits;
-            into.2 += wait_ns;
+        self.cpu_samples += other.cpu_samples;
+        for (lock, counts) in other.locks {
+            add_counts(self.locks.entry(lock).or_default(), &counts);
         }
     }
 }
@@ -110,19 +117,21 @@ fn row_of(key: u64, php: &PhpCollected, rules: &RouteRules) -> (RouteKind, Strin
 }
 
 /// The per-route section (folded into the report's rows, with their names,
-/// by [`fold_into_rows`] once the rows are final).
-pub fn build(php: &PhpCollected, rules: &RouteRules) -> Routes {
+/// by [`fold_into_rows`] once the rows are final). `cpu_hz`: the CPU
+/// sampler's rate, 0 when it was off.
+pub fn build(php: &PhpCollected, rules: &RouteRules, cpu_hz: u64) -> Routes {
     let mut rows: HashMap<(RouteKind, String), Tally> = HashMap::new();
     for (&key, &requests) in &php.requests {
         rows.entry(row_of(key, php, rules)).or_default().requests += requests;
     }
+    for (&key, &samples) in &php.cpu {
+        rows.entry(row_of(key, php, rules)).or_default().cpu_samples += samples;
+    }
     for (key, counts) in &php.locks {
         let row = rows.entry(row_of(key.route, php, rules)).or_default();
-        let into = row.locks.entry(key.lock).or_default();
-        into.0 += counts.calls;
-        into.1 += counts.waits;
-        into.2 += counts.wait_ns;
+        add_counts(row.locks.entry(key.lock).or_default(), counts);
     }
+    let period = (cpu_hz > 0).then(|| sample_period_ns(cpu_hz));
     let distinct = rows
         .keys()
         .filter(|(kind, _)| *kind == RouteKind::Route)
@@ -145,44 +154,59 @@ pub fn build(php: &PhpCollected, rules: &RouteRules) -> Routes {
     }
     let mut routes: Vec<Route> = named
         .into_iter()
-        .map(|((kind, name), tally)| route(kind, name, tally))
+        .map(|((kind, name), tally)| route(kind, name, tally, period))
         .collect();
     if folded {
-        routes.push(route(RouteKind::Other, "(other routes)".into(), other));
+        routes.push(route(
+            RouteKind::Other,
+            "(other routes)".into(),
+            other,
+            period,
+        ));
     }
     rest.sort_by_key(|((kind, _), _)| *kind as u8);
     routes.extend(
         rest.into_iter()
-            .map(|((kind, name), tally)| route(kind, name, tally)),
+            .map(|((kind, name), tally)| route(kind, name, tally, period)),
     );
     Routes {
         routes,
         distinct,
         max_routes: rules.max_routes as u64,
         patterns: rules.patterns.iter().map(|p| p.text.clone()).collect(),
+        cpu_sample_period_ns: period,
     }
 }
 
-fn route(kind: RouteKind, name: String, tally: Tally) -> Route {
+/// A route row from its tally; `period`: ns per CPU sample, None without
+/// the sampler.
+fn route(kind: RouteKind, name: String, tally: Tally, period: Option<u64>) -> Route {
     let per = |value: f64| (tally.requests > 0).then(|| value / tally.requests as f64);
+    let cpu_per =
+        |samples: u64| period.and_then(|period| per(samples as f64 * period as f64 / 1000.0));
     let mut locks: Vec<RouteLock> = tally
         .locks
         .iter()
-        .map(
-            |(&address, &(acquisitions, contended, wait_ns))| RouteLock {
-                address,
-                name: None,
-                acquisitions,
-                contended,
-                wait_ns,
-                acquisitions_per_request: per(acquisitions as f64),
-                contended_per_request: per(contended as f64),
-                wait_us_per_request: per(wait_ns as f64 / 1000.0),
-            },
-        )
+        .map(|(&address, counts)| RouteLock {
+            address,
+            name: None,
+            acquisitions: counts.calls,
+            contended: counts.waits,
+            wait_ns: counts.wait_ns,
+            acquisitions_per_request: per(counts.calls as f64),
+            contended_per_request: per(counts.waits as f64),
+            wait_us_per_request: per(counts.wait_ns as f64 / 1000.0),
+            cpu_samples: counts.cpu_samples,
+            cpu_us_per_request: cpu_per(counts.cpu_samples),
+        })
         .collect();
     locks.sort_by(|a, b| {
-        (b.acquisitions, b.contended, a.address).cmp(&(a.acquisitions, a.contended, b.address))
+        (b.acquisitions, b.contended, b.cpu_samples, a.address).cmp(&(
+            a.acquisitions,
+            a.contended,
+            a.cpu_samples,
+            b.address,
+        ))
     });
     let all: u64 = locks.iter().map(|lock| lock.acquisitions).sum();
     Route {
@@ -190,6 +214,8 @@ fn route(kind: RouteKind, name: String, tally: Tally) -> Route {
         kind,
         requests: tally.requests,
         acquisitions_per_request: per(all as f64),
+        cpu_samples: tally.cpu_samples,
+        cpu_us_per_request: cpu_per(tally.cpu_samples),
         locks,
     }
 }
@@ -222,42 +248,35 @@ pub fn fold_into_rows(report: &mut Report) {
     let Some(routes) = &mut report.routes else {
         return;
     };
+    let period = routes.cpu_sample_period_ns;
     for route in &mut routes.routes {
-        let mut folded: BTreeMap<u64, RouteLock> = BTreeMap::new();
+        let mut folded: BTreeMap<u64, RouteLockCounts> = BTreeMap::new();
         for lock in route.locks.drain(..) {
             let row = row_of(lock.address);
-            let into = folded.entry(row).or_insert_with(|| RouteLock {
-                address: row,
-                name: rows.get(&row).and_then(|(_, name)| name.clone()),
-                acquisitions: 0,
-                contended: 0,
-                wait_ns: 0,
-                acquisitions_per_request: None,
-                contended_per_request: None,
-                wait_us_per_request: None,
-            });
-            into.acquisitions += lock.acquisitions;
-            into.contended += lock.contended;
-            into.wait_ns += lock.wait_ns;
+            // CPU samples on an address that is no lock (a null or tiny
+            // argument) stay in the route's CPU, in no lock's, as in the rows.
+            if !rows.contains_key(&row) && lock.acquisitions == 0 && lock.contended == 0 {
+                continue;
+            }
+            let counts = RouteLockCounts {
+                calls: lock.acquisitions,
+                waits: lock.contended,
+                wait_ns: lock.wait_ns,
+                cpu_samples: lock.cpu_samples,
+            };
+            add_counts(folded.entry(row).or_default(), &counts);
         }
         let tally = Tally {
             requests: route.requests,
-            locks: folded
-                .into_values()
-                .map(|lock| {
-                    (
-                        lock.address,
-                        (lock.acquisitions, lock.contended, lock.wait_ns),
-                    )
-                })
-                .collect(),
+            cpu_samples: route.cpu_samples,
+            locks: folded.into_iter().collect(),
         };
         let names: HashMap<u64, Option<String>> = tally
             .locks
             .keys()
             .map(|&address| (address, rows.get(&address).and_then(|(_, n)| n.clone())))
             .collect();
-        *route = self::route(route.kind, std::mem::take(&mut route.name), tally);
+        *route = self::route(route.kind, std::mem::take(&mut route.name), tally, period);
         for lock in &mut route.locks {
             lock.name = names.get(&lock.address).cloned().flatten();
         }
@@ -280,6 +299,7 @@ mod tests {
             calls,
             waits,
             wait_ns: waits * 1000,
+            cpu_samples: 0,
         }
     }
 
@@ -312,7 +332,7 @@ mod tests {
 
     #[test]
     fn patterns_collapse_ids_and_figures_are_per_route_request() {
-        let routes = build(&collected(), &rules());
+        let routes = build(&collected(), &rules(), 0);
         assert_eq!(routes.distinct, 1);
         let posts = &routes.routes[0];
         assert_eq!((posts.name.as_str(), posts.requests), ("GET /posts/:id", 4));
@@ -341,7 +361,7 @@ mod tests {
                 .to_vec(),
         });
         report.locks = vec![mutex, group];
-        report.routes = Some(build(&collected(), &rules()));
+        report.routes = Some(build(&collected(), &rules(), 0));
         fold_into_rows(&mut report);
         let posts = &report.routes.as_ref().unwrap().routes[0];
         let row = |address| posts.locks.iter().find(|l| l.address == address).unwrap();
@@ -351,6 +371,52 @@ mod tests {
         assert_eq!(row(MUTEX).contended_per_request, Some(0.5));
         assert_eq!(row(GROUP).acquisitions, 8);
         assert_eq!(row(GROUP).name.as_deref(), Some("mutex created in f"));
+    }
+
+    /// At 1000 Hz a sample is 1 ms: each route's CPU is its samples per
+    /// request; a lock's CPU samples fold into its row like its calls, and
+    /// samples on an address that is no lock stay in the route's CPU alone.
+    #[test]
+    fn cpu_per_route_and_lock_is_samples_per_request() {
+        let mut php = collected();
+        php.cpu.insert(7, 2);
+        php.cpu.insert(8, 6);
+        php.locks
+            .get_mut(&RouteLockKey {
+                route: 8,
+                lock: MUTEX + 4,
+            })
+            .unwrap()
+            .cpu_samples = 2;
+        php.locks.insert(
+            RouteLockKey {
+                route: 8,
+                lock: 0x10,
+            },
+            RouteLockCounts {
+                cpu_samples: 1,
+                ..RouteLockCounts::default()
+            },
+        );
+        let mut report = Report::empty_for_tests("all");
+        report.locks = vec![Lock::empty(MUTEX, LockKind::Mutex, WaitClass::Lock)];
+        report.routes = Some(build(&php, &rules(), 1000));
+        fold_into_rows(&mut report);
+        let routes = report.routes.as_ref().unwrap();
+        assert_eq!(routes.cpu_sample_period_ns, Some(1_000_000));
+        let posts = &routes.routes[0];
+        assert_eq!(
+            (posts.cpu_samples, posts.cpu_us_per_request),
+            (8, Some(2000.0))
+        );
+        let mutex = posts.locks.iter().find(|l| l.address == MUTEX).unwrap();
+        assert_eq!(
+            (mutex.cpu_samples, mutex.cpu_us_per_request),
+            (2, Some(500.0))
+        );
+        assert!(posts.locks.iter().all(|l| l.address != 0x10), "{posts:#?}");
+        let without_sampler = build(&php, &rules(), 0);
+        assert_eq!(without_sampler.routes[0].cpu_us_per_request, None);
     }
 
     #[test]
@@ -364,6 +430,7 @@ mod tests {
                 max_routes: 1,
                 ..rules()
             },
+            0,
         );
         let names: Vec<&str> = routes.routes.iter().map(|r| r.name.as_str()).collect();
         assert_eq!(

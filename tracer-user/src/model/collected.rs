@@ -38,8 +38,11 @@ pub struct PhpCollected {
     pub routes: HashMap<u64, (String, String)>,
     /// Requests per route key.
     pub requests: HashMap<u64, u64>,
-    /// Per (route key, lock): acquisitions and contended waits.
+    /// Per (route key, lock): acquisitions, contended waits and CPU samples
+    /// in the lock's code.
     pub locks: HashMap<RouteLockKey, RouteLockCounts>,
+    /// The CPU sampler's samples of the target per route key.
+    pub cpu: HashMap<u64, u64>,
     /// Events whose PHP context could not be read, by `php::miss` index.
     pub misses: [u64; php::miss::COUNT as usize],
     /// Threads in PHP's thread table at the last read.

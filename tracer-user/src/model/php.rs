@@ -82,6 +82,11 @@ pub struct Routes {
     /// `--route-pattern` rules applied, in order (`REGEX=NAME`).
     #[serde(default)]
     pub patterns: Vec<String>,
+    /// CPU time one sample of the CPU sampler stands for; null without the
+    /// sampler (`--no-cpu`, or the kernel refused it), when the routes have
+    /// no CPU figures.
+    #[serde(default)]
+    pub cpu_sample_period_ns: Option<u64>,
 }
 
 /// One route: its requests and, per lock, what its requests did.
@@ -94,6 +99,14 @@ pub struct Route {
     /// Lock calls of all locks per request (null without requests).
     #[serde(default)]
     pub acquisitions_per_request: Option<f64>,
+    /// The CPU sampler's samples of the target's threads while they served
+    /// this route (from a request's start to the thread's next one), and
+    /// that CPU time per request (samples × the period; null without the
+    /// sampler or requests).
+    #[serde(default)]
+    pub cpu_samples: u64,
+    #[serde(default)]
+    pub cpu_us_per_request: Option<f64>,
     /// Most acquisitions first.
     pub locks: Vec<RouteLock>,
 }
@@ -122,4 +135,11 @@ pub struct RouteLock {
     pub contended_per_request: Option<f64>,
     #[serde(default)]
     pub wait_us_per_request: Option<f64>,
+    /// The CPU sampler's samples in this lock's code (its lock functions
+    /// and the kernel's futex code on it) under this route, and that CPU
+    /// time per request (null without the sampler or requests).
+    #[serde(default)]
+    pub cpu_samples: u64,
+    #[serde(default)]
+    pub cpu_us_per_request: Option<f64>,
 }

@@ -439,6 +439,8 @@ mod tests {
                 kind: crate::model::RouteKind::Route,
                 requests: 10,
                 acquisitions_per_request: Some(40.0),
+                cpu_samples: 30,
+                cpu_us_per_request: Some(3000.0),
                 locks: vec![crate::model::RouteLock {
                     address,
                     name: Some("g_lock".into()),
@@ -448,11 +450,14 @@ mod tests {
                     acquisitions_per_request: Some(40.0),
                     contended_per_request: Some(2.0),
                     wait_us_per_request: Some(0.1),
+                    cpu_samples: 2,
+                    cpu_us_per_request: Some(200.0),
                 }],
             }],
             distinct: 1,
             max_routes: 20,
             patterns: vec!["/posts/\\d+=/posts/:id".into()],
+            cpu_sample_period_ns: Some(1_000_000),
         });
     }
 

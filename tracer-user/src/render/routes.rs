@@ -1,5 +1,6 @@
 //! The table's route lines (`--php`): per route, its requests and, per
-//! request, its acquisitions and the locks that take the most.
+//! request, its acquisitions, its CPU (sampled) and the locks that take
+//! the most.
 use std::fmt::Write;
 
 use super::format::{cut, printable};
@@ -64,7 +65,7 @@ fn serde_plain(layout: &crate::model::LayoutSource) -> &'static str {
     }
 }
 
-/// `GET /q.php: 2000 requests, 792.0 acquisitions/request; *lock 408.0, …`.
+/// `GET /q.php: 2000 requests, 792.0 acquisitions/request, 840 µs CPU/request; *lock 408.0, …`.
 fn line(route: &Route) -> String {
     let name = cut(&printable(&route.name), NAME_WIDTH);
     let locks: Vec<String> = route
@@ -84,16 +85,59 @@ fn line(route: &Route) -> String {
             }
         })
         .collect();
-    let figures = match route.acquisitions_per_request {
+    let mut figures = match route.acquisitions_per_request {
         Some(per) => format!("{} requests, {per:.1} acquisitions/request", route.requests),
         None => {
             let all: u64 = route.locks.iter().map(|lock| lock.acquisitions).sum();
             format!("{all} acquisitions")
         }
     };
+    if let Some(cpu_us) = route.cpu_us_per_request {
+        let _ = write!(figures, ", {cpu_us:.0} µs CPU/request");
+    }
     if locks.is_empty() {
         format!("{name}: {figures}")
     } else {
         format!("{name}: {figures}; {}", locks.join(", "))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{RouteKind, RouteLock};
+
+    #[test]
+    fn a_route_line_has_its_figures_per_request_and_its_top_locks() {
+        let lock = RouteLock {
+            address: 0x1000,
+            name: Some("*stats->LOCK_access".into()),
+            acquisitions: 816,
+            contended: 0,
+            wait_ns: 0,
+            acquisitions_per_request: Some(408.0),
+            contended_per_request: Some(0.0),
+            wait_us_per_request: Some(0.0),
+            cpu_samples: 1,
+            cpu_us_per_request: Some(500.0),
+        };
+        let mut route = Route {
+            name: "GET /q.php".into(),
+            kind: RouteKind::Route,
+            requests: 2,
+            acquisitions_per_request: Some(408.0),
+            cpu_samples: 3,
+            cpu_us_per_request: Some(1500.0),
+            locks: vec![lock],
+        };
+        assert_eq!(
+            line(&route),
+            "GET /q.php: 2 requests, 408.0 acquisitions/request, 1500 µs CPU/request; *stats->LOCK_access 408.0"
+        );
+        route.cpu_us_per_request = None;
+        assert_eq!(
+            line(&route),
+            "GET /q.php: 2 requests, 408.0 acquisitions/request; *stats->LOCK_access 408.0"
+        );
     }
 }

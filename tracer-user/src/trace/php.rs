@@ -117,6 +117,7 @@ pub fn read(ebpf: &Ebpf, threads: &PhpThreads) -> Result<PhpCollected> {
             .collect(),
         requests: read_hash(ebpf, names::MAP_ROUTE_REQUESTS)?,
         locks: read_hash(ebpf, names::MAP_ROUTE_LOCKS)?,
+        cpu: read_hash(ebpf, names::MAP_ROUTE_CPU)?,
         threads: threads.count(),
         tls: threads.through_tls(),
         ..PhpCollected::default()

@@ -168,6 +168,40 @@ pub fn lock_per_request(route: &Value, lock: &str) -> f64 {
 /// the global lock's exact calls per request on each page (`two_truth` for
 /// `/two.php`, measured apart), ids collapsed, and every acquisition in
 /// exactly one route.
+/// CPU per route: every CPU sample of the target under exactly one route,
+/// and the global lock's samples over the routes add up to its row's.
+fn assert_route_cpu(report: &Value, what: &str) {
+    let routes = report["routes"]["routes"].as_array().unwrap();
+    let samples = |value: &Value| value["cpu_samples"].as_u64().unwrap();
+    let in_routes: u64 = routes.iter().map(samples).sum();
+    assert_eq!(
+        Some(in_routes),
+        report["cpu"]["samples"].as_u64(),
+        "{what}: every CPU sample in one route: {:#}",
+        report["cpu"]
+    );
+    let period = report["routes"]["cpu_sample_period_ns"]
+        .as_u64()
+        .expect("the CPU sampler ran");
+    let lock_samples: u64 = routes
+        .iter()
+        .flat_map(|r| r["locks"].as_array().unwrap())
+        .filter(|lock| lock["name"] == GLOBAL_LOCK)
+        .map(samples)
+        .sum();
+    let row = super::frankenphp::lock_named(report, GLOBAL_LOCK);
+    assert_eq!(
+        Some(lock_samples * period),
+        row["cpu_ns"].as_u64(),
+        "{what}: the global lock's CPU over routes"
+    );
+    let q = route(report, "GET /q.php");
+    assert!(
+        q["cpu_us_per_request"].as_f64().unwrap() > 0.0,
+        "{what}: {q:#}"
+    );
+}
+
 pub fn assert_routes(report: &Value, mix: Mix, two_truth: f64, what: &str) {
     let q = route(report, "GET /q.php");
     assert_eq!(q["requests"], mix.q, "{what}: {q:#}");
@@ -207,6 +241,7 @@ pub fn assert_routes(report: &Value, mix: Mix, two_truth: f64, what: &str) {
         report["totals"]["acquisitions"].as_u64(),
         "{what}: every acquisition in one route"
     );
+    assert_route_cpu(report, what);
     assert_eq!(
         report["php"]["layout"], "dwarf",
         "{what}: {:#}",
