@@ -575,6 +575,7 @@ impl LiveSession {
         let all = std::mem::replace(&mut report.locks, wanted);
         let options = naming::NamingOptions {
             stacks_per_lock: usize::from(stacks),
+            route_names: None,
         };
         naming::annotate(
             report,

@@ -797,8 +797,13 @@ fn name(
     snapshot: &mut naming::Snapshot,
     collected: &Collected,
 ) {
+    let route_names = match (&options.php, &collected.php, &report.routes) {
+        (Some(rules), Some(read), Some(routes)) => Some(routes::stack_labels(read, rules, routes)),
+        _ => None,
+    };
     let naming_options = naming::NamingOptions {
         stacks_per_lock: options.stacks,
+        route_names,
     };
     naming::annotate(
         report,

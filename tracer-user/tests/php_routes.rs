@@ -106,8 +106,9 @@ impl PhpServer {
                 "--duration",
                 "15",
                 "--php",
+                // Every stack of the global lock kept (see php_pages::record_mix).
                 "--stacks",
-                "16",
+                "200",
                 "--route-pattern",
                 ID_PATTERN,
             ],

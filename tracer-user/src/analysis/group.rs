@@ -393,6 +393,7 @@ mod tests {
             frames: vec![frame(top), frame("worker")],
             unwound_by: StackSource::CallFrameInfo,
             source: Some(StackOrigin::LockCalls),
+            route: None,
         };
         let stacks = vec![
             stack(0x9000, 7, "global"),

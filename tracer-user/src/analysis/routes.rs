@@ -178,6 +178,39 @@ pub fn build(php: &PhpCollected, rules: &RouteRules, cpu_hz: u64) -> Routes {
     }
 }
 
+/// Each route key's name as its row in `routes` has it (stacks are labelled
+/// with it): a key of a route past `--max-routes` names the
+/// `(other routes)` row.
+pub fn stack_labels(
+    php: &PhpCollected,
+    rules: &RouteRules,
+    routes: &Routes,
+) -> HashMap<u64, String> {
+    let kept: std::collections::HashSet<&str> = routes
+        .routes
+        .iter()
+        .filter(|route| route.kind == RouteKind::Route)
+        .map(|route| route.name.as_str())
+        .collect();
+    php.routes
+        .keys()
+        .copied()
+        .chain([NO_REQUEST, UNREADABLE_ROUTE])
+        .map(|key| {
+            let (kind, name) = row_of(key, php, rules);
+            let folded = kind == RouteKind::Route && !kept.contains(name.as_str());
+            (
+                key,
+                if folded {
+                    "(other routes)".into()
+                } else {
+                    name
+                },
+            )
+        })
+        .collect()
+}
+
 /// A route row from its tally; `period`: ns per CPU sample, None without
 /// the sampler.
 fn route(kind: RouteKind, name: String, tally: Tally, period: Option<u64>) -> Route {
@@ -438,6 +471,15 @@ mod tests {
             ["GET /posts/:id", "(other routes)", "(outside requests)"]
         );
         assert_eq!(routes.distinct, 2);
+        let rules = RouteRules {
+            max_routes: 1,
+            ..rules()
+        };
+        let labels = stack_labels(&php, &rules, &routes);
+        assert_eq!(labels[&7], "GET /posts/:id");
+        assert_eq!(labels[&8], "GET /posts/:id");
+        assert_eq!(labels[&9], "(other routes)");
+        assert_eq!(labels[&NO_REQUEST], "(outside requests)");
     }
 
     #[test]

@@ -18,6 +18,18 @@ pub struct UnwoundStack {
     pub frames: Vec<u64>,
     /// `--php`: the thread's PHP frames at the snapshot, innermost first.
     pub php: Vec<PhpFrameRead>,
+    /// `--php`: the thread's route key at the snapshot (`NO_REQUEST`
+    /// before its first request, and without `--php`).
+    pub route: u64,
+}
+
+/// `--php`: what a snapshot read of the thread's PHP state.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PhpSnapshot {
+    /// Innermost first.
+    pub frames: Vec<PhpFrameRead>,
+    /// The thread's route key (`NO_REQUEST` before its first request).
+    pub route: u64,
 }
 
 /// One PHP frame as the BPF side read it.

@@ -352,6 +352,7 @@ mod tests {
             count_at,
             frames: vec![count_at],
             php: Vec::new(),
+            route: 0,
         };
         collected.unwound.insert(key(0), vec![stack(1)]);
         collected.unwound.insert(key(1), vec![stack(1), stack(2)]);

@@ -29,7 +29,9 @@ mod schema;
 pub(crate) mod word;
 pub use word::Worded;
 
-pub use collected::{Blocked, Collected, InFlight, PhpCollected, PhpFrameRead, UnwoundStack};
+pub use collected::{
+    Blocked, Collected, InFlight, PhpCollected, PhpFrameRead, PhpSnapshot, UnwoundStack,
+};
 pub use coverage::{Coverage, ExecLoss, ExecSeen, MainThreadExit};
 pub use cpu::{CpuReport, cpu_error_ns, sample_period_ns};
 pub use destination::{Destination, write_output};

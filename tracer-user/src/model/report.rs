@@ -459,6 +459,11 @@ pub struct LockStack {
     /// stacks are of lock calls or waits, told apart by their first frame).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<StackOrigin>,
+    /// `--php`: the route (as in `routes`) whose requests the stack's
+    /// snapshots were taken in; absent without `--php`, or for a stack
+    /// without snapshots.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub route: Option<String>,
 }
 
 impl LockStack {

@@ -380,6 +380,7 @@ mod tests {
             frames: vec![frame("update"), php_frame(), frame("main")],
             unwound_by: StackSource::CallFrameInfo,
             source: Some(StackOrigin::LockCalls),
+            route: Some("GET /posts/:id".into()),
         }];
         report.naming = Some(Naming {
             elapsed_ms: 12.5,

@@ -228,10 +228,13 @@ impl Snapshot {
     }
 }
 
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct NamingOptions {
     /// Stacks kept per lock (0: none).
     pub stacks_per_lock: usize,
+    /// `--php`: each route key's name as in the report's `routes`, for the
+    /// stacks' `route`.
+    pub route_names: Option<HashMap<u64, String>>,
 }
 
 /// Names every lock of the report, resolves callers and stacks.
@@ -271,8 +274,14 @@ pub fn annotate(
             .iter()
             .map(|lock| (lock.address, lock.kind.span()))
             .collect();
-        report.stacks =
-            resolve_stacks(&space, collected, functions, &rows, options.stacks_per_lock);
+        let routes = options.route_names.as_ref();
+        report.stacks = resolve_stacks(
+            &space,
+            collected,
+            functions,
+            &rows,
+            (options.stacks_per_lock, routes),
+        );
         attribute_futex_waits(report, &space, collected);
         creation::apply(report, &space, collected);
     }
@@ -820,14 +829,16 @@ fn scale_shares<T: Copy>(shares: Vec<(T, u64)>, target: u64) -> Vec<(T, u64)> {
 /// The top stacks of each lock, innermost frame first, frames resolved:
 /// the top `per_lock` of its lock calls and waits, and as many of its CPU
 /// samples (`rows`: the report's rows, address to span, which the
-/// sampler's addresses fold into as its samples do).
+/// sampler's addresses fold into as its samples do); with `--php`, each
+/// split by the route its snapshots were taken in (`routes`: key to name).
 fn resolve_stacks(
     space: &AddressSpace,
     collected: &Collected,
     functions: &[LockFunction],
     rows: &BTreeMap<u64, u64>,
-    per_lock: usize,
+    (per_lock, routes): (usize, Option<&HashMap<u64, String>>),
 ) -> Vec<LockStack> {
+    let route_of = |stack: &UnwoundStack| routes.and_then(|names| names.get(&stack.route)).cloned();
     let mut by_lock: BTreeMap<u64, Vec<LockStack>> = BTreeMap::new();
     let acquired = acquisitions_by_call_site(collected, functions);
     let uses = collected
@@ -864,7 +875,7 @@ fn resolve_stacks(
         } else {
             StackOrigin::Waits
         };
-        let mut push = |mut frames: Vec<Frame>, count, unwound_by| {
+        let mut push = |mut frames: Vec<Frame>, count, unwound_by, route| {
             if let (true, Some(first)) = (lock_call, frames.first_mut()) {
                 first.offset = 0;
             }
@@ -874,6 +885,7 @@ fn resolve_stacks(
                 frames,
                 unwound_by,
                 source: Some(source),
+                route,
             });
         };
         match collected.unwound.get(key) {
@@ -884,6 +896,7 @@ fn resolve_stacks(
                         resolve_stack(space, stack),
                         share,
                         StackSource::CallFrameInfo,
+                        route_of(stack),
                     );
                 }
             }
@@ -893,11 +906,12 @@ fn resolve_stacks(
                 vec![resolve_code(space, key.return_ip, true)],
                 count,
                 StackSource::CallerOnly,
+                None,
             ),
             None => {}
         }
     }
-    for stack in cpu_stacks(space, collected, rows) {
+    for stack in cpu_stacks(space, collected, rows, &route_of) {
         by_lock.entry(stack.lock).or_default().push(stack);
     }
     let mut out = Vec::new();
@@ -905,21 +919,51 @@ fn resolve_stacks(
         // Lock calls and waits, then CPU samples: each its own top N.
         let (cpu, uses): (Vec<LockStack>, Vec<LockStack>) =
             stacks.into_iter().partition(LockStack::is_cpu);
-        for mut stacks in [uses, cpu] {
-            // The same resolved stack can come from several raw ones.
-            stacks.sort_by(|a, b| (a.source, &a.frames).cmp(&(b.source, &b.frames)));
-            stacks.dedup_by(|later, earlier| {
-                let same = later.frames == earlier.frames && later.source == earlier.source;
-                if same {
-                    earlier.count += later.count;
-                }
-                same
-            });
-            stacks.sort_by_key(|stack| std::cmp::Reverse(stack.count));
-            out.extend(stacks.into_iter().take(per_lock));
+        for stacks in [uses, cpu] {
+            out.extend(top_stacks(stacks, per_lock));
         }
     }
     out
+}
+
+/// The `per_lock` stacks of most counts, the same resolved stack from
+/// several raw ones added up. Stacks split by route count together in the
+/// ranking (the same stacks are kept as without routes), each route's part
+/// kept apart, most first.
+fn top_stacks(mut stacks: Vec<LockStack>, per_lock: usize) -> Vec<LockStack> {
+    /// A stack whatever its route: what it counts and its frames.
+    type Whole = (Option<StackOrigin>, Vec<Frame>);
+    let key = |stack: &LockStack| -> Whole { (stack.source, stack.frames.clone()) };
+    stacks.sort_by(|a, b| (a.source, &a.frames, &a.route).cmp(&(b.source, &b.frames, &b.route)));
+    stacks.dedup_by(|later, earlier| {
+        let same = later.frames == earlier.frames
+            && later.source == earlier.source
+            && later.route == earlier.route;
+        if same {
+            earlier.count += later.count;
+        }
+        same
+    });
+    let mut totals: BTreeMap<Whole, u64> = BTreeMap::new();
+    for stack in &stacks {
+        *totals.entry(key(stack)).or_insert(0) += stack.count;
+    }
+    let mut ranked: Vec<(&Whole, &u64)> = totals.iter().collect();
+    ranked.sort_by(|a, b| b.1.cmp(a.1).then_with(|| a.0.cmp(b.0)));
+    let rank: BTreeMap<&Whole, usize> = ranked
+        .iter()
+        .enumerate()
+        .map(|(index, (key, _))| (*key, index))
+        .collect();
+    let mut kept: Vec<(usize, LockStack)> = stacks
+        .iter()
+        .filter_map(|stack| {
+            let index = rank[&key(stack)];
+            (index < per_lock).then(|| (index, stack.clone()))
+        })
+        .collect();
+    kept.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.count.cmp(&a.1.count)));
+    kept.into_iter().map(|(_, stack)| stack).collect()
 }
 
 /// The frame that stands for the kernel's futex code at the top of a
@@ -936,6 +980,7 @@ fn cpu_stacks(
     space: &AddressSpace,
     collected: &Collected,
     rows: &BTreeMap<u64, u64>,
+    route_of: &dyn Fn(&UnwoundStack) -> Option<String>,
 ) -> Vec<LockStack> {
     let mut stacks = Vec::new();
     let samples = collected.stacks.iter().filter(|(key, _)| {
@@ -968,6 +1013,7 @@ fn cpu_stacks(
                 frames,
                 unwound_by,
                 source: Some(StackOrigin::CpuSamples),
+                route: stack.and_then(route_of),
             });
         };
         match collected.unwound.get(key) {
@@ -1024,6 +1070,7 @@ mod stack_share_tests {
             count_at,
             frames: vec![frame],
             php: Vec::new(),
+            route: 0,
         }
     }
 

@@ -25,7 +25,7 @@ use tracer_common::{SnapshotHeader, StackKey};
 
 use super::{dwarf::MAX_SECTION_BYTES, elf::Segment};
 use crate::{
-    model::{PhpFrameRead, UnwoundStack},
+    model::{PhpSnapshot, UnwoundStack},
     probe::{
         modules::{ModuleFile, ModuleStore},
         target::{self, Mapping, Target},
@@ -91,7 +91,7 @@ impl StackUnwinder {
 
     /// Unwinds one snapshot (`stack`: its bytes from `header.sp` up) and
     /// keeps its frames under its key.
-    pub fn add(&mut self, header: &SnapshotHeader, php: Vec<PhpFrameRead>, stack: &[u8]) {
+    pub fn add(&mut self, header: &SnapshotHeader, php: PhpSnapshot, stack: &[u8]) {
         let mut frames = unwind_stack(&self.unwinder, &mut self.cache, header, stack);
         let uncovered = frames.iter().any(|&ip| !self.covers(ip));
         if uncovered && self.reread_maps() {
@@ -103,7 +103,8 @@ impl StackUnwinder {
             .push(UnwoundStack {
                 count_at: header.count_at,
                 frames,
-                php,
+                php: php.frames,
+                route: php.route,
             });
     }
 
@@ -185,7 +186,7 @@ impl StackUnwinder {
 }
 
 impl SnapshotSink for StackUnwinder {
-    fn take(&mut self, header: &SnapshotHeader, php: Vec<PhpFrameRead>, stack: &[u8]) {
+    fn take(&mut self, header: &SnapshotHeader, php: PhpSnapshot, stack: &[u8]) {
         self.add(header, php, stack);
     }
 }
@@ -195,7 +196,7 @@ impl SnapshotSink for StackUnwinder {
 pub type SharedUnwinder = Arc<Mutex<StackUnwinder>>;
 
 impl SnapshotSink for SharedUnwinder {
-    fn take(&mut self, header: &SnapshotHeader, php: Vec<PhpFrameRead>, stack: &[u8]) {
+    fn take(&mut self, header: &SnapshotHeader, php: PhpSnapshot, stack: &[u8]) {
         self.lock()
             .unwrap_or_else(PoisonError::into_inner)
             .add(header, php, stack);

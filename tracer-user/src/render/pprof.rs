@@ -9,8 +9,10 @@
 //! contentions, stacks of CPU samples `cpu` (samples x the sampling
 //! period, no other value). What no stack accounts for (stacks past the top N kept, and
 //! the wait time, known per lock only) goes on a sample whose only frame is
-//! the lock, so each lock's totals in the profile are the report's. Reads
-//! only the report model.
+//! the lock, so each lock's totals in the profile are the report's. With
+//! `--php`, stack samples also carry the label `route` (the route their
+//! snapshots were taken in: `-tagfocus route=...`). Reads only the report
+//! model.
 use std::{collections::HashMap, io::Write};
 
 use anyhow::{Context, Result};
@@ -96,16 +98,14 @@ pub fn encode(report: &Report) -> Profile {
             .map_or(0, |cpu| crate::model::sample_period_ns(cpu.sample_hz));
         for stack in cpu {
             let ns = stack.count.saturating_mul(period);
-            placed[CPU] += builder.sample(lock, &stack.frames, CPU, ns);
+            placed[CPU] += builder.sample(lock, stack, CPU, ns);
         }
         if !calls.is_empty() || !waits.is_empty() {
             for stack in calls {
-                placed[ACQUISITIONS] +=
-                    builder.sample(lock, &stack.frames, ACQUISITIONS, stack.count);
+                placed[ACQUISITIONS] += builder.sample(lock, stack, ACQUISITIONS, stack.count);
             }
             for stack in waits {
-                placed[CONTENTIONS] +=
-                    builder.sample(lock, &stack.frames, CONTENTIONS, stack.count);
+                placed[CONTENTIONS] += builder.sample(lock, stack, CONTENTIONS, stack.count);
             }
         } else {
             // A futex-only lock's callers are its waiters, counted per wait.
@@ -115,7 +115,8 @@ pub fn encode(report: &Report) -> Profile {
                 CONTENTIONS
             };
             for caller in &lock.callers {
-                placed[index] += builder.sample(lock, &[caller.frame()], index, caller.count);
+                placed[index] +=
+                    builder.sample_at(lock, &[caller.frame()], None, index, caller.count);
             }
         }
         // What no stack or caller accounts for (stacks beyond the top N,
@@ -128,7 +129,7 @@ pub fn encode(report: &Report) -> Profile {
             (CPU, lock.cpu_ns.unwrap_or(0)),
         ] {
             if total > placed[index] {
-                builder.sample(lock, &[], index, total - placed[index]);
+                builder.sample_at(lock, &[], None, index, total - placed[index]);
             }
         }
     }
@@ -217,9 +218,22 @@ impl Builder {
         id
     }
 
-    /// One sample: the lock as the leaf, then `frames` (innermost first);
-    /// returns `value`.
-    fn sample(&mut self, lock: &Lock, frames: &[Frame], index: usize, value: u64) -> u64 {
+    /// One sample of a stack: its frames, labelled with its route (`--php`).
+    fn sample(&mut self, lock: &Lock, stack: &LockStack, index: usize, value: u64) -> u64 {
+        self.sample_at(lock, &stack.frames, stack.route.as_deref(), index, value)
+    }
+
+    /// One sample: the lock as the leaf, then `frames` (innermost first),
+    /// with the labels `lock`, `kind` and `route` (when known); returns
+    /// `value`.
+    fn sample_at(
+        &mut self,
+        lock: &Lock,
+        frames: &[Frame],
+        route: Option<&str>,
+        index: usize,
+        value: u64,
+    ) -> u64 {
         let lock_name = label(lock);
         let mut location_id = vec![self.location(
             format!("lock {lock_name}"),
@@ -241,7 +255,7 @@ impl Builder {
         }
         let mut values = vec![0i64; SAMPLE_TYPES];
         values[index] = i64::try_from(value).unwrap_or(i64::MAX);
-        let label = vec![
+        let mut label = vec![
             Label {
                 key: self.string("lock"),
                 str: self.string(&lock_name),
@@ -255,6 +269,14 @@ impl Builder {
                 num_unit: 0,
             },
         ];
+        if let Some(route) = route {
+            label.push(Label {
+                key: self.string("route"),
+                str: self.string(route),
+                num: 0,
+                num_unit: 0,
+            });
+        }
         self.samples.push(Sample {
             location_id,
             value: values,
@@ -435,6 +457,7 @@ mod tests {
             frames: vec![Frame::named(first), Frame::named("take")],
             unwound_by: StackSource::CallFrameInfo,
             source: Some(source),
+            route: (source == StackOrigin::LockCalls).then(|| "GET /q.php".to_string()),
         };
         report.stacks = vec![
             stack(10, "pthread_mutex_lock", StackOrigin::LockCalls),
@@ -456,5 +479,19 @@ mod tests {
             ]
         );
         assert_eq!(profile.sample[0].location_id.len(), 3);
+        // `--php`: the lock calls' stack carries its route as a label, the
+        // others none.
+        let routes: Vec<Option<&str>> = profile
+            .sample
+            .iter()
+            .map(|sample| {
+                sample
+                    .label
+                    .iter()
+                    .find(|label| profile.string_table[label.key as usize] == "route")
+                    .map(|label| profile.string_table[label.str as usize].as_str())
+            })
+            .collect();
+        assert_eq!(routes, [None, Some("GET /q.php"), None]);
     }
 }

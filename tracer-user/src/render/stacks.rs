@@ -104,7 +104,8 @@ pub fn folded_path(stack: &LockStack) -> String {
 }
 
 /// The top stacks of the first `limit` locks, as text under the table:
-/// innermost frame first, like a debugger's backtrace.
+/// innermost frame first, like a debugger's backtrace, after the route
+/// (`--php`) in brackets.
 pub fn render_text(report: &Report, limit: usize) -> String {
     let mut out = String::new();
     for lock in report.locks.iter().take(limit) {
@@ -124,8 +125,13 @@ pub fn render_text(report: &Report, limit: usize) -> String {
         for stack in stacks {
             let frames: Vec<String> = stack.frames.iter().map(frame_label).collect();
             let what = if stack.is_cpu() { "cpu samples: " } else { "" };
+            let route = stack
+                .route
+                .as_deref()
+                .map(|route| format!("[{}] ", super::format::printable(route)))
+                .unwrap_or_default();
             out.push_str(&format!(
-                "  {:>10}  {what}{}\n",
+                "  {:>10}  {what}{route}{}\n",
                 stack.count,
                 frames.join(" <- ")
             ));
@@ -153,6 +159,7 @@ mod tests {
             frames: vec![Frame::named("pthread_mutex_lock"), Frame::named("take")],
             unwound_by: StackSource::CallFrameInfo,
             source: Some(source),
+            route: None,
         };
         report.stacks = vec![
             stack(7, StackOrigin::LockCalls),

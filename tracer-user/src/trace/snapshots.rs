@@ -21,7 +21,7 @@ use aya::{
 };
 use tracer_common::{SnapshotHeader, StackSnapshot, names, php::PhpStack};
 
-use crate::model::PhpFrameRead;
+use crate::model::PhpSnapshot;
 
 /// How long the reader sleeps when the ring is empty.
 const POLL_EVERY: Duration = Duration::from_millis(5);
@@ -29,8 +29,8 @@ const POLL_EVERY: Duration = Duration::from_millis(5);
 /// What takes the snapshots, on the reader's thread.
 pub trait SnapshotSink: Send + 'static {
     /// `stack` is the header's `len` bytes from its `sp` up; `php` the
-    /// thread's PHP frames (`--php`), innermost first.
-    fn take(&mut self, header: &SnapshotHeader, php: Vec<PhpFrameRead>, stack: &[u8]);
+    /// thread's PHP frames and route (`--php`).
+    fn take(&mut self, header: &SnapshotHeader, php: PhpSnapshot, stack: &[u8]);
 }
 
 /// The reading thread; [`SnapshotReader::finish`] stops it and returns
@@ -107,7 +107,11 @@ fn drain(ring: &mut RingBuf<MapData>, sink: &mut impl SnapshotSink) -> usize {
         let start = std::mem::offset_of!(StackSnapshot, stack);
         let len = usize::try_from(header.len).unwrap_or(usize::MAX);
         let end = start.saturating_add(len).min(item.len());
-        sink.take(&header, super::php::frames(&php), &item[start..end]);
+        let php = PhpSnapshot {
+            frames: super::php::frames(&php),
+            route: php.route,
+        };
+        sink.take(&header, php, &item[start..end]);
         drained += 1;
     }
     drained

@@ -124,7 +124,7 @@ pub fn two_truth(pid: u32, port: u16) -> f64 {
     calls as f64 / TWO_ALONE as f64
 }
 
-/// `record --php --stacks 16 --route-pattern ID_PATTERN --duration 15` of
+/// `record --php --stacks 200 --route-pattern ID_PATTERN --duration 15` of
 /// `pid` under [`MIX`] on `port`.
 pub fn record_mix(pid: u32, port: u16) -> (Value, String) {
     let trace = Trace::attach(
@@ -133,8 +133,10 @@ pub fn record_mix(pid: u32, port: u16) -> (Value, String) {
             "--duration",
             "15",
             "--php",
+            // Every stack of the global lock kept: the top 16 could leave
+            // out a rarer PHP call line (seen on the static build).
             "--stacks",
-            "16",
+            "200",
             "--route-pattern",
             ID_PATTERN,
         ],
@@ -309,7 +311,36 @@ pub fn assert_classic_page_frames(report: &Value, root: &Path) -> Vec<(String, S
     );
     let q = root.join("q.php");
     assert_frame(&frames, &q, "{main}", &["$st->execute([$start, $start]);"]);
+    assert_stack_routes(report);
     frames
+}
+
+/// Each stack of the global lock with PHP frames is labelled with the route
+/// of the page its frames are in (`route`, also pprof's label), and both
+/// database pages have such stacks.
+pub fn assert_stack_routes(report: &Value) {
+    let lock = super::frankenphp::lock_named(report, GLOBAL_LOCK);
+    let mut seen = Vec::new();
+    for stack in report["stacks"].as_array().unwrap() {
+        if stack["lock"] != lock["address"] {
+            continue;
+        }
+        let page = stack["frames"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|frame| frame.get("php")?["file"].as_str())
+            .find_map(|file| ["q.php", "two.php"].into_iter().find(|p| file.ends_with(p)));
+        let Some(page) = page else {
+            continue;
+        };
+        let wanted = format!("GET /{page}");
+        assert_eq!(stack["route"], wanted.as_str(), "{stack:#}");
+        seen.push(page);
+    }
+    seen.sort();
+    seen.dedup();
+    assert_eq!(seen, ["q.php", "two.php"], "stacks of both database pages");
 }
 
 /// The global lock's stacks hold `function` in `file` at the line of each
