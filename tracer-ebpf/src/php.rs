@@ -92,15 +92,16 @@ fn thread_block(offsets: &PhpOffsets) -> Result<u64, u32> {
 /// request's route and counts the request under it.
 #[inline(always)]
 pub(crate) fn begin_request() {
-    let Some(offsets) = offsets() else {
-        return;
-    };
-    let route = match read_route(offsets) {
-        Ok(route) => route,
-        Err(reason) => {
+    // Before userspace has loaded PHP's offsets (the first moments after
+    // attach) a request counts as unreadable, with its locks: every request
+    // and acquisition in one route.
+    let route = match offsets().map(read_route) {
+        Some(Ok(route)) => route,
+        Some(Err(reason)) => {
             count_miss(reason);
             UNREADABLE_ROUTE
         }
+        None => UNREADABLE_ROUTE,
     };
     if let Some(state) = thread_state() {
         // SAFETY: `state` is the map value just looked up.

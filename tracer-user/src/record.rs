@@ -282,6 +282,10 @@ async fn trace(
     }
     let watch = ProcWatch::start(target.pid, &probed_modules(prepared));
     let mut loaded = load_probes(options, prepared, window)?;
+    // PHP's state first: requests before it count as unreadable.
+    let php_threads = php
+        .map(|php| PhpThreads::start(&mut loaded.ebpf, target.pid, php.offsets, php.threads))
+        .transpose()?;
     if let Some(reason) = &loaded.cpu_off {
         output::note(format_args!(
             "locktrace: CPU sampler off, counting goes on without CPU per lock: {reason}"
@@ -291,9 +295,6 @@ async fn trace(
     let armed = arm_sampler(options, prepared, window, &mut loaded)?;
     // Pointer chains of heap locks are searched while the target lives.
     snapshot.watch(&loaded.ebpf);
-    let php_threads = php
-        .map(|php| PhpThreads::start(&mut loaded.ebpf, target.pid, php.offsets, php.threads))
-        .transpose()?;
     let mut live = go_live(options, prepared, window, loaded, php_threads)?;
     let stacks = spawn_unwinder(options, &live.loaded, target);
     let (stopped_by, sampled) = wait_for_stop(

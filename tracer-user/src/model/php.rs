@@ -62,7 +62,8 @@ pub enum RouteKind {
     Route,
     /// The routes past `--max-routes`, together.
     Other,
-    /// Requests whose method and path could not be read.
+    /// Requests whose method and path could not be read (also those that
+    /// started in the moment after attach before PHP's offsets were loaded).
     Unreadable,
     /// Lock calls and waits on threads before their first request (the
     /// server's own threads: Go's, Apache's listener, …).
