@@ -2,7 +2,8 @@
 //! and worker mode) serving pages of known truths (`common/php_pages.rs`):
 //! each route's requests and its calls of mysqlnd's global statistics lock
 //! per request, exact under a mixed load, ids collapsed by a route pattern,
-//! and the PHP functions, files and lines that took the lock in its stacks.
+//! and the PHP functions, files and lines that took the lock in its stacks;
+//! PHP frames in contention mode's wait stacks and in `top --stacks`.
 //!
 //! The truth for `/two.php` (a connection and two queries) is measured apart
 //! first, by a plain recording (no `--php`) while only that page is served:
@@ -327,4 +328,89 @@ fn php_refusals_are_one_line() {
         common::locktrace().args(["record", "--pid", &pid, "--route-pattern", "/x=/y"]),
         "--php",
     );
+}
+
+/// Contention mode (no lock probes): the wait stacks carry PHP frames and
+/// routes too. `/env.php`'s `putenv()` loop goes through FrankenPHP's Go
+/// runtime, which parks the PHP thread: futex waits under that PHP line.
+/// Requests per route stay exact.
+#[test]
+fn contention_mode_wait_stacks_carry_php_frames_and_routes() {
+    let server = PhpServer::start(Mode::Classic);
+    let trace = Trace::attach(
+        server.pid,
+        &[
+            "--mode",
+            "contention",
+            "--duration",
+            "10",
+            "--php",
+            "--stacks",
+            "50",
+        ],
+    );
+    std::thread::scope(|scope| {
+        for _ in 0..2 {
+            scope.spawn(|| requests(PORT, "/env.php", 4, "env done"));
+        }
+    });
+    let (report, table) = trace.finish();
+    assert_eq!(route(&report, "GET /env.php")["requests"], 8, "{table}");
+    let env = server.pages.root.join("env.php");
+    let line = u64::from(line_of(&env, "putenv(\"LOCKTRACE_ENV"));
+    let under_putenv = report["stacks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|stack| stack["source"] == "waits")
+        .filter(|stack| {
+            stack["frames"].as_array().unwrap().iter().any(|frame| {
+                frame["function"] == "{main}"
+                    && frame["php"]["file"]
+                        .as_str()
+                        .is_some_and(|f| f.ends_with("env.php"))
+                    && frame["php"]["line"] == line
+            })
+        })
+        .collect::<Vec<_>>();
+    assert!(
+        !under_putenv.is_empty(),
+        "no wait stack under env.php:{line}: {table}"
+    );
+    for stack in under_putenv {
+        assert_eq!(stack["route"], "GET /env.php", "{stack:#}");
+    }
+}
+
+/// `top --php --stacks`: the global lock's top stack line reads down
+/// through the PHP code that took it (`{main} (q.php:N)`).
+#[test]
+fn top_stack_lines_read_through_php_frames() {
+    use common::live_views::start_live;
+    use std::io::BufRead;
+    let server = PhpServer::start(Mode::Classic);
+    let pid = server.pid.to_string();
+    let (mut top, _) = start_live(
+        &["top", "--pid", &pid, "--php", "--stacks"],
+        std::process::Stdio::piped(),
+    );
+    let stdout = std::io::BufReader::new(top.0.stdout.take().unwrap());
+    let load = std::thread::spawn(|| requests(PORT, "/q.php", 60, "\"count\":20"));
+    let mut found = None;
+    // top prints a table a second: give up after a minute of them.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    for line in stdout.lines().map_while(Result::ok) {
+        if line.starts_with("    stack ") && line.contains("(q.php:") {
+            found = Some(line);
+            break;
+        }
+        if std::time::Instant::now() > deadline {
+            break;
+        }
+    }
+    load.join().unwrap();
+    unsafe { libc::kill(top.0.id() as i32, libc::SIGINT) };
+    let _ = top.0.wait();
+    let line = found.expect("a stack line through q.php");
+    assert!(line.trim_end().ends_with("pthread_mutex_lock"), "{line}");
 }

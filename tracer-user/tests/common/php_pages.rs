@@ -51,7 +51,7 @@ impl Pages {
         let root = dir.path().join("www");
         std::fs::create_dir(&root).unwrap();
         std::fs::copy(kit.join("www/q.php"), root.join("q.php")).unwrap();
-        for page in ["two.php", "hello.php", "worker.php"] {
+        for page in ["two.php", "hello.php", "worker.php", "env.php"] {
             std::fs::copy(fixture(page), root.join(page)).unwrap();
         }
         for path in [dir.path(), root.as_path()] {
@@ -78,7 +78,7 @@ pub fn line_of(file: &Path, needle: &str) -> u32 {
 
 /// `n` requests of `path` (with `{i}` replaced by the request's number),
 /// each answered 200 with `body` in it.
-fn requests(port: u16, path: &str, n: u64, body: &str) {
+pub fn requests(port: u16, path: &str, n: u64, body: &str) {
     for i in 0..n {
         let path = path.replace("{i}", &(i + 1).to_string());
         let answer = try_http_get(port, &path).unwrap_or_else(|| panic!("GET {path} failed"));
