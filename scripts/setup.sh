@@ -6,7 +6,8 @@
 #                  passes it; about 8 minutes the first time, cached in /tmp/e2e and
 #                  /tmp/gobin-venv afterwards), then its static musl variant
 #                  (scripts/build-frankenphp-static.sh, about 12 more minutes once),
-#                  and mod_php for Apache (scripts/build-modphp.sh, about 5 minutes once).
+#                  and mod_php for Apache (scripts/build-modphp.sh, about 5 minutes once),
+#                  and PHP 8.2's and 8.4's headers (scripts/fetch-php-headers.sh).
 #                  The kit is $LOCKTRACE_FRANKENPHP_KIT, else shared/frankenphp
 #                  beside the repository.
 set -euo pipefail
@@ -91,6 +92,10 @@ if [ "$FRANKENPHP" = 1 ]; then
   [ -f /tmp/e2e/modphp/libphp.so ] || echo "setup: building mod_php (about 5 minutes, once; logs /tmp/e2e/logs/modphp-*)" >&2
   bash "$repo/scripts/build-modphp.sh" >/tmp/e2e/logs/setup-modphp.log 2>&1 ||
     die "building mod_php failed (see /tmp/e2e/logs/setup-modphp.log); by hand: bash $repo/scripts/build-modphp.sh"
+  # PHP 8.2's and 8.4's headers from Debian (tests/php_routes.rs checks the
+  # layout tables against them); two small downloads, once.
+  bash "$repo/scripts/fetch-php-headers.sh" >/tmp/e2e/logs/setup-php-headers.log 2>&1 ||
+    die "fetching PHP's headers failed (see /tmp/e2e/logs/setup-php-headers.log); by hand: bash $repo/scripts/fetch-php-headers.sh"
   # The release shape (tests/frankenphp_static.rs): one static musl executable
   # with PHP inside, from the kit's outputs; about 12 minutes once, then under a second.
   LOCKTRACE_FRANKENPHP_KIT=$kit bash "$repo/scripts/build-frankenphp-static.sh"

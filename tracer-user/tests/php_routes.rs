@@ -414,3 +414,70 @@ fn top_stack_lines_read_through_php_frames() {
     let line = found.expect("a stack line through q.php");
     assert!(line.trim_end().ends_with("pthread_mutex_lock"), "{line}");
 }
+
+/// The tables locktrace uses where libphp has no DWARF hold what PHP's own
+/// headers say, for each version with a table: `fixtures/php/offsets.c`
+/// compiled against Debian's php8.2-dev and php8.4-dev
+/// (`scripts/fetch-php-headers.sh`, run by setup).
+#[test]
+fn the_php_tables_match_phps_headers() {
+    use locktrace::naming::php;
+    for version in ["8.2", "8.4"] {
+        let root = Path::new("/tmp/e2e/php-headers").join(version);
+        let include = std::fs::read_dir(root.join("usr/include/php"))
+            .expect("PHP's headers (scripts/setup.sh --frankenphp)")
+            .flatten()
+            .next()
+            .expect("one API directory")
+            .path();
+        let dir = tempfile::tempdir().unwrap();
+        let binary = dir.path().join("offsets");
+        let mut gcc = Command::new("gcc");
+        for sub in ["", "main", "Zend", "TSRM", "sapi"] {
+            gcc.arg("-I").arg(include.join(sub));
+        }
+        let built = gcc
+            .arg("-o")
+            .arg(&binary)
+            .arg(common::repo_root().join("fixtures/php/offsets.c"))
+            .output()
+            .unwrap();
+        assert!(
+            built.status.success(),
+            "{}",
+            String::from_utf8_lossy(&built.stderr)
+        );
+        let printed = Command::new(&binary).output().unwrap();
+        let text = String::from_utf8(printed.stdout).unwrap();
+        let (t, _) = php::table_layout(Some(version)).expect("a table");
+        let table = [
+            ("current_execute_data", t.current_execute_data),
+            ("execute_data_opline", t.execute_data_opline),
+            ("execute_data_func", t.execute_data_func),
+            ("execute_data_prev", t.execute_data_prev),
+            ("function_type", t.function_type),
+            ("function_name", t.function_name),
+            ("function_scope", t.function_scope),
+            ("op_array_filename", t.op_array_filename),
+            ("op_lineno", t.op_lineno),
+            ("class_name", t.class_name),
+            ("string_len", t.string_len),
+            ("string_val", t.string_val),
+            ("request_method", t.request_method),
+            ("request_uri", t.request_uri),
+            ("path_translated", t.path_translated),
+        ];
+        let from_headers: Vec<(String, u64)> = text
+            .lines()
+            .map(|line| {
+                let (name, offset) = line.split_once(' ').unwrap();
+                (name.to_string(), offset.parse().unwrap())
+            })
+            .collect();
+        let from_table: Vec<(String, u64)> = table
+            .iter()
+            .map(|(name, offset)| (name.to_string(), *offset))
+            .collect();
+        assert_eq!(from_headers, from_table, "PHP {version}");
+    }
+}

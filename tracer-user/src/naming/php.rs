@@ -269,11 +269,26 @@ pub const PHP_8_2: (PhpOffsets, (u64, u64)) = (
     (16, 24),
 );
 
-/// The table's layout for `version` (major.minor), if locktrace has one.
+/// PHP 8.4 on x86-64: 8.2's offsets but `zend_op_array.filename`, which
+/// moved (the FrankenPHP tests check both tables against PHP's headers,
+/// Debian's php8.2-dev and php8.4-dev, with `fixtures/php/offsets.c`).
+/// `_tsrm_tls_entry` is private to TSRM.c and unchanged since PHP 7.
+pub const PHP_8_4: (PhpOffsets, (u64, u64)) = (
+    PhpOffsets {
+        op_array_filename: 168,
+        ..PHP_8_2.0
+    },
+    PHP_8_2.1,
+);
+
+/// The table's layout for `version` (major.minor), if locktrace has one:
+/// 8.2 and 8.4, the versions whose headers could be checked here (8.3 and
+/// 8.5 are not packaged by Debian).
 pub fn table_layout(version: Option<&str>) -> Option<(PhpOffsets, (u64, u64))> {
     let mut parts = version?.split('.');
     match (parts.next()?, parts.next()?) {
         ("8", "2") => Some(PHP_8_2),
+        ("8", "4") => Some(PHP_8_4),
         _ => None,
     }
 }
@@ -290,9 +305,12 @@ mod tests {
     }
 
     #[test]
-    fn a_table_for_8_2_only() {
-        assert!(table_layout(Some("8.2.32")).is_some());
+    fn tables_for_8_2_and_8_4_only() {
+        assert_eq!(table_layout(Some("8.2.32")), Some(PHP_8_2));
+        assert_eq!(table_layout(Some("8.4.11")), Some(PHP_8_4));
+        assert_eq!(PHP_8_4.0.op_array_filename, 168);
         assert!(table_layout(Some("8.3.1")).is_none());
+        assert!(table_layout(Some("8.5.0")).is_none());
         assert!(table_layout(None).is_none());
     }
 }
