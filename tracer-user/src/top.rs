@@ -18,13 +18,14 @@ use crossterm::{
 
 use crate::{
     live::{self, Interval, LiveOptions, LiveSession, LockActivity},
-    model::WaitClass,
+    model::{RouteKind, WaitClass},
     render::{
         Sink,
         fit::{Fixed, fixed_line},
         format::{self, cut},
         in_progress,
         output::Written,
+        routes,
     },
 };
 
@@ -273,8 +274,12 @@ fn format_rate(rate: f64) -> String {
     }
 }
 
+/// Routes shown under the header with `--php` (most requests first).
+const ROUTES_SHOWN: usize = 3;
+
 /// Lines under the header: waits that are not lock contention (per class,
-/// as `record` classifies them) and what the tracer lost since attach.
+/// as `record` classifies them), the busiest routes (`--php`) and what the
+/// tracer lost since attach.
 fn notes(interval: &Interval, seconds: f64) -> Vec<String> {
     let mut notes = Vec::new();
     let mut by_class: std::collections::BTreeMap<WaitClass, (u64, u64)> = Default::default();
@@ -307,6 +312,14 @@ fn notes(interval: &Interval, seconds: f64) -> Vec<String> {
         ));
     }
     notes.extend(in_progress::deadlock_lines(&interval.deadlocks));
+    // `--php`: the busiest routes since attach, as `record` prints them.
+    let busiest = interval
+        .routes
+        .iter()
+        .flat_map(|routes| &routes.routes)
+        .filter(|route| route.kind == RouteKind::Route)
+        .take(ROUTES_SHOWN);
+    notes.extend(busiest.map(|route| format!("route {}", routes::line(route))));
     if !interval.dropped.is_empty() {
         let reasons: Vec<String> = interval
             .dropped

@@ -383,9 +383,11 @@ fn contention_mode_wait_stacks_carry_php_frames_and_routes() {
 }
 
 /// `top --php --stacks`: the global lock's top stack line reads down
-/// through the PHP code that took it (`{main} (q.php:N)`).
+/// through the PHP code that took it (`{main} (q.php:N)`), and the route
+/// line gives the page's figures since attach, exact once its requests are
+/// done (408 calls of the global lock per request).
 #[test]
-fn top_stack_lines_read_through_php_frames() {
+fn top_shows_routes_and_stack_lines_through_php_frames() {
     use common::live_views::start_live;
     use std::io::BufRead;
     let server = PhpServer::start(Mode::Classic);
@@ -396,23 +398,27 @@ fn top_stack_lines_read_through_php_frames() {
     );
     let stdout = std::io::BufReader::new(top.0.stdout.take().unwrap());
     let load = std::thread::spawn(|| requests(PORT, "/q.php", 60, "\"count\":20"));
-    let mut found = None;
+    let route_line = "route GET /q.php: 60 requests, 792.0 acquisitions/request";
+    let (mut stack, mut route) = (None, None);
     // top prints a table a second: give up after a minute of them.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     for line in stdout.lines().map_while(Result::ok) {
         if line.starts_with("    stack ") && line.contains("(q.php:") {
-            found = Some(line);
-            break;
+            stack = Some(line);
+        } else if line.starts_with(route_line) {
+            route = Some(line);
         }
-        if std::time::Instant::now() > deadline {
+        if (stack.is_some() && route.is_some()) || std::time::Instant::now() > deadline {
             break;
         }
     }
     load.join().unwrap();
     unsafe { libc::kill(top.0.id() as i32, libc::SIGINT) };
     let _ = top.0.wait();
-    let line = found.expect("a stack line through q.php");
-    assert!(line.trim_end().ends_with("pthread_mutex_lock"), "{line}");
+    let stack = stack.expect("a stack line through q.php");
+    assert!(stack.trim_end().ends_with("pthread_mutex_lock"), "{stack}");
+    let route = route.expect("the route line of q.php's 60 requests");
+    assert!(route.contains(&format!("{GLOBAL_LOCK} 408.0")), "{route}");
 }
 
 /// The tables locktrace uses where libphp has no DWARF hold what PHP's own

@@ -66,7 +66,7 @@ fn serde_plain(layout: &crate::model::LayoutSource) -> &'static str {
 }
 
 /// `GET /q.php: 2000 requests, 792.0 acquisitions/request, 840 µs CPU/request; *lock 408.0, …`.
-fn line(route: &Route) -> String {
+pub fn line(route: &Route) -> String {
     let name = cut(&printable(&route.name), NAME_WIDTH);
     let locks: Vec<String> = route
         .locks
