@@ -462,7 +462,7 @@ impl LiveSession {
         };
         threads.refresh(&mut self.loaded.ebpf)?;
         let read = crate::trace::php::read(&self.loaded.ebpf, threads)?;
-        let routes = analysis::routes::build(&read, rules, collected.cpu_hz);
+        let routes = analysis::routes::build(&read, rules, collected.cpu_hz, self.mode);
         collected.php = Some(read);
         Ok(Some(routes))
     }

@@ -115,6 +115,11 @@ pub async fn record(options: &RecordOptions) -> Result<Report> {
             "--mode sampled cannot drive --load; count requests with --request-probe or --requests, or use --mode all"
         );
     }
+    if options.php.is_some() && options.mode == Mode::Sampled {
+        bail!(
+            "--php counts each route's locks exactly, which sampled windows cannot: use it with --mode all (the default) or --mode contention"
+        );
+    }
     if options.hold_times && options.mode != Mode::All {
         bail!(
             "--hold-times needs every lock and unlock call probed: use it with --mode all (the default)"
@@ -761,7 +766,7 @@ fn report(
     });
     if let (Some(runtime), Some(rules), Some(read)) = (php, &options.php, &collected.php) {
         report.php = Some(php_context(runtime, read));
-        report.routes = Some(routes::build(read, rules, collected.cpu_hz));
+        report.routes = Some(routes::build(read, rules, collected.cpu_hz, options.mode));
     }
     name(options, prepared, &mut report, snapshot, &collected);
     routes::fold_into_rows(&mut report);

@@ -21,7 +21,7 @@ use crate::{
     model::{RouteKind, WaitClass},
     render::{
         Sink,
-        fit::{Fixed, fixed_line},
+        fit::{Fixed, Width, fixed_line},
         format::{self, cut},
         in_progress,
         output::Written,
@@ -319,7 +319,7 @@ fn notes(interval: &Interval, seconds: f64) -> Vec<String> {
         .flat_map(|routes| &routes.routes)
         .filter(|route| route.kind == RouteKind::Route)
         .take(ROUTES_SHOWN);
-    notes.extend(busiest.map(|route| format!("route {}", routes::line(route))));
+    notes.extend(busiest.map(|route| format!("route {}", routes::line(route, Width::Unlimited))));
     if !interval.dropped.is_empty() {
         let reasons: Vec<String> = interval
             .dropped

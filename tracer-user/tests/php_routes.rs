@@ -328,6 +328,11 @@ fn php_refusals_are_one_line() {
         common::locktrace().args(["record", "--pid", &pid, "--route-pattern", "/x=/y"]),
         "--php",
     );
+    // Sampled windows would count each route's locks in part only.
+    fails_with(
+        common::locktrace().args(["record", "--pid", &pid, "--php", "--mode", "sampled"]),
+        "--mode all",
+    );
 }
 
 /// Contention mode (no lock probes): the wait stacks carry PHP frames and
@@ -355,7 +360,17 @@ fn contention_mode_wait_stacks_carry_php_frames_and_routes() {
         }
     });
     let (report, table) = trace.finish();
-    assert_eq!(route(&report, "GET /env.php")["requests"], 8, "{table}");
+    let env_route = route(&report, "GET /env.php");
+    assert_eq!(env_route["requests"], 8, "{table}");
+    // No lock probes: acquisitions unknown, not zero.
+    assert!(
+        env_route["acquisitions_per_request"].is_null(),
+        "{env_route:#}"
+    );
+    assert!(
+        table.contains("GET /env.php: 8 requests, ") && !table.contains("0.0 acquisitions/request"),
+        "{table}"
+    );
     let env = server.pages.root.join("env.php");
     let line = u64::from(line_of(&env, "putenv(\"LOCKTRACE_ENV"));
     let under_putenv = report["stacks"]

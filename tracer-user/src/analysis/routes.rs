@@ -11,7 +11,9 @@ use regex::Regex;
 use tracer_common::php::{NO_REQUEST, RouteLockCounts, UNREADABLE_ROUTE};
 
 use super::build::lock_holding;
-use crate::model::{PhpCollected, Report, Route, RouteKind, RouteLock, Routes, sample_period_ns};
+use crate::model::{
+    Mode, PhpCollected, Report, Route, RouteKind, RouteLock, Routes, sample_period_ns,
+};
 
 /// Routes kept apart by default.
 pub const DEFAULT_MAX_ROUTES: usize = 20;
@@ -118,8 +120,9 @@ fn row_of(key: u64, php: &PhpCollected, rules: &RouteRules) -> (RouteKind, Strin
 
 /// The per-route section (folded into the report's rows, with their names,
 /// by [`fold_into_rows`] once the rows are final). `cpu_hz`: the CPU
-/// sampler's rate, 0 when it was off.
-pub fn build(php: &PhpCollected, rules: &RouteRules, cpu_hz: u64) -> Routes {
+/// sampler's rate, 0 when it was off; in `mode` contention no lock call is
+/// counted, so acquisitions per request are null.
+pub fn build(php: &PhpCollected, rules: &RouteRules, cpu_hz: u64, mode: Mode) -> Routes {
     let mut rows: HashMap<(RouteKind, String), Tally> = HashMap::new();
     for (&key, &requests) in &php.requests {
         rows.entry(row_of(key, php, rules)).or_default().requests += requests;
@@ -132,6 +135,10 @@ pub fn build(php: &PhpCollected, rules: &RouteRules, cpu_hz: u64) -> Routes {
         add_counts(row.locks.entry(key.lock).or_default(), counts);
     }
     let period = (cpu_hz > 0).then(|| sample_period_ns(cpu_hz));
+    let figures = Figures {
+        period,
+        acquisitions: mode != Mode::Contention,
+    };
     let distinct = rows
         .keys()
         .filter(|(kind, _)| *kind == RouteKind::Route)
@@ -154,20 +161,20 @@ pub fn build(php: &PhpCollected, rules: &RouteRules, cpu_hz: u64) -> Routes {
     }
     let mut routes: Vec<Route> = named
         .into_iter()
-        .map(|((kind, name), tally)| route(kind, name, tally, period))
+        .map(|((kind, name), tally)| route(kind, name, tally, figures))
         .collect();
     if folded {
         routes.push(route(
             RouteKind::Other,
             "(other routes)".into(),
             other,
-            period,
+            figures,
         ));
     }
     rest.sort_by_key(|((kind, _), _)| *kind as u8);
     routes.extend(
         rest.into_iter()
-            .map(|((kind, name), tally)| route(kind, name, tally, period)),
+            .map(|((kind, name), tally)| route(kind, name, tally, figures)),
     );
     Routes {
         routes,
@@ -211,12 +218,24 @@ pub fn stack_labels(
         .collect()
 }
 
-/// A route row from its tally; `period`: ns per CPU sample, None without
-/// the sampler.
-fn route(kind: RouteKind, name: String, tally: Tally, period: Option<u64>) -> Route {
+/// What a route's figures per request can say.
+#[derive(Clone, Copy)]
+struct Figures {
+    /// ns per CPU sample, None without the sampler.
+    period: Option<u64>,
+    /// Whether lock calls were counted (not in contention mode).
+    acquisitions: bool,
+}
+
+/// A route row from its tally.
+fn route(kind: RouteKind, name: String, tally: Tally, figures: Figures) -> Route {
     let per = |value: f64| (tally.requests > 0).then(|| value / tally.requests as f64);
-    let cpu_per =
-        |samples: u64| period.and_then(|period| per(samples as f64 * period as f64 / 1000.0));
+    let cpu_per = |samples: u64| {
+        figures
+            .period
+            .and_then(|period| per(samples as f64 * period as f64 / 1000.0))
+    };
+    let calls_per = |calls: u64| per(calls as f64).filter(|_| figures.acquisitions);
     let mut locks: Vec<RouteLock> = tally
         .locks
         .iter()
@@ -226,7 +245,7 @@ fn route(kind: RouteKind, name: String, tally: Tally, period: Option<u64>) -> Ro
             acquisitions: counts.calls,
             contended: counts.waits,
             wait_ns: counts.wait_ns,
-            acquisitions_per_request: per(counts.calls as f64),
+            acquisitions_per_request: calls_per(counts.calls),
             contended_per_request: per(counts.waits as f64),
             wait_us_per_request: per(counts.wait_ns as f64 / 1000.0),
             cpu_samples: counts.cpu_samples,
@@ -246,7 +265,7 @@ fn route(kind: RouteKind, name: String, tally: Tally, period: Option<u64>) -> Ro
         name,
         kind,
         requests: tally.requests,
-        acquisitions_per_request: per(all as f64),
+        acquisitions_per_request: calls_per(all),
         cpu_samples: tally.cpu_samples,
         cpu_us_per_request: cpu_per(tally.cpu_samples),
         locks,
@@ -281,7 +300,10 @@ pub fn fold_into_rows(report: &mut Report) {
     let Some(routes) = &mut report.routes else {
         return;
     };
-    let period = routes.cpu_sample_period_ns;
+    let figures = Figures {
+        period: routes.cpu_sample_period_ns,
+        acquisitions: report.mode != Mode::Contention,
+    };
     for route in &mut routes.routes {
         let mut folded: BTreeMap<u64, RouteLockCounts> = BTreeMap::new();
         for lock in route.locks.drain(..) {
@@ -309,7 +331,7 @@ pub fn fold_into_rows(report: &mut Report) {
             .keys()
             .map(|&address| (address, rows.get(&address).and_then(|(_, n)| n.clone())))
             .collect();
-        *route = self::route(route.kind, std::mem::take(&mut route.name), tally, period);
+        *route = self::route(route.kind, std::mem::take(&mut route.name), tally, figures);
         for lock in &mut route.locks {
             lock.name = names.get(&lock.address).cloned().flatten();
         }
@@ -365,7 +387,7 @@ mod tests {
 
     #[test]
     fn patterns_collapse_ids_and_figures_are_per_route_request() {
-        let routes = build(&collected(), &rules(), 0);
+        let routes = build(&collected(), &rules(), 0, Mode::All);
         assert_eq!(routes.distinct, 1);
         let posts = &routes.routes[0];
         assert_eq!((posts.name.as_str(), posts.requests), ("GET /posts/:id", 4));
@@ -394,7 +416,7 @@ mod tests {
                 .to_vec(),
         });
         report.locks = vec![mutex, group];
-        report.routes = Some(build(&collected(), &rules(), 0));
+        report.routes = Some(build(&collected(), &rules(), 0, Mode::All));
         fold_into_rows(&mut report);
         let posts = &report.routes.as_ref().unwrap().routes[0];
         let row = |address| posts.locks.iter().find(|l| l.address == address).unwrap();
@@ -433,7 +455,7 @@ mod tests {
         );
         let mut report = Report::empty_for_tests("all");
         report.locks = vec![Lock::empty(MUTEX, LockKind::Mutex, WaitClass::Lock)];
-        report.routes = Some(build(&php, &rules(), 1000));
+        report.routes = Some(build(&php, &rules(), 1000, Mode::All));
         fold_into_rows(&mut report);
         let routes = report.routes.as_ref().unwrap();
         assert_eq!(routes.cpu_sample_period_ns, Some(1_000_000));
@@ -448,7 +470,7 @@ mod tests {
             (2, Some(500.0))
         );
         assert!(posts.locks.iter().all(|l| l.address != 0x10), "{posts:#?}");
-        let without_sampler = build(&php, &rules(), 0);
+        let without_sampler = build(&php, &rules(), 0, Mode::All);
         assert_eq!(without_sampler.routes[0].cpu_us_per_request, None);
     }
 
@@ -464,6 +486,7 @@ mod tests {
                 ..rules()
             },
             0,
+            Mode::All,
         );
         let names: Vec<&str> = routes.routes.iter().map(|r| r.name.as_str()).collect();
         assert_eq!(

@@ -3,17 +3,22 @@
 //! the most.
 use std::fmt::Write;
 
-use super::format::{cut, printable};
-use crate::model::{Report, Route};
+use super::{
+    fit::Width,
+    format::{cut, printable},
+};
+use crate::model::{Report, Route, RouteLock};
 
 /// Locks named per route at most.
 const LOCKS_SHOWN: usize = 2;
 /// Longest route name and lock name shown (the JSON has them whole).
 const NAME_WIDTH: usize = 60;
 const LOCK_WIDTH: usize = 36;
+/// Before each route's line.
+const INDENT: &str = "  ";
 
 /// `routes:` then one line per route, and where PHP's state was found.
-pub fn render(report: &Report) -> String {
+pub fn render(report: &Report, width: Width) -> String {
     let mut out = String::new();
     if let Some(php) = &report.php {
         let unread: Vec<String> = php
@@ -53,7 +58,7 @@ pub fn render(report: &Report) -> String {
         }
     );
     for route in &routes.routes {
-        let _ = writeln!(out, "  {}", line(route));
+        let _ = writeln!(out, "{INDENT}{}", line(route, width));
     }
     out
 }
@@ -65,79 +70,159 @@ fn serde_plain(layout: &crate::model::LayoutSource) -> &'static str {
     }
 }
 
-/// `GET /q.php: 2000 requests, 792.0 acquisitions/request, 840 µs CPU/request; *lock 408.0, …`.
-pub fn line(route: &Route) -> String {
-    let name = cut(&printable(&route.name), NAME_WIDTH);
+/// `GET /q.php: 2000 requests, 792.0 acquisitions/request, 840 µs CPU/request; *lock 408.0, …`:
+/// as many of the route's top locks as fit `width` (less the line's indent).
+pub fn line(route: &Route, width: Width) -> String {
+    let name = match width {
+        Width::Unlimited => printable(&route.name).into_owned(),
+        Width::Columns(_) => cut(&printable(&route.name), NAME_WIDTH),
+    };
+    let head = format!("{name}: {}", figures(route));
     let locks: Vec<String> = route
         .locks
         .iter()
+        .filter(|lock| lock.acquisitions > 0 || lock.contended > 0)
         .take(LOCKS_SHOWN)
-        .map(|lock| {
-            let label = lock
-                .name
-                .clone()
-                .unwrap_or_else(|| format!("{:#x}", lock.address));
-            // Short enough that a route's line fits the table's width.
-            let label = cut(&printable(&label), LOCK_WIDTH);
-            match lock.acquisitions_per_request {
-                Some(per) => format!("{label} {per:.1}"),
-                None => format!("{label} {}", lock.acquisitions),
-            }
-        })
+        .map(|lock| lock_text(lock, width))
         .collect();
-    let mut figures = match route.acquisitions_per_request {
-        Some(per) => format!("{} requests, {per:.1} acquisitions/request", route.requests),
-        None => {
-            let all: u64 = route.locks.iter().map(|lock| lock.acquisitions).sum();
-            format!("{all} acquisitions")
+    let with = |shown: &[String]| match shown {
+        [] => head.clone(),
+        _ => format!("{head}; {}", shown.join(", ")),
+    };
+    let Width::Columns(columns) = width else {
+        return with(&locks);
+    };
+    let room = columns.saturating_sub(INDENT.len());
+    (0..=locks.len())
+        .rev()
+        .map(|shown| with(&locks[..shown]))
+        .find(|text| text.chars().count() <= room)
+        .unwrap_or(head)
+}
+
+/// Requests and, per request, acquisitions (when lock calls were counted)
+/// and CPU; a row without requests gives its totals.
+fn figures(route: &Route) -> String {
+    let acquisitions: u64 = route.locks.iter().map(|lock| lock.acquisitions).sum();
+    let contended: u64 = route.locks.iter().map(|lock| lock.contended).sum();
+    let mut figures = if route.requests > 0 {
+        let mut text = format!("{} requests", route.requests);
+        if let Some(per) = route.acquisitions_per_request {
+            let _ = write!(text, ", {per:.1} acquisitions/request");
         }
+        text
+    } else if acquisitions > 0 {
+        format!("{acquisitions} acquisitions")
+    } else {
+        format!("{contended} contended waits")
     };
     if let Some(cpu_us) = route.cpu_us_per_request {
         let _ = write!(figures, ", {cpu_us:.0} µs CPU/request");
     }
-    if locks.is_empty() {
-        format!("{name}: {figures}")
-    } else {
-        format!("{name}: {figures}; {}", locks.join(", "))
+    figures
+}
+
+/// A lock under a route: its acquisitions per request, else (contention
+/// mode) its contended waits per request; totals in a row without requests.
+fn lock_text(lock: &RouteLock, width: Width) -> String {
+    let label = lock
+        .name
+        .clone()
+        .unwrap_or_else(|| format!("{:#x}", lock.address));
+    let label = match width {
+        Width::Unlimited => printable(&label).into_owned(),
+        Width::Columns(_) => cut(&printable(&label), LOCK_WIDTH),
+    };
+    match (lock.acquisitions_per_request, lock.contended_per_request) {
+        (Some(per), _) if lock.acquisitions > 0 => format!("{label} {per:.1}"),
+        (_, Some(per)) if lock.contended > 0 => format!("{label} {per:.2} contended"),
+        _ if lock.acquisitions > 0 => format!("{label} {}", lock.acquisitions),
+        _ => format!("{label} {} contended", lock.contended),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{RouteKind, RouteLock};
+    use crate::model::RouteKind;
 
-    #[test]
-    fn a_route_line_has_its_figures_per_request_and_its_top_locks() {
-        let lock = RouteLock {
+    fn lock(name: &str, acquisitions: u64, contended: u64, requests: u64) -> RouteLock {
+        let per = |n: u64| Some(n as f64 / requests as f64);
+        RouteLock {
             address: 0x1000,
-            name: Some("*stats->LOCK_access".into()),
-            acquisitions: 816,
-            contended: 0,
+            name: Some(name.into()),
+            acquisitions,
+            contended,
             wait_ns: 0,
-            acquisitions_per_request: Some(408.0),
-            contended_per_request: Some(0.0),
+            acquisitions_per_request: per(acquisitions),
+            contended_per_request: per(contended),
             wait_us_per_request: Some(0.0),
             cpu_samples: 1,
             cpu_us_per_request: Some(500.0),
-        };
-        let mut route = Route {
+        }
+    }
+
+    fn q_route() -> Route {
+        Route {
             name: "GET /q.php".into(),
             kind: RouteKind::Route,
             requests: 2,
-            acquisitions_per_request: Some(408.0),
+            acquisitions_per_request: Some(792.0),
             cpu_samples: 3,
             cpu_us_per_request: Some(1500.0),
-            locks: vec![lock],
-        };
+            locks: vec![
+                lock("*stats->LOCK_access", 816, 0, 2),
+                lock(
+                    "mutex created in tsrm_mutex_alloc <- mysqlnd_stats_init",
+                    766,
+                    0,
+                    2,
+                ),
+                // CPU samples only: not named on the line.
+                lock("cpu only", 0, 0, 2),
+            ],
+        }
+    }
+
+    #[test]
+    fn a_route_line_has_its_figures_per_request_and_the_locks_that_fit() {
+        let mut route = q_route();
+        let head = "GET /q.php: 2 requests, 792.0 acquisitions/request, 1500 µs CPU/request";
         assert_eq!(
-            line(&route),
-            "GET /q.php: 2 requests, 408.0 acquisitions/request, 1500 µs CPU/request; *stats->LOCK_access 408.0"
+            line(&route, Width::Unlimited),
+            format!(
+                "{head}; *stats->LOCK_access 408.0, mutex created in tsrm_mutex_alloc <- mysqlnd_stats_init 383.0"
+            )
         );
-        route.cpu_us_per_request = None;
+        // 160 columns: the second lock's name is cut to fit.
+        let fitted = line(&route, Width::Columns(160));
+        assert!(fitted.chars().count() <= 158, "{fitted}");
+        assert!(fitted.ends_with("383.0"), "{fitted}");
+        // Narrower: only the locks that fit whole, then none.
         assert_eq!(
-            line(&route),
-            "GET /q.php: 2 requests, 408.0 acquisitions/request; *stats->LOCK_access 408.0"
+            line(&route, Width::Columns(110)),
+            format!("{head}; *stats->LOCK_access 408.0")
+        );
+        assert_eq!(line(&route, Width::Columns(80)), head);
+        route.cpu_us_per_request = None;
+        assert!(
+            line(&route, Width::Unlimited)
+                .starts_with("GET /q.php: 2 requests, 792.0 acquisitions/request;")
+        );
+    }
+
+    /// Contention mode counts no lock calls: no acquisitions figure, the
+    /// locks by their contended waits.
+    #[test]
+    fn a_contention_mode_route_line_gives_contended_waits() {
+        let mut route = q_route();
+        route.acquisitions_per_request = None;
+        route.cpu_us_per_request = None;
+        route.locks = vec![lock("*stats->LOCK_access", 0, 3, 2)];
+        route.locks[0].acquisitions_per_request = None;
+        assert_eq!(
+            line(&route, Width::Unlimited),
+            "GET /q.php: 2 requests; *stats->LOCK_access 1.50 contended"
         );
     }
 }

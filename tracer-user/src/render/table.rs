@@ -93,7 +93,7 @@ pub fn render(report: &Report, limit: Option<usize>, width: Width) -> String {
             let _ = writeln!(out, "per request: {} held", duration(held.round() as u64));
         }
     }
-    out.push_str(&routes::render(report));
+    out.push_str(&routes::render(report, width));
     out.push_str(&waits::render(report, limit, width));
     out.push_str(&in_progress::render(report, width));
     match report.stopped_by {
