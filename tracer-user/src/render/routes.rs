@@ -111,10 +111,21 @@ fn figures(route: &Route) -> String {
             let _ = write!(text, ", {per:.1} acquisitions/request");
         }
         text
-    } else if acquisitions > 0 {
-        format!("{acquisitions} acquisitions")
     } else {
-        format!("{contended} contended waits")
+        // A row without requests (`(outside requests)`): what it does hold.
+        let parts: Vec<String> = [
+            (acquisitions, "acquisitions"),
+            (contended, "contended waits"),
+            (route.cpu_samples, "CPU samples"),
+        ]
+        .into_iter()
+        .filter(|(count, _)| *count > 0)
+        .map(|(count, what)| format!("{count} {what}"))
+        .collect();
+        match parts.is_empty() {
+            true => "nothing counted".into(),
+            false => parts.join(", "),
+        }
     };
     if let Some(cpu_us) = route.cpu_us_per_request {
         let _ = write!(figures, ", {cpu_us:.0} µs CPU/request");
@@ -208,6 +219,38 @@ mod tests {
         assert!(
             line(&route, Width::Unlimited)
                 .starts_with("GET /q.php: 2 requests, 792.0 acquisitions/request;")
+        );
+    }
+
+    /// `(outside requests)` has no requests: its totals, CPU samples too.
+    #[test]
+    fn a_row_without_requests_gives_what_it_holds() {
+        let mut route = q_route();
+        route.kind = RouteKind::OutsideRequests;
+        route.name = "(outside requests)".into();
+        route.requests = 0;
+        route.acquisitions_per_request = None;
+        route.cpu_us_per_request = None;
+        route.locks = vec![lock("cpu only", 0, 0, 1)];
+        route.cpu_samples = 6;
+        assert_eq!(
+            line(&route, Width::Unlimited),
+            "(outside requests): 6 CPU samples"
+        );
+        route.locks = vec![RouteLock {
+            acquisitions_per_request: None,
+            contended_per_request: None,
+            ..lock("*m", 5, 2, 1)
+        }];
+        route.cpu_samples = 0;
+        assert_eq!(
+            line(&route, Width::Unlimited),
+            "(outside requests): 5 acquisitions, 2 contended waits; *m 5"
+        );
+        route.locks.clear();
+        assert_eq!(
+            line(&route, Width::Unlimited),
+            "(outside requests): nothing counted"
         );
     }
 
