@@ -122,9 +122,10 @@ fn figures(route: &Route) -> String {
         .filter(|(count, _)| *count > 0)
         .map(|(count, what)| format!("{count} {what}"))
         .collect();
-        match parts.is_empty() {
-            true => "nothing counted".into(),
-            false => parts.join(", "),
+        if parts.is_empty() {
+            "nothing counted".into()
+        } else {
+            parts.join(", ")
         }
     };
     if let Some(cpu_us) = route.cpu_us_per_request {
