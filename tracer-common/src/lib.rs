@@ -5,7 +5,7 @@
 
 /// The lock functions we probe. The discriminant indexes [`LockCounts::calls`].
 #[repr(u32)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum LockOp {
     MutexLock = 0,
     MutexTrylock = 1,

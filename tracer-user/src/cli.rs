@@ -30,6 +30,9 @@ enum ModeArg {
     Contention,
     /// Lock probes attached a fraction of the time (`--sample`); counts scaled, marked as estimates.
     Sampled,
+    /// Every acquisition counted, exact, by stubs in the target that its GOT entries lead to
+    /// (no trap; writes into the process, restores at the end: see the README).
+    Inproc,
 }
 
 /// `--mode` of the live views: sampled windows are for `record` only.
@@ -65,6 +68,7 @@ impl From<ModeArg> for Mode {
             ModeArg::All => Mode::All,
             ModeArg::Contention => Mode::Contention,
             ModeArg::Sampled => Mode::Sampled,
+            ModeArg::Inproc => Mode::Inproc,
         }
     }
 }

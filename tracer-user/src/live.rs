@@ -257,6 +257,7 @@ impl LiveSession {
             functions: &placed,
             flags,
             lock_probes: options.mode == Mode::All,
+            inproc: None,
             request_probe: request_probe
                 .as_ref()
                 .map(|chosen| RequestProbePoint::from(&chosen.probe)),
@@ -333,6 +334,7 @@ impl LiveSession {
             functions: &self.placed,
             flags: self.flags,
             lock_probes: self.mode == Mode::All,
+            inproc: None,
             request_probe: self
                 .request_probe
                 .as_ref()

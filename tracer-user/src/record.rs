@@ -17,8 +17,8 @@ use crate::{
         routes::{self, RouteRules},
     },
     model::{
-        Collected, Coverage, ExecLoss, ExecSeen, MainThreadExit, Mode, PhpContext, Placement,
-        Report, SampledRun, StopReason, ThreadBlocks,
+        Collected, CountedBy, Coverage, ExecLoss, ExecSeen, Inproc, MainThreadExit, Mode,
+        PhpContext, Placement, Report, Restore, SampledRun, StopReason, ThreadBlocks,
     },
     naming::{self, creation::GroupBy, php::PhpRuntime, unwind::StackUnwinder},
     probe::{
@@ -36,7 +36,7 @@ use crate::{
         cpu::{CpuSampling, TargetClock},
         features::KernelFeatures,
         inflight::WaitsBeforeAttach,
-        lifetimes,
+        inproc, lifetimes,
         php::PhpThreads,
         preflight, priority,
         proc_events::{self, ProcWatch},
@@ -102,6 +102,8 @@ struct Traced {
     main_thread_exit: Option<MainThreadExit>,
     /// Why the CPU sampler is off although asked for.
     cpu_off: Option<String>,
+    /// `--mode inproc`: how each function was counted, and the restore.
+    inproc: Option<Inproc>,
 }
 
 pub async fn record(options: &RecordOptions) -> Result<Report> {
@@ -119,6 +121,9 @@ pub async fn record(options: &RecordOptions) -> Result<Report> {
         bail!(
             "--php counts each route's locks exactly, which sampled windows cannot: use it with --mode all (the default) or --mode contention"
         );
+    }
+    if options.mode == Mode::Inproc {
+        refuse_with_inproc(options)?;
     }
     if options.hold_times && options.mode != Mode::All {
         bail!(
@@ -156,6 +161,16 @@ pub async fn record(options: &RecordOptions) -> Result<Report> {
             "locktrace: --php without a request probe: PHP frames only, no routes (name one with --request-probe)"
         ));
     }
+    // After the load's warmup: the entries are switched with the stubs'
+    // gate closed, and the gate opens with the probes.
+    let (prepared, inproc) = match options.mode {
+        Mode::Inproc => {
+            let started = inproc::session::start(&prepared.target, &prepared.functions)?;
+            announce_inproc(&started);
+            (prepared.probing_only(&started.uprobe_ops), Some(started))
+        }
+        _ => (prepared, None),
+    };
     let traced = trace(
         options,
         &prepared,
@@ -163,6 +178,7 @@ pub async fn record(options: &RecordOptions) -> Result<Report> {
         &mut signals,
         &mut snapshot,
         php.as_ref(),
+        inproc,
     )
     .await?;
     Ok(report(
@@ -173,6 +189,83 @@ pub async fn record(options: &RecordOptions) -> Result<Report> {
         &mut snapshot,
         php.as_ref(),
     ))
+}
+
+/// What `--mode inproc` cannot do, refused in one line each.
+fn refuse_with_inproc(options: &RecordOptions) -> Result<()> {
+    let refused = [
+        (
+            options.stacks > 0,
+            "--stacks needs the lock probes' stack snapshots",
+        ),
+        (
+            options.php.is_some(),
+            "--php reads PHP's state at the lock probes",
+        ),
+        (options.handoffs, "--handoffs is counted at the lock probes"),
+        (
+            options.hold_times,
+            "--hold-times probes every lock and unlock call",
+        ),
+    ];
+    if let Some((_, why)) = refused.iter().find(|(on, _)| *on) {
+        bail!("{why}: use it with --mode all (the default), not --mode inproc");
+    }
+    Ok(())
+}
+
+/// One line on what `--mode inproc` switched, on stderr.
+fn announce_inproc(started: &inproc::session::Started) {
+    let stubs: Vec<&str> = started
+        .functions
+        .iter()
+        .filter(|f| f.counted_by == CountedBy::GotStubs)
+        .map(|f| f.function.as_str())
+        .collect();
+    let entries: u64 = started
+        .functions
+        .iter()
+        .flat_map(|f| f.modules.iter().map(|m| m.entries))
+        .sum();
+    if started.restored_at_start > 0 {
+        output::note(format_args!(
+            "locktrace: restored {} GOT entries an earlier locktrace left switched",
+            started.restored_at_start
+        ));
+    }
+    output::note(format_args!(
+        "locktrace: --mode inproc: {entries} GOT entries switched to counting stubs ({}); uprobes for {}",
+        if stubs.is_empty() {
+            "none".to_string()
+        } else {
+            stubs.join(", ")
+        },
+        if started.uprobe_ops.is_empty() {
+            "nothing".to_string()
+        } else {
+            started
+                .uprobe_ops
+                .iter()
+                .map(|op| op.symbol())
+                .collect::<Vec<_>>()
+                .join(", ")
+        }
+    ));
+}
+
+impl Prepared {
+    /// The same, with lock probes only for `ops` (`--mode inproc`: the
+    /// functions the stubs do not count).
+    fn probing_only(self, ops: &[tracer_common::LockOp]) -> Prepared {
+        Prepared {
+            placed: self
+                .placed
+                .into_iter()
+                .filter(|(function, _)| ops.contains(&function.op))
+                .collect(),
+            ..self
+        }
+    }
 }
 
 /// PHP's engine in `target` and the kernel's thread-pointer offset; an
@@ -277,6 +370,7 @@ async fn trace(
     signals: &mut StopSignals,
     snapshot: &mut naming::Snapshot,
     php: Option<&PhpRuntime>,
+    inproc: Option<inproc::session::Started>,
 ) -> Result<Traced> {
     let target = &prepared.target;
     if let Some(stopped_by) = window.stopped_early() {
@@ -286,7 +380,15 @@ async fn trace(
         return Ok(nothing_traced(stopped_by));
     }
     let watch = ProcWatch::start(target.pid, &probed_modules(prepared));
-    let mut loaded = load_probes(options, prepared, window)?;
+    let (session, functions, restored_at_start) = match inproc {
+        Some(started) => (
+            started.session,
+            Some(started.functions),
+            started.restored_at_start,
+        ),
+        None => (None, None, 0),
+    };
+    let mut loaded = load_probes(options, prepared, window, session.as_ref())?;
     // PHP's state first: requests before it count as unreadable.
     let php_threads = php
         .map(|php| PhpThreads::start(&mut loaded.ebpf, target.pid, php.offsets, php.threads))
@@ -311,8 +413,13 @@ async fn trace(
     let duration_s = live.started.elapsed().as_secs_f64();
     let cpu_at_end = live.clock.as_mut().and_then(TargetClock::latest);
     collect::set_counting(&mut live.loaded.ebpf, 0)?;
+    if let Some(session) = &session {
+        session.set_counting(false);
+    }
     let seen = watch.finish();
     let mut collected = read_counts(options, &live.loaded, target.pid, waits_before, stacks)?;
+    let inproc = functions
+        .map(|functions| finish_inproc(session, functions, restored_at_start, &mut collected));
     if let Some(threads) = &live.php {
         collected.php = Some(crate::trace::php::read(&live.loaded.ebpf, threads)?);
     }
@@ -330,7 +437,47 @@ async fn trace(
             .map(|(start, end)| end.saturating_sub(start)),
         main_thread_exit: live.main_thread.finish(),
         cpu_off: live.loaded.cpu_off,
+        inproc,
     })
+}
+
+/// The stubs' counts into `collected`, then every GOT entry switched back.
+fn finish_inproc(
+    session: Option<inproc::session::Session>,
+    functions: Vec<crate::model::InprocFunction>,
+    restored_at_start: u64,
+    collected: &mut Collected,
+) -> Inproc {
+    let Some(session) = session else {
+        return Inproc {
+            functions,
+            mapping: None,
+            table_overflow: 0,
+            restored_at_start,
+            restore: Restore::NothingSwitched,
+        };
+    };
+    let counted = session.read();
+    for (key, &count) in &counted.calls {
+        *collected.callers.entry(*key).or_default() += count;
+        let lock = collected.locks.entry(key.lock).or_default();
+        if let Some(calls) = lock.calls.get_mut(key.op as usize) {
+            *calls += count;
+        }
+    }
+    for (key, &count) in &counted.failed {
+        *collected.failed_tries.entry(*key).or_default() += count;
+    }
+    let overflow = counted.overflow.iter().sum();
+    let restore = Restore::NothingSwitched;
+    let report = session.report(restore, overflow);
+    let restore = session.finish();
+    if let Restore::Failed { reason } = &restore {
+        output::note(format_args!(
+            "locktrace: GOT entries not restored: {reason}"
+        ));
+    }
+    Inproc { restore, ..report }
 }
 
 /// Sampled mode: the sampler's first window, armed before the probes are
@@ -552,6 +699,7 @@ fn nothing_traced(stopped_by: StopReason) -> Traced {
         target_cpu_ns: None,
         main_thread_exit: None,
         cpu_off: None,
+        inproc: None,
     }
 }
 
@@ -560,12 +708,16 @@ fn load_probes(
     options: &RecordOptions,
     prepared: &Prepared,
     window: &RequestWindow,
+    inproc: Option<&inproc::session::Session>,
 ) -> Result<attach::Loaded> {
     let sampling = options.cpu_hz.map(|hz| CpuSampling {
         hz,
         lock_code: prepared.lock_code.clone(),
     });
-    attach::load(&load_plan(options, prepared, window, sampling.as_ref()))
+    attach::load(&attach::LoadPlan {
+        inproc,
+        ..load_plan(options, prepared, window, sampling.as_ref())
+    })
 }
 
 /// What to load and attach (again on a live thread when the main thread
@@ -583,7 +735,9 @@ fn load_plan<'a>(
         flags: bpf_flags(options),
         // In sampled mode the sampler attaches the lock probes in its windows,
         // and the request probe once it has armed the first.
-        lock_probes: options.mode == Mode::All,
+        lock_probes: options.mode == Mode::All
+            || (options.mode == Mode::Inproc && !prepared.placed.is_empty()),
+        inproc: None,
         request_probe: if options.mode == Mode::Sampled {
             None
         } else {
@@ -648,8 +802,10 @@ fn coverage(
         exe: exec.exe,
         not_counted: match mode {
             Mode::Contention => ExecLoss::Nothing,
-            Mode::All | Mode::Sampled if exec.still_probed.is_empty() => ExecLoss::AllLockCalls,
-            Mode::All | Mode::Sampled => ExecLoss::LockCallsOutsideProbedModules,
+            Mode::All | Mode::Sampled | Mode::Inproc if exec.still_probed.is_empty() => {
+                ExecLoss::AllLockCalls
+            }
+            Mode::All | Mode::Sampled | Mode::Inproc => ExecLoss::LockCallsOutsideProbedModules,
         },
         still_probed: exec.still_probed,
     });
@@ -690,7 +846,7 @@ fn announce(options: &RecordOptions, prepared: &Prepared, loaded: &Loaded, windo
                 .sum::<usize>(),
             options.sample.rate * 100.0
         ),
-        Mode::All | Mode::Contention => loaded.probe_count.to_string(),
+        Mode::All | Mode::Contention | Mode::Inproc => loaded.probe_count.to_string(),
     };
     output::note(format_args!(
         "locktrace: tracing pid {} ({}): {} live after {} ms; {}",
@@ -726,6 +882,7 @@ fn report(
         target_cpu_ns,
         main_thread_exit,
         cpu_off,
+        inproc,
     } = traced;
     let placement = (options.mode != Mode::Contention).then_some(options.placement);
     let builder = ReportBuilder {
@@ -770,6 +927,10 @@ fn report(
     }
     name(options, prepared, &mut report, snapshot, &collected);
     routes::fold_into_rows(&mut report);
+    if let Some(inproc) = inproc {
+        crate::analysis::inproc::mark_locks(&mut report, &inproc);
+        report.inproc = Some(inproc);
+    }
     report
 }
 

@@ -71,6 +71,7 @@ pub fn build(info: RecordInfo, collected: &Collected, functions: &[LockFunction]
         kernel_limits: Vec::new(),
         php: None,
         routes: None,
+        inproc: None,
     }
 }
 

@@ -63,7 +63,8 @@ impl Probes<'_> {
     pub fn counted(&self) -> &[Placed] {
         match self.mode {
             Mode::Contention => &[],
-            Mode::All | Mode::Sampled => self.placed,
+            // Inproc: the functions no stub counts (`record` keeps only those).
+            Mode::All | Mode::Sampled | Mode::Inproc => self.placed,
         }
     }
 }

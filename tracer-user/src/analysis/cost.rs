@@ -164,8 +164,14 @@ pub fn measure(
         };
     added += collected.cond_wait_calls * (calibration.stepped_ns + calibration.emulated_ns);
     let (cpu, rss) = own_usage();
+    // Hits of the probed functions only: in `--mode inproc` stubs count
+    // the others, without a trap.
+    let probed: std::collections::BTreeSet<usize> = placed
+        .iter()
+        .map(|(function, _)| function.op as usize)
+        .collect();
     Overhead {
-        probe_hits: hits_per_op.iter().sum(),
+        probe_hits: probed.iter().map(|&op| hits_per_op[op]).sum(),
         request_probe_hits,
         cond_wait_probe_hits: 2 * collected.cond_wait_calls,
         unlock_probe_hits: 0,

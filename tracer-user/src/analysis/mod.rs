@@ -14,6 +14,7 @@ pub mod group;
 pub mod handoffs;
 pub mod holds;
 pub mod in_progress;
+pub mod inproc;
 pub mod per_request;
 pub mod removal;
 pub mod routes;

@@ -16,6 +16,10 @@ pub enum Mode {
     Contention,
     /// Lock probes attached a fraction of the time; counts scaled, marked as estimates.
     Sampled,
+    /// Every acquisition counted, exact, inside the target: the modules'
+    /// GOT entries lead to counting stubs (no trap); uprobes count the
+    /// functions no GOT leads to.
+    Inproc,
 }
 
 /// Where the lock probes go (`--placement`).

@@ -78,6 +78,10 @@ pub struct Report {
     /// `--php`: each route's requests and locks.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub routes: Option<super::Routes>,
+    /// `--mode inproc`: which mechanism counted each lock function, what
+    /// was written into the target, and whether it was put back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inproc: Option<super::Inproc>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, JsonSchema)]
@@ -113,6 +117,10 @@ pub struct Lock {
     /// functions that may fail (trylock, timed, clock), successful calls only.
     #[serde(default)]
     pub calls: BTreeMap<String, u64>,
+    /// `--mode inproc`: what counted the lock's calls (stubs behind the
+    /// GOT entries, uprobes, or both for calls of different functions).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub counted_by: Vec<super::CountedBy>,
     /// Calls that returned without the lock (a busy trylock, a timed-out
     /// lock): not in `acquisitions`. Absent when there were none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -308,6 +316,7 @@ impl Lock {
             kind,
             acquisitions: None,
             calls: BTreeMap::new(),
+            counted_by: Vec::new(),
             failed_tries: None,
             contended: 0,
             wakes: 0,

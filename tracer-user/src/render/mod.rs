@@ -10,6 +10,7 @@ pub mod format;
 pub mod handoffs;
 pub mod holds;
 pub mod in_progress;
+pub mod inproc;
 pub mod lost;
 pub mod output;
 pub mod pprof;

@@ -105,6 +105,7 @@ pub fn render(report: &Report, limit: Option<usize>, width: Width) -> String {
         StopReason::Duration | StopReason::LoadDone => {}
     }
     out.push_str(&lost::render(report));
+    out.push_str(&super::inproc::render(report));
     for limit in &report.kernel_limits {
         let _ = writeln!(out, "kernel: {limit}");
     }

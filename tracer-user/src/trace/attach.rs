@@ -73,6 +73,8 @@ pub struct LoadPlan<'a> {
     pub unlock_functions: &'a [Placed],
     /// The CPU sampler's rate and lock code (None: `--no-cpu`).
     pub cpu: Option<&'a CpuSampling>,
+    /// `--mode inproc`: the stubs, which start counting with the probes.
+    pub inproc: Option<&'a super::inproc::session::Session>,
 }
 
 pub struct Loaded {
@@ -157,6 +159,10 @@ pub fn load(plan: &LoadPlan) -> Result<Loaded> {
         uprobe(&mut ebpf, name)?
             .load()
             .with_context(|| format!("loading the BPF program {name}"))?;
+    }
+    // The stubs count from here, as the request probe does.
+    if let Some(session) = plan.inproc {
+        session.set_counting(true);
     }
     let probe_count = attach_user_probes(&mut ebpf, plan)?;
     for (name, event) in [

@@ -9,6 +9,7 @@ pub mod features;
 pub mod follow;
 pub mod handoffs;
 pub mod inflight;
+pub mod inproc;
 pub mod lifetimes;
 pub mod live_keys;
 pub mod multi;

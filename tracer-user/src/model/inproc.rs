@@ -1,0 +1,77 @@
+//! `--mode inproc`: which mechanism counted each lock function, what was
+//! written into the target, and whether it was all put back.
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// How a lock function's calls were counted.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum CountedBy {
+    /// Counting stubs in the target, entered through the modules' GOT entries.
+    GotStubs,
+    /// Uprobes, as in `--mode all` (no module calls the function through a GOT).
+    Uprobe,
+}
+
+/// One module whose GOT entries for a function were switched to a stub.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct InprocModule {
+    /// Path as the target sees it.
+    pub module: String,
+    /// GOT entries switched (one per relocation and loaded copy).
+    pub entries: u64,
+    /// Linked with `-z now` (its GOT is read-only: made writable for the
+    /// switch, then read-only again).
+    pub bind_now: bool,
+    /// Entries the lazy binder had not resolved yet when they were switched.
+    pub unresolved: u64,
+}
+
+/// One lock function in `--mode inproc`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct InprocFunction {
+    pub function: String,
+    pub counted_by: CountedBy,
+    /// The modules whose calls the stubs counted (`got_stubs`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub modules: Vec<InprocModule>,
+    /// What the mechanism does not see, one line each: calls from inside
+    /// the module that defines the function, entries left alone and why,
+    /// or why uprobes count it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub not_covered: Vec<String>,
+}
+
+/// How the GOT entries were put back at the end.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case", tag = "outcome")]
+pub enum Restore {
+    /// Every switched entry holds its original value again.
+    Restored { entries: u64 },
+    /// The target exited: nothing left to restore.
+    TargetExited,
+    /// The lazy binder overwrote entries (calls after that went uncounted);
+    /// the others were restored.
+    Overwritten { restored: u64, overwritten: u64 },
+    /// Restoring failed; `locktrace restore --pid PID` retries.
+    Failed { reason: String },
+    /// Nothing was switched (every function counted by uprobes).
+    NothingSwitched,
+}
+
+/// The `inproc` block of a report.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Inproc {
+    pub functions: Vec<InprocFunction>,
+    /// Address of the mapping locktrace made in the target (left mapped).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mapping: Option<String>,
+    /// Calls not counted because a stub's table was full.
+    pub table_overflow: u64,
+    /// GOT entries an earlier run left switched (killed before it could
+    /// restore them), restored at the start of this one.
+    pub restored_at_start: u64,
+    pub restore: Restore,
+}

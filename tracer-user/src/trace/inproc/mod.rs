@@ -1,0 +1,9 @@
+//! `--mode inproc`: lock calls counted inside the target, without a trap.
+//! The modules' GOT entries for the lock functions are switched to small
+//! counting stubs in a mapping shared with locktrace; futex waits still
+//! come from the tracepoints. See `session` for what is written into the
+//! target and when.
+pub mod inject;
+pub mod layout;
+pub mod session;
+pub mod stubs;

@@ -1,0 +1,800 @@
+//! One `--mode inproc` recording's life in the target: the mapping made
+//! (or an earlier run's reused), the GOT entries switched to the stubs,
+//! the counts read from the shared memory, and every entry put back.
+//!
+//! What is written into the target, and when:
+//! - at start: one shared anonymous mapping (`/dev/zero (deleted)` in its
+//!   maps; the header and code read-only and executable, the tables
+//!   read-write), made by an injected `mmap`, unless an earlier run's is
+//!   there to reuse; and the GOT entries of the lock functions, switched
+//!   one 8-byte `lock cmpxchg` each by the patcher running in a target
+//!   thread (a `-z now` GOT is made writable around it with `mprotect`);
+//! - at the end (duration, signal, tracer error): the entries switched
+//!   back the same way. The mapping stays: a thread may still be in a stub.
+use std::{
+    collections::{BTreeMap, HashMap},
+    fs::OpenOptions,
+};
+
+use anyhow::{Context, Result, anyhow, bail};
+use memmap2::MmapMut;
+use tracer_common::LockOp;
+
+use super::{
+    inject::{self, StoppedThread},
+    layout::{self, Counted, Header, PatchRecord, Swap},
+    stubs,
+};
+use crate::{
+    model::{CountedBy, Inproc, InprocFunction, InprocModule, Restore},
+    probe::{
+        got::{self, GotSlot},
+        lockfuncs::LockFunction,
+        memory::{ProcessMemory, TargetMemory},
+        target::{self, Mapping, Target},
+    },
+};
+
+/// A GOT entry as found before the switch.
+#[derive(Debug, Clone)]
+struct Planned {
+    slot: GotSlot,
+    original: u64,
+    /// Not bound yet by the lazy binder (holds its PLT address).
+    unresolved: bool,
+}
+
+/// What the plan leaves alone, and why (one line each).
+#[derive(Debug, Default)]
+struct Plan {
+    switch: Vec<Planned>,
+    skipped: Vec<(LockOp, String)>,
+    bind_now: BTreeMap<String, bool>,
+}
+
+/// An earlier run's mapping found in the target.
+struct Leftover {
+    start: u64,
+    header: Header,
+}
+
+/// A recording's switched entries and the shared memory the stubs count in.
+pub struct Session {
+    pid: u32,
+    start_time: u64,
+    base: u64,
+    shared: MmapMut,
+    cpu_tables: usize,
+    records: Vec<PatchRecord>,
+    syscall_at: u64,
+    real: HashMap<LockOp, u64>,
+    /// Per function: mechanism and coverage, for the report.
+    pub functions: Vec<InprocFunction>,
+    pub restored_at_start: u64,
+    finished: bool,
+}
+
+/// The ops that uprobes must count (no module calls them through a GOT),
+/// and the session, when any entry was switched.
+pub struct Started {
+    pub session: Option<Session>,
+    pub uprobe_ops: Vec<LockOp>,
+    pub functions: Vec<InprocFunction>,
+    pub restored_at_start: u64,
+}
+
+/// Switches every GOT entry of the lock functions in `functions` to a
+/// counting stub. Functions no module calls through a GOT are left to
+/// uprobes (returned in `uprobe_ops`).
+pub fn start(target: &Target, functions: &[LockFunction]) -> Result<Started> {
+    let pid = target.pid;
+    if let Some((tid, tracer)) = inject::traced_threads(pid).first() {
+        bail!(
+            "thread {tid} of process {pid} is traced by process {tracer} (a debugger or another tool); --mode inproc writes into the process and needs it alone: detach that tracer or use --mode all"
+        );
+    }
+    let leftovers = leftovers(pid, &target.maps)?;
+    let real: HashMap<LockOp, u64> = functions
+        .iter()
+        .map(|f| (f.op, f.runtime_start))
+        .rev()
+        .collect();
+    let ops: Vec<LockOp> = LockOp::ALL
+        .into_iter()
+        .filter(|op| real.contains_key(op))
+        .collect();
+    let plan = plan(target, &ops, &real, &leftovers);
+    let uprobe_ops: Vec<LockOp> = ops
+        .iter()
+        .copied()
+        .filter(|op| !plan.switch.iter().any(|p| p.slot.op == *op))
+        .collect();
+    let mut restored_at_start = 0;
+    if plan.switch.is_empty() && leftovers.is_empty() {
+        let functions = describe(&ops, &plan, &uprobe_ops, functions);
+        return Ok(Started {
+            session: None,
+            uprobe_ops,
+            functions,
+            restored_at_start,
+        });
+    }
+    let mut thread = StoppedThread::stop(inject::pick_thread(pid)?)?;
+    let syscall_at = find_syscall_instruction(pid, &target.maps)?;
+    for leftover in &leftovers {
+        restored_at_start +=
+            restore_leftover(&mut thread, pid, syscall_at, &target.maps, leftover)?;
+    }
+    if plan.switch.is_empty() {
+        thread.release()?;
+        let functions = describe(&ops, &plan, &uprobe_ops, functions);
+        return Ok(Started {
+            session: None,
+            uprobe_ops,
+            functions,
+            restored_at_start,
+        });
+    }
+    let cpu_tables = possible_cpus();
+    let reusable = leftovers
+        .iter()
+        .find(|l| l.header.version == layout::VERSION && l.header.cpu_tables == cpu_tables as u64);
+    let (base, shared) = match reusable {
+        Some(leftover) => (leftover.start, reuse_mapping(pid, leftover, cpu_tables)?),
+        None => new_mapping(&mut thread, syscall_at, pid, cpu_tables)?,
+    };
+    let mut session = Session {
+        pid,
+        start_time: target.start_time,
+        base,
+        shared,
+        cpu_tables,
+        records: Vec::new(),
+        syscall_at,
+        real,
+        functions: Vec::new(),
+        restored_at_start,
+        finished: false,
+    };
+    session.write_code(target)?;
+    let switched = session.switch(&mut thread, &target.maps, &plan.switch);
+    thread.release()?;
+    let mut plan = plan;
+    let switched = switched?;
+    plan.skipped.extend(switched.1);
+    let uprobe_ops: Vec<LockOp> = ops
+        .iter()
+        .copied()
+        .filter(|op| !switched.0.iter().any(|p| p.slot.op == *op))
+        .collect();
+    plan.switch = switched.0;
+    session.functions = describe(&ops, &plan, &uprobe_ops, functions);
+    Ok(Started {
+        functions: session.functions.clone(),
+        session: Some(session),
+        uprobe_ops,
+        restored_at_start,
+    })
+}
+
+/// Every GOT entry of `ops`, with its current value checked: the real
+/// function (bound), the module's own PLT (not bound yet), or an earlier
+/// run's stub (restored first); anything else is left alone and said.
+fn plan(
+    target: &Target,
+    ops: &[LockOp],
+    real: &HashMap<LockOp, u64>,
+    leftovers: &[Leftover],
+) -> Plan {
+    let memory = ProcessMemory::new(target.pid);
+    let (modules, unreadable) = got::find(target, ops);
+    let mut plan = Plan::default();
+    for (module, why) in unreadable {
+        for &op in ops {
+            plan.skipped.push((op, format!("{module} not read: {why}")));
+        }
+    }
+    let left_switched: HashMap<u64, u64> = leftovers
+        .iter()
+        .flat_map(|l| l.header.patches.iter().map(|p| (p.got, p.original)))
+        .collect();
+    for module in modules {
+        plan.bind_now.insert(module.module.clone(), module.bind_now);
+        for slot in module.slots {
+            let mut word = [0u8; 8];
+            if memory.read(slot.address, &mut word) != 8 {
+                plan.skipped.push((
+                    slot.op,
+                    format!("{} entry at {:#x} not readable", slot.module, slot.address),
+                ));
+                continue;
+            }
+            let mut value = u64::from_le_bytes(word);
+            if let Some(&original) = left_switched.get(&slot.address) {
+                value = original;
+            }
+            let function = real[&slot.op];
+            let unresolved = (slot.module_code.0..slot.module_code.1).contains(&value);
+            if value == function || unresolved {
+                plan.switch.push(Planned {
+                    slot,
+                    original: value,
+                    unresolved,
+                });
+            } else {
+                plan.skipped.push((
+                    slot.op,
+                    format!(
+                        "{} entry at {:#x} holds {value:#x}, not {} at {function:#x}: left alone (another copy of the library, or another tool redirected it)",
+                        slot.module,
+                        slot.address,
+                        slot.op.symbol()
+                    ),
+                ));
+            }
+        }
+    }
+    if plan.switch.len() > layout::MAX_PATCHES {
+        for extra in plan.switch.split_off(layout::MAX_PATCHES) {
+            plan.skipped.push((
+                extra.slot.op,
+                format!(
+                    "{} entry at {:#x}: more than {} entries",
+                    extra.slot.module,
+                    extra.slot.address,
+                    layout::MAX_PATCHES
+                ),
+            ));
+        }
+    }
+    plan
+}
+
+/// The report's lines per function: how it is counted, and what not.
+fn describe(
+    ops: &[LockOp],
+    plan: &Plan,
+    uprobe_ops: &[LockOp],
+    functions: &[LockFunction],
+) -> Vec<InprocFunction> {
+    ops.iter()
+        .map(|&op| {
+            let defined_in = functions
+                .iter()
+                .find(|f| f.op == op)
+                .map(|f| f.module.clone())
+                .unwrap_or_default();
+            let mut modules: BTreeMap<String, InprocModule> = BTreeMap::new();
+            for planned in plan.switch.iter().filter(|p| p.slot.op == op) {
+                let module = modules
+                    .entry(planned.slot.module.clone())
+                    .or_insert_with(|| InprocModule {
+                        module: planned.slot.module.clone(),
+                        entries: 0,
+                        bind_now: plan.bind_now.get(&planned.slot.module).copied().unwrap_or(false),
+                        unresolved: 0,
+                    });
+                module.entries += 1;
+                module.unresolved += u64::from(planned.unresolved);
+            }
+            let mut not_covered: Vec<String> = plan
+                .skipped
+                .iter()
+                .filter(|(skipped, _)| *skipped == op)
+                .map(|(_, why)| why.clone())
+                .collect();
+            let counted_by = if uprobe_ops.contains(&op) {
+                not_covered.push("no module calls it through a GOT entry locktrace could switch (a static binary, or only its own library calls it): counted by uprobes".into());
+                CountedBy::Uprobe
+            } else {
+                not_covered.push(format!(
+                    "calls from inside {defined_in} itself (they do not go through a GOT)"
+                ));
+                CountedBy::GotStubs
+            };
+            InprocFunction {
+                function: op.symbol().to_string(),
+                counted_by,
+                modules: modules.into_values().collect(),
+                not_covered,
+            }
+        })
+        .collect()
+}
+
+impl Session {
+    /// The target address of the mapping.
+    pub fn base(&self) -> u64 {
+        self.base
+    }
+
+    /// The stub code and its data words, and the header naming the owner.
+    fn write_code(&mut self, target: &Target) -> Result<()> {
+        let block = stubs::block();
+        let code = &mut self.shared[layout::CODE..layout::CODE + block.len()];
+        code.copy_from_slice(block);
+        let mut put = |at: usize, value: u64| {
+            code[at..at + 8].copy_from_slice(&value.to_le_bytes());
+        };
+        put(stubs::TABLES_BASE, self.base + layout::TABLES as u64);
+        put(stubs::RSEQ_OFFSET, rseq_offset(target).unwrap_or(0));
+        put(stubs::CPU_TABLES, self.cpu_tables as u64);
+        put(stubs::OVERFLOW_BASE, self.base + layout::CONTROL as u64);
+        for (&op, &function) in &self.real {
+            put(stubs::REAL_FUNCTIONS + 8 * op as usize, function);
+        }
+        self.write_header();
+        Ok(())
+    }
+
+    fn write_header(&mut self) {
+        let me = std::process::id();
+        let header = Header {
+            version: layout::VERSION,
+            owner_pid: if self.records.is_empty() { 0 } else { me },
+            owner_start: target::start_time(me).unwrap_or(0),
+            size: layout::mapping_bytes(self.cpu_tables) as u64,
+            cpu_tables: self.cpu_tables as u64,
+            patches: self.records.clone(),
+        };
+        header.write(&mut self.shared[..layout::CODE]);
+    }
+
+    fn stub_of(&self, op: LockOp) -> u64 {
+        self.base + (layout::CODE + stubs::STUBS + stubs::STUB_STRIDE * op as usize) as u64
+    }
+
+    /// Switches the planned entries; returns those switched, and why the
+    /// others were not. The header names them all before the first switch.
+    fn switch(
+        &mut self,
+        thread: &mut StoppedThread,
+        maps: &[Mapping],
+        planned: &[Planned],
+    ) -> Result<(Vec<Planned>, Vec<(LockOp, String)>)> {
+        self.records = planned
+            .iter()
+            .map(|p| PatchRecord {
+                got: p.slot.address,
+                original: p.original,
+                stub: self.stub_of(p.slot.op),
+            })
+            .collect();
+        self.write_header();
+        let swaps: Vec<Swap> = self
+            .records
+            .iter()
+            .map(|r| Swap {
+                got: r.got,
+                expected: r.original,
+                new: r.stub,
+            })
+            .collect();
+        let found = run_patcher(
+            thread,
+            self.syscall_at,
+            maps,
+            self.base,
+            &mut self.shared,
+            &swaps,
+        )?;
+        let mut switched = Vec::new();
+        let mut skipped = Vec::new();
+        let mut kept = Vec::new();
+        for ((planned, record), value) in planned.iter().zip(&self.records).zip(found) {
+            if value == record.original {
+                switched.push(planned.clone());
+                kept.push(*record);
+            } else {
+                skipped.push((
+                    planned.slot.op,
+                    format!(
+                        "{} entry at {:#x} changed to {value:#x} while it was switched: left alone",
+                        planned.slot.module, planned.slot.address
+                    ),
+                ));
+            }
+        }
+        self.records = kept;
+        self.write_header();
+        Ok((switched, skipped))
+    }
+
+    /// Opens or closes the stubs' gate (nothing counted while closed).
+    pub fn set_counting(&self, on: bool) {
+        // SAFETY: GATE is an aligned word inside the shared mapping, which
+        // lives as long as `self`; the stubs only read it.
+        let gate = unsafe {
+            &*(self.shared.as_ptr().add(layout::GATE) as *const std::sync::atomic::AtomicU64)
+        };
+        gate.store(u64::from(on), std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// What the stubs counted so far.
+    pub fn read(&self) -> Counted {
+        layout::read_counts(&self.shared, self.cpu_tables)
+    }
+
+    /// Switches every entry back; the mapping stays.
+    pub fn finish(mut self) -> Restore {
+        self.restore()
+    }
+
+    fn restore(&mut self) -> Restore {
+        self.finished = true;
+        if !target::is_running(self.pid, self.start_time) {
+            return Restore::TargetExited;
+        }
+        match self.switch_back() {
+            Ok(restore) => restore,
+            Err(error) if !target::is_running(self.pid, self.start_time) => {
+                let _ = error;
+                Restore::TargetExited
+            }
+            Err(error) => Restore::Failed {
+                reason: format!(
+                    "{error:#}; run `locktrace restore --pid {}` to put the GOT entries back",
+                    self.pid
+                ),
+            },
+        }
+    }
+
+    fn switch_back(&mut self) -> Result<Restore> {
+        let maps = target::read_maps(self.pid)?;
+        let mut thread = StoppedThread::stop(inject::pick_thread(self.pid)?)?;
+        let swaps: Vec<Swap> = self
+            .records
+            .iter()
+            .map(|r| Swap {
+                got: r.got,
+                expected: r.stub,
+                new: r.original,
+            })
+            .collect();
+        let found = run_patcher(
+            &mut thread,
+            self.syscall_at,
+            &maps,
+            self.base,
+            &mut self.shared,
+            &swaps,
+        );
+        thread.release()?;
+        let found = found?;
+        let restored = found
+            .iter()
+            .zip(&self.records)
+            .filter(|(value, record)| **value == record.stub)
+            .count() as u64;
+        let overwritten = self.records.len() as u64 - restored;
+        self.records.clear();
+        self.write_header();
+        Ok(if overwritten == 0 {
+            Restore::Restored { entries: restored }
+        } else {
+            Restore::Overwritten {
+                restored,
+                overwritten,
+            }
+        })
+    }
+
+    /// The report's block (read the counts first).
+    pub fn report(&self, restore: Restore, overflow: u64) -> Inproc {
+        Inproc {
+            functions: self.functions.clone(),
+            mapping: Some(format!("{:#x}", self.base)),
+            table_overflow: overflow,
+            restored_at_start: self.restored_at_start,
+            restore,
+        }
+    }
+}
+
+impl Drop for Session {
+    /// Every way out that did not finish (a tracer error) restores too.
+    fn drop(&mut self) {
+        if !self.finished
+            && let Restore::Failed { reason } = self.restore()
+        {
+            eprintln!("locktrace: GOT entries not restored: {reason}");
+        }
+    }
+}
+
+/// Runs the patcher over `swaps` in the stopped thread, making read-only
+/// GOT pages writable around it; returns the value found in each entry.
+fn run_patcher(
+    thread: &mut StoppedThread,
+    syscall_at: u64,
+    maps: &[Mapping],
+    base: u64,
+    shared: &mut [u8],
+    swaps: &[Swap],
+) -> Result<Vec<u64>> {
+    let count = layout::write_list(shared, swaps);
+    let pages: BTreeMap<u64, i32> = swaps
+        .iter()
+        .filter_map(|swap| {
+            let page = swap.got & !0xfff;
+            let mapping = maps.iter().find(|m| m.contains(swap.got))?;
+            (mapping.perms.as_bytes().get(1) != Some(&b'w'))
+                .then(|| (page, protection(&mapping.perms)))
+        })
+        .collect();
+    for &page in pages.keys() {
+        mprotect(thread, syscall_at, page, libc::PROT_READ | libc::PROT_WRITE)?;
+    }
+    let entry = base + (layout::CODE + stubs::PATCHER) as u64;
+    let end = base + (layout::CODE + stubs::block().len()) as u64;
+    let ran = thread.run(entry, end, base + layout::PATCH_LIST as u64, count as u64);
+    for (&page, &protection) in &pages {
+        mprotect(thread, syscall_at, page, protection)?;
+    }
+    ran?;
+    Ok(layout::list_results(shared, count))
+}
+
+fn protection(perms: &str) -> i32 {
+    let bytes = perms.as_bytes();
+    let mut protection = libc::PROT_NONE;
+    for (at, bit) in [
+        (0, libc::PROT_READ),
+        (1, libc::PROT_WRITE),
+        (2, libc::PROT_EXEC),
+    ] {
+        if bytes.get(at).is_some_and(|&c| c != b'-') {
+            protection |= bit;
+        }
+    }
+    protection
+}
+
+fn mprotect(thread: &mut StoppedThread, syscall_at: u64, page: u64, protection: i32) -> Result<()> {
+    let result = thread.syscall(
+        syscall_at,
+        libc::SYS_mprotect as u64,
+        [page, 4096, protection as u64, 0, 0, 0],
+    )?;
+    if result < 0 {
+        bail!(
+            "mprotect of the GOT page {page:#x} in the target failed: errno {}",
+            -result
+        );
+    }
+    Ok(())
+}
+
+/// A fresh shared mapping in the target, mapped here too.
+fn new_mapping(
+    thread: &mut StoppedThread,
+    syscall_at: u64,
+    pid: u32,
+    cpu_tables: usize,
+) -> Result<(u64, MmapMut)> {
+    let size = layout::mapping_bytes(cpu_tables) as u64;
+    let result = thread.syscall(
+        syscall_at,
+        libc::SYS_mmap as u64,
+        [
+            0,
+            size,
+            (libc::PROT_READ | libc::PROT_WRITE) as u64,
+            (libc::MAP_SHARED | libc::MAP_ANONYMOUS) as u64,
+            u64::MAX,
+            0,
+        ],
+    )?;
+    if (-4095..0).contains(&result) {
+        bail!("mmap in the target failed: errno {}", -result);
+    }
+    let base = result as u64;
+    let shared = map_here(pid, base, base + size, size as usize)?;
+    let protected = thread.syscall(
+        syscall_at,
+        libc::SYS_mprotect as u64,
+        [
+            base,
+            layout::READ_ONLY_BYTES as u64,
+            (libc::PROT_READ | libc::PROT_EXEC) as u64,
+            0,
+            0,
+            0,
+        ],
+    )?;
+    if protected < 0 {
+        bail!(
+            "mprotect of locktrace's mapping in the target failed: errno {}",
+            -protected
+        );
+    }
+    Ok((base, shared))
+}
+
+/// Maps the target's shared mapping (its first VMA `start..end`) here.
+fn map_here(pid: u32, start: u64, end: u64, size: usize) -> Result<MmapMut> {
+    let path = format!("/proc/{pid}/map_files/{start:x}-{end:x}");
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)
+        .with_context(|| format!("opening {path}"))?;
+    // SAFETY: a shared mapping of the target's shmem; the target writes
+    // its counters concurrently, which `read_counts` reads as plain words.
+    unsafe { memmap2::MmapOptions::new().len(size).map_mut(&file) }
+        .with_context(|| format!("mapping {path}"))
+}
+
+/// An earlier run's mapping, reused: its tables emptied.
+fn reuse_mapping(pid: u32, leftover: &Leftover, cpu_tables: usize) -> Result<MmapMut> {
+    let maps = target::read_maps(pid)?;
+    let first = maps
+        .iter()
+        .find(|m| m.start == leftover.start)
+        .ok_or_else(|| {
+            anyhow!(
+                "locktrace's earlier mapping at {:#x} went away",
+                leftover.start
+            )
+        })?;
+    let mut shared = map_here(
+        pid,
+        first.start,
+        first.end,
+        layout::mapping_bytes(cpu_tables),
+    )?;
+    shared[layout::CONTROL..].fill(0);
+    Ok(shared)
+}
+
+/// Mappings of earlier runs (their header's magic); refuses when the run
+/// that owns one is still going.
+fn leftovers(pid: u32, maps: &[Mapping]) -> Result<Vec<Leftover>> {
+    let memory = ProcessMemory::new(pid);
+    let mut found = Vec::new();
+    for mapping in maps
+        .iter()
+        .filter(|m| m.path.starts_with("/dev/zero") && m.perms.ends_with('s'))
+    {
+        let mut page = vec![0u8; layout::CODE];
+        if memory.read(mapping.start, &mut page) != page.len() {
+            continue;
+        }
+        let Some(header) = Header::parse(&page) else {
+            continue;
+        };
+        if header.owner_pid != 0
+            && header.owner_pid != std::process::id()
+            && target::is_running(header.owner_pid, header.owner_start)
+        {
+            bail!(
+                "another locktrace (pid {}) is counting in process {pid} with --mode inproc; wait for it to end, or use --mode all",
+                header.owner_pid
+            );
+        }
+        found.push(Leftover {
+            start: mapping.start,
+            header,
+        });
+    }
+    Ok(found)
+}
+
+/// Switches an earlier run's entries back (its own patcher, its own list).
+fn restore_leftover(
+    thread: &mut StoppedThread,
+    pid: u32,
+    syscall_at: u64,
+    maps: &[Mapping],
+    leftover: &Leftover,
+) -> Result<u64> {
+    if leftover.header.patches.is_empty() {
+        return Ok(0);
+    }
+    let first = maps
+        .iter()
+        .find(|m| m.start == leftover.start)
+        .ok_or_else(|| anyhow!("locktrace's earlier mapping went away"))?;
+    let mut shared = map_here(pid, first.start, first.end, leftover.header.size as usize)?;
+    let swaps: Vec<Swap> = leftover
+        .header
+        .patches
+        .iter()
+        .map(|p| Swap {
+            got: p.got,
+            expected: p.stub,
+            new: p.original,
+        })
+        .collect();
+    let found = run_patcher(
+        thread,
+        syscall_at,
+        maps,
+        leftover.start,
+        &mut shared,
+        &swaps,
+    )?;
+    let restored = found
+        .iter()
+        .zip(&leftover.header.patches)
+        .filter(|(value, record)| **value == record.stub)
+        .count() as u64;
+    let mut header = leftover.header.clone();
+    header.patches.clear();
+    header.owner_pid = 0;
+    header.write(&mut shared[..layout::CODE]);
+    Ok(restored)
+}
+
+/// The address of a `syscall` instruction (0f 05) in the target's code.
+fn find_syscall_instruction(pid: u32, maps: &[Mapping]) -> Result<u64> {
+    let memory = ProcessMemory::new(pid);
+    let mut order: Vec<&Mapping> = maps
+        .iter()
+        .filter(|m| m.is_executable() && m.path != "[vsyscall]")
+        .collect();
+    // libc first: it surely has one.
+    order.sort_by_key(|m| !m.path.contains("libc"));
+    for mapping in order {
+        let length = ((mapping.end - mapping.start) as usize).min(1 << 20);
+        let mut code = vec![0u8; length];
+        let read = memory.read(mapping.start, &mut code);
+        if let Some(at) = code[..read].windows(2).position(|w| w == [0x0f, 0x05]) {
+            return Ok(mapping.start + at as u64);
+        }
+    }
+    bail!("no syscall instruction found in process {pid}'s code; use --mode all")
+}
+
+/// glibc's `__rseq_offset` (the thread pointer to its rseq area), read
+/// from the target; None without rseq (musl, old glibc).
+fn rseq_offset(target: &Target) -> Option<u64> {
+    let loader = target.maps.iter().find(|m| {
+        m.is_file()
+            && m.path
+                .rsplit('/')
+                .next()
+                .is_some_and(|n| n.starts_with("ld-linux"))
+    })?;
+    let file = target.module_file(&loader.path).ok()?;
+    let elf = file.elf().ok()?;
+    let address = got::symbol_addresses(&elf, &loader.path, &target.maps, "__rseq_offset")
+        .into_iter()
+        .next()?;
+    let mut word = [0u8; 8];
+    (ProcessMemory::new(target.pid).read(address, &mut word) == 8)
+        .then(|| u64::from_le_bytes(word))
+        .filter(|&v| v != 0)
+}
+
+/// CPUs the kernel may ever number (`/sys/devices/system/cpu/possible`).
+fn possible_cpus() -> usize {
+    std::fs::read_to_string("/sys/devices/system/cpu/possible")
+        .ok()
+        .and_then(|text| {
+            text.trim()
+                .split(',')
+                .filter_map(|range| range.rsplit('-').next()?.parse::<usize>().ok())
+                .max()
+        })
+        .map(|last| last + 1)
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
+/// `locktrace restore --pid`: switches back what a killed run left.
+pub fn restore_pid(pid: u32) -> Result<u64> {
+    let maps = target::read_maps(pid)?;
+    let leftovers = leftovers(pid, &maps)?;
+    if leftovers.iter().all(|l| l.header.patches.is_empty()) {
+        return Ok(0);
+    }
+    let mut thread = StoppedThread::stop(inject::pick_thread(pid)?)?;
+    let syscall_at = find_syscall_instruction(pid, &maps)?;
+    let mut restored = 0;
+    for leftover in &leftovers {
+        restored += restore_leftover(&mut thread, pid, syscall_at, &maps, leftover)?;
+    }
+    thread.release()?;
+    Ok(restored)
+}

@@ -1,0 +1,248 @@
+//! The machine code `--mode inproc` copies into the target: one counting
+//! stub per lock function, and the patcher that swaps GOT entries.
+//!
+//! The block is position independent: it refers only to its own data words
+//! (RIP-relative), which locktrace fills after copying it, so the same bytes
+//! run wherever the target's mapping lands. It lives in `.rodata` here: this
+//! process never runs it.
+//!
+//! A stub is entered instead of the lock function, from a call through a
+//! GOT entry: `rdi` holds the lock, `[rsp]` the caller's return address.
+//! It counts the call in the slot of (lock, caller, function) of the
+//! current CPU's table (rseq's `cpu_id`; table 0 without rseq), then jumps
+//! to the real function (entry-counted functions) or calls it and counts
+//! only a success (trylock, timed and clock variants, which may fail).
+//! Counts are `lock inc`: exact when a thread migrates between reading its
+//! CPU and counting, and cheap because each CPU's table stays in its cache.
+//! Nothing is counted while the gate word (control page + 0x80) is 0: the
+//! entries are switched with the gate closed, and it opens and closes with
+//! the BPF side's counting, so both cover one interval.
+//! Stubs touch only the registers a call may clobber (rax, rcx, rdx,
+//! r8-r11, and rsi after the real function returned).
+use tracer_common::LOCK_OPS;
+
+/// Offsets of the block's data words (filled by locktrace).
+pub const TABLES_BASE: usize = 0x00;
+pub const RSEQ_OFFSET: usize = 0x08;
+pub const CPU_TABLES: usize = 0x10;
+pub const OVERFLOW_BASE: usize = 0x18;
+/// `LOCK_OPS` words: the real function of each op (0: not patched).
+pub const REAL_FUNCTIONS: usize = 0x20;
+/// Stub of op `i` at `STUBS + i * STUB_STRIDE`.
+pub const STUBS: usize = 0xC0;
+pub const STUB_STRIDE: usize = 16;
+/// The patcher: `rdi` = patch list, `rsi` = entries; ends in `int3`.
+pub const PATCHER: usize = 0x1C0;
+
+/// log2 of a table's entries, and its size in bytes (32-byte entries).
+pub const ENTRY_BITS: u32 = 14;
+pub const TABLE_BYTES: usize = 32 << ENTRY_BITS;
+/// Slots a stub looks at before it counts the call as overflow.
+pub const MAX_PROBES: u32 = 64;
+
+const _: () = assert!(REAL_FUNCTIONS + 8 * LOCK_OPS <= STUBS);
+const _: () = assert!(STUBS + STUB_STRIDE * LOCK_OPS <= PATCHER);
+
+// Numeric labels avoid digits 0 and 1 only: in Intel syntax `1b` reads as
+// a binary number.
+core::arch::global_asm!(
+    r#"
+    .pushsection .rodata.locktrace_inproc, "a"
+    .balign 4096
+    .globl locktrace_inproc_block
+locktrace_inproc_block:
+.Ltables_base:  .quad 0
+.Lrseq_offset:  .quad 0
+.Lcpu_tables:   .quad 0
+.Loverflow_base: .quad 0
+.Lreal:         .fill 14, 8, 0
+
+    .macro COUNT field
+    mov rcx, r11
+    shl rcx, 56
+    or rax, rcx
+    xor edx, edx
+    mov rcx, qword ptr [rip + .Lrseq_offset]
+    test rcx, rcx
+    jz 2f
+    mov edx, dword ptr fs:[rcx + 4]
+    cmp rdx, qword ptr [rip + .Lcpu_tables]
+    jb 2f
+    xor edx, edx
+2:
+    shl rdx, 19
+    add rdx, qword ptr [rip + .Ltables_base]
+    mov r8, rax
+    rol r8, 29
+    xor r8, rdi
+    movabs r9, 0x9E3779B97F4A7C15
+    imul r8, r9
+    shr r8, 50
+    shl r8, 5
+    add r8, rdx
+    mov r10d, 64
+3:
+    cmp qword ptr [r8], rdi
+    jne 5f
+    cmp qword ptr [r8 + 8], rax
+    jne 6f
+4:
+    lock inc qword ptr [r8 + \field]
+    jmp 9f
+5:
+    cmp qword ptr [r8], 0
+    jne 6f
+    mov r9, rax
+    xor eax, eax
+    lock cmpxchg qword ptr [r8], rdi
+    mov rax, r9
+    jne 3b
+    mov qword ptr [r8 + 8], rax
+    jmp 4b
+6:
+    add r8, 32
+    lea r9, [rdx + 0x80000]
+    cmp r8, r9
+    jb 7f
+    mov r8, rdx
+7:
+    dec r10d
+    jnz 3b
+    mov r9, qword ptr [rip + .Loverflow_base]
+    lock inc qword ptr [r9 + r11 * 8]
+9:
+    .endm
+
+    .macro ENTRY_STUB op
+    .org 0xC0 + \op * 16
+    mov r11d, \op
+    jmp .Lcount_and_jump
+    .endm
+
+    .macro TRY_STUB op
+    .org 0xC0 + \op * 16
+    mov r11d, \op
+    jmp .Ltry_call
+    .endm
+
+    ENTRY_STUB 0
+    TRY_STUB 1
+    TRY_STUB 2
+    ENTRY_STUB 3
+    ENTRY_STUB 4
+    TRY_STUB 5
+    TRY_STUB 6
+    TRY_STUB 7
+    TRY_STUB 8
+    TRY_STUB 9
+    TRY_STUB 10
+    TRY_STUB 11
+    ENTRY_STUB 12
+    TRY_STUB 13
+
+    .org 0x1C0
+.Lpatcher:
+    test rsi, rsi
+    jz 8f
+    mov rcx, qword ptr [rdi]
+    mov rax, qword ptr [rdi + 8]
+    mov rdx, qword ptr [rdi + 16]
+    lock cmpxchg qword ptr [rcx], rdx
+    mov qword ptr [rdi + 24], rax
+    add rdi, 32
+    dec rsi
+    jmp .Lpatcher
+8:
+    int3
+
+.Lcount_and_jump:
+    mov rax, qword ptr [rip + .Loverflow_base]
+    cmp qword ptr [rax + 0x80], 0
+    je .Ljump_real
+    mov rax, qword ptr [rsp]
+    COUNT 16
+.Ljump_real:
+    lea rax, [rip + .Lreal]
+    jmp qword ptr [rax + r11 * 8]
+
+.Ltry_call:
+    push rdi
+    push r11
+    sub rsp, 8
+    lea rax, [rip + .Lreal]
+    call qword ptr [rax + r11 * 8]
+    add rsp, 8
+    pop r11
+    pop rdi
+    mov esi, eax
+    mov rax, qword ptr [rip + .Loverflow_base]
+    cmp qword ptr [rax + 0x80], 0
+    je .Ltry_return
+    test esi, esi
+    jnz .Ltry_failed
+    mov rax, qword ptr [rsp]
+    COUNT 16
+    jmp .Ltry_return
+.Ltry_failed:
+    mov rax, qword ptr [rsp]
+    COUNT 24
+.Ltry_return:
+    mov eax, esi
+    ret
+
+    .globl locktrace_inproc_block_end
+locktrace_inproc_block_end:
+    .popsection
+"#
+);
+
+unsafe extern "C" {
+    static locktrace_inproc_block: u8;
+    static locktrace_inproc_block_end: u8;
+}
+
+/// The block's bytes, data words still zero.
+pub fn block() -> &'static [u8] {
+    // SAFETY: both symbols are in the one section the assembler emitted
+    // above, start before end; the bytes are read-only data.
+    unsafe {
+        let start = &raw const locktrace_inproc_block;
+        let end = &raw const locktrace_inproc_block_end;
+        std::slice::from_raw_parts(start, end.offset_from(start) as usize)
+    }
+}
+
+/// Whether `op`'s stub counts at entry (the function always takes the lock).
+pub fn counts_at_entry(op: tracer_common::LockOp) -> bool {
+    !op.may_fail()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tracer_common::LockOp;
+
+    #[test]
+    fn the_block_fits_its_page_and_stubs_match_the_ops() {
+        let block = block();
+        assert!(
+            block.len() > PATCHER && block.len() < 4096,
+            "{}",
+            block.len()
+        );
+        for op in LockOp::ALL {
+            let at = STUBS + STUB_STRIDE * op as usize;
+            // mov r11d, imm32 (41 bb imm32), then jmp rel32 (e9).
+            assert_eq!(&block[at..at + 2], &[0x41, 0xbb], "{op:?}");
+            let imm = u32::from_le_bytes(block[at + 2..at + 6].try_into().unwrap());
+            assert_eq!(imm, op as u32);
+            let target = (at + 11) as i64
+                + i32::from_le_bytes(block[at + 7..at + 11].try_into().unwrap()) as i64;
+            let try_call = (target as usize) > PATCHER;
+            assert!(try_call);
+            let _ = counts_at_entry(op);
+        }
+        // The patcher's last instruction stops the thread: int3.
+        assert!(block[PATCHER..].contains(&0xcc));
+    }
+}
