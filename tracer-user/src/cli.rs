@@ -357,7 +357,8 @@ enum Command {
         )]
         duration: Option<Duration>,
         /// all: every acquisition, exact; contention: futex waits/wakes only (no lock probes);
-        /// sampled: lock probes a fraction of the time, counts scaled (estimates).
+        /// sampled: lock probes a fraction of the time, counts scaled (estimates); inproc: every
+        /// acquisition, exact, counted in the target by stubs behind its GOT entries (no trap).
         #[arg(
             long,
             value_enum,
@@ -500,6 +501,13 @@ enum Command {
         /// (address cannot split a grouped report: record with --group-by address); default: as recorded.
         #[arg(long, value_enum, value_name = "HOW")]
         group_by: Option<GroupBy>,
+    },
+    /// Switch back the GOT entries a `record --mode inproc` that was killed (SIGKILL)
+    /// left switched in a process (the next `--mode inproc` run on it does this too).
+    Restore {
+        /// The process the killed recording traced.
+        #[arg(long, short)]
+        pid: u32,
     },
 }
 
@@ -699,6 +707,16 @@ fn run(cli: Cli) -> Result<ExitCode> {
             wide,
             group_by,
         } => report_file(&file, top, format, histograms, wide, group_by),
+        Command::Restore { pid } => {
+            crate::trace::preflight::check_privileges()?;
+            let restored = crate::trace::inproc::session::restore_pid(pid)?;
+            if restored == 0 {
+                println!("nothing to restore in process {pid}: no GOT entry is left switched");
+            } else {
+                println!("restored {restored} GOT entries in process {pid}");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
     }
 }
 

@@ -136,6 +136,9 @@ pub async fn record(options: &RecordOptions) -> Result<Report> {
         options.placement,
         options.hold_times,
     )?;
+    if options.mode == Mode::Inproc {
+        inproc::session::check_alone(&prepared.target)?;
+    }
     // Before the request window, whose notes would come first otherwise.
     let php = match &options.php {
         Some(_) => Some(php_runtime(&prepared.target)?),

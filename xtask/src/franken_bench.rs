@@ -52,6 +52,8 @@ pub enum Rows {
     Stacks,
     /// All-locks mode with and without `--php`, with and without `--stacks`.
     Php,
+    /// `--mode inproc` beside all-locks mode and the kernel's floor.
+    Inproc,
 }
 
 /// Runs the part when the kit is built; otherwise says how to build it.
@@ -160,16 +162,31 @@ fn php_configs(probe: &[&str]) -> [Config; 2] {
     ]
 }
 
+/// The kernel's floor for uprobes: locktrace's probe points, not counting.
+fn floor_config() -> Config {
+    Config {
+        name: "kernel floor: locktrace's probe points, nothing counted",
+        tracer: Traced::KernelFloor,
+        min_seconds: 0.0,
+    }
+}
+
+/// `--mode inproc`: counting stubs behind the GOT entries, no trap.
+fn inproc_config(probe: &[&str]) -> Config {
+    config(
+        "locktrace --mode inproc",
+        tracers::locktrace(&[&["--mode", "inproc"], probe].concat()),
+        0.0,
+    )
+}
+
 fn configs(rows: Rows) -> Vec<Config> {
     let probe = ["--request-probe", REQUEST_PROBE];
     let mut configs = Vec::new();
     match rows {
         Rows::All => {
-            configs.push(Config {
-                name: "kernel floor: locktrace's probe points, nothing counted",
-                tracer: Traced::KernelFloor,
-                min_seconds: 0.0,
-            });
+            configs.push(floor_config());
+            configs.push(inproc_config(&probe));
             configs.extend(stacks_configs(&probe));
             configs.extend(php_configs(&probe));
             configs.extend(contention_configs());
@@ -188,6 +205,15 @@ fn configs(rows: Rows) -> Vec<Config> {
             ));
         }
         Rows::Stacks => configs.extend(stacks_configs(&probe)),
+        Rows::Inproc => {
+            configs.push(floor_config());
+            configs.push(config(
+                "locktrace (all locks)",
+                tracers::locktrace(&probe),
+                0.0,
+            ));
+            configs.push(inproc_config(&probe));
+        }
         Rows::Php => {
             configs.extend(stacks_configs(&probe));
             configs.extend(php_configs(&probe));

@@ -31,6 +31,7 @@ pub fn attach(pid: u32) -> Result<FloorProbes> {
         // Sampled: the lock program does not count until told to.
         flags: flags::SAMPLED,
         lock_probes: true,
+        inproc: None,
         request_probe: None,
         waits: &WaitFunctions::default(),
         unlock_functions: &[],

@@ -24,6 +24,10 @@ pub fn run(bench: &Bench) -> Result<String> {
             tracers::locktrace(&["--placement", "auto"]),
         ),
         (
+            "locktrace --mode inproc (stubs behind the GOT entries, no trap)",
+            tracers::locktrace(&["--mode", "inproc"]),
+        ),
+        (
             "locktrace --placement auto --handoffs (acquisitions on another CPU counted)",
             tracers::locktrace(&["--placement", "auto", "--handoffs"]),
         ),

@@ -23,6 +23,7 @@
 //! `--only franken-contention`: part 5's contention-mode rows alone;
 //! `--only franken-stacks`: part 5's all-locks rows with and without `--stacks`;
 //! `--only franken-php`: part 5's all-locks rows with and without `--php`;
+//! `--only franken-inproc`: part 5's `--mode inproc` row, all-locks and the floor;
 //! `--only snapshots`: part 7).
 mod calibration;
 mod dist;
@@ -76,6 +77,7 @@ pub struct BenchArgs {
     /// `franken-contention`: its contention-mode rows only, for many rounds;
     /// `franken-stacks`: its all-locks rows with and without `--stacks`;
     /// `franken-php`: its all-locks rows with and without `--php`;
+    /// `franken-inproc`: `--mode inproc` beside all-locks mode and the floor;
     /// `windows`: attaching and detaching a sampled window, by mechanism;
     /// `snapshots`: the cost of one stack snapshot and of `--stacks` per call).
     #[arg(long, value_enum)]
@@ -96,6 +98,9 @@ pub enum Part {
     /// The FrankenPHP part's all-locks rows with and without `--php`
     /// (routes, and PHP frames with `--stacks`: what reading PHP costs).
     FrankenPhp,
+    /// The FrankenPHP part's `--mode inproc` row beside all-locks mode and
+    /// the kernel's floor.
+    FrankenInproc,
     Windows,
     /// What one stack snapshot costs the target, and `--stacks` per lock call.
     Snapshots,
@@ -169,6 +174,9 @@ fn bench(args: BenchArgs) -> Result<()> {
     }
     if args.only == Some(Part::FrankenStacks) {
         report.push_str(&franken_bench::run(&bench, franken_bench::Rows::Stacks)?);
+    }
+    if args.only == Some(Part::FrankenInproc) {
+        report.push_str(&franken_bench::run(&bench, franken_bench::Rows::Inproc)?);
     }
     if args.only == Some(Part::FrankenPhp) {
         report.push_str(&franken_bench::run(&bench, franken_bench::Rows::Php)?);

@@ -205,6 +205,7 @@ fn load(prepared: &Prepared) -> Result<attach::Loaded> {
         functions: &prepared.placed,
         flags: tracer_common::flags::SAMPLED,
         lock_probes: false,
+        inproc: None,
         request_probe: None,
         waits: &prepared.waits,
         unlock_functions: &[],

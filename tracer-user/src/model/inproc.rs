@@ -13,6 +13,9 @@ pub enum CountedBy {
     GotStubs,
     /// Uprobes, as in `--mode all` (no module calls the function through a GOT).
     Uprobe,
+    /// Neither: no module calls it through a GOT, and a uprobe would count
+    /// twice the calls a stubbed function makes to it (see `not_covered`).
+    NotCounted,
 }
 
 /// One module whose GOT entries for a function were switched to a stub.

@@ -88,7 +88,6 @@ pub fn module_got(
     else {
         return got;
     };
-    let code = code_ranges(maps, path);
     for (offset, relocation) in relocations {
         let object::RelocationFlags::Elf { r_type } = relocation.flags() else {
             continue;
@@ -110,10 +109,7 @@ pub fn module_got(
         let Some(&op) = ops.iter().find(|op| op.symbol() == name) else {
             continue;
         };
-        let Some(file_offset) = file_offset_of(elf, offset) else {
-            continue;
-        };
-        for (address, module_code) in addresses_of(maps, path, file_offset, &code) {
+        for (address, module_code) in addresses_of(elf, maps, path, offset) {
             got.slots.push(GotSlot {
                 op,
                 module: path.to_string(),
@@ -142,10 +138,7 @@ pub fn symbol_addresses(
     else {
         return Vec::new();
     };
-    let Some(file_offset) = file_offset_of(elf, symbol.address()) else {
-        return Vec::new();
-    };
-    addresses_of(maps, path, file_offset, &[])
+    addresses_of(elf, maps, path, symbol.address())
         .into_iter()
         .map(|(address, _)| address)
         .collect()
@@ -172,48 +165,49 @@ fn binds_now(elf: &object::File<'_>) -> bool {
     })
 }
 
-/// The file offset of the virtual address `address` of `elf`.
-fn file_offset_of(elf: &object::File<'_>, address: u64) -> Option<u64> {
-    elf.segments().find_map(|segment| {
-        let (file_start, file_size) = segment.file_range();
-        let start = segment.address();
-        (start..start + file_size)
-            .contains(&address)
-            .then(|| file_start + (address - start))
-    })
-}
-
-/// Each loaded copy's code range: a copy starts at a mapping of file
-/// offset 0 (the executable mappings that follow it belong to it).
-fn code_ranges(maps: &[Mapping], path: &str) -> Vec<(u64, u64)> {
-    maps.iter()
-        .filter(|m| m.path == path && m.is_executable())
-        .map(|m| (m.start, m.end))
+/// Each loaded copy of the module at `path`: its load bias (runtime
+/// address less link-time address) and its code range. A copy starts at
+/// a mapping of file offset 0; the mappings up to the next such one are
+/// its own. (A file page can be mapped twice in one copy, read-only data
+/// and RELRO sharing a page: addresses come from the bias, never from a
+/// file offset.)
+fn copies(maps: &[Mapping], path: &str, first_load: u64) -> Vec<(u64, (u64, u64))> {
+    let own: Vec<&Mapping> = maps.iter().filter(|m| m.path == path).collect();
+    let starts: Vec<usize> = (0..own.len()).filter(|&i| own[i].offset == 0).collect();
+    starts
+        .iter()
+        .enumerate()
+        .map(|(n, &first)| {
+            let last = starts.get(n + 1).copied().unwrap_or(own.len());
+            let bias = own[first].start.wrapping_sub(first_load & !0xfff);
+            let code = own[first..last]
+                .iter()
+                .find(|m| m.is_executable())
+                .map_or((0, 0), |m| (m.start, m.end));
+            (bias, code)
+        })
         .collect()
 }
 
-/// The address of `file_offset` in every mapping of `path` that covers
-/// it, with the code range of the same copy (the executable mapping just
-/// before it).
+/// The link-time address of the module's first loadable segment.
+fn first_load_address(elf: &object::File<'_>) -> u64 {
+    elf.segments()
+        .map(|segment| segment.address())
+        .min()
+        .unwrap_or(0)
+}
+
+/// The runtime address of link-time `address` in every loaded copy, with
+/// that copy's code range.
 fn addresses_of(
+    elf: &object::File<'_>,
     maps: &[Mapping],
     path: &str,
-    file_offset: u64,
-    code: &[(u64, u64)],
+    address: u64,
 ) -> Vec<(u64, (u64, u64))> {
-    maps.iter()
-        .filter(|m| m.path == path)
-        .filter(|m| (m.offset..m.offset + (m.end - m.start)).contains(&file_offset))
-        .map(|m| {
-            let address = m.start + (file_offset - m.offset);
-            let copy_code = code
-                .iter()
-                .rev()
-                .find(|(start, _)| *start <= address)
-                .copied()
-                .unwrap_or((0, 0));
-            (address, copy_code)
-        })
+    copies(maps, path, first_load_address(elf))
+        .into_iter()
+        .map(|(bias, code)| (bias.wrapping_add(address), code))
         .collect()
 }
 
@@ -232,21 +226,25 @@ mod tests {
     }
 
     #[test]
-    fn a_file_offset_lands_in_each_copy_with_its_code() {
+    fn each_copy_has_its_bias_and_code_even_with_a_file_page_mapped_twice() {
         let maps = [
             mapping(0x10000, 0x11000, "r--p", 0),
-            mapping(0x11000, 0x13000, "r-xp", 0x1000),
-            mapping(0x13000, 0x14000, "r--p", 0x3000),
-            mapping(0x14000, 0x15000, "rw-p", 0x4000),
+            mapping(0x11000, 0x12000, "r-xp", 0x1000),
+            mapping(0x12000, 0x13000, "r--p", 0x2000),
+            // The same file page again: RELRO, then the writable data.
+            mapping(0x13000, 0x14000, "r--p", 0x2000),
+            mapping(0x14000, 0x15000, "rw-p", 0x3000),
             mapping(0x90000, 0x91000, "r--p", 0),
-            mapping(0x91000, 0x93000, "r-xp", 0x1000),
-            mapping(0x93000, 0x94000, "r--p", 0x3000),
-            mapping(0x94000, 0x95000, "rw-p", 0x4000),
+            mapping(0x91000, 0x92000, "r-xp", 0x1000),
         ];
-        let code = code_ranges(&maps, "/lib/x.so");
         assert_eq!(
-            addresses_of(&maps, "/lib/x.so", 0x4010, &code),
-            vec![(0x14010, (0x11000, 0x13000)), (0x94010, (0x91000, 0x93000))]
+            copies(&maps, "/lib/x.so", 0),
+            vec![(0x10000, (0x11000, 0x12000)), (0x90000, (0x91000, 0x92000))]
+        );
+        // A non-PIE executable linked at 0x400000 and loaded there.
+        assert_eq!(
+            copies(&maps[..2], "/lib/x.so", 0x10000),
+            vec![(0, (0x11000, 0x12000))]
         );
     }
 }

@@ -40,9 +40,9 @@ pub fn render(report: &Report) -> String {
                     function.function
                 );
             }
-            CountedBy::Uprobe => {}
+            CountedBy::Uprobe | CountedBy::NotCounted => {}
         }
-        if function.counted_by == CountedBy::GotStubs {
+        if function.counted_by != CountedBy::Uprobe {
             for line in &function.not_covered {
                 let _ = writeln!(out, "inproc: not counted for {}: {line}", function.function);
             }

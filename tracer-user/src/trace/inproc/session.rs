@@ -88,11 +88,7 @@ pub struct Started {
 /// uprobes (returned in `uprobe_ops`).
 pub fn start(target: &Target, functions: &[LockFunction]) -> Result<Started> {
     let pid = target.pid;
-    if let Some((tid, tracer)) = inject::traced_threads(pid).first() {
-        bail!(
-            "thread {tid} of process {pid} is traced by process {tracer} (a debugger or another tool); --mode inproc writes into the process and needs it alone: detach that tracer or use --mode all"
-        );
-    }
+    check_alone(target)?;
     let leftovers = leftovers(pid, &target.maps)?;
     let real: HashMap<LockOp, u64> = functions
         .iter()
@@ -104,11 +100,7 @@ pub fn start(target: &Target, functions: &[LockFunction]) -> Result<Started> {
         .filter(|op| real.contains_key(op))
         .collect();
     let plan = plan(target, &ops, &real, &leftovers);
-    let uprobe_ops: Vec<LockOp> = ops
-        .iter()
-        .copied()
-        .filter(|op| !plan.switch.iter().any(|p| p.slot.op == *op))
-        .collect();
+    let uprobe_ops = left_to_uprobes(&ops, &plan.switch);
     let mut restored_at_start = 0;
     if plan.switch.is_empty() && leftovers.is_empty() {
         let functions = describe(&ops, &plan, &uprobe_ops, functions);
@@ -162,11 +154,7 @@ pub fn start(target: &Target, functions: &[LockFunction]) -> Result<Started> {
     let mut plan = plan;
     let switched = switched?;
     plan.skipped.extend(switched.1);
-    let uprobe_ops: Vec<LockOp> = ops
-        .iter()
-        .copied()
-        .filter(|op| !switched.0.iter().any(|p| p.slot.op == *op))
-        .collect();
+    let uprobe_ops = left_to_uprobes(&ops, &switched.0);
     plan.switch = switched.0;
     session.functions = describe(&ops, &plan, &uprobe_ops, functions);
     Ok(Started {
@@ -175,6 +163,34 @@ pub fn start(target: &Target, functions: &[LockFunction]) -> Result<Started> {
         uprobe_ops,
         restored_at_start,
     })
+}
+
+/// Refuses a target another tracer holds, or another locktrace counts in
+/// with `--mode inproc` (one line each, before anything is written).
+pub fn check_alone(target: &Target) -> Result<()> {
+    let pid = target.pid;
+    if let Some((tid, tracer)) = inject::traced_threads(pid).first() {
+        bail!(
+            "thread {tid} of process {pid} is traced by process {tracer} (a debugger or another tool); --mode inproc writes into the process and needs it alone: detach that tracer or use --mode all"
+        );
+    }
+    leftovers(pid, &target.maps).map(|_| ())
+}
+
+/// The ops uprobes count: those no switched entry leads to, except those
+/// a switched op may tail-call inside libc (musl's lock calls its timed
+/// variant): a uprobe there would count the stub's calls a second time.
+fn left_to_uprobes(ops: &[LockOp], switched: &[Planned]) -> Vec<LockOp> {
+    let stubbed = |op: LockOp| switched.iter().any(|p| p.slot.op == op);
+    ops.iter()
+        .copied()
+        .filter(|&op| !stubbed(op))
+        .filter(|&op| {
+            !ops.iter().any(|&outer| {
+                stubbed(outer) && LockOp::index_tail_called_by(op as u32, outer as u32)
+            })
+        })
+        .collect()
 }
 
 /// Every GOT entry of `ops`, with its current value checked: the real
@@ -283,9 +299,15 @@ fn describe(
                 .filter(|(skipped, _)| *skipped == op)
                 .map(|(_, why)| why.clone())
                 .collect();
+            let stubbed = !modules.is_empty();
             let counted_by = if uprobe_ops.contains(&op) {
                 not_covered.push("no module calls it through a GOT entry locktrace could switch (a static binary, or only its own library calls it): counted by uprobes".into());
                 CountedBy::Uprobe
+            } else if !stubbed {
+                not_covered.push(format!(
+                    "no module calls it through a GOT; calls from inside {defined_in} are not counted (a function the stubs count may call it there: a uprobe would count those calls twice)"
+                ));
+                CountedBy::NotCounted
             } else {
                 not_covered.push(format!(
                     "calls from inside {defined_in} itself (they do not go through a GOT)"

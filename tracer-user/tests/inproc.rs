@@ -1,0 +1,392 @@
+//! `--mode inproc` on real processes: the GOT entries of a program and of
+//! a library it loaded are switched to counting stubs, lock calls are
+//! counted exactly without a trap, and every entry is put back (at the
+//! end, or by the next run after a SIGKILL). Needs root.
+mod common;
+
+use std::{os::unix::fs::FileExt, path::PathBuf, process::Command, time::Duration};
+
+use common::{Fixture, Flavor, Trace, acquisitions, fails_with, fixture, fixture_with, locktrace};
+use locktrace::probe::{got, lockfuncs, target::Target};
+use serde_json::Value;
+use tracer_common::LockOp;
+
+const N: u64 = 50_000;
+const TRIES: u64 = 1_000;
+
+/// `fixtures/liblock.c` as a shared library linked with `flags`.
+fn library(tag: &str, flags: &[&str]) -> PathBuf {
+    let out = common::repo_root().join("target/fixtures");
+    std::fs::create_dir_all(&out).unwrap();
+    let path = out.join(format!("liblock-inproc-{tag}.so"));
+    let status = Command::new("gcc")
+        .args(["-O2", "-g", "-shared", "-fPIC", "-pthread", "-o"])
+        .arg(&path)
+        .arg(common::repo_root().join("fixtures/liblock.c"))
+        .args(flags)
+        .status()
+        .expect("gcc (scripts/setup.sh installs it)");
+    assert!(status.success());
+    path
+}
+
+/// The inproc fixture with liblock loaded, both linked with `flags`.
+fn target_with_library(tag: &str, flags: &[&str]) -> Fixture {
+    let library = library(tag, flags);
+    Fixture::spawn(
+        &fixture_with("inproc", Flavor::Glibc, flags),
+        &[library.to_str().unwrap()],
+    )
+}
+
+/// Sends `command` and returns the fixture's answer.
+fn ask(target: &mut Fixture, command: &str) -> String {
+    target.send(command);
+    target.read_line().expect("the fixture answers")
+}
+
+/// Where each GOT entry of the lock functions points now: the real
+/// function, the module's own lazy PLT, or elsewhere (a stub).
+#[derive(Debug, PartialEq, Eq)]
+enum Points {
+    Original,
+    Elsewhere(u64),
+}
+
+fn got_entries(pid: u32) -> Vec<(String, Points)> {
+    let target = Target::open(pid).unwrap();
+    let functions = lockfuncs::find(&target).unwrap();
+    let (modules, _) = got::find(&target, &[LockOp::MutexLock, LockOp::MutexTrylock]);
+    let memory = std::fs::File::open(format!("/proc/{pid}/mem")).unwrap();
+    let mut found = Vec::new();
+    for module in modules {
+        for slot in module.slots {
+            let mut word = [0u8; 8];
+            memory.read_exact_at(&mut word, slot.address).unwrap();
+            let value = u64::from_le_bytes(word);
+            let real = functions
+                .iter()
+                .find(|f| f.op == slot.op)
+                .unwrap()
+                .runtime_start;
+            let lazy = (slot.module_code.0..slot.module_code.1).contains(&value);
+            let points = if value == real || lazy {
+                Points::Original
+            } else {
+                Points::Elsewhere(value)
+            };
+            found.push((format!("{} {:?}", slot.module, slot.op), points));
+        }
+    }
+    assert!(!found.is_empty(), "no GOT entries found in {pid}");
+    found
+}
+
+fn assert_restored(pid: u32) {
+    for (entry, points) in got_entries(pid) {
+        assert_eq!(points, Points::Original, "{entry} not restored");
+    }
+}
+
+fn function<'a>(report: &'a Value, name: &str) -> &'a Value {
+    report["inproc"]["functions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["function"] == name)
+        .unwrap_or_else(|| panic!("no {name} in {:#}", report["inproc"]))
+}
+
+fn lock_named<'a>(report: &'a Value, name: &str) -> &'a Value {
+    common::lock_named(report, name).unwrap_or_else(|| panic!("no lock {name}"))
+}
+
+/// Two modules (the program and liblock) calling through their own GOTs,
+/// lazily bound and with `-z now`: every acquisition exact, trylock
+/// successes and failures apart, counted by the stubs; every entry back
+/// at its original value after the recording.
+#[test]
+fn two_modules_counted_exactly_lazy_and_bind_now() {
+    for (tag, flags) in [("lazy", &[][..]), ("now", &["-Wl,-z,now"][..])] {
+        let mut target = target_with_library(tag, flags);
+        let pid = target.pid();
+        let trace = Trace::attach(pid, &["--mode", "inproc"]);
+        assert_eq!(ask(&mut target, &format!("work {N}")), format!("done {N}"));
+        assert_eq!(
+            ask(&mut target, &format!("try {TRIES}")),
+            format!("tried {TRIES} {TRIES}")
+        );
+        trace.interrupt();
+        let (report, table) = trace.finish();
+        let g_lock = lock_named(&report, "g_lock");
+        // The work loop, its read of the count, and the try round's lock.
+        assert_eq!(g_lock["calls"]["pthread_mutex_lock"], N + 2, "{tag}");
+        assert_eq!(g_lock["calls"]["pthread_mutex_trylock"], TRIES, "{tag}");
+        assert_eq!(g_lock["failed_tries"], TRIES, "{tag}");
+        assert_eq!(
+            acquisitions(&report, target.address("global")),
+            N + 2 + TRIES
+        );
+        assert_eq!(lock_named(&report, "lib_lock")["acquisitions"], N, "{tag}");
+        for lock in ["g_lock", "lib_lock"] {
+            assert_eq!(
+                lock_named(&report, lock)["counted_by"],
+                serde_json::json!(["got_stubs"])
+            );
+        }
+        let lock = function(&report, "pthread_mutex_lock");
+        assert_eq!(lock["counted_by"], "got_stubs");
+        let modules = lock["modules"].as_array().unwrap();
+        assert_eq!(modules.len(), 2, "{lock:#}");
+        for module in modules {
+            assert_eq!(module["bind_now"], tag == "now", "{module:#}");
+        }
+        // The program had not called pthread_mutex_lock before: its entry
+        // still led to the lazy binder (with -z now, bound at start).
+        let program = modules
+            .iter()
+            .find(|m| m["module"].as_str().unwrap().contains("inproc-"))
+            .unwrap();
+        assert_eq!(
+            program["unresolved"],
+            u64::from(tag == "lazy"),
+            "{program:#}"
+        );
+        assert_eq!(report["inproc"]["restore"]["outcome"], "restored");
+        assert_eq!(
+            report["inproc"]["restore"]["entries"], 3,
+            "{:#}",
+            report["inproc"]
+        );
+        assert!(
+            table.contains("inproc: all 3 GOT entries restored"),
+            "{table}"
+        );
+        assert_eq!(report["overhead"]["probe_hits"], 0, "no lock call trapped");
+        assert_restored(pid);
+        // The target goes on, its own count right.
+        assert_eq!(
+            ask(&mut target, &format!("work {N}")),
+            format!("done {}", 2 * N)
+        );
+    }
+}
+
+/// A static binary has no GOT entry for the lock functions: uprobes count
+/// them, exactly, and the report says so.
+#[test]
+fn a_static_binary_falls_back_to_uprobes() {
+    let mut target = Fixture::spawn(&fixture("inproc", Flavor::GlibcStatic), &[]);
+    let trace = Trace::attach(target.pid(), &["--mode", "inproc"]);
+    assert_eq!(ask(&mut target, &format!("work {N}")), format!("done {N}"));
+    trace.interrupt();
+    let (report, table) = trace.finish();
+    assert_eq!(acquisitions(&report, target.address("global")), N + 1);
+    assert_eq!(
+        lock_named(&report, "g_lock")["counted_by"],
+        serde_json::json!(["uprobe"])
+    );
+    assert_eq!(
+        function(&report, "pthread_mutex_lock")["counted_by"],
+        "uprobe"
+    );
+    assert_eq!(report["inproc"]["restore"]["outcome"], "nothing_switched");
+    assert!(
+        table.contains("inproc: pthread_mutex_lock counted by uprobes"),
+        "{table}"
+    );
+}
+
+/// musl's pthread_mutex_lock calls its timed variant inside libc: the
+/// stubs count the call once, and no uprobe on the timed variant counts
+/// it again.
+#[test]
+fn musl_lock_calls_are_counted_once() {
+    let mut target = Fixture::spawn(&fixture("inproc", Flavor::Musl), &[]);
+    let trace = Trace::attach(target.pid(), &["--mode", "inproc"]);
+    assert_eq!(ask(&mut target, &format!("work {N}")), format!("done {N}"));
+    trace.interrupt();
+    let (report, _) = trace.finish();
+    assert_eq!(acquisitions(&report, target.address("global")), N + 1);
+    assert_eq!(
+        function(&report, "pthread_mutex_lock")["counted_by"],
+        "got_stubs"
+    );
+    assert_eq!(
+        function(&report, "pthread_mutex_timedlock")["counted_by"],
+        "not_counted"
+    );
+}
+
+/// The stubs' mappings in the target (`/dev/zero (deleted)`, shared).
+fn stub_mappings(pid: u32) -> usize {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    maps.lines()
+        .filter(|line| line.contains("r-xs") && line.ends_with("/dev/zero (deleted)"))
+        .count()
+}
+
+fn kill(trace: Trace) {
+    let mut child = trace.child;
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
+/// A recording killed with SIGKILL leaves the entries switched: the target
+/// serves on with its own count exact; the next run restores them first
+/// (reusing the mapping), and `locktrace restore` does it too.
+#[test]
+fn a_killed_recording_is_restored_by_the_next_run() {
+    let mut target = target_with_library("lazy", &[]);
+    let pid = target.pid();
+    let trace = Trace::attach(pid, &["--mode", "inproc"]);
+    assert_eq!(ask(&mut target, "spin"), "spinning");
+    std::thread::sleep(Duration::from_millis(300));
+    kill(trace);
+    let switched = got_entries(pid)
+        .into_iter()
+        .filter(|(_, points)| matches!(points, Points::Elsewhere(_)))
+        .count();
+    assert_eq!(switched, 3, "the killed run's entries are still switched");
+    let spun: u64 = ask(&mut target, "stop")
+        .strip_prefix("spun ")
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(spun > 0);
+    assert_eq!(
+        ask(&mut target, &format!("work {N}")),
+        format!("done {}", spun + N)
+    );
+
+    let trace = Trace::attach(pid, &["--mode", "inproc"]);
+    assert!(
+        trace
+            .stderr_lines
+            .iter()
+            .any(|l| l.contains("restored 3 GOT entries an earlier locktrace left switched")),
+        "{:?}",
+        trace.stderr_lines
+    );
+    assert_eq!(
+        ask(&mut target, &format!("work {N}")),
+        format!("done {}", spun + 2 * N)
+    );
+    trace.interrupt();
+    let (report, _) = trace.finish();
+    assert_eq!(report["inproc"]["restored_at_start"], 3);
+    assert_eq!(lock_named(&report, "g_lock")["acquisitions"], N + 1);
+    assert_eq!(lock_named(&report, "lib_lock")["acquisitions"], N);
+    assert_eq!(stub_mappings(pid), 1, "the mapping was reused");
+    assert_restored(pid);
+
+    let trace = Trace::attach(pid, &["--mode", "inproc"]);
+    kill(trace);
+    let restore = |expected: &str| {
+        let output = locktrace()
+            .args(["restore", "--pid", &pid.to_string()])
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{output:?}");
+        assert!(
+            String::from_utf8_lossy(&output.stdout).contains(expected),
+            "{output:?}"
+        );
+    };
+    restore("restored 3 GOT entries");
+    restore("nothing to restore");
+    assert_restored(pid);
+    assert_eq!(
+        ask(&mut target, &format!("work {N}")),
+        format!("done {}", spun + 3 * N)
+    );
+}
+
+/// A second `--mode inproc` on a pid another one counts in is refused in
+/// one line; the first counts on, exactly. A target another tracer holds
+/// is refused too.
+#[test]
+fn a_second_recording_and_a_traced_target_are_refused() {
+    let mut target = target_with_library("lazy", &[]);
+    let pid = target.pid();
+    let trace = Trace::attach(pid, &["--mode", "inproc"]);
+    fails_with(
+        locktrace().args([
+            "record",
+            "--pid",
+            &pid.to_string(),
+            "--mode",
+            "inproc",
+            "--duration",
+            "1",
+        ]),
+        &format!(
+            "another locktrace (pid {}) is counting in process {pid}",
+            trace.child.id()
+        ),
+    );
+    assert_eq!(ask(&mut target, &format!("work {N}")), format!("done {N}"));
+    trace.interrupt();
+    let (report, _) = trace.finish();
+    assert_eq!(lock_named(&report, "g_lock")["acquisitions"], N + 1);
+    assert_restored(pid);
+
+    // SAFETY: ptrace on the fixture this test started; detached below.
+    let seized = unsafe { libc::ptrace(libc::PTRACE_SEIZE, pid as i32, 0, 0) };
+    assert_eq!(seized, 0, "{}", std::io::Error::last_os_error());
+    fails_with(
+        locktrace().args([
+            "record",
+            "--pid",
+            &pid.to_string(),
+            "--mode",
+            "inproc",
+            "--duration",
+            "1",
+        ]),
+        // TracerPid names the tracing thread: this test's.
+        &format!("is traced by process {}", unsafe { libc::gettid() }),
+    );
+    // A seized, running tracee detaches only from a stop.
+    unsafe {
+        libc::ptrace(libc::PTRACE_INTERRUPT, pid as i32, 0, 0);
+        let mut status = 0;
+        libc::waitpid(pid as i32, &mut status, libc::__WALL);
+        libc::ptrace(libc::PTRACE_DETACH, pid as i32, 0, 0);
+    }
+    assert_eq!(
+        ask(&mut target, &format!("work {N}")),
+        format!("done {}", 2 * N)
+    );
+}
+
+/// What the stubs cannot do is refused in one line.
+#[test]
+fn flags_that_need_lock_probes_are_refused() {
+    let target = Fixture::spawn(&fixture("inproc", Flavor::Glibc), &[]);
+    let pid = target.pid().to_string();
+    for (flag, wanted) in [
+        (&["--stacks", "5"][..], "--stacks needs the lock probes"),
+        (
+            &["--handoffs"][..],
+            "--handoffs is counted at the lock probes",
+        ),
+        (&["--php"][..], "--php reads PHP's state at the lock probes"),
+    ] {
+        fails_with(
+            locktrace()
+                .args([
+                    "record",
+                    "--pid",
+                    &pid,
+                    "--mode",
+                    "inproc",
+                    "--duration",
+                    "1",
+                ])
+                .args(flag),
+            wanted,
+        );
+    }
+    assert_eq!(stub_mappings(target.pid()), 0, "nothing was written");
+}
