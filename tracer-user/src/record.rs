@@ -455,6 +455,7 @@ fn finish_inproc(
         return Inproc {
             functions,
             mapping: None,
+            per_cpu_tables: false,
             table_overflow: 0,
             restored_at_start,
             restore: Restore::NothingSwitched,

@@ -71,6 +71,10 @@ pub struct Inproc {
     /// Address of the mapping locktrace made in the target (left mapped).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mapping: Option<String>,
+    /// Whether each CPU counts in its own table (glibc's rseq area gives
+    /// the stubs the CPU); without it every thread counts in one table.
+    #[serde(default)]
+    pub per_cpu_tables: bool,
     /// Calls not counted because a stub's table was full.
     pub table_overflow: u64,
     /// GOT entries an earlier run left switched (killed before it could

@@ -9,6 +9,8 @@ pub fn render(report: &Report) -> String {
     let Some(inproc) = &report.inproc else {
         return out;
     };
+    let module_name = |path: &str| path.rsplit('/').next().unwrap_or(path).to_string();
+    let mut not_counted = Vec::new();
     for function in &inproc.functions {
         match function.counted_by {
             CountedBy::GotStubs => {
@@ -16,37 +18,40 @@ pub fn render(report: &Report) -> String {
                     .modules
                     .iter()
                     .map(|m| {
-                        let name = m.module.rsplit('/').next().unwrap_or(&m.module);
                         let binding = if m.bind_now { ", -z now" } else { "" };
-                        format!("{name} ({} entries{binding})", m.entries)
+                        format!("{} ({}{binding})", module_name(&m.module), m.entries)
                     })
                     .collect();
                 let _ = writeln!(
                     out,
-                    "inproc: {} counted by stubs behind the GOT entries of {}",
+                    "inproc: {} counted by stubs behind the GOT entries of {}; not counted: {}",
                     function.function,
-                    modules.join(", ")
+                    modules.join(", "),
+                    function.not_covered.join("; ")
                 );
             }
-            CountedBy::Uprobe
-                if report
+            CountedBy::Uprobe => {
+                let called = report
                     .locks
                     .iter()
-                    .any(|l| l.calls.contains_key(&function.function)) =>
-            {
-                let _ = writeln!(
-                    out,
-                    "inproc: {} counted by uprobes (no GOT entry leads to it)",
-                    function.function
-                );
+                    .any(|l| l.calls.contains_key(&function.function));
+                if called {
+                    let _ = writeln!(
+                        out,
+                        "inproc: {} counted by uprobes (no GOT entry leads to it)",
+                        function.function
+                    );
+                }
             }
-            CountedBy::Uprobe | CountedBy::NotCounted => {}
+            CountedBy::NotCounted => not_counted.push(function.function.as_str()),
         }
-        if function.counted_by != CountedBy::Uprobe {
-            for line in &function.not_covered {
-                let _ = writeln!(out, "inproc: not counted for {}: {line}", function.function);
-            }
-        }
+    }
+    if !not_counted.is_empty() {
+        let _ = writeln!(
+            out,
+            "inproc: not counted: calls of {} from inside libc (no module calls them through a GOT, and a uprobe would count again the calls the stubs count)",
+            not_counted.join(", ")
+        );
     }
     if inproc.table_overflow > 0 {
         let _ = writeln!(
@@ -79,6 +84,11 @@ pub fn render(report: &Report) -> String {
         .as_deref()
         .map(|at| format!("; the stubs stay mapped at {at}"))
         .unwrap_or_default();
-    let _ = writeln!(out, "inproc: {restore}{mapping}");
+    let tables = if inproc.per_cpu_tables {
+        "counted per CPU (rseq)"
+    } else {
+        "counted in one shared table (no rseq)"
+    };
+    let _ = writeln!(out, "inproc: {tables}; {restore}{mapping}");
     out
 }

@@ -68,6 +68,7 @@ pub struct Session {
     records: Vec<PatchRecord>,
     syscall_at: u64,
     real: HashMap<LockOp, u64>,
+    per_cpu: bool,
     /// Per function: mechanism and coverage, for the report.
     pub functions: Vec<InprocFunction>,
     pub restored_at_start: u64,
@@ -144,6 +145,7 @@ pub fn start(target: &Target, functions: &[LockFunction]) -> Result<Started> {
         records: Vec::new(),
         syscall_at,
         real,
+        per_cpu: false,
         functions: Vec::new(),
         restored_at_start,
         finished: false,
@@ -310,7 +312,8 @@ fn describe(
                 CountedBy::NotCounted
             } else {
                 not_covered.push(format!(
-                    "calls from inside {defined_in} itself (they do not go through a GOT)"
+                    "calls from inside {} itself (they do not go through a GOT)",
+                    defined_in.rsplit('/').next().unwrap_or(&defined_in)
                 ));
                 CountedBy::GotStubs
             };
@@ -339,7 +342,9 @@ impl Session {
             code[at..at + 8].copy_from_slice(&value.to_le_bytes());
         };
         put(stubs::TABLES_BASE, self.base + layout::TABLES as u64);
-        put(stubs::RSEQ_OFFSET, rseq_offset(target).unwrap_or(0));
+        let rseq = rseq_offset(target);
+        self.per_cpu = rseq.is_some();
+        put(stubs::RSEQ_OFFSET, rseq.unwrap_or(0));
         put(stubs::CPU_TABLES, self.cpu_tables as u64);
         put(stubs::OVERFLOW_BASE, self.base + layout::CONTROL as u64);
         for (&op, &function) in &self.real {
@@ -507,6 +512,7 @@ impl Session {
         Inproc {
             functions: self.functions.clone(),
             mapping: Some(format!("{:#x}", self.base)),
+            per_cpu_tables: self.per_cpu,
             table_overflow: overflow,
             restored_at_start: self.restored_at_start,
             restore,
