@@ -42,6 +42,8 @@ enum LiveModeArg {
     All,
     /// No lock probes: futex tracepoints only (contention exact, acquisitions unknown).
     Contention,
+    /// Every acquisition counted, exact, by stubs in the target behind its GOT entries (no trap).
+    Inproc,
 }
 
 impl From<LiveModeArg> for Mode {
@@ -49,6 +51,7 @@ impl From<LiveModeArg> for Mode {
         match mode {
             LiveModeArg::All => Mode::All,
             LiveModeArg::Contention => Mode::Contention,
+            LiveModeArg::Inproc => Mode::Inproc,
         }
     }
 }

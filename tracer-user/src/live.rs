@@ -48,6 +48,7 @@ use crate::{
         cpu::CpuSampling,
         follow::MainThreadWatch,
         inflight::WaitsBeforeAttach,
+        inproc,
         php::PhpThreads,
         snapshots::{self, SnapshotReader},
         window,
@@ -184,6 +185,12 @@ struct Totals {
     last_active: Option<Instant>,
 }
 
+/// Whether lock probes go in: in all-locks mode, and in inproc mode for
+/// the functions no stub counts.
+fn lock_probes(mode: Mode, placed: &[Placed]) -> bool {
+    mode == Mode::All || (mode == Mode::Inproc && !placed.is_empty())
+}
+
 pub struct LiveSession {
     pub target: Target,
     pub mode: Mode,
@@ -213,6 +220,9 @@ pub struct LiveSession {
     flags: u32,
     /// `--php`: PHP's threads (loaded again at each tick) and the route rules.
     php: Option<(PhpThreads, RouteRules)>,
+    /// `--mode inproc`: the stubs' shared counts; dropping it switches the
+    /// GOT entries back.
+    inproc: Option<inproc::session::Session>,
 }
 
 impl LiveSession {
@@ -220,7 +230,7 @@ impl LiveSession {
     pub fn attach(options: &LiveOptions) -> Result<LiveSession> {
         if options.mode == Mode::Sampled {
             bail!(
-                "--mode sampled is for record; live views take --mode all or --mode contention (contention costs least)"
+                "--mode sampled is for record; live views take --mode all, --mode inproc or --mode contention (contention costs least)"
             );
         }
         // Setup must not wait behind a loaded machine (see trace::priority).
@@ -239,6 +249,21 @@ impl LiveSession {
             lock_code,
             ..
         } = record::prepare(options.pid, options.mode, options.placement, false)?;
+        let (placed, inproc) = match options.mode {
+            Mode::Inproc => {
+                record::refuse_with_inproc(&[
+                    (options.stacks, "--stacks"),
+                    (options.php.is_some(), "--php"),
+                ])?;
+                let started = inproc::session::start(&target, &functions)?;
+                let placed = placed
+                    .into_iter()
+                    .filter(|(function, _)| started.uprobe_ops.contains(&function.op))
+                    .collect();
+                (placed, started.session)
+            }
+            _ => (placed, None),
+        };
         let request_probe = window::request_probe(&target, &options.request_probe, false)?;
         let sampling = options.cpu_hz.map(|hz| CpuSampling { hz, lock_code });
         let runtime = match &options.php {
@@ -256,8 +281,8 @@ impl LiveSession {
             target: &target,
             functions: &placed,
             flags,
-            lock_probes: options.mode == Mode::All,
-            inproc: None,
+            lock_probes: lock_probes(options.mode, &placed),
+            inproc: inproc.as_ref(),
             request_probe: request_probe
                 .as_ref()
                 .map(|chosen| RequestProbePoint::from(&chosen.probe)),
@@ -320,6 +345,7 @@ impl LiveSession {
             stacks,
             flags,
             php,
+            inproc,
         })
     }
 
@@ -333,7 +359,7 @@ impl LiveSession {
             target: &self.target,
             functions: &self.placed,
             flags: self.flags,
-            lock_probes: self.mode == Mode::All,
+            lock_probes: lock_probes(self.mode, &self.placed),
             inproc: None,
             request_probe: self
                 .request_probe
@@ -372,7 +398,11 @@ impl LiveSession {
             self.target.pid,
             &self.waits_before,
             self.cpu_hz,
-            |_| {},
+            |collected| {
+                if let Some(session) = &self.inproc {
+                    session.read().add_to(collected);
+                }
+            },
         )?;
         let routes = self.routes(&mut collected)?;
         let mut report = self.builder().counts(&collected);
@@ -731,7 +761,11 @@ impl LiveSession {
         }
         collect::while_paused(&mut self.loaded.ebpf, |ebpf| keys.remove(ebpf))?;
         for address in &quiet {
-            self.previous.remove(address);
+            // The stubs' counts never expire: their totals stay, or the
+            // next tick would show a quiet lock's whole count as new.
+            if self.inproc.is_none() {
+                self.previous.remove(address);
+            }
             self.names.remove(address);
         }
         Ok(())

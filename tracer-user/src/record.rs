@@ -123,7 +123,12 @@ pub async fn record(options: &RecordOptions) -> Result<Report> {
         );
     }
     if options.mode == Mode::Inproc {
-        refuse_with_inproc(options)?;
+        refuse_with_inproc(&[
+            (options.stacks > 0, "--stacks"),
+            (options.php.is_some(), "--php"),
+            (options.handoffs, "--handoffs"),
+            (options.hold_times, "--hold-times"),
+        ])?;
     }
     if options.hold_times && options.mode != Mode::All {
         bail!(
@@ -194,25 +199,20 @@ pub async fn record(options: &RecordOptions) -> Result<Report> {
     ))
 }
 
-/// What `--mode inproc` cannot do, refused in one line each.
-fn refuse_with_inproc(options: &RecordOptions) -> Result<()> {
-    let refused = [
-        (
-            options.stacks > 0,
-            "--stacks needs the lock probes' stack snapshots",
-        ),
-        (
-            options.php.is_some(),
-            "--php reads PHP's state at the lock probes",
-        ),
-        (options.handoffs, "--handoffs is counted at the lock probes"),
-        (
-            options.hold_times,
-            "--hold-times probes every lock and unlock call",
-        ),
-    ];
-    if let Some((_, why)) = refused.iter().find(|(on, _)| *on) {
-        bail!("{why}: use it with --mode all (the default), not --mode inproc");
+/// What `--mode inproc` cannot do, refused in one line each: the flags
+/// given (on) that need the lock probes.
+pub fn refuse_with_inproc(flags: &[(bool, &str)]) -> Result<()> {
+    let why = |flag: &str| match flag {
+        "--stacks" => "--stacks needs the lock probes' stack snapshots",
+        "--php" => "--php reads PHP's state at the lock probes",
+        "--handoffs" => "--handoffs is counted at the lock probes",
+        _ => "--hold-times probes every lock and unlock call",
+    };
+    if let Some((_, flag)) = flags.iter().find(|(on, _)| *on) {
+        bail!(
+            "{}: use it with --mode all (the default), not --mode inproc",
+            why(flag)
+        );
     }
     Ok(())
 }
@@ -462,16 +462,7 @@ fn finish_inproc(
         };
     };
     let counted = session.read();
-    for (key, &count) in &counted.calls {
-        *collected.callers.entry(*key).or_default() += count;
-        let lock = collected.locks.entry(key.lock).or_default();
-        if let Some(calls) = lock.calls.get_mut(key.op as usize) {
-            *calls += count;
-        }
-    }
-    for (key, &count) in &counted.failed {
-        *collected.failed_tries.entry(*key).or_default() += count;
-    }
+    counted.add_to(collected);
     let overflow = counted.overflow.iter().sum();
     let restore = Restore::NothingSwitched;
     let report = session.report(restore, overflow);

@@ -391,3 +391,40 @@ fn flags_that_need_lock_probes_are_refused() {
     }
     assert_eq!(stub_mappings(target.pid()), 0, "nothing was written");
 }
+
+/// `serve --mode inproc`: the stubs' counts in the live series, exact;
+/// the entries are switched back when serve stops.
+#[test]
+fn serve_counts_through_the_stubs_and_restores_at_its_end() {
+    use common::live_views::{free_port, start_live, wait_for_sample};
+    let mut target = target_with_library("lazy", &[]);
+    let pid = target.pid();
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let (serve, _stderr) = start_live(
+        &[
+            "serve",
+            "--pid",
+            &pid.to_string(),
+            "--listen",
+            &listen,
+            "--mode",
+            "inproc",
+        ],
+        std::process::Stdio::null(),
+    );
+    assert_eq!(ask(&mut target, &format!("work {N}")), format!("done {N}"));
+    for (lock, truth) in [("g_lock", N + 1), ("lib_lock", N)] {
+        wait_for_sample(
+            port,
+            "locktrace_lock_acquisitions_total",
+            &format!(r#"lock="{lock}""#),
+            |n| n == Some(truth as f64),
+        );
+    }
+    let mut serve = serve;
+    // SAFETY: kill(2) on the serve this test started.
+    unsafe { libc::kill(serve.0.id() as i32, libc::SIGINT) };
+    assert!(serve.0.wait().unwrap().success());
+    assert_restored(pid);
+}

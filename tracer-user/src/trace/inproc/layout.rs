@@ -168,6 +168,23 @@ pub struct Counted {
     pub overflow: [u64; LOCK_OPS],
 }
 
+impl Counted {
+    /// Adds the stubs' counts to what the BPF side counted: per caller,
+    /// per lock and function, and the failed tries apart.
+    pub fn add_to(&self, collected: &mut crate::model::Collected) {
+        for (key, &count) in &self.calls {
+            *collected.callers.entry(*key).or_default() += count;
+            let lock = collected.locks.entry(key.lock).or_default();
+            if let Some(calls) = lock.calls.get_mut(key.op as usize) {
+                *calls += count;
+            }
+        }
+        for (key, &count) in &self.failed {
+            *collected.failed_tries.entry(*key).or_default() += count;
+        }
+    }
+}
+
 /// Reads every table of a mapping (`bytes` covers it whole). A slot
 /// whose caller is not written yet has no counts (the stub writes the
 /// caller before it counts); the same key in two slots is summed.
