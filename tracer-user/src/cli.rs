@@ -710,17 +710,22 @@ fn run(cli: Cli) -> Result<ExitCode> {
             wide,
             group_by,
         } => report_file(&file, top, format, histograms, wide, group_by),
-        Command::Restore { pid } => {
-            crate::trace::preflight::check_privileges()?;
-            let restored = crate::trace::inproc::session::restore_pid(pid)?;
-            if restored == 0 {
-                println!("nothing to restore in process {pid}: no GOT entry is left switched");
-            } else {
-                println!("restored {restored} GOT entries in process {pid}");
-            }
-            Ok(ExitCode::SUCCESS)
-        }
+        Command::Restore { pid } => restore(pid),
     }
+}
+
+/// `locktrace restore`: switches back what a killed `--mode inproc` left.
+fn restore(pid: u32) -> Result<ExitCode> {
+    crate::trace::preflight::check_privileges()?;
+    let restored = crate::trace::inproc::session::restore_pid(pid)?;
+    let said = if restored == 0 {
+        format!("nothing to restore in process {pid}: no GOT entry is left switched\n")
+    } else {
+        format!("restored {restored} GOT entries in process {pid}\n")
+    };
+    // A closed stdout is a normal end: the entries are back either way.
+    let _ = std::io::Write::write_all(&mut std::io::stdout(), said.as_bytes());
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `--sample`/`--sample-period`, which apply only in sampled mode.

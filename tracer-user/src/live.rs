@@ -185,6 +185,29 @@ struct Totals {
     last_active: Option<Instant>,
 }
 
+/// `--mode inproc`: switches the GOT entries to the stubs; the lock probes
+/// left are those of the functions no stub counts.
+fn start_inproc(
+    options: &LiveOptions,
+    target: &Target,
+    functions: &[LockFunction],
+    placed: Vec<Placed>,
+) -> Result<(Vec<Placed>, Option<inproc::session::Session>)> {
+    if options.mode != Mode::Inproc {
+        return Ok((placed, None));
+    }
+    record::refuse_with_inproc(&[
+        (options.stacks, "--stacks"),
+        (options.php.is_some(), "--php"),
+    ])?;
+    let started = inproc::session::start(target, functions)?;
+    let placed = placed
+        .into_iter()
+        .filter(|(function, _)| started.uprobe_ops.contains(&function.op))
+        .collect();
+    Ok((placed, started.session))
+}
+
 /// Whether lock probes go in: in all-locks mode, and in inproc mode for
 /// the functions no stub counts.
 fn lock_probes(mode: Mode, placed: &[Placed]) -> bool {
@@ -249,21 +272,7 @@ impl LiveSession {
             lock_code,
             ..
         } = record::prepare(options.pid, options.mode, options.placement, false)?;
-        let (placed, inproc) = match options.mode {
-            Mode::Inproc => {
-                record::refuse_with_inproc(&[
-                    (options.stacks, "--stacks"),
-                    (options.php.is_some(), "--php"),
-                ])?;
-                let started = inproc::session::start(&target, &functions)?;
-                let placed = placed
-                    .into_iter()
-                    .filter(|(function, _)| started.uprobe_ops.contains(&function.op))
-                    .collect();
-                (placed, started.session)
-            }
-            _ => (placed, None),
-        };
+        let (placed, inproc) = start_inproc(options, &target, &functions, placed)?;
         let request_probe = window::request_probe(&target, &options.request_probe, false)?;
         let sampling = options.cpu_hz.map(|hz| CpuSampling { hz, lock_code });
         let runtime = match &options.php {

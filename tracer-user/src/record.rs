@@ -18,7 +18,8 @@ use crate::{
     },
     model::{
         Collected, CountedBy, Coverage, ExecLoss, ExecSeen, Inproc, MainThreadExit, Mode,
-        PhpContext, Placement, Report, Restore, SampledRun, StopReason, ThreadBlocks,
+        PhpContext, Placement, Report, Restore, RestoreOutcome, SampledRun, StopReason,
+        ThreadBlocks,
     },
     naming::{self, creation::GroupBy, php::PhpRuntime, unwind::StackUnwinder},
     probe::{
@@ -458,16 +459,15 @@ fn finish_inproc(
             per_cpu_tables: false,
             table_overflow: 0,
             restored_at_start,
-            restore: Restore::NothingSwitched,
+            restore: Restore::outcome(RestoreOutcome::NothingSwitched),
         };
     };
     let counted = session.read();
     counted.add_to(collected);
     let overflow = counted.overflow.iter().sum();
-    let restore = Restore::NothingSwitched;
-    let report = session.report(restore, overflow);
+    let report = session.report(Restore::outcome(RestoreOutcome::NothingSwitched), overflow);
     let restore = session.finish();
-    if let Restore::Failed { reason } = &restore {
+    if let Some(reason) = &restore.reason {
         output::note(format_args!(
             "locktrace: GOT entries not restored: {reason}"
         ));

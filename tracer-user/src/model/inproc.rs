@@ -48,20 +48,45 @@ pub struct InprocFunction {
 }
 
 /// How the GOT entries were put back at the end.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case", tag = "outcome")]
-pub enum Restore {
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum RestoreOutcome {
     /// Every switched entry holds its original value again.
-    Restored { entries: u64 },
+    Restored,
     /// The target exited: nothing left to restore.
     TargetExited,
     /// The lazy binder overwrote entries (calls after that went uncounted);
     /// the others were restored.
-    Overwritten { restored: u64, overwritten: u64 },
+    Overwritten,
     /// Restoring failed; `locktrace restore --pid PID` retries.
-    Failed { reason: String },
+    Failed,
     /// Nothing was switched (every function counted by uprobes).
     NothingSwitched,
+}
+
+/// The end of the switch: the outcome, and its figures.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Restore {
+    pub outcome: RestoreOutcome,
+    /// Entries switched back.
+    pub entries: u64,
+    /// Entries the lazy binder had overwritten (`overwritten`).
+    #[serde(default)]
+    pub overwritten: u64,
+    /// Why restoring failed (`failed`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+impl Restore {
+    pub fn outcome(outcome: RestoreOutcome) -> Restore {
+        Restore {
+            outcome,
+            entries: 0,
+            overwritten: 0,
+            reason: None,
+        }
+    }
 }
 
 /// The `inproc` block of a report.

@@ -41,7 +41,7 @@ pub use estimate::{Estimate, ScaleBasis, WindowLinkKind};
 pub use handoffs::{HandoffClass, HandoffCostSource, Handoffs};
 pub use holds::{HoldSite, Holds, WaitHolder, add_histogram, merge_histogram, quantile};
 pub use in_progress::{Activity, Deadlock, DeadlockStep, InProgress, ThreadRef};
-pub use inproc::{CountedBy, Inproc, InprocFunction, InprocModule, Restore};
+pub use inproc::{CountedBy, Inproc, InprocFunction, InprocModule, Restore, RestoreOutcome};
 pub use kinds::{LockKind, Mode, Placement, RequestSource, ServerKind, StopReason, WaitClass};
 pub use lifetimes::{EndedLifetime, Lifetimes};
 pub use overhead::{Calibration, Overhead};

@@ -138,6 +138,7 @@ mod tests {
         type Check = fn(&Value) -> bool;
         let checks: Vec<(&str, Check)> = vec![
             ("Activity", round_trips::<Activity>),
+            ("CountedBy", round_trips::<crate::model::CountedBy>),
             ("CreatedBy", round_trips::<CreatedBy>),
             ("DeclaredContention", round_trips::<DeclaredContention>),
             ("ExecLoss", round_trips::<ExecLoss>),
@@ -153,6 +154,10 @@ mod tests {
             ("QueueModel", round_trips::<crate::model::QueueModel>),
             ("Region", round_trips::<crate::model::Region>),
             ("RequestSource", round_trips::<RequestSource>),
+            (
+                "RestoreOutcome",
+                round_trips::<crate::model::RestoreOutcome>,
+            ),
             ("RouteKind", round_trips::<crate::model::RouteKind>),
             ("ScaleBasis", round_trips::<ScaleBasis>),
             ("ServerKind", round_trips::<ServerKind>),
@@ -421,7 +426,36 @@ mod tests {
         );
         fill_the_recording_parts(&mut report, address);
         fill_php(&mut report, address);
+        fill_inproc(&mut report);
         report
+    }
+
+    /// The `--mode inproc` block, every optional field set.
+    fn fill_inproc(report: &mut Report) {
+        report.locks[0].counted_by = vec![crate::model::CountedBy::GotStubs];
+        report.inproc = Some(crate::model::Inproc {
+            functions: vec![crate::model::InprocFunction {
+                function: "pthread_mutex_lock".into(),
+                counted_by: crate::model::CountedBy::GotStubs,
+                modules: vec![crate::model::InprocModule {
+                    module: "/usr/lib/libphp.so".into(),
+                    entries: 1,
+                    bind_now: false,
+                    unresolved: 0,
+                }],
+                not_covered: vec!["calls from inside libc.so.6 itself".into()],
+            }],
+            mapping: Some("0x7f0000000000".into()),
+            per_cpu_tables: true,
+            table_overflow: 0,
+            restored_at_start: 0,
+            restore: crate::model::Restore {
+                outcome: crate::model::RestoreOutcome::Failed,
+                entries: 1,
+                overwritten: 1,
+                reason: Some("thread 12 did not stop within 5 s".into()),
+            },
+        });
     }
 
     /// The `--php` blocks, every optional field set.

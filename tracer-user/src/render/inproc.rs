@@ -2,7 +2,7 @@
 //! covered, and whether the GOT entries were put back.
 use std::fmt::Write;
 
-use crate::model::{CountedBy, Report, Restore};
+use crate::model::{CountedBy, Report, RestoreOutcome};
 
 pub fn render(report: &Report) -> String {
     let mut out = String::new();
@@ -67,17 +67,19 @@ pub fn render(report: &Report) -> String {
             inproc.restored_at_start
         );
     }
-    let restore = match &inproc.restore {
-        Restore::Restored { entries } => format!("all {entries} GOT entries restored"),
-        Restore::TargetExited => "the target exited; nothing to restore".to_string(),
-        Restore::Overwritten {
-            restored,
-            overwritten,
-        } => format!(
-            "{restored} GOT entries restored; {overwritten} had been overwritten by the lazy binder (their later calls went uncounted)"
+    let restore = &inproc.restore;
+    let restore = match restore.outcome {
+        RestoreOutcome::Restored => format!("all {} GOT entries restored", restore.entries),
+        RestoreOutcome::TargetExited => "the target exited; nothing to restore".to_string(),
+        RestoreOutcome::Overwritten => format!(
+            "{} GOT entries restored; {} had been overwritten by the lazy binder (their later calls went uncounted)",
+            restore.entries, restore.overwritten
         ),
-        Restore::Failed { reason } => format!("GOT entries NOT restored: {reason}"),
-        Restore::NothingSwitched => "nothing was switched".to_string(),
+        RestoreOutcome::Failed => format!(
+            "GOT entries NOT restored: {}",
+            restore.reason.as_deref().unwrap_or("unknown")
+        ),
+        RestoreOutcome::NothingSwitched => "nothing was switched".to_string(),
     };
     let mapping = inproc
         .mapping

@@ -160,10 +160,6 @@ pub fn load(plan: &LoadPlan) -> Result<Loaded> {
             .load()
             .with_context(|| format!("loading the BPF program {name}"))?;
     }
-    // The stubs count from here, as the request probe does.
-    if let Some(session) = plan.inproc {
-        session.set_counting(true);
-    }
     let probe_count = attach_user_probes(&mut ebpf, plan)?;
     for (name, event) in [
         (names::PROGRAM_FUTEX_ENTER, "sys_enter_futex"),
@@ -235,6 +231,10 @@ pub fn attach_user_probes_but(
     lock_calls_elsewhere: bool,
 ) -> Result<usize> {
     let mut probe_count = 0;
+    // The stubs (`--mode inproc`) count from here, as the probes do.
+    if let Some(session) = plan.inproc {
+        session.set_counting(true);
+    }
     if plan.lock_probes {
         // Unlock probes first: every hold begun is then seen to end.
         probe_count += attach_points(

@@ -26,7 +26,7 @@ use super::{
     stubs,
 };
 use crate::{
-    model::{CountedBy, Inproc, InprocFunction, InprocModule, Restore},
+    model::{CountedBy, Inproc, InprocFunction, InprocModule, Restore, RestoreOutcome},
     probe::{
         got::{self, GotSlot},
         lockfuncs::LockFunction,
@@ -43,6 +43,9 @@ struct Planned {
     /// Not bound yet by the lazy binder (holds its PLT address).
     unresolved: bool,
 }
+
+/// Entries left alone, with why (one line each).
+type Skipped = Vec<(LockOp, String)>;
 
 /// What the plan leaves alone, and why (one line each).
 #[derive(Debug, Default)]
@@ -378,7 +381,7 @@ impl Session {
         thread: &mut StoppedThread,
         maps: &[Mapping],
         planned: &[Planned],
-    ) -> Result<(Vec<Planned>, Vec<(LockOp, String)>)> {
+    ) -> Result<(Vec<Planned>, Skipped)> {
         self.records = planned
             .iter()
             .map(|p| PatchRecord {
@@ -450,19 +453,19 @@ impl Session {
     fn restore(&mut self) -> Restore {
         self.finished = true;
         if !target::is_running(self.pid, self.start_time) {
-            return Restore::TargetExited;
+            return Restore::outcome(RestoreOutcome::TargetExited);
         }
         match self.switch_back() {
             Ok(restore) => restore,
-            Err(error) if !target::is_running(self.pid, self.start_time) => {
-                let _ = error;
-                Restore::TargetExited
+            Err(_) if !target::is_running(self.pid, self.start_time) => {
+                Restore::outcome(RestoreOutcome::TargetExited)
             }
-            Err(error) => Restore::Failed {
-                reason: format!(
+            Err(error) => Restore {
+                reason: Some(format!(
                     "{error:#}; run `locktrace restore --pid {}` to put the GOT entries back",
                     self.pid
-                ),
+                )),
+                ..Restore::outcome(RestoreOutcome::Failed)
             },
         }
     }
@@ -497,13 +500,16 @@ impl Session {
         let overwritten = self.records.len() as u64 - restored;
         self.records.clear();
         self.write_header();
-        Ok(if overwritten == 0 {
-            Restore::Restored { entries: restored }
+        let outcome = if overwritten == 0 {
+            RestoreOutcome::Restored
         } else {
-            Restore::Overwritten {
-                restored,
-                overwritten,
-            }
+            RestoreOutcome::Overwritten
+        };
+        Ok(Restore {
+            outcome,
+            entries: restored,
+            overwritten,
+            reason: None,
         })
     }
 
@@ -524,7 +530,7 @@ impl Drop for Session {
     /// Every way out that did not finish (a tracer error) restores too.
     fn drop(&mut self) {
         if !self.finished
-            && let Restore::Failed { reason } = self.restore()
+            && let Some(reason) = self.restore().reason
         {
             eprintln!("locktrace: GOT entries not restored: {reason}");
         }
