@@ -386,3 +386,67 @@ fn sampled_mode_holds_the_truth_within_its_bound() {
         report["estimate"]
     );
 }
+
+/// `--mode inproc` on the real server (dynamic build, classic): the global
+/// lock exact at 408 per request, counted by the stubs behind the GOT
+/// entries of the executable and libphp; then a recording killed with
+/// SIGKILL under load: the server serves on, and `locktrace restore`
+/// switches the entries back.
+#[test]
+fn inproc_mode_counts_408_per_request_and_survives_a_killed_tracer() {
+    let server = Server::start(Mode::Classic, Libphp::Stock);
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("inproc.json");
+    let (report, table) = record_with_load(&server, &json, &["--mode", "inproc"]);
+    assert_eq!(report["requests"]["statuses"]["200"], 300, "{table}");
+    assert_global_lock(&report, &table, "classic stock, inproc");
+    assert_eq!(
+        php_acquisitions_per_request(&report, &table),
+        792.0,
+        "{table}"
+    );
+    assert_eq!(
+        lock_named(&report, GLOBAL_LOCK)["counted_by"],
+        serde_json::json!(["got_stubs"])
+    );
+    let mutex_lock = report["inproc"]["functions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["function"] == "pthread_mutex_lock")
+        .unwrap();
+    let modules: Vec<&str> = mutex_lock["modules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["module"].as_str().unwrap())
+        .collect();
+    assert!(
+        modules.iter().any(|m| m.ends_with("frankenphp-e2e"))
+            && modules
+                .iter()
+                .any(|m| m.ends_with("libphp-franken-stock.so")),
+        "{modules:?}"
+    );
+    assert_eq!(
+        report["inproc"]["restore"]["outcome"], "restored",
+        "{table}"
+    );
+    assert_eq!(report["overhead"]["probe_hits"], 0, "{table}");
+
+    let trace = common::Trace::attach(server.pid, &["--mode", "inproc"]);
+    sequential_requests(20);
+    let mut child = trace.child;
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // The stubs still count and call the real lock: pages stay right.
+    sequential_requests(50);
+    let output = common::locktrace()
+        .args(["restore", "--pid", &server.pid()])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{output:?}");
+    assert!(said.contains("restored 2 GOT entries"), "{said}");
+    sequential_requests(20);
+}

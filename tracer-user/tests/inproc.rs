@@ -428,3 +428,45 @@ fn serve_counts_through_the_stubs_and_restores_at_its_end() {
     assert!(serve.0.wait().unwrap().success());
     assert_restored(pid);
 }
+
+/// Every way out switches the entries back: the duration, SIGTERM, and the
+/// target's exit (nothing left to restore then, and the report says so).
+#[test]
+fn every_way_out_restores() {
+    let mut target = target_with_library("lazy", &[]);
+    let pid = target.pid();
+    let trace = Trace::attach(pid, &["--mode", "inproc", "--duration", "2"]);
+    assert_eq!(ask(&mut target, &format!("work {N}")), format!("done {N}"));
+    let (report, _) = trace.finish();
+    assert_eq!(report["stopped_by"], "duration");
+    assert_eq!(report["inproc"]["restore"]["outcome"], "restored");
+    assert_eq!(lock_named(&report, "lib_lock")["acquisitions"], N);
+    assert_restored(pid);
+
+    let trace = Trace::attach(pid, &["--mode", "inproc"]);
+    assert_eq!(
+        ask(&mut target, &format!("work {N}")),
+        format!("done {}", 2 * N)
+    );
+    // SAFETY: kill(2) on the locktrace this test started.
+    unsafe { libc::kill(trace.child.id() as i32, libc::SIGTERM) };
+    let (report, _) = trace.finish();
+    assert_eq!(report["stopped_by"], "interrupted");
+    assert_eq!(report["inproc"]["restore"]["outcome"], "restored");
+    assert_eq!(lock_named(&report, "g_lock")["acquisitions"], N + 1);
+    assert_restored(pid);
+
+    let trace = Trace::attach(pid, &["--mode", "inproc"]);
+    assert_eq!(
+        ask(&mut target, &format!("work {N}")),
+        format!("done {}", 3 * N)
+    );
+    target.send("quit");
+    let (report, table) = trace.finish();
+    assert_eq!(report["stopped_by"], "target_exited");
+    assert_eq!(
+        report["inproc"]["restore"]["outcome"], "target_exited",
+        "{table}"
+    );
+    assert_eq!(lock_named(&report, "lib_lock")["acquisitions"], N);
+}
