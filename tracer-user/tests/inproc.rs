@@ -470,3 +470,45 @@ fn every_way_out_restores() {
     );
     assert_eq!(lock_named(&report, "lib_lock")["acquisitions"], N);
 }
+
+/// A child forked while recording inherits the stubs: its calls are
+/// counted in (the report says so), it works on, and `locktrace restore`
+/// switches its entries back though no header names them any more.
+#[test]
+fn a_forked_child_is_said_and_restored() {
+    let mut target = target_with_library("lazy", &[]);
+    let pid = target.pid();
+    let trace = Trace::attach(pid, &["--mode", "inproc"]);
+    let child: u32 = ask(&mut target, &format!("fork {N}"))
+        .strip_prefix("forked ")
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(ask(&mut target, &format!("work {N}")), format!("done {N}"));
+    trace.interrupt();
+    let (report, table) = trace.finish();
+    // The parent's work and read, and the child's N through the inherited stubs.
+    assert_eq!(lock_named(&report, "g_lock")["acquisitions"], 2 * N + 1);
+    assert_eq!(report["coverage"]["children_forked"], 1, "{table}");
+    assert!(
+        table.contains("1 children forked while recording inherited the stubs"),
+        "{table}"
+    );
+    assert_restored(pid);
+    let stubbed = got_entries(child)
+        .into_iter()
+        .filter(|(_, points)| matches!(points, Points::Elsewhere(_)))
+        .count();
+    assert_eq!(stubbed, 3, "the child's entries still lead to the stubs");
+    let output = locktrace()
+        .args(["restore", "--pid", &child.to_string()])
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&output.stdout).contains("restored 3 GOT entries"),
+        "{output:?}"
+    );
+    assert_restored(child);
+    // SAFETY: kill(2) on the fixture's child, which this test made it fork.
+    unsafe { libc::kill(child as i32, libc::SIGKILL) };
+}

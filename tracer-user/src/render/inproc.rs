@@ -53,6 +53,17 @@ pub fn render(report: &Report) -> String {
             not_counted.join(", ")
         );
     }
+    let forked = report
+        .coverage
+        .as_ref()
+        .and_then(|c| c.children_forked)
+        .unwrap_or(0);
+    if forked > 0 {
+        let _ = writeln!(
+            out,
+            "inproc: {forked} children forked while recording inherited the stubs: their lock calls made before they exec are counted in with this process's, and their GOT entries stay switched (they work on; `locktrace restore --pid CHILD` switches them back)"
+        );
+    }
     if inproc.table_overflow > 0 {
         let _ = writeln!(
             out,

@@ -40,6 +40,8 @@ use crate::{
 struct Planned {
     slot: GotSlot,
     original: u64,
+    /// What the entry holds now (a stray stub of an earlier run, or the original).
+    current: u64,
     /// Not bound yet by the lazy binder (holds its PLT address).
     unresolved: bool,
 }
@@ -219,6 +221,7 @@ fn plan(
         .iter()
         .flat_map(|l| l.header.patches.iter().map(|p| (p.got, p.original)))
         .collect();
+    let strays = stray_stubs(leftovers);
     for module in modules {
         plan.bind_now.insert(module.module.clone(), module.bind_now);
         for slot in module.slots {
@@ -236,10 +239,20 @@ fn plan(
             }
             let function = real[&slot.op];
             let unresolved = (slot.module_code.0..slot.module_code.1).contains(&value);
-            if value == function || unresolved {
+            if strays.get(&value) == Some(&slot.op) {
+                // An earlier run's stub no header names (a child forked
+                // while it counted shares its header): ours to switch.
+                plan.switch.push(Planned {
+                    slot,
+                    original: function,
+                    current: value,
+                    unresolved: false,
+                });
+            } else if value == function || unresolved {
                 plan.switch.push(Planned {
                     slot,
                     original: value,
+                    current: value,
                     unresolved,
                 });
             } else {
@@ -269,6 +282,23 @@ fn plan(
         }
     }
     plan
+}
+
+/// The stubs of earlier runs' mappings, by address: what op each counts.
+fn stray_stubs(leftovers: &[Leftover]) -> HashMap<u64, LockOp> {
+    leftovers
+        .iter()
+        .flat_map(|l| {
+            LockOp::ALL
+                .into_iter()
+                .map(|op| (stub_address(l.start, op), op))
+        })
+        .collect()
+}
+
+/// The stub of `op` in the mapping at `base`.
+fn stub_address(base: u64, op: LockOp) -> u64 {
+    base + (layout::CODE + stubs::STUBS + stubs::STUB_STRIDE * op as usize) as u64
 }
 
 /// The report's lines per function: how it is counted, and what not.
@@ -371,7 +401,7 @@ impl Session {
     }
 
     fn stub_of(&self, op: LockOp) -> u64 {
-        self.base + (layout::CODE + stubs::STUBS + stubs::STUB_STRIDE * op as usize) as u64
+        stub_address(self.base, op)
     }
 
     /// Switches the planned entries; returns those switched, and why the
@@ -394,9 +424,10 @@ impl Session {
         let swaps: Vec<Swap> = self
             .records
             .iter()
-            .map(|r| Swap {
+            .zip(planned)
+            .map(|(r, p)| Swap {
                 got: r.got,
-                expected: r.original,
+                expected: p.current,
                 new: r.stub,
             })
             .collect();
@@ -412,7 +443,7 @@ impl Session {
         let mut skipped = Vec::new();
         let mut kept = Vec::new();
         for ((planned, record), value) in planned.iter().zip(&self.records).zip(found) {
-            if value == record.original {
+            if value == planned.current {
                 switched.push(planned.clone());
                 kept.push(*record);
             } else {
@@ -818,17 +849,76 @@ fn possible_cpus() -> usize {
 
 /// `locktrace restore --pid`: switches back what a killed run left.
 pub fn restore_pid(pid: u32) -> Result<u64> {
-    let maps = target::read_maps(pid)?;
-    let leftovers = leftovers(pid, &maps)?;
-    if leftovers.iter().all(|l| l.header.patches.is_empty()) {
+    let target = Target::open(pid)?;
+    let leftovers = leftovers(pid, &target.maps)?;
+    let Some(first) = leftovers.first() else {
+        return Ok(0);
+    };
+    let functions = crate::probe::lockfuncs::find(&target)?;
+    let real: HashMap<LockOp, u64> = functions
+        .iter()
+        .map(|f| (f.op, f.runtime_start))
+        .rev()
+        .collect();
+    let ops: Vec<LockOp> = real.keys().copied().collect();
+    // Entries a header names, and stray stubs (a forked child's) alike.
+    let strays: Vec<Swap> = plan(&target, &ops, &real, &leftovers)
+        .switch
+        .iter()
+        .filter(|p| p.current != p.original)
+        .map(|p| Swap {
+            got: p.slot.address,
+            expected: p.current,
+            new: p.original,
+        })
+        .collect();
+    let recorded = leftovers.iter().any(|l| !l.header.patches.is_empty());
+    if !recorded && strays.is_empty() {
         return Ok(0);
     }
     let mut thread = StoppedThread::stop(inject::pick_thread(pid)?)?;
-    let syscall_at = find_syscall_instruction(pid, &maps)?;
+    let syscall_at = find_syscall_instruction(pid, &target.maps)?;
     let mut restored = 0;
     for leftover in &leftovers {
-        restored += restore_leftover(&mut thread, pid, syscall_at, &maps, leftover)?;
+        restored += restore_leftover(&mut thread, pid, syscall_at, &target.maps, leftover)?;
     }
+    let stray_restored = restore_strays(&mut thread, pid, syscall_at, &target.maps, first, &strays);
     thread.release()?;
-    Ok(restored)
+    Ok(restored + stray_restored?)
+}
+
+/// Switches stray stub entries back to the real functions, with the
+/// patcher of the mapping `through`.
+fn restore_strays(
+    thread: &mut StoppedThread,
+    pid: u32,
+    syscall_at: u64,
+    maps: &[Mapping],
+    through: &Leftover,
+    swaps: &[Swap],
+) -> Result<u64> {
+    // Recorded entries were restored first: the rest still hold stubs.
+    let memory = ProcessMemory::new(pid);
+    let still: Vec<Swap> = swaps
+        .iter()
+        .filter(|swap| {
+            let mut word = [0u8; 8];
+            memory.read(swap.got, &mut word) == 8 && u64::from_le_bytes(word) == swap.expected
+        })
+        .copied()
+        .collect();
+    if still.is_empty() {
+        return Ok(0);
+    }
+    let first = maps
+        .iter()
+        .find(|m| m.start == through.start)
+        .ok_or_else(|| anyhow!("locktrace's earlier mapping went away"))?;
+    let mut shared = map_here(pid, first.start, first.end, through.header.size as usize)?;
+    let found = run_patcher(thread, syscall_at, maps, through.start, &mut shared, &still)?;
+    Ok(found
+        .iter()
+        .zip(&still)
+        .filter(|(value, swap)| **value == swap.expected)
+        .count() as u64)
 }
