@@ -213,6 +213,15 @@ fn configs(rows: Rows) -> Vec<Config> {
                 0.0,
             ));
             configs.push(inproc_config(&probe));
+            // The alternative to per-CPU tables: every thread counts in one.
+            configs.push(config(
+                "locktrace --mode inproc, one shared table",
+                tracers::locktrace_env(
+                    &[&["--mode", "inproc"], &probe[..]].concat(),
+                    &[("LOCKTRACE_INPROC_SHARED_TABLE", "1")],
+                ),
+                0.0,
+            ));
         }
         Rows::Php => {
             configs.extend(stacks_configs(&probe));

@@ -18,7 +18,11 @@ use crate::fixtures::read_until;
 #[derive(Clone)]
 pub enum Tracer {
     None,
-    Locktrace(Vec<String>),
+    /// `locktrace record` with these arguments, and these environment variables.
+    Locktrace {
+        args: Vec<String>,
+        env: Vec<(String, String)>,
+    },
     /// bpftrace with this probe (`uprobe:FILE:SYMBOL`) and action; `{pid}` in
     /// the action is replaced by the fixture's pid.
     Bpftrace {
@@ -36,7 +40,18 @@ pub fn bpftrace_one_liner() -> Tracer {
 }
 
 pub fn locktrace(args: &[&str]) -> Tracer {
-    Tracer::Locktrace(args.iter().map(|s| s.to_string()).collect())
+    locktrace_env(args, &[])
+}
+
+/// locktrace with environment variables set (bench knobs).
+pub fn locktrace_env(args: &[&str], env: &[(&str, &str)]) -> Tracer {
+    Tracer::Locktrace {
+        args: args.iter().map(|s| s.to_string()).collect(),
+        env: env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+    }
 }
 
 /// How long a tracer may take to get its probes live.
@@ -71,7 +86,7 @@ pub fn start(tracer: &Tracer, pid: u32, locktrace: &Path) -> Result<Option<Runni
     let started = Instant::now();
     Ok(match tracer {
         Tracer::None => None,
-        Tracer::Locktrace(args) => {
+        Tracer::Locktrace { args, env } => {
             let json = std::env::temp_dir().join(format!("locktrace-bench-{pid}.json"));
             let ready = json.with_extension("ready");
             let _ = std::fs::remove_file(&ready);
@@ -81,6 +96,7 @@ pub fn start(tracer: &Tracer, pid: u32, locktrace: &Path) -> Result<Option<Runni
                 .arg("--ready-file")
                 .arg(&ready)
                 .args(args)
+                .envs(env.iter().map(|(k, v)| (k, v)))
                 .stdout(Stdio::null())
                 .stderr(Stdio::piped())
                 .spawn()

@@ -2,13 +2,22 @@
 //! covered, and whether the GOT entries were put back.
 use std::fmt::Write;
 
-use crate::model::{CountedBy, Report, RestoreOutcome};
+use crate::model::{CountedBy, Inproc, Report, RestoreOutcome};
 
 pub fn render(report: &Report) -> String {
     let mut out = String::new();
     let Some(inproc) = &report.inproc else {
         return out;
     };
+    function_lines(report, inproc, &mut out);
+    notes(report, inproc, &mut out);
+    let _ = writeln!(out, "inproc: {}", restore_line(inproc));
+    out
+}
+
+/// A line per function the stubs count (and per uprobed function that
+/// was called), one for those not counted at all.
+fn function_lines(report: &Report, inproc: &Inproc, out: &mut String) {
     let module_name = |path: &str| path.rsplit('/').next().unwrap_or(path).to_string();
     let mut not_counted = Vec::new();
     for function in &inproc.functions {
@@ -53,6 +62,10 @@ pub fn render(report: &Report) -> String {
             not_counted.join(", ")
         );
     }
+}
+
+/// Forked children, table overflow, and entries restored at the start.
+fn notes(report: &Report, inproc: &Inproc, out: &mut String) {
     let forked = report
         .coverage
         .as_ref()
@@ -78,6 +91,10 @@ pub fn render(report: &Report) -> String {
             inproc.restored_at_start
         );
     }
+}
+
+/// How the entries were put back, and where the stubs stay.
+fn restore_line(inproc: &Inproc) -> String {
     let restore = &inproc.restore;
     let restore = match restore.outcome {
         RestoreOutcome::Restored => format!("all {} GOT entries restored", restore.entries),
@@ -102,6 +119,5 @@ pub fn render(report: &Report) -> String {
     } else {
         "counted in one shared table (no rseq)"
     };
-    let _ = writeln!(out, "inproc: {tables}; {restore}{mapping}");
-    out
+    format!("{tables}; {restore}{mapping}")
 }

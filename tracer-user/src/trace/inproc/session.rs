@@ -375,7 +375,10 @@ impl Session {
             code[at..at + 8].copy_from_slice(&value.to_le_bytes());
         };
         put(stubs::TABLES_BASE, self.base + layout::TABLES as u64);
-        let rseq = rseq_offset(target);
+        // A bench knob (`cargo xtask bench --only franken-inproc`): the
+        // alternative of one table all threads count in.
+        let shared = std::env::var_os("LOCKTRACE_INPROC_SHARED_TABLE").is_some();
+        let rseq = if shared { None } else { rseq_offset(target) };
         self.per_cpu = rseq.is_some();
         put(stubs::RSEQ_OFFSET, rseq.unwrap_or(0));
         put(stubs::CPU_TABLES, self.cpu_tables as u64);
