@@ -44,6 +44,19 @@ fn record_locks(flags: &[&str], global_calls: u64, hold_ns: u64) -> (serde_json:
     (report, global)
 }
 
+/// `--mode inproc`: the stubs behind the fixture's GOT count every call,
+/// exactly, on this kernel too (ptrace injection, the shared mapping read
+/// after the target exited).
+#[test]
+fn inproc_counts_exactly() {
+    let (report, global) = record_locks(&["--mode", "inproc", "--no-cpu"], CALLS, 0);
+    assert_eq!(acquisitions(&report, global), THREADS * CALLS, "{report}");
+    assert_eq!(report["inproc"]["restore"]["outcome"], "target_exited");
+    assert_eq!(report["overhead"]["probe_hits"], 0, "no lock call trapped");
+    let lock = lock_at(&report, global).unwrap();
+    assert_eq!(lock["counted_by"], serde_json::json!(["got_stubs"]));
+}
+
 /// The default recording (all locks, CPU sampler on where the kernel allows
 /// it): exact counts; a sampler the kernel refuses is off with its reason.
 #[test]
