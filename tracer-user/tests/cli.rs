@@ -360,7 +360,7 @@ fn serve_bad_input_is_one_line() {
     for (args, says) in [
         (
             vec!["--listen", "127.0.0.1:0", "--mode", "sampled"],
-            "invalid value 'sampled' for '--mode <MODE>' [possible values: all, contention]",
+            "invalid value 'sampled' for '--mode <MODE>' [possible values: all, contention, inproc]",
         ),
         (vec!["--listen", "nonsense"], "invalid value 'nonsense'"),
         (
