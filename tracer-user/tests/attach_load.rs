@@ -50,8 +50,11 @@ fn start_load() -> Load {
 #[test]
 fn attach_completes_and_counts_exactly_under_load() {
     const N: u64 = 1_000;
+    // Compiled before the load: gcc's share of 2 CPUs under 2000 spinning
+    // threads made a fresh clone's first build of it take over 10 minutes.
+    let mapfiles = fixture("mapfiles", Flavor::Glibc);
     let load = start_load();
-    let mut target = Fixture::spawn(&fixture("mapfiles", Flavor::Glibc), &[&N.to_string()]);
+    let mut target = Fixture::spawn(&mapfiles, &[&N.to_string()]);
     let mut trace = Trace::launch(target.pid(), &[], &[]);
     trace.wait_live_within(Duration::from_secs(300));
     let printed = trace.stderr_lines.join("\n");
