@@ -464,15 +464,13 @@ fn finish_inproc(
     };
     let counted = session.read();
     counted.add_to(collected);
-    let overflow = counted.overflow.iter().sum();
-    let report = session.report(Restore::outcome(RestoreOutcome::NothingSwitched), overflow);
-    let restore = session.finish();
-    if let Some(reason) = &restore.reason {
+    let inproc = session.finish(counted.overflow.iter().sum());
+    if let Some(reason) = &inproc.restore.reason {
         output::note(format_args!(
             "locktrace: GOT entries not restored: {reason}"
         ));
     }
-    Inproc { restore, ..report }
+    inproc
 }
 
 /// Sampled mode: the sampler's first window, armed before the probes are

@@ -138,7 +138,7 @@ pub fn start(target: &Target, functions: &[LockFunction]) -> Result<Started> {
         .iter()
         .find(|l| l.header.version == layout::VERSION && l.header.cpu_tables == cpu_tables as u64);
     let (base, shared) = match reusable {
-        Some(leftover) => (leftover.start, reuse_mapping(pid, leftover, cpu_tables)?),
+        Some(leftover) => (leftover.start, reuse_mapping(pid, leftover)?),
         None => new_mapping(&mut thread, syscall_at, pid, cpu_tables)?,
     };
     let mut session = Session {
@@ -480,8 +480,18 @@ impl Session {
     }
 
     /// Switches every entry back; the mapping stays.
-    pub fn finish(mut self) -> Restore {
-        self.restore()
+    /// Switches every entry back (the mapping stays) and says how, with
+    /// what the stubs did not count (`overflow`, read with the counts).
+    pub fn finish(mut self, overflow: u64) -> Inproc {
+        let restore = self.restore();
+        Inproc {
+            functions: self.functions.clone(),
+            mapping: Some(format!("{:#x}", self.base)),
+            per_cpu_tables: self.per_cpu,
+            table_overflow: overflow,
+            restored_at_start: self.restored_at_start,
+            restore,
+        }
     }
 
     fn restore(&mut self) -> Restore {
@@ -507,15 +517,7 @@ impl Session {
     fn switch_back(&mut self) -> Result<Restore> {
         let maps = target::read_maps(self.pid)?;
         let mut thread = StoppedThread::stop(inject::pick_thread(self.pid)?)?;
-        let swaps: Vec<Swap> = self
-            .records
-            .iter()
-            .map(|r| Swap {
-                got: r.got,
-                expected: r.stub,
-                new: r.original,
-            })
-            .collect();
+        let swaps = restoring(&self.records);
         let found = run_patcher(
             &mut thread,
             self.syscall_at,
@@ -545,18 +547,6 @@ impl Session {
             overwritten,
             reason: None,
         })
-    }
-
-    /// The report's block (read the counts first).
-    pub fn report(&self, restore: Restore, overflow: u64) -> Inproc {
-        Inproc {
-            functions: self.functions.clone(),
-            mapping: Some(format!("{:#x}", self.base)),
-            per_cpu_tables: self.per_cpu,
-            table_overflow: overflow,
-            restored_at_start: self.restored_at_start,
-            restore,
-        }
     }
 }
 
@@ -695,8 +685,15 @@ fn map_here(pid: u32, start: u64, end: u64, size: usize) -> Result<MmapMut> {
 }
 
 /// An earlier run's mapping, reused: its tables emptied.
-fn reuse_mapping(pid: u32, leftover: &Leftover, cpu_tables: usize) -> Result<MmapMut> {
-    let maps = target::read_maps(pid)?;
+fn reuse_mapping(pid: u32, leftover: &Leftover) -> Result<MmapMut> {
+    let mut shared = map_leftover(pid, &target::read_maps(pid)?, leftover)?;
+    shared[layout::CONTROL..].fill(0);
+    Ok(shared)
+}
+
+/// An earlier run's mapping, mapped here (through its first VMA, the
+/// header and code).
+fn map_leftover(pid: u32, maps: &[Mapping], leftover: &Leftover) -> Result<MmapMut> {
     let first = maps
         .iter()
         .find(|m| m.start == leftover.start)
@@ -706,14 +703,19 @@ fn reuse_mapping(pid: u32, leftover: &Leftover, cpu_tables: usize) -> Result<Mma
                 leftover.start
             )
         })?;
-    let mut shared = map_here(
-        pid,
-        first.start,
-        first.end,
-        layout::mapping_bytes(cpu_tables),
-    )?;
-    shared[layout::CONTROL..].fill(0);
-    Ok(shared)
+    map_here(pid, first.start, first.end, leftover.header.size as usize)
+}
+
+/// The swaps that put recorded entries back: from the stub to the original.
+fn restoring(records: &[PatchRecord]) -> Vec<Swap> {
+    records
+        .iter()
+        .map(|record| Swap {
+            got: record.got,
+            expected: record.stub,
+            new: record.original,
+        })
+        .collect()
 }
 
 /// Mappings of earlier runs (their header's magic); refuses when the run
@@ -760,21 +762,8 @@ fn restore_leftover(
     if leftover.header.patches.is_empty() {
         return Ok(0);
     }
-    let first = maps
-        .iter()
-        .find(|m| m.start == leftover.start)
-        .ok_or_else(|| anyhow!("locktrace's earlier mapping went away"))?;
-    let mut shared = map_here(pid, first.start, first.end, leftover.header.size as usize)?;
-    let swaps: Vec<Swap> = leftover
-        .header
-        .patches
-        .iter()
-        .map(|p| Swap {
-            got: p.got,
-            expected: p.stub,
-            new: p.original,
-        })
-        .collect();
+    let mut shared = map_leftover(pid, maps, leftover)?;
+    let swaps = restoring(&leftover.header.patches);
     let found = run_patcher(
         thread,
         syscall_at,
@@ -913,11 +902,7 @@ fn restore_strays(
     if still.is_empty() {
         return Ok(0);
     }
-    let first = maps
-        .iter()
-        .find(|m| m.start == through.start)
-        .ok_or_else(|| anyhow!("locktrace's earlier mapping went away"))?;
-    let mut shared = map_here(pid, first.start, first.end, through.header.size as usize)?;
+    let mut shared = map_leftover(pid, maps, through)?;
     let found = run_patcher(thread, syscall_at, maps, through.start, &mut shared, &still)?;
     Ok(found
         .iter()
