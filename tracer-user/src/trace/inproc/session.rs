@@ -107,15 +107,16 @@ pub fn start(target: &Target, functions: &[LockFunction]) -> Result<Started> {
         .collect();
     let plan = plan(target, &ops, &real, &leftovers);
     let uprobe_ops = left_to_uprobes(&ops, &plan.switch);
+    // Nothing switched: every function is counted by uprobes or said not counted.
+    let without_session = |restored_at_start| Started {
+        session: None,
+        functions: describe(&ops, &plan, &uprobe_ops, functions),
+        uprobe_ops: uprobe_ops.clone(),
+        restored_at_start,
+    };
     let mut restored_at_start = 0;
     if plan.switch.is_empty() && leftovers.is_empty() {
-        let functions = describe(&ops, &plan, &uprobe_ops, functions);
-        return Ok(Started {
-            session: None,
-            uprobe_ops,
-            functions,
-            restored_at_start,
-        });
+        return Ok(without_session(restored_at_start));
     }
     let mut thread = StoppedThread::stop(inject::pick_thread(pid)?)?;
     let syscall_at = find_syscall_instruction(pid, &target.maps)?;
@@ -125,13 +126,7 @@ pub fn start(target: &Target, functions: &[LockFunction]) -> Result<Started> {
     }
     if plan.switch.is_empty() {
         thread.release()?;
-        let functions = describe(&ops, &plan, &uprobe_ops, functions);
-        return Ok(Started {
-            session: None,
-            uprobe_ops,
-            functions,
-            restored_at_start,
-        });
+        return Ok(without_session(restored_at_start));
     }
     let cpu_tables = possible_cpus();
     let reusable = leftovers
