@@ -62,6 +62,9 @@ pub enum RestoreOutcome {
     Failed,
     /// Nothing was switched (every function counted by uprobes).
     NothingSwitched,
+    /// The process ran another program (exec) or unmapped locktrace's
+    /// memory: the switched entries are gone with the old program.
+    ProgramReplaced,
 }
 
 /// The end of the switch: the outcome, and its figures.
@@ -76,6 +79,10 @@ pub struct Restore {
     /// Why restoring failed (`failed`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// Entries whose library was unloaded (dlclose) while switched:
+    /// nothing left to restore there, and nothing touched.
+    #[serde(default)]
+    pub unloaded: u64,
 }
 
 impl Restore {
@@ -85,6 +92,7 @@ impl Restore {
             entries: 0,
             overwritten: 0,
             reason: None,
+            unloaded: 0,
         }
     }
 }

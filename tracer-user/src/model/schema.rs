@@ -454,6 +454,7 @@ mod tests {
                 entries: 1,
                 overwritten: 1,
                 reason: Some("thread 12 did not stop within 5 s".into()),
+                unloaded: 1,
             },
         });
     }

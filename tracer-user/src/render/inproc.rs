@@ -108,6 +108,17 @@ fn restore_line(inproc: &Inproc) -> String {
             restore.reason.as_deref().unwrap_or("unknown")
         ),
         RestoreOutcome::NothingSwitched => "nothing was switched".to_string(),
+        RestoreOutcome::ProgramReplaced => {
+            "the process ran another program (exec): the switched entries went with the old one; nothing to restore".to_string()
+        }
+    };
+    let restore = if inproc.restore.unloaded > 0 {
+        format!(
+            "{restore}; {} entries' library was unloaded (dlclose) meanwhile: nothing to restore there",
+            inproc.restore.unloaded
+        )
+    } else {
+        restore
     };
     let mapping = inproc
         .mapping

@@ -8,7 +8,9 @@
 //! 0x2000 code: the stubs and the patcher (read-only, executable)
 //! 0x3000 control (read-write): overflow counts per function, then the
 //!        patcher's list (GOT entry, expected, new, value found)
-//! 0x8000 one counting table per CPU, TABLE_BYTES each (read-write)
+//! 0x8000 the return frame of the thread running injected code, at the
+//!        top (read-write; room below it for a signal's frame)
+//! 0x10000 one counting table per CPU, TABLE_BYTES each (read-write)
 //! ```
 use std::collections::HashMap;
 
@@ -19,7 +21,7 @@ use super::stubs::{ENTRY_BITS, TABLE_BYTES};
 pub const MAGIC: [u8; 16] = *b"locktrace-inproc";
 /// Bumped when the layout or the stubs change: a mapping of another
 /// version is never reused (its entries are still restored).
-pub const VERSION: u64 = 1;
+pub const VERSION: u64 = 2;
 
 pub const HEADER: usize = 0x0000;
 pub const CODE: usize = 0x2000;
@@ -27,7 +29,10 @@ pub const CONTROL: usize = 0x3000;
 /// Nonzero while the stubs count (see `stubs`).
 pub const GATE: usize = CONTROL + 0x80;
 pub const PATCH_LIST: usize = CONTROL + 0x100;
-pub const TABLES: usize = 0x8000;
+pub const FRAMES: usize = 0x8000;
+/// The return frame ends here (its region's top).
+pub const FRAME_TOP: usize = 0x10000;
+pub const TABLES: usize = 0x10000;
 /// Bytes the target sees as code (header included): read-only, executable.
 pub const READ_ONLY_BYTES: usize = CONTROL;
 
@@ -44,7 +49,7 @@ const RECORD_BYTES: usize = 24;
 pub const MAX_PATCHES: usize = (CODE - PATCH_RECORDS) / RECORD_BYTES;
 /// Patcher list entries: GOT entry, expected, new, value found.
 const LIST_ENTRY_BYTES: usize = 32;
-pub const MAX_LIST: usize = (TABLES - PATCH_LIST) / LIST_ENTRY_BYTES;
+pub const MAX_LIST: usize = (FRAMES - PATCH_LIST) / LIST_ENTRY_BYTES;
 
 const _: () = assert!(PATCH_RECORDS + RECORD_BYTES * MAX_PATCHES <= CODE);
 const _: () = assert!(MAX_LIST >= MAX_PATCHES);

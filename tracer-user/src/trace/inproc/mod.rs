@@ -3,6 +3,7 @@
 //! counting stubs in a mapping shared with locktrace; futex waits still
 //! come from the tracepoints. See `session` for what is written into the
 //! target and when.
+pub mod frame;
 pub mod inject;
 pub mod layout;
 pub mod session;

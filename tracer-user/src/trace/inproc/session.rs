@@ -21,7 +21,7 @@ use memmap2::MmapMut;
 use tracer_common::LockOp;
 
 use super::{
-    inject::{self, StoppedThread},
+    inject::{self, Site, StoppedThread},
     layout::{self, Counted, Header, PatchRecord, Swap},
     stubs,
 };
@@ -71,8 +71,6 @@ pub struct Session {
     shared: MmapMut,
     cpu_tables: usize,
     records: Vec<PatchRecord>,
-    syscall_at: u64,
-    real: HashMap<LockOp, u64>,
     per_cpu: bool,
     /// Per function: mechanism and coverage, for the report.
     pub functions: Vec<InprocFunction>,
@@ -114,28 +112,18 @@ pub fn start(target: &Target, functions: &[LockFunction]) -> Result<Started> {
         uprobe_ops: uprobe_ops.clone(),
         restored_at_start,
     };
-    let mut restored_at_start = 0;
     if plan.switch.is_empty() && leftovers.is_empty() {
-        return Ok(without_session(restored_at_start));
+        return Ok(without_session(0));
     }
-    let mut thread = StoppedThread::stop(inject::pick_thread(pid)?)?;
-    let syscall_at = find_syscall_instruction(pid, &target.maps)?;
-    for leftover in &leftovers {
-        restored_at_start +=
-            restore_leftover(&mut thread, pid, syscall_at, &target.maps, leftover)?;
-    }
+    let cpu_tables = possible_cpus();
+    let mut thread = stop_for(pid, &target.maps, &leftovers, cpu_tables)?;
+    let (base, mut shared) = open_mapping(&mut thread, target, &leftovers, cpu_tables)?;
+    let per_cpu = write_code(&mut shared, base, cpu_tables, &real, target);
+    let restored_at_start = restore_leftovers(&mut thread, base, &mut shared, &leftovers)?;
     if plan.switch.is_empty() {
         thread.release()?;
         return Ok(without_session(restored_at_start));
     }
-    let cpu_tables = possible_cpus();
-    let reusable = leftovers
-        .iter()
-        .find(|l| l.header.version == layout::VERSION && l.header.cpu_tables == cpu_tables as u64);
-    let (base, shared) = match reusable {
-        Some(leftover) => (leftover.start, reuse_mapping(pid, leftover)?),
-        None => new_mapping(&mut thread, syscall_at, pid, cpu_tables)?,
-    };
     let mut session = Session {
         pid,
         start_time: target.start_time,
@@ -143,15 +131,13 @@ pub fn start(target: &Target, functions: &[LockFunction]) -> Result<Started> {
         shared,
         cpu_tables,
         records: Vec::new(),
-        syscall_at,
-        real,
-        per_cpu: false,
+        per_cpu,
         functions: Vec::new(),
         restored_at_start,
         finished: false,
     };
-    session.write_code(target)?;
-    let switched = session.switch(&mut thread, &target.maps, &plan.switch);
+    session.write_header();
+    let switched = session.switch(&mut thread, &plan.switch);
     thread.release()?;
     let mut plan = plan;
     let switched = switched?;
@@ -356,35 +342,6 @@ fn describe(
 }
 
 impl Session {
-    /// The target address of the mapping.
-    pub fn base(&self) -> u64 {
-        self.base
-    }
-
-    /// The stub code and its data words, and the header naming the owner.
-    fn write_code(&mut self, target: &Target) -> Result<()> {
-        let block = stubs::block();
-        let code = &mut self.shared[layout::CODE..layout::CODE + block.len()];
-        code.copy_from_slice(block);
-        let mut put = |at: usize, value: u64| {
-            code[at..at + 8].copy_from_slice(&value.to_le_bytes());
-        };
-        put(stubs::TABLES_BASE, self.base + layout::TABLES as u64);
-        // A bench knob (`cargo xtask bench --only franken-inproc`): the
-        // alternative of one table all threads count in.
-        let shared = std::env::var_os("LOCKTRACE_INPROC_SHARED_TABLE").is_some();
-        let rseq = if shared { None } else { rseq_offset(target) };
-        self.per_cpu = rseq.is_some();
-        put(stubs::RSEQ_OFFSET, rseq.unwrap_or(0));
-        put(stubs::CPU_TABLES, self.cpu_tables as u64);
-        put(stubs::OVERFLOW_BASE, self.base + layout::CONTROL as u64);
-        for (&op, &function) in &self.real {
-            put(stubs::REAL_FUNCTIONS + 8 * op as usize, function);
-        }
-        self.write_header();
-        Ok(())
-    }
-
     fn write_header(&mut self) {
         let me = std::process::id();
         let header = Header {
@@ -407,7 +364,6 @@ impl Session {
     fn switch(
         &mut self,
         thread: &mut StoppedThread,
-        maps: &[Mapping],
         planned: &[Planned],
     ) -> Result<(Vec<Planned>, Skipped)> {
         self.records = planned
@@ -429,18 +385,12 @@ impl Session {
                 new: r.stub,
             })
             .collect();
-        let found = run_patcher(
-            thread,
-            self.syscall_at,
-            maps,
-            self.base,
-            &mut self.shared,
-            &swaps,
-        )?;
+        let found = run_patcher(thread, self.base, &mut self.shared, &swaps)?;
         let mut switched = Vec::new();
         let mut skipped = Vec::new();
         let mut kept = Vec::new();
         for ((planned, record), value) in planned.iter().zip(&self.records).zip(found) {
+            let value = value.unwrap_or(0);
             if value == planned.current {
                 switched.push(planned.clone());
                 kept.push(*record);
@@ -474,7 +424,6 @@ impl Session {
         layout::read_counts(&self.shared, self.cpu_tables)
     }
 
-    /// Switches every entry back; the mapping stays.
     /// Switches every entry back (the mapping stays) and says how, with
     /// what the stubs did not count (`overflow`, read with the counts).
     pub fn finish(mut self, overflow: u64) -> Inproc {
@@ -510,25 +459,22 @@ impl Session {
     }
 
     fn switch_back(&mut self) -> Result<Restore> {
-        let maps = target::read_maps(self.pid)?;
-        let mut thread = StoppedThread::stop(inject::pick_thread(self.pid)?)?;
+        if !mapping_in_place(self.pid, self.base) {
+            self.records.clear();
+            return Ok(Restore::outcome(RestoreOutcome::ProgramReplaced));
+        }
+        let mut thread = inject::stop_a_thread(self.pid, None)?;
         let swaps = restoring(&self.records);
-        let found = run_patcher(
-            &mut thread,
-            self.syscall_at,
-            &maps,
-            self.base,
-            &mut self.shared,
-            &swaps,
-        );
+        let found = run_patcher(&mut thread, self.base, &mut self.shared, &swaps);
         thread.release()?;
         let found = found?;
         let restored = found
             .iter()
             .zip(&self.records)
-            .filter(|(value, record)| **value == record.stub)
+            .filter(|(value, record)| **value == Some(record.stub))
             .count() as u64;
-        let overwritten = self.records.len() as u64 - restored;
+        let unloaded = found.iter().filter(|value| value.is_none()).count() as u64;
+        let overwritten = self.records.len() as u64 - restored - unloaded;
         self.records.clear();
         self.write_header();
         let outcome = if overwritten == 0 {
@@ -537,10 +483,10 @@ impl Session {
             RestoreOutcome::Overwritten
         };
         Ok(Restore {
-            outcome,
             entries: restored,
             overwritten,
-            reason: None,
+            unloaded,
+            ..Restore::outcome(outcome)
         })
     }
 }
@@ -556,18 +502,129 @@ impl Drop for Session {
     }
 }
 
+/// Whether locktrace's mapping is still at `base` in the process, its
+/// code executable: not after an exec, or an munmap by the program.
+fn mapping_in_place(pid: u32, base: u64) -> bool {
+    let code = base + layout::CODE as u64;
+    let Ok(maps) = target::read_maps(pid) else {
+        return false;
+    };
+    let mut magic = [0u8; 16];
+    maps.iter()
+        .any(|m| m.contains(code) && m.perms.starts_with("r-x") && m.path.starts_with("/dev/zero"))
+        && ProcessMemory::new(pid).read(base, &mut magic) == magic.len()
+        && magic == layout::MAGIC
+}
+
+/// Stops a thread of `pid` to write through; when no earlier mapping can
+/// be reused, one with room on its own stack for the first mmap's frame.
+fn stop_for(
+    pid: u32,
+    maps: &[Mapping],
+    leftovers: &[Leftover],
+    cpu_tables: usize,
+) -> Result<StoppedThread> {
+    let reusable = reusable(leftovers, cpu_tables).is_some();
+    inject::stop_a_thread(pid, (!reusable).then_some(maps))
+}
+
+/// An earlier run's mapping of this version and size, to count in again.
+fn reusable(leftovers: &[Leftover], cpu_tables: usize) -> Option<&Leftover> {
+    leftovers
+        .iter()
+        .find(|l| l.header.version == layout::VERSION && l.header.cpu_tables == cpu_tables as u64)
+}
+
+/// The mapping injected code runs from: an earlier run's, reused, or a
+/// new one.
+fn open_mapping(
+    thread: &mut StoppedThread,
+    target: &Target,
+    leftovers: &[Leftover],
+    cpu_tables: usize,
+) -> Result<(u64, MmapMut)> {
+    match reusable(leftovers, cpu_tables) {
+        Some(leftover) => Ok((leftover.start, reuse_mapping(target.pid, leftover)?)),
+        None => new_mapping(thread, &target.maps, target.pid, cpu_tables),
+    }
+}
+
+/// Copies the stub code into the mapping and fills its data words;
+/// returns whether each CPU counts in its own table (rseq found).
+fn write_code(
+    shared: &mut [u8],
+    base: u64,
+    cpu_tables: usize,
+    real: &HashMap<LockOp, u64>,
+    target: &Target,
+) -> bool {
+    let block = stubs::block();
+    let code = &mut shared[layout::CODE..layout::CODE + block.len()];
+    code.copy_from_slice(block);
+    let mut put = |at: usize, value: u64| {
+        code[at..at + 8].copy_from_slice(&value.to_le_bytes());
+    };
+    put(stubs::TABLES_BASE, base + layout::TABLES as u64);
+    // A bench knob (`cargo xtask bench --only franken-inproc`): the
+    // alternative of one table all threads count in.
+    let one_table = std::env::var_os("LOCKTRACE_INPROC_SHARED_TABLE").is_some();
+    let rseq = if one_table { None } else { rseq_offset(target) };
+    put(stubs::RSEQ_OFFSET, rseq.unwrap_or(0));
+    put(stubs::CPU_TABLES, cpu_tables as u64);
+    put(stubs::OVERFLOW_BASE, base + layout::CONTROL as u64);
+    for (&op, &function) in real {
+        put(stubs::REAL_FUNCTIONS + 8 * op as usize, function);
+    }
+    rseq.is_some()
+}
+
+/// Writes the stopped thread's return frame at the top of the mapping's
+/// frame region; returns the stack pointer code in the mapping runs with.
+fn frame_in_mapping(thread: &StoppedThread, base: u64, shared: &mut [u8]) -> Result<u64> {
+    let frame = thread.return_frame(base + layout::FRAME_TOP as u64, 0);
+    let offset = (frame.at - base) as usize;
+    // Room below the frame for a signal's frame, should one be delivered
+    // in this code after locktrace died.
+    if offset < layout::FRAMES + 8192 {
+        bail!(
+            "thread {}'s FPU state ({} bytes) does not fit locktrace's frame region; use --mode all",
+            thread.tid(),
+            frame.bytes.len()
+        );
+    }
+    shared[offset..offset + frame.bytes.len()].copy_from_slice(&frame.bytes);
+    Ok(frame.at + 8)
+}
+
+/// The `syscall; rt_sigreturn` site of the mapping at `base`.
+fn syscall_site(base: u64, rsp: u64) -> Site {
+    Site {
+        rip: base + (layout::CODE + stubs::SYSCALL_SITE) as u64,
+        rsp,
+    }
+}
+
 /// Runs the patcher over `swaps` in the stopped thread, making read-only
-/// GOT pages writable around it; returns the value found in each entry.
+/// GOT pages writable around it; returns the value found in each entry
+/// (None: its page is no longer mapped, a library unloaded: not touched).
 fn run_patcher(
     thread: &mut StoppedThread,
-    syscall_at: u64,
-    maps: &[Mapping],
     base: u64,
     shared: &mut [u8],
     swaps: &[Swap],
-) -> Result<Vec<u64>> {
-    let count = layout::write_list(shared, swaps);
-    let pages: BTreeMap<u64, i32> = swaps
+) -> Result<Vec<Option<u64>>> {
+    let pid = thread.tid();
+    let maps = target::read_maps(pid)?;
+    let memory = ProcessMemory::new(pid);
+    let mapped = |address: u64| {
+        let mut word = [0u8; 8];
+        maps.iter()
+            .any(|m| m.contains(address) && m.perms.starts_with('r'))
+            && memory.read(address, &mut word) == 8
+    };
+    let present: Vec<Swap> = swaps.iter().filter(|s| mapped(s.got)).copied().collect();
+    let count = layout::write_list(shared, &present);
+    let pages: BTreeMap<u64, i32> = present
         .iter()
         .filter_map(|swap| {
             let page = swap.got & !0xfff;
@@ -576,17 +633,37 @@ fn run_patcher(
                 .then(|| (page, protection(&mapping.perms)))
         })
         .collect();
+    let rsp = frame_in_mapping(thread, base, shared)?;
     for &page in pages.keys() {
-        mprotect(thread, syscall_at, page, libc::PROT_READ | libc::PROT_WRITE)?;
+        mprotect(
+            thread,
+            syscall_site(base, rsp),
+            page,
+            libc::PROT_READ | libc::PROT_WRITE,
+        )?;
     }
-    let entry = base + (layout::CODE + stubs::PATCHER) as u64;
+    let entry = syscall_site(base, rsp);
+    let patcher = Site {
+        rip: base + (layout::CODE + stubs::PATCHER) as u64,
+        ..entry
+    };
     let end = base + (layout::CODE + stubs::block().len()) as u64;
-    let ran = thread.run(entry, end, base + layout::PATCH_LIST as u64, count as u64);
+    let ran = thread.run(patcher, end, base + layout::PATCH_LIST as u64, count as u64);
     for (&page, &protection) in &pages {
-        mprotect(thread, syscall_at, page, protection)?;
+        mprotect(thread, entry, page, protection)?;
     }
     ran?;
-    Ok(layout::list_results(shared, count))
+    let mut results = layout::list_results(shared, count).into_iter();
+    Ok(swaps
+        .iter()
+        .map(|swap| {
+            if present.iter().any(|p| p.got == swap.got) {
+                results.next()
+            } else {
+                None
+            }
+        })
+        .collect())
 }
 
 fn protection(perms: &str) -> i32 {
@@ -604,9 +681,9 @@ fn protection(perms: &str) -> i32 {
     protection
 }
 
-fn mprotect(thread: &mut StoppedThread, syscall_at: u64, page: u64, protection: i32) -> Result<()> {
+fn mprotect(thread: &mut StoppedThread, site: Site, page: u64, protection: i32) -> Result<()> {
     let result = thread.syscall(
-        syscall_at,
+        site,
         libc::SYS_mprotect as u64,
         [page, 4096, protection as u64, 0, 0, 0],
     )?;
@@ -619,16 +696,73 @@ fn mprotect(thread: &mut StoppedThread, syscall_at: u64, page: u64, protection: 
     Ok(())
 }
 
-/// A fresh shared mapping in the target, mapped here too.
+/// Code in the target that a first mmap can run at, before locktrace's
+/// own mapping exists: a `syscall; ret` and the `rt_sigreturn` sequence
+/// every libc has (`__restore_rt`).
+struct Gadgets {
+    syscall_ret: u64,
+    sigreturn: u64,
+}
+
+fn find_gadgets(pid: u32, maps: &[Mapping]) -> Result<Gadgets> {
+    let memory = ProcessMemory::new(pid);
+    let mut order: Vec<&Mapping> = maps
+        .iter()
+        .filter(|m| m.is_executable() && m.path != "[vsyscall]" && !m.path.starts_with("/dev/zero"))
+        .collect();
+    // libc first: it surely has both.
+    order.sort_by_key(|m| !m.path.contains("libc"));
+    let (mut syscall_ret, mut sigreturn) = (None, None);
+    for mapping in order {
+        let length = ((mapping.end - mapping.start) as usize).min(8 << 20);
+        let mut code = vec![0u8; length];
+        let read = memory.read(mapping.start, &mut code);
+        let code = &code[..read];
+        let find = |pattern: &[u8]| {
+            code.windows(pattern.len())
+                .position(|w| w == pattern)
+                .map(|at| mapping.start + at as u64)
+        };
+        syscall_ret = syscall_ret.or_else(|| find(&[0x0f, 0x05, 0xc3]));
+        sigreturn = sigreturn
+            .or_else(|| find(&[0x48, 0xc7, 0xc0, 0x0f, 0, 0, 0, 0x0f, 0x05]))
+            .or_else(|| find(&[0xb8, 0x0f, 0, 0, 0, 0x0f, 0x05]));
+        if let (Some(syscall_ret), Some(sigreturn)) = (syscall_ret, sigreturn) {
+            return Ok(Gadgets {
+                syscall_ret,
+                sigreturn,
+            });
+        }
+    }
+    bail!(
+        "process {pid}'s code has no rt_sigreturn sequence locktrace can return through (no libc?); nothing was written; use --mode all"
+    )
+}
+
+/// A fresh shared mapping in the target, mapped here too. Made from the
+/// target's own code, the way back on the thread's stack.
 fn new_mapping(
     thread: &mut StoppedThread,
-    syscall_at: u64,
+    maps: &[Mapping],
     pid: u32,
     cpu_tables: usize,
 ) -> Result<(u64, MmapMut)> {
+    let gadgets = find_gadgets(pid, maps)?;
+    let top = thread.stack_top(maps).ok_or_else(|| {
+        anyhow!(
+            "thread {}'s stack has no room for locktrace's return frame; use --mode all",
+            thread.tid()
+        )
+    })?;
+    let frame = thread.return_frame(top, gadgets.sigreturn);
+    thread.write(frame.at, &frame.bytes)?;
+    let site = Site {
+        rip: gadgets.syscall_ret,
+        rsp: frame.at,
+    };
     let size = layout::mapping_bytes(cpu_tables) as u64;
     let result = thread.syscall(
-        syscall_at,
+        site,
         libc::SYS_mmap as u64,
         [
             0,
@@ -645,7 +779,7 @@ fn new_mapping(
     let base = result as u64;
     let shared = map_here(pid, base, base + size, size as usize)?;
     let protected = thread.syscall(
-        syscall_at,
+        site,
         libc::SYS_mprotect as u64,
         [
             base,
@@ -746,57 +880,35 @@ fn leftovers(pid: u32, maps: &[Mapping]) -> Result<Vec<Leftover>> {
     Ok(found)
 }
 
-/// Switches an earlier run's entries back (its own patcher, its own list).
-fn restore_leftover(
+/// Switches earlier runs' entries back (with the patcher of the mapping
+/// at `base`), and clears their headers; returns how many were restored.
+fn restore_leftovers(
     thread: &mut StoppedThread,
-    pid: u32,
-    syscall_at: u64,
-    maps: &[Mapping],
-    leftover: &Leftover,
+    base: u64,
+    shared: &mut [u8],
+    leftovers: &[Leftover],
 ) -> Result<u64> {
-    if leftover.header.patches.is_empty() {
-        return Ok(0);
-    }
-    let mut shared = map_leftover(pid, maps, leftover)?;
-    let swaps = restoring(&leftover.header.patches);
-    let found = run_patcher(
-        thread,
-        syscall_at,
-        maps,
-        leftover.start,
-        &mut shared,
-        &swaps,
-    )?;
-    let restored = found
-        .iter()
-        .zip(&leftover.header.patches)
-        .filter(|(value, record)| **value == record.stub)
-        .count() as u64;
-    let mut header = leftover.header.clone();
-    header.patches.clear();
-    header.owner_pid = 0;
-    header.write(&mut shared[..layout::CODE]);
-    Ok(restored)
-}
-
-/// The address of a `syscall` instruction (0f 05) in the target's code.
-fn find_syscall_instruction(pid: u32, maps: &[Mapping]) -> Result<u64> {
-    let memory = ProcessMemory::new(pid);
-    let mut order: Vec<&Mapping> = maps
-        .iter()
-        .filter(|m| m.is_executable() && m.path != "[vsyscall]")
-        .collect();
-    // libc first: it surely has one.
-    order.sort_by_key(|m| !m.path.contains("libc"));
-    for mapping in order {
-        let length = ((mapping.end - mapping.start) as usize).min(1 << 20);
-        let mut code = vec![0u8; length];
-        let read = memory.read(mapping.start, &mut code);
-        if let Some(at) = code[..read].windows(2).position(|w| w == [0x0f, 0x05]) {
-            return Ok(mapping.start + at as u64);
+    let pid = thread.tid();
+    let mut restored = 0;
+    for leftover in leftovers.iter().filter(|l| !l.header.patches.is_empty()) {
+        let swaps = restoring(&leftover.header.patches);
+        let found = run_patcher(thread, base, shared, &swaps)?;
+        restored += found
+            .iter()
+            .zip(&leftover.header.patches)
+            .filter(|(value, record)| **value == Some(record.stub))
+            .count() as u64;
+        let mut header = leftover.header.clone();
+        header.patches.clear();
+        header.owner_pid = 0;
+        if leftover.start == base {
+            header.write(&mut shared[..layout::CODE]);
+        } else {
+            let mut theirs = map_leftover(pid, &target::read_maps(pid)?, leftover)?;
+            header.write(&mut theirs[..layout::CODE]);
         }
     }
-    bail!("no syscall instruction found in process {pid}'s code; use --mode all")
+    Ok(restored)
 }
 
 /// glibc's `__rseq_offset` (the thread pointer to its rseq area), read
@@ -838,9 +950,9 @@ fn possible_cpus() -> usize {
 pub fn restore_pid(pid: u32) -> Result<u64> {
     let target = Target::open(pid)?;
     let leftovers = leftovers(pid, &target.maps)?;
-    let Some(first) = leftovers.first() else {
+    if leftovers.is_empty() {
         return Ok(0);
-    };
+    }
     let functions = crate::probe::lockfuncs::find(&target)?;
     let real: HashMap<LockOp, u64> = functions
         .iter()
@@ -863,29 +975,28 @@ pub fn restore_pid(pid: u32) -> Result<u64> {
     if !recorded && strays.is_empty() {
         return Ok(0);
     }
-    let mut thread = StoppedThread::stop(inject::pick_thread(pid)?)?;
-    let syscall_at = find_syscall_instruction(pid, &target.maps)?;
-    let mut restored = 0;
-    for leftover in &leftovers {
-        restored += restore_leftover(&mut thread, pid, syscall_at, &target.maps, leftover)?;
-    }
-    let stray_restored = restore_strays(&mut thread, pid, syscall_at, &target.maps, first, &strays);
+    let cpu_tables = possible_cpus();
+    let mut thread = stop_for(pid, &target.maps, &leftovers, cpu_tables)?;
+    let restored = (|| {
+        let (base, mut shared) = open_mapping(&mut thread, &target, &leftovers, cpu_tables)?;
+        write_code(&mut shared, base, cpu_tables, &real, &target);
+        let restored = restore_leftovers(&mut thread, base, &mut shared, &leftovers)?;
+        Ok::<_, anyhow::Error>(restored + restore_strays(&mut thread, base, &mut shared, &strays)?)
+    })();
     thread.release()?;
-    Ok(restored + stray_restored?)
+    restored
 }
 
 /// Switches stray stub entries back to the real functions, with the
-/// patcher of the mapping `through`.
+/// patcher of the mapping at `base`.
 fn restore_strays(
     thread: &mut StoppedThread,
-    pid: u32,
-    syscall_at: u64,
-    maps: &[Mapping],
-    through: &Leftover,
+    base: u64,
+    shared: &mut [u8],
     swaps: &[Swap],
 ) -> Result<u64> {
     // Recorded entries were restored first: the rest still hold stubs.
-    let memory = ProcessMemory::new(pid);
+    let memory = ProcessMemory::new(thread.tid());
     let still: Vec<Swap> = swaps
         .iter()
         .filter(|swap| {
@@ -897,11 +1008,10 @@ fn restore_strays(
     if still.is_empty() {
         return Ok(0);
     }
-    let mut shared = map_leftover(pid, maps, through)?;
-    let found = run_patcher(thread, syscall_at, maps, through.start, &mut shared, &still)?;
+    let found = run_patcher(thread, base, shared, &still)?;
     Ok(found
         .iter()
         .zip(&still)
-        .filter(|(value, swap)| **value == swap.expected)
+        .filter(|(value, swap)| **value == Some(swap.expected))
         .count() as u64)
 }

@@ -31,7 +31,11 @@ pub const REAL_FUNCTIONS: usize = 0x20;
 /// Stub of op `i` at `STUBS + i * STUB_STRIDE`.
 pub const STUBS: usize = 0xC0;
 pub const STUB_STRIDE: usize = 16;
-/// The patcher: `rdi` = patch list, `rsi` = entries; ends in `int3`.
+/// A `syscall` followed by `rt_sigreturn`: injected syscalls run here
+/// once the mapping exists (see `inject`: the way back needs no tracer).
+pub const SYSCALL_SITE: usize = 0x1A0;
+/// The patcher: `rdi` = patch list, `rsi` = entries; ends in `getpid`
+/// (the stop that tells locktrace it is done), then `rt_sigreturn`.
 pub const PATCHER: usize = 0x1C0;
 
 /// log2 of a table's entries, and its size in bytes (32-byte entries).
@@ -41,7 +45,7 @@ pub const TABLE_BYTES: usize = 32 << ENTRY_BITS;
 pub const MAX_PROBES: u32 = 64;
 
 const _: () = assert!(REAL_FUNCTIONS + 8 * LOCK_OPS <= STUBS);
-const _: () = assert!(STUBS + STUB_STRIDE * LOCK_OPS <= PATCHER);
+const _: () = assert!(STUBS + STUB_STRIDE * LOCK_OPS <= SYSCALL_SITE);
 
 // Numeric labels avoid digits 0 and 1 only: in Intel syntax `1b` reads as
 // a binary number.
@@ -140,6 +144,13 @@ locktrace_inproc_block:
     ENTRY_STUB 12
     TRY_STUB 13
 
+    .org 0x1A0
+.Lsyscall_site:
+    syscall
+    mov eax, 15
+    syscall
+    ud2
+
     .org 0x1C0
 .Lpatcher:
     test rsi, rsi
@@ -153,7 +164,11 @@ locktrace_inproc_block:
     dec rsi
     jmp .Lpatcher
 8:
-    int3
+    mov eax, 39
+    syscall
+    mov eax, 15
+    syscall
+    ud2
 
 .Lcount_and_jump:
     mov rax, qword ptr [rip + .Loverflow_base]
@@ -242,7 +257,16 @@ mod tests {
             assert!(try_call);
             let _ = counts_at_entry(op);
         }
-        // The patcher's last instruction stops the thread: int3.
-        assert!(block[PATCHER..].contains(&0xcc));
+        // Injected code ends in rt_sigreturn (mov eax, 15; syscall), never
+        // in a trap a dead tracer would turn into a signal.
+        let sigreturn = [0xb8, 0x0f, 0, 0, 0, 0x0f, 0x05];
+        assert_eq!(&block[SYSCALL_SITE..SYSCALL_SITE + 2], &[0x0f, 0x05]);
+        assert_eq!(&block[SYSCALL_SITE + 2..SYSCALL_SITE + 9], &sigreturn);
+        let getpid_then_sigreturn = [&[0xb8, 39, 0, 0, 0, 0x0f, 0x05][..], &sigreturn].concat();
+        assert!(
+            block[PATCHER..]
+                .windows(getpid_then_sigreturn.len())
+                .any(|w| w == getpid_then_sigreturn)
+        );
     }
 }
