@@ -512,3 +512,232 @@ fn a_forked_child_is_said_and_restored() {
     // SAFETY: kill(2) on the fixture's child, which this test made it fork.
     unsafe { libc::kill(child as i32, libc::SIGKILL) };
 }
+
+/// Starts `locktrace ARGS` with `env`, its stderr in a file; returns the
+/// child and the file.
+fn start_locktrace(args: &[String], env: &[(&str, String)]) -> (std::process::Child, PathBuf) {
+    let stderr = std::env::temp_dir().join(format!(
+        "locktrace-inproc-kill-{}-{}.err",
+        std::process::id(),
+        KILLS.fetch_add(0, std::sync::atomic::Ordering::SeqCst)
+    ));
+    let child = locktrace()
+        .args(args)
+        .envs(env.iter().map(|(k, v)| (k, v.as_str())))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&stderr).unwrap())
+        .spawn()
+        .unwrap();
+    (child, stderr)
+}
+
+static KILLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Where a kill lands: stopped for good at instant N (the test-only pause
+/// point), or N's line seen and `delay` later, racing with the writing.
+#[derive(Debug, Clone, Copy)]
+enum KillAt {
+    Paused(u64),
+    After(u64, Duration),
+}
+
+/// Runs `locktrace ARGS` and SIGKILLs it at `at`; false when it ended
+/// before reaching that instant.
+fn kill_at(args: &[String], at: KillAt) -> bool {
+    let (n, env) = match at {
+        KillAt::Paused(n) => (n, ("LOCKTRACE_TEST_PAUSE_AT", n.to_string())),
+        KillAt::After(n, _) => (n, ("LOCKTRACE_TEST_INSTANTS", "1".to_string())),
+    };
+    let (mut child, stderr) = start_locktrace(args, &[env]);
+    let needle = match at {
+        KillAt::Paused(n) => format!("paused at instant {n}:"),
+        KillAt::After(n, _) => format!("instant {n}:"),
+    };
+    let started = std::time::Instant::now();
+    let reached = loop {
+        if std::fs::read_to_string(&stderr)
+            .unwrap_or_default()
+            .contains(&needle)
+        {
+            break true;
+        }
+        if child.try_wait().unwrap().is_some() {
+            break false;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "instant {n} never came"
+        );
+        std::thread::sleep(Duration::from_micros(200));
+    };
+    if let KillAt::After(_, delay) = at {
+        std::thread::sleep(delay);
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let _ = std::fs::remove_file(&stderr);
+    KILLS.fetch_add(u64::from(reached), std::sync::atomic::Ordering::SeqCst);
+    reached
+}
+
+/// How many instants `locktrace ARGS` has on a target in this state:
+/// before its probes are live (the attach), and in all.
+fn instants(args: &[String]) -> (u64, u64) {
+    let output = locktrace()
+        .args(args)
+        .env("LOCKTRACE_TEST_INSTANTS", "1")
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let instant = |l: &&str| l.starts_with("locktrace: instant ");
+    let before_live = stderr
+        .lines()
+        .take_while(|l| !l.contains(" live after "))
+        .filter(instant)
+        .count() as u64;
+    (before_live, stderr.lines().filter(instant).count() as u64)
+}
+
+/// A target the kill test checks: spinning through the stubs, then
+/// stopped; its own count must be exact and every entry restorable.
+fn check_survived(target: &mut Fixture, at: KillAt, phase: &str) {
+    let pid = target.pid();
+    let spun: u64 = ask(target, "stop")
+        .strip_prefix("spun ")
+        .unwrap_or_else(|| panic!("target died after a kill at {at:?} ({phase})"))
+        .parse()
+        .unwrap();
+    let restore = locktrace()
+        .args(["restore", "--pid", &pid.to_string()])
+        .output()
+        .unwrap();
+    assert!(restore.status.success(), "{phase} {at:?}: {restore:?}");
+    assert_restored(pid);
+    assert_eq!(
+        ask(target, "work 1000"),
+        format!("done {}", spun + 1000),
+        "{phase} {at:?}"
+    );
+    target.send("quit");
+    let status = target.child.wait().unwrap();
+    assert!(
+        status.success(),
+        "{phase} {at:?}: the target ended {status}"
+    );
+}
+
+fn record_args(pid: u32) -> Vec<String> {
+    [
+        "record",
+        "--pid",
+        &pid.to_string(),
+        "--mode",
+        "inproc",
+        "--duration",
+        "0.3",
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
+fn restore_args(pid: u32) -> Vec<String> {
+    ["restore", "--pid", &pid.to_string()]
+        .map(String::from)
+        .to_vec()
+}
+
+/// SIGKILL of locktrace at every instant of its writing into the target,
+/// at attach (`record`) and at the restore (`restore --pid` after a run
+/// killed with its entries switched), lazily bound and with `-z now`,
+/// each instant paused at and raced past: the target never dies, its own
+/// count stays exact, and every entry is restorable after.
+#[test]
+fn sigkill_at_any_instant_leaves_the_target_running() {
+    let delays = [
+        Duration::ZERO,
+        Duration::from_micros(100),
+        Duration::from_millis(1),
+    ];
+    for (tag, flags) in [("lazy", &[][..]), ("now", &["-Wl,-z,now"][..])] {
+        let spinning = || {
+            let mut target = target_with_library(tag, flags);
+            assert_eq!(ask(&mut target, "spin"), "spinning");
+            target
+        };
+        // A whole attach counts its instants up to the probes going live.
+        let mut probe = spinning();
+        let (attach, _) = instants(&record_args(probe.pid()));
+        check_survived(&mut probe, KillAt::Paused(0), "count");
+        let switched = |target: &Fixture| {
+            assert!(kill_at(&record_args(target.pid()), KillAt::Paused(attach)));
+        };
+        let mut probe = spinning();
+        switched(&probe);
+        let (_, restoring) = instants(&restore_args(probe.pid()));
+        check_survived(&mut probe, KillAt::Paused(0), "count");
+        assert!(attach >= 10 && restoring >= 6, "{attach} {restoring}");
+        for n in 1..=attach {
+            for at in [KillAt::Paused(n)]
+                .into_iter()
+                .chain(delays.map(|d| KillAt::After(n, d)))
+            {
+                let mut target = spinning();
+                assert!(kill_at(&record_args(target.pid()), at), "{at:?}");
+                check_survived(&mut target, at, "attach");
+            }
+        }
+        for n in 1..=restoring {
+            for at in [KillAt::Paused(n), KillAt::After(n, delays[1])] {
+                let mut target = spinning();
+                switched(&target);
+                assert!(kill_at(&restore_args(target.pid()), at), "{at:?}");
+                check_survived(&mut target, at, "restore");
+            }
+        }
+    }
+    let kills = KILLS.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(kills >= 200, "only {kills} kills");
+}
+
+/// Every thread of the target waits in a call a stop cuts short with
+/// EINTR (epoll_wait, accept with a timeout): the recording stops one,
+/// twice, and neither call ever returns EINTR to the target.
+#[test]
+fn stopped_calls_restart_instead_of_failing_with_eintr() {
+    let mut target = Fixture::spawn(&fixture("eintr", Flavor::Glibc), &[]);
+    std::thread::sleep(Duration::from_millis(200));
+    let trace = Trace::attach(target.pid(), &["--mode", "inproc"]);
+    assert_eq!(ask(&mut target, &format!("work {N}")), format!("done {N}"));
+    trace.interrupt();
+    let (report, _) = trace.finish();
+    assert_eq!(acquisitions(&report, target.address("global")), N);
+    assert_eq!(report["inproc"]["restore"]["outcome"], "restored");
+    assert_eq!(ask(&mut target, "eintr"), "eintr 0 0");
+}
+
+/// Real-time signals sent to the thread locktrace writes through, while
+/// it does: every one is received (none lost, none handled inside
+/// locktrace's code), and the recording ends restored.
+#[test]
+fn real_time_signals_during_the_writing_all_arrive() {
+    let mut target = Fixture::spawn(&fixture("eintr", Flavor::Glibc), &[]);
+    assert_eq!(ask(&mut target, "signal"), "sending");
+    for round in 1..=3 {
+        let trace = Trace::attach(target.pid(), &["--mode", "inproc"]);
+        assert_eq!(
+            ask(&mut target, "work 100"),
+            format!("done {}", 100 * round)
+        );
+        trace.interrupt();
+        let (report, _) = trace.finish();
+        assert_eq!(report["inproc"]["restore"]["outcome"], "restored");
+    }
+    let counts = ask(&mut target, "count");
+    let (sent, received) = counts
+        .strip_prefix("signals ")
+        .and_then(|s| s.split_once(' '))
+        .unwrap();
+    assert_eq!(sent, received, "{counts}");
+    assert!(sent.parse::<u64>().unwrap() > 100, "{counts}");
+}
