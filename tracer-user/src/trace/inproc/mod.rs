@@ -2,8 +2,10 @@
 //! The modules' GOT entries for the lock functions are switched to small
 //! counting stubs in a mapping shared with locktrace; futex waits still
 //! come from the tracepoints. See `session` for what is written into the
-//! target and when.
+//! target and when, and `seccomp` for the check that a seccomp filter
+//! of the target lets it through.
 pub mod inject;
 pub mod layout;
+pub mod seccomp;
 pub mod session;
 pub mod stubs;

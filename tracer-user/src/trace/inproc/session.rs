@@ -23,7 +23,7 @@ use tracer_common::LockOp;
 use super::{
     inject::{self, StoppedThread},
     layout::{self, Counted, Header, PatchRecord, Swap},
-    stubs,
+    seccomp, stubs,
 };
 use crate::{
     model::{CountedBy, Inproc, InprocFunction, InprocModule, Restore, RestoreOutcome},
@@ -118,8 +118,11 @@ pub fn start(target: &Target, functions: &[LockFunction]) -> Result<Started> {
     if plan.switch.is_empty() && leftovers.is_empty() {
         return Ok(without_session(restored_at_start));
     }
-    let mut thread = StoppedThread::stop(inject::pick_thread(pid)?)?;
+    let tid = inject::pick_thread(pid)?;
+    let mut thread = StoppedThread::stop(tid)?;
     let syscall_at = find_syscall_instruction(pid, &target.maps)?;
+    let size = layout::mapping_bytes(possible_cpus()) as u64;
+    seccomp::check(pid, tid, &seccomp::injected_calls(syscall_at, Some(size)))?;
     for leftover in &leftovers {
         restored_at_start +=
             restore_leftover(&mut thread, pid, syscall_at, &target.maps, leftover)?;
@@ -511,7 +514,13 @@ impl Session {
 
     fn switch_back(&mut self) -> Result<Restore> {
         let maps = target::read_maps(self.pid)?;
-        let mut thread = StoppedThread::stop(inject::pick_thread(self.pid)?)?;
+        let tid = inject::pick_thread(self.pid)?;
+        let mut thread = StoppedThread::stop(tid)?;
+        seccomp::check(
+            self.pid,
+            tid,
+            &seccomp::injected_calls(self.syscall_at, None),
+        )?;
         let swaps = restoring(&self.records);
         let found = run_patcher(
             &mut thread,
@@ -863,8 +872,10 @@ pub fn restore_pid(pid: u32) -> Result<u64> {
     if !recorded && strays.is_empty() {
         return Ok(0);
     }
-    let mut thread = StoppedThread::stop(inject::pick_thread(pid)?)?;
+    let tid = inject::pick_thread(pid)?;
+    let mut thread = StoppedThread::stop(tid)?;
     let syscall_at = find_syscall_instruction(pid, &target.maps)?;
+    seccomp::check(pid, tid, &seccomp::injected_calls(syscall_at, None))?;
     let mut restored = 0;
     for leftover in &leftovers {
         restored += restore_leftover(&mut thread, pid, syscall_at, &target.maps, leftover)?;
