@@ -144,6 +144,7 @@ pub async fn record(options: &RecordOptions) -> Result<Report> {
     )?;
     if options.mode == Mode::Inproc {
         inproc::session::check_alone(&prepared.target)?;
+        inproc::seccomp::precheck(prepared.target.pid)?;
     }
     // Before the request window, whose notes would come first otherwise.
     let php = match &options.php {

@@ -2,9 +2,12 @@
 //! The modules' GOT entries for the lock functions are switched to small
 //! counting stubs in a mapping shared with locktrace; futex waits still
 //! come from the tracepoints. See `session` for what is written into the
-//! target and when.
+//! target and when, `inject` and `frame` for why a dead locktrace never
+//! leaves a thread half way, and `seccomp` for the check that a seccomp
+//! filter of the target lets it through.
 pub mod frame;
 pub mod inject;
 pub mod layout;
+pub mod seccomp;
 pub mod session;
 pub mod stubs;

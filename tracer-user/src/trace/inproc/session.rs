@@ -23,7 +23,7 @@ use tracer_common::LockOp;
 use super::{
     inject::{self, Site, StoppedThread},
     layout::{self, Counted, Header, PatchRecord, Swap},
-    stubs,
+    seccomp, stubs,
 };
 use crate::{
     model::{CountedBy, Inproc, InprocFunction, InprocModule, Restore, RestoreOutcome},
@@ -117,6 +117,7 @@ pub fn start(target: &Target, functions: &[LockFunction]) -> Result<Started> {
     }
     let cpu_tables = possible_cpus();
     let mut thread = stop_for(pid, &target.maps, &leftovers, cpu_tables)?;
+    check_seccomp(pid, &thread, &target.maps, &leftovers, cpu_tables)?;
     let (base, mut shared) = open_mapping(&mut thread, target, &leftovers, cpu_tables)?;
     let per_cpu = write_code(&mut shared, base, cpu_tables, &real, target);
     let restored_at_start = restore_leftovers(&mut thread, base, &mut shared, &leftovers)?;
@@ -464,6 +465,8 @@ impl Session {
             return Ok(Restore::outcome(RestoreOutcome::ProgramReplaced));
         }
         let mut thread = inject::stop_a_thread(self.pid, None)?;
+        let calls = seccomp::injected_calls(None, None);
+        seccomp::check(self.pid, thread.tid(), &calls)?;
         let swaps = restoring(&self.records);
         let found = run_patcher(&mut thread, self.base, &mut self.shared, &swaps);
         thread.release()?;
@@ -526,6 +529,30 @@ fn stop_for(
 ) -> Result<StoppedThread> {
     let reusable = reusable(leftovers, cpu_tables).is_some();
     inject::stop_a_thread(pid, (!reusable).then_some(maps))
+}
+
+/// Refuses, before anything is injected, when a seccomp filter of the
+/// stopped thread could stop a call locktrace is about to make in it.
+fn check_seccomp(
+    pid: u32,
+    thread: &StoppedThread,
+    maps: &[Mapping],
+    leftovers: &[Leftover],
+    cpu_tables: usize,
+) -> Result<()> {
+    let new_mapping = reusable(leftovers, cpu_tables).is_none();
+    let first_site = if new_mapping {
+        Some(find_gadgets(pid, maps)?.syscall_ret)
+    } else {
+        None
+    };
+    let bytes = new_mapping.then_some(layout::mapping_bytes(cpu_tables) as u64);
+    seccomp::check(
+        pid,
+        thread.tid(),
+        &seccomp::injected_calls(first_site, bytes),
+    )?;
+    Ok(())
 }
 
 /// An earlier run's mapping of this version and size, to count in again.
@@ -977,6 +1004,7 @@ pub fn restore_pid(pid: u32) -> Result<u64> {
     }
     let cpu_tables = possible_cpus();
     let mut thread = stop_for(pid, &target.maps, &leftovers, cpu_tables)?;
+    check_seccomp(pid, &thread, &target.maps, &leftovers, cpu_tables)?;
     let restored = (|| {
         let (base, mut shared) = open_mapping(&mut thread, &target, &leftovers, cpu_tables)?;
         write_code(&mut shared, base, cpu_tables, &real, &target);

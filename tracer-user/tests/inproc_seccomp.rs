@@ -1,0 +1,111 @@
+//! `--mode inproc` on targets with a seccomp filter (issue 52 C): a filter
+//! that would kill or trap the calls locktrace injects is refused in one
+//! line before anything is written, and the target lives on; a filter
+//! that lets them through (Docker's shape) is recorded exactly. Needs root.
+mod common;
+
+use common::{Fixture, Flavor, Trace, acquisitions, assert_one_line_error, fixture, locktrace};
+
+const N: u64 = 20_000;
+
+/// `fixtures/seccomp_target.c` with its filter `filter` installed.
+fn target(filter: &str) -> Fixture {
+    Fixture::spawn(&fixture("seccomp_target", Flavor::Glibc), &[filter])
+}
+
+/// Sends `command` and returns the fixture's answer.
+fn ask(target: &mut Fixture, command: &str) -> String {
+    target.send(command);
+    target.read_line().expect("the fixture answers")
+}
+
+/// The permissions of the target's shared `/dev/zero` areas: what
+/// `--mode inproc`'s mmap makes (its code, then its tables).
+fn shared_zero_areas(pid: u32) -> Vec<String> {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    maps.lines()
+        .filter(|line| line.contains("/dev/zero"))
+        .filter_map(|line| line.split_whitespace().nth(1))
+        .filter(|perms| perms.ends_with('s'))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Every thread of the fixture is under its filter (TSYNC).
+fn assert_filtered(pid: u32) {
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+        let status = std::fs::read_to_string(task.unwrap().path().join("status")).unwrap();
+        assert!(status.contains("Seccomp:\t2"), "{status}");
+    }
+}
+
+/// A filter that kills on mprotect with PROT_EXEC, one that traps mmap:
+/// `record --mode inproc` fails in one line naming seccomp, the call and
+/// `--mode all`; the target answers with its count exact and has no new
+/// mapping.
+#[test]
+fn filters_that_stop_the_injected_calls_are_refused() {
+    for (filter, call, effect) in [
+        ("kill-mprotect-exec", "mprotect", "kill it"),
+        ("trap-mmap", "mmap", "SIGSYS"),
+    ] {
+        let mut target = target(filter);
+        let pid = target.pid();
+        assert_filtered(pid);
+        let output = locktrace()
+            .args(["record", "--pid", &pid.to_string()])
+            .args(["--mode", "inproc", "--duration", "2"])
+            .output()
+            .unwrap();
+        assert_one_line_error(&output, "seccomp");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        for wanted in [
+            "--mode all",
+            effect,
+            &format!("the {call} locktrace injects"),
+        ] {
+            assert!(stderr.contains(wanted), "{filter}: {wanted:?} in {stderr}");
+        }
+        assert_eq!(
+            ask(&mut target, &format!("work {N}")),
+            format!("done {N}"),
+            "{filter}"
+        );
+        assert!(target.child.try_wait().unwrap().is_none(), "{filter}");
+        assert_eq!(
+            shared_zero_areas(pid),
+            Vec::<String>::new(),
+            "{filter}: nothing was mapped"
+        );
+    }
+}
+
+/// A Docker-like filter that allows the injected calls: the recording
+/// counts the fixture's lock exactly through the stubs and restores.
+#[test]
+fn a_filter_that_allows_them_is_recorded_exactly() {
+    let mut target = target("allow");
+    let pid = target.pid();
+    assert_filtered(pid);
+    let trace = Trace::attach(pid, &["--mode", "inproc"]);
+    assert_eq!(ask(&mut target, &format!("work {N}")), format!("done {N}"));
+    trace.interrupt();
+    let (report, table) = trace.finish();
+    // The work loop and its read of the count.
+    assert_eq!(acquisitions(&report, target.address("global")), N + 1);
+    let g_lock = common::lock_named(&report, "g_lock").expect("g_lock in the report");
+    assert_eq!(g_lock["counted_by"], serde_json::json!(["got_stubs"]));
+    assert_eq!(
+        report["inproc"]["restore"]["outcome"], "restored",
+        "{table}"
+    );
+    assert_eq!(
+        shared_zero_areas(pid),
+        ["r-xs", "rw-s"],
+        "locktrace's mapping stays"
+    );
+    assert_eq!(
+        ask(&mut target, &format!("work {N}")),
+        format!("done {}", 2 * N)
+    );
+}
