@@ -104,7 +104,7 @@ pub struct Inproc {
     /// Address of the mapping locktrace made in the target (left mapped).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mapping: Option<String>,
-    /// Whether each CPU counts in its own table (glibc's rseq area gives
+    /// Whether each CPU counts in its own table (the CPU's `rdpid` gives
     /// the stubs the CPU); without it every thread counts in one table.
     #[serde(default)]
     pub per_cpu_tables: bool,

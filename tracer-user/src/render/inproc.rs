@@ -126,9 +126,9 @@ fn restore_line(inproc: &Inproc) -> String {
         .map(|at| format!("; the stubs stay mapped at {at}"))
         .unwrap_or_default();
     let tables = if inproc.per_cpu_tables {
-        "counted per CPU (rseq)"
+        "counted per CPU (rdpid)"
     } else {
-        "counted in one shared table (no rseq)"
+        "counted in one shared table (no rdpid on this CPU)"
     };
     format!("{tables}; {restore}{mapping}")
 }

@@ -83,10 +83,23 @@ pub fn fixture_with(name: &str, flavor: Flavor, extra_flags: &[&str]) -> PathBuf
         if tag.is_empty() { "" } else { "-" },
         tag
     ));
+    // The source and the fixtures it includes (`#include "inproc.c"`).
+    let included = std::fs::read_to_string(&source)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|line| {
+            line.strip_prefix("#include \"")?
+                .strip_suffix('"')
+                .map(str::to_string)
+        })
+        .map(|name| repo_root().join("fixtures").join(name))
+        .collect::<Vec<_>>();
     let fresh = |path: &Path| {
         let built = std::fs::metadata(path).and_then(|m| m.modified()).ok();
-        let changed = std::fs::metadata(&source).and_then(|m| m.modified()).ok();
-        matches!((built, changed), (Some(b), Some(c)) if b >= c)
+        std::iter::once(&source).chain(&included).all(|input| {
+            let changed = std::fs::metadata(input).and_then(|m| m.modified()).ok();
+            matches!((built, changed), (Some(b), Some(c)) if b >= c)
+        })
     };
     if fresh(&binary) {
         return binary;

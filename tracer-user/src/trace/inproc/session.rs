@@ -119,7 +119,7 @@ pub fn start(target: &Target, functions: &[LockFunction]) -> Result<Started> {
     let mut thread = stop_for(pid, &target.maps, &leftovers, cpu_tables)?;
     check_seccomp(pid, &thread, &target.maps, &leftovers, cpu_tables)?;
     let (base, mut shared) = open_mapping(&mut thread, target, &leftovers, cpu_tables)?;
-    let per_cpu = write_code(&mut shared, base, cpu_tables, &real, target);
+    let per_cpu = write_code(&mut shared, base, cpu_tables, &real);
     let restored_at_start = restore_leftovers(&mut thread, base, &mut shared, &leftovers)?;
     if plan.switch.is_empty() {
         thread.release()?;
@@ -583,7 +583,6 @@ fn write_code(
     base: u64,
     cpu_tables: usize,
     real: &HashMap<LockOp, u64>,
-    target: &Target,
 ) -> bool {
     let block = stubs::block();
     let code = &mut shared[layout::CODE..layout::CODE + block.len()];
@@ -595,14 +594,22 @@ fn write_code(
     // A bench knob (`cargo xtask bench --only franken-inproc`): the
     // alternative of one table all threads count in.
     let one_table = std::env::var_os("LOCKTRACE_INPROC_SHARED_TABLE").is_some();
-    let rseq = if one_table { None } else { rseq_offset(target) };
-    put(stubs::RSEQ_OFFSET, rseq.unwrap_or(0));
+    let per_cpu = !one_table && has_rdpid();
+    put(stubs::USE_RDPID, u64::from(per_cpu));
     put(stubs::CPU_TABLES, cpu_tables as u64);
     put(stubs::OVERFLOW_BASE, base + layout::CONTROL as u64);
     for (&op, &function) in real {
         put(stubs::REAL_FUNCTIONS + 8 * op as usize, function);
     }
-    rseq.is_some()
+    per_cpu
+}
+
+/// Whether this CPU has `rdpid` (CPUID leaf 7, ECX bit 22); the target
+/// runs on the same CPUs, and Linux keeps the CPU number in TSC_AUX.
+fn has_rdpid() -> bool {
+    // Leaf 7 exists when leaf 0 reports it.
+    core::arch::x86_64::__cpuid(0).eax >= 7
+        && core::arch::x86_64::__cpuid_count(7, 0).ecx & (1 << 22) != 0
 }
 
 /// Writes the stopped thread's return frame at the top of the mapping's
@@ -938,27 +945,6 @@ fn restore_leftovers(
     Ok(restored)
 }
 
-/// glibc's `__rseq_offset` (the thread pointer to its rseq area), read
-/// from the target; None without rseq (musl, old glibc).
-fn rseq_offset(target: &Target) -> Option<u64> {
-    let loader = target.maps.iter().find(|m| {
-        m.is_file()
-            && m.path
-                .rsplit('/')
-                .next()
-                .is_some_and(|n| n.starts_with("ld-linux"))
-    })?;
-    let file = target.module_file(&loader.path).ok()?;
-    let elf = file.elf().ok()?;
-    let address = got::symbol_addresses(&elf, &loader.path, &target.maps, "__rseq_offset")
-        .into_iter()
-        .next()?;
-    let mut word = [0u8; 8];
-    (ProcessMemory::new(target.pid).read(address, &mut word) == 8)
-        .then(|| u64::from_le_bytes(word))
-        .filter(|&v| v != 0)
-}
-
 /// CPUs the kernel may ever number (`/sys/devices/system/cpu/possible`).
 fn possible_cpus() -> usize {
     std::fs::read_to_string("/sys/devices/system/cpu/possible")
@@ -1007,7 +993,7 @@ pub fn restore_pid(pid: u32) -> Result<u64> {
     check_seccomp(pid, &thread, &target.maps, &leftovers, cpu_tables)?;
     let restored = (|| {
         let (base, mut shared) = open_mapping(&mut thread, &target, &leftovers, cpu_tables)?;
-        write_code(&mut shared, base, cpu_tables, &real, &target);
+        write_code(&mut shared, base, cpu_tables, &real);
         let restored = restore_leftovers(&mut thread, base, &mut shared, &leftovers)?;
         Ok::<_, anyhow::Error>(restored + restore_strays(&mut thread, base, &mut shared, &strays)?)
     })();

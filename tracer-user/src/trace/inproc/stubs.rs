@@ -9,7 +9,8 @@
 //! A stub is entered instead of the lock function, from a call through a
 //! GOT entry: `rdi` holds the lock, `[rsp]` the caller's return address.
 //! It counts the call in the slot of (lock, caller, function) of the
-//! current CPU's table (rseq's `cpu_id`; table 0 without rseq), then jumps
+//! current CPU's table (`rdpid`: the CPU number the kernel keeps in
+//! TSC_AUX; table 0 on a CPU without it), then jumps
 //! to the real function (entry-counted functions) or calls it and counts
 //! only a success (trylock, timed and clock variants, which may fail).
 //! Counts are `lock inc`: exact when a thread migrates between reading its
@@ -23,7 +24,10 @@ use tracer_common::LOCK_OPS;
 
 /// Offsets of the block's data words (filled by locktrace).
 pub const TABLES_BASE: usize = 0x00;
-pub const RSEQ_OFFSET: usize = 0x08;
+/// Nonzero: the CPU has `rdpid`. The CPU is never read through the
+/// thread pointer: a thread with a TLS block of its own (a raw `clone`)
+/// must not fault in a stub.
+pub const USE_RDPID: usize = 0x08;
 pub const CPU_TABLES: usize = 0x10;
 pub const OVERFLOW_BASE: usize = 0x18;
 /// `LOCK_OPS` words: the real function of each op (0: not patched).
@@ -56,7 +60,7 @@ core::arch::global_asm!(
     .globl locktrace_inproc_block
 locktrace_inproc_block:
 .Ltables_base:  .quad 0
-.Lrseq_offset:  .quad 0
+.Luse_rdpid:    .quad 0
 .Lcpu_tables:   .quad 0
 .Loverflow_base: .quad 0
 .Lreal:         .fill 14, 8, 0
@@ -66,10 +70,10 @@ locktrace_inproc_block:
     shl rcx, 56
     or rax, rcx
     xor edx, edx
-    mov rcx, qword ptr [rip + .Lrseq_offset]
-    test rcx, rcx
-    jz 2f
-    mov edx, dword ptr fs:[rcx + 4]
+    cmp qword ptr [rip + .Luse_rdpid], 0
+    je 2f
+    rdpid rdx
+    and edx, 0xfff
     cmp rdx, qword ptr [rip + .Lcpu_tables]
     jb 2f
     xor edx, edx
