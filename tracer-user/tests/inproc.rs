@@ -69,7 +69,7 @@ fn got_entries(pid: u32) -> Vec<(String, Points)> {
                 .find(|f| f.op == slot.op)
                 .unwrap()
                 .runtime_start;
-            let lazy = (slot.module_code.0..slot.module_code.1).contains(&value);
+            let lazy = slot.is_lazy(value);
             let points = if value == real || lazy {
                 Points::Original
             } else {
@@ -762,4 +762,32 @@ fn a_thread_with_a_tls_block_of_its_own_is_counted_and_lives() {
         serde_json::json!(["got_stubs"])
     );
     assert_eq!(report["inproc"]["restore"]["outcome"], "restored");
+}
+
+/// A program that points its own GOT entry at a hook of its own (built
+/// `-fno-plt`, every call goes through that entry): the entry is left
+/// alone and said, the hook sees every call, and the calls are counted
+/// by a uprobe (no entry of that function was switched). Before, any
+/// address in the module's code passed for a lazy PLT stub: the stub
+/// then called glibc directly and the hook saw nothing.
+#[test]
+fn a_programs_own_got_hook_is_left_alone() {
+    let binary = fixture_with("inproc", Flavor::Glibc, &["-fno-plt", "-DHOOK"]);
+    let mut target = Fixture::spawn(&binary, &[]);
+    assert_eq!(ask(&mut target, "hook"), "hooked");
+    let trace = Trace::attach(target.pid(), &["--mode", "inproc"]);
+    assert_eq!(ask(&mut target, &format!("work {N}")), format!("done {N}"));
+    assert_eq!(ask(&mut target, "hooks"), format!("hooks {}", N + 1));
+    trace.interrupt();
+    let (report, _) = trace.finish();
+    let lock = function(&report, "pthread_mutex_lock");
+    assert!(
+        lock["not_covered"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|line| line.as_str().unwrap().contains("left alone")),
+        "{lock:#}"
+    );
+    assert_eq!(acquisitions(&report, target.address("global")), N + 1);
 }

@@ -4,7 +4,9 @@
 //! maps in, addresses out.
 use std::collections::BTreeSet;
 
-use object::{Object, ObjectSegment, ObjectSymbol, ObjectSymbolTable, RelocationTarget};
+use object::{
+    Object, ObjectSection, ObjectSegment, ObjectSymbol, ObjectSymbolTable, RelocationTarget,
+};
 use tracer_common::LockOp;
 
 use super::target::{Mapping, Target};
@@ -26,9 +28,20 @@ pub struct GotSlot {
     pub module: String,
     /// The entry's address in the target.
     pub address: u64,
-    /// Where the module's code lies in the target (the lazy binder's PLT
-    /// address an unresolved entry holds is in it).
+    /// Where the module's code lies in the target.
     pub module_code: (u64, u64),
+    /// Where its PLT stubs lie (`.plt`, `.plt.sec`): an entry not bound
+    /// yet holds the address of one. Any other address in the module's
+    /// code is the program's own hook, never taken for the lazy binder.
+    /// (0, 0) when the module has no section headers.
+    pub plt: (u64, u64),
+}
+
+impl GotSlot {
+    /// Whether `value` is this entry's lazy-binding address (its PLT).
+    pub fn is_lazy(&self, value: u64) -> bool {
+        (self.plt.0..self.plt.1).contains(&value)
+    }
 }
 
 /// A module's relocations against the lock functions, and how it binds.
@@ -109,12 +122,17 @@ pub fn module_got(
         let Some(&op) = ops.iter().find(|op| op.symbol() == name) else {
             continue;
         };
+        let plt = plt_range(elf);
         for (address, module_code) in addresses_of(elf, maps, path, offset) {
+            let bias = address.wrapping_sub(offset);
             got.slots.push(GotSlot {
                 op,
                 module: path.to_string(),
                 address,
                 module_code,
+                plt: plt.map_or((0, 0), |(start, end)| {
+                    (bias.wrapping_add(start), bias.wrapping_add(end))
+                }),
             });
         }
     }
@@ -142,6 +160,14 @@ pub fn symbol_addresses(
         .into_iter()
         .map(|(address, _)| address)
         .collect()
+}
+
+/// The link-time span of the module's PLT sections (`.plt`, `.plt.sec`).
+fn plt_range(elf: &object::File<'_>) -> Option<(u64, u64)> {
+    elf.sections()
+        .filter(|section| matches!(section.name(), Ok(".plt" | ".plt.sec")))
+        .map(|section| (section.address(), section.address() + section.size()))
+        .reduce(|a, b| (a.0.min(b.0), a.1.max(b.1)))
 }
 
 /// `-z now`: `DF_BIND_NOW`, `DF_1_NOW` or a `DT_BIND_NOW` entry.

@@ -220,7 +220,7 @@ fn plan(
                 value = original;
             }
             let function = real[&slot.op];
-            let unresolved = (slot.module_code.0..slot.module_code.1).contains(&value);
+            let unresolved = slot.is_lazy(value);
             if strays.get(&value) == Some(&slot.op) {
                 // An earlier run's stub no header names (a child forked
                 // while it counted shares its header): ours to switch.
