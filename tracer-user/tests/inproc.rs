@@ -791,3 +791,65 @@ fn a_programs_own_got_hook_is_left_alone() {
     );
     assert_eq!(acquisitions(&report, target.address("global")), N + 1);
 }
+
+/// The library whose GOT entry is switched is unloaded (dlclose) during
+/// the recording, and after a killed run: the restore touches nothing
+/// where it was (before, the patcher's write there killed the target
+/// with SIGSEGV while locktrace exited 0), restores the rest, says so.
+#[test]
+fn an_unloaded_library_is_left_out_of_the_restore() {
+    let mut target = target_with_library("lazy", &[]);
+    let pid = target.pid();
+    let trace = Trace::attach(pid, &["--mode", "inproc"]);
+    assert_eq!(ask(&mut target, &format!("work {N}")), format!("done {N}"));
+    assert_eq!(ask(&mut target, "close"), "closed");
+    trace.interrupt();
+    let (report, table) = trace.finish();
+    let restore = &report["inproc"]["restore"];
+    assert_eq!(restore["outcome"], "restored", "{restore:#}");
+    assert_eq!(restore["entries"], 2, "{restore:#}");
+    assert_eq!(restore["unloaded"], 1, "{restore:#}");
+    assert!(table.contains("library was unloaded"), "{table}");
+    assert_eq!(lock_named(&report, "lib_lock")["acquisitions"], N);
+    assert_restored(pid);
+    assert_eq!(ask(&mut target, "work 10"), format!("done {}", N + 10));
+
+    // The same after a killed run, by `locktrace restore`.
+    let mut target = target_with_library("lazy", &[]);
+    let pid = target.pid();
+    kill(Trace::attach(pid, &["--mode", "inproc"]));
+    assert_eq!(ask(&mut target, "close"), "closed");
+    let output = locktrace()
+        .args(["restore", "--pid", &pid.to_string()])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    assert!(
+        String::from_utf8_lossy(&output.stdout).contains("restored 2 GOT entries"),
+        "{output:?}"
+    );
+    assert_restored(pid);
+    assert_eq!(ask(&mut target, "work 10"), "done 10");
+}
+
+/// The target runs another program (exec) while its entries are
+/// switched: the old patcher is gone with the old program and is never
+/// run; the report says so, and the new program runs on.
+#[test]
+fn an_exec_during_the_recording_is_said_and_the_new_program_runs() {
+    let mut target = target_with_library("lazy", &[]);
+    let pid = target.pid();
+    let trace = Trace::attach(pid, &["--mode", "inproc"]);
+    assert_eq!(ask(&mut target, &format!("work {N}")), format!("done {N}"));
+    target.send("exec");
+    while target.read_line().as_deref() != Some("ready") {}
+    trace.interrupt();
+    let (report, table) = trace.finish();
+    assert_eq!(
+        report["inproc"]["restore"]["outcome"], "program_replaced",
+        "{:#}",
+        report["inproc"]
+    );
+    assert!(table.contains("ran another program"), "{table}");
+    assert_eq!(ask(&mut target, "work 10"), "done 10");
+}
