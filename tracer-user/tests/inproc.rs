@@ -14,19 +14,29 @@ use tracer_common::LockOp;
 const N: u64 = 50_000;
 const TRIES: u64 = 1_000;
 
-/// `fixtures/liblock.c` as a shared library linked with `flags`.
+/// `fixtures/liblock.c` as a shared library linked with `flags`, built
+/// once per test run (tests share it: a rebuild while another test's
+/// target loads it would hand that target a half-written file).
 fn library(tag: &str, flags: &[&str]) -> PathBuf {
+    static BUILT: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    let mut built = BUILT.lock().unwrap_or_else(|poison| poison.into_inner());
     let out = common::repo_root().join("target/fixtures");
-    std::fs::create_dir_all(&out).unwrap();
     let path = out.join(format!("liblock-inproc-{tag}.so"));
+    if built.iter().any(|done| done == tag) {
+        return path;
+    }
+    std::fs::create_dir_all(&out).unwrap();
+    let partial = out.join(format!("liblock-inproc-{tag}.so.{}", std::process::id()));
     let status = Command::new("gcc")
         .args(["-O2", "-g", "-shared", "-fPIC", "-pthread", "-o"])
-        .arg(&path)
+        .arg(&partial)
         .arg(common::repo_root().join("fixtures/liblock.c"))
         .args(flags)
         .status()
         .expect("gcc (scripts/setup.sh installs it)");
     assert!(status.success());
+    std::fs::rename(&partial, &path).unwrap();
+    built.push(tag.to_string());
     path
 }
 
