@@ -459,6 +459,8 @@ fn finish_inproc(
             mapping: None,
             per_cpu_tables: false,
             table_overflow: 0,
+            entries_not_switched: 0,
+            loaded_while_recording: Vec::new(),
             restored_at_start,
             restore: Restore::outcome(RestoreOutcome::NothingSwitched),
         };

@@ -863,3 +863,60 @@ fn an_exec_during_the_recording_is_said_and_the_new_program_runs() {
     assert!(table.contains("ran another program"), "{table}");
     assert_eq!(ask(&mut target, "work 10"), "done 10");
 }
+
+/// A library loaded while recording calls the lock functions through its
+/// own GOT, which was not switched: the report names it as not counted
+/// (never `lost: nothing`), and counts the program's own calls exactly.
+#[test]
+fn a_library_loaded_while_recording_is_said_not_counted() {
+    let mut target = Fixture::spawn(&fixture("inproc", Flavor::Glibc), &[]);
+    let library = library("lazy", &[]);
+    let trace = Trace::attach(target.pid(), &["--mode", "inproc"]);
+    let opened = ask(&mut target, &format!("open {}", library.display()));
+    assert_eq!(opened, "opened");
+    assert_eq!(ask(&mut target, &format!("work {N}")), format!("done {N}"));
+    trace.interrupt();
+    let (report, table) = trace.finish();
+    assert_eq!(acquisitions(&report, target.address("global")), N + 1);
+    assert_eq!(
+        report["inproc"]["loaded_while_recording"],
+        serde_json::json!([library.to_str().unwrap()])
+    );
+    assert!(!table.contains("lost: nothing"), "{table}");
+    assert!(table.contains("loaded while recording"), "{table}");
+    assert!(
+        table.contains("lost: lock calls that do not go through a switched GOT entry"),
+        "{table}"
+    );
+}
+
+/// A child forked during one recording keeps taking the lock through the
+/// stubs it inherited, in the mapping it shares with the parent: a later
+/// recording on the parent makes a mapping of its own (the shared one is
+/// never counted in again) and counts the parent's calls only.
+#[test]
+fn a_child_forked_earlier_adds_nothing_to_a_later_recording() {
+    let mut target = Fixture::spawn(&fixture("inproc", Flavor::Glibc), &[]);
+    let trace = Trace::attach(target.pid(), &["--mode", "inproc"]);
+    let child: i32 = ask(&mut target, "forkspin")
+        .strip_prefix("forked ")
+        .unwrap()
+        .parse()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    trace.interrupt();
+    let _ = trace.finish();
+    let trace = Trace::attach(target.pid(), &["--mode", "inproc"]);
+    assert_eq!(ask(&mut target, &format!("work {N}")), format!("done {N}"));
+    std::thread::sleep(Duration::from_millis(200));
+    trace.interrupt();
+    let (report, _) = trace.finish();
+    // SAFETY: kill(2) on the child this test's fixture forked, by its pid.
+    unsafe { libc::kill(child, libc::SIGKILL) };
+    assert_eq!(acquisitions(&report, target.address("global")), N + 1);
+    assert_eq!(
+        stub_mappings(target.pid()),
+        2,
+        "the shared mapping was reused"
+    );
+}

@@ -1,9 +1,14 @@
 //! `--mode inproc`: each lock row says which mechanism counted its calls.
-use crate::model::{Inproc, Report};
+use crate::model::{DropReason, Inproc, Report};
 
 /// Sets `counted_by` on every lock with calls: the mechanisms of the
 /// functions it was taken with.
 pub fn mark_locks(report: &mut Report, inproc: &Inproc) {
+    if inproc.table_overflow > 0 {
+        report
+            .dropped
+            .insert(DropReason::InprocTableFull, inproc.table_overflow);
+    }
     for lock in &mut report.locks {
         let mut by: Vec<_> = lock
             .calls

@@ -36,6 +36,9 @@ pub enum DropReason {
     /// where the lock functions call each other, so up to that many
     /// acquisitions may be nested calls counted again.
     NestedCallsUnknown,
+    /// Computed by userspace: `--mode inproc` lock calls not counted
+    /// because a stub's table was full.
+    InprocTableFull,
     /// A reason this version does not know (a report from a newer one).
     Other(String),
 }
@@ -76,7 +79,8 @@ impl DropReason {
 
     /// Every reason this version can write.
     pub fn known() -> impl Iterator<Item = DropReason> {
-        BPF.into_iter().chain([DropReason::NestedCallsUnknown])
+        BPF.into_iter()
+            .chain([DropReason::NestedCallsUnknown, DropReason::InprocTableFull])
     }
 }
 
@@ -85,6 +89,7 @@ impl Worded for DropReason {
         use DropReason as R;
         let index = match self {
             R::NestedCallsUnknown => return "nested_calls_unknown".into(),
+            R::InprocTableFull => return "inproc_table_full".into(),
             R::Other(word) => return word.as_str().into(),
             R::LocksMapFull => 0,
             R::FutexMapFull => 1,

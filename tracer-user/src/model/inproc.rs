@@ -110,6 +110,15 @@ pub struct Inproc {
     pub per_cpu_tables: bool,
     /// Calls not counted because a stub's table was full.
     pub table_overflow: u64,
+    /// GOT entries (or modules) of the lock functions found and not
+    /// switched (left alone, unreadable, past the header's room): their
+    /// calls are not counted.
+    #[serde(default)]
+    pub entries_not_switched: u64,
+    /// Modules with GOT entries for the lock functions that were loaded
+    /// while recording: not switched, their calls not counted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub loaded_while_recording: Vec<String>,
     /// GOT entries an earlier run left switched (killed before it could
     /// restore them), restored at the start of this one.
     pub restored_at_start: u64,

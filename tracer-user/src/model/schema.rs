@@ -448,6 +448,8 @@ mod tests {
             mapping: Some("0x7f0000000000".into()),
             per_cpu_tables: true,
             table_overflow: 0,
+            entries_not_switched: 1,
+            loaded_while_recording: vec!["/lib/liblate.so".into()],
             restored_at_start: 0,
             restore: crate::model::Restore {
                 outcome: crate::model::RestoreOutcome::Failed,

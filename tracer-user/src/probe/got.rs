@@ -60,7 +60,8 @@ pub fn find(target: &Target, ops: &[LockOp]) -> (Vec<ModuleGot>, Vec<(String, St
     let paths: BTreeSet<&str> = target
         .maps
         .iter()
-        .filter(|m| m.is_file() && m.is_executable())
+        // Not locktrace's own stub mapping (shared memory, no ELF file).
+        .filter(|m| m.is_file() && m.is_executable() && !m.path.starts_with("/dev/zero"))
         .map(|m| m.path.as_str())
         .collect();
     let mut found = Vec::new();

@@ -77,13 +77,6 @@ fn notes(report: &Report, inproc: &Inproc, out: &mut String) {
             "inproc: {forked} children forked while recording inherited the stubs: their lock calls made before they exec are counted in with this process's, and their GOT entries stay switched (they work on; `locktrace restore --pid CHILD` switches them back)"
         );
     }
-    if inproc.table_overflow > 0 {
-        let _ = writeln!(
-            out,
-            "lost: {} lock calls (the stubs' tables were full)",
-            inproc.table_overflow
-        );
-    }
     if inproc.restored_at_start > 0 {
         let _ = writeln!(
             out,

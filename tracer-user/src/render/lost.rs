@@ -30,6 +30,9 @@ fn missing(reason: &DropReason, n: u64, nesting_unknown: bool) -> String {
             "up to {n} acquisitions may be counted twice: their callers were lost, and these lock functions call each other (musl), so nested calls could not be told apart"
         ),
         R::StacksLost => format!("{n} stacks (counts exact, stacks incomplete)"),
+        R::InprocTableFull => {
+            format!("{n} lock calls (the inproc stubs' tables were full; missing from every count)")
+        }
         R::SnapshotsLost => format!(
             "{n} stack snapshots (ring buffer full; counts exact, their calls count under the stack of an earlier snapshot)"
         ),
@@ -90,6 +93,31 @@ pub fn counts_whole(report: &Report) -> bool {
         .is_none_or(|c| c.exec.is_none() && c.main_thread_exit.is_none())
 }
 
+/// What `--mode inproc`'s stubs did not see (number unknown): calls not
+/// through a switched GOT entry, entries left as they were, libraries
+/// loaded while recording.
+fn inproc_gaps(report: &Report) -> Vec<String> {
+    let Some(inproc) = report.inproc.as_ref().filter(|i| i.mapping.is_some()) else {
+        return Vec::new();
+    };
+    let mut gaps = vec![
+        "lock calls that do not go through a switched GOT entry (from inside libc, through a function pointer the program took before the switch): not counted, number unknown (--mode all counts them)".to_string(),
+    ];
+    if inproc.entries_not_switched > 0 {
+        gaps.push(format!(
+            "calls through {} GOT entries or modules left as they were (the inproc lines say why): not counted",
+            inproc.entries_not_switched
+        ));
+    }
+    if !inproc.loaded_while_recording.is_empty() {
+        gaps.push(format!(
+            "lock calls of {}, loaded while recording (their GOT entries were not switched): not counted",
+            inproc.loaded_while_recording.join(", ")
+        ));
+    }
+    gaps
+}
+
 /// `lost:` lines (`lost: nothing` when nothing was), then a line on
 /// children that were forked and not followed.
 pub fn render(report: &Report) -> String {
@@ -97,8 +125,16 @@ pub fn render(report: &Report) -> String {
     let coverage = report.coverage.as_ref();
     let exec = coverage.and_then(|c| c.exec.as_ref());
     let main_thread_exit = coverage.and_then(|c| c.main_thread_exit.as_ref());
-    if report.dropped.is_empty() && exec.is_none() && main_thread_exit.is_none() {
+    let inproc = inproc_gaps(report);
+    if report.dropped.is_empty()
+        && exec.is_none()
+        && main_thread_exit.is_none()
+        && inproc.is_empty()
+    {
         out.push_str("lost: nothing\n");
+    }
+    for gap in inproc {
+        let _ = writeln!(out, "lost: {gap}");
     }
     let nesting_unknown = report.dropped.contains_key(&DropReason::NestedCallsUnknown);
     for (reason, &n) in &report.dropped {

@@ -12,7 +12,7 @@
 //! - at the end (duration, signal, tracer error): the entries switched
 //!   back the same way. The mapping stays: a thread may still be in a stub.
 use std::{
-    collections::{BTreeMap, HashMap},
+    collections::{BTreeMap, BTreeSet, HashMap},
     fs::OpenOptions,
 };
 
@@ -61,6 +61,9 @@ struct Plan {
 struct Leftover {
     start: u64,
     header: Header,
+    /// Another process maps it too (a child forked while it counted):
+    /// never counted in again, or the child's calls would be counted in.
+    shared: bool,
 }
 
 /// A recording's switched entries and the shared memory the stubs count in.
@@ -72,6 +75,11 @@ pub struct Session {
     cpu_tables: usize,
     records: Vec<PatchRecord>,
     per_cpu: bool,
+    ops: Vec<LockOp>,
+    /// The target's code modules when the entries were switched.
+    modules_at_start: BTreeSet<String>,
+    /// Entries (or modules) found and not switched.
+    not_switched: u64,
     /// Per function: mechanism and coverage, for the report.
     pub functions: Vec<InprocFunction>,
     pub restored_at_start: u64,
@@ -133,6 +141,9 @@ pub fn start(target: &Target, functions: &[LockFunction]) -> Result<Started> {
         cpu_tables,
         records: Vec::new(),
         per_cpu,
+        ops: ops.clone(),
+        modules_at_start: code_modules(&target.maps),
+        not_switched: 0,
         functions: Vec::new(),
         restored_at_start,
         finished: false,
@@ -145,6 +156,7 @@ pub fn start(target: &Target, functions: &[LockFunction]) -> Result<Started> {
     plan.skipped.extend(switched.1);
     let uprobe_ops = left_to_uprobes(&ops, &switched.0);
     plan.switch = switched.0;
+    session.not_switched = plan.skipped.len() as u64;
     session.functions = describe(&ops, &plan, &uprobe_ops, functions);
     Ok(Started {
         functions: session.functions.clone(),
@@ -428,15 +440,39 @@ impl Session {
     /// Switches every entry back (the mapping stays) and says how, with
     /// what the stubs did not count (`overflow`, read with the counts).
     pub fn finish(mut self, overflow: u64) -> Inproc {
+        let loaded_while_recording = self.loaded_while_recording();
         let restore = self.restore();
         Inproc {
             functions: self.functions.clone(),
             mapping: Some(format!("{:#x}", self.base)),
             per_cpu_tables: self.per_cpu,
             table_overflow: overflow,
+            entries_not_switched: self.not_switched,
+            loaded_while_recording,
             restored_at_start: self.restored_at_start,
             restore,
         }
+    }
+
+    /// Modules with GOT entries for the lock functions that the target
+    /// loaded after the switch (their calls went past the stubs).
+    fn loaded_while_recording(&self) -> Vec<String> {
+        let Ok(target) = Target::open(self.pid) else {
+            return Vec::new();
+        };
+        code_modules(&target.maps)
+            .difference(&self.modules_at_start)
+            .filter(|path| {
+                target.module_file(path).is_ok_and(|file| {
+                    file.elf().is_ok_and(|elf| {
+                        !got::module_got(&elf, path, &target.maps, &self.ops)
+                            .slots
+                            .is_empty()
+                    })
+                })
+            })
+            .cloned()
+            .collect()
     }
 
     fn restore(&mut self) -> Restore {
@@ -505,6 +541,50 @@ impl Drop for Session {
     }
 }
 
+/// The paths of the code modules (executable file mappings) in `maps`.
+fn code_modules(maps: &[Mapping]) -> BTreeSet<String> {
+    maps.iter()
+        .filter(|m| m.is_file() && m.is_executable())
+        .map(|m| m.path.clone())
+        .collect()
+}
+
+/// Whether another process maps the pages of the mapping at `start` too
+/// (a forked child's copy).
+fn mapped_elsewhere(pid: u32, start: u64) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/smaps"))
+        .is_ok_and(|smaps| shared_pages(&smaps, start))
+}
+
+/// Whether smaps' block of the mapping at `start` has pages mapped by
+/// more than one process (`Shared_Clean`/`Shared_Dirty` above 0).
+fn shared_pages(smaps: &str, start: u64) -> bool {
+    let header = format!("{start:08x}-");
+    // A mapping's block runs up to the next `START-END perms …` line.
+    let is_header = |line: &str| {
+        line.split_whitespace().next().is_some_and(|range| {
+            range.contains('-') && range.chars().all(|c| c == '-' || c.is_ascii_hexdigit())
+        })
+    };
+    smaps
+        .lines()
+        .skip_while(|line| !line.starts_with(&header))
+        .skip(1)
+        .take_while(|line| !is_header(line))
+        .filter_map(|line| {
+            let value = line
+                .strip_prefix("Shared_Clean:")
+                .or_else(|| line.strip_prefix("Shared_Dirty:"))?;
+            value
+                .trim()
+                .trim_end_matches("kB")
+                .trim()
+                .parse::<u64>()
+                .ok()
+        })
+        .any(|kilobytes| kilobytes > 0)
+}
+
 /// Whether locktrace's mapping is still at `base` in the process, its
 /// code executable: not after an exec, or an munmap by the program.
 fn mapping_in_place(pid: u32, base: u64) -> bool {
@@ -557,9 +637,9 @@ fn check_seccomp(
 
 /// An earlier run's mapping of this version and size, to count in again.
 fn reusable(leftovers: &[Leftover], cpu_tables: usize) -> Option<&Leftover> {
-    leftovers
-        .iter()
-        .find(|l| l.header.version == layout::VERSION && l.header.cpu_tables == cpu_tables as u64)
+    leftovers.iter().find(|l| {
+        !l.shared && l.header.version == layout::VERSION && l.header.cpu_tables == cpu_tables as u64
+    })
 }
 
 /// The mapping injected code runs from: an earlier run's, reused, or a
@@ -909,6 +989,7 @@ fn leftovers(pid: u32, maps: &[Mapping]) -> Result<Vec<Leftover>> {
         found.push(Leftover {
             start: mapping.start,
             header,
+            shared: mapped_elsewhere(pid, mapping.start),
         });
     }
     Ok(found)
@@ -1028,4 +1109,27 @@ fn restore_strays(
         .zip(&still)
         .filter(|(value, swap)| **value == Some(swap.expected))
         .count() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shared_pages_are_read_from_the_mappings_own_block() {
+        let smaps = "\
+7f0000000000-7f0000003000 r-xs 00000000 00:01 1345 /dev/zero (deleted)
+Rss:                   4 kB
+Shared_Clean:          0 kB
+Shared_Dirty:          0 kB
+Private_Dirty:         4 kB
+7f0000010000-7f0000020000 r-xp 00000000 08:01 99 /usr/lib/libc.so.6
+Shared_Clean:        400 kB
+";
+        assert!(!shared_pages(smaps, 0x7f00_0000_0000));
+        assert!(shared_pages(smaps, 0x7f00_0001_0000));
+        let forked = smaps.replace("Shared_Dirty:          0 kB", "Shared_Dirty:          4 kB");
+        assert!(shared_pages(&forked, 0x7f00_0000_0000));
+        assert!(!shared_pages(smaps, 0x1000));
+    }
 }
