@@ -674,8 +674,11 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 group_by,
                 php,
             };
-            let report = runtime()?.block_on(record::record(&options))?;
-            write_recording(&report, json, pprof, top, wide)
+            let recording = runtime()?.block_on(record::record(&options))?;
+            let written = write_recording(&recording.report, json, pprof, top, wide);
+            // The report is out: detaching takes seconds under load.
+            recording.detach();
+            written
         }
         Command::Compare(args) => compare::run(&args),
         Command::Serve {

@@ -107,7 +107,24 @@ struct Traced {
     inproc: Option<Inproc>,
 }
 
-pub async fn record(options: &RecordOptions) -> Result<Report> {
+/// A recording's report, and its probes, which stay attached until
+/// [`Recording::detach`]: the caller writes the report first (see
+/// [`attach::Attached`]).
+pub struct Recording {
+    pub report: Report,
+    probes: Option<attach::Attached>,
+}
+
+impl Recording {
+    /// Detaches the probes (seconds under load).
+    pub fn detach(self) {
+        if let Some(probes) = self.probes {
+            probes.detach();
+        }
+    }
+}
+
+pub async fn record(options: &RecordOptions) -> Result<Recording> {
     // Stop signals are caught from the start, so one that comes right after
     // the probes are announced still ends in a report.
     let mut signals = StopSignals::install()?;
@@ -181,7 +198,7 @@ pub async fn record(options: &RecordOptions) -> Result<Report> {
         }
         _ => (prepared, None),
     };
-    let traced = trace(
+    let (traced, probes) = trace(
         options,
         &prepared,
         &mut window,
@@ -191,14 +208,15 @@ pub async fn record(options: &RecordOptions) -> Result<Report> {
         inproc,
     )
     .await?;
-    Ok(report(
+    let report = report(
         options,
         &prepared,
         window,
         traced,
         &mut snapshot,
         php.as_ref(),
-    ))
+    );
+    Ok(Recording { report, probes })
 }
 
 /// What `--mode inproc` cannot do, refused in one line each: the flags
@@ -367,7 +385,8 @@ fn placement_fallbacks(
 }
 
 /// Attaches, waits for the end, and reads the maps right after it (so with
-/// `--load` the counts cover exactly the load window).
+/// `--load` the counts cover exactly the load window). The probes come
+/// back still attached (None if none went in).
 async fn trace(
     options: &RecordOptions,
     prepared: &Prepared,
@@ -376,13 +395,13 @@ async fn trace(
     snapshot: &mut naming::Snapshot,
     php: Option<&PhpRuntime>,
     inproc: Option<inproc::session::Started>,
-) -> Result<Traced> {
+) -> Result<(Traced, Option<attach::Attached>)> {
     let target = &prepared.target;
     if let Some(stopped_by) = window.stopped_early() {
         output::note(format_args!(
             "locktrace: stopped by a signal before tracing started (connecting or warming up the load); nothing was counted"
         ));
-        return Ok(nothing_traced(stopped_by));
+        return Ok((nothing_traced(stopped_by), None));
     }
     let watch = ProcWatch::start(target.pid, &probed_modules(prepared));
     let (session, functions, restored_at_start) = match inproc {
@@ -428,7 +447,7 @@ async fn trace(
     if let Some(threads) = &live.php {
         collected.php = Some(crate::trace::php::read(&live.loaded.ebpf, threads)?);
     }
-    Ok(Traced {
+    let traced = Traced {
         collected,
         stopped_by,
         duration_s,
@@ -441,9 +460,10 @@ async fn trace(
             .zip(cpu_at_end)
             .map(|(start, end)| end.saturating_sub(start)),
         main_thread_exit: live.main_thread.finish(),
-        cpu_off: live.loaded.cpu_off,
+        cpu_off: live.loaded.cpu_off.take(),
         inproc,
-    })
+    };
+    Ok((traced, Some(attach::Attached::new(live.loaded))))
 }
 
 /// The stubs' counts into `collected`, then every GOT entry switched back.

@@ -1,40 +1,57 @@
 //! When a recording ends: the duration, a stop signal, or the target's exit.
 //! Signals are caught from the start of the recording, so one that comes
 //! while attaching (or during the load's warmup) still ends in a report.
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
 
 use anyhow::Result;
 use tokio::{
     io::{Interest, unix::AsyncFd},
-    signal::unix::{Signal, SignalKind, signal},
+    signal::unix::{SignalKind, signal},
+    sync::Notify,
 };
 
+use super::priority;
 use crate::{model::StopReason, probe::target::Target};
 
 /// SIGINT (Ctrl-C), SIGTERM and SIGHUP: each one stops the recording the same
 /// way, with a report.
 pub struct StopSignals {
-    interrupt: Signal,
-    terminate: Signal,
-    hangup: Signal,
+    /// Holds one stop not yet received, as a tokio `Signal` does.
+    stop: Arc<Notify>,
 }
 
 impl StopSignals {
+    /// Catches the signals on a task of the runtime, which raises the
+    /// threads' priority the moment one comes (`priority::begin_teardown`):
+    /// the recording's tick may be running on the main thread, and at
+    /// normal priority under load it held the stop up to a second.
     pub fn install() -> Result<StopSignals> {
-        Ok(StopSignals {
-            interrupt: signal(SignalKind::interrupt())?,
-            terminate: signal(SignalKind::terminate())?,
-            hangup: signal(SignalKind::hangup())?,
-        })
+        let mut interrupt = signal(SignalKind::interrupt())?;
+        let mut terminate = signal(SignalKind::terminate())?;
+        let mut hangup = signal(SignalKind::hangup())?;
+        let stop = Arc::new(Notify::new());
+        let notify = Arc::clone(&stop);
+        tokio::spawn(async move {
+            loop {
+                let caught = tokio::select! {
+                    caught = interrupt.recv() => caught,
+                    caught = terminate.recv() => caught,
+                    caught = hangup.recv() => caught,
+                };
+                // None: the runtime is shutting down.
+                if caught.is_none() {
+                    return;
+                }
+                priority::begin_teardown();
+                notify.notify_one();
+            }
+        });
+        Ok(StopSignals { stop })
     }
 
     /// Resolves at the next stop signal.
     pub async fn recv(&mut self) -> StopReason {
-        tokio::select! {
-            _ = self.interrupt.recv() => {}
-            _ = self.terminate.recv() => {}
-            _ = self.hangup.recv() => {}
-        }
+        self.stop.notified().await;
         StopReason::Interrupted
     }
 }

@@ -280,6 +280,11 @@ impl Trace {
 
     /// Starts locktrace as [`Trace::attach_env`] does, without waiting.
     pub fn launch(pid: u32, extra: &[&str], env: &[(&str, &str)]) -> Trace {
+        Trace::launch_to(pid, extra, env, Stdio::piped())
+    }
+
+    /// [`Trace::launch`] with locktrace's stdout (the table) sent to `stdout`.
+    pub fn launch_to(pid: u32, extra: &[&str], env: &[(&str, &str)], stdout: Stdio) -> Trace {
         let dir = tempfile::tempdir().unwrap();
         let json = dir.path().join("report.json");
         let ready = dir.path().join("ready");
@@ -291,7 +296,7 @@ impl Trace {
             .arg(&ready)
             .args(extra)
             .envs(env.iter().copied())
-            .stdout(Stdio::piped())
+            .stdout(stdout)
             .stderr(std::fs::File::create(&stderr).unwrap())
             .spawn()
             .expect("starting locktrace");
@@ -386,8 +391,17 @@ impl Trace {
 
     /// Sends SIGINT (as Ctrl-C would) to this locktrace, by its pid.
     pub fn interrupt(&self) {
+        self.signal(libc::SIGINT);
+    }
+
+    /// Sends SIGTERM (as `kill` or a service manager would), by its pid.
+    pub fn terminate(&self) {
+        self.signal(libc::SIGTERM);
+    }
+
+    fn signal(&self, signal: i32) {
         // SAFETY: kill(2) on the pid of the child this test started.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
+        unsafe { libc::kill(self.child.id() as i32, signal) };
     }
 }
 
