@@ -1,7 +1,8 @@
 //! A hostile but fair user (issue 13): closed or full stdout, bad ports and
 //! numbers, stop signals in every phase, an unwritable --json, exec and
 //! fork in the target, a process root may not trace, a capable non-root
-//! user. Real BPF as root, real processes.
+//! user; a module whose call-frame information loops (issue 52 J). Real
+//! BPF as root, real processes.
 mod common;
 
 use std::{
@@ -12,7 +13,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::{Fixture, Flavor, acquisitions, assert_one_line_error, fixture, locktrace};
+use common::{
+    Fixture, Flavor, acquisitions, assert_one_line_error, fixture, frame_functions, is_cpu_stack,
+    locktrace,
+};
 use serde_json::Value;
 
 /// How long a stopped recording may take to write its report: naming in a
@@ -526,4 +530,118 @@ fn a_capable_user_is_told_tracefs_is_closed_not_missing() {
         "tracefs is mounted at /sys/kernel/tracing but this user cannot read it (mode 700",
     );
     assert!(!stderr_of(&output).contains("not mounted"));
+}
+
+/// The `--duration` of the recording through the looping rule.
+const RECORDED_FOR: Duration = Duration::from_secs(3);
+
+/// Lock calls `fixtures/loop_cfi.c` makes from inside `poisoned`, whose CFA
+/// rule is a DWARF expression that loops (`DW_OP_skip -3`).
+const POISONED_CALLS: u64 = 1000;
+
+/// Starts `loop_cfi` (`flavor`) under `record --stacks 10 EXTRA`, has it
+/// take its mutex [`POISONED_CALLS`] times from inside `poisoned`, and
+/// returns once it has: every lock call's stack must be unwound through
+/// the looping rule.
+fn record_through_a_looping_rule(flavor: Flavor, dir: &Path, extra: &[&str]) -> (Fixture, Child) {
+    let mut target = Fixture::spawn(&fixture("loop_cfi", flavor), &[&POISONED_CALLS.to_string()]);
+    let args = [&["--stacks", "10"][..], extra].concat();
+    let tracer = start_record(target.pid(), dir, &args);
+    // stdin stays open: the fixture lives until the recording ends.
+    target.send("go");
+    let done = target.read_line();
+    assert_eq!(done, Some(format!("done {POISONED_CALLS}")));
+    (target, tracer)
+}
+
+/// The report of a recording through the looping rule: the fixture's mutex
+/// counted exactly, and every stack of it stops at `poisoned` with the
+/// typed reason (its lock calls' stacks adding up to the exact count).
+fn assert_stacks_end_at_the_looping_rule(report: &Value, lock: u64, what: &str) {
+    assert_eq!(acquisitions(report, lock), POISONED_CALLS, "{what}");
+    let lock = format!("{lock:#x}");
+    let stacks: Vec<&Value> = report["stacks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|stack| stack["lock"] == lock.as_str())
+        .collect();
+    assert!(!stacks.is_empty(), "{what}: no stacks of the mutex");
+    for stack in &stacks {
+        let frames = frame_functions(stack);
+        assert_eq!(
+            frames.last().map(String::as_str),
+            Some("poisoned"),
+            "{what}: {frames:?}"
+        );
+        assert_eq!(stack["ended_by"], "expression_budget", "{what}: {stack}");
+    }
+    let calls: u64 = stacks
+        .iter()
+        .filter(|stack| !is_cpu_stack(stack))
+        .map(|stack| {
+            assert_eq!(
+                frame_functions(stack),
+                ["pthread_mutex_lock", "poisoned"],
+                "{what}"
+            );
+            stack["count"].as_u64().unwrap()
+        })
+        .sum();
+    assert_eq!(calls, POISONED_CALLS, "{what}");
+}
+
+/// Issue 52 J: a looping expression in a module's `.eh_frame` hung the
+/// unwinder (675 s at 100% CPU, no report). Now each stack through it ends
+/// there, with its reason, and `--duration 3` ends on time with the report.
+#[test]
+fn a_looping_call_frame_rule_ends_its_stacks_not_the_recording() {
+    for flavor in [Flavor::Glibc, Flavor::MuslStatic] {
+        let dir = tempfile::tempdir().unwrap();
+        let started = Instant::now();
+        let duration = RECORDED_FOR.as_secs().to_string();
+        let (target, tracer) =
+            record_through_a_looping_rule(flavor, dir.path(), &["--duration", &duration]);
+        // The duration, then the usual stop (detaching the probes alone
+        // takes seconds on this kernel); without the bound it never ends.
+        let output = wait_within(
+            tracer,
+            RECORDED_FOR + STOPPED_WITHIN,
+            "record --duration 3 through a looping rule",
+        );
+        let took = started.elapsed();
+        assert!(
+            output.status.success(),
+            "{flavor:?}: {}",
+            stderr_of(&output)
+        );
+        eprintln!("{flavor:?}: record --duration 3 took {took:?}");
+        let report = read_json(&dir.path().join("r.json"));
+        assert_eq!(report["stopped_by"], "duration", "{flavor:?}");
+        assert_stacks_end_at_the_looping_rule(
+            &report,
+            target.address("lock"),
+            &format!("{flavor:?}"),
+        );
+    }
+}
+
+/// SIGTERM during a recording through the looping rule ends it promptly,
+/// with its report.
+#[test]
+fn sigterm_ends_a_recording_through_a_looping_call_frame_rule() {
+    let dir = tempfile::tempdir().unwrap();
+    let (target, tracer) = record_through_a_looping_rule(Flavor::Glibc, dir.path(), &[]);
+    let signalled = Instant::now();
+    signal(&tracer, libc::SIGTERM);
+    let output = wait_within(
+        tracer,
+        STOPPED_WITHIN,
+        "record through a looping rule after SIGTERM",
+    );
+    eprintln!("stopped {:?} after SIGTERM", signalled.elapsed());
+    assert!(output.status.success(), "{}", stderr_of(&output));
+    let report = read_json(&dir.path().join("r.json"));
+    assert_eq!(report["stopped_by"], "interrupted");
+    assert_stacks_end_at_the_looping_rule(&report, target.address("lock"), "SIGTERM");
 }

@@ -6,8 +6,8 @@
 use std::collections::BTreeMap;
 
 use crate::model::{
-    AddressFigures, Caller, Frame, Holds, Lock, LockStack, SiteGroup, StackOrigin, WaitHolder,
-    merge_histogram,
+    AddressFigures, Caller, Frame, Holds, Lock, LockStack, SiteGroup, StackEnd, StackOrigin,
+    WaitHolder, merge_histogram,
 };
 
 /// One row for `rows` (at least one; the first, the busiest, gives the
@@ -208,7 +208,7 @@ fn merge_holds(mut a: Holds, b: Holds) -> Holds {
 /// merged address to it. Equal stacks add up (so their counts still add
 /// up to the row's), most frequent first, where the row's first stack was.
 pub fn merge_stacks(stacks: Vec<LockStack>, moved: &BTreeMap<u64, u64>) -> Vec<LockStack> {
-    type Key = (Vec<Frame>, u8, Option<StackOrigin>);
+    type Key = (Vec<Frame>, u8, Option<StackOrigin>, Option<StackEnd>);
     let mut by_row: BTreeMap<u64, BTreeMap<Key, LockStack>> = BTreeMap::new();
     // A stack of a row not merged, or the place of a merged row's stacks.
     let mut order: Vec<Result<LockStack, u64>> = Vec::with_capacity(stacks.len());
@@ -222,7 +222,12 @@ pub fn merge_stacks(stacks: Vec<LockStack>, moved: &BTreeMap<u64, u64>) -> Vec<L
             order.push(Err(row));
             BTreeMap::new()
         });
-        let key = (stack.frames.clone(), stack.unwound_by as u8, stack.source);
+        let key = (
+            stack.frames.clone(),
+            stack.unwound_by as u8,
+            stack.source,
+            stack.ended_by,
+        );
         match row_stacks.get_mut(&key) {
             Some(seen) => seen.count = seen.count.saturating_add(stack.count),
             None => {
@@ -394,6 +399,7 @@ mod tests {
             unwound_by: StackSource::CallFrameInfo,
             source: Some(StackOrigin::LockCalls),
             route: None,
+            ended_by: None,
         };
         let stacks = vec![
             stack(0x9000, 7, "global"),

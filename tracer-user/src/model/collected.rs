@@ -21,6 +21,9 @@ pub struct UnwoundStack {
     /// `--php`: the thread's route key at the snapshot (`NO_REQUEST`
     /// before its first request, and without `--php`).
     pub route: u64,
+    /// Why the unwinder stopped short, when a frame's rule could not be
+    /// evaluated.
+    pub ended_by: Option<super::StackEnd>,
 }
 
 /// `--php`: what a snapshot read of the thread's PHP state.

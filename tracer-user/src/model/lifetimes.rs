@@ -353,6 +353,7 @@ mod tests {
             frames: vec![count_at],
             php: Vec::new(),
             route: 0,
+            ended_by: None,
         };
         collected.unwound.insert(key(0), vec![stack(1)]);
         collected.unwound.insert(key(1), vec![stack(1), stack(2)]);

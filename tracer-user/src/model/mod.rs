@@ -53,7 +53,7 @@ pub use removal::{PriceBasis, PricePart, Removal};
 pub use report::{
     AddressFigures, AlternativeName, Caller, ClassTotals, CreatedBy, Creation, DeclaredContention,
     DeclaredType, Frame, LiveNaming, Lock, LockChain, LockStack, MAX_REPORT_BYTES, Naming,
-    PhpLocation, PlacementFallback, Report, SCHEMA, SiteGroup, SkipReason, SkippedFile,
+    PhpLocation, PlacementFallback, Report, SCHEMA, SiteGroup, SkipReason, SkippedFile, StackEnd,
     StackOrigin, StackSource, TargetInfo, Totals,
 };
 pub use requests::{AutoProbe, PerRequest, Requests};

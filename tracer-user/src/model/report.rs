@@ -473,6 +473,12 @@ pub struct LockStack {
     /// without snapshots.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub route: Option<String>,
+    /// Why locktrace's unwinder stopped this stack short of its outermost
+    /// frame, when a frame's call-frame rule could not be evaluated (absent
+    /// otherwise: a stack that ends at the thread's start, or where the
+    /// copied stack or the call-frame information runs out).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended_by: Option<StackEnd>,
 }
 
 impl LockStack {
@@ -517,6 +523,32 @@ pub enum StackSource {
     /// CPU samples with no snapshot unwound (the ring buffer was full):
     /// no frames, the exact sample count.
     NoSnapshot,
+}
+
+/// Why the unwinder stopped a stack at a frame whose call-frame rule (its
+/// CFA, return address or frame pointer) is a DWARF expression it could not
+/// evaluate within its budgets: such an expression may loop forever
+/// (`DW_OP_skip` or `DW_OP_bra` backwards). The stack keeps the frames
+/// before that one.
+#[derive(
+    Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, PartialOrd, Ord, Hash, JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum StackEnd {
+    /// One expression ran past the steps one expression may take.
+    ExpressionBudget,
+    /// The stack's expressions together ran past the steps one stack may
+    /// take.
+    StackBudget,
+}
+
+impl StackEnd {
+    pub fn describe(self) -> &'static str {
+        match self {
+            StackEnd::ExpressionBudget => "unwinding stopped: a call-frame expression looped",
+            StackEnd::StackBudget => "unwinding stopped: call-frame expressions too long",
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, JsonSchema)]

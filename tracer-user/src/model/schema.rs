@@ -34,8 +34,8 @@ mod tests {
         ExecLoss, ExecSeen, Frame, HoldSite, Holds, InProgress, LiveNaming, LockChain, LockKind,
         LockStack, MainThreadExit, Mode, Naming, Overhead, PerRequest, Placement,
         PlacementFallback, RequestSource, Requests, ScaleBasis, ServerKind, SiteGroup, SkipReason,
-        SkippedFile, StackOrigin, StackSource, StopReason, ThreadRef, WaitClass, WaitHolder,
-        WindowLinkKind,
+        SkippedFile, StackEnd, StackOrigin, StackSource, StopReason, ThreadRef, WaitClass,
+        WaitHolder, WindowLinkKind,
     };
 
     fn repo_file(relative: &str) -> std::path::PathBuf {
@@ -162,6 +162,7 @@ mod tests {
             ("ScaleBasis", round_trips::<ScaleBasis>),
             ("ServerKind", round_trips::<ServerKind>),
             ("SkipReason", round_trips::<SkipReason>),
+            ("StackEnd", round_trips::<StackEnd>),
             ("StackOrigin", round_trips::<StackOrigin>),
             ("StackSource", round_trips::<StackSource>),
             ("StopReason", round_trips::<StopReason>),
@@ -386,6 +387,7 @@ mod tests {
             unwound_by: StackSource::CallFrameInfo,
             source: Some(StackOrigin::LockCalls),
             route: Some("GET /posts/:id".into()),
+            ended_by: Some(StackEnd::ExpressionBudget),
         }];
         report.naming = Some(Naming {
             elapsed_ms: 12.5,

@@ -16,6 +16,7 @@ pub mod debuginfod;
 pub mod declared;
 pub mod dwarf;
 pub mod elf;
+pub mod frame_rules;
 pub mod holders;
 pub mod in_progress;
 pub mod lock_code;
@@ -42,7 +43,7 @@ use crate::{
     },
     model::{
         ChainSearch, Collected, Frame, LockKind, LockStack, Naming, PhpLocation, PointerChains,
-        Report, SkipReason, SkippedFile, StackOrigin, StackSource, UnwoundStack,
+        Report, SkipReason, SkippedFile, StackEnd, StackOrigin, StackSource, UnwoundStack,
     },
     probe::{
         lockfuncs::LockFunction,
@@ -875,7 +876,7 @@ fn resolve_stacks(
         } else {
             StackOrigin::Waits
         };
-        let mut push = |mut frames: Vec<Frame>, count, unwound_by, route| {
+        let mut push = |mut frames: Vec<Frame>, count, unwound_by, stack: Option<&UnwoundStack>| {
             if let (true, Some(first)) = (lock_call, frames.first_mut()) {
                 first.offset = 0;
             }
@@ -885,7 +886,8 @@ fn resolve_stacks(
                 frames,
                 unwound_by,
                 source: Some(source),
-                route,
+                route: stack.and_then(route_of),
+                ended_by: stack.and_then(|stack| stack.ended_by),
             });
         };
         match collected.unwound.get(key) {
@@ -896,7 +898,7 @@ fn resolve_stacks(
                         resolve_stack(space, stack),
                         share,
                         StackSource::CallFrameInfo,
-                        route_of(stack),
+                        Some(stack),
                     );
                 }
             }
@@ -934,11 +936,24 @@ fn top_stacks(mut stacks: Vec<LockStack>, per_lock: usize) -> Vec<LockStack> {
     /// A stack whatever its route: what it counts and its frames.
     type Whole = (Option<StackOrigin>, Vec<Frame>);
     let key = |stack: &LockStack| -> Whole { (stack.source, stack.frames.clone()) };
-    stacks.sort_by(|a, b| (a.source, &a.frames, &a.route).cmp(&(b.source, &b.frames, &b.route)));
+    /// What tells two stacks apart (their count aside).
+    fn identity(stack: &LockStack) -> StackIdentity<'_> {
+        (
+            stack.source,
+            &stack.frames,
+            stack.route.as_deref(),
+            stack.ended_by,
+        )
+    }
+    type StackIdentity<'a> = (
+        Option<StackOrigin>,
+        &'a [Frame],
+        Option<&'a str>,
+        Option<StackEnd>,
+    );
+    stacks.sort_by(|a, b| identity(a).cmp(&identity(b)));
     stacks.dedup_by(|later, earlier| {
-        let same = later.frames == earlier.frames
-            && later.source == earlier.source
-            && later.route == earlier.route;
+        let same = identity(later) == identity(earlier);
         if same {
             earlier.count += later.count;
         }
@@ -1014,6 +1029,7 @@ fn cpu_stacks(
                 unwound_by,
                 source: Some(StackOrigin::CpuSamples),
                 route: stack.and_then(route_of),
+                ended_by: stack.and_then(|stack| stack.ended_by),
             });
         };
         match collected.unwound.get(key) {
@@ -1071,6 +1087,7 @@ mod stack_share_tests {
             frames: vec![frame],
             php: Vec::new(),
             route: 0,
+            ended_by: None,
         }
     }
 

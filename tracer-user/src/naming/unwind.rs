@@ -8,6 +8,8 @@
 //!
 //! Unwinding runs while the target lives (at each tick), so the modules are
 //! the ones mapped when the snapshot was taken; only the frames are kept.
+//! Rules given as DWARF expressions are evaluated within budgets first
+//! ([`super::frame_rules`]): one that does not fit ends its stack.
 use std::{
     collections::{HashMap, HashSet},
     ops::{Deref, Range},
@@ -23,9 +25,13 @@ use framehop::{
 use object::{Object, ObjectSection};
 use tracer_common::{SnapshotHeader, StackKey};
 
-use super::{dwarf::MAX_SECTION_BYTES, elf::Segment};
+use super::{
+    dwarf::MAX_SECTION_BYTES,
+    elf::Segment,
+    frame_rules::{Budget, ExpressionRules, Registers, Table, TableKind},
+};
 use crate::{
-    model::{PhpSnapshot, UnwoundStack},
+    model::{PhpSnapshot, StackEnd, UnwoundStack},
     probe::{
         modules::{ModuleFile, ModuleStore},
         target::{self, Mapping, Target},
@@ -65,6 +71,9 @@ pub struct StackUnwinder {
     store: ModuleStore,
     unwinder: UnwinderX86_64<SectionBytes>,
     cache: CacheX86_64,
+    /// The modules' rules that are expressions, checked before framehop
+    /// evaluates them.
+    rules: ExpressionRules<SectionBytes>,
     /// Executable mappings given to the unwinder, by (start, end).
     added: HashSet<(u64, u64)>,
     /// Executable mappings at the last read of the maps, sorted.
@@ -80,6 +89,7 @@ impl StackUnwinder {
             store: target.modules.clone(),
             unwinder: UnwinderX86_64::new(),
             cache: CacheX86_64::new(),
+            rules: ExpressionRules::default(),
             added: HashSet::new(),
             code: Vec::new(),
             maps_read: None,
@@ -92,19 +102,28 @@ impl StackUnwinder {
     /// Unwinds one snapshot (`stack`: its bytes from `header.sp` up) and
     /// keeps its frames under its key.
     pub fn add(&mut self, header: &SnapshotHeader, php: PhpSnapshot, stack: &[u8]) {
-        let mut frames = unwind_stack(&self.unwinder, &mut self.cache, header, stack);
-        let uncovered = frames.iter().any(|&ip| !self.covers(ip));
+        let mut unwound = unwind_stack(
+            (&self.unwinder, &mut self.cache, &mut self.rules),
+            header,
+            stack,
+        );
+        let uncovered = unwound.frames.iter().any(|&ip| !self.covers(ip));
         if uncovered && self.reread_maps() {
-            frames = unwind_stack(&self.unwinder, &mut self.cache, header, stack);
+            unwound = unwind_stack(
+                (&self.unwinder, &mut self.cache, &mut self.rules),
+                header,
+                stack,
+            );
         }
         self.unwound
             .entry(header.key)
             .or_default()
             .push(UnwoundStack {
                 count_at: header.count_at,
-                frames,
+                frames: unwound.frames,
                 php: php.frames,
                 route: php.route,
+                ended_by: unwound.ended_by,
             });
     }
 
@@ -167,7 +186,7 @@ impl StackUnwinder {
                 .or_else(|_| self.store.open(&target::host_path(self.pid, &mapping.path)));
             let root = PathBuf::from(format!("/proc/{}/root", self.pid));
             let Ok(file) = file else { continue };
-            let modules = modules_for(mapping, file, &self.store, &root);
+            let modules = modules_for(mapping, file, (&self.store, &root), &mut self.rules);
             added += usize::from(!modules.is_empty());
             for module in modules {
                 self.unwinder.add_module(module);
@@ -203,16 +222,32 @@ impl SnapshotSink for SharedUnwinder {
     }
 }
 
+/// One snapshot's frames, and why they stop short when a frame's rule
+/// could not be evaluated.
+struct Unwound {
+    frames: Vec<u64>,
+    ended_by: Option<StackEnd>,
+}
+
+/// framehop's unwinder, its cache, and the rules to check before it
+/// evaluates them.
+type Unwinding<'a> = (
+    &'a UnwinderX86_64<SectionBytes>,
+    &'a mut CacheX86_64,
+    &'a mut ExpressionRules<SectionBytes>,
+);
+
 /// The frames of one snapshot: its instruction pointer, then each return
 /// address the unwinder finds inside the copied window. A snapshot taken
 /// at a lock call's entry starts from the return address in its slot (the
 /// lock function's own unwind information is not needed: musl has none).
+/// A frame whose expression rules do not fit the budgets ends the stack
+/// before framehop evaluates them.
 fn unwind_stack(
-    unwinder: &UnwinderX86_64<SectionBytes>,
-    cache: &mut CacheX86_64,
+    (unwinder, cache, rules): Unwinding,
     snapshot: &SnapshotHeader,
     stack: &[u8],
-) -> Vec<u64> {
+) -> Unwound {
     let sp = snapshot.sp;
     let mut read_stack = |address: u64| -> Result<u64, ()> {
         let at = usize::try_from(address.checked_sub(sp).ok_or(())?).map_err(|_| ())?;
@@ -238,7 +273,19 @@ fn unwind_stack(
             UnwindRegsX86_64::new(snapshot.ip, sp, snapshot.bp),
         ),
     };
+    let mut budget = Budget::default();
     while frames.len() < MAX_FRAMES {
+        let registers = Registers {
+            ip: regs.ip(),
+            sp: regs.sp(),
+            bp: regs.bp(),
+        };
+        if let Err(end) = rules.check(address.address_for_lookup(), registers, &mut budget) {
+            return Unwound {
+                frames,
+                ended_by: Some(end),
+            };
+        }
         let next = unwinder.unwind_frame(address, &mut regs, cache, &mut read_stack);
         let Some(next) = next
             .ok()
@@ -250,7 +297,10 @@ fn unwind_stack(
         frames.push(next.address());
         address = next;
     }
-    frames
+    Unwound {
+        frames,
+        ended_by: None,
+    }
 }
 
 /// The unwinder's view of one executable mapping of an ELF file: where it
@@ -258,12 +308,12 @@ fn unwind_stack(
 /// its code has CFI only in `.debug_frame`, as a few modules side by side
 /// (see [`Tables`]); empty when the file has none of what is needed to
 /// place it. `root` is the target's root directory, where its separate
-/// debug files are looked for.
+/// debug files are looked for. The tables go to `rules` too.
 fn modules_for(
     mapping: &Mapping,
     file: Arc<ModuleFile>,
-    store: &ModuleStore,
-    root: &Path,
+    (store, root): (&ModuleStore, &Path),
+    rules: &mut ExpressionRules<SectionBytes>,
 ) -> Vec<Module<SectionBytes>> {
     let Ok(elf) = file.elf() else {
         return Vec::new();
@@ -312,13 +362,59 @@ fn modules_for(
             text_segment: None,
         }
     };
-    tables
-        .pieces(mapping.start..mapping.end, bias)
+    let pieces = tables.pieces(mapping.start..mapping.end, bias);
+    let avma = mapping.start..mapping.end;
+    add_rules(rules, &elf, &tables, &pieces, (avma, bias));
+    pieces
         .into_iter()
         .map(|(range, debug_frame)| {
             Module::new(mapping.path.clone(), range, bias, info(debug_frame))
         })
         .collect()
+}
+
+/// Gives `rules` the tables framehop reads for `pieces` (true: with
+/// `.debug_frame`), with the base addresses it reads them with.
+fn add_rules(
+    rules: &mut ExpressionRules<SectionBytes>,
+    elf: &object::File,
+    tables: &Tables,
+    pieces: &[(Range<u64>, bool)],
+    (avma, bias): (Range<u64>, u64),
+) {
+    let given = [
+        (
+            TableKind::EhFrame,
+            &tables.eh_frame,
+            tables.eh_frame_hdr.as_deref(),
+        ),
+        (TableKind::DebugFrame, &tables.debug_frame, None),
+    ];
+    for (kind, bytes, hdr) in given {
+        let debug_frame = kind == TableKind::DebugFrame;
+        if let Some(bytes) = bytes.clone()
+            && pieces.iter().any(|&(_, debug)| debug == debug_frame)
+        {
+            let bases = section_bases(elf, !debug_frame);
+            rules.add(Table { bytes, kind, bases }, hdr, avma.clone(), bias);
+        }
+    }
+}
+
+/// The base addresses framehop reads a module's tables with: those of
+/// `.text` and `.got`, and with `.eh_frame`, its own and `.eh_frame_hdr`'s.
+fn section_bases(elf: &object::File, eh_frame: bool) -> gimli::BaseAddresses {
+    let address = |name: &str| elf.section_by_name(name).map_or(0, |s| s.address());
+    let bases = gimli::BaseAddresses::default()
+        .set_text(address(".text"))
+        .set_got(address(".got"));
+    if eh_frame {
+        bases
+            .set_eh_frame(address(".eh_frame"))
+            .set_eh_frame_hdr(address(".eh_frame_hdr"))
+    } else {
+        bases
+    }
 }
 
 /// Most pieces a mapping is split into; past it, the table that covers
@@ -422,14 +518,9 @@ fn eh_frame_ranges(file: &Arc<ModuleFile>, elf: &object::File) -> Vec<Range<u64>
     let Some(bytes) = section_bytes(file, elf, ".eh_frame") else {
         return Vec::new();
     };
-    let address = |name: &str| elf.section_by_name(name).map_or(0, |s| s.address());
-    let bases = gimli::BaseAddresses::default()
-        .set_eh_frame(address(".eh_frame"))
-        .set_text(address(".text"))
-        .set_got(address(".got"));
     let mut eh_frame = gimli::EhFrame::new(&bytes, gimli::LittleEndian);
     eh_frame.set_address_size(8);
-    fde_ranges(&eh_frame, &bases)
+    fde_ranges(&eh_frame, &section_bases(elf, true))
 }
 
 /// A file's `.debug_frame` and its FDEs' address ranges, sorted; None
@@ -538,13 +629,18 @@ mod tests {
         assert_eq!(taken, 8 + 16 * 4 + 3);
     }
 
-    use std::{ops::Range, path::Path, process::Command, sync::Arc};
-
-    use super::{SectionBytes, Tables, only_in};
-    use crate::{
-        naming::dwarf::tests::{compile_c_with, symbol_address},
-        probe::modules::ModuleFile,
+    use std::{
+        ops::Range,
+        path::Path,
+        process::Command,
+        sync::Arc,
+        time::{Duration, Instant},
     };
+
+    use object::{Object, ObjectSegment};
+
+    use super::*;
+    use crate::naming::dwarf::tests::{compile_c_with, symbol_address};
 
     const SOURCE: &str = r#"
 __attribute__((noinline)) long leaf(long x) { return x * 3; }
@@ -677,5 +773,73 @@ int main(int argc, char **argv) { return (int)middle(argc); }
             chosen(&stripped, Some(open("t.debug.z"))),
             "debug_frame (decompressed)"
         );
+    }
+
+    /// `fixtures/loop_cfi.c`'s `poisoned` gives its CFA by `DW_OP_skip -3`,
+    /// a loop: a stack whose caller frame is inside it ends there with the
+    /// expression budget as its reason, at once (framehop alone never
+    /// returned); one whose caller is `main` unwinds as before.
+    #[test]
+    fn a_frame_whose_rule_loops_ends_its_stack() {
+        let dir = tempfile::tempdir().unwrap();
+        let source = include_str!("../../../fixtures/loop_cfi.c");
+        let file = mapped(dir.path(), "t", &compile_c_with(source, &["-O2"]));
+        let bias = 0x5555_0000_0000;
+        let code = file
+            .elf()
+            .unwrap()
+            .segments()
+            .find(|segment| segment.flags() == object::SegmentFlags::Elf { p_flags: 5 })
+            .map(|segment| segment.file_range())
+            .unwrap();
+        let mapping = Mapping {
+            start: bias + code.0,
+            end: bias + code.0 + code.1,
+            perms: "r-xp".into(),
+            offset: code.0,
+            path: dir.path().join("t").display().to_string(),
+        };
+        let mut unwinder = UnwinderX86_64::new();
+        let mut rules = ExpressionRules::default();
+        let store = ModuleStore::default();
+        let modules = modules_for(
+            &mapping,
+            Arc::clone(&file),
+            (&store, Path::new("/")),
+            &mut rules,
+        );
+        assert!(!modules.is_empty());
+        for module in modules {
+            unwinder.add_module(module);
+        }
+        let mut cache = CacheX86_64::new();
+        let sp = 0x7ffc_0000_0000;
+        let unwind_from = |caller: &str| {
+            let return_ip = bias + symbol_address(file.bytes(), caller) + 0x10;
+            let header = SnapshotHeader {
+                ip: 0x7f00_0000_1000,
+                sp,
+                return_slot: sp,
+                len: 64,
+                ..SnapshotHeader::default()
+            };
+            let mut stack = return_ip.to_le_bytes().to_vec();
+            stack.resize(64, 0);
+            (header, stack, return_ip)
+        };
+        let (header, stack, return_ip) = unwind_from("poisoned");
+        let started = Instant::now();
+        let unwound = unwind_stack((&unwinder, &mut cache, &mut rules), &header, &stack);
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "{:?}",
+            started.elapsed()
+        );
+        assert_eq!(unwound.frames, [header.ip, return_ip]);
+        assert_eq!(unwound.ended_by, Some(StackEnd::ExpressionBudget));
+        let (header, stack, return_ip) = unwind_from("main");
+        let unwound = unwind_stack((&unwinder, &mut cache, &mut rules), &header, &stack);
+        assert_eq!(unwound.frames[..2], [header.ip, return_ip]);
+        assert_eq!(unwound.ended_by, None);
     }
 }

@@ -458,6 +458,7 @@ mod tests {
             unwound_by: StackSource::CallFrameInfo,
             source: Some(source),
             route: (source == StackOrigin::LockCalls).then(|| "GET /q.php".to_string()),
+            ended_by: None,
         };
         report.stacks = vec![
             stack(10, "pthread_mutex_lock", StackOrigin::LockCalls),

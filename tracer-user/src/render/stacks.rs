@@ -123,7 +123,9 @@ pub fn render_text(report: &Report, limit: usize) -> String {
             lock.address
         ));
         for stack in stacks {
-            let frames: Vec<String> = stack.frames.iter().map(frame_label).collect();
+            let mut frames: Vec<String> = stack.frames.iter().map(frame_label).collect();
+            // Where the unwinder gave up, so a short stack says why.
+            frames.extend(stack.ended_by.map(|end| format!("[{}]", end.describe())));
             let what = if stack.is_cpu() { "cpu samples: " } else { "" };
             let route = stack
                 .route
@@ -160,6 +162,7 @@ mod tests {
             unwound_by: StackSource::CallFrameInfo,
             source: Some(source),
             route: None,
+            ended_by: None,
         };
         report.stacks = vec![
             stack(7, StackOrigin::LockCalls),
