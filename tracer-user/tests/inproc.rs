@@ -523,19 +523,18 @@ fn a_forked_child_is_said_and_restored() {
     unsafe { libc::kill(child as i32, libc::SIGKILL) };
 }
 
-/// Starts `locktrace ARGS` with `env`, its stderr in a file; returns the
-/// child and the file.
-fn start_locktrace(args: &[String], env: &[(&str, String)]) -> (std::process::Child, PathBuf) {
-    let stderr = std::env::temp_dir().join(format!(
-        "locktrace-inproc-kill-{}-{}.err",
-        std::process::id(),
-        KILLS.fetch_add(0, std::sync::atomic::Ordering::SeqCst)
-    ));
+/// Starts `locktrace ARGS` with `env`, its stderr in a temporary file
+/// (removed when the returned handle drops).
+fn start_locktrace(
+    args: &[String],
+    env: &[(&str, String)],
+) -> (std::process::Child, tempfile::NamedTempFile) {
+    let stderr = tempfile::NamedTempFile::new().unwrap();
     let child = locktrace()
         .args(args)
         .envs(env.iter().map(|(k, v)| (k, v.as_str())))
         .stdout(std::process::Stdio::null())
-        .stderr(std::fs::File::create(&stderr).unwrap())
+        .stderr(stderr.reopen().unwrap())
         .spawn()
         .unwrap();
     (child, stderr)
@@ -565,7 +564,7 @@ fn kill_at(args: &[String], at: KillAt) -> bool {
     };
     let started = std::time::Instant::now();
     let reached = loop {
-        if std::fs::read_to_string(&stderr)
+        if std::fs::read_to_string(stderr.path())
             .unwrap_or_default()
             .contains(&needle)
         {
@@ -585,7 +584,6 @@ fn kill_at(args: &[String], at: KillAt) -> bool {
     }
     child.kill().unwrap();
     child.wait().unwrap();
-    let _ = std::fs::remove_file(&stderr);
     KILLS.fetch_add(u64::from(reached), std::sync::atomic::Ordering::SeqCst);
     reached
 }

@@ -125,8 +125,9 @@ pub fn start(target: &Target, functions: &[LockFunction]) -> Result<Started> {
     }
     let cpu_tables = possible_cpus();
     let mut thread = stop_for(pid, &target.maps, &leftovers, cpu_tables)?;
-    check_seccomp(pid, &thread, &target.maps, &leftovers, cpu_tables)?;
-    let (base, mut shared) = open_mapping(&mut thread, target, &leftovers, cpu_tables)?;
+    let source = source(pid, &target.maps, &leftovers, cpu_tables)?;
+    check_seccomp(pid, &thread, &source, cpu_tables)?;
+    let (base, mut shared) = open_mapping(&mut thread, target, source, cpu_tables)?;
     let per_cpu = write_code(&mut shared, base, cpu_tables, &real);
     let restored_at_start = restore_leftovers(&mut thread, base, &mut shared, &leftovers)?;
     if plan.switch.is_empty() {
@@ -616,23 +617,42 @@ fn stop_for(
 fn check_seccomp(
     pid: u32,
     thread: &StoppedThread,
-    maps: &[Mapping],
-    leftovers: &[Leftover],
+    source: &Source,
     cpu_tables: usize,
 ) -> Result<()> {
-    let new_mapping = reusable(leftovers, cpu_tables).is_none();
-    let first_site = if new_mapping {
-        Some(find_gadgets(pid, maps)?.syscall_ret)
-    } else {
-        None
+    let (first_site, bytes) = match source {
+        Source::Reuse(_) => (None, None),
+        Source::New(gadgets) => (
+            Some(gadgets.syscall_ret),
+            Some(layout::mapping_bytes(cpu_tables) as u64),
+        ),
     };
-    let bytes = new_mapping.then_some(layout::mapping_bytes(cpu_tables) as u64);
     seccomp::check(
         pid,
         thread.tid(),
         &seccomp::injected_calls(first_site, bytes),
     )?;
     Ok(())
+}
+
+/// Where the mapping injected code runs from comes from: an earlier
+/// run's, reused, or a new one made at the target's own gadgets (found
+/// once: the seccomp check and the `mmap` both need them).
+enum Source<'a> {
+    Reuse(&'a Leftover),
+    New(Gadgets),
+}
+
+fn source<'a>(
+    pid: u32,
+    maps: &[Mapping],
+    leftovers: &'a [Leftover],
+    cpu_tables: usize,
+) -> Result<Source<'a>> {
+    Ok(match reusable(leftovers, cpu_tables) {
+        Some(leftover) => Source::Reuse(leftover),
+        None => Source::New(find_gadgets(pid, maps)?),
+    })
 }
 
 /// An earlier run's mapping of this version and size, to count in again.
@@ -642,17 +662,16 @@ fn reusable(leftovers: &[Leftover], cpu_tables: usize) -> Option<&Leftover> {
     })
 }
 
-/// The mapping injected code runs from: an earlier run's, reused, or a
-/// new one.
+/// The mapping injected code runs from, reused or made.
 fn open_mapping(
     thread: &mut StoppedThread,
     target: &Target,
-    leftovers: &[Leftover],
+    source: Source,
     cpu_tables: usize,
 ) -> Result<(u64, MmapMut)> {
-    match reusable(leftovers, cpu_tables) {
-        Some(leftover) => Ok((leftover.start, reuse_mapping(target.pid, leftover)?)),
-        None => new_mapping(thread, &target.maps, target.pid, cpu_tables),
+    match source {
+        Source::Reuse(leftover) => Ok((leftover.start, reuse_mapping(target.pid, leftover)?)),
+        Source::New(gadgets) => new_mapping(thread, &target.maps, target.pid, cpu_tables, &gadgets),
     }
 }
 
@@ -860,8 +879,8 @@ fn new_mapping(
     maps: &[Mapping],
     pid: u32,
     cpu_tables: usize,
+    gadgets: &Gadgets,
 ) -> Result<(u64, MmapMut)> {
-    let gadgets = find_gadgets(pid, maps)?;
     let top = thread.stack_top(maps).ok_or_else(|| {
         anyhow!(
             "thread {}'s stack has no room for locktrace's return frame; use --mode all",
@@ -1071,9 +1090,10 @@ pub fn restore_pid(pid: u32) -> Result<u64> {
     }
     let cpu_tables = possible_cpus();
     let mut thread = stop_for(pid, &target.maps, &leftovers, cpu_tables)?;
-    check_seccomp(pid, &thread, &target.maps, &leftovers, cpu_tables)?;
+    let source = source(pid, &target.maps, &leftovers, cpu_tables)?;
+    check_seccomp(pid, &thread, &source, cpu_tables)?;
     let restored = (|| {
-        let (base, mut shared) = open_mapping(&mut thread, &target, &leftovers, cpu_tables)?;
+        let (base, mut shared) = open_mapping(&mut thread, &target, source, cpu_tables)?;
         write_code(&mut shared, base, cpu_tables, &real);
         let restored = restore_leftovers(&mut thread, base, &mut shared, &leftovers)?;
         Ok::<_, anyhow::Error>(restored + restore_strays(&mut thread, base, &mut shared, &strays)?)
