@@ -812,6 +812,7 @@ fn coverage(
     seen: proc_events::Seen,
     started: Instant,
     main_thread_exit: Option<MainThreadExit>,
+    functions: &[LockFunction],
 ) -> Coverage {
     let exec = seen.exec.map(|exec| ExecSeen {
         after_s: exec.at.saturating_duration_since(started).as_secs_f64(),
@@ -830,7 +831,25 @@ fn coverage(
         children_forked: seen.forks,
         exec,
         main_thread_exit,
+        found_by_code: found_by_code(functions),
     }
+}
+
+/// The lock functions found by their code, if any were (one module: the
+/// static executable).
+fn found_by_code(functions: &[LockFunction]) -> Option<crate::model::FoundByCode> {
+    let mut by_code = functions.iter().filter_map(|f| match &f.found_by {
+        lockfuncs::FoundBy::LibcCode { archive } => Some((f, archive)),
+        lockfuncs::FoundBy::Symbol => None,
+    });
+    let (first, archive) = by_code.next()?;
+    let mut names = vec![first.op.symbol().to_string()];
+    names.extend(by_code.map(|(f, _)| f.op.symbol().to_string()));
+    Some(crate::model::FoundByCode {
+        module: first.module.clone(),
+        archive: archive.clone(),
+        functions: names,
+    })
 }
 
 /// The one line that says the probes are live, on stderr.
@@ -928,7 +947,13 @@ fn report(
         ),
         cpu_off,
         placement_fallbacks: placement_fallbacks(options, prepared),
-        coverage: coverage(options.mode, seen, started, main_thread_exit),
+        coverage: coverage(
+            options.mode,
+            seen,
+            started,
+            main_thread_exit,
+            &prepared.functions,
+        ),
     };
     let mut report = builder.recording(&mut collected, measured, |report, collected| {
         let requests = window.finish(collected)?;

@@ -19,6 +19,22 @@ pub struct Coverage {
     /// The main thread left (`pthread_exit`) while other threads ran on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub main_thread_exit: Option<MainThreadExit>,
+    /// Lock functions of an executable without a symbol table, found by
+    /// their code (a stripped static build).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub found_by_code: Option<FoundByCode>,
+}
+
+/// Lock functions found in a module by matching their code against a libc
+/// archive: each occurs in the module exactly once, byte for byte apart
+/// from the fields the static link fills in.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, JsonSchema)]
+pub struct FoundByCode {
+    pub module: String,
+    /// The libc archive whose code matched (the libc the module was built with).
+    pub archive: String,
+    /// The functions found, by name.
+    pub functions: Vec<String>,
 }
 
 /// The kernel counts a uprobe's hits for the memory of the task it is

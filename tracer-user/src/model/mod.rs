@@ -33,7 +33,7 @@ pub use word::Worded;
 pub use collected::{
     Blocked, Collected, InFlight, PhpCollected, PhpFrameRead, PhpSnapshot, UnwoundStack,
 };
-pub use coverage::{Coverage, ExecLoss, ExecSeen, MainThreadExit};
+pub use coverage::{Coverage, ExecLoss, ExecSeen, FoundByCode, MainThreadExit};
 pub use cpu::{CpuReport, cpu_error_ns, sample_period_ns};
 pub use destination::{Destination, write_output};
 pub use drop_reason::DropReason;

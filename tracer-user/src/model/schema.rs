@@ -706,6 +706,11 @@ mod tests {
                 not_moved: Some("no thread left".into()),
                 later_moves: 1,
             }),
+            found_by_code: Some(crate::model::FoundByCode {
+                module: "/srv/frankenphp".into(),
+                archive: "/usr/lib/x86_64-linux-musl/libc.a".into(),
+                functions: vec!["pthread_mutex_lock".into()],
+            }),
         });
         fill_what_was_going_on(report, address);
     }

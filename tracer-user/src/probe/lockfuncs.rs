@@ -22,6 +22,19 @@ pub struct LockFunction {
     /// Runtime address range of the function in the target.
     pub runtime_start: u64,
     pub runtime_end: u64,
+    /// How it was found: by its symbol, or by its code in a module without
+    /// a symbol table.
+    pub found_by: FoundBy,
+}
+
+/// How a lock function was found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FoundBy {
+    Symbol,
+    /// Its code matched the function in this libc archive, once.
+    LibcCode {
+        archive: String,
+    },
 }
 
 /// Why no `pthread_mutex_lock` was found: callers branch on
@@ -31,8 +44,13 @@ pub enum LockFunctionsMissing {
     /// Only the executable and its dynamic loader are mapped: the loader
     /// has not mapped the libraries yet (a process just started).
     StillStarting { pid: u32 },
-    /// Modules without a symbol table (stripped).
-    Stripped { pid: u32, modules: Vec<String> },
+    /// Modules without a symbol table (stripped), and the libc archives
+    /// whose code was looked for in them.
+    Stripped {
+        pid: u32,
+        modules: Vec<String>,
+        archives: Vec<String>,
+    },
     /// Modules that could not be read, with why.
     Unreadable {
         pid: u32,
@@ -49,10 +67,24 @@ impl std::fmt::Display for LockFunctionsMissing {
                 f,
                 "process {pid} is still starting: its dynamic loader has not mapped its libraries yet; attach again once it runs"
             ),
-            LockFunctionsMissing::Stripped { pid, modules } => write!(
+            LockFunctionsMissing::Stripped {
+                pid,
+                modules,
+                archives,
+            } if archives.is_empty() => write!(
                 f,
-                "no pthread_mutex_lock symbol in process {pid}: {} has no symbol table (stripped); trace an unstripped build or install its debug symbols",
+                "no pthread_mutex_lock symbol in process {pid}: {} has no symbol table (stripped), and no libc archive is installed to find it by its code; install musl-dev or libc6-dev (the libc it was built with), trace an unstripped build, or install its debug symbols",
                 modules.join(", ")
+            ),
+            LockFunctionsMissing::Stripped {
+                pid,
+                modules,
+                archives,
+            } => write!(
+                f,
+                "no pthread_mutex_lock symbol in process {pid}: {} has no symbol table (stripped) and its code matches pthread_mutex_lock of no libc archive here ({}); install the libc it was built with, trace an unstripped build, or install its debug symbols",
+                modules.join(", "),
+                archives.join(", ")
             ),
             LockFunctionsMissing::Unreadable { pid, modules } => {
                 let listed: Vec<String> = modules
@@ -92,6 +124,7 @@ pub fn find(target: &Target) -> Result<Vec<LockFunction>> {
         LockFunctionsMissing::Stripped {
             pid,
             modules: search.stripped,
+            archives: search.archives_tried,
         }
     } else if only_the_loader_is_mapped(target) {
         LockFunctionsMissing::StillStarting { pid }
@@ -129,6 +162,9 @@ pub struct Search {
     pub stripped: Vec<String>,
     /// Modules that could not be opened or parsed, with why.
     pub unreadable: Vec<(String, String)>,
+    /// The libc archives whose code was looked for in a static executable
+    /// without a symbol table.
+    pub archives_tried: Vec<String>,
 }
 
 /// The functions of `ops` found, each from the first module in lookup order
@@ -150,6 +186,7 @@ pub fn find_ops(target: &Target, ops: &[LockOp]) -> Result<Search> {
         found: Vec::new(),
         stripped: Vec::new(),
         unreadable: Vec::new(),
+        archives_tried: Vec::new(),
     };
     for module in &modules {
         let missing: Vec<LockOp> = ops
@@ -178,7 +215,17 @@ pub fn find_ops(target: &Target, ops: &[LockOp]) -> Result<Search> {
                 continue;
             }
         };
-        if elf.symbols().next().is_none() && elf.dynamic_symbols().next().is_none() {
+        let no_symbol_table = elf.symbols().next().is_none();
+        if no_symbol_table && module == &target.exe && is_static(file.bytes()) {
+            let by_code = by_libc_code(&elf, file.bytes(), &missing, module, target);
+            search.archives_tried = by_code.archives_tried;
+            if by_code.found.is_empty() {
+                search.stripped.push(module.clone());
+            }
+            search.found.extend(by_code.found);
+            continue;
+        }
+        if no_symbol_table && elf.dynamic_symbols().next().is_none() {
             search.stripped.push(module.clone());
             continue;
         }
@@ -223,7 +270,83 @@ fn lookup(
         code,
         runtime_start,
         runtime_end: runtime_start + size.max(1) as u64,
+        found_by: FoundBy::Symbol,
     }))
+}
+
+/// An executable without a program interpreter: libc is linked in.
+pub fn is_static(bytes: &[u8]) -> bool {
+    use object::read::elf::{FileHeader, ProgramHeader};
+    let Ok(header) = object::elf::FileHeader64::<object::Endianness>::parse(bytes) else {
+        return false;
+    };
+    let Ok(endian) = header.endian() else {
+        return false;
+    };
+    header.program_headers(endian, bytes).is_ok_and(|headers| {
+        !headers
+            .iter()
+            .any(|h| h.p_type(endian) == object::elf::PT_INTERP)
+    })
+}
+
+/// What [`by_libc_code`] found, and the archives it tried.
+pub struct ByCode {
+    pub found: Vec<LockFunction>,
+    pub archives_tried: Vec<String>,
+}
+
+/// The `ops` found by their code from the first libc archive whose
+/// `pthread_mutex_lock` occurs exactly once in the module (the libc it was
+/// linked with); the other ops from that archive, each where unique.
+fn by_libc_code(
+    elf: &object::File,
+    bytes: &[u8],
+    ops: &[LockOp],
+    module: &str,
+    target: &Target,
+) -> ByCode {
+    let mut archives_tried = Vec::new();
+    for archive in super::libc_code::LibcArchive::installed() {
+        let shown = archive.path.display().to_string();
+        archives_tried.push(shown.clone());
+        let found_at = |op: LockOp| {
+            let pattern = archive.pattern(op.symbol())?;
+            match super::libc_code::occurrence(elf, bytes, &pattern) {
+                super::libc_code::Occurrence::Unique(offset) => Some((offset, pattern.bytes)),
+                _ => None,
+            }
+        };
+        if found_at(LockOp::MutexLock).is_none() {
+            continue;
+        }
+        let found = ops
+            .iter()
+            .filter_map(|&op| {
+                let (file_offset, code) = found_at(op)?;
+                let runtime_start = runtime_address(target, module, file_offset)?;
+                Some(LockFunction {
+                    op,
+                    module: module.to_string(),
+                    file_offset,
+                    runtime_end: runtime_start + code.len() as u64,
+                    code,
+                    runtime_start,
+                    found_by: FoundBy::LibcCode {
+                        archive: shown.clone(),
+                    },
+                })
+            })
+            .collect();
+        return ByCode {
+            found,
+            archives_tried,
+        };
+    }
+    ByCode {
+        found: Vec::new(),
+        archives_tried,
+    }
 }
 
 /// File offset of an ELF virtual address, through the segment that maps it.
@@ -297,6 +420,7 @@ mod tests {
             code: Vec::new(),
             runtime_start: start,
             runtime_end: end,
+            found_by: FoundBy::Symbol,
         }
     }
 

@@ -21,6 +21,19 @@ pub fn naming(report: &Report) -> String {
             naming.stripped.join(", ")
         ));
     }
+    if let Some(found) = report
+        .coverage
+        .as_ref()
+        .and_then(|c| c.found_by_code.as_ref())
+    {
+        let _ = writeln!(
+            out,
+            "lock functions of {} (no symbol table) found by their code, matched once each against {}: {}",
+            found.module,
+            found.archive,
+            found.functions.join(", ")
+        );
+    }
     out.push_str(&contention_by_type(report));
     for skipped in &naming.skipped_files {
         let _ = writeln!(

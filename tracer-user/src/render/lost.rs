@@ -277,6 +277,7 @@ mod tests {
                 still_probed: Vec::new(),
             }),
             main_thread_exit: None,
+            found_by_code: None,
         });
         let text = table::render(&report, None, crate::render::fit::Width::Unlimited);
         assert!(!text.contains("whole traced life"), "{text}");
