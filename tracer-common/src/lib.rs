@@ -477,7 +477,11 @@ pub mod drop_reason {
     /// A new (route, lock) pair or route did not fit in `ROUTE_LOCKS` or
     /// `ROUTE_REQUESTS` (`--php`): counted in the totals, not per route.
     pub const ROUTES_FULL: u32 = 21;
-    pub const COUNT: u32 = 22;
+    /// A request's route did not fit in `ROUTE_TEXTS` (`--php`, more
+    /// distinct routes than `php::MAX_ROUTES`): the request and its lock
+    /// calls count under `php::PAST_CAP_ROUTE`. One per request.
+    pub const ROUTES_PAST_CAP: u32 = 22;
+    pub const COUNT: u32 = 23;
     pub const NAMES: [&str; COUNT as usize] = [
         "locks_map_full",
         "futex_map_full",
@@ -501,6 +505,7 @@ pub mod drop_reason {
         "lifetimes_merged",
         "handoffs_map_full",
         "routes_map_full",
+        "routes_past_cap",
     ];
 }
 
@@ -1063,6 +1068,8 @@ pub mod php {
     /// PHP threads and routes the maps hold.
     pub const MAX_THREADS: u32 = 4096;
     pub const MAX_ROUTES: u32 = 4096;
+    /// Keys of the maps per route: every route, and the three below.
+    pub const MAX_ROUTE_KEYS: u32 = MAX_ROUTES + 3;
     pub const MAX_ROUTE_LOCKS: u32 = 65_536;
 
     /// The route of events outside any request (threads that never started
@@ -1070,6 +1077,9 @@ pub mod php {
     pub const NO_REQUEST: u64 = 0;
     /// The route of requests whose method and URI could not be read.
     pub const UNREADABLE_ROUTE: u64 = 1;
+    /// The route of requests whose route was new when `MAX_ROUTES` routes
+    /// were already known: counted together, never as unreadable.
+    pub const PAST_CAP_ROUTE: u64 = 2;
 
     /// Indexes of `PHP_MISSES`: why a PHP context was not read.
     pub mod miss {
@@ -1192,9 +1202,9 @@ pub mod php {
         pub cpu_samples: u64,
     }
 
-    /// FNV-1a of a route's bytes, never [`NO_REQUEST`] or
-    /// [`UNREADABLE_ROUTE`]. The same function on both sides, so tests can
-    /// compute a route's key.
+    /// FNV-1a of a route's bytes, never [`NO_REQUEST`],
+    /// [`UNREADABLE_ROUTE`] or [`PAST_CAP_ROUTE`]. The same function on
+    /// both sides, so tests can compute a route's key.
     #[inline(always)]
     pub fn route_hash(text: &RouteText) -> u64 {
         let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
@@ -1208,8 +1218,8 @@ pub mod php {
             hash = (hash ^ u64::from(text.path[index])).wrapping_mul(0x100_0000_01b3);
             index += 1;
         }
-        if hash <= UNREADABLE_ROUTE {
-            hash + 2
+        if hash <= PAST_CAP_ROUTE {
+            hash + 3
         } else {
             hash
         }

@@ -11,13 +11,13 @@ use aya_ebpf::{
 use tracer_common::{
     LockOp, ThreadRoute, drop_reason,
     php::{
-        FILE_BYTES, MAX_FRAMES, NO_REQUEST, PhpFrame, PhpOffsets, PhpStack, RouteLockCounts,
+        FILE_BYTES, MAX_FRAMES, NO_REQUEST, PAST_CAP_ROUTE, PhpFrame, PhpOffsets, PhpStack, RouteLockCounts,
         RouteLockKey, RouteText, UNREADABLE_ROUTE, USER_FUNCTION, miss, route_hash,
     },
 };
 
 use crate::{
-    counters::{add, entry},
+    counters::{add, count_drop, entry},
     holds::in_lock_code,
     maps::{
         PHP_MISSES, PHP_OFFSETS, PHP_THREADS, ROUTE_CPU, ROUTE_LOCKS, ROUTE_REQUESTS, ROUTE_TEXTS,
@@ -136,6 +136,13 @@ fn read_route(offsets: &PhpOffsets) -> Result<u64, u32> {
     cut_query(&mut text.path);
     let route = route_hash(&text);
     let _ = ROUTE_TEXTS.insert(route, text, BPF_NOEXIST as u64);
+    // SAFETY: only whether the key is there is read.
+    if unsafe { ROUTE_TEXTS.get(&route) }.is_none() {
+        // The map is full: a route of its own would have no name, and
+        // would be shown as unreadable.
+        count_drop(drop_reason::ROUTES_PAST_CAP);
+        return Ok(PAST_CAP_ROUTE);
+    }
     Ok(route)
 }
 

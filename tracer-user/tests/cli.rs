@@ -136,6 +136,74 @@ fn report_groups_rows_by_creation_site() {
     );
 }
 
+/// A `--php` report of `routes` routes (`GET /r/I`, 10 requests each):
+/// route I takes `g_lock` `per(I)` times a request; `extra` adds a route
+/// only this side has.
+fn report_with_routes(routes: u64, per: impl Fn(u64) -> u64, extra: Option<&str>) -> String {
+    let route = |name: String, per: u64| {
+        serde_json::json!({
+            "name": name, "kind": "route", "requests": 10,
+            "acquisitions_per_request": per as f64,
+            "locks": [{"address": "0x1000", "name": "g_lock", "acquisitions": 10 * per,
+                "contended": 0, "wait_ns": 0, "acquisitions_per_request": per as f64}],
+        })
+    };
+    let mut rows: Vec<serde_json::Value> = (0..routes)
+        .map(|i| route(format!("GET /r/{i}"), per(i)))
+        .collect();
+    rows.extend(extra.map(|name| route(name.to_string(), 2)));
+    let acquisitions: u64 = (0..routes).map(|i| 10 * per(i)).sum();
+    serde_json::json!({
+        "schema": "locktrace.report/1",
+        "target": {"pid": 1, "exe": "/x", "cmdline": []},
+        "duration_s": 1.0, "mode": "all", "dropped": {},
+        "locks": [{"address": "0x1000", "kind": "mutex", "name": "g_lock",
+            "acquisitions": acquisitions, "contended": 0, "wakes": 0, "wait_ns": 0,
+            "max_wait_ns": 0}],
+        "totals": {"acquisitions": acquisitions, "contended": 0, "wakes": 0, "wait_ns": 0},
+        "requests": {"source": "given", "count": 10 * routes},
+        "routes": {"routes": rows, "distinct": routes, "max_routes": routes},
+    })
+    .to_string()
+}
+
+/// Issue 52 K: `compare` of two reports of 100,000 routes each finishes
+/// (it searched the other side's routes per route: 84 s) and gives each
+/// route's figures exactly, a route only one side has with `-`.
+#[test]
+fn compare_of_100000_routes_gives_each_routes_figures() {
+    const ROUTES: u64 = 100_000;
+    let dir = tempfile::tempdir().unwrap();
+    let before = dir.path().join("before.json");
+    let after = dir.path().join("after.json");
+    std::fs::write(&before, report_with_routes(ROUTES, |i| i % 7 + 1, None)).unwrap();
+    let after_report = report_with_routes(ROUTES, |i| i % 5 + 1, Some("POST /new"));
+    std::fs::write(&after, after_report).unwrap();
+    let output = locktrace()
+        .arg("compare")
+        .args([&before, &after])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{output:?}");
+    let lines: Vec<&str> = text
+        .lines()
+        .filter(|line| line.starts_with("  GET /r/") || line.starts_with("  POST /new"))
+        .collect();
+    assert_eq!(lines.len() as u64, ROUTES + 1);
+    for i in [0, 1, 6, 12_345, 99_999] {
+        let (old, new) = (i % 7 + 1, i % 5 + 1);
+        let wanted =
+            format!("  GET /r/{i}: {old}.0 -> {new}.0 acquisitions; g_lock {old}.0 -> {new}.0");
+        assert!(lines.contains(&wanted.as_str()), "no {wanted:?}");
+    }
+    assert!(
+        lines.contains(&"  POST /new: - -> 2.0 acquisitions; g_lock - -> 2.0"),
+        "{:?}",
+        lines.iter().find(|line| line.contains("POST"))
+    );
+}
+
 #[test]
 fn invalid_load_ports_are_refused() {
     for port in [":99999", ":abc", ":-1", ":", ":459990"] {

@@ -918,3 +918,36 @@ fn a_child_forked_earlier_adds_nothing_to_a_later_recording() {
         "the shared mapping was reused"
     );
 }
+
+/// Issue 52 (medium): more distinct locks than the stubs' tables hold.
+/// The calls that did not fit are `dropped.inproc_table_full`, one lost
+/// line says so (never also `lost: nothing`), and the counted calls and
+/// the dropped ones add up to the fixture's exactly.
+#[test]
+fn a_full_stub_table_is_one_lost_line_and_dropped_exactly() {
+    const LOCKS: u64 = 40_000;
+    let mut target = Fixture::spawn(&fixture("manylocks", Flavor::Glibc), &[&LOCKS.to_string()]);
+    let trace = Trace::attach(target.pid(), &["--mode", "inproc"]);
+    target.start();
+    target.wait();
+    let (report, table) = trace.finish();
+    let dropped = report["dropped"]["inproc_table_full"].as_u64().unwrap_or(0);
+    assert!(dropped > 0, "{table}");
+    let counted: u64 = report["locks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["acquisitions"].as_u64().unwrap_or(0))
+        .sum();
+    assert_eq!(counted + dropped, LOCKS, "{table}");
+    let lines: Vec<&str> = table
+        .lines()
+        .filter(|line| line.contains("inproc stubs' tables were full"))
+        .collect();
+    assert_eq!(
+        lines,
+        [format!("lost: {dropped} lock calls (the inproc stubs' tables were full; missing from every count)").as_str()],
+        "{table}"
+    );
+    assert!(!table.contains("lost: nothing"), "{table}");
+}

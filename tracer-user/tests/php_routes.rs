@@ -502,3 +502,61 @@ fn the_php_tables_match_phps_headers() {
         assert_eq!(from_headers, from_table, "PHP {version}");
     }
 }
+
+/// Issue 52 K: more distinct routes than the BPF side's route map holds
+/// (4096), served by `fixtures/fakephp.c` (PHP's symbols, structures and
+/// thread table without a server). The first 4096 routes are apart (in
+/// `--max-routes` rows and `(other routes)`); the requests of the rest and
+/// their lock calls are the `(routes past the cap)` row, exactly, never
+/// `(unreadable)`, and `dropped.routes_past_cap` and a lost line say how
+/// many requests.
+#[test]
+fn routes_past_the_maps_capacity_are_counted_in_a_row_of_their_own() {
+    use common::{Fixture, Flavor, fixture};
+    const THREADS: u64 = 2;
+    const ROUTES: u64 = 10_000;
+    const PER_ROUTE: u64 = 2;
+    const USES: u64 = 3;
+    const CAP: u64 = 4096;
+    let args = [THREADS, ROUTES, PER_ROUTE, USES].map(|n| n.to_string());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut target = Fixture::spawn(&fixture("fakephp", Flavor::Glibc), &args);
+    let trace = Trace::attach(target.pid(), &["--php"]);
+    target.start();
+    let printed = target.wait();
+    assert_eq!(
+        printed.trim(),
+        format!("done {}", ROUTES * PER_ROUTE * USES)
+    );
+    let (report, table) = trace.finish();
+    let routes = &report["routes"];
+    assert_eq!(routes["distinct"], CAP, "{table}");
+    let rows = routes["routes"].as_array().unwrap();
+    let requests = |kind: &str| -> u64 {
+        rows.iter()
+            .filter(|r| r["kind"] == kind)
+            .map(|r| r["requests"].as_u64().unwrap())
+            .sum()
+    };
+    let past = (ROUTES - CAP) * PER_ROUTE;
+    assert_eq!(
+        requests("route") + requests("other"),
+        CAP * PER_ROUTE,
+        "{table}"
+    );
+    assert_eq!(requests("past_cap"), past, "{table}");
+    assert_eq!(requests("unreadable"), 0, "{table}");
+    let row = rows.iter().find(|r| r["kind"] == "past_cap").unwrap();
+    assert_eq!(row["name"], "(routes past the cap)");
+    assert_eq!(row["acquisitions_per_request"], USES as f64, "{row:#}");
+    assert_eq!(row["locks"][0]["acquisitions"], past * USES, "{row:#}");
+    assert_eq!(report["dropped"]["routes_past_cap"], past, "{table}");
+    for wanted in [
+        format!("routes ({CAP} seen, more past the map's capacity: {past} requests not apart"),
+        format!("lost: {past} requests of routes past the route map's capacity ({CAP} routes;"),
+        format!("(routes past the cap): {past} requests"),
+    ] {
+        assert!(table.contains(&wanted), "no {wanted:?} in:\n{table}");
+    }
+    assert!(!table.contains("(unreadable)"), "{table}");
+}

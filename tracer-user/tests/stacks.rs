@@ -511,3 +511,72 @@ fn cpu_sample_stacks_reach_the_chain_and_add_up_to_the_samples() {
     let uses = THREADS * STATS_USES * REQUESTS + row["contended"].as_u64().unwrap();
     assert_eq!(folded_count(&folded, &leaf, false), uses, "{folded}");
 }
+
+/// Issue 52 K: 100,000 objects created at one site, more than the stack
+/// count map holds keys for. Each object is counted once: in the site's
+/// row, or in the one row of locks whose site was not recorded (no unnamed
+/// row per object); `dropped.sites_not_recorded` is that row's
+/// acquisitions, and its lost line says how many objects they are.
+#[test]
+fn objects_past_the_stack_map_are_one_row_said_not_recorded() {
+    const OBJECTS: u64 = 100_000;
+    let binary = fixture("siteobjects", Flavor::Glibc);
+    let mut fixture = Fixture::spawn(&binary, &[&OBJECTS.to_string()]);
+    let trace = Trace::attach(fixture.pid(), &["--stacks", "4"]);
+    fixture.start();
+    fixture.wait();
+    let (report, table) = trace.finish();
+    let locks = report["locks"].as_array().unwrap();
+    let by = |how: &str| -> Vec<&Value> {
+        locks
+            .iter()
+            .filter(|l| l["created"]["by"] == how && l["kind"] == "mutex")
+            .collect()
+    };
+    // The site's row; and, when snapshots were lost (ring buffer full),
+    // one row of the objects named by their init call's site alone.
+    let (sites, unrecorded) = (by("init"), by("not_recorded"));
+    assert_eq!(unrecorded.len(), 1, "{table}");
+    assert!(matches!(sites.len(), 1 | 2), "{table}");
+    let unrecorded = unrecorded[0];
+    assert_eq!(
+        unrecorded["name"],
+        "mutex created at a site not recorded (stack count map full)"
+    );
+    let objects = |row: &Value| row["group"]["objects"].as_u64().unwrap();
+    let mut in_sites = 0;
+    for site in &sites {
+        assert_eq!(site["created"]["site"][0]["function"], "obj_create");
+        assert_eq!(site["created"]["inits"], objects(site), "{site:#}");
+        assert_eq!(site["acquisitions"], objects(site), "{table}");
+        in_sites += objects(site);
+    }
+    let snapshots_lost = report["dropped"]["snapshots_lost"].as_u64().unwrap_or(0);
+    assert_eq!(
+        sites.len(),
+        if snapshots_lost > 0 { 2 } else { 1 },
+        "{table}"
+    );
+    let not_recorded = objects(unrecorded);
+    assert_eq!(in_sites + not_recorded, OBJECTS, "{table}");
+    assert!(not_recorded > 0, "{table}");
+    assert_eq!(unrecorded["acquisitions"], not_recorded, "{table}");
+    assert_eq!(unrecorded["group"]["addresses"], not_recorded);
+    let dropped = &report["dropped"];
+    assert_eq!(dropped["sites_not_recorded"], not_recorded, "{dropped}");
+    assert!(
+        dropped["stack_counts_full"].as_u64().unwrap() > 0,
+        "{dropped}"
+    );
+    assert!(dropped.get("locks_map_full").is_none(), "{dropped}");
+    // No row of an object goes unnamed.
+    assert!(
+        locks.iter().all(|l| l["name"].is_string()),
+        "unnamed rows:\n{table}"
+    );
+    let line = format!(
+        "lost: {not_recorded} acquisitions of {not_recorded} locks whose creation site did not fit the stack count map"
+    );
+    assert!(table.contains(&line), "no {line:?} in:\n{table}");
+    assert!(!table.contains("lost: nothing"), "{table}");
+}

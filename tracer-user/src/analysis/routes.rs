@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use anyhow::{Context, Result, bail};
 use regex::Regex;
-use tracer_common::php::{NO_REQUEST, RouteLockCounts, UNREADABLE_ROUTE};
+use tracer_common::php::{NO_REQUEST, PAST_CAP_ROUTE, RouteLockCounts, UNREADABLE_ROUTE};
 
 use super::build::lock_holding;
 use crate::model::{
@@ -111,6 +111,7 @@ fn row_of(key: u64, php: &PhpCollected, rules: &RouteRules) -> (RouteKind, Strin
     match key {
         NO_REQUEST => (RouteKind::OutsideRequests, "(outside requests)".into()),
         UNREADABLE_ROUTE => (RouteKind::Unreadable, "(unreadable)".into()),
+        PAST_CAP_ROUTE => (RouteKind::PastCap, RouteKind::PAST_CAP_NAME.into()),
         _ => match php.routes.get(&key) {
             Some((method, path)) => (RouteKind::Route, rules.name(method, path)),
             None => (RouteKind::Unreadable, "(unreadable)".into()),
@@ -202,7 +203,7 @@ pub fn stack_labels(
     php.routes
         .keys()
         .copied()
-        .chain([NO_REQUEST, UNREADABLE_ROUTE])
+        .chain([NO_REQUEST, UNREADABLE_ROUTE, PAST_CAP_ROUTE])
         .map(|key| {
             let (kind, name) = row_of(key, php, rules);
             let folded = kind == RouteKind::Route && !kept.contains(name.as_str());
@@ -503,6 +504,45 @@ mod tests {
         assert_eq!(labels[&8], "GET /posts/:id");
         assert_eq!(labels[&9], "(other routes)");
         assert_eq!(labels[&NO_REQUEST], "(outside requests)");
+    }
+
+    /// Issue 52 K: requests of routes past the BPF side's route map count
+    /// in a row of their own, with their lock calls, never as unreadable;
+    /// and the routes kept apart are the named ones alone.
+    #[test]
+    fn routes_past_the_maps_capacity_are_a_row_of_their_own() {
+        let mut php = collected();
+        php.requests.insert(PAST_CAP_ROUTE, 5);
+        php.locks.insert(
+            RouteLockKey {
+                route: PAST_CAP_ROUTE,
+                lock: MUTEX,
+            },
+            counts(15, 1),
+        );
+        let routes = build(&php, &rules(), 0, Mode::All);
+        let rows: Vec<(&str, RouteKind, u64)> = routes
+            .routes
+            .iter()
+            .map(|r| (r.name.as_str(), r.kind, r.requests))
+            .collect();
+        assert_eq!(
+            rows,
+            [
+                ("GET /posts/:id", RouteKind::Route, 4),
+                ("(routes past the cap)", RouteKind::PastCap, 5),
+                ("(outside requests)", RouteKind::OutsideRequests, 0),
+            ]
+        );
+        assert_eq!(routes.distinct, 1);
+        let past = &routes.routes[1];
+        assert_eq!(past.acquisitions_per_request, Some(3.0));
+        assert_eq!(
+            (past.locks[0].acquisitions, past.locks[0].contended),
+            (15, 1)
+        );
+        let labels = stack_labels(&php, &rules(), &routes);
+        assert_eq!(labels[&PAST_CAP_ROUTE], "(routes past the cap)");
     }
 
     #[test]

@@ -6,7 +6,7 @@ use schemars::{JsonSchema, Schema, SchemaGenerator};
 use super::word::{Worded, worded};
 
 /// One reason in a report's `dropped`. The BPF side counts the first
-/// twenty-two (`tracer_common::drop_reason`, in its index order); userspace
+/// twenty-three (`tracer_common::drop_reason`, in its index order); userspace
 /// adds `nested_calls_unknown`; a reason from a newer version is kept.
 #[derive(Debug, Clone)]
 pub enum DropReason {
@@ -32,6 +32,7 @@ pub enum DropReason {
     LifetimesMerged,
     HandoffsMapFull,
     RoutesMapFull,
+    RoutesPastCap,
     /// Computed by userspace, not BPF: lock calls whose caller was lost
     /// where the lock functions call each other, so up to that many
     /// acquisitions may be nested calls counted again.
@@ -39,6 +40,9 @@ pub enum DropReason {
     /// Computed by userspace: `--mode inproc` lock calls not counted
     /// because a stub's table was full.
     InprocTableFull,
+    /// Computed by userspace: acquisitions (counted) of locks whose
+    /// creation site was not recorded because the stack count map was full.
+    SitesNotRecorded,
     /// A reason this version does not know (a report from a newer one).
     Other(String),
 }
@@ -67,6 +71,7 @@ const BPF: [DropReason; tracer_common::drop_reason::COUNT as usize] = [
     DropReason::LifetimesMerged,
     DropReason::HandoffsMapFull,
     DropReason::RoutesMapFull,
+    DropReason::RoutesPastCap,
 ];
 
 impl DropReason {
@@ -79,8 +84,11 @@ impl DropReason {
 
     /// Every reason this version can write.
     pub fn known() -> impl Iterator<Item = DropReason> {
-        BPF.into_iter()
-            .chain([DropReason::NestedCallsUnknown, DropReason::InprocTableFull])
+        BPF.into_iter().chain([
+            DropReason::NestedCallsUnknown,
+            DropReason::InprocTableFull,
+            DropReason::SitesNotRecorded,
+        ])
     }
 }
 
@@ -90,6 +98,7 @@ impl Worded for DropReason {
         let index = match self {
             R::NestedCallsUnknown => return "nested_calls_unknown".into(),
             R::InprocTableFull => return "inproc_table_full".into(),
+            R::SitesNotRecorded => return "sites_not_recorded".into(),
             R::Other(word) => return word.as_str().into(),
             R::LocksMapFull => 0,
             R::FutexMapFull => 1,
@@ -113,6 +122,7 @@ impl Worded for DropReason {
             R::LifetimesMerged => 19,
             R::HandoffsMapFull => 20,
             R::RoutesMapFull => 21,
+            R::RoutesPastCap => 22,
         };
         tracer_common::drop_reason::NAMES[index].into()
     }

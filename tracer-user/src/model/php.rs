@@ -62,12 +62,21 @@ pub enum RouteKind {
     Route,
     /// The routes past `--max-routes`, together.
     Other,
+    /// Requests of routes that were new when the BPF side's route map was
+    /// full (more distinct routes than it holds), together; their count is
+    /// in `dropped.routes_past_cap`.
+    PastCap,
     /// Requests whose method and path could not be read (also those that
     /// started in the moment after attach before PHP's offsets were loaded).
     Unreadable,
     /// Lock calls and waits on threads before their first request (the
     /// server's own threads: Go's, Apache's listener, …).
     OutsideRequests,
+}
+
+impl RouteKind {
+    /// The name of the [`RouteKind::PastCap`] row.
+    pub const PAST_CAP_NAME: &str = "(routes past the cap)";
 }
 
 /// The report's `routes` block.

@@ -306,6 +306,11 @@ pub enum CreatedBy {
     /// or zeroed (`PTHREAD_MUTEX_INITIALIZER`, `calloc`); the site is its
     /// first use after attach.
     FirstUse,
+    /// The lock's stacks did not fit in the stack count map
+    /// (`dropped.stack_counts_full`): its site is not known. Such locks
+    /// are one row under `--group-by site`, their acquisitions in
+    /// `dropped.sites_not_recorded`.
+    NotRecorded,
 }
 
 impl Lock {

@@ -6,14 +6,14 @@
 //! by it: `mutex created in conn_create <- serve_request <- worker`, so
 //! `compare` matches such locks across runs by where they were created.
 //! By default ([`GroupBy::Site`]) the locks of one such name are one row.
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
-use tracer_common::{StackKey, stack_kind};
+use tracer_common::{StackKey, drop_reason, stack_kind};
 
-use super::{AddressSpace, resolve_frames};
+use super::{AddressSpace, resolve_code, resolve_frames};
 use crate::{
     analysis::{build::sort_locks, estimate, group, per_request},
-    model::{Collected, CreatedBy, Creation, Frame, Lock, LockKind, Report, WaitClass},
+    model::{Collected, CreatedBy, Creation, DropReason, Frame, Lock, LockKind, Report, WaitClass},
 };
 
 /// How the locks named by their creation site are shown (`--group-by`).
@@ -30,19 +30,59 @@ pub enum GroupBy {
 const NAMED_FRAMES: usize = 3;
 
 /// Sets `created` on every lock whose creation or first use was
-/// snapshotted, and names the unnamed ones by it.
+/// snapshotted, and names the unnamed ones by it. An unnamed lock with no
+/// stack key while the stack count map was full gets a site "not recorded"
+/// (one row under `--group-by site`), its acquisitions counted in
+/// `dropped.sites_not_recorded`.
 pub fn apply(report: &mut Report, space: &AddressSpace, collected: &Collected) {
+    let keys = site_keys(collected);
+    let map_full = collected.drops[drop_reason::STACK_COUNTS_FULL as usize] > 0;
+    let mut not_recorded: u64 = 0;
     for lock in &mut report.locks {
-        let Some(created) = creation_of(lock.address, space, collected) else {
+        let created = match keys.get(&lock.address) {
+            Some(keys) => creation_of(keys, space, collected),
+            // Its keys did not fit: whatever site it has is not known.
+            None if map_full && lock.name.is_none() && lock.acquisitions.is_some() => {
+                not_recorded = not_recorded.saturating_add(lock.acquisitions.unwrap_or(0));
+                Some(Creation {
+                    by: CreatedBy::NotRecorded,
+                    site: Vec::new(),
+                    inits: 0,
+                })
+            }
+            None => None,
+        };
+        let Some(created) = created else {
             continue;
         };
         // Whatever has no name (no symbol, no pointer chain): heap objects,
         // and locks of a target gone before its regions were read.
-        if lock.name.is_none() && !created.site.is_empty() {
+        if lock.name.is_none() && (!created.site.is_empty() || created.by == CreatedBy::NotRecorded)
+        {
             lock.name = Some(site_name(lock.kind, &created));
         }
         lock.created = Some(created);
     }
+    if not_recorded > 0 {
+        report
+            .dropped
+            .insert(DropReason::SitesNotRecorded, not_recorded);
+    }
+}
+
+/// The creation and first-use keys of each lock with any, with their
+/// counts (one pass: a search of every key per lock took minutes with
+/// 100,000 locks).
+fn site_keys(collected: &Collected) -> HashMap<u64, Vec<(&StackKey, u64)>> {
+    let mut keys: HashMap<u64, Vec<(&StackKey, u64)>> = HashMap::new();
+    for (key, &count) in &collected.stacks {
+        if key.stack_id == stack_kind::CREATION
+            || (key.stack_id == stack_kind::USE && key.return_ip != 0)
+        {
+            keys.entry(key.lock).or_default().push((key, count));
+        }
+    }
+    keys
 }
 
 /// True for a lock named by where it was created (no symbol or pointer
@@ -66,7 +106,7 @@ pub fn group_by_site(report: &mut Report) {
             && lock
                 .created
                 .as_ref()
-                .is_some_and(|c| c.by == CreatedBy::Init)
+                .is_some_and(|c| matches!(c.by, CreatedBy::Init | CreatedBy::NotRecorded))
     };
     let (by_site, mut rows): (Vec<Lock>, Vec<Lock>) = std::mem::take(&mut report.locks)
         .into_iter()
@@ -99,24 +139,24 @@ pub fn group_by_site(report: &mut Report) {
     estimate::bound(report);
 }
 
-/// The lock's creation: its init calls' latest snapshot (the call site
-/// with most inits), else its first use's.
-fn creation_of(address: u64, space: &AddressSpace, collected: &Collected) -> Option<Creation> {
-    let keys = |kind: i64| {
-        collected
-            .stacks
-            .iter()
-            .filter(move |(key, _)| key.lock == address && key.stack_id == kind)
+/// The lock's creation from its keys: its init calls' latest snapshot
+/// (the call site with most inits), else its first use's.
+fn creation_of(
+    keys: &[(&StackKey, u64)],
+    space: &AddressSpace,
+    collected: &Collected,
+) -> Option<Creation> {
+    let of_kind = |kind: i64| keys.iter().filter(move |(key, _)| key.stack_id == kind);
+    let inits: u64 = of_kind(stack_kind::CREATION).map(|(_, count)| count).sum();
+    let busiest = |kind: i64| {
+        of_kind(kind)
+            // Ties to the lowest call site: the same on every run.
+            .max_by_key(|(key, count)| (*count, std::cmp::Reverse((key.return_ip, key.php_site))))
+            .map(|(key, _)| *key)
     };
-    let inits: u64 = keys(stack_kind::CREATION).map(|(_, &count)| count).sum();
-    let (by, key, latest) = match keys(stack_kind::CREATION).max_by_key(|(_, count)| **count) {
-        Some((key, _)) => (CreatedBy::Init, key, true),
-        None => {
-            let (key, _) = keys(stack_kind::USE)
-                .filter(|(key, _)| key.return_ip != 0)
-                .max_by_key(|(_, count)| **count)?;
-            (CreatedBy::FirstUse, key, false)
-        }
+    let (by, key, latest) = match busiest(stack_kind::CREATION) {
+        Some(key) => (CreatedBy::Init, key, true),
+        None => (CreatedBy::FirstUse, busiest(stack_kind::USE)?, false),
     };
     Some(Creation {
         by,
@@ -133,20 +173,22 @@ fn site_frames(
     key: &StackKey,
     latest: bool,
 ) -> Vec<Frame> {
-    let Some(unwound) = collected.unwound.get(key) else {
-        return Vec::new();
-    };
+    let unwound = collected.unwound.get(key).map_or(&[][..], Vec::as_slice);
     let chosen = if latest {
         unwound.iter().max_by_key(|stack| stack.count_at)
     } else {
         unwound.iter().min_by_key(|stack| stack.count_at)
     };
-    chosen.map_or_else(Vec::new, |stack| {
-        resolve_frames(space, &stack.frames)
+    match chosen {
+        Some(stack) => resolve_frames(space, &stack.frames)
             .into_iter()
             .skip(1)
-            .collect()
-    })
+            .collect(),
+        // No snapshot (the ring buffer was full, `snapshots_lost`): the
+        // key's own call site, its one frame known.
+        None if key.return_ip != 0 => vec![resolve_code(space, key.return_ip, true)],
+        None => Vec::new(),
+    }
 }
 
 /// `mutex created in f <- g <- h`, `rwlock first used in f <- g <- h`.
@@ -159,6 +201,9 @@ fn site_name(kind: LockKind, created: &Creation) -> String {
     let verb = match created.by {
         CreatedBy::Init => "created in",
         CreatedBy::FirstUse => "first used in",
+        CreatedBy::NotRecorded => {
+            return format!("{kind} created at a site not recorded (stack count map full)");
+        }
     };
     let functions: Vec<String> = created
         .site

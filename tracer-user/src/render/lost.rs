@@ -5,11 +5,12 @@ use std::fmt::Write;
 
 use crate::model::{DropReason, ExecLoss, MainThreadExit, Report};
 
-/// What one drop reason leaves out, by the schema's reason word.
-/// `nesting_unknown`: lost callers may hide nested calls (musl), so the
-/// acquisitions are not exact then.
-fn missing(reason: &DropReason, n: u64, nesting_unknown: bool) -> String {
+/// What one drop reason of `report` leaves out, by the schema's reason
+/// word. Lost callers may hide nested calls (musl), so the acquisitions
+/// are not exact then.
+fn missing(reason: &DropReason, n: u64, report: &Report) -> String {
     use DropReason as R;
+    let nesting_unknown = report.dropped.contains_key(&DropReason::NestedCallsUnknown);
     match reason {
         R::LocksMapFull => {
             format!("{n} lock calls on locks beyond the map's capacity (missing from acquisitions)")
@@ -28,6 +29,10 @@ fn missing(reason: &DropReason, n: u64, nesting_unknown: bool) -> String {
         }
         R::NestedCallsUnknown => format!(
             "up to {n} acquisitions may be counted twice: their callers were lost, and these lock functions call each other (musl), so nested calls could not be told apart"
+        ),
+        R::SitesNotRecorded => format!(
+            "{n} acquisitions of {} locks whose creation site did not fit the stack count map (counted, named 'created at a site not recorded', not by their site)",
+            not_recorded_objects(report)
         ),
         R::StacksLost => format!("{n} stacks (counts exact, stacks incomplete)"),
         R::InprocTableFull => {
@@ -69,6 +74,11 @@ fn missing(reason: &DropReason, n: u64, nesting_unknown: bool) -> String {
         R::RoutesMapFull => format!(
             "{n} lock calls, waits or requests beyond the route maps' capacity (in the totals, in no route)"
         ),
+        R::RoutesPastCap => format!(
+            "{n} requests of routes past the route map's capacity ({} routes; in the '{}' row, not apart)",
+            tracer_common::php::MAX_ROUTES,
+            crate::model::RouteKind::PAST_CAP_NAME
+        ),
         R::CpuLocksFull => format!(
             "{n} CPU samples of lock code on locks beyond the sampler's map (in the lock-code total, in no lock's CPU)"
         ),
@@ -83,6 +93,21 @@ fn missing(reason: &DropReason, n: u64, nesting_unknown: bool) -> String {
         ),
         R::Other(other) => format!("{other}={n}"),
     }
+}
+
+/// Locks (objects) whose creation site was not recorded: their rows, or
+/// the objects of the row they were grouped into.
+fn not_recorded_objects(report: &Report) -> u64 {
+    report
+        .locks
+        .iter()
+        .filter(|lock| {
+            lock.created
+                .as_ref()
+                .is_some_and(|c| c.by == crate::model::CreatedBy::NotRecorded)
+        })
+        .map(|lock| lock.group.as_ref().map_or(1, |group| group.objects))
+        .sum()
 }
 
 /// True when nothing the counts cover was lost (drops, exec).
@@ -136,9 +161,8 @@ pub fn render(report: &Report) -> String {
     for gap in inproc {
         let _ = writeln!(out, "lost: {gap}");
     }
-    let nesting_unknown = report.dropped.contains_key(&DropReason::NestedCallsUnknown);
     for (reason, &n) in &report.dropped {
-        let _ = writeln!(out, "lost: {}", missing(reason, n, nesting_unknown));
+        let _ = writeln!(out, "lost: {}", missing(reason, n, report));
     }
     if let Some(exec) = exec {
         let program = exec.exe.as_deref().unwrap_or("a program not read in time");
@@ -218,7 +242,7 @@ mod tests {
     #[test]
     fn every_drop_reason_has_its_words() {
         for reason in DropReason::known() {
-            let words = missing(&reason, 7, false);
+            let words = missing(&reason, 7, &report());
             assert_ne!(words, format!("{reason}=7"), "no words for {reason}");
             assert!(words.starts_with("7 ") || words.contains(" 7 "), "{words}");
         }

@@ -7,7 +7,7 @@ use super::{
     fit::Width,
     format::{cut, printable},
 };
-use crate::model::{Report, Route, RouteLock};
+use crate::model::{Report, Route, RouteKind, RouteLock};
 
 /// Locks named per route at most.
 const LOCKS_SHOWN: usize = 2;
@@ -47,10 +47,21 @@ pub fn render(report: &Report, width: Width) -> String {
     let Some(routes) = &report.routes else {
         return out;
     };
+    let past_cap: Vec<&Route> = routes
+        .routes
+        .iter()
+        .filter(|route| route.kind == RouteKind::PastCap)
+        .collect();
     let _ = writeln!(
         out,
-        "routes ({} seen{}):",
+        "routes ({} seen{}{}):",
         routes.distinct,
+        if past_cap.is_empty() {
+            String::new()
+        } else {
+            let requests: u64 = past_cap.iter().map(|route| route.requests).sum();
+            format!(", more past the map's capacity: {requests} requests not apart")
+        },
         if routes.distinct > routes.max_routes {
             format!(", top {} apart", routes.max_routes)
         } else {
