@@ -525,6 +525,10 @@ pub mod lifetime {
     pub const LOG_ENTRIES: u32 = 4096;
     /// Module ranges userspace lists in `WATCHED`.
     pub const WATCHED_RANGES: u32 = 256;
+    /// Code the target's loader mapped lately (`RECENT`), noted by the BPF
+    /// side itself: a library loaded and unloaded between two of
+    /// userspace's reads of the maps is watched too.
+    pub const RECENT_RANGES: u32 = 128;
     /// The whole user address space: what an `exec` replaces.
     pub const EVERYTHING: (u64, u64) = (0, 1 << SHIFT);
 
@@ -649,6 +653,10 @@ pub mod names {
     pub const MAP_UNMAPPED: &str = "UNMAPPED";
     pub const MAP_UNMAPPED_COUNT: &str = "UNMAPPED_COUNT";
     pub const MAP_WATCHED: &str = "WATCHED";
+    pub const PROGRAM_MMAP_EXIT: &str = "mmap_exit";
+    pub const MAP_RECENT: &str = "RECENT";
+    pub const MAP_RECENT_NEXT: &str = "RECENT_NEXT";
+    pub const MAP_MAPPING: &str = "MAPPING";
 
     pub const MAP_LOCKS: &str = "LOCKS";
     pub const MAP_FUTEXES: &str = "FUTEXES";
