@@ -654,9 +654,6 @@ pub mod names {
     pub const MAP_UNMAPPED_COUNT: &str = "UNMAPPED_COUNT";
     pub const MAP_WATCHED: &str = "WATCHED";
     pub const PROGRAM_MMAP_EXIT: &str = "mmap_exit";
-    pub const MAP_RECENT: &str = "RECENT";
-    pub const MAP_RECENT_NEXT: &str = "RECENT_NEXT";
-    pub const MAP_MAPPING: &str = "MAPPING";
 
     pub const MAP_LOCKS: &str = "LOCKS";
     pub const MAP_FUTEXES: &str = "FUTEXES";
@@ -731,6 +728,7 @@ pub mod names {
         PROGRAM_MUNMAP_ENTER,
         PROGRAM_MREMAP_ENTER,
         PROGRAM_MMAP_ENTER,
+        PROGRAM_MMAP_EXIT,
         PROGRAM_PROCESS_EXEC,
         PROGRAM_CPU_SAMPLE,
     ];
@@ -778,6 +776,9 @@ pub mod names {
         "COND_THREADS",
         "LOCK_HOLDER",
         "THREAD_ROUTES",
+        "RECENT",
+        "RECENT_NEXT",
+        "MAPPING",
     ];
     pub const GLOBALS: &[&str] = &[
         GLOBAL_TARGET_TGID,
