@@ -530,6 +530,10 @@ pub mod lifetime {
     pub const LOG_ENTRIES: u32 = 4096;
     /// Module ranges userspace lists in `WATCHED`.
     pub const WATCHED_RANGES: u32 = 256;
+    /// Code the target's loader mapped lately (`RECENT`), noted by the BPF
+    /// side itself: a library loaded and unloaded between two of
+    /// userspace's reads of the maps is watched too.
+    pub const RECENT_RANGES: u32 = 128;
     /// The whole user address space: what an `exec` replaces.
     pub const EVERYTHING: (u64, u64) = (0, 1 << SHIFT);
 
@@ -654,6 +658,7 @@ pub mod names {
     pub const MAP_UNMAPPED: &str = "UNMAPPED";
     pub const MAP_UNMAPPED_COUNT: &str = "UNMAPPED_COUNT";
     pub const MAP_WATCHED: &str = "WATCHED";
+    pub const PROGRAM_MMAP_EXIT: &str = "mmap_exit";
 
     pub const MAP_LOCKS: &str = "LOCKS";
     pub const MAP_FUTEXES: &str = "FUTEXES";
@@ -728,6 +733,7 @@ pub mod names {
         PROGRAM_MUNMAP_ENTER,
         PROGRAM_MREMAP_ENTER,
         PROGRAM_MMAP_ENTER,
+        PROGRAM_MMAP_EXIT,
         PROGRAM_PROCESS_EXEC,
         PROGRAM_CPU_SAMPLE,
     ];
@@ -775,6 +781,9 @@ pub mod names {
         "COND_THREADS",
         "LOCK_HOLDER",
         "THREAD_ROUTES",
+        "RECENT",
+        "RECENT_NEXT",
+        "MAPPING",
     ];
     pub const GLOBALS: &[&str] = &[
         GLOBAL_TARGET_TGID,

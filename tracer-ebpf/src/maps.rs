@@ -150,6 +150,15 @@ pub(crate) static UNMAPPED_COUNT: PerCpuArray<u64> = PerCpuArray::with_max_entri
 /// Userspace refreshes it as modules come and go.
 #[map]
 pub(crate) static WATCHED: Array<[u64; 2]> = Array::with_max_entries(lifetime::WATCHED_RANGES, 0);
+/// Code mappings the target's loader made lately, `[start, end)`, written
+/// at the `mmap`'s return (a ring: `RECENT_NEXT` counts the writes).
+#[map]
+pub(crate) static RECENT: Array<[u64; 2]> = Array::with_max_entries(lifetime::RECENT_RANGES, 0);
+#[map]
+pub(crate) static RECENT_NEXT: Array<u64> = Array::with_max_entries(1, 0);
+/// The length of a loader's `mmap` in flight, by thread (pid_tgid).
+#[map]
+pub(crate) static MAPPING: HashMap<u64, u64> = HashMap::with_max_entries(1024, 0);
 
 /// Number of filled entries of `CPU_LOCK_CODE`; set by userspace before load.
 #[unsafe(no_mangle)]

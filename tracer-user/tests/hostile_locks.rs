@@ -418,3 +418,41 @@ fn a_gil_shaped_lock_is_contention_and_a_work_queue_is_not() {
         "{table}"
     );
 }
+
+/// Contended pthread spinlocks (issue 52 D14): glibc's pthread_spin_lock
+/// loops back to its entry to retry, so a probe at or after the entry
+/// counted each retry (4,201-4,457 for 4,000). One count per call, in the
+/// default mode (probed at its `ret`) and in-process (the GOT stub).
+#[test]
+fn contended_spinlocks_count_each_call_once() {
+    for mode in [&[][..], &["--mode", "inproc"][..]] {
+        const THREADS: u64 = 4;
+        const PER_THREAD: u64 = 1_000;
+        let args = [
+            "contend".to_string(),
+            THREADS.to_string(),
+            PER_THREAD.to_string(),
+        ];
+        let spins = fixture("spins", Flavor::Glibc);
+        let mut target = Fixture::spawn(&spins, &[&args[0], &args[1], &args[2]]);
+        let trace = Trace::attach(target.pid(), mode);
+        target.start();
+        let spin = target.address("spin");
+        let busy: u64 = target
+            .wait()
+            .lines()
+            .find_map(|line| line.strip_prefix("busy ")?.parse().ok())
+            .expect("the fixture prints busy K");
+        let (report, table) = trace.finish();
+        // Otherwise no call retried and the test would test nothing.
+        assert!(busy > 0, "{mode:?}: no call found the lock taken");
+        let row = lock_at(&report, spin).unwrap_or_else(|| panic!("{mode:?}: no row: {table}"));
+        assert_eq!(row["kind"], "spinlock", "{mode:?}: {table}");
+        assert_eq!(
+            row["acquisitions"],
+            THREADS * PER_THREAD,
+            "{mode:?} busy {busy}: {table}"
+        );
+        assert_eq!(row["calls"]["pthread_spin_lock"], THREADS * PER_THREAD);
+    }
+}

@@ -58,6 +58,16 @@ fn named<'a>(report: &'a Value, name: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no lock named {name}: {:#}", report["locks"]))
 }
 
+/// The lock rows of the module whose path ends with `suffix`.
+fn locks_in_module<'a>(report: &'a Value, suffix: &str) -> Vec<&'a Value> {
+    report["locks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|lock| lock["module"].as_str().is_some_and(|m| m.ends_with(suffix)))
+        .collect()
+}
+
 /// A file the test made, removed however the test ends.
 struct Removed(PathBuf);
 
@@ -179,15 +189,8 @@ fn a_module_file_truncated_during_the_recording_costs_its_names_not_the_recordin
     target.wait();
     let (report, table) = trace.finish();
     assert_eq!(acquisitions(&report, global), N);
-    let lib_locks: u64 = report["locks"]
-        .as_array()
-        .unwrap()
+    let lib_locks: u64 = locks_in_module(&report, "/victim.so")
         .iter()
-        .filter(|lock| {
-            lock["module"]
-                .as_str()
-                .is_some_and(|m| m.ends_with("/victim.so"))
-        })
         .map(|lock| lock["acquisitions"].as_u64().unwrap())
         .sum();
     assert_eq!(lib_locks, N, "{:#}", report["locks"]);
@@ -300,4 +303,106 @@ fn split_dwarf_is_said_not_silently_unread() {
     assert_eq!(named(&report, "lib_lock")["acquisitions"], N, "{table}");
     assert_skipped(&report, "split_dwarf", "/libsplit.so");
     assert!(table.contains("split DWARF not read"), "{table}");
+}
+
+/// Symbols in [`many_symbols_library`].
+const MANY_SYMBOLS: u64 = 2_000_000;
+
+/// `fixtures/liblock.c` linked with [`MANY_SYMBOLS`] exported variables of
+/// its own (in `.symtab` and `.dynsym`; an assembler file of `.bss`
+/// labels, cheaper to build than C): generated once, kept under
+/// target/fixtures.
+fn many_symbols_library() -> PathBuf {
+    use std::io::Write;
+    let dir = common::repo_root().join("target/fixtures");
+    let library = dir.join("libmanysymbols.so");
+    if library.exists() {
+        return library;
+    }
+    std::fs::create_dir_all(&dir).unwrap();
+    let assembly = dir.join("manysymbols.s");
+    let mut out = std::io::BufWriter::new(std::fs::File::create(&assembly).unwrap());
+    writeln!(out, "\t.section .note.GNU-stack,\"\",@progbits\n\t.bss").unwrap();
+    for i in 0..MANY_SYMBOLS {
+        writeln!(
+            out,
+            "\t.globl many_{i}\n\t.type many_{i}, @object\n\t.size many_{i}, 8\nmany_{i}:\n\t.zero 8"
+        )
+        .unwrap();
+    }
+    out.flush().unwrap();
+    drop(out);
+    let partial = dir.join("libmanysymbols.so.partial");
+    let status = Command::new("gcc")
+        .args(["-O2", "-g", "-shared", "-fPIC", "-pthread", "-o"])
+        .arg(&partial)
+        .arg(common::repo_root().join("fixtures/liblock.c"))
+        .arg(&assembly)
+        .status()
+        .expect("gcc (scripts/setup.sh installs it)");
+    assert!(status.success());
+    std::fs::rename(&partial, &library).unwrap();
+    let _ = std::fs::remove_file(&assembly);
+    library
+}
+
+/// Under `ulimit -v` 600 MB, a target with a library of 2 million symbols
+/// (issue 52 D15: SIGABRT, "memory allocation failed" and a backtrace):
+/// the recording ends normally, both locks counted exactly, and the
+/// library's symbol table is skipped with its reason.
+#[test]
+fn a_module_too_large_for_ulimit_v_is_skipped_with_its_reason() {
+    const LIMIT: u64 = 600 << 20;
+    let library = many_symbols_library();
+    let lib_arg = format!("lib:{}", library.display());
+    let mapfiles = fixture("mapfiles", Flavor::Glibc);
+    let mut target = Fixture::spawn(&mapfiles, &[&N.to_string(), &lib_arg]);
+    let dir = tempfile::tempdir().unwrap();
+    let (json, ready) = (dir.path().join("r.json"), dir.path().join("ready"));
+    let mut tracer = Command::new("prlimit")
+        .arg(format!("--as={LIMIT}"))
+        .arg("--")
+        .arg(env!("CARGO_BIN_EXE_locktrace"))
+        .args(["record", "--pid", &target.pid().to_string(), "--json"])
+        .arg(&json)
+        .arg("--ready-file")
+        .arg(&ready)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("prlimit (util-linux)");
+    let started = Instant::now();
+    while !ready.exists() {
+        if tracer.try_wait().unwrap().is_some() {
+            let output = tracer.wait_with_output().unwrap();
+            panic!(
+                "locktrace ended before its probes were live: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "attach took too long"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    target.start();
+    let global = target.address("global");
+    target.wait();
+    let output = tracer.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let table = common::unwrapped(&String::from_utf8_lossy(&output.stdout));
+    assert!(output.status.success(), "{}: {stderr}", output.status);
+    assert!(!stderr.contains("memory allocation"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    let report: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(acquisitions(&report, global), N, "{table}");
+    let in_library = locks_in_module(&report, "/libmanysymbols.so");
+    assert_eq!(in_library.len(), 1, "{table}");
+    assert_eq!(in_library[0]["acquisitions"], N, "{table}");
+    assert_skipped(&report, "too_many_symbols", "libmanysymbols.so");
+    assert!(
+        table.contains("symbol table too large for the memory limit"),
+        "{table}"
+    );
 }

@@ -35,6 +35,11 @@ pub struct EndedLifetime {
     pub earlier: u64,
     /// Whether an exec replaced the whole program (else an unmap, e.g. `dlclose`).
     pub by_exec: bool,
+    /// The module that held it was loaded and unloaded between two of
+    /// locktrace's reads of the target's maps: its symbols were never
+    /// read, so the row is counted but not named (issue 52 D11).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub module_unseen: bool,
 }
 
 impl Lifetimes {
@@ -94,6 +99,7 @@ impl Lifetimes {
         Some(EndedLifetime {
             earlier,
             by_exec: (covering[ender].start, covering[ender].end) == lifetime::EVERYTHING,
+            module_unseen: false,
         })
     }
 }
@@ -317,7 +323,8 @@ mod tests {
             lifetimes.ended(old),
             Some(EndedLifetime {
                 earlier: 2,
-                by_exec: false
+                by_exec: false,
+                module_unseen: false,
             })
         );
     }

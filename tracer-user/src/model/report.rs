@@ -613,6 +613,10 @@ pub enum SkipReason {
     /// fetched from the `$DEBUGINFOD_URLS` servers (unreachable, not
     /// there, too slow, too large, another build-id): its names are missing.
     DebuginfodFailed,
+    /// Its symbol table would not fit in the address space left under the
+    /// process's limit (`ulimit -v`), or could not be allocated: no names
+    /// from it (issue 52 D15).
+    TooManySymbols,
 }
 
 impl SkipReason {
@@ -626,6 +630,7 @@ impl SkipReason {
             SkipReason::SplitDwarf => "split DWARF not read",
             SkipReason::NoSectionHeaders => "no usable section headers",
             SkipReason::DebuginfodFailed => "debug file not fetched from debuginfod",
+            SkipReason::TooManySymbols => "symbol table too large for the memory limit",
         }
     }
 }

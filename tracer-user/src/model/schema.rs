@@ -579,6 +579,7 @@ mod tests {
         lock.lifetime = Some(EndedLifetime {
             earlier: 1,
             by_exec: false,
+            module_unseen: true,
         });
         lock.group = Some(SiteGroup {
             addresses: 1,

@@ -185,12 +185,12 @@ impl ModuleSymbols {
             module.sections.clear();
             return Ok(module);
         }
-        module.add_symbols(&elf);
+        module.add_symbols(&elf, module_path, memory_room());
         if let Some(debug_path) = debug_file(&elf, &mut module.skipped)
             && let Ok(debug_file) = ModuleFile::open(&debug_path)
             && let Ok(debug_elf) = debug_file.elf()
         {
-            module.add_symbols(&debug_elf);
+            module.add_symbols(&debug_elf, &debug_path.display().to_string(), memory_room());
             let shown = root
                 .and_then(|root| debug_path.strip_prefix(root).ok())
                 .map(|p| Path::new("/").join(p));
@@ -198,8 +198,14 @@ impl ModuleSymbols {
             module.debug_path = Some(debug_path);
         }
         for list in [&mut module.objects, &mut module.functions] {
-            list.sort_by(|a, b| {
-                (a.address, preference(&a.name)).cmp(&(b.address, preference(&b.name)))
+            // Unstable: it allocates nothing (a stable sort takes half the
+            // list again); the name makes the order total.
+            list.sort_unstable_by(|a, b| {
+                (a.address, preference(&a.name), &a.name).cmp(&(
+                    b.address,
+                    preference(&b.name),
+                    &b.name,
+                ))
             });
             list.dedup_by(|later, earlier| {
                 later.address == earlier.address && later.size == earlier.size
@@ -208,16 +214,40 @@ impl ModuleSymbols {
         Ok(module)
     }
 
-    fn add_symbols(&mut self, elf: &object::File) {
+    /// Adds `elf`'s function and variable symbols, unless holding them
+    /// would not fit in `room` (bytes of address space left under the
+    /// process's limit, `ulimit -v`; None: no limit) or the lists cannot
+    /// be allocated: the file is then skipped, with why, rather than the
+    /// allocation failing (which aborts).
+    fn add_symbols(&mut self, elf: &object::File, file: &str, room: Option<u64>) {
+        let (functions, objects, name_bytes) = symbol_counts(elf);
+        let count = functions + objects;
+        let need = count * BYTES_PER_SYMBOL + name_bytes;
+        let fits = room.is_none_or(|room| need <= room / 2)
+            && self.functions.try_reserve_exact(functions as usize).is_ok()
+            && self.objects.try_reserve_exact(objects as usize).is_ok();
+        if !fits {
+            let left = room.map_or(String::new(), |room| {
+                format!(
+                    ", {} MiB of address space left under its limit (ulimit -v)",
+                    room >> 20
+                )
+            });
+            self.skipped.push(crate::model::SkippedFile {
+                file: file.to_string(),
+                reason: crate::model::SkipReason::TooManySymbols,
+                detail: format!(
+                    "{count} symbols would take about {} MiB{left}: no names from its symbol table",
+                    need >> 20
+                ),
+            });
+            return;
+        }
         self.has_symtab |= elf.symbols().next().is_some();
         for symbol in elf.symbols().chain(elf.dynamic_symbols()) {
-            if !symbol.is_definition() || symbol.address() == 0 {
+            let Some(raw) = wanted_name(&symbol) else {
                 continue;
-            }
-            let Ok(raw) = symbol.name() else { continue };
-            if raw.is_empty() {
-                continue;
-            }
+            };
             let entry = Symbol {
                 address: symbol.address(),
                 size: symbol.size(),
@@ -251,6 +281,65 @@ impl ModuleSymbols {
             // .tbss overlaps the next section at link time; prefer real ones.
             .min_by_key(|section| section.name.starts_with(".t"))
     }
+}
+
+/// Bytes naming holds per symbol besides its name's: the entry, and the
+/// allocator's overhead on the name.
+const BYTES_PER_SYMBOL: u64 = std::mem::size_of::<Symbol>() as u64 + 16;
+
+/// The name of a symbol [`ModuleSymbols`] keeps (a defined function or
+/// variable with an address and a name).
+fn wanted_name<'data>(symbol: &object::Symbol<'data, '_>) -> Option<&'data str> {
+    if !symbol.is_definition()
+        || symbol.address() == 0
+        || !matches!(symbol.kind(), SymbolKind::Text | SymbolKind::Data)
+    {
+        return None;
+    }
+    symbol.name().ok().filter(|name| !name.is_empty())
+}
+
+/// (functions, variables, bytes of their names) in `elf`'s symbol tables,
+/// counted without allocating.
+fn symbol_counts(elf: &object::File) -> (u64, u64, u64) {
+    let mut counts = (0, 0, 0);
+    for symbol in elf.symbols().chain(elf.dynamic_symbols()) {
+        let Some(name) = wanted_name(&symbol) else {
+            continue;
+        };
+        if symbol.kind() == SymbolKind::Text {
+            counts.0 += 1;
+        } else {
+            counts.1 += 1;
+        }
+        counts.2 += name.len() as u64;
+    }
+    counts
+}
+
+/// Bytes of address space this process may still map under its limit
+/// (`ulimit -v`, RLIMIT_AS); None without a limit.
+fn memory_room() -> Option<u64> {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes the struct it is given.
+    if unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut limit) } != 0
+        || limit.rlim_cur == libc::RLIM_INFINITY
+    {
+        return None;
+    }
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let used_kb: u64 = status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmSize:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(limit.rlim_cur.saturating_sub(used_kb * 1024))
 }
 
 /// Ordering among aliases at one address: public names before `__internal` ones.
@@ -408,6 +497,35 @@ fn file_crc(path: &Path) -> Option<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A symbol table that would not fit under the address-space limit is
+    /// skipped with its reason (issue 52 D15: the allocation aborted).
+    #[test]
+    fn a_symbol_table_beyond_the_memory_limit_is_skipped_with_why() {
+        let exe = ModuleFile::open(&std::env::current_exe().unwrap()).unwrap();
+        let elf = exe.elf().unwrap();
+        let (functions, objects, name_bytes) = symbol_counts(&elf);
+        let need = (functions + objects) * BYTES_PER_SYMBOL + name_bytes;
+        let mut module = ModuleSymbols::default();
+        module.add_symbols(&elf, "exe", Some(2 * need - 1));
+        assert!(module.functions.is_empty() && module.objects.is_empty());
+        assert_eq!(module.skipped.len(), 1);
+        let skipped = &module.skipped[0];
+        assert_eq!(skipped.reason, crate::model::SkipReason::TooManySymbols);
+        let count = functions + objects;
+        assert!(
+            skipped
+                .detail
+                .starts_with(&format!("{count} symbols would take about ")),
+            "{}",
+            skipped.detail
+        );
+        let mut module = ModuleSymbols::default();
+        module.add_symbols(&elf, "exe", Some(2 * need));
+        assert_eq!(module.functions.len() as u64, functions);
+        assert_eq!(module.objects.len() as u64, objects);
+        assert!(module.skipped.is_empty());
+    }
 
     #[test]
     fn demangles_rust_and_cpp() {

@@ -164,6 +164,14 @@ impl Snapshot {
         past
     }
 
+    /// Whether the memory at `address` went away unseen: no replaced
+    /// mapping covers it, and a module mapped there now does (the one
+    /// that came after).
+    fn module_unseen(&self, address: u64) -> bool {
+        let covers = |m: &Mapping| m.start <= address && address < m.end;
+        !self.replaced.iter().any(covers) && self.maps.iter().any(|m| m.is_file() && covers(m))
+    }
+
     /// The target's mappings as last read (those gone since kept where
     /// nothing new overlaps them).
     pub fn maps(&self) -> &[Mapping] {
@@ -457,11 +465,21 @@ fn name_ended_lifetimes(
     if report.locks.iter().all(|lock| lock.lifetime.is_none()) {
         return;
     }
+    // A module that held a lock but was never seen (loaded and unloaded
+    // between two reads of the maps): what is mapped there now is another.
+    for lock in &mut report.locks {
+        if let Some(ended) = &mut lock.lifetime
+            && !ended.by_exec
+        {
+            ended.module_unseen =
+                snapshot.module_unseen(tracer_common::lifetime::split(lock.address).0);
+        }
+    }
     let past = AddressSpace::build(snapshot.past_maps(), &snapshot.files, None);
     let callers = callers_by_lock(&past, collected, functions);
     let mut namer = names::Namer::new(&past, &snapshot.files);
     name_globals(report, &past, &mut namer, callers, |lock| {
-        lock.lifetime.is_some()
+        lock.lifetime.is_some_and(|ended| !ended.module_unseen)
     });
 }
 

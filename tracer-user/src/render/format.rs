@@ -88,6 +88,9 @@ pub fn label(lock: &Lock) -> String {
 pub fn lifetime_note(lock: &Lock) -> &'static str {
     match lock.lifetime {
         Some(ended) if ended.by_exec => " (before exec)",
+        Some(ended) if ended.module_unseen => {
+            " (unmapped; its module came and went between two reads of the maps: not named)"
+        }
         Some(_) => " (unmapped)",
         None => "",
     }

@@ -67,6 +67,7 @@ pub fn attach(ebpf: &mut Ebpf) -> Result<()> {
         (names::PROGRAM_MUNMAP_ENTER, "syscalls", "sys_enter_munmap"),
         (names::PROGRAM_MREMAP_ENTER, "syscalls", "sys_enter_mremap"),
         (names::PROGRAM_MMAP_ENTER, "syscalls", "sys_enter_mmap"),
+        (names::PROGRAM_MMAP_EXIT, "syscalls", "sys_exit_mmap"),
         (names::PROGRAM_PROCESS_EXEC, "sched", "sched_process_exec"),
     ] {
         let program: &mut TracePoint = ebpf

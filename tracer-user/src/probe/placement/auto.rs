@@ -219,6 +219,108 @@ pub fn analyse(
         .collect())
 }
 
+/// Whether a branch inside `code` (starting at `file_offset`) jumps back
+/// to its entry: a retry loop (glibc's pthread_spin_lock), which passes
+/// the entry and every point after it once per retry.
+pub fn loops_to_entry(code: &[u8], file_offset: u64) -> bool {
+    let mut inside = BranchTargets::default();
+    inside.add_sweep(code, file_offset, None);
+    inside.count(file_offset) > 0
+}
+
+/// Probe points on the `ret` instructions of a function whose entry is a
+/// retry loop's target: each call leaves through exactly one of them, once,
+/// however often it retried. Refused unless every instruction reachable
+/// from the entry stays in the function, calls nothing, jumps only
+/// directly and leaves rdi (the lock argument) alone, and no branch from
+/// elsewhere in the module reaches a `ret` (at a `ret` the return address
+/// is at sp whatever happened before).
+pub fn exits(
+    code: &[u8],
+    file_offset: u64,
+    module: Option<&BranchTargets>,
+) -> Result<Vec<ProbePoint>, PlacementRefusal> {
+    if code.is_empty() {
+        return Err(PlacementRefusal::NoCode);
+    }
+    let mut factory = InstructionInfoFactory::new();
+    let mut seen = BTreeSet::new();
+    let mut returns = Vec::new();
+    let mut pending = vec![file_offset];
+    while let Some(offset) = pending.pop() {
+        let relative = offset.wrapping_sub(file_offset);
+        if offset < file_offset || relative >= code.len() as u64 {
+            return Err(PlacementRefusal::LeavesFunction { offset: relative });
+        }
+        if !seen.insert(offset) {
+            continue;
+        }
+        let bytes = &code[relative as usize..];
+        let instruction = Decoder::with_ip(64, bytes, offset, DecoderOptions::NONE).decode();
+        if instruction.is_invalid() {
+            return Err(PlacementRefusal::Undecodable { offset: relative });
+        }
+        let what = || At {
+            mnemonic: format!("{:?}", instruction.mnemonic()).to_lowercase(),
+            offset: relative,
+        };
+        let writes_rdi = factory
+            .info(&instruction)
+            .used_registers()
+            .iter()
+            .any(|used| {
+                used.register().full_register() == Register::RDI
+                    && !matches!(used.access(), OpAccess::Read | OpAccess::CondRead)
+            });
+        if writes_rdi {
+            return Err(PlacementRefusal::WritesRdi(what()));
+        }
+        let next = offset + instruction.len() as u64;
+        match instruction.flow_control() {
+            FlowControl::Next => pending.push(next),
+            FlowControl::ConditionalBranch if direct_target(&instruction).is_some() => {
+                pending.extend([instruction.near_branch_target(), next]);
+            }
+            FlowControl::UnconditionalBranch if direct_target(&instruction).is_some() => {
+                pending.push(instruction.near_branch_target());
+            }
+            FlowControl::Return => returns.push(offset),
+            FlowControl::Call => return Err(PlacementRefusal::Calls(what())),
+            FlowControl::IndirectBranch | FlowControl::IndirectCall => {
+                return Err(PlacementRefusal::IndirectBranch(what()));
+            }
+            _ => return Err(PlacementRefusal::UnsupportedFlow(what())),
+        }
+    }
+    let mut inside = BranchTargets::default();
+    inside.add_sweep(code, file_offset, None);
+    for &offset in &returns {
+        let from_module =
+            module.map_or(0, |m| m.count(offset).saturating_sub(inside.count(offset)));
+        if from_module > 0 {
+            return Err(PlacementRefusal::BranchTarget {
+                offset: offset - file_offset,
+                from: Elsewhere::Module,
+            });
+        }
+    }
+    if returns.len() > MAX_POINTS {
+        return Err(PlacementRefusal::TooManyPoints {
+            needed: returns.len(),
+            limit: MAX_POINTS,
+        });
+    }
+    returns.sort_unstable();
+    Ok(returns
+        .into_iter()
+        .map(|offset| ProbePoint {
+            file_offset: offset,
+            return_address_sp_offset: 0,
+            emulated: false,
+        })
+        .collect())
+}
+
 struct Walk<'a> {
     code: &'a [u8],
     start: u64,
@@ -436,6 +538,40 @@ mod tests {
                 offset: 2,
                 from: Elsewhere::Function
             }
+        ));
+    }
+
+    /// glibc 2.36+ pthread_spin_lock: `lock decl` at the entry, a retry
+    /// loop (`pause; cmpl; jg`) back to it, one `ret`.
+    const GLIBC_SPIN_LOCK: &[u8] = &[
+        0xf0, 0xff, 0x0f, // lock decl [rdi]
+        0x75, 0x0b, // jne +0x10
+        0x31, 0xc0, // xor eax,eax
+        0xc3, // ret
+        0x0f, 0x1f, 0x84, 0x00, 0x00, 0x00, 0x00, 0x00, // nopl
+        0xf3, 0x90, // pause
+        0x83, 0x3f, 0x00, // cmp dword [rdi],0
+        0x7f, 0xe9, // jg entry
+        0xeb, 0xf7, // jmp pause
+    ];
+
+    #[test]
+    fn a_retry_loop_to_the_entry_is_probed_at_its_ret() {
+        assert!(loops_to_entry(GLIBC_SPIN_LOCK, 0x1000));
+        assert!(!loops_to_entry(GLIBC_MUTEX_LOCK, 0x1000));
+        let at: Vec<(u64, u32)> = exits(GLIBC_SPIN_LOCK, 0x1000, None)
+            .unwrap()
+            .iter()
+            .map(|p| (p.file_offset - 0x1000, p.return_address_sp_offset))
+            .collect();
+        assert_eq!(at, vec![(7, 0)]);
+        // From the entry, auto placement would pick the jne the retries pass.
+        assert_eq!(points(GLIBC_SPIN_LOCK, ALL), Ok(vec![(3, 0)]));
+        // A loop that writes rdi (the lock argument) before its ret is refused.
+        let writes_rdi = [0x48, 0xff, 0xc7, 0x75, 0xfb, 0xc3]; // inc rdi; jne entry; ret
+        assert!(matches!(
+            exits(&writes_rdi, 0x1000, None),
+            Err(PlacementRefusal::WritesRdi(At { offset: 0, .. }))
         ));
     }
 

@@ -82,6 +82,17 @@ fn place_in_module(
     if function.op.may_fail() {
         return entry;
     }
+    // A retry loop back to the entry (glibc's pthread_spin_lock) passes the
+    // entry, and any point after it, once per retry: each call leaves
+    // through one `ret`, once.
+    if auto::loops_to_entry(&function.code, function.file_offset)
+        && let Ok(points) = auto::exits(&function.code, function.file_offset, module)
+    {
+        return PlacedFunction {
+            points,
+            fallback_reason: None,
+        };
+    }
     // The kernel refuses a uprobe on a LOCK-prefixed instruction
     // (pthread_spin_lock starts with `lock decl`): such an entry is placed
     // as auto would place it, whatever `--placement` says.
