@@ -1040,7 +1040,8 @@ fn the_restore_runs_in_another_thread_while_the_main_one_waits_in_vfork() {
     let (mut target, trace) = recording_after_work();
     let pid = target.pid();
     assert_eq!(ask(&mut target, "spin"), "spinning");
-    target.send("vfork 10000");
+    // Long enough for any finish under load; its child is killed after.
+    target.send("vfork 60000");
     let in_vfork = || {
         std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/syscall"))
             .is_ok_and(|line| line.starts_with("58 "))
@@ -1049,6 +1050,9 @@ fn the_restore_runs_in_another_thread_while_the_main_one_waits_in_vfork() {
     trace.interrupt();
     let (report, table) = trace.finish();
     assert!(in_vfork(), "the restore ended while the main thread waited");
+    let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap();
+    let child: u32 = children.split_whitespace().next().unwrap().parse().unwrap();
+    signal(child, libc::SIGKILL);
     let restore = &report["inproc"]["restore"];
     assert_eq!(restore["outcome"], "restored", "{table}");
     assert_eq!(restore["entries"], 3, "{restore:#}");
