@@ -721,6 +721,10 @@ fn run(cli: Cli) -> Result<ExitCode> {
 fn restore(pid: u32) -> Result<ExitCode> {
     crate::trace::preflight::check_privileges()?;
     let restored = crate::trace::inproc::session::restore_pid(pid)?;
+    for line in &restored.ignored {
+        output::note(format_args!("locktrace: {line}"));
+    }
+    let restored = restored.entries;
     let said = if restored == 0 {
         format!("nothing to restore in process {pid}: no GOT entry is left switched\n")
     } else {
@@ -818,6 +822,17 @@ fn write_recording(
     pprof_saved?;
     if let Some(reason) = report.requests.as_ref().and_then(|r| r.refused.as_ref()) {
         output::note(format_args!("locktrace: {reason}"));
+        return Ok(ExitCode::FAILURE);
+    }
+    // Entries left switched: the last line says how to finish, and the
+    // exit says it to scripts.
+    if let Some(restore) = report.inproc.as_ref().map(|inproc| &inproc.restore)
+        && restore.outcome == crate::model::RestoreOutcome::Failed
+    {
+        output::note(format_args!(
+            "locktrace: GOT entries not restored: {}",
+            restore.reason.as_deref().unwrap_or("unknown")
+        ));
         return Ok(ExitCode::FAILURE);
     }
     Ok(ExitCode::SUCCESS)

@@ -189,7 +189,7 @@ pub async fn record(options: &RecordOptions) -> Result<Recording> {
         ));
     }
     // After the load's warmup: the entries are switched with the stubs'
-    // gate closed, and the gate opens with the probes.
+    // gate closed, and the gate opens with the window (see `go_live`).
     let (prepared, inproc) = match options.mode {
         Mode::Inproc => {
             let started = inproc::session::start(&prepared.target, &prepared.functions)?;
@@ -250,6 +250,9 @@ fn announce_inproc(started: &inproc::session::Started) {
         .iter()
         .flat_map(|f| f.modules.iter().map(|m| m.entries))
         .sum();
+    for line in &started.ignored {
+        output::note(format_args!("locktrace: {line}"));
+    }
     if started.restored_at_start > 0 {
         output::note(format_args!(
             "locktrace: restored {} GOT entries an earlier locktrace left switched",
@@ -412,7 +415,7 @@ async fn trace(
         ),
         None => (None, None, 0),
     };
-    let mut loaded = load_probes(options, prepared, window, session.as_ref())?;
+    let mut loaded = load_probes(options, prepared, window)?;
     // PHP's state first: requests before it count as unreadable.
     let php_threads = php
         .map(|php| PhpThreads::start(&mut loaded.ebpf, target.pid, php.offsets, php.threads))
@@ -426,20 +429,28 @@ async fn trace(
     let armed = arm_sampler(options, prepared, window, &mut loaded)?;
     // Pointer chains of heap locks are searched while the target lives.
     snapshot.watch(&loaded.ebpf);
-    let mut live = go_live(options, prepared, window, loaded, php_threads)?;
+    let mut live = go_live(
+        options,
+        prepared,
+        window,
+        loaded,
+        php_threads,
+        session.as_ref(),
+    )?;
     let stacks = spawn_unwinder(options, &live.loaded, target);
     let (stopped_by, sampled) = wait_for_stop(
         options, prepared, window, signals, snapshot, &mut live, armed,
     )
     .await?;
     // Stop counting, then read: every total and the request count cover
-    // the same interval, the one timed here.
-    let duration_s = live.started.elapsed().as_secs_f64();
-    let cpu_at_end = live.clock.as_mut().and_then(TargetClock::latest);
-    collect::set_counting(&mut live.loaded.ebpf, 0)?;
+    // the same interval, the one timed here (the stubs' gate shut first:
+    // their counts fall inside it).
     if let Some(session) = &session {
         session.set_counting(false);
     }
+    let duration_s = live.started.elapsed().as_secs_f64();
+    let cpu_at_end = live.clock.as_mut().and_then(TargetClock::latest);
+    collect::set_counting(&mut live.loaded.ebpf, 0)?;
     let seen = watch.finish();
     let mut collected = read_counts(options, &live.loaded, target.pid, waits_before, stacks)?;
     let inproc = functions
@@ -487,13 +498,7 @@ fn finish_inproc(
     };
     let counted = session.read();
     counted.add_to(collected);
-    let inproc = session.finish(counted.overflow.iter().sum());
-    if let Some(reason) = &inproc.restore.reason {
-        output::note(format_args!(
-            "locktrace: GOT entries not restored: {reason}"
-        ));
-    }
-    inproc
+    session.finish(counted.overflow.iter().sum())
 }
 
 /// Sampled mode: the sampler's first window, armed before the probes are
@@ -537,12 +542,17 @@ fn go_live(
     window: &RequestWindow,
     loaded: Loaded,
     php: Option<PhpThreads>,
+    inproc: Option<&inproc::session::Session>,
 ) -> Result<LiveRecording> {
     // The window and the target's CPU clock start before anyone is told the
     // probes are live: a client that starts work at the ready file could
     // otherwise run before the first reading (seen under two CPU hogs: the
-    // target's CPU read 10 % low).
+    // target's CPU read 10 % low). The stubs count from the window's start
+    // (not through the attach, which a stop may cut to nothing).
     let started = Instant::now();
+    if let Some(session) = inproc {
+        session.set_counting(true);
+    }
     let mut clock = TargetClock::open(prepared.target.pid);
     let cpu_at_start = clock.as_mut().and_then(TargetClock::read);
     announce(options, prepared, &loaded, window);
@@ -724,16 +734,12 @@ fn load_probes(
     options: &RecordOptions,
     prepared: &Prepared,
     window: &RequestWindow,
-    inproc: Option<&inproc::session::Session>,
 ) -> Result<attach::Loaded> {
     let sampling = options.cpu_hz.map(|hz| CpuSampling {
         hz,
         lock_code: prepared.lock_code.clone(),
     });
-    attach::load(&attach::LoadPlan {
-        inproc,
-        ..load_plan(options, prepared, window, sampling.as_ref())
-    })
+    attach::load(&load_plan(options, prepared, window, sampling.as_ref()))
 }
 
 /// What to load and attach (again on a live thread when the main thread

@@ -232,27 +232,14 @@ fn a_kernel_without_cookies_or_task_regs_counts_the_same() {
 /// attaches and counts exactly.
 #[test]
 fn a_target_still_in_its_loader_is_waited_for() {
-    use std::os::unix::process::CommandExt;
     const N: u64 = 5_000;
-    let mut command = std::process::Command::new(fixture("mapfiles", Flavor::Glibc));
-    command
-        .arg(N.to_string())
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped());
-    // SAFETY: ptrace(PTRACE_TRACEME) is async-signal-safe; the child then
-    // stops at its exec, with only the executable and the loader mapped.
-    unsafe {
-        command.pre_exec(|| {
-            libc::ptrace(libc::PTRACE_TRACEME, 0, 0, 0);
-            Ok(())
-        });
-    }
-    let child = command.spawn().unwrap();
+    let child = common::spawn_stopped_at_exec(
+        std::process::Command::new(fixture("mapfiles", Flavor::Glibc))
+            .arg(N.to_string())
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped()),
+    );
     let pid = child.id() as i32;
-    let mut status = 0;
-    // SAFETY: waits for this test's own child.
-    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
-    assert!(libc::WIFSTOPPED(status), "{status:#x}");
     let mut trace = Trace::launch(pid as u32, &[], &[]);
     let started = std::time::Instant::now();
     while !trace.printed().contains("is still starting") {

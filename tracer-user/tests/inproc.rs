@@ -67,7 +67,9 @@ fn got_entries(pid: u32) -> Vec<(String, Points)> {
     let target = Target::open(pid).unwrap();
     let functions = lockfuncs::find(&target).unwrap();
     let (modules, _) = got::find(&target, &[LockOp::MutexLock, LockOp::MutexTrylock]);
-    let memory = std::fs::File::open(format!("/proc/{pid}/mem")).unwrap();
+    // Through a live thread: a main thread that left has no memory.
+    let task = locktrace::probe::target::proc_task(pid);
+    let memory = std::fs::File::open(format!("/proc/{task}/mem")).unwrap();
     let mut found = Vec::new();
     for module in modules {
         for slot in module.slots {
@@ -950,4 +952,490 @@ fn a_full_stub_table_is_one_lost_line_and_dropped_exactly() {
         "{table}"
     );
     assert!(!table.contains("lost: nothing"), "{table}");
+}
+
+/// The fixture with liblock, recorded with `--mode inproc`, after a
+/// `work N` it counted.
+fn recording_after_work() -> (Fixture, Trace) {
+    let mut target = target_with_library("lazy", &[]);
+    let trace = Trace::attach(target.pid(), &["--mode", "inproc"]);
+    assert_eq!(work(&mut target, N), N);
+    (target, trace)
+}
+
+/// Waits (up to 10 s) until `done` holds.
+fn wait_until(what: &str, done: impl Fn() -> bool) {
+    let started = std::time::Instant::now();
+    while !done() {
+        assert!(started.elapsed() < Duration::from_secs(10), "{what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Runs `work N` in the fixture: the count of g_lock's critical
+/// sections it then prints.
+fn work(target: &mut Fixture, n: u64) -> u64 {
+    let done = ask(target, &format!("work {n}"));
+    done.strip_prefix("done ")
+        .and_then(|count| count.parse().ok())
+        .unwrap_or_else(|| panic!("{done}"))
+}
+
+/// `locktrace restore --pid PID`, run to its end.
+fn restore_pid(pid: u32) -> std::process::Output {
+    locktrace()
+        .args(["restore", "--pid", &pid.to_string()])
+        .output()
+        .unwrap()
+}
+
+/// Waits (up to 10 s) until `/proc/PID/task/TID/FILE` of every thread
+/// satisfies `wanted`.
+fn wait_for_threads(pid: u32, file: &str, wanted: impl Fn(&str) -> bool) {
+    wait_until(&format!("{pid} {file}"), || {
+        std::fs::read_dir(format!("/proc/{pid}/task"))
+            .unwrap()
+            .flatten()
+            .all(|task| {
+                std::fs::read_to_string(task.path().join(file)).is_ok_and(|text| wanted(&text))
+            })
+    });
+}
+
+/// Job control stopped every thread of `pid` (state T).
+fn wait_stopped(pid: u32) {
+    wait_for_threads(pid, "stat", |stat| {
+        stat.rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('T'))
+    });
+}
+
+/// Sends `signal` to the fixture `pid` this test started.
+fn signal(pid: u32, signal: i32) {
+    // SAFETY: kill(2) on the pid of a fixture this test started.
+    assert_eq!(unsafe { libc::kill(pid as i32, signal) }, 0);
+}
+
+/// Waits for a locktrace expected to fail: its exit status, report and
+/// stderr.
+fn finish_failing(trace: Trace) -> (std::process::ExitStatus, Value, String) {
+    let mut trace = trace;
+    let mut table = String::new();
+    std::io::Read::read_to_string(trace.child.stdout.as_mut().unwrap(), &mut table).unwrap();
+    let status = trace.child.wait().unwrap();
+    let report = serde_json::from_str(&std::fs::read_to_string(&trace.json).unwrap()).unwrap();
+    (status, report, trace.printed())
+}
+
+/// The target is stopped (SIGSTOP) when the recording ends: no thread
+/// can run the restore, so locktrace exits non-zero, its last line
+/// saying the entries are still switched and how to finish, in the
+/// restore's words (before: exit 0, the attach's wording). `restore`
+/// says the same while it is stopped, and restores all 3 once continued.
+#[test]
+fn a_stopped_target_is_left_switched_and_said_how_to_finish() {
+    let (mut target, trace) = recording_after_work();
+    let pid = target.pid();
+    signal(pid, libc::SIGSTOP);
+    wait_stopped(pid);
+    trace.interrupt();
+    let (status, report, stderr) = finish_failing(trace);
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert_eq!(report["inproc"]["restore"]["outcome"], "failed");
+    assert_eq!(lock_named(&report, "lib_lock")["acquisitions"], N);
+    let left = format!(
+        "process {pid} is stopped (SIGSTOP or job control), so no thread of it can run the restore: its 3 GOT entries are still switched to locktrace's stubs (they call the real functions: the program works on); continue it (kill -CONT {pid}), then run `locktrace restore --pid {pid}`"
+    );
+    assert_eq!(
+        stderr.lines().last(),
+        Some(format!("locktrace: GOT entries not restored: {left}").as_str()),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("nothing was written"), "{stderr}");
+    assert!(!stderr.contains("before --mode inproc"), "{stderr}");
+    common::assert_one_line_error(&restore_pid(pid), &left);
+    signal(pid, libc::SIGCONT);
+    let output = restore_pid(pid);
+    assert!(output.status.success(), "{output:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&output.stdout),
+        format!("restored 3 GOT entries in process {pid}\n")
+    );
+    assert_restored(pid);
+    assert_eq!(work(&mut target, N), 2 * N);
+}
+
+/// The main thread waits in `vfork` (no stop reaches it) while another
+/// thread runs: the restore runs in that other thread, all 3 entries
+/// back, and both threads go on with their own counts exact.
+#[test]
+fn the_restore_runs_in_another_thread_while_the_main_one_waits_in_vfork() {
+    let (mut target, trace) = recording_after_work();
+    let pid = target.pid();
+    assert_eq!(ask(&mut target, "spin"), "spinning");
+    // Long enough for any finish under load; its child is killed after.
+    target.send("vfork 60000");
+    let in_vfork = || {
+        std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/syscall"))
+            .is_ok_and(|line| line.starts_with("58 "))
+    };
+    wait_until("the main thread in vfork", in_vfork);
+    trace.interrupt();
+    let (report, table) = trace.finish();
+    assert!(in_vfork(), "the restore ended while the main thread waited");
+    let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap();
+    let child: u32 = children.split_whitespace().next().unwrap().parse().unwrap();
+    signal(child, libc::SIGKILL);
+    let restore = &report["inproc"]["restore"];
+    assert_eq!(restore["outcome"], "restored", "{table}");
+    assert_eq!(restore["entries"], 3, "{restore:#}");
+    assert_eq!(lock_named(&report, "lib_lock")["acquisitions"], N);
+    assert_restored(pid);
+    assert_eq!(target.read_line().as_deref(), Some("vforked"));
+    let spun: u64 = ask(&mut target, "stop")
+        .strip_prefix("spun ")
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(
+        ask(&mut target, "work 10"),
+        format!("done {}", N + spun + 10)
+    );
+}
+
+/// The only thread waits in `vfork`: nothing can run the restore, so
+/// locktrace exits non-zero saying the entries are still switched and how
+/// to finish (never "nothing was written"); once the child has exited,
+/// `locktrace restore` puts all 3 back.
+#[test]
+fn a_target_stuck_in_vfork_is_left_switched_and_said_how_to_finish() {
+    let (mut target, trace) = recording_after_work();
+    let pid = target.pid();
+    target.send("vfork 6000");
+    wait_for_threads(pid, "syscall", |line| line.starts_with("58 "));
+    trace.interrupt();
+    let (status, report, stderr) = finish_failing(trace);
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert_eq!(report["inproc"]["restore"]["outcome"], "failed");
+    assert_eq!(
+        stderr.lines().last(),
+        Some(format!(
+            "locktrace: GOT entries not restored: no thread of process {pid} can run the restore now without disturbing it (each is in a call a stop would cut short, or waits where no stop reaches it, as a vfork's parent does): its 3 GOT entries are still switched to locktrace's stubs (they call the real functions: the program works on); run `locktrace restore --pid {pid}` once it runs on (after kill -CONT {pid} if it is stopped)"
+        ).as_str()),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("nothing was written"), "{stderr}");
+    assert_eq!(target.read_line().as_deref(), Some("vforked"));
+    let output = restore_pid(pid);
+    assert_eq!(
+        String::from_utf8_lossy(&output.stdout),
+        format!("restored 3 GOT entries in process {pid}\n"),
+        "{output:?}"
+    );
+    assert_restored(pid);
+    assert_eq!(ask(&mut target, "work 10"), format!("done {}", N + 10));
+}
+
+/// The main thread leaves with pthread_exit (a zombie leader) while the
+/// process runs on: the recording counting then goes on and restores all
+/// 3 entries (before: its mapping read as gone, "ran another program",
+/// nothing restored), and a new `--pid` on the process is traced (before:
+/// "process N exited"), its counts exact.
+#[test]
+fn a_process_whose_main_thread_left_is_traced() {
+    let (mut target, trace) = recording_after_work();
+    let pid = target.pid();
+    assert_eq!(ask(&mut target, "leave"), "leaving");
+    let leader_gone = || {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+            stat.rsplit_once(')')
+                .unwrap()
+                .1
+                .trim_start()
+                .starts_with('Z')
+        })
+    };
+    wait_until("the main thread a zombie", leader_gone);
+    assert_eq!(work(&mut target, N), 2 * N);
+    trace.interrupt();
+    let (report, table) = trace.finish();
+    assert_eq!(report["stopped_by"], "interrupted", "{table}");
+    let restore = &report["inproc"]["restore"];
+    assert_eq!(restore["outcome"], "restored", "{table}");
+    assert_eq!(restore["entries"], 3, "{restore:#}");
+    assert_eq!(lock_named(&report, "g_lock")["acquisitions"], 2 * N + 2);
+    assert_eq!(lock_named(&report, "lib_lock")["acquisitions"], 2 * N);
+    assert_restored(pid);
+
+    let trace = Trace::attach(pid, &["--mode", "inproc"]);
+    assert_eq!(work(&mut target, N), 3 * N);
+    trace.interrupt();
+    let stderr = trace.printed();
+    let (report, table) = trace.finish();
+    assert!(!stderr.contains("exited"), "{stderr}");
+    assert_eq!(
+        report["inproc"]["restore"]["outcome"], "restored",
+        "{table}"
+    );
+    // pthread_exit loaded libgcc_s (to unwind), which has an entry too.
+    assert_eq!(
+        report["inproc"]["restore"]["entries"], 4,
+        "{:#}",
+        report["inproc"]
+    );
+    assert_eq!(lock_named(&report, "g_lock")["acquisitions"], N + 1);
+    assert_eq!(lock_named(&report, "lib_lock")["acquisitions"], N);
+    assert_restored(pid);
+    assert_eq!(ask(&mut target, "work 10"), format!("done {}", 3 * N + 10));
+}
+
+/// CPUs the kernel may number (`/sys/devices/system/cpu/possible`), as
+/// locktrace sizes its mapping.
+fn possible_cpus() -> usize {
+    let text = std::fs::read_to_string("/sys/devices/system/cpu/possible").unwrap();
+    let last: usize = text
+        .trim()
+        .rsplit(['-', ','])
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    last + 1
+}
+
+/// Mappings that start like locktrace's (its magic) with fields no run of
+/// it writes: shorter than the header says (before: SIGBUS), a size that
+/// is not a mapping's (before: a panic, rc 101), a record whose stub is
+/// not in its code, shorter than a header. Each is said in one line and
+/// left as it is; the recording counts exactly and restores, and
+/// `restore` finds nothing to restore.
+#[test]
+fn a_forged_leftover_header_is_said_and_left_alone() {
+    use locktrace::trace::inproc::layout;
+    let cpus = possible_cpus();
+    let real = layout::mapping_bytes(cpus);
+    let version = layout::VERSION;
+    for (bytes, size, records, why) in [
+        (
+            8192,
+            real,
+            0,
+            format!("its header says {real} bytes, the memory behind it holds 8192"),
+        ),
+        (
+            real,
+            0x100,
+            0,
+            format!("its header's size (256) is not that of a mapping with {cpus} CPU tables"),
+        ),
+        (
+            real,
+            real,
+            5,
+            "a GOT entry record's stub 0x4141414141414141 is outside its code".to_string(),
+        ),
+        (
+            4096,
+            real,
+            0,
+            "4096 bytes, shorter than locktrace's header (8192)".to_string(),
+        ),
+    ] {
+        let mut target = Fixture::spawn(&fixture("inproc", Flavor::Glibc), &[]);
+        let pid = target.pid();
+        let forged = ask(
+            &mut target,
+            &format!("forge {bytes} {version} {size} {cpus} {records}"),
+        );
+        let at = u64::from_str_radix(forged.strip_prefix("forged 0x").unwrap(), 16).unwrap();
+        let header = |pid: u32| {
+            let mut page = vec![0u8; 4096];
+            let memory = std::fs::File::open(format!("/proc/{pid}/mem")).unwrap();
+            memory.read_exact_at(&mut page, at).unwrap();
+            page
+        };
+        let before = header(pid);
+        let line = format!(
+            "locktrace: a mapping at {at:#x} in process {pid} starts like locktrace's but is not one it made ({why}): left as it is"
+        );
+        let trace = Trace::attach(pid, &["--mode", "inproc"]);
+        assert!(
+            trace.stderr_lines.contains(&line),
+            "{line}\n{:?}",
+            trace.stderr_lines
+        );
+        assert_eq!(work(&mut target, N), N);
+        trace.interrupt();
+        let (report, table) = trace.finish();
+        assert_eq!(acquisitions(&report, target.address("global")), N + 1);
+        assert_eq!(
+            report["inproc"]["restore"]["outcome"], "restored",
+            "{table}"
+        );
+        assert_eq!(report["inproc"]["restored_at_start"], 0);
+        let output = restore_pid(pid);
+        assert!(output.status.success(), "{output:?}");
+        assert_eq!(
+            String::from_utf8_lossy(&output.stdout),
+            format!("nothing to restore in process {pid}: no GOT entry is left switched\n")
+        );
+        assert_eq!(String::from_utf8_lossy(&output.stderr), format!("{line}\n"));
+        assert_eq!(header(pid), before, "the forged mapping was written");
+        assert_restored(pid);
+    }
+}
+
+/// The program's GOT is sealed (mseal; built `-z now`, its GOT is in
+/// the sealed RELRO pages): the switch's mprotect is refused after
+/// locktrace's mapping was made. The attach is refused in one line, and
+/// the process's maps are exactly as before (before: the 1 MiB mapping
+/// stayed); the program counts on.
+#[test]
+fn a_refused_attach_leaves_nothing_in_the_target() {
+    let binary = fixture_with("inproc", Flavor::Glibc, &["-Wl,-z,now"]);
+    let mut target = Fixture::spawn(&binary, &[]);
+    let pid = target.pid();
+    assert_eq!(ask(&mut target, "seal"), "sealed");
+    let maps = || std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    let before = maps();
+    let output = locktrace().args(record_args(pid)).output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    let refusal = stderr.lines().last().unwrap();
+    assert!(
+        refusal.starts_with("locktrace: mprotect of the GOT page ")
+            && refusal.ends_with(
+                " in the target failed: Operation not permitted (os error 1) (a sealed page?); use --mode all"
+            ),
+        "{stderr}"
+    );
+    assert_eq!(
+        stderr.lines().filter(|l| l.contains("GOT")).count(),
+        1,
+        "{stderr}"
+    );
+    assert_eq!(maps(), before);
+    assert_eq!(stub_mappings(pid), 0);
+    assert_eq!(work(&mut target, N), N);
+}
+
+/// Runs this test's traced child `pid` (stopped) to the entry of its
+/// `openat` of a path ending in `name`, and leaves it stopped there.
+fn run_to_openat(pid: i32, name: &str) {
+    let memory = std::fs::File::open(format!("/proc/{pid}/mem")).unwrap();
+    let mut entering = true;
+    loop {
+        // SAFETY: ptrace on this test's own traced, stopped child.
+        assert_eq!(unsafe { libc::ptrace(libc::PTRACE_SYSCALL, pid, 0, 0) }, 0);
+        let mut status = 0;
+        // SAFETY: waits for this test's own child.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        assert!(libc::WIFSTOPPED(status), "{status:#x}");
+        if libc::WSTOPSIG(status) != libc::SIGTRAP {
+            continue;
+        }
+        // SAFETY: a plain C struct of integers, filled by PTRACE_GETREGS.
+        let mut regs: libc::user_regs_struct = unsafe { std::mem::zeroed() };
+        // SAFETY: PTRACE_GETREGS writes one user_regs_struct.
+        unsafe { libc::ptrace(libc::PTRACE_GETREGS, pid, 0, &mut regs) };
+        let entry = entering;
+        entering = !entering;
+        if !entry || regs.orig_rax != libc::SYS_openat as u64 {
+            continue;
+        }
+        let mut path = vec![0u8; 256];
+        let read = memory.read_at(&mut path, regs.rsi).unwrap_or(0);
+        let path = &path[..read];
+        let path = &path[..path.iter().position(|&b| b == 0).unwrap_or(path.len())];
+        if String::from_utf8_lossy(path).ends_with(name) {
+            return;
+        }
+    }
+}
+
+/// Attached while the dynamic loader is between libraries (the preloaded
+/// liblock mapped, libc.so.6 not yet): "still starting", naming the
+/// library it waits for (before: "does not use pthread mutexes"); once
+/// the loader runs on, locktrace attaches and counts exactly.
+#[test]
+fn a_target_caught_between_its_libraries_is_waited_for() {
+    let child = common::spawn_stopped_at_exec(
+        Command::new(fixture("inproc", Flavor::Glibc))
+            .env("LD_PRELOAD", library("lazy", &[]))
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped()),
+    );
+    let pid = child.id() as i32;
+    run_to_openat(pid, "libc.so.6");
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    assert!(maps.contains("liblock-inproc-lazy.so"), "{maps}");
+    assert!(!maps.contains("libc.so.6"), "{maps}");
+    let mut trace = Trace::launch(pid as u32, &[], &[]);
+    let waiting = trace.wait_for_stderr("is still starting");
+    assert!(
+        waiting.contains(&format!(
+            "process {pid} is still starting (in its dynamic loader)"
+        )),
+        "{waiting}"
+    );
+    // SAFETY: detaches this test's own stopped child, which then runs on.
+    assert_eq!(unsafe { libc::ptrace(libc::PTRACE_DETACH, pid, 0, 0) }, 0);
+    let mut target = Fixture::adopt(child);
+    trace.wait_live();
+    assert_eq!(work(&mut target, N), N);
+    trace.interrupt();
+    let printed = trace.printed();
+    let (report, table) = trace.finish();
+    assert!(
+        !printed.contains("does not use pthread mutexes"),
+        "{printed}"
+    );
+    assert_eq!(
+        acquisitions(&report, target.address("global")),
+        N + 1,
+        "{table}"
+    );
+}
+
+/// Stopped (SIGINT) while attaching, before the probes are live: the
+/// stubs' counts fall inside the window the report gives (before: a
+/// "0.00 s" window held what the stubs counted through the whole attach).
+/// The spinner's own rate, measured without locktrace (which only slows
+/// it), bounds what a window of that length can hold.
+#[test]
+fn a_stop_during_the_attach_keeps_the_counts_inside_the_window() {
+    let mut target = Fixture::spawn(&fixture("inproc", Flavor::Glibc), &[]);
+    let pid = target.pid();
+    let spun_for = |target: &mut Fixture, time: Duration| {
+        assert_eq!(ask(target, "spin"), "spinning");
+        std::thread::sleep(time);
+        ask(target, "stop")
+            .strip_prefix("spun ")
+            .unwrap()
+            .parse::<u64>()
+            .unwrap()
+    };
+    let alone = spun_for(&mut target, Duration::from_millis(500));
+    // The pipe's round trips make the time a little longer: the rate a
+    // little lower than the truth, never higher.
+    let rate = alone as f64 / 0.5;
+    assert_eq!(ask(&mut target, "spin"), "spinning");
+    let trace = Trace::launch(pid, &["--mode", "inproc"], &[]);
+    trace.wait_for_stderr("GOT entries switched to counting stubs");
+    trace.interrupt();
+    let (report, table) = trace.finish();
+    let window = report["duration_s"].as_f64().unwrap();
+    let counted = common::lock_named(&report, "g_lock")
+        .map_or(0, |lock| lock["acquisitions"].as_u64().unwrap());
+    assert!(
+        counted as f64 <= 2.0 * rate * window + 10_000.0,
+        "{counted} acquisitions in a {window} s window, at most {rate:.0}/s alone\n{table}"
+    );
+    assert_eq!(report["inproc"]["restore"]["outcome"], "restored");
+    let spun: u64 = ask(&mut target, "stop")
+        .strip_prefix("spun ")
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(ask(&mut target, "work 10"), format!("done {}", spun + 10));
 }

@@ -28,7 +28,6 @@ pub mod unwind;
 
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap},
-    path::PathBuf,
     sync::Arc,
     time::Instant,
 };
@@ -363,7 +362,7 @@ fn skipped_files(
 /// The target's address space: the one built during the recording when no
 /// module came since, else built now from the snapshot.
 fn address_space(snapshot: &mut Snapshot, alive: bool) -> AddressSpace {
-    let root = alive.then(|| PathBuf::from(format!("/proc/{}/root", snapshot.pid)));
+    let root = alive.then(|| target::proc_root(snapshot.pid));
     let mut space = match snapshot.ongoing.take_space(snapshot.files.len()) {
         Some(mut space) => {
             space.maps = snapshot.maps.clone();
@@ -387,7 +386,7 @@ fn debuginfod_files(
     let Some(mut client) = debuginfod::Client::from_env() else {
         return;
     };
-    let root = alive.then(|| PathBuf::from(format!("/proc/{}/root", snapshot.pid)));
+    let root = alive.then(|| target::proc_root(snapshot.pid));
     let addresses: Vec<u64> = report
         .locks
         .iter()

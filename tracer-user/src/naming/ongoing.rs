@@ -5,7 +5,6 @@
 //! time and locks; the report's `naming.live` says what it cost.
 use std::{
     collections::{BTreeMap, HashMap, HashSet},
-    path::PathBuf,
     sync::Arc,
     time::{Duration, Instant},
 };
@@ -83,7 +82,7 @@ impl OngoingNames {
         files: &BTreeMap<String, Arc<ModuleFile>>,
     ) {
         let started = Instant::now();
-        let root = PathBuf::from(format!("/proc/{pid}/root"));
+        let root = crate::probe::target::proc_root(pid);
         self.modules_seen = files.len();
         self.space = Some(AddressSpace::build(
             maps.to_vec(),
@@ -176,7 +175,7 @@ impl OngoingNames {
                 space
             }
             _ => {
-                let root = PathBuf::from(format!("/proc/{pid}/root"));
+                let root = crate::probe::target::proc_root(pid);
                 self.modules_seen = files.len();
                 AddressSpace::build(maps.to_vec(), files, Some(root.as_path()))
             }

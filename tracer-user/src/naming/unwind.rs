@@ -13,7 +13,7 @@
 use std::{
     collections::{HashMap, HashSet},
     ops::{Deref, Range},
-    path::{Path, PathBuf},
+    path::Path,
     sync::{Arc, Mutex, PoisonError},
     time::{Duration, Instant},
 };
@@ -184,7 +184,7 @@ impl StackUnwinder {
                 .store
                 .open(link.as_ref())
                 .or_else(|_| self.store.open(&target::host_path(self.pid, &mapping.path)));
-            let root = PathBuf::from(format!("/proc/{}/root", self.pid));
+            let root = target::proc_root(self.pid);
             let Ok(file) = file else { continue };
             let modules = modules_for(mapping, file, (&self.store, &root), &mut self.rules);
             added += usize::from(!modules.is_empty());

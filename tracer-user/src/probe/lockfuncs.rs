@@ -41,9 +41,10 @@ pub enum FoundBy {
 /// [`LockFunctionsMissing::StillStarting`] (wait and look again).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LockFunctionsMissing {
-    /// Only the executable and its dynamic loader are mapped: the loader
-    /// has not mapped the libraries yet (a process just started).
-    StillStarting { pid: u32 },
+    /// The dynamic loader has not mapped all the libraries yet (a process
+    /// just started): only it and the executable are mapped, or some the
+    /// executable needs (`waiting`, by name) are not yet.
+    StillStarting { pid: u32, waiting: Vec<String> },
     /// Modules without a symbol table (stripped), and the libc archives
     /// whose code was looked for in them.
     Stripped {
@@ -63,7 +64,12 @@ pub enum LockFunctionsMissing {
 impl std::fmt::Display for LockFunctionsMissing {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            LockFunctionsMissing::StillStarting { pid } => write!(
+            LockFunctionsMissing::StillStarting { pid, waiting } if !waiting.is_empty() => write!(
+                f,
+                "process {pid} is still starting: its dynamic loader has not mapped {} yet; attach again once it runs",
+                waiting.join(", ")
+            ),
+            LockFunctionsMissing::StillStarting { pid, .. } => write!(
                 f,
                 "process {pid} is still starting: its dynamic loader has not mapped its libraries yet; attach again once it runs"
             ),
@@ -127,7 +133,15 @@ pub fn find(target: &Target) -> Result<Vec<LockFunction>> {
             archives: search.archives_tried,
         }
     } else if only_the_loader_is_mapped(target) {
-        LockFunctionsMissing::StillStarting { pid }
+        LockFunctionsMissing::StillStarting {
+            pid,
+            waiting: Vec::new(),
+        }
+    } else if let waiting @ [_, ..] = &not_yet_mapped(target)[..] {
+        LockFunctionsMissing::StillStarting {
+            pid,
+            waiting: waiting.to_vec(),
+        }
     } else {
         LockFunctionsMissing::NotUsed {
             pid,
@@ -153,6 +167,52 @@ fn only_the_loader_is_mapped(target: &Target) -> bool {
             .is_some_and(|name| name.starts_with("ld-linux") || name.starts_with("ld-musl"))
     };
     libraries.len() == 1 && libraries.iter().all(is_loader)
+}
+
+/// The libraries the executable needs (`DT_NEEDED`) that no mapping is
+/// yet (by file or soname): the loader is still mapping them.
+fn not_yet_mapped(target: &Target) -> Vec<String> {
+    let Ok(exe) = target.module_file(&target.exe) else {
+        return Vec::new();
+    };
+    let mut mapped = BTreeSet::new();
+    for path in target.maps.iter().filter(|m| m.is_file()).map(|m| &m.path) {
+        if mapped.insert(path.rsplit('/').next().unwrap_or(path).to_string())
+            && let Ok(file) = target.module_file(path)
+            && let Some(soname) = super::request_probe::soname(file.bytes())
+        {
+            mapped.insert(soname);
+        }
+    }
+    needed(exe.bytes())
+        .into_iter()
+        .filter(|name| !mapped.contains(name))
+        .collect()
+}
+
+/// The `DT_NEEDED` names of a 64-bit ELF file.
+fn needed(data: &[u8]) -> Vec<String> {
+    use object::{
+        elf,
+        read::elf::{Dyn, ElfFile64},
+    };
+    let Ok(elf) = ElfFile64::<object::Endianness>::parse(data) else {
+        return Vec::new();
+    };
+    let endian = elf.endian();
+    let sections = elf.elf_section_table();
+    let Ok(Some((entries, link))) = sections.dynamic(endian, data) else {
+        return Vec::new();
+    };
+    let Ok(strings) = sections.strings(endian, data, link) else {
+        return Vec::new();
+    };
+    entries
+        .iter()
+        .filter(|entry| entry.tag32(endian) == Some(elf::DT_NEEDED))
+        .filter_map(|entry| entry.string(endian, strings).ok())
+        .map(|name| String::from_utf8_lossy(name).into_owned())
+        .collect()
 }
 
 /// What [`find_ops`] found, and the modules it could not search.

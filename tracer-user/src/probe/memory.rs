@@ -16,8 +16,12 @@ pub struct ProcessMemory {
 }
 
 impl ProcessMemory {
+    /// Through a live thread when the main one left (its memory is gone
+    /// from its pid: process_vm_readv fails there).
     pub fn new(pid: u32) -> ProcessMemory {
-        ProcessMemory { pid: pid as i32 }
+        ProcessMemory {
+            pid: super::target::proc_task(pid) as i32,
+        }
     }
 }
 

@@ -87,12 +87,15 @@ impl Target {
         if stat.flags & PF_KTHREAD != 0 {
             bail!("pid {pid} is a kernel thread; locktrace traces user processes");
         }
-        let cmdline = read_cmdline(pid)?;
-        let exe = process
+        // A main thread that left (pthread_exit) shows none of these.
+        let task = proc_task(pid);
+        let shown = Process::new(task as i32).unwrap_or(process);
+        let cmdline = read_cmdline(task)?;
+        let exe = shown
             .exe()
             .map(|path| path.to_string_lossy().into_owned())
             .map_err(|error| unreadable_exe(pid, &error))?;
-        check_64_bit(pid)?;
+        check_64_bit(task)?;
         let maps = read_maps(pid)?;
         Ok(Target {
             pid,
@@ -102,7 +105,7 @@ impl Target {
             cmdline,
             maps,
             modules: ModuleStore::default(),
-            probe_task: Arc::new(pid.into()),
+            probe_task: Arc::new(task.into()),
         })
     }
 
@@ -265,7 +268,8 @@ fn unreadable_exe(pid: u32, error: &procfs::ProcError) -> anyhow::Error {
 }
 
 pub fn host_path(pid: u32, target_path: &str) -> PathBuf {
-    resolve_in_root(Path::new(&format!("/proc/{pid}/root")), target_path)
+    let task = proc_task(pid);
+    resolve_in_root(Path::new(&format!("/proc/{task}/root")), target_path)
 }
 
 /// `path` as the process whose root directory is `root` sees it, resolved
@@ -322,6 +326,22 @@ pub fn is_alive(pid: u32) -> bool {
         .ok()
         .and_then(|pid| Process::new(pid).ok()?.stat().ok())
         .is_some_and(|stat| stat_is_live(&stat))
+}
+
+/// The task whose /proc directory shows process `pid`: the pid itself,
+/// or, once its main thread left with `pthread_exit` (a zombie leader,
+/// whose maps, memory, exe and root read as empty or gone), a thread
+/// still running. /proc/TID works for any thread, listed or not.
+pub fn proc_task(pid: u32) -> u32 {
+    if task_runs(pid, pid) {
+        return pid;
+    }
+    live_threads(pid).first().copied().unwrap_or(pid)
+}
+
+/// The root directory process `pid` sees, through a thread that runs.
+pub fn proc_root(pid: u32) -> PathBuf {
+    PathBuf::from(format!("/proc/{}/root", proc_task(pid)))
 }
 
 /// The threads of `pid` that have not exited, by thread id.
@@ -381,8 +401,9 @@ impl Shape {
 pub fn read_maps(pid: u32) -> Result<Vec<Mapping>> {
     // Read as bytes: a path need not be UTF-8 (a library under `caf\xe9/`),
     // and any path may start with `/SYSV` (procfs-core panics on a short one).
-    let bytes = std::fs::read(format!("/proc/{pid}/maps"))
-        .with_context(|| format!("cannot read /proc/{pid}/maps (process exited?)"))?;
+    let task = proc_task(pid);
+    let bytes = std::fs::read(format!("/proc/{task}/maps"))
+        .with_context(|| format!("cannot read /proc/{task}/maps (process exited?)"))?;
     Ok(parse_maps_bytes(&bytes))
 }
 

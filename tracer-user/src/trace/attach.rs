@@ -73,7 +73,8 @@ pub struct LoadPlan<'a> {
     pub unlock_functions: &'a [Placed],
     /// The CPU sampler's rate and lock code (None: `--no-cpu`).
     pub cpu: Option<&'a CpuSampling>,
-    /// `--mode inproc`: the stubs, which start counting with the probes.
+    /// `--mode inproc` in the live views: the stubs, which start counting
+    /// with the probes (`record` opens their gate with its window).
     pub inproc: Option<&'a super::inproc::session::Session>,
 }
 

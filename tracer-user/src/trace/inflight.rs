@@ -113,7 +113,8 @@ pub fn read(ebpf: &Ebpf, pid: u32, attached_ns: u64, blocked_at_attach: Vec<Bloc
 /// The glibc `__owner` of each word that looks like a locked glibc mutex
 /// (the word is non-zero and the owner is a thread of the target).
 fn glibc_owners(pid: u32, words: &BTreeSet<u64>, threads: &BTreeSet<u32>) -> HashMap<u64, u32> {
-    let Ok(memory) = std::fs::File::open(format!("/proc/{pid}/mem")) else {
+    let task = crate::probe::target::proc_task(pid);
+    let Ok(memory) = std::fs::File::open(format!("/proc/{task}/mem")) else {
         return HashMap::new();
     };
     let read_u32 = |address: u64| {

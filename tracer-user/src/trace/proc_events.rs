@@ -81,9 +81,12 @@ impl Drop for ProcWatch {
 
 fn watch(pid: u32, probed: &BTreeMap<u64, String>, stop: &AtomicBool) -> Seen {
     let exe_inode = || {
-        std::fs::metadata(format!("/proc/{pid}/exe"))
-            .ok()
-            .map(|m| (m.dev(), m.ino()))
+        std::fs::metadata(format!(
+            "/proc/{}/exe",
+            crate::probe::target::proc_task(pid)
+        ))
+        .ok()
+        .map(|m| (m.dev(), m.ino()))
     };
     let first_exe = exe_inode();
     let connector = Connector::open();
@@ -128,9 +131,12 @@ fn watch(pid: u32, probed: &BTreeMap<u64, String>, stop: &AtomicBool) -> Seen {
         if exec_now && seen.exec.is_none() {
             seen.exec = Some(Exec {
                 at: Instant::now(),
-                exe: std::fs::read_link(format!("/proc/{pid}/exe"))
-                    .ok()
-                    .map(|p| p.to_string_lossy().into_owned()),
+                exe: std::fs::read_link(format!(
+                    "/proc/{}/exe",
+                    crate::probe::target::proc_task(pid)
+                ))
+                .ok()
+                .map(|p| p.to_string_lossy().into_owned()),
                 still_probed: Vec::new(),
             });
         }
@@ -149,7 +155,10 @@ fn watch(pid: u32, probed: &BTreeMap<u64, String>, stop: &AtomicBool) -> Seen {
 /// Probed modules (by inode) the target maps now.
 fn mapped_probed_modules(pid: u32, probed: &BTreeMap<u64, String>) -> Vec<String> {
     // Bytes, not text: one non-UTF-8 path must not hide every module.
-    let Ok(maps) = std::fs::read(format!("/proc/{pid}/maps")) else {
+    let Ok(maps) = std::fs::read(format!(
+        "/proc/{}/maps",
+        crate::probe::target::proc_task(pid)
+    )) else {
         return Vec::new();
     };
     let maps = String::from_utf8_lossy(&maps);

@@ -605,3 +605,24 @@ pub fn unwrapped(text: &str) -> String {
     }
     out
 }
+
+/// Spawns `command` traced by this thread (`PTRACE_TRACEME`): it stops at
+/// its exec, with only the executable and its loader mapped, and waits
+/// there for this test.
+pub fn spawn_stopped_at_exec(command: &mut Command) -> Child {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: ptrace(PTRACE_TRACEME) is async-signal-safe.
+    unsafe {
+        command.pre_exec(|| {
+            libc::ptrace(libc::PTRACE_TRACEME, 0, 0, 0);
+            Ok(())
+        });
+    }
+    let child = command.spawn().unwrap();
+    let pid = child.id() as i32;
+    let mut status = 0;
+    // SAFETY: waits for this test's own child.
+    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+    assert!(libc::WIFSTOPPED(status), "{status:#x}");
+    child
+}

@@ -599,19 +599,62 @@ pub fn fit(syscall_line: &str) -> Fit {
     Fit::Unsafe
 }
 
+/// Why no thread of a process could be stopped to write through. Shown
+/// in the attach's words; the restore says it in its own (the entries
+/// are switched by then).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NoThread {
+    pub pid: u32,
+    pub why: Unavailable,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unavailable {
+    /// Job control stopped it (SIGSTOP, SIGTSTP): no thread runs.
+    Stopped,
+    /// Each thread is in a call a stop would cut short, waits where no
+    /// stop reaches it (a `vfork` parent waits for its child), or has no
+    /// room on its stack.
+    Busy,
+    Exited,
+}
+
+impl std::fmt::Display for NoThread {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let pid = self.pid;
+        match self.why {
+            Unavailable::Stopped => write!(
+                f,
+                "process {pid} is stopped (SIGSTOP); continue it (kill -CONT {pid}) before --mode inproc"
+            ),
+            Unavailable::Busy => write!(
+                f,
+                "no thread of process {pid} can be stopped without disturbing it (each is in a call a stop would cut short, or on a stack without room); nothing was written; try again, or use --mode all"
+            ),
+            Unavailable::Exited => write!(f, "process {pid} exited"),
+        }
+    }
+}
+
+impl std::error::Error for NoThread {}
+
 /// The target's threads that can be stopped without changing what they
 /// see, best first (the main thread first among equals).
-pub fn candidates(pid: u32) -> Result<Vec<u32>> {
+pub fn candidates(pid: u32) -> Result<Vec<u32>, NoThread> {
     let state = |tid: u32| -> Option<char> {
         let stat = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).ok()?;
         stat.rsplit_once(')')?.1.trim_start().chars().next()
     };
-    if state(pid) == Some('T') {
-        bail!(
-            "process {pid} is stopped (SIGSTOP); continue it (kill -CONT {pid}) before --mode inproc"
-        );
+    let tids = threads(pid);
+    // A job-control stop holds every thread (the main thread may have
+    // left with pthread_exit: any thread tells).
+    if tids.iter().any(|&tid| state(tid) == Some('T')) {
+        return Err(NoThread {
+            pid,
+            why: Unavailable::Stopped,
+        });
     }
-    let mut found: Vec<(Fit, bool, u32)> = threads(pid)
+    let mut found: Vec<(Fit, bool, u32)> = tids
         .into_iter()
         .filter(|&tid| matches!(state(tid), Some('R' | 'S' | 'D')))
         .filter_map(|tid| {
@@ -642,12 +685,18 @@ pub fn stop_a_thread(pid: u32, maps: Option<&[Mapping]>) -> Result<StoppedThread
             thread.release()?;
         }
         if !crate::probe::target::is_alive(pid) {
-            bail!("process {pid} exited");
+            return Err(NoThread {
+                pid,
+                why: Unavailable::Exited,
+            }
+            .into());
         }
         if Instant::now() > deadline {
-            bail!(
-                "no thread of process {pid} can be stopped without disturbing it (each is in a call a stop would cut short, or on a stack without room); nothing was written; try again, or use --mode all"
-            );
+            return Err(NoThread {
+                pid,
+                why: Unavailable::Busy,
+            }
+            .into());
         }
         std::thread::sleep(Duration::from_millis(10));
     }

@@ -86,13 +86,23 @@ fn put(bytes: &mut [u8], at: usize, value: u64) {
     bytes[at..at + 8].copy_from_slice(&value.to_le_bytes());
 }
 
+/// More CPUs than any machine numbers: a header claiming more is garbage.
+const MAX_CPU_TABLES: u64 = 1 << 16;
+
+/// Whether `bytes` start with locktrace's magic (a header, or a forgery).
+pub fn has_magic(bytes: &[u8]) -> bool {
+    bytes.get(..16) == Some(&MAGIC[..])
+}
+
 impl Header {
-    /// Parses a header page; None when it is not one of locktrace's.
+    /// Parses a header page; None when it is not one of locktrace's: no
+    /// magic, or fields no run of locktrace writes (said in `garbled`).
     pub fn parse(bytes: &[u8]) -> Option<Header> {
-        if bytes.get(..16)? != MAGIC {
+        if !has_magic(bytes) {
             return None;
         }
-        let count = (word(bytes, PATCHES_AT)? as usize).min(MAX_PATCHES);
+        Self::garbled(bytes).is_none().then_some(())?;
+        let count = word(bytes, PATCHES_AT)? as usize;
         let patches = (0..count)
             .map(|i| {
                 let at = PATCH_RECORDS + i * RECORD_BYTES;
@@ -111,6 +121,30 @@ impl Header {
             cpu_tables: word(bytes, CPU_TABLES_AT)?,
             patches,
         })
+    }
+
+    /// What is wrong with a header page that has the magic, if anything:
+    /// a short page, a size that is not a mapping's, too many records.
+    pub fn garbled(bytes: &[u8]) -> Option<String> {
+        let field = |at: usize| word(bytes, at).unwrap_or(u64::MAX);
+        if bytes.len() < CODE {
+            return Some(format!(
+                "{} bytes, shorter than locktrace's header ({CODE})",
+                bytes.len()
+            ));
+        }
+        let (size, cpu_tables) = (field(SIZE_AT), field(CPU_TABLES_AT));
+        if !(1..=MAX_CPU_TABLES).contains(&cpu_tables) {
+            return Some(format!("its header counts {cpu_tables} CPU tables"));
+        }
+        if size != mapping_bytes(cpu_tables as usize) as u64 {
+            return Some(format!(
+                "its header's size ({size}) is not that of a mapping with {cpu_tables} CPU tables"
+            ));
+        }
+        let count = field(PATCHES_AT);
+        (count > MAX_PATCHES as u64)
+            .then(|| format!("its header lists {count} GOT entries (at most {MAX_PATCHES} fit)"))
     }
 
     /// Writes the header into the mapping's first bytes (records past
@@ -245,6 +279,52 @@ mod tests {
         header.write(&mut bytes);
         assert_eq!(Header::parse(&bytes), Some(header));
         bytes[0] = b'x';
+        assert_eq!(Header::parse(&bytes), None);
+    }
+
+    /// A page with the magic and fields no locktrace writes is said, never
+    /// taken: short, a size that is not a mapping's, CPUs or records out
+    /// of range.
+    #[test]
+    fn a_forged_header_is_said_not_taken() {
+        let mut bytes = vec![0; CODE];
+        let mut header = Header {
+            version: VERSION,
+            owner_pid: 0,
+            owner_start: 0,
+            size: mapping_bytes(2) as u64,
+            cpu_tables: 2,
+            patches: Vec::new(),
+        };
+        header.write(&mut bytes);
+        assert_eq!(Header::garbled(&bytes), None);
+        assert_eq!(
+            Header::garbled(&bytes[..4096]).as_deref(),
+            Some("4096 bytes, shorter than locktrace's header (8192)")
+        );
+        header.size = 0x100;
+        header.write(&mut bytes);
+        assert_eq!(
+            Header::garbled(&bytes).as_deref(),
+            Some("its header's size (256) is not that of a mapping with 2 CPU tables")
+        );
+        assert_eq!(Header::parse(&bytes), None);
+        header.cpu_tables = u64::MAX;
+        header.write(&mut bytes);
+        assert_eq!(
+            Header::garbled(&bytes).as_deref(),
+            Some("its header counts 18446744073709551615 CPU tables")
+        );
+        header.cpu_tables = 2;
+        header.size = mapping_bytes(2) as u64;
+        header.write(&mut bytes);
+        put(&mut bytes, PATCHES_AT, 1 << 40);
+        assert_eq!(
+            Header::garbled(&bytes),
+            Some(format!(
+                "its header lists 1099511627776 GOT entries (at most {MAX_PATCHES} fit)"
+            ))
+        );
         assert_eq!(Header::parse(&bytes), None);
     }
 

@@ -93,6 +93,8 @@ pub struct Started {
     pub uprobe_ops: Vec<LockOp>,
     pub functions: Vec<InprocFunction>,
     pub restored_at_start: u64,
+    /// Mappings that start like locktrace's but are not: one line each.
+    pub ignored: Vec<String>,
 }
 
 /// Switches every GOT entry of the lock functions in `functions` to a
@@ -101,7 +103,7 @@ pub struct Started {
 pub fn start(target: &Target, functions: &[LockFunction]) -> Result<Started> {
     let pid = target.pid;
     check_alone(target)?;
-    let leftovers = leftovers(pid, &target.maps)?;
+    let (leftovers, ignored) = leftovers(pid, &target.maps)?;
     let real: HashMap<LockOp, u64> = functions
         .iter()
         .map(|f| (f.op, f.runtime_start))
@@ -119,6 +121,7 @@ pub fn start(target: &Target, functions: &[LockFunction]) -> Result<Started> {
         functions: describe(&ops, &plan, &uprobe_ops, functions),
         uprobe_ops: uprobe_ops.clone(),
         restored_at_start,
+        ignored: ignored.clone(),
     };
     if plan.switch.is_empty() && leftovers.is_empty() {
         return Ok(without_session(0));
@@ -127,13 +130,12 @@ pub fn start(target: &Target, functions: &[LockFunction]) -> Result<Started> {
     let mut thread = stop_for(pid, &target.maps, &leftovers, cpu_tables)?;
     let source = source(pid, &target.maps, &leftovers, cpu_tables)?;
     check_seccomp(pid, &thread, &source, cpu_tables)?;
+    let made = match &source {
+        Source::New(gadgets) => Some(*gadgets),
+        Source::Reuse(_) => None,
+    };
     let (base, mut shared) = open_mapping(&mut thread, target, source, cpu_tables)?;
     let per_cpu = write_code(&mut shared, base, cpu_tables, &real);
-    let restored_at_start = restore_leftovers(&mut thread, base, &mut shared, &leftovers)?;
-    if plan.switch.is_empty() {
-        thread.release()?;
-        return Ok(without_session(restored_at_start));
-    }
     let mut session = Session {
         pid,
         start_time: target.start_time,
@@ -146,14 +148,28 @@ pub fn start(target: &Target, functions: &[LockFunction]) -> Result<Started> {
         modules_at_start: code_modules(&target.maps),
         not_switched: 0,
         functions: Vec::new(),
-        restored_at_start,
-        finished: false,
+        restored_at_start: 0,
+        finished: plan.switch.is_empty(),
     };
-    session.write_header();
-    let switched = session.switch(&mut thread, &plan.switch);
+    let switched = session.write_in(&mut thread, &leftovers, &plan.switch);
+    if let Err(error) = &switched
+        && Said::is(error, Written::Nothing)
+    {
+        // Nothing leads to the stubs: the run leaves nothing behind.
+        session.finished = true;
+        session.records.clear();
+        session.write_header();
+        if let Some(gadgets) = made {
+            let size = layout::mapping_bytes(cpu_tables) as u64;
+            unmap(&mut thread, &target.maps, &gadgets, base, size)?;
+        }
+    }
     thread.release()?;
-    let mut plan = plan;
     let switched = switched?;
+    if plan.switch.is_empty() {
+        return Ok(without_session(session.restored_at_start));
+    }
+    let mut plan = plan;
     plan.skipped.extend(switched.1);
     let uprobe_ops = left_to_uprobes(&ops, &switched.0);
     plan.switch = switched.0;
@@ -161,9 +177,10 @@ pub fn start(target: &Target, functions: &[LockFunction]) -> Result<Started> {
     session.functions = describe(&ops, &plan, &uprobe_ops, functions);
     Ok(Started {
         functions: session.functions.clone(),
+        restored_at_start: session.restored_at_start,
         session: Some(session),
         uprobe_ops,
-        restored_at_start,
+        ignored,
     })
 }
 
@@ -356,6 +373,22 @@ fn describe(
 }
 
 impl Session {
+    /// Restores what earlier runs left, then switches `planned` (when
+    /// there is any) as [`Session::switch`] does.
+    fn write_in(
+        &mut self,
+        thread: &mut StoppedThread,
+        leftovers: &[Leftover],
+        planned: &[Planned],
+    ) -> Result<(Vec<Planned>, Skipped)> {
+        self.restored_at_start = restore_leftovers(thread, self.base, &mut self.shared, leftovers)?;
+        if planned.is_empty() {
+            return Ok((Vec::new(), Vec::new()));
+        }
+        self.write_header();
+        self.switch(thread, planned)
+    }
+
     fn write_header(&mut self) {
         let me = std::process::id();
         let header = Header {
@@ -486,6 +519,10 @@ impl Session {
             Err(_) if !target::is_running(self.pid, self.start_time) => {
                 Restore::outcome(RestoreOutcome::TargetExited)
             }
+            Err(error) if Said::is(&error, Written::LeftSwitched) => Restore {
+                reason: Some(error.to_string()),
+                ..Restore::outcome(RestoreOutcome::Failed)
+            },
             Err(error) => Restore {
                 reason: Some(format!(
                     "{error:#}; run `locktrace restore --pid {}` to put the GOT entries back",
@@ -501,7 +538,8 @@ impl Session {
             self.records.clear();
             return Ok(Restore::outcome(RestoreOutcome::ProgramReplaced));
         }
-        let mut thread = inject::stop_a_thread(self.pid, None)?;
+        let mut thread = inject::stop_a_thread(self.pid, None)
+            .map_err(|error| in_restore_words(error, self.pid, &self.records, 0))?;
         let calls = seccomp::injected_calls(None, None);
         seccomp::check(self.pid, thread.tid(), &calls)?;
         let swaps = restoring(&self.records);
@@ -553,7 +591,8 @@ fn code_modules(maps: &[Mapping]) -> BTreeSet<String> {
 /// Whether another process maps the pages of the mapping at `start` too
 /// (a forked child's copy).
 fn mapped_elsewhere(pid: u32, start: u64) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/smaps"))
+    let task = target::proc_task(pid);
+    std::fs::read_to_string(format!("/proc/{task}/smaps"))
         .is_ok_and(|smaps| shared_pages(&smaps, start))
 }
 
@@ -598,6 +637,83 @@ fn mapping_in_place(pid: u32, base: u64) -> bool {
         .any(|m| m.contains(code) && m.perms.starts_with("r-x") && m.path.starts_with("/dev/zero"))
         && ProcessMemory::new(pid).read(base, &mut magic) == magic.len()
         && magic == layout::MAGIC
+}
+
+/// A line that says all (no "run restore" advice added), and what it
+/// means for what was written.
+#[derive(Debug)]
+struct Said(Written, String);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Written {
+    /// A refusal met while writing, at a ptrace stop, before the patcher
+    /// ran: no GOT entry leads to the stubs, and the thread is out of
+    /// locktrace's code, so a mapping made for this run can go again.
+    Nothing,
+    /// A restore that no thread could run: the entries stay switched.
+    LeftSwitched,
+}
+
+impl Said {
+    fn nothing(line: String) -> anyhow::Error {
+        Said(Written::Nothing, line).into()
+    }
+
+    /// Whether `error` is a line of this kind.
+    fn is(error: &anyhow::Error, written: Written) -> bool {
+        error
+            .downcast_ref::<Said>()
+            .is_some_and(|said| said.0 == written)
+    }
+}
+
+impl std::fmt::Display for Said {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.1)
+    }
+}
+
+impl std::error::Error for Said {}
+
+/// A restore's failure to stop a thread, in the restore's words: the
+/// entries are still switched (`records` still holding their stub, and
+/// `strays` more), and what to do. Other errors pass unchanged.
+fn in_restore_words(
+    error: anyhow::Error,
+    pid: u32,
+    records: &[PatchRecord],
+    strays: usize,
+) -> anyhow::Error {
+    let Some(no_thread) = error.downcast_ref::<inject::NoThread>() else {
+        return error;
+    };
+    let memory = ProcessMemory::new(pid);
+    let holding_stub = |record: &&PatchRecord| {
+        let mut word = [0u8; 8];
+        memory.read(record.got, &mut word) == 8 && u64::from_le_bytes(word) == record.stub
+    };
+    let entries = records.iter().filter(holding_stub).count() + strays;
+    let (why, then) = match no_thread.why {
+        inject::Unavailable::Exited => return error,
+        inject::Unavailable::Stopped => (
+            format!(
+                "process {pid} is stopped (SIGSTOP or job control), so no thread of it can run the restore"
+            ),
+            format!("continue it (kill -CONT {pid}), then run `locktrace restore --pid {pid}`"),
+        ),
+        inject::Unavailable::Busy => (
+            format!(
+                "no thread of process {pid} can run the restore now without disturbing it (each is in a call a stop would cut short, or waits where no stop reaches it, as a vfork's parent does)"
+            ),
+            format!(
+                "run `locktrace restore --pid {pid}` once it runs on (after kill -CONT {pid} if it is stopped)"
+            ),
+        ),
+    };
+    Said(Written::LeftSwitched, format!(
+        "{why}: its {entries} GOT entries are still switched to locktrace's stubs (they call the real functions: the program works on); {then}"
+    ))
+    .into()
 }
 
 /// Stops a thread of `pid` to write through; when no earlier mapping can
@@ -719,11 +835,11 @@ fn frame_in_mapping(thread: &StoppedThread, base: u64, shared: &mut [u8]) -> Res
     // Room below the frame for a signal's frame, should one be delivered
     // in this code after locktrace died.
     if offset < layout::FRAMES + 8192 {
-        bail!(
+        return Err(Said::nothing(format!(
             "thread {}'s FPU state ({} bytes) does not fit locktrace's frame region; use --mode all",
             thread.tid(),
             frame.bytes.len()
-        );
+        )));
     }
     shared[offset..offset + frame.bytes.len()].copy_from_slice(&frame.bytes);
     Ok(frame.at + 8)
@@ -767,13 +883,20 @@ fn run_patcher(
         })
         .collect();
     let rsp = frame_in_mapping(thread, base, shared)?;
-    for &page in pages.keys() {
-        mprotect(
+    for (done, &page) in pages.keys().enumerate() {
+        let writable = mprotect(
             thread,
             syscall_site(base, rsp),
             page,
             libc::PROT_READ | libc::PROT_WRITE,
-        )?;
+        );
+        if let Err(error) = writable {
+            // The pages before it get their protection back.
+            for (&page, &protection) in pages.iter().take(done) {
+                mprotect(thread, syscall_site(base, rsp), page, protection)?;
+            }
+            return Err(error);
+        }
     }
     let entry = syscall_site(base, rsp);
     let patcher = Site {
@@ -821,10 +944,10 @@ fn mprotect(thread: &mut StoppedThread, site: Site, page: u64, protection: i32) 
         [page, 4096, protection as u64, 0, 0, 0],
     )?;
     if result < 0 {
-        bail!(
-            "mprotect of the GOT page {page:#x} in the target failed: errno {}",
-            -result
-        );
+        return Err(Said::nothing(format!(
+            "mprotect of the GOT page {page:#x} in the target failed: {} (a sealed page?); use --mode all",
+            std::io::Error::from_raw_os_error(-result as i32)
+        )));
     }
     Ok(())
 }
@@ -832,6 +955,7 @@ fn mprotect(thread: &mut StoppedThread, site: Site, page: u64, protection: i32) 
 /// Code in the target that a first mmap can run at, before locktrace's
 /// own mapping exists: a `syscall; ret` and the `rt_sigreturn` sequence
 /// every libc has (`__restore_rt`).
+#[derive(Debug, Clone, Copy)]
 struct Gadgets {
     syscall_ret: u64,
     sigreturn: u64,
@@ -873,7 +997,8 @@ fn find_gadgets(pid: u32, maps: &[Mapping]) -> Result<Gadgets> {
 }
 
 /// A fresh shared mapping in the target, mapped here too. Made from the
-/// target's own code, the way back on the thread's stack.
+/// target's own code, the way back on the thread's stack; taken out again
+/// if it cannot be used.
 fn new_mapping(
     thread: &mut StoppedThread,
     maps: &[Mapping],
@@ -881,18 +1006,7 @@ fn new_mapping(
     cpu_tables: usize,
     gadgets: &Gadgets,
 ) -> Result<(u64, MmapMut)> {
-    let top = thread.stack_top(maps).ok_or_else(|| {
-        anyhow!(
-            "thread {}'s stack has no room for locktrace's return frame; use --mode all",
-            thread.tid()
-        )
-    })?;
-    let frame = thread.return_frame(top, gadgets.sigreturn);
-    thread.write(frame.at, &frame.bytes)?;
-    let site = Site {
-        rip: gadgets.syscall_ret,
-        rsp: frame.at,
-    };
+    let site = stack_site(thread, maps, gadgets)?;
     let size = layout::mapping_bytes(cpu_tables) as u64;
     let result = thread.syscall(
         site,
@@ -910,31 +1024,78 @@ fn new_mapping(
         bail!("mmap in the target failed: errno {}", -result);
     }
     let base = result as u64;
-    let shared = map_here(pid, base, base + size, size as usize)?;
-    let protected = thread.syscall(
-        site,
-        libc::SYS_mprotect as u64,
-        [
-            base,
-            layout::READ_ONLY_BYTES as u64,
-            (libc::PROT_READ | libc::PROT_EXEC) as u64,
-            0,
-            0,
-            0,
-        ],
-    )?;
-    if protected < 0 {
+    let made = map_here(pid, base, base + size, size as usize).and_then(|shared| {
+        let protected = thread.syscall(
+            site,
+            libc::SYS_mprotect as u64,
+            [
+                base,
+                layout::READ_ONLY_BYTES as u64,
+                (libc::PROT_READ | libc::PROT_EXEC) as u64,
+                0,
+                0,
+                0,
+            ],
+        )?;
+        if protected < 0 {
+            return Err(Said::nothing(format!(
+                "mprotect of locktrace's mapping in the target failed: errno {}",
+                -protected
+            )));
+        }
+        Ok(shared)
+    });
+    match made {
+        Ok(shared) => Ok((base, shared)),
+        Err(error) => {
+            unmap(thread, maps, gadgets, base, size)?;
+            Err(error)
+        }
+    }
+}
+
+/// Where a syscall runs from the target's own code (`syscall; ret`), the
+/// way back a return frame on the thread's own stack.
+fn stack_site(thread: &StoppedThread, maps: &[Mapping], gadgets: &Gadgets) -> Result<Site> {
+    let top = thread.stack_top(maps).ok_or_else(|| {
+        anyhow!(
+            "thread {}'s stack has no room for locktrace's return frame; use --mode all",
+            thread.tid()
+        )
+    })?;
+    let frame = thread.return_frame(top, gadgets.sigreturn);
+    thread.write(frame.at, &frame.bytes)?;
+    Ok(Site {
+        rip: gadgets.syscall_ret,
+        rsp: frame.at,
+    })
+}
+
+/// Takes this run's mapping out of the target again (a refusal after it
+/// was made). Run from the target's own code: the thread must not come
+/// back through code in the mapping it unmaps.
+fn unmap(
+    thread: &mut StoppedThread,
+    maps: &[Mapping],
+    gadgets: &Gadgets,
+    base: u64,
+    size: u64,
+) -> Result<()> {
+    let site = stack_site(thread, maps, gadgets)?;
+    let result = thread.syscall(site, libc::SYS_munmap as u64, [base, size, 0, 0, 0, 0])?;
+    if result < 0 {
         bail!(
-            "mprotect of locktrace's mapping in the target failed: errno {}",
-            -protected
+            "munmap of locktrace's unused mapping at {base:#x} failed: errno {}; it stays in the process, unused",
+            -result
         );
     }
-    Ok((base, shared))
+    Ok(())
 }
 
 /// Maps the target's shared mapping (its first VMA `start..end`) here.
 fn map_here(pid: u32, start: u64, end: u64, size: usize) -> Result<MmapMut> {
-    let path = format!("/proc/{pid}/map_files/{start:x}-{end:x}");
+    let task = target::proc_task(pid);
+    let path = format!("/proc/{task}/map_files/{start:x}-{end:x}");
     let file = OpenOptions::new()
         .read(true)
         .write(true)
@@ -980,21 +1141,36 @@ fn restoring(records: &[PatchRecord]) -> Vec<Swap> {
         .collect()
 }
 
-/// Mappings of earlier runs (their header's magic); refuses when the run
-/// that owns one is still going.
-fn leftovers(pid: u32, maps: &[Mapping]) -> Result<Vec<Leftover>> {
+/// Mappings of earlier runs (their header's magic), and one line for
+/// each mapping with the magic that is not one (left as it is, never
+/// read past its end); refuses when the run that owns one is still going.
+fn leftovers(pid: u32, maps: &[Mapping]) -> Result<(Vec<Leftover>, Vec<String>)> {
     let memory = ProcessMemory::new(pid);
     let mut found = Vec::new();
+    let mut ignored = Vec::new();
     for mapping in maps
         .iter()
         .filter(|m| m.path.starts_with("/dev/zero") && m.perms.ends_with('s'))
     {
-        let mut page = vec![0u8; layout::CODE];
-        if memory.read(mapping.start, &mut page) != page.len() {
+        // Within this mapping only: the read would run on into the next.
+        let length = (mapping.end - mapping.start).min(layout::CODE as u64) as usize;
+        let mut page = vec![0u8; length];
+        let read = memory.read(mapping.start, &mut page);
+        page.truncate(read);
+        if !layout::has_magic(&page) {
             continue;
         }
-        let Some(header) = Header::parse(&page) else {
-            continue;
+        let header = match Header::garbled(&page).or_else(|| object_mismatch(pid, mapping, &page)) {
+            Some(why) => {
+                ignored.push(format!(
+                    "a mapping at {:#x} in process {pid} starts like locktrace's but is not one it made ({why}): left as it is",
+                    mapping.start
+                ));
+                continue;
+            }
+            None => {
+                Header::parse(&page).ok_or_else(|| anyhow!("header at {:#x}", mapping.start))?
+            }
         };
         if header.owner_pid != 0
             && header.owner_pid != std::process::id()
@@ -1011,7 +1187,40 @@ fn leftovers(pid: u32, maps: &[Mapping]) -> Result<Vec<Leftover>> {
             shared: mapped_elsewhere(pid, mapping.start),
         });
     }
-    Ok(found)
+    Ok((found, ignored))
+}
+
+/// What makes a well-formed header (`page`) at `mapping` not locktrace's:
+/// the shared memory behind it is not the size the header says (touching
+/// it past its end would be SIGBUS), or a record's stub is not in its code.
+fn object_mismatch(pid: u32, mapping: &Mapping, page: &[u8]) -> Option<String> {
+    let header = Header::parse(page)?;
+    let task = target::proc_task(pid);
+    let path = format!(
+        "/proc/{task}/map_files/{:x}-{:x}",
+        mapping.start, mapping.end
+    );
+    let object = match std::fs::metadata(&path) {
+        Ok(metadata) => metadata.len(),
+        Err(error) => return Some(format!("its memory cannot be sized: {error}")),
+    };
+    if object != header.size {
+        return Some(format!(
+            "its header says {} bytes, the memory behind it holds {object}",
+            header.size
+        ));
+    }
+    let code = mapping.start + layout::CODE as u64..mapping.start + layout::CONTROL as u64;
+    header
+        .patches
+        .iter()
+        .find(|record| !code.contains(&record.stub))
+        .map(|record| {
+            format!(
+                "a GOT entry record's stub {:#x} is outside its code",
+                record.stub
+            )
+        })
 }
 
 /// Switches earlier runs' entries back (with the patcher of the mapping
@@ -1059,14 +1268,28 @@ fn possible_cpus() -> usize {
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
 
+/// What `locktrace restore --pid` did: entries switched back, and the
+/// mappings it left alone (one line each).
+pub struct Restored {
+    pub entries: u64,
+    pub ignored: Vec<String>,
+}
+
 /// `locktrace restore --pid`: switches back what a killed run left.
-pub fn restore_pid(pid: u32) -> Result<u64> {
+pub fn restore_pid(pid: u32) -> Result<Restored> {
     let target = Target::open(pid)?;
-    let leftovers = leftovers(pid, &target.maps)?;
+    let (leftovers, ignored) = leftovers(pid, &target.maps)?;
+    let entries = restore_leftovers_of(&target, &leftovers)?;
+    Ok(Restored { entries, ignored })
+}
+
+/// Switches back the entries `leftovers` name, and stray stubs.
+fn restore_leftovers_of(target: &Target, leftovers: &[Leftover]) -> Result<u64> {
+    let pid = target.pid;
     if leftovers.is_empty() {
         return Ok(0);
     }
-    let functions = crate::probe::lockfuncs::find(&target)?;
+    let functions = crate::probe::lockfuncs::find(target)?;
     let real: HashMap<LockOp, u64> = functions
         .iter()
         .map(|f| (f.op, f.runtime_start))
@@ -1074,7 +1297,7 @@ pub fn restore_pid(pid: u32) -> Result<u64> {
         .collect();
     let ops: Vec<LockOp> = real.keys().copied().collect();
     // Entries a header names, and stray stubs (a forked child's) alike.
-    let strays: Vec<Swap> = plan(&target, &ops, &real, &leftovers)
+    let strays: Vec<Swap> = plan(target, &ops, &real, leftovers)
         .switch
         .iter()
         .filter(|p| p.current != p.original)
@@ -1089,13 +1312,18 @@ pub fn restore_pid(pid: u32) -> Result<u64> {
         return Ok(0);
     }
     let cpu_tables = possible_cpus();
-    let mut thread = stop_for(pid, &target.maps, &leftovers, cpu_tables)?;
-    let source = source(pid, &target.maps, &leftovers, cpu_tables)?;
+    let records: Vec<PatchRecord> = leftovers
+        .iter()
+        .flat_map(|l| l.header.patches.iter().copied())
+        .collect();
+    let mut thread = stop_for(pid, &target.maps, leftovers, cpu_tables)
+        .map_err(|error| in_restore_words(error, pid, &records, strays.len()))?;
+    let source = source(pid, &target.maps, leftovers, cpu_tables)?;
     check_seccomp(pid, &thread, &source, cpu_tables)?;
     let restored = (|| {
-        let (base, mut shared) = open_mapping(&mut thread, &target, source, cpu_tables)?;
+        let (base, mut shared) = open_mapping(&mut thread, target, source, cpu_tables)?;
         write_code(&mut shared, base, cpu_tables, &real);
-        let restored = restore_leftovers(&mut thread, base, &mut shared, &leftovers)?;
+        let restored = restore_leftovers(&mut thread, base, &mut shared, leftovers)?;
         Ok::<_, anyhow::Error>(restored + restore_strays(&mut thread, base, &mut shared, &strays)?)
     })();
     thread.release()?;
