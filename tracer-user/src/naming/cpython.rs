@@ -135,10 +135,15 @@ pub fn gil_lock(
     if layout.runtime_size.is_some_and(|size| size != runtime_size) {
         return None;
     }
+    // A mutex seen only by its futex waits (`--mode contention`) is a
+    // futex row at the mutex's first word, named as the mutex as DWARF does.
+    let same_kind = |lock: &GilLock| {
+        lock.kind == kind || (lock.kind == LockKind::Mutex && kind == LockKind::Futex)
+    };
     let lock = layout
         .locks
         .iter()
-        .find(|lock| lock.offset == offset && lock.kind == kind)?;
+        .find(|lock| lock.offset == offset && same_kind(lock))?;
     Some((
         format!("{RUNTIME}{}", lock.path),
         DeclaredType {
@@ -168,6 +173,11 @@ mod tests {
         assert_eq!(name, "_PyRuntime._main_interpreter._gil.switch_mutex");
         // 3.12's only for the size checked.
         assert!(gil_lock(&CPYTHON_3_12, 0x704b0, 77_600, LockKind::Mutex).is_none());
+        // A futex row at a mutex (contention mode), named as the mutex.
+        let (name, declared) = gil_lock(&CPYTHON_3_11, 0x28b20, 528, LockKind::Futex).unwrap();
+        assert_eq!(name, "_PyRuntime.ceval.gil.switch_mutex");
+        assert_eq!(declared.type_name, "pthread_mutex_t");
+        assert!(gil_lock(&CPYTHON_3_11, 0x28b20, 392, LockKind::Futex).is_none());
         // The wrong kind at a lock's offset, or an offset inside one: no GIL.
         assert!(gil_lock(&CPYTHON_3_11, 0x28b20, 392, LockKind::Mutex).is_none());
         assert!(gil_lock(&CPYTHON_3_11, 0x28b20, 400, LockKind::Condvar).is_none());
