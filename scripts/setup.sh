@@ -23,7 +23,7 @@ done
 NIGHTLY=${LOCKTRACE_NIGHTLY:-nightly}
 NIGHTLY_DATE=2026-05-19
 BPF_LINKER_VERSION=0.13.0
-APT_PACKAGES=(gcc musl-tools libc6-dev apache2 apache2-dev mariadb-server sysbench bpftrace libc6-dbg binutils util-linux golang-go prometheus tmux qemu-system-x86 busybox-static xz-utils python3 debuginfod)
+APT_PACKAGES=(gcc musl-tools libc6-dev apache2 apache2-dev mariadb-server sysbench bpftrace libc6-dbg binutils util-linux golang-go prometheus tmux qemu-system-x86 busybox-static xz-utils python3 python3.11-dev debuginfod)
 
 die() { echo "setup: $*" >&2; exit 1; }
 

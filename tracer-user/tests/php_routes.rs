@@ -451,25 +451,11 @@ fn the_php_tables_match_phps_headers() {
             .next()
             .expect("one API directory")
             .path();
-        let dir = tempfile::tempdir().unwrap();
-        let binary = dir.path().join("offsets");
-        let mut gcc = Command::new("gcc");
-        for sub in ["", "main", "Zend", "TSRM", "sapi"] {
-            gcc.arg("-I").arg(include.join(sub));
-        }
-        let built = gcc
-            .arg("-o")
-            .arg(&binary)
-            .arg(common::repo_root().join("fixtures/php/offsets.c"))
-            .output()
-            .unwrap();
-        assert!(
-            built.status.success(),
-            "{}",
-            String::from_utf8_lossy(&built.stderr)
-        );
-        let printed = Command::new(&binary).output().unwrap();
-        let text = String::from_utf8(printed.stdout).unwrap();
+        let includes: Vec<_> = ["", "main", "Zend", "TSRM", "sapi"]
+            .iter()
+            .map(|sub| include.join(sub))
+            .collect();
+        let text = common::built_and_run(Path::new("fixtures/php/offsets.c"), &includes);
         let (t, _) = php::table_layout(Some(version)).expect("a table");
         let table = [
             ("current_execute_data", t.current_execute_data),

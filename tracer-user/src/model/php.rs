@@ -8,13 +8,16 @@ use serde::{Deserialize, Serialize};
 
 use super::address;
 
-/// Where the offsets of PHP's structures came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+/// Where a layout came from: the offsets of PHP's structures, or a lock's
+/// declared type (`locks[].declared`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum LayoutSource {
     /// The module's own DWARF (built with `-g`, or its debug file).
+    #[default]
     Dwarf,
-    /// locktrace's table for the module's PHP version (a stripped build).
+    /// locktrace's table for the module's version (a stripped build): PHP's
+    /// structures, CPython's GIL.
     Table,
 }
 

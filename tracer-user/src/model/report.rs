@@ -258,7 +258,8 @@ pub struct AddressFigures {
     pub region: super::Region,
 }
 
-/// A lock's type in its module's DWARF.
+/// A lock's type in its module's DWARF (or, for a stripped CPython's GIL,
+/// in locktrace's table for its version).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, JsonSchema)]
 pub struct DeclaredType {
     /// The lock's own type (`Mutex<u64>`, `pthread_cond_t`).
@@ -271,6 +272,10 @@ pub struct DeclaredType {
     /// was seen working on it; absent when the type changed nothing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub contention: Option<DeclaredContention>,
+    /// Where the type came from: the module's DWARF, or locktrace's table
+    /// (a stripped CPython's GIL, found by `_PyRuntime` and `Py_Version`).
+    #[serde(default)]
+    pub layout: super::LayoutSource,
 }
 
 /// Waits that only the declared type shows to be lock contention.

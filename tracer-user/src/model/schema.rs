@@ -575,6 +575,7 @@ mod tests {
             type_name: "pthread_mutex_t".into(),
             inside: Some("stats".into()),
             contention: Some(DeclaredContention::FutexLock),
+            layout: crate::model::LayoutSource::Dwarf,
         });
         lock.lifetime = Some(EndedLifetime {
             earlier: 1,

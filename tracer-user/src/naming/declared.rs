@@ -22,6 +22,7 @@ pub fn declared(types: &[Option<String>]) -> Option<DeclaredType> {
         type_name: own.clone()?,
         inside: outer.iter().rev().flatten().next().cloned(),
         contention: None,
+        layout: crate::model::LayoutSource::Dwarf,
     })
 }
 

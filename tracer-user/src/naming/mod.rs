@@ -11,6 +11,7 @@
 //! the target has exited; pointer chains need it alive, so they are also
 //! searched during the recording (`ongoing.rs`).
 pub mod chain;
+pub mod cpython;
 pub mod creation;
 pub mod debuginfod;
 pub mod declared;

@@ -15,6 +15,7 @@ use std::{
 
 use super::{
     chain::{RawChain, c_notation},
+    cpython::{self, GilLayout},
     declared,
     dwarf::{self, DebugInfo, FieldPath, Want},
     elf::Symbol,
@@ -60,6 +61,9 @@ pub struct Namer<'a> {
     space: &'a AddressSpace,
     files: &'a BTreeMap<String, Arc<ModuleFile>>,
     debug: HashMap<String, Option<(Arc<DebugInfo>, String)>>,
+    /// Each module's CPython GIL layout, when it is a CPython locktrace has
+    /// a table for.
+    cpython: HashMap<String, Option<&'static GilLayout>>,
 }
 
 impl<'a> Namer<'a> {
@@ -68,6 +72,7 @@ impl<'a> Namer<'a> {
             space,
             files,
             debug: HashMap::new(),
+            cpython: HashMap::new(),
         }
     }
 
@@ -146,15 +151,17 @@ impl<'a> Namer<'a> {
         let offset_name = symbol.map(|(s, o)| s.with_offset(o));
         let (name, chain, declared) = match (typed, symbol) {
             (Some(typed), _) => typed,
-            (None, Some((symbol, offset))) => (
-                symbol.with_offset(offset),
-                LockChain {
+            (None, Some((symbol, offset))) => {
+                let (name, declared) = self
+                    .gil_lock(module, symbol, offset, kind)
+                    .map_or_else(|| (symbol.with_offset(offset), None), |(n, d)| (n, Some(d)));
+                let chain = LockChain {
                     module: module.path.clone(),
                     root: symbol.name.clone(),
                     offsets: vec![offset],
-                },
-                None,
-            ),
+                };
+                (name, chain, declared)
+            }
             (None, None) => return None,
         };
         Some(Named {
@@ -164,6 +171,26 @@ impl<'a> Namer<'a> {
             declared,
             rank: Default::default(),
         })
+    }
+
+    /// A stripped CPython's GIL lock at `offset` in `_PyRuntime`, named and
+    /// typed from locktrace's table for the module's version.
+    fn gil_lock(
+        &mut self,
+        module: &LoadedModule,
+        symbol: &Symbol,
+        offset: u64,
+        kind: LockKind,
+    ) -> Option<(String, DeclaredType)> {
+        if symbol.name != cpython::RUNTIME {
+            return None;
+        }
+        let files = self.files;
+        let layout = *self.cpython.entry(module.path.clone()).or_insert_with(|| {
+            let file = files.get(&module.path)?;
+            cpython::table_layout(cpython::python_version(&module.symbols, file.bytes())?)
+        });
+        cpython::gil_lock(layout?, symbol.size, offset, kind)
     }
 
     /// The best of the candidate chains to one heap lock, and the runner-up.

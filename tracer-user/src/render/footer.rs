@@ -3,7 +3,7 @@
 use std::fmt::Write;
 
 use super::format::duration;
-use crate::model::{DeclaredContention, Estimate, Mode, Report, ScaleBasis};
+use crate::model::{DeclaredContention, Estimate, LayoutSource, Mode, Report, ScaleBasis};
 
 /// One or two lines under the table: how naming went, and what to do for
 /// modules without symbols.
@@ -68,7 +68,8 @@ pub fn grouped_by_site(report: &Report) -> String {
     )
 }
 
-/// The rows that count as contention only because of their DWARF type.
+/// The rows that count as contention only because of their declared type
+/// (from DWARF, or locktrace's table for a stripped CPython's GIL).
 fn contention_by_type(report: &Report) -> String {
     const SHOWN: usize = 3;
     let rows: Vec<String> = report
@@ -84,7 +85,11 @@ fn contention_by_type(report: &Report) -> String {
                 ),
             };
             let name = lock.name.as_deref().unwrap_or("-");
-            Some(format!("{name} ({}: {why})", declared.type_name))
+            let from = match declared.layout {
+                LayoutSource::Dwarf => "",
+                LayoutSource::Table => " by locktrace's table",
+            };
+            Some(format!("{name} ({}{from}: {why})", declared.type_name))
         })
         .collect();
     if rows.is_empty() {

@@ -26,6 +26,37 @@ pub fn repo_root() -> PathBuf {
         .to_path_buf()
 }
 
+/// Builds `source` (a fixture's C file) with gcc and `-I` each of
+/// `includes`, runs it, and returns what it printed (a header checker:
+/// `fixtures/php/offsets.c`, `fixtures/python/gil_offsets.c`).
+pub fn built_and_run(source: &Path, includes: &[PathBuf]) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let binary = dir.path().join("built");
+    let mut gcc = Command::new("gcc");
+    for include in includes {
+        gcc.arg("-I").arg(include);
+    }
+    let built = gcc
+        .arg("-o")
+        .arg(&binary)
+        .arg(repo_root().join(source))
+        .output()
+        .unwrap();
+    assert!(
+        built.status.success(),
+        "{}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    let printed = Command::new(&binary).output().unwrap();
+    assert!(
+        printed.status.success(),
+        "{}: {}",
+        source.display(),
+        printed.status
+    );
+    String::from_utf8(printed.stdout).unwrap()
+}
+
 pub fn locktrace() -> Command {
     Command::new(env!("CARGO_BIN_EXE_locktrace"))
 }
