@@ -357,3 +357,19 @@ fn static_build_routes_and_php_frames() {
         report["routes"]
     );
 }
+
+/// Issue 47: on a static musl build PHP's `tsrm_get_ls_cache_tcb_offset`
+/// returns 0, so where PHP's thread table is stripped locktrace takes the
+/// TLS slot from the `_tsrm_ls_cache` TLS symbol (kept in `.dynsym` by the
+/// release binaries) and the executable's TLS segment. On this build (its
+/// `.symtab` has both) that slot holds every thread's globals as PHP's
+/// thread table lists them.
+#[test]
+fn the_tls_symbol_slot_holds_every_threads_globals() {
+    let server = StaticServer::start(Mode::Classic, Libphp::Stock);
+    sequential_requests(8);
+    assert_tls_slot_holds_every_threads_globals(
+        server.pid(),
+        locktrace::model::TlsSlotFrom::TlsSymbol,
+    );
+}

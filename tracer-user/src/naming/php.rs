@@ -2,17 +2,24 @@
 //! holding PHP's engine (`libphp.so`, or the executable of a static build),
 //! its version, the offsets of the structures the BPF side reads (from the
 //! module's DWARF, else locktrace's table for that PHP version), and the
-//! runtime addresses of PHP's thread table and globals offsets.
+//! runtime addresses of PHP's thread table and globals offsets; where the
+//! table is stripped, the TLS slot of each thread's globals instead.
 use std::path::Path;
 
+use object::{
+    Object, ObjectSymbol, SymbolKind, elf, read::elf::ElfFile64, read::elf::ProgramHeader,
+};
 use tracer_common::php::PhpOffsets;
 
 use super::{dwarf, elf::ModuleSymbols, region::load_biases};
 use crate::{
-    model::LayoutSource,
+    model::{LayoutSource, TlsSlotFrom},
     probe::{
         memory::{ProcessMemory, TargetMemory},
-        php::ThreadTable,
+        php::{
+            TcbOffsetCode, ThreadTable, decode_tcb_offset, executable_tls_offset,
+            plausible_tls_offset,
+        },
         request_probe,
         target::Target,
     },
@@ -25,9 +32,14 @@ pub struct PhpRuntime {
     pub module: String,
     pub version: Option<String>,
     pub layout: LayoutSource,
-    /// Everything but `task_fsbase` (the kernel's, filled by the caller).
+    /// Everything but `task_fsbase` (the kernel's, filled by the caller);
+    /// with the TLS slot set where PHP's thread table is stripped.
     pub offsets: PhpOffsets,
+    /// PHP's thread table (all zero where it is stripped: then no thread
+    /// is read from it).
     pub threads: ThreadTable,
+    /// How the TLS slot was found without the table; None with it.
+    pub tls_slot: Option<TlsSlotFrom>,
 }
 
 /// Why PHP's state cannot be read: one line that says what to do.
@@ -42,6 +54,9 @@ pub enum PhpUnavailable {
         module: String,
         symbol: &'static str,
     },
+    /// No thread table (stripped), and nothing in `.dynsym` gives the TLS
+    /// slot of the threads' globals.
+    NoThreadBlocks { module: String },
     /// No DWARF, and no table for this PHP version.
     UnknownLayout {
         module: String,
@@ -66,10 +81,15 @@ impl std::fmt::Display for PhpUnavailable {
                 f,
                 "--php: {module} has no symbol {symbol} (stripped?); use an unstripped build or install its debug symbols"
             ),
+            PhpUnavailable::NoThreadBlocks { module } => write!(
+                f,
+                "--php: {module} has no symbol {THREAD_TABLE} (stripped), and neither {TCB_OFFSET_FUNCTION} nor a {TLS_SLOT} TLS symbol gives where its threads keep their PHP globals; use an unstripped build or install its debug symbols"
+            ),
             PhpUnavailable::UnknownLayout { module, version } => write!(
                 f,
-                "--php: {module} has no DWARF and locktrace has no table for PHP {}; build PHP with -g or install its debug symbols",
-                version.as_deref().unwrap_or("(version unknown)")
+                "--php: {module} has no DWARF and locktrace has no table for PHP {} (tables: {}); build PHP with -g or install its debug symbols",
+                version.as_deref().unwrap_or("(version unknown)"),
+                table_versions()
             ),
             PhpUnavailable::Unreadable { what } => write!(
                 f,
@@ -86,6 +106,10 @@ const EXECUTOR_GLOBALS_OFFSET: &str = "executor_globals_offset";
 const SAPI_GLOBALS_OFFSET: &str = "sapi_globals_offset";
 const THREAD_TABLE: &str = "tsrm_tls_table";
 const THREAD_TABLE_SIZE: &str = "tsrm_tls_table_size";
+/// Exported by TSRM: where `_tsrm_ls_cache` is from the thread pointer.
+const TCB_OFFSET_FUNCTION: &str = "tsrm_get_ls_cache_tcb_offset";
+/// Each thread's pointer to its block of PHP globals.
+const TLS_SLOT: &str = "_tsrm_ls_cache";
 /// Defined by every PHP build, thread-safe or not.
 const ENGINE: &str = "php_request_startup";
 
@@ -93,12 +117,7 @@ const ENGINE: &str = "php_request_startup";
 pub fn resolve(target: &Target) -> Result<PhpRuntime, PhpUnavailable> {
     let root = target.host_path("/");
     let (module, symbols, bytes) = php_module(target, &root)?;
-    let bias = load_biases(&target.maps, &module, &symbols)
-        .first()
-        .copied()
-        .ok_or(PhpUnavailable::Unreadable {
-            what: "the PHP module's mapping",
-        })?;
+    let bias = module_bias(target, &module, &symbols)?;
     let address = |symbol: &'static str| {
         symbols
             .objects
@@ -115,8 +134,8 @@ pub fn resolve(target: &Target) -> Result<PhpRuntime, PhpUnavailable> {
             module: module.clone(),
         })?;
     let sapi_at = address(SAPI_GLOBALS_OFFSET)?;
-    let table = address(THREAD_TABLE)?;
-    let size = address(THREAD_TABLE_SIZE)?;
+    let table = address(THREAD_TABLE)
+        .and_then(|table| address(THREAD_TABLE_SIZE).map(|size| (table, size)));
     let memory = ProcessMemory::new(target.pid);
     let read = |at: u64, what: &'static str| {
         let mut value = [0u8; 8];
@@ -128,18 +147,164 @@ pub fn resolve(target: &Target) -> Result<PhpRuntime, PhpUnavailable> {
     let (layout, mut offsets, entry) = layout(target, &module, version.as_deref())?;
     offsets.executor_globals = read(executor_at, EXECUTOR_GLOBALS_OFFSET)?;
     offsets.sapi_globals = read(sapi_at, SAPI_GLOBALS_OFFSET)?;
+    let (threads, tls_slot) = match table {
+        Ok((table, size)) => {
+            let threads = ThreadTable {
+                table,
+                size,
+                thread_id: entry.0,
+                next: entry.1,
+            };
+            (threads, None)
+        }
+        Err(_) => {
+            let found = PhpModule {
+                path: &module,
+                symbols: &symbols,
+                bytes: &bytes,
+                bias,
+            };
+            let (offset, from) =
+                tls_slot_without_table(target, &found, &memory).ok_or_else(|| {
+                    PhpUnavailable::NoThreadBlocks {
+                        module: module.clone(),
+                    }
+                })?;
+            offsets.tls_known = 1;
+            offsets.tls_offset = offset as u64;
+            (ThreadTable::default(), Some(from))
+        }
+    };
     Ok(PhpRuntime {
         module,
         version,
         layout,
         offsets,
-        threads: ThreadTable {
-            table,
-            size,
-            thread_id: entry.0,
-            next: entry.1,
-        },
+        threads,
+        tls_slot,
     })
+}
+
+/// The module's load bias in the target.
+fn module_bias(
+    target: &Target,
+    module: &str,
+    symbols: &ModuleSymbols,
+) -> Result<u64, PhpUnavailable> {
+    load_biases(&target.maps, module, symbols)
+        .first()
+        .copied()
+        .ok_or(PhpUnavailable::Unreadable {
+            what: "the PHP module's mapping",
+        })
+}
+
+/// The TLS slot as `resolve` finds it where PHP's thread table is stripped,
+/// also for a module that has the table (the tests compare the two ways).
+pub fn tls_slot_without_thread_table(
+    target: &Target,
+) -> Result<(i64, TlsSlotFrom), PhpUnavailable> {
+    let (module, symbols, bytes) = php_module(target, &target.host_path("/"))?;
+    let found = PhpModule {
+        path: &module,
+        symbols: &symbols,
+        bytes: &bytes,
+        bias: module_bias(target, &module, &symbols)?,
+    };
+    tls_slot_without_table(target, &found, &ProcessMemory::new(target.pid)).ok_or_else(|| {
+        PhpUnavailable::NoThreadBlocks {
+            module: module.clone(),
+        }
+    })
+}
+
+/// The module found to hold PHP's engine, as read from its file.
+struct PhpModule<'a> {
+    path: &'a str,
+    symbols: &'a ModuleSymbols,
+    bytes: &'a [u8],
+    /// Its load bias in the target.
+    bias: u64,
+}
+
+/// The offset from the thread pointer of `_tsrm_ls_cache` where PHP's thread
+/// table is stripped, from what `.dynsym` keeps: PHP's own
+/// `tsrm_get_ls_cache_tcb_offset` (glibc: its GOT slot, or its immediate in
+/// an executable), else, in the executable, the `_tsrm_ls_cache` TLS symbol
+/// (musl, where that function returns 0). An offset that is not plausible
+/// is refused, not used.
+fn tls_slot_without_table(
+    target: &Target,
+    module: &PhpModule,
+    memory: &dyn TargetMemory,
+) -> Option<(i64, TlsSlotFrom)> {
+    let function = module
+        .symbols
+        .functions
+        .iter()
+        .find(|function| function.name == TCB_OFFSET_FUNCTION);
+    let from_code = function
+        .and_then(|function| {
+            let code = file_bytes(module.symbols, module.bytes, function.address, 16)?;
+            decode_tcb_offset(code, function.address)
+        })
+        .and_then(|code| match code {
+            TcbOffsetCode::GotSlot(link) => {
+                let mut value = [0u8; 8];
+                let at = module.bias.wrapping_add(link);
+                (memory.read(at, &mut value) == 8).then(|| i64::from_le_bytes(value))
+            }
+            TcbOffsetCode::Offset(offset) => Some(offset),
+            TcbOffsetCode::Zero => None,
+        })
+        .filter(|&offset| plausible_tls_offset(offset));
+    if let Some(offset) = from_code {
+        return Some((offset, TlsSlotFrom::TcbOffsetFunction));
+    }
+    // A library's TLS block is placed by the loader: only the executable's
+    // is at a fixed place.
+    (module.path == target.exe)
+        .then(|| executable_tls_slot(module.bytes))
+        .flatten()
+        .map(|offset| (offset, TlsSlotFrom::TlsSymbol))
+}
+
+/// `len` bytes of the file at link address `address`, through the loaded
+/// segment holding it.
+fn file_bytes<'a>(
+    symbols: &ModuleSymbols,
+    bytes: &'a [u8],
+    address: u64,
+    len: u64,
+) -> Option<&'a [u8]> {
+    let segment = symbols.segments.iter().find(|segment| {
+        (segment.address..segment.address.saturating_add(segment.file_size)).contains(&address)
+    })?;
+    let start = segment.offset.checked_add(address - segment.address)?;
+    let end = start
+        .checked_add(len)?
+        .min(segment.offset.saturating_add(segment.file_size));
+    bytes.get(usize::try_from(start).ok()?..usize::try_from(end).ok()?)
+}
+
+/// The thread-pointer offset of the executable's `_tsrm_ls_cache`, from its
+/// TLS symbol (`.symtab` or `.dynsym`) and its `PT_TLS` segment.
+fn executable_tls_slot(bytes: &[u8]) -> Option<i64> {
+    let file = ElfFile64::<object::Endianness>::parse(bytes).ok()?;
+    let endian = file.endian();
+    let tls = file
+        .elf_program_headers()
+        .iter()
+        .find(|header| header.p_type(endian) == elf::PT_TLS)?;
+    let symbol = file
+        .symbols()
+        .chain(file.dynamic_symbols())
+        .find(|symbol| {
+            symbol.kind() == SymbolKind::Tls
+                && symbol.is_definition()
+                && symbol.name() == Ok(TLS_SLOT)
+        })?;
+    executable_tls_offset(symbol.address(), tls.p_memsz(endian), tls.p_align(endian))
 }
 
 /// The module defining PHP's engine, its symbols and bytes: the executable
@@ -240,6 +405,10 @@ pub fn dwarf_layout(info: &dwarf::DebugInfo) -> Option<(PhpOffsets, (u64, u64))>
     Some((offsets, entry))
 }
 
+/// A table: the structure offsets, and `tsrm_tls_entry`'s `thread_id` and
+/// `next`.
+pub type Table = (PhpOffsets, (u64, u64));
+
 /// The offsets of PHP 8.2 on x86-64, as its DWARF gives them (a unit test
 /// and the FrankenPHP tests check them against the kit's build).
 pub const PHP_8_2: (PhpOffsets, (u64, u64)) = (
@@ -281,16 +450,36 @@ pub const PHP_8_4: (PhpOffsets, (u64, u64)) = (
     PHP_8_2.1,
 );
 
-/// The table's layout for `version` (major.minor), if locktrace has one:
-/// 8.2 and 8.4, the versions whose headers could be checked here (8.3 and
-/// 8.5 are not packaged by Debian).
-pub fn table_layout(version: Option<&str>) -> Option<(PhpOffsets, (u64, u64))> {
+/// PHP 8.5 on x86-64: 8.4's offsets but `current_execute_data`, pushed
+/// 24 bytes down by the executor globals' new `fatal_error_backtrace_on`
+/// and `last_fatal_error_backtrace` (checked against Debian's php8.5-dev
+/// like the others). `_tsrm_tls_entry` is as in 8.2.
+pub const PHP_8_5: Table = (
+    PhpOffsets {
+        current_execute_data: 512,
+        ..PHP_8_4.0
+    },
+    PHP_8_4.1,
+);
+
+/// The tables, by PHP version (major.minor).
+const TABLES: [(&str, Table); 3] = [("8.2", PHP_8_2), ("8.4", PHP_8_4), ("8.5", PHP_8_5)];
+
+/// The table's layout for `version`, if locktrace has one: 8.2, 8.4 and
+/// 8.5, the versions whose headers could be checked here (Debian never
+/// released 8.3: no suite has its headers).
+pub fn table_layout(version: Option<&str>) -> Option<Table> {
     let mut parts = version?.split('.');
-    match (parts.next()?, parts.next()?) {
-        ("8", "2") => Some(PHP_8_2),
-        ("8", "4") => Some(PHP_8_4),
-        _ => None,
-    }
+    let minor = format!("{}.{}", parts.next()?, parts.next()?);
+    TABLES
+        .iter()
+        .find(|(known, _)| *known == minor)
+        .map(|(_, table)| *table)
+}
+
+/// `8.2, 8.4, 8.5`: the versions with a table, for `--php`'s refusal.
+fn table_versions() -> String {
+    TABLES.map(|(version, _)| version).join(", ")
 }
 
 #[cfg(test)]
@@ -305,12 +494,44 @@ mod tests {
     }
 
     #[test]
-    fn tables_for_8_2_and_8_4_only() {
+    fn tables_for_8_2_8_4_and_8_5_only() {
         assert_eq!(table_layout(Some("8.2.32")), Some(PHP_8_2));
         assert_eq!(table_layout(Some("8.4.11")), Some(PHP_8_4));
+        assert_eq!(table_layout(Some("8.5.7")), Some(PHP_8_5));
         assert_eq!(PHP_8_4.0.op_array_filename, 168);
+        assert_eq!(PHP_8_5.0.op_array_filename, 168);
+        assert_eq!(PHP_8_5.0.current_execute_data, 512);
         assert!(table_layout(Some("8.3.1")).is_none());
-        assert!(table_layout(Some("8.5.0")).is_none());
+        assert!(table_layout(Some("8.6.0")).is_none());
         assert!(table_layout(None).is_none());
+    }
+
+    #[test]
+    fn an_unknown_version_is_refused_in_one_line_naming_the_tables() {
+        let refusal = PhpUnavailable::UnknownLayout {
+            module: "/usr/lib/libphp.so".into(),
+            version: Some("8.3.6".into()),
+        }
+        .to_string();
+        assert_eq!(
+            refusal,
+            "--php: /usr/lib/libphp.so has no DWARF and locktrace has no table for PHP 8.3.6 \
+             (tables: 8.2, 8.4, 8.5); build PHP with -g or install its debug symbols"
+        );
+    }
+
+    #[test]
+    fn no_thread_table_and_no_tls_slot_is_one_line() {
+        let refusal = PhpUnavailable::NoThreadBlocks {
+            module: "/usr/lib/libphp.so".into(),
+        }
+        .to_string();
+        assert_eq!(
+            refusal,
+            "--php: /usr/lib/libphp.so has no symbol tsrm_tls_table (stripped), and neither \
+             tsrm_get_ls_cache_tcb_offset nor a _tsrm_ls_cache TLS symbol gives where its threads \
+             keep their PHP globals; use an unstripped build or install its debug symbols"
+        );
+        assert!(!refusal.contains('\n'));
     }
 }

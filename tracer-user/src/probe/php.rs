@@ -7,6 +7,11 @@
 //! and musl, `pthread_self()` is the thread pointer (the `fs` base), which
 //! the BPF side reads from the kernel's task: so the table gives it, per
 //! thread, where PHP's globals are.
+//!
+//! The table is static (in `.symtab` only): where it is stripped, the
+//! offset of `_tsrm_ls_cache` from the thread pointer comes from what
+//! `.dynsym` keeps, PHP's `tsrm_get_ls_cache_tcb_offset` or, in a static
+//! build, the `_tsrm_ls_cache` TLS symbol itself.
 use super::memory::TargetMemory;
 
 /// Where the table is and how its entries are laid out.
@@ -111,6 +116,75 @@ pub fn tls_offset_holds(memory: &dyn TargetMemory, threads: &[(u64, u64)], offse
         .all(|&(tp, block)| read_u64(memory, tp.wrapping_add_signed(offset)) == Some(block))
 }
 
+/// What the code of PHP's `tsrm_get_ls_cache_tcb_offset` says about
+/// where `_tsrm_ls_cache` sits (PHP's own answer, for its JIT, to "how far
+/// from the thread pointer is the slot"; exported in `.dynsym`, so it
+/// survives `strip --strip-all`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TcbOffsetCode {
+    /// `movq _tsrm_ls_cache@gottpoff(%rip), %reg`: the offset is the value
+    /// of the GOT slot at this link address, set by the loader (a shared
+    /// libphp on glibc).
+    GotSlot(u64),
+    /// The same relaxed by the linker in an executable (`movq $off, %reg`):
+    /// the offset itself.
+    Offset(i64),
+    /// `return 0`: PHP gives no offset on this platform (musl).
+    Zero,
+}
+
+/// Decodes the code of `tsrm_get_ls_cache_tcb_offset`, which starts at
+/// link address `address`: its first instruction after an `endbr64` must
+/// be one of the three forms above, else None.
+pub fn decode_tcb_offset(code: &[u8], address: u64) -> Option<TcbOffsetCode> {
+    use iced_x86::{Code, Decoder, DecoderOptions, OpKind, Register};
+    let mut decoder = Decoder::with_ip(64, code, address, DecoderOptions::NONE);
+    let mut instruction = decoder.decode();
+    if instruction.code() == Code::Endbr64 {
+        instruction = decoder.decode();
+    }
+    let register_64 =
+        instruction.op0_kind() == OpKind::Register && instruction.op0_register().is_gpr64();
+    match instruction.code() {
+        Code::Mov_r64_rm64
+            if register_64
+                && instruction.op1_kind() == OpKind::Memory
+                && instruction.is_ip_rel_memory_operand() =>
+        {
+            Some(TcbOffsetCode::GotSlot(instruction.ip_rel_memory_address()))
+        }
+        Code::Mov_rm64_imm32 if register_64 => {
+            Some(TcbOffsetCode::Offset(instruction.immediate32to64()))
+        }
+        Code::Xor_r32_rm32 | Code::Xor_rm32_r32
+            if instruction.op0_register() == Register::EAX
+                && instruction.op1_kind() == OpKind::Register
+                && instruction.op1_register() == Register::EAX =>
+        {
+            Some(TcbOffsetCode::Zero)
+        }
+        _ => None,
+    }
+}
+
+/// The thread-pointer offset of a TLS variable of the executable: x86-64
+/// puts the executable's TLS block right below the thread pointer, its size
+/// rounded up to its alignment (glibc and musl alike, for a TLS segment
+/// aligned in the file, as linkers lay it out). `value` is the symbol's
+/// offset in the block, `size` and `align` the `PT_TLS` segment's.
+pub fn executable_tls_offset(value: u64, size: u64, align: u64) -> Option<i64> {
+    let block = size.checked_next_multiple_of(align.max(1))?;
+    let offset = i64::try_from(value).ok()? - i64::try_from(block).ok()?;
+    plausible_tls_offset(offset).then_some(offset)
+}
+
+/// Whether `offset` can be a pointer's slot in static TLS: below the thread
+/// pointer, aligned, within the TLS search's reach (an offset read from a
+/// wrong place is refused, not used).
+pub fn plausible_tls_offset(offset: i64) -> bool {
+    offset < 0 && offset % 8 == 0 && offset >= -(TLS_SEARCH_BYTES as i64) * 16
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -183,5 +257,51 @@ mod tests {
         // An entry whose next is itself (a torn read).
         entry(&mut memory, 0x3000, 0x7f00, 0x3000);
         assert_eq!(TABLE.threads(&memory), vec![(0x7f00, 0x3000)]);
+    }
+
+    /// The forms gcc and ld give `tsrm_get_ls_cache_tcb_offset`, as seen in
+    /// a shared object (with and without `-fcf-protection`), a static glibc
+    /// executable (the GOT load relaxed to an immediate) and musl.
+    #[test]
+    fn tcb_offset_code_in_each_form() {
+        let got = [0x48, 0x8b, 0x05, 0x81, 0x20, 0x00, 0x00, 0xc3];
+        assert_eq!(
+            decode_tcb_offset(&got, 0x1f30),
+            Some(TcbOffsetCode::GotSlot(0x3fb8))
+        );
+        let endbr = [
+            0xf3, 0x0f, 0x1e, 0xfa, 0x4c, 0x8b, 0x05, 0xf0, 0xff, 0xff, 0xff, 0xc3,
+        ];
+        assert_eq!(
+            decode_tcb_offset(&endbr, 0x1000),
+            Some(TcbOffsetCode::GotSlot(0x1000 + 11 - 0x10))
+        );
+        let relaxed = [0x48, 0xc7, 0xc0, 0xb0, 0xff, 0xff, 0xff, 0xc3];
+        assert_eq!(
+            decode_tcb_offset(&relaxed, 0x401660),
+            Some(TcbOffsetCode::Offset(-80))
+        );
+        assert_eq!(
+            decode_tcb_offset(&[0x31, 0xc0, 0xc3], 0),
+            Some(TcbOffsetCode::Zero)
+        );
+        // A call, a truncated load, nothing.
+        assert_eq!(decode_tcb_offset(&[0xe8, 0, 0, 0, 0], 0), None);
+        assert_eq!(decode_tcb_offset(&[0x48, 0x8b, 0x05, 0x81], 0), None);
+        assert_eq!(decode_tcb_offset(&[], 0), None);
+    }
+
+    /// Measured here on a static musl and a static glibc executable with a
+    /// 64-byte-aligned TLS segment: `&_tsrm_ls_cache - %fs:0` was -48 and
+    /// -112.
+    #[test]
+    fn executable_tls_offsets_as_musl_and_glibc_place_them() {
+        assert_eq!(executable_tls_offset(0x50, 0x58, 0x40), Some(-48));
+        assert_eq!(executable_tls_offset(0x50, 0xa8, 0x40), Some(-112));
+        // Not below the thread pointer, or not aligned: refused.
+        assert_eq!(executable_tls_offset(0x50, 0x10, 0x10), None);
+        assert_eq!(executable_tls_offset(0x4c, 0x58, 0x40), None);
+        assert!(!plausible_tls_offset(0));
+        assert!(plausible_tls_offset(-0x7f8));
     }
 }
