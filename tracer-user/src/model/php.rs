@@ -71,10 +71,11 @@ pub enum TlsSlotFrom {
     /// GOT slot it loads): a stripped build on glibc. PHP's thread table is
     /// not read: `threads` is 0.
     TcbOffsetFunction,
-    /// The `_tsrm_ls_cache` TLS symbol and the executable's TLS segment: a
-    /// stripped static build (musl) that keeps PHP's symbols in `.dynsym`.
-    /// PHP's thread table is not read: `threads` is 0.
-    TlsSymbol,
+    /// The pthread key PHP's exported `tsrm_get_ls_cache` reads (its code)
+    /// and musl's `pthread_getspecific` (its code): a stripped static musl
+    /// build, where `tsrm_get_ls_cache_tcb_offset` returns 0. PHP's thread
+    /// table is not read: `threads` is 0.
+    PthreadKey,
 }
 
 /// What a route row stands for.

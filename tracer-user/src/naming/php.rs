@@ -6,9 +6,6 @@
 //! table is stripped, the TLS slot of each thread's globals instead.
 use std::path::Path;
 
-use object::{
-    Object, ObjectSymbol, SymbolKind, elf, read::elf::ElfFile64, read::elf::ProgramHeader,
-};
 use tracer_common::php::PhpOffsets;
 
 use super::{dwarf, elf::ModuleSymbols, region::load_biases};
@@ -17,8 +14,8 @@ use crate::{
     probe::{
         memory::{ProcessMemory, TargetMemory},
         php::{
-            TcbOffsetCode, ThreadTable, decode_tcb_offset, executable_tls_offset,
-            plausible_tls_offset,
+            TcbOffsetCode, ThreadTable, TlsSlot, decode_getspecific, decode_ls_cache,
+            decode_tcb_offset, plausible_tls_offset,
         },
         request_probe,
         target::Target,
@@ -83,7 +80,7 @@ impl std::fmt::Display for PhpUnavailable {
             ),
             PhpUnavailable::NoThreadBlocks { module } => write!(
                 f,
-                "--php: {module} has no symbol {THREAD_TABLE} (stripped), and neither {TCB_OFFSET_FUNCTION} nor a {TLS_SLOT} TLS symbol gives where its threads keep their PHP globals; use an unstripped build or install its debug symbols"
+                "--php: {module} has no symbol {THREAD_TABLE} (stripped), and neither {TCB_OFFSET_FUNCTION} nor {LS_CACHE_FUNCTION} gives where its threads keep their PHP globals; use an unstripped build or install its debug symbols"
             ),
             PhpUnavailable::UnknownLayout { module, version } => write!(
                 f,
@@ -108,8 +105,8 @@ const THREAD_TABLE: &str = "tsrm_tls_table";
 const THREAD_TABLE_SIZE: &str = "tsrm_tls_table_size";
 /// Exported by TSRM: where `_tsrm_ls_cache` is from the thread pointer.
 const TCB_OFFSET_FUNCTION: &str = "tsrm_get_ls_cache_tcb_offset";
-/// Each thread's pointer to its block of PHP globals.
-const TLS_SLOT: &str = "_tsrm_ls_cache";
+/// Exported by TSRM: the thread's block, through its pthread key.
+const LS_CACHE_FUNCTION: &str = "tsrm_get_ls_cache";
 /// Defined by every PHP build, thread-safe or not.
 const ENGINE: &str = "php_request_startup";
 
@@ -159,19 +156,22 @@ pub fn resolve(target: &Target) -> Result<PhpRuntime, PhpUnavailable> {
         }
         Err(_) => {
             let found = PhpModule {
-                path: &module,
                 symbols: &symbols,
                 bytes: &bytes,
                 bias,
             };
-            let (offset, from) =
-                tls_slot_without_table(target, &found, &memory).ok_or_else(|| {
-                    PhpUnavailable::NoThreadBlocks {
+            let found = tls_slots_without_table(&found, &memory);
+            let (slot, from) =
+                found
+                    .first()
+                    .copied()
+                    .ok_or_else(|| PhpUnavailable::NoThreadBlocks {
                         module: module.clone(),
-                    }
-                })?;
+                    })?;
             offsets.tls_known = 1;
-            offsets.tls_offset = offset as u64;
+            offsets.tls_offset = slot.offset as u64;
+            offsets.tls_indirect = u64::from(slot.index.is_some());
+            offsets.tls_index_offset = slot.index.unwrap_or(0);
             (ThreadTable::default(), Some(from))
         }
     };
@@ -199,74 +199,85 @@ fn module_bias(
         })
 }
 
-/// The TLS slot as `resolve` finds it where PHP's thread table is stripped,
-/// also for a module that has the table (the tests compare the two ways).
-pub fn tls_slot_without_thread_table(
+/// The TLS slots `resolve` can take where PHP's thread table is stripped,
+/// the one it takes first, also for a module that has the table (the tests
+/// compare them with the table).
+pub fn tls_slots_without_thread_table(
     target: &Target,
-) -> Result<(i64, TlsSlotFrom), PhpUnavailable> {
+) -> Result<Vec<(TlsSlot, TlsSlotFrom)>, PhpUnavailable> {
     let (module, symbols, bytes) = php_module(target, &target.host_path("/"))?;
     let found = PhpModule {
-        path: &module,
         symbols: &symbols,
         bytes: &bytes,
         bias: module_bias(target, &module, &symbols)?,
     };
-    tls_slot_without_table(target, &found, &ProcessMemory::new(target.pid)).ok_or_else(|| {
-        PhpUnavailable::NoThreadBlocks {
-            module: module.clone(),
-        }
-    })
+    Ok(tls_slots_without_table(
+        &found,
+        &ProcessMemory::new(target.pid),
+    ))
 }
 
 /// The module found to hold PHP's engine, as read from its file.
 struct PhpModule<'a> {
-    path: &'a str,
     symbols: &'a ModuleSymbols,
     bytes: &'a [u8],
     /// Its load bias in the target.
     bias: u64,
 }
 
-/// The offset from the thread pointer of `_tsrm_ls_cache` where PHP's thread
-/// table is stripped, from what `.dynsym` keeps: PHP's own
-/// `tsrm_get_ls_cache_tcb_offset` (glibc: its GOT slot, or its immediate in
-/// an executable), else, in the executable, the `_tsrm_ls_cache` TLS symbol
-/// (musl, where that function returns 0). An offset that is not plausible
-/// is refused, not used.
-fn tls_slot_without_table(
-    target: &Target,
+/// Where each thread's block can be found where PHP's thread table is
+/// stripped, from what `.dynsym` keeps, best first: PHP's own
+/// `tsrm_get_ls_cache_tcb_offset` (glibc: the offset of `_tsrm_ls_cache`,
+/// in its GOT slot or, in an executable, its code; it returns 0 where PHP's
+/// configure found musl), then the pthread key `tsrm_get_ls_cache` reads,
+/// in musl's array of pthread-specific values (a static build, where
+/// `pthread_getspecific`'s code is in the module). What is not plausible
+/// is left out.
+fn tls_slots_without_table(
     module: &PhpModule,
     memory: &dyn TargetMemory,
-) -> Option<(i64, TlsSlotFrom)> {
-    let function = module
-        .symbols
-        .functions
-        .iter()
-        .find(|function| function.name == TCB_OFFSET_FUNCTION);
-    let from_code = function
-        .and_then(|function| {
-            let code = file_bytes(module.symbols, module.bytes, function.address, 16)?;
-            decode_tcb_offset(code, function.address)
-        })
+) -> Vec<(TlsSlot, TlsSlotFrom)> {
+    let read = |link: u64| {
+        let mut value = [0u8; 8];
+        (memory.read(module.bias.wrapping_add(link), &mut value) == 8)
+            .then(|| u64::from_le_bytes(value))
+    };
+    let from_code = code_of(module, TCB_OFFSET_FUNCTION)
+        .and_then(|(code, address)| decode_tcb_offset(code, address))
         .and_then(|code| match code {
-            TcbOffsetCode::GotSlot(link) => {
-                let mut value = [0u8; 8];
-                let at = module.bias.wrapping_add(link);
-                (memory.read(at, &mut value) == 8).then(|| i64::from_le_bytes(value))
-            }
+            TcbOffsetCode::GotSlot(link) => read(link).map(|value| value as i64),
             TcbOffsetCode::Offset(offset) => Some(offset),
             TcbOffsetCode::Zero => None,
         })
-        .filter(|&offset| plausible_tls_offset(offset));
-    if let Some(offset) = from_code {
-        return Some((offset, TlsSlotFrom::TcbOffsetFunction));
-    }
-    // A library's TLS block is placed by the loader: only the executable's
-    // is at a fixed place.
-    (module.path == target.exe)
-        .then(|| executable_tls_slot(module.bytes))
-        .flatten()
-        .map(|offset| (offset, TlsSlotFrom::TlsSymbol))
+        .filter(|&offset| plausible_tls_offset(offset))
+        .map(|offset| {
+            let slot = TlsSlot {
+                offset,
+                index: None,
+            };
+            (slot, TlsSlotFrom::TcbOffsetFunction)
+        });
+    let from_key = code_of(module, LS_CACHE_FUNCTION)
+        .and_then(|(code, address)| decode_ls_cache(code, address))
+        .and_then(|(key_at, getspecific)| {
+            let array = file_bytes(module.symbols, module.bytes, getspecific, 32)
+                .and_then(|code| decode_getspecific(code, getspecific))?;
+            // pthread_key_t is an unsigned int; musl has 128 keys.
+            let key = read(key_at)? & 0xffff_ffff;
+            let slot = TlsSlot {
+                offset: i64::try_from(array).ok()?,
+                index: Some(key * 8),
+            };
+            (key < 128 && array < 4096).then_some((slot, TlsSlotFrom::PthreadKey))
+        });
+    from_code.into_iter().chain(from_key).collect()
+}
+
+/// The first bytes of the module's function `name`, and its link address.
+fn code_of<'a>(module: &PhpModule<'a>, name: &str) -> Option<(&'a [u8], u64)> {
+    let function = module.symbols.functions.iter().find(|f| f.name == name)?;
+    let code = file_bytes(module.symbols, module.bytes, function.address, 32)?;
+    Some((code, function.address))
 }
 
 /// `len` bytes of the file at link address `address`, through the loaded
@@ -285,26 +296,6 @@ fn file_bytes<'a>(
         .checked_add(len)?
         .min(segment.offset.saturating_add(segment.file_size));
     bytes.get(usize::try_from(start).ok()?..usize::try_from(end).ok()?)
-}
-
-/// The thread-pointer offset of the executable's `_tsrm_ls_cache`, from its
-/// TLS symbol (`.symtab` or `.dynsym`) and its `PT_TLS` segment.
-fn executable_tls_slot(bytes: &[u8]) -> Option<i64> {
-    let file = ElfFile64::<object::Endianness>::parse(bytes).ok()?;
-    let endian = file.endian();
-    let tls = file
-        .elf_program_headers()
-        .iter()
-        .find(|header| header.p_type(endian) == elf::PT_TLS)?;
-    let symbol = file
-        .symbols()
-        .chain(file.dynamic_symbols())
-        .find(|symbol| {
-            symbol.kind() == SymbolKind::Tls
-                && symbol.is_definition()
-                && symbol.name() == Ok(TLS_SLOT)
-        })?;
-    executable_tls_offset(symbol.address(), tls.p_memsz(endian), tls.p_align(endian))
 }
 
 /// The module defining PHP's engine, its symbols and bytes: the executable
@@ -434,6 +425,8 @@ pub const PHP_8_2: (PhpOffsets, (u64, u64)) = (
         path_translated: 40,
         tls_known: 0,
         tls_offset: 0,
+        tls_indirect: 0,
+        tls_index_offset: 0,
     },
     (16, 24),
 );
@@ -529,8 +522,8 @@ mod tests {
         assert_eq!(
             refusal,
             "--php: /usr/lib/libphp.so has no symbol tsrm_tls_table (stripped), and neither \
-             tsrm_get_ls_cache_tcb_offset nor a _tsrm_ls_cache TLS symbol gives where its threads \
-             keep their PHP globals; use an unstripped build or install its debug symbols"
+             tsrm_get_ls_cache_tcb_offset nor tsrm_get_ls_cache gives where its threads keep their \
+             PHP globals; use an unstripped build or install its debug symbols"
         );
         assert!(!refusal.contains('\n'));
     }

@@ -10,8 +10,8 @@
 //!
 //! The table is static (in `.symtab` only): where it is stripped, the
 //! offset of `_tsrm_ls_cache` from the thread pointer comes from what
-//! `.dynsym` keeps, PHP's `tsrm_get_ls_cache_tcb_offset` or, in a static
-//! build, the `_tsrm_ls_cache` TLS symbol itself.
+//! `.dynsym` keeps, PHP's `tsrm_get_ls_cache_tcb_offset` or, on musl where
+//! that returns 0, the pthread key `tsrm_get_ls_cache` reads.
 use super::memory::TargetMemory;
 
 /// Where the table is and how its entries are laid out.
@@ -167,15 +167,88 @@ pub fn decode_tcb_offset(code: &[u8], address: u64) -> Option<TcbOffsetCode> {
     }
 }
 
-/// The thread-pointer offset of a TLS variable of the executable: x86-64
-/// puts the executable's TLS block right below the thread pointer, its size
-/// rounded up to its alignment (glibc and musl alike, for a TLS segment
-/// aligned in the file, as linkers lay it out). `value` is the symbol's
-/// offset in the block, `size` and `align` the `PT_TLS` segment's.
-pub fn executable_tls_offset(value: u64, size: u64, align: u64) -> Option<i64> {
-    let block = size.checked_next_multiple_of(align.max(1))?;
-    let offset = i64::try_from(value).ok()? - i64::try_from(block).ok()?;
-    plausible_tls_offset(offset).then_some(offset)
+/// Where `tsrm_get_ls_cache` (exported) finds a thread's block on a libc
+/// whose `pthread_getspecific` is a plain array read (musl):
+/// `mov tls_key(%rip), %edi; jmp pthread_getspecific`. The link addresses
+/// of PHP's `tls_key` and of `pthread_getspecific`.
+pub fn decode_ls_cache(code: &[u8], address: u64) -> Option<(u64, u64)> {
+    use iced_x86::{Code, Decoder, DecoderOptions, OpKind, Register};
+    let mut decoder = Decoder::with_ip(64, code, address, DecoderOptions::NONE);
+    let mut load = decoder.decode();
+    if load.code() == Code::Endbr64 {
+        load = decoder.decode();
+    }
+    let jump = decoder.decode();
+    let loads_key = load.code() == Code::Mov_r32_rm32
+        && load.op0_register() == Register::EDI
+        && load.op1_kind() == OpKind::Memory
+        && load.is_ip_rel_memory_operand();
+    let tail_calls = matches!(jump.code(), Code::Jmp_rel32_64 | Code::Jmp_rel8_64);
+    (loads_key && tail_calls).then(|| (load.ip_rel_memory_address(), jump.near_branch_target()))
+}
+
+/// The offset in musl's thread (what the thread pointer points to) of its
+/// array of pthread-specific values, from `pthread_getspecific`'s code:
+/// `mov %fs:0, %rax; mov D(%rax), %rax; [mov %edi, %edi;] mov (%rax,%rdi,8), %rax`.
+pub fn decode_getspecific(code: &[u8], address: u64) -> Option<u64> {
+    use iced_x86::{Code, Decoder, DecoderOptions, OpKind, Register};
+    let mut decoder = Decoder::with_ip(64, code, address, DecoderOptions::NONE);
+    let mut self_load = decoder.decode();
+    if self_load.code() == Code::Endbr64 {
+        self_load = decoder.decode();
+    }
+    let thread = self_load.op0_register();
+    let reads_self = self_load.code() == Code::Mov_r64_rm64
+        && self_load.segment_prefix() == Register::FS
+        && self_load.memory_base() == Register::None
+        && self_load.memory_index() == Register::None
+        && self_load.memory_displacement64() == 0;
+    let array_load = decoder.decode();
+    let array = array_load.op0_register();
+    let reads_array = array_load.code() == Code::Mov_r64_rm64
+        && array_load.op1_kind() == OpKind::Memory
+        && array_load.memory_base() == thread
+        && array_load.memory_index() == Register::None;
+    let mut index = decoder.decode();
+    if matches!(index.code(), Code::Mov_r32_rm32 | Code::Mov_rm32_r32)
+        && index.op0_register() == Register::EDI
+    {
+        index = decoder.decode();
+    }
+    let reads_value = index.code() == Code::Mov_r64_rm64
+        && index.memory_base() == array
+        && index.memory_index() == Register::RDI
+        && index.memory_index_scale() == 8
+        && index.memory_displacement64() == 0;
+    (reads_self && reads_array && reads_value).then(|| array_load.memory_displacement64())
+}
+
+/// Where a thread's block is read from its thread pointer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TlsSlot {
+    /// From the thread pointer.
+    pub offset: i64,
+    /// Some: the pointer there is an array, the block at this byte offset
+    /// in it (musl's pthread-specific values).
+    pub index: Option<u64>,
+}
+
+impl TlsSlot {
+    /// The block of the thread whose thread pointer is `tp`.
+    pub fn block(&self, memory: &dyn TargetMemory, tp: u64) -> Option<u64> {
+        let slot = tp.wrapping_add_signed(self.offset);
+        match self.index {
+            None => read_u64(memory, slot),
+            Some(index) => read_u64(memory, read_u64(memory, slot)?.wrapping_add(index)),
+        }
+    }
+
+    /// True when it gives every thread's block.
+    pub fn holds(&self, memory: &dyn TargetMemory, threads: &[(u64, u64)]) -> bool {
+        threads
+            .iter()
+            .all(|&(tp, block)| self.block(memory, tp) == Some(block))
+    }
 }
 
 /// Whether `offset` can be a pointer's slot in static TLS: below the thread
@@ -291,17 +364,45 @@ mod tests {
         assert_eq!(decode_tcb_offset(&[], 0), None);
     }
 
-    /// Measured here on a static musl and a static glibc executable with a
-    /// 64-byte-aligned TLS segment: `&_tsrm_ls_cache - %fs:0` was -48 and
-    /// -112.
+    /// musl's (1.2.3, static) and PHP's code built with musl-gcc.
     #[test]
-    fn executable_tls_offsets_as_musl_and_glibc_place_them() {
-        assert_eq!(executable_tls_offset(0x50, 0x58, 0x40), Some(-48));
-        assert_eq!(executable_tls_offset(0x50, 0xa8, 0x40), Some(-112));
-        // Not below the thread pointer, or not aligned: refused.
-        assert_eq!(executable_tls_offset(0x50, 0x10, 0x10), None);
-        assert_eq!(executable_tls_offset(0x4c, 0x58, 0x40), None);
-        assert!(!plausible_tls_offset(0));
-        assert!(plausible_tls_offset(-0x7f8));
+    fn musl_pthread_key_code() {
+        let ls_cache = [
+            0x8b, 0x3d, 0x9a, 0xe2, 0x35, 0x00, 0xe9, 0x05, 0xe8, 0xdf, 0xff,
+        ];
+        assert_eq!(
+            decode_ls_cache(&ls_cache, 0x2ef6a0),
+            Some((0x64d940, 0xedeb0))
+        );
+        let getspecific = [
+            0x64, 0x48, 0x8b, 0x04, 0x25, 0, 0, 0, 0, 0x48, 0x8b, 0x80, 0x80, 0, 0, 0, 0x89, 0xff,
+            0x48, 0x8b, 0x04, 0xf8, 0xc3,
+        ];
+        assert_eq!(decode_getspecific(&getspecific, 0x1000), Some(0x80));
+        // glibc's pthread_getspecific checks the key and a sequence number:
+        // not a plain array read.
+        assert_eq!(decode_getspecific(&[0x83, 0xff, 0x1f, 0x77, 0x10], 0), None);
+        assert_eq!(decode_ls_cache(&[0x31, 0xc0, 0xc3], 0), None);
+    }
+
+    /// A slot holding the block, and one holding musl's array with the
+    /// block at key 3.
+    #[test]
+    fn a_slot_gives_each_threads_block_directly_or_through_an_array() {
+        let mut memory = FakeMemory::default();
+        memory.map(0x10_0000 - 0x40, 0xaaaa_0000u64.to_le_bytes().to_vec());
+        let direct = TlsSlot {
+            offset: -0x40,
+            index: None,
+        };
+        assert!(direct.holds(&memory, &[(0x10_0000, 0xaaaa_0000)]));
+        memory.map(0x20_0080, 0x30_0000u64.to_le_bytes().to_vec());
+        memory.map(0x30_0018, 0xbbbb_0000u64.to_le_bytes().to_vec());
+        let array = TlsSlot {
+            offset: 0x80,
+            index: Some(3 * 8),
+        };
+        assert_eq!(array.block(&memory, 0x20_0000), Some(0xbbbb_0000));
+        assert!(!array.holds(&memory, &[(0x20_0000, 0xaaaa_0000)]));
     }
 }

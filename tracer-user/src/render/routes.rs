@@ -72,7 +72,7 @@ fn threads_found(php: &crate::model::PhpContext) -> String {
     use crate::model::{ThreadBlocks, TlsSlotFrom};
     let slot_from = match php.tls_slot_from {
         Some(TlsSlotFrom::TcbOffsetFunction) => "tsrm_get_ls_cache_tcb_offset",
-        Some(TlsSlotFrom::TlsSymbol) => "the _tsrm_ls_cache symbol",
+        Some(TlsSlotFrom::PthreadKey) => "tsrm_get_ls_cache's pthread key",
         _ => {
             let blocks = match php.thread_blocks {
                 ThreadBlocks::Tls => "globals found through their TLS",
@@ -317,9 +317,9 @@ mod tests {
             threads_found(&php),
             "threads not counted (PHP's thread table stripped), globals found through their TLS (slot from tsrm_get_ls_cache_tcb_offset)"
         );
-        php.tls_slot_from = Some(TlsSlotFrom::TlsSymbol);
+        php.tls_slot_from = Some(TlsSlotFrom::PthreadKey);
         assert!(
-            threads_found(&php).ends_with("(slot from the _tsrm_ls_cache symbol)"),
+            threads_found(&php).ends_with("(slot from tsrm_get_ls_cache's pthread key)"),
             "{}",
             threads_found(&php)
         );

@@ -61,25 +61,32 @@ pub const WARM_UP: Mix = Mix {
 };
 
 /// Where PHP's thread table is stripped, locktrace takes the TLS slot of
-/// each thread's globals from what `.dynsym` keeps (`from`): on a build that
-/// has the table too, that slot holds every thread's globals as the table
-/// lists them (more than php-main's: the server has started its threads).
-pub fn assert_tls_slot_holds_every_threads_globals(pid: u32, from: locktrace::model::TlsSlotFrom) {
+/// each thread's globals from what `.dynsym` keeps: on a build that has the
+/// table too, the ways it finds there (`found`, best first) each give every
+/// thread's globals as the table lists them (more than php-main's: the
+/// server has started its threads).
+pub fn assert_tls_slots_hold_every_threads_globals(
+    pid: u32,
+    found: &[locktrace::model::TlsSlotFrom],
+) {
     use locktrace::{
         naming::php,
-        probe::{memory::ProcessMemory, php::tls_offset_holds, target::Target},
+        probe::{memory::ProcessMemory, target::Target},
     };
     let target = Target::open(pid).unwrap();
     let runtime = php::resolve(&target).unwrap();
     let memory = ProcessMemory::new(pid);
     let threads = runtime.threads.threads(&memory);
     assert!(threads.len() > 2, "{threads:?}");
-    let (offset, found_from) = php::tls_slot_without_thread_table(&target).unwrap();
-    assert_eq!(found_from, from);
-    assert!(
-        tls_offset_holds(&memory, &threads, offset),
-        "slot {offset} vs threads {threads:x?}"
-    );
+    let slots = php::tls_slots_without_thread_table(&target).unwrap();
+    let ways: Vec<_> = slots.iter().map(|(_, from)| *from).collect();
+    assert_eq!(ways, found, "{slots:?}");
+    for (slot, _) in slots {
+        assert!(
+            slot.holds(&memory, &threads),
+            "slot {slot:?} vs threads {threads:x?}"
+        );
+    }
 }
 
 /// A temp docroot with the pages (world-readable: Apache's workers run as
