@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # PHP's development headers for the versions locktrace has a layout table for
 # (tests/php_routes.rs compiles fixtures/php/offsets.c against them and checks
-# the tables): php8.2-dev from Debian bookworm, php8.4-dev from trixie, fetched
-# with `apt-get download` through private apt lists (the system's lists are not
-# touched) and unpacked to /tmp/e2e/php-headers/VERSION. Skips what is there.
+# the tables): php8.2-dev from Debian bookworm, php8.4-dev from trixie and
+# php8.5-dev from experimental, fetched with `apt-get download` through private
+# apt lists (the system's lists are not touched) and unpacked to
+# /tmp/e2e/php-headers/VERSION. Skips what is there. (Debian never released
+# php8.3: no suite has it, so there is no 8.3 table.)
 set -euo pipefail
 out=${LOCKTRACE_PHP_HEADERS:-/tmp/e2e/php-headers}
-for pair in 8.2:bookworm 8.4:trixie; do
+for pair in 8.2:bookworm 8.4:trixie 8.5:experimental; do
     version=${pair%%:*} suite=${pair#*:}
     [ -e "$out/$version/.done" ] && continue
     work=$out/apt-$suite

@@ -7,7 +7,7 @@
 #                  /tmp/gobin-venv afterwards), then its static musl variant
 #                  (scripts/build-frankenphp-static.sh, about 12 more minutes once),
 #                  and mod_php for Apache (scripts/build-modphp.sh, about 5 minutes once),
-#                  and PHP 8.2's and 8.4's headers (scripts/fetch-php-headers.sh).
+#                  and PHP 8.2's, 8.4's and 8.5's headers (scripts/fetch-php-headers.sh).
 #                  The kit is $LOCKTRACE_FRANKENPHP_KIT, else shared/frankenphp
 #                  beside the repository.
 set -euo pipefail

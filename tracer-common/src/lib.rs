@@ -1152,6 +1152,12 @@ pub mod php {
         pub tls_known: u64,
         /// A signed offset, as two's complement.
         pub tls_offset: u64,
+        /// 1 when the pointer at `tls_offset` is an array (musl's
+        /// pthread-specific values, where a stripped static build keeps
+        /// PHP's `tls_key`): the block is the pointer `tls_index_offset`
+        /// bytes into it.
+        pub tls_indirect: u64,
+        pub tls_index_offset: u64,
     }
 
     /// `zend_function.type` of a function written in PHP.

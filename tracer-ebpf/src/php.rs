@@ -75,7 +75,8 @@ fn thread_block(offsets: &PhpOffsets) -> Result<u64, u32> {
     }
     .map_err(|_| miss::NO_THREAD_POINTER)?;
     if offsets.tls_known != 0
-        && let Ok(block) = read_u64(fsbase.wrapping_add(offsets.tls_offset))
+        && let Ok(slot) = tls_slot(offsets, fsbase)
+        && let Ok(block) = read_u64(slot)
         && block != 0
     {
         return Ok(block);
@@ -86,6 +87,17 @@ fn thread_block(offsets: &PhpOffsets) -> Result<u64, u32> {
     unsafe { PHP_THREADS.get(fsbase) }
         .copied()
         .ok_or(miss::THREAD_UNKNOWN)
+}
+
+/// Where the thread whose thread pointer is `fsbase` keeps its block: at
+/// `tls_offset` from it, or in the array pointed to from there.
+#[inline(always)]
+fn tls_slot(offsets: &PhpOffsets, fsbase: u64) -> Result<u64, u32> {
+    let slot = fsbase.wrapping_add(offsets.tls_offset);
+    if offsets.tls_indirect == 0 {
+        return Ok(slot);
+    }
+    Ok(read_u64(slot)?.wrapping_add(offsets.tls_index_offset))
 }
 
 /// At a request's start (the request probe): labels the thread with the

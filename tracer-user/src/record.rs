@@ -993,6 +993,9 @@ fn php_context(runtime: &PhpRuntime, read: &crate::model::PhpCollected) -> PhpCo
         } else {
             ThreadBlocks::Table
         },
+        tls_slot_from: runtime
+            .tls_slot
+            .or(read.tls.then_some(crate::model::TlsSlotFrom::ThreadTable)),
         unread: tracer_common::php::miss::NAMES
             .iter()
             .zip(read.misses)

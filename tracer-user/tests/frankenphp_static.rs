@@ -357,3 +357,22 @@ fn static_build_routes_and_php_frames() {
         report["routes"]
     );
 }
+
+/// Issue 47: where PHP's thread table is stripped (the release binaries
+/// keep PHP's exported symbols in `.dynsym`), locktrace takes each thread's
+/// globals from PHP's `tsrm_get_ls_cache_tcb_offset` (on this PHP 8.2 build
+/// linked to an immediate, -312: its configure did not define `__MUSL__`)
+/// or, where that returns 0 (PHP builds that detect musl), from the pthread
+/// key PHP's `tsrm_get_ls_cache` reads in musl's array of pthread-specific
+/// values (both by their code). On this build, which has the table too,
+/// both give every thread's globals as PHP's thread table lists them.
+#[test]
+fn the_tls_slots_hold_every_threads_globals() {
+    use locktrace::model::TlsSlotFrom;
+    let server = StaticServer::start(Mode::Classic, Libphp::Stock);
+    sequential_requests(8);
+    assert_tls_slots_hold_every_threads_globals(
+        server.pid(),
+        &[TlsSlotFrom::TcbOffsetFunction, TlsSlotFrom::PthreadKey],
+    );
+}

@@ -31,11 +31,47 @@ struct PhpServer {
     pid: u32,
     mariadb_was_up: bool,
     pages: Pages,
+    /// What the report names differently on the libphp it runs.
+    build: Build,
+    /// A folder that `LD_LIBRARY_PATH` puts before the binary's RUNPATH
+    /// (the kit's libphp symlink, which other tests use, stays as it is).
+    libs: Option<tempfile::TempDir>,
     _lock: File,
 }
 
+/// The kit's libphp `strip --strip-all`ed: no `.symtab`, no DWARF. Its
+/// version's table gives the offsets; the global lock, a variable in
+/// `.dynsym` without its type, is named by its offset.
+const STRIPPED: Build = Build {
+    global_lock: "*mysqlnd_global_stats->+0x10",
+    layout: "table",
+};
+
 impl PhpServer {
     fn start(mode: Mode) -> PhpServer {
+        PhpServer::start_on(mode, None, DEBUG_BUILD)
+    }
+
+    /// The kit's server on a copy of its libphp stripped as the official
+    /// images ship it (`strip --strip-all`), made in a temp folder.
+    fn start_stripped(mode: Mode) -> PhpServer {
+        let libs = tempfile::tempdir().unwrap();
+        let stripped = Command::new("strip")
+            .arg("--strip-all")
+            .arg("/tmp/e2e/libphp-franken-stock.so")
+            .arg("-o")
+            .arg(libs.path().join("libphp.so"))
+            .output()
+            .expect("running strip (binutils)");
+        assert!(
+            stripped.status.success(),
+            "{}",
+            String::from_utf8_lossy(&stripped.stderr)
+        );
+        PhpServer::start_on(mode, Some(libs), STRIPPED)
+    }
+
+    fn start_on(mode: Mode, libs: Option<tempfile::TempDir>, build: Build) -> PhpServer {
         let kit = kit();
         assert!(
             Path::new("/tmp/e2e/frankenphp-e2e").exists(),
@@ -53,6 +89,8 @@ impl PhpServer {
             pid: 0,
             mariadb_was_up,
             pages,
+            build,
+            libs,
             _lock: lock,
         };
         server.script(&["start.sh", mode]);
@@ -68,6 +106,11 @@ impl PhpServer {
             .env("FRANKEN_DOCROOT", &self.pages.root)
             .env("FRANKEN_WORKER", self.pages.root.join("worker.php"))
             .env("FRANKEN_READY", "/hello.php")
+            .envs(
+                self.libs
+                    .as_ref()
+                    .map(|libs| ("LD_LIBRARY_PATH", libs.path())),
+            )
             .output()
             .expect("running a kit script");
         assert!(
@@ -93,7 +136,7 @@ impl PhpServer {
         );
         let (report, table) = trace.finish();
         assert_eq!(report["requests"]["count"], 20, "{table}");
-        let calls = lock_named(&report, GLOBAL_LOCK)["acquisitions"]
+        let calls = lock_named(&report, self.build.global_lock)["acquisitions"]
             .as_u64()
             .unwrap();
         calls as f64 / 20.0
@@ -168,15 +211,7 @@ fn classic_mode_routes_and_php_frames_are_exact() {
     server.script(&["use-patched.sh"]);
     // The restarted server's first requests take locks once (seen: one
     // extra call in 60 requests): warm every page up before recording.
-    send_mix(
-        PORT,
-        Mix {
-            q: 8,
-            two: 4,
-            hello: 4,
-            ids: 0,
-        },
-    );
+    send_mix(PORT, WARM_UP);
     let (patched, _) = server.record_mix();
     std::fs::write(&after, patched.to_string()).unwrap();
     assert_eq!(
@@ -229,6 +264,58 @@ fn worker_mode_routes_and_php_frames_are_exact() {
         &worker,
         "{closure}",
         &["$posts = load_posts($pdo);"],
+    );
+}
+
+/// Issue 47: the kit's libphp stripped as the official images ship it
+/// (`strip --strip-all`: no `.symtab`, so no PHP thread table, and no
+/// DWARF). `--php` finds each thread's globals through the TLS slot PHP's
+/// exported `tsrm_get_ls_cache_tcb_offset` gives and reads PHP 8.2's
+/// structures by locktrace's table: every route exact under the mix, the
+/// global lock's calls per request as on the unstripped build (408 for
+/// `/q.php`, `/two.php`'s measured apart on this server, 0 for the pages
+/// without database work), and the PHP frames at the right file:line.
+#[test]
+fn stripped_libphp_routes_and_php_frames_are_exact() {
+    let server = PhpServer::start_stripped(Mode::Classic);
+    let two_truth = server.two_truth();
+    assert!(two_truth > 408.0, "{two_truth}");
+    let (report, table) = server.record_mix();
+    let php = &report["php"];
+    let libs = server.libs.as_ref().unwrap().path();
+    assert_eq!(
+        php["module"].as_str(),
+        libs.join("libphp.so").to_str(),
+        "the stripped copy runs: {php:#}"
+    );
+    assert_eq!(php["tls_slot_from"], "tcb_offset_function", "{php:#}");
+    assert_eq!(php["threads"], 0, "{php:#}");
+    assert!(
+        table.contains("globals found through their TLS (slot from tsrm_get_ls_cache_tcb_offset)"),
+        "{table}"
+    );
+    assert_routes_in(&report, MIX, two_truth, "stripped classic", STRIPPED);
+    let q = route(&report, "GET /q.php");
+    assert_eq!(q["acquisitions_per_request"], 792.0, "{q:#}");
+    let frames = assert_classic_page_frames_in(&report, &server.pages.root, STRIPPED);
+    assert!(
+        frames.contains(&("PDOStatement::execute".into(), String::new(), 0)),
+        "{frames:#?}"
+    );
+}
+
+/// The TLS slot locktrace takes from `tsrm_get_ls_cache_tcb_offset` where
+/// PHP's thread table is stripped holds every thread's globals, as PHP's
+/// thread table (read on the unstripped build) lists them.
+#[test]
+fn the_tcb_offset_slot_holds_every_threads_globals() {
+    let server = PhpServer::start(Mode::Classic);
+    send_mix(PORT, WARM_UP);
+    // tsrm_get_ls_cache calls glibc's pthread_getspecific through the PLT:
+    // no pthread key slot from it.
+    assert_tls_slots_hold_every_threads_globals(
+        server.pid,
+        &[locktrace::model::TlsSlotFrom::TcbOffsetFunction],
     );
 }
 
@@ -438,13 +525,16 @@ fn top_shows_routes_and_stack_lines_through_php_frames() {
 
 /// The tables locktrace uses where libphp has no DWARF hold what PHP's own
 /// headers say, for each version with a table: `fixtures/php/offsets.c`
-/// compiled against Debian's php8.2-dev and php8.4-dev
-/// (`scripts/fetch-php-headers.sh`, run by setup).
+/// compiled against Debian's php8.2-dev, php8.4-dev and php8.5-dev
+/// (`scripts/fetch-php-headers.sh`, run by setup; `LOCKTRACE_PHP_HEADERS`
+/// names another folder of them, as for the script).
 #[test]
 fn the_php_tables_match_phps_headers() {
     use locktrace::naming::php;
-    for version in ["8.2", "8.4"] {
-        let root = Path::new("/tmp/e2e/php-headers").join(version);
+    let headers = std::env::var_os("LOCKTRACE_PHP_HEADERS")
+        .map_or_else(|| PathBuf::from("/tmp/e2e/php-headers"), PathBuf::from);
+    for version in ["8.2", "8.4", "8.5"] {
+        let root = headers.join(version);
         let include = std::fs::read_dir(root.join("usr/include/php"))
             .expect("PHP's headers (scripts/setup.sh --frankenphp)")
             .flatten()

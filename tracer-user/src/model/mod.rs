@@ -45,7 +45,9 @@ pub use inproc::{CountedBy, Inproc, InprocFunction, InprocModule, Restore, Resto
 pub use kinds::{LockKind, Mode, Placement, RequestSource, ServerKind, StopReason, WaitClass};
 pub use lifetimes::{EndedLifetime, Lifetimes};
 pub use overhead::{Calibration, Overhead};
-pub use php::{LayoutSource, PhpContext, Route, RouteKind, RouteLock, Routes, ThreadBlocks};
+pub use php::{
+    LayoutSource, PhpContext, Route, RouteKind, RouteLock, Routes, ThreadBlocks, TlsSlotFrom,
+};
 pub use placement_refusal::{At, Elsewhere, PlacementRefusal};
 pub use pointer_chains::{ChainSearch, PointerChains};
 pub use region::Region;

@@ -31,11 +31,17 @@ pub struct PhpContext {
     #[serde(default)]
     pub version: Option<String>,
     pub layout: LayoutSource,
-    /// PHP threads found in PHP's own thread table.
+    /// PHP threads found in PHP's own thread table (0 where it is not read,
+    /// see `tls_slot_from`).
     pub threads: u64,
     /// Where the BPF side found each thread's PHP globals.
     #[serde(default)]
     pub thread_blocks: ThreadBlocks,
+    /// How the TLS slot of each thread's globals (`_tsrm_ls_cache`) was
+    /// found; null when it was not (`thread_blocks: table`) and in older
+    /// reports.
+    #[serde(default)]
+    pub tls_slot_from: Option<TlsSlotFrom>,
     /// Events whose PHP context could not be read, by reason
     /// (`not_php_thread`, `no_php_code`, `read_failed`, `no_thread_pointer`);
     /// zero counts omitted. Such events are counted as always, without
@@ -55,6 +61,24 @@ pub enum ThreadBlocks {
     /// before the next read count as `(unreadable)`.
     #[default]
     Table,
+}
+
+/// How the TLS slot of each thread's PHP globals was found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum TlsSlotFrom {
+    /// Searched in the TLS of the threads of PHP's thread table (the module
+    /// has its symbol table).
+    ThreadTable,
+    /// PHP's `tsrm_get_ls_cache_tcb_offset` (exported; its code, and the
+    /// GOT slot it loads): a stripped build on glibc. PHP's thread table is
+    /// not read: `threads` is 0.
+    TcbOffsetFunction,
+    /// The pthread key PHP's exported `tsrm_get_ls_cache` reads (its code)
+    /// and musl's `pthread_getspecific` (its code): a stripped static musl
+    /// build, where `tsrm_get_ls_cache_tcb_offset` returns 0. PHP's thread
+    /// table is not read: `threads` is 0.
+    PthreadKey,
 }
 
 /// What a route row stands for.

@@ -167,6 +167,7 @@ mod tests {
             ("StackSource", round_trips::<StackSource>),
             ("StopReason", round_trips::<StopReason>),
             ("ThreadBlocks", round_trips::<crate::model::ThreadBlocks>),
+            ("TlsSlotFrom", round_trips::<crate::model::TlsSlotFrom>),
             ("WaitClass", round_trips::<WaitClass>),
             ("WindowLinkKind", round_trips::<WindowLinkKind>),
         ];
@@ -471,6 +472,7 @@ mod tests {
             layout: crate::model::LayoutSource::Dwarf,
             threads: 16,
             thread_blocks: crate::model::ThreadBlocks::Tls,
+            tls_slot_from: Some(crate::model::TlsSlotFrom::ThreadTable),
             unread: [("no_php_code".to_string(), 3)].into(),
         });
         report.routes = Some(crate::model::Routes {

@@ -26,17 +26,13 @@ pub fn render(report: &Report, width: Width) -> String {
             .iter()
             .map(|(reason, count)| format!("{count} {reason}"))
             .collect();
+        let threads = threads_found(php);
         let _ = writeln!(
             out,
-            "php: {} {} ({} layout), {} threads ({}){}",
+            "php: {} {} ({} layout), {threads}{}",
             printable(&php.module),
             php.version.as_deref().unwrap_or("(version unknown)"),
             serde_plain(&php.layout),
-            php.threads,
-            match php.thread_blocks {
-                crate::model::ThreadBlocks::Tls => "globals found through their TLS",
-                crate::model::ThreadBlocks::Table => "globals found in PHP's thread table",
-            },
             if unread.is_empty() {
                 String::new()
             } else {
@@ -79,6 +75,26 @@ fn serde_plain(layout: &crate::model::LayoutSource) -> &'static str {
         crate::model::LayoutSource::Dwarf => "DWARF",
         crate::model::LayoutSource::Table => "version table",
     }
+}
+
+/// `16 threads (globals found through their TLS)`: how PHP's threads and
+/// their globals were found.
+fn threads_found(php: &crate::model::PhpContext) -> String {
+    use crate::model::{ThreadBlocks, TlsSlotFrom};
+    let slot_from = match php.tls_slot_from {
+        Some(TlsSlotFrom::TcbOffsetFunction) => "tsrm_get_ls_cache_tcb_offset",
+        Some(TlsSlotFrom::PthreadKey) => "tsrm_get_ls_cache's pthread key",
+        _ => {
+            let blocks = match php.thread_blocks {
+                ThreadBlocks::Tls => "globals found through their TLS",
+                ThreadBlocks::Table => "globals found in PHP's thread table",
+            };
+            return format!("{} threads ({blocks})", php.threads);
+        }
+    };
+    format!(
+        "threads not counted (PHP's thread table stripped), globals found through their TLS (slot from {slot_from})"
+    )
 }
 
 /// `GET /q.php: 2000 requests, 792.0 acquisitions/request, 840 µs CPU/request; *lock 408.0, …`:
@@ -278,6 +294,45 @@ mod tests {
         assert_eq!(
             line(&route, Width::Unlimited),
             "GET /q.php: 2 requests; *stats->LOCK_access 1.50 contended"
+        );
+    }
+
+    /// Where PHP's thread table was read, the threads it had; where it is
+    /// stripped, how the TLS slot was found instead.
+    #[test]
+    fn the_php_line_says_how_the_threads_globals_were_found() {
+        use crate::model::{LayoutSource, PhpContext, ThreadBlocks, TlsSlotFrom};
+        let mut php = PhpContext {
+            module: "/lib/libphp.so".into(),
+            version: Some("8.2.32".into()),
+            layout: LayoutSource::Dwarf,
+            threads: 17,
+            thread_blocks: ThreadBlocks::Tls,
+            tls_slot_from: Some(TlsSlotFrom::ThreadTable),
+            unread: Default::default(),
+        };
+        assert_eq!(
+            threads_found(&php),
+            "17 threads (globals found through their TLS)"
+        );
+        php.thread_blocks = ThreadBlocks::Table;
+        php.tls_slot_from = None;
+        assert_eq!(
+            threads_found(&php),
+            "17 threads (globals found in PHP's thread table)"
+        );
+        php.threads = 0;
+        php.thread_blocks = ThreadBlocks::Tls;
+        php.tls_slot_from = Some(TlsSlotFrom::TcbOffsetFunction);
+        assert_eq!(
+            threads_found(&php),
+            "threads not counted (PHP's thread table stripped), globals found through their TLS (slot from tsrm_get_ls_cache_tcb_offset)"
+        );
+        php.tls_slot_from = Some(TlsSlotFrom::PthreadKey);
+        assert!(
+            threads_found(&php).ends_with("(slot from tsrm_get_ls_cache's pthread key)"),
+            "{}",
+            threads_found(&php)
         );
     }
 }

@@ -22,6 +22,20 @@ use super::{Trace, frankenphp::GLOBAL_LOCK, live_views::try_http_get, repo_root}
 pub const ID_PATTERN: &str = "/\\d+$=/:id";
 pub const ID_ROUTE: &str = "GET /hello.php/:id";
 
+/// What the report names differently from build to build: the global
+/// lock's row and where PHP's structure offsets came from.
+#[derive(Debug, Clone, Copy)]
+pub struct Build {
+    pub global_lock: &'static str,
+    pub layout: &'static str,
+}
+
+/// The kit's builds, compiled with `-g`: the lock named through DWARF.
+pub const DEBUG_BUILD: Build = Build {
+    global_lock: GLOBAL_LOCK,
+    layout: "dwarf",
+};
+
 /// Requests per page of the mixed load.
 #[derive(Debug, Clone, Copy)]
 pub struct Mix {
@@ -37,6 +51,43 @@ pub const MIX: Mix = Mix {
     hello: 40,
     ids: 20,
 };
+
+/// A few requests of every page, to warm a server up.
+pub const WARM_UP: Mix = Mix {
+    q: 8,
+    two: 4,
+    hello: 4,
+    ids: 0,
+};
+
+/// Where PHP's thread table is stripped, locktrace takes the TLS slot of
+/// each thread's globals from what `.dynsym` keeps: on a build that has the
+/// table too, the ways it finds there (`found`, best first) each give every
+/// thread's globals as the table lists them (more than php-main's: the
+/// server has started its threads).
+pub fn assert_tls_slots_hold_every_threads_globals(
+    pid: u32,
+    found: &[locktrace::model::TlsSlotFrom],
+) {
+    use locktrace::{
+        naming::php,
+        probe::{memory::ProcessMemory, target::Target},
+    };
+    let target = Target::open(pid).unwrap();
+    let runtime = php::resolve(&target).unwrap();
+    let memory = ProcessMemory::new(pid);
+    let threads = runtime.threads.threads(&memory);
+    assert!(threads.len() > 2, "{threads:?}");
+    let slots = php::tls_slots_without_thread_table(&target).unwrap();
+    let ways: Vec<_> = slots.iter().map(|(_, from)| *from).collect();
+    assert_eq!(ways, found, "{slots:?}");
+    for (slot, _) in slots {
+        assert!(
+            slot.holds(&memory, &threads),
+            "slot {slot:?} vs threads {threads:x?}"
+        );
+    }
+}
 
 /// A temp docroot with the pages (world-readable: Apache's workers run as
 /// www-data).
@@ -172,7 +223,7 @@ pub fn lock_per_request(route: &Value, lock: &str) -> f64 {
 /// exactly one route.
 /// CPU per route: every CPU sample of the target under exactly one route,
 /// and the global lock's samples over the routes add up to its row's.
-fn assert_route_cpu(report: &Value, what: &str) {
+fn assert_route_cpu(report: &Value, what: &str, build: Build) {
     let routes = report["routes"]["routes"].as_array().unwrap();
     let samples = |value: &Value| value["cpu_samples"].as_u64().unwrap();
     let in_routes: u64 = routes.iter().map(samples).sum();
@@ -188,10 +239,10 @@ fn assert_route_cpu(report: &Value, what: &str) {
     let lock_samples: u64 = routes
         .iter()
         .flat_map(|r| r["locks"].as_array().unwrap())
-        .filter(|lock| lock["name"] == GLOBAL_LOCK)
+        .filter(|lock| lock["name"] == build.global_lock)
         .map(samples)
         .sum();
-    let row = super::frankenphp::lock_named(report, GLOBAL_LOCK);
+    let row = super::frankenphp::lock_named(report, build.global_lock);
     assert_eq!(
         Some(lock_samples * period),
         row["cpu_ns"].as_u64(),
@@ -205,26 +256,32 @@ fn assert_route_cpu(report: &Value, what: &str) {
 }
 
 pub fn assert_routes(report: &Value, mix: Mix, two_truth: f64, what: &str) {
+    assert_routes_in(report, mix, two_truth, what, DEBUG_BUILD);
+}
+
+/// [`assert_routes`] on `build`.
+pub fn assert_routes_in(report: &Value, mix: Mix, two_truth: f64, what: &str, build: Build) {
+    let global_lock = build.global_lock;
     let q = route(report, "GET /q.php");
     assert_eq!(q["requests"], mix.q, "{what}: {q:#}");
-    assert_eq!(lock_per_request(q, GLOBAL_LOCK), 408.0, "{what}: {q:#}");
+    assert_eq!(lock_per_request(q, global_lock), 408.0, "{what}: {q:#}");
     let two = route(report, "GET /two.php");
     assert_eq!(two["requests"], mix.two, "{what}: {two:#}");
     assert_eq!(
-        lock_per_request(two, GLOBAL_LOCK),
+        lock_per_request(two, global_lock),
         two_truth,
         "{what}: {two:#}"
     );
     let hello = route(report, "GET /hello.php");
     assert_eq!(hello["requests"], mix.hello, "{what}: {hello:#}");
     assert_eq!(
-        lock_per_request(hello, GLOBAL_LOCK),
+        lock_per_request(hello, global_lock),
         0.0,
         "{what}: {hello:#}"
     );
     let ids = route(report, ID_ROUTE);
     assert_eq!(ids["requests"], mix.ids, "{what}: {ids:#}");
-    assert_eq!(lock_per_request(ids, GLOBAL_LOCK), 0.0, "{what}: {ids:#}");
+    assert_eq!(lock_per_request(ids, global_lock), 0.0, "{what}: {ids:#}");
     let routes = report["routes"]["routes"].as_array().unwrap();
     assert!(
         !routes
@@ -243,9 +300,9 @@ pub fn assert_routes(report: &Value, mix: Mix, two_truth: f64, what: &str) {
         report["totals"]["acquisitions"].as_u64(),
         "{what}: every acquisition in one route"
     );
-    assert_route_cpu(report, what);
+    assert_route_cpu(report, what, build);
     assert_eq!(
-        report["php"]["layout"], "dwarf",
+        report["php"]["layout"], build.layout,
         "{what}: {:#}",
         report["php"]
     );
@@ -270,7 +327,12 @@ pub fn assert_routes(report: &Value, mix: Mix, two_truth: f64, what: &str) {
 /// `(function, file name, line)` of every PHP frame in the global lock's
 /// stacks.
 pub fn php_frames(report: &Value) -> Vec<(String, String, u64)> {
-    let lock = super::frankenphp::lock_named(report, GLOBAL_LOCK);
+    php_frames_in(report, DEBUG_BUILD)
+}
+
+/// [`php_frames`] on `build`.
+pub fn php_frames_in(report: &Value, build: Build) -> Vec<(String, String, u64)> {
+    let lock = super::frankenphp::lock_named(report, build.global_lock);
     let address = lock["address"].as_str().unwrap();
     let mut frames = Vec::new();
     for stack in report["stacks"].as_array().unwrap() {
@@ -299,7 +361,16 @@ pub fn php_frames(report: &Value) -> Vec<(String, String, u64)> {
 /// q.php's top level) at the lines that took the global lock; returns every
 /// frame found.
 pub fn assert_classic_page_frames(report: &Value, root: &Path) -> Vec<(String, String, u64)> {
-    let frames = php_frames(report);
+    assert_classic_page_frames_in(report, root, DEBUG_BUILD)
+}
+
+/// [`assert_classic_page_frames`] on `build`.
+pub fn assert_classic_page_frames_in(
+    report: &Value,
+    root: &Path,
+    build: Build,
+) -> Vec<(String, String, u64)> {
+    let frames = php_frames_in(report, build);
     let two = root.join("two.php");
     assert_frame(&frames, &two, "load_posts", &["$st->execute([1, 1]);"]);
     assert_frame(&frames, &two, "load_titles", &["$st->execute([21, 21]);"]);
@@ -311,15 +382,15 @@ pub fn assert_classic_page_frames(report: &Value, root: &Path) -> Vec<(String, S
     );
     let q = root.join("q.php");
     assert_frame(&frames, &q, "{main}", &["$st->execute([$start, $start]);"]);
-    assert_stack_routes(report);
+    assert_stack_routes(report, build);
     frames
 }
 
 /// Each stack of the global lock with PHP frames is labelled with the route
 /// of the page its frames are in (`route`, also pprof's label), and both
 /// database pages have such stacks.
-pub fn assert_stack_routes(report: &Value) {
-    let lock = super::frankenphp::lock_named(report, GLOBAL_LOCK);
+pub fn assert_stack_routes(report: &Value, build: Build) {
+    let lock = super::frankenphp::lock_named(report, build.global_lock);
     let mut seen = Vec::new();
     for stack in report["stacks"].as_array().unwrap() {
         if stack["lock"] != lock["address"] {
