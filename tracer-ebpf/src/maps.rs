@@ -15,8 +15,8 @@ use tracer_common::{
     PendingTry, SNAPSHOT_RING_BYTES, StackKey, Unmapped, WaitHolderKey, WaitTime, cpu_sample,
     drop_reason, lifetime,
     php::{
-        MAX_ROUTE_KEYS, MAX_ROUTE_LOCKS, MAX_ROUTES, MAX_THREADS, PhpOffsets, RouteLockCounts, RouteLockKey,
-        RouteText, miss,
+        MAX_ROUTE_KEYS, MAX_ROUTE_LOCKS, MAX_ROUTES, MAX_THREADS, PhpOffsets, RouteLockCounts,
+        RouteLockKey, RouteText, miss,
     },
     requests,
 };
@@ -195,16 +195,14 @@ pub(crate) static ROUTE_TEXTS: HashMap<u64, RouteText> = HashMap::with_max_entri
 /// Requests per route (never full: `ROUTE_TEXTS` bounds the routes, and
 /// the special keys have room of their own).
 #[map]
-pub(crate) static ROUTE_REQUESTS: HashMap<u64, u64> =
-    HashMap::with_max_entries(MAX_ROUTE_KEYS, 0);
+pub(crate) static ROUTE_REQUESTS: HashMap<u64, u64> = HashMap::with_max_entries(MAX_ROUTE_KEYS, 0);
 /// Acquisitions and contended waits per (route, lock).
 #[map]
 pub(crate) static ROUTE_LOCKS: HashMap<RouteLockKey, RouteLockCounts> =
     HashMap::with_max_entries(MAX_ROUTE_LOCKS, 0);
 /// The CPU sampler's samples of the target's threads per route.
 #[map]
-pub(crate) static ROUTE_CPU: HashMap<u64, u64> =
-    HashMap::with_max_entries(MAX_ROUTE_KEYS, 0);
+pub(crate) static ROUTE_CPU: HashMap<u64, u64> = HashMap::with_max_entries(MAX_ROUTE_KEYS, 0);
 /// Events whose PHP context could not be read, by `tracer_common::php::miss`.
 #[map]
 pub(crate) static PHP_MISSES: PerCpuArray<u64> = PerCpuArray::with_max_entries(miss::COUNT, 0);

@@ -11,8 +11,9 @@ use aya_ebpf::{
 use tracer_common::{
     LockOp, ThreadRoute, drop_reason,
     php::{
-        FILE_BYTES, MAX_FRAMES, NO_REQUEST, PAST_CAP_ROUTE, PhpFrame, PhpOffsets, PhpStack, RouteLockCounts,
-        RouteLockKey, RouteText, UNREADABLE_ROUTE, USER_FUNCTION, miss, route_hash,
+        FILE_BYTES, MAX_FRAMES, NO_REQUEST, PAST_CAP_ROUTE, PhpFrame, PhpOffsets, PhpStack,
+        RouteLockCounts, RouteLockKey, RouteText, UNREADABLE_ROUTE, USER_FUNCTION, miss,
+        route_hash,
     },
 };
 
