@@ -48,7 +48,7 @@ pub fn mmap_enter(ctx: TracePointContext) -> u32 {
     let file = flags & MAP_ANONYMOUS == 0 && (record_u64(&ctx, MMAP_ENTER_FD) as i64) >= 0;
     if loads && file && is_target(&ctx) {
         let len = record_u64(&ctx, ENTER_LEN);
-        let _ = MAPPING.insert(&bpf_get_current_pid_tgid(), &len, 0);
+        let _ = MAPPING.insert(bpf_get_current_pid_tgid(), len, 0);
     }
     0
 }
@@ -64,10 +64,10 @@ pub fn mmap_exit(ctx: TracePointContext) -> u32 {
     }
     let thread = bpf_get_current_pid_tgid();
     // SAFETY: the value is copied out at once.
-    let Some(len) = (unsafe { MAPPING.get(&thread) }).copied() else {
+    let Some(len) = (unsafe { MAPPING.get(thread) }).copied() else {
         return 0;
     };
-    let _ = MAPPING.remove(&thread);
+    let _ = MAPPING.remove(thread);
     let start = record_u64(&ctx, EXIT_RET);
     // A failed mmap returns -errno; user addresses are below 2^47.
     if start >> lifetime::SHIFT != 0 {

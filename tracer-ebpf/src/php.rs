@@ -150,7 +150,7 @@ fn read_route(offsets: &PhpOffsets) -> Result<u64, u32> {
     let route = route_hash(&text);
     let _ = ROUTE_TEXTS.insert(route, text, BPF_NOEXIST as u64);
     // SAFETY: only whether the key is there is read.
-    if unsafe { ROUTE_TEXTS.get(&route) }.is_none() {
+    if unsafe { ROUTE_TEXTS.get(route) }.is_none() {
         // The map is full: a route of its own would have no name, and
         // would be shown as unreadable.
         count_drop(drop_reason::ROUTES_PAST_CAP);
