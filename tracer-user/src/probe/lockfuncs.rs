@@ -377,13 +377,19 @@ fn by_libc_code(
                 _ => None,
             }
         };
-        if found_at(LockOp::MutexLock).is_none() {
+        // The archive that built the module is the one whose mutex lock is
+        // there; that search's result is kept for the op itself.
+        let Some(mutex_lock) = found_at(LockOp::MutexLock) else {
             continue;
-        }
+        };
+        let mut mutex_lock = Some(mutex_lock);
         let found = ops
             .iter()
             .filter_map(|&op| {
-                let (file_offset, code) = found_at(op)?;
+                let (file_offset, code) = match op {
+                    LockOp::MutexLock => mutex_lock.take()?,
+                    _ => found_at(op)?,
+                };
                 let runtime_start = runtime_address(target, module, file_offset)?;
                 Some(LockFunction {
                     op,
