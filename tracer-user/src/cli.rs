@@ -94,6 +94,46 @@ impl From<PlacementArg> for Placement {
     }
 }
 
+/// `--group-by`: the command line's words for [`GroupBy`] (naming knows no clap).
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum GroupByArg {
+    /// One row per creation site: its locks at every address, summed.
+    Site,
+    /// One row per lock address.
+    Address,
+}
+
+impl From<GroupByArg> for GroupBy {
+    fn from(group_by: GroupByArg) -> GroupBy {
+        match group_by {
+            GroupByArg::Site => GroupBy::Site,
+            GroupByArg::Address => GroupBy::Address,
+        }
+    }
+}
+
+/// `report --format`: the formats a saved report is printed in (render knows no
+/// clap; JSON is what `report` reads, so it is not offered).
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum FormatArg {
+    Table,
+    Folded,
+    Svg,
+    /// Gzipped pprof protobuf (`go tool pprof`, Pyroscope, Parca).
+    Pprof,
+}
+
+impl From<FormatArg> for OutputFormat {
+    fn from(format: FormatArg) -> OutputFormat {
+        match format {
+            FormatArg::Table => OutputFormat::Table,
+            FormatArg::Folded => OutputFormat::Folded,
+            FormatArg::Svg => OutputFormat::Svg,
+            FormatArg::Pprof => OutputFormat::Pprof,
+        }
+    }
+}
+
 #[derive(Parser)]
 #[command(
     name = "locktrace",
@@ -416,7 +456,7 @@ enum Command {
             default_value = "site",
             help_heading = "Output"
         )]
-        group_by: GroupBy,
+        group_by: GroupByArg,
         /// Create this (empty) file once the probes are live, for scripts and tests.
         #[arg(long, value_name = "PATH", help_heading = "Output")]
         ready_file: Option<PathBuf>,
@@ -493,7 +533,7 @@ enum Command {
         /// `table`, `folded` (stacks for flame graph tools), `svg` (a flame graph) or
         /// `pprof` (gzipped protobuf for go tool pprof, Pyroscope, Parca: redirect to a file).
         #[arg(long, value_enum, default_value = "table")]
-        format: OutputFormat,
+        format: FormatArg,
         /// With the table: print every lock's wait (and hold) histogram in full.
         #[arg(long)]
         histograms: bool,
@@ -503,7 +543,7 @@ enum Command {
         /// Rows of locks named by their creation site: site merges a per-address report's rows
         /// (address cannot split a grouped report: record with --group-by address); default: as recorded.
         #[arg(long, value_enum, value_name = "HOW")]
-        group_by: Option<GroupBy>,
+        group_by: Option<GroupByArg>,
     },
     /// Switch back the GOT entries a `record --mode inproc` that was killed (SIGKILL)
     /// left switched in a process (the next `--mode inproc` run on it does this too).
@@ -671,7 +711,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 hold_times,
                 handoffs,
                 cpu_hz,
-                group_by,
+                group_by: group_by.into(),
                 php,
             };
             let recording = runtime()?.block_on(record::record(&options))?;
@@ -712,7 +752,14 @@ fn run(cli: Cli) -> Result<ExitCode> {
             histograms,
             wide,
             group_by,
-        } => report_file(&file, top, format, histograms, wide, group_by),
+        } => report_file(
+            &file,
+            top,
+            format.into(),
+            histograms,
+            wide,
+            group_by.map(GroupBy::from),
+        ),
         Command::Restore { pid } => restore(pid),
     }
 }

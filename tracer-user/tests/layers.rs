@@ -196,6 +196,35 @@ fn no_module_uses_a_layer_above_it() {
     assert!(violations.is_empty(), "{}", violations.join("\n"));
 }
 
+/// The command line's words belong to the commands: the layers under them
+/// (model up to render) take typed options and never derive clap's traits.
+#[test]
+fn the_layers_under_the_commands_know_no_clap() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let render = rank("render").unwrap();
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let offenders: Vec<String> = files
+        .iter()
+        .filter(|file| {
+            let relative = file.strip_prefix(&src).unwrap();
+            let top = relative
+                .components()
+                .next()
+                .unwrap()
+                .as_os_str()
+                .to_string_lossy();
+            rank(top.trim_end_matches(".rs")).is_some_and(|layer| layer <= render)
+        })
+        .filter(|file| std::fs::read_to_string(file).unwrap().contains("clap"))
+        .map(|file| file.display().to_string())
+        .collect();
+    assert!(
+        offenders.is_empty(),
+        "clap under the commands: {offenders:?}"
+    );
+}
+
 #[test]
 fn the_reference_reader_sees_groups() {
     assert_eq!(

@@ -17,7 +17,7 @@ use crate::{
 };
 
 /// How the locks named by their creation site are shown (`--group-by`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum GroupBy {
     /// One row per creation site: its locks at every address, summed.
     #[default]

@@ -13,7 +13,7 @@ use crate::model::Report;
 
 /// The formats a report is written in (`report --format`, and the files
 /// `record --json`/`--pprof` write).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OutputFormat {
     Table,
     Folded,
@@ -21,7 +21,6 @@ pub enum OutputFormat {
     /// Gzipped pprof protobuf (`go tool pprof`, Pyroscope, Parca).
     Pprof,
     /// The report itself, as `record --json` saves it (`report` reads it).
-    #[value(skip)]
     Json,
 }
 
