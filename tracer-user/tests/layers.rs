@@ -15,6 +15,12 @@ fn rank(module: &str) -> Option<usize> {
     LAYERS.iter().position(|layer| *layer == module)
 }
 
+/// The top-level module a file under src/ belongs to (`naming` for naming/elf.rs).
+fn top_module(relative: &Path) -> String {
+    let first = relative.components().next().unwrap().as_os_str();
+    first.to_string_lossy().trim_end_matches(".rs").to_string()
+}
+
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     for entry in std::fs::read_dir(dir).unwrap().flatten() {
         let path = entry.path();
@@ -157,14 +163,7 @@ fn no_module_uses_a_layer_above_it() {
     let mut checked = 0;
     for file in &files {
         let relative = file.strip_prefix(&src).unwrap();
-        let top = relative
-            .components()
-            .next()
-            .unwrap()
-            .as_os_str()
-            .to_string_lossy()
-            .trim_end_matches(".rs")
-            .to_string();
+        let top = top_module(relative);
         let Some(own) = rank(&top) else {
             // lib.rs and main.rs sit above everything.
             assert!(
@@ -207,14 +206,7 @@ fn the_layers_under_the_commands_know_no_clap() {
     let offenders: Vec<String> = files
         .iter()
         .filter(|file| {
-            let relative = file.strip_prefix(&src).unwrap();
-            let top = relative
-                .components()
-                .next()
-                .unwrap()
-                .as_os_str()
-                .to_string_lossy();
-            rank(top.trim_end_matches(".rs")).is_some_and(|layer| layer <= render)
+            rank(&top_module(file.strip_prefix(&src).unwrap())).is_some_and(|layer| layer <= render)
         })
         .filter(|file| std::fs::read_to_string(file).unwrap().contains("clap"))
         .map(|file| file.display().to_string())
