@@ -8,7 +8,10 @@ mod limits;
 
 use crate::{
     compare, live, loadgen,
-    model::{Mode, Placement, Report},
+    model::{
+        Mode, Placement, Report,
+        plan::{Feature, Plan, View},
+    },
     naming::{self, creation::GroupBy},
     probe::request_auto::RequestProbeSpec,
     record,
@@ -789,23 +792,15 @@ fn sample_options(
     sample_period: Option<Duration>,
     window_links: Option<WindowLinksArg>,
 ) -> Result<SampleOptions> {
-    if mode != ModeArg::Sampled && window_links.is_some() {
-        anyhow::bail!(
-            "--window-links applies only with --mode sampled; add --mode sampled or drop --window-links"
-        );
-    }
-    if mode != ModeArg::Sampled {
-        for (flag, given) in [
-            ("--sample", sample.is_some()),
-            ("--sample-period", sample_period.is_some()),
-        ] {
-            if given {
-                anyhow::bail!(
-                    "{flag} applies only with --mode sampled; add --mode sampled or drop {flag}"
-                );
-            }
-        }
-    }
+    Plan::new(
+        View::Record,
+        mode.into(),
+        &[
+            (Feature::Sample, sample.is_some()),
+            (Feature::SamplePeriod, sample_period.is_some()),
+            (Feature::WindowLinks, window_links.is_some()),
+        ],
+    )?;
     Ok(SampleOptions {
         rate: sample.unwrap_or(0.1),
         period: sample_period,

@@ -15,7 +15,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use anyhow::{Result, bail};
+use anyhow::Result;
 use tracer_common::flags;
 
 use crate::{
@@ -28,6 +28,7 @@ use crate::{
     model::{
         Activity, Collected, Deadlock, InProgress, Lock, LockKind, LockStack, Mode, Placement,
         Report, Routes, StackSource, StopReason, WaitClass,
+        plan::{Feature, Plan, View},
     },
     naming::{
         self,
@@ -196,10 +197,6 @@ fn start_inproc(
     if options.mode != Mode::Inproc {
         return Ok((placed, None));
     }
-    record::refuse_with_inproc(&[
-        (options.stacks, "--stacks"),
-        (options.php.is_some(), "--php"),
-    ])?;
     let started = inproc::session::start(target, functions)?;
     let placed = placed
         .into_iter()
@@ -251,11 +248,14 @@ pub struct LiveSession {
 impl LiveSession {
     /// Finds the lock functions, places and attaches the probes (as `record` does).
     pub fn attach(options: &LiveOptions) -> Result<LiveSession> {
-        if options.mode == Mode::Sampled {
-            bail!(
-                "--mode sampled is for record; live views take --mode all, --mode inproc or --mode contention (contention costs least)"
-            );
-        }
+        Plan::new(
+            View::Live,
+            options.mode,
+            &[
+                (Feature::Stacks, options.stacks),
+                (Feature::Php, options.php.is_some()),
+            ],
+        )?;
         // Setup must not wait behind a loaded machine (see trace::priority).
         crate::trace::priority::begin_setup();
         let session = LiveSession::attach_now(options);

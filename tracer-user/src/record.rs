@@ -7,7 +7,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use tracer_common::flags;
 
 use crate::{
@@ -20,6 +20,7 @@ use crate::{
         Collected, CountedBy, Coverage, ExecLoss, ExecSeen, Inproc, MainThreadExit, Mode,
         PhpContext, Placement, Report, Restore, RestoreOutcome, SampledRun, StopReason,
         ThreadBlocks,
+        plan::{Feature, Plan, View},
     },
     naming::{self, creation::GroupBy, php::PhpRuntime, unwind::StackUnwinder},
     probe::{
@@ -73,6 +74,19 @@ pub struct RecordOptions {
     /// `--php`: routes per request and PHP frames in stacks, with these
     /// rules for naming routes (None: off).
     pub php: Option<RouteRules>,
+}
+
+impl RecordOptions {
+    /// Each feature a mode may refuse, with whether it was asked for.
+    pub fn features(&self) -> [(Feature, bool); 5] {
+        [
+            (Feature::Stacks, self.stacks > 0),
+            (Feature::Php, self.php.is_some()),
+            (Feature::Handoffs, self.handoffs),
+            (Feature::HoldTimes, self.hold_times),
+            (Feature::Load, self.requests.load.is_some()),
+        ]
+    }
 }
 
 /// What the probe layer worked out before anything is attached.
@@ -130,29 +144,7 @@ pub async fn record(options: &RecordOptions) -> Result<Recording> {
     let mut signals = StopSignals::install()?;
     // Until the probes are live, setup must not wait behind a loaded machine.
     priority::begin_setup();
-    if options.mode == Mode::Sampled && options.requests.load.is_some() {
-        bail!(
-            "--mode sampled cannot drive --load; count requests with --request-probe or --requests, or use --mode all"
-        );
-    }
-    if options.php.is_some() && options.mode == Mode::Sampled {
-        bail!(
-            "--php counts each route's locks exactly, which sampled windows cannot: use it with --mode all (the default) or --mode contention"
-        );
-    }
-    if options.mode == Mode::Inproc {
-        refuse_with_inproc(&[
-            (options.stacks > 0, "--stacks"),
-            (options.php.is_some(), "--php"),
-            (options.handoffs, "--handoffs"),
-            (options.hold_times, "--hold-times"),
-        ])?;
-    }
-    if options.hold_times && options.mode != Mode::All {
-        bail!(
-            "--hold-times needs every lock and unlock call probed: use it with --mode all (the default)"
-        );
-    }
+    Plan::new(View::Record, options.mode, &options.features())?;
     let prepared = prepare(
         options.pid,
         options.mode,
@@ -217,24 +209,6 @@ pub async fn record(options: &RecordOptions) -> Result<Recording> {
         php.as_ref(),
     );
     Ok(Recording { report, probes })
-}
-
-/// What `--mode inproc` cannot do, refused in one line each: the flags
-/// given (on) that need the lock probes.
-pub fn refuse_with_inproc(flags: &[(bool, &str)]) -> Result<()> {
-    let why = |flag: &str| match flag {
-        "--stacks" => "--stacks needs the lock probes' stack snapshots",
-        "--php" => "--php reads PHP's state at the lock probes",
-        "--handoffs" => "--handoffs is counted at the lock probes",
-        _ => "--hold-times probes every lock and unlock call",
-    };
-    if let Some((_, flag)) = flags.iter().find(|(on, _)| *on) {
-        bail!(
-            "{}: use it with --mode all (the default), not --mode inproc",
-            why(flag)
-        );
-    }
-    Ok(())
 }
 
 /// One line on what `--mode inproc` switched, on stderr.
@@ -791,9 +765,10 @@ fn bpf_flags(options: &RecordOptions) -> u32 {
     flags
 }
 
-/// Handoffs are counted at the lock probes' acquisitions, when asked for.
+/// Handoffs are counted at the lock probes' acquisitions, when asked for
+/// (the plan refuses them where there are none).
 fn counts_handoffs(options: &RecordOptions) -> bool {
-    options.handoffs && options.mode != Mode::Contention
+    options.handoffs
 }
 
 /// The modules holding probed lock functions, as the target and the host see them.

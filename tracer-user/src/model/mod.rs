@@ -19,6 +19,7 @@ mod lifetimes;
 mod overhead;
 mod php;
 mod placement_refusal;
+pub mod plan;
 mod pointer_chains;
 mod region;
 mod removal;
