@@ -3,7 +3,10 @@
 //! on a path that reaches up: `crate::…` (in `use` groups and full paths
 //! alike, re-exports included) and `super::super::…` climbing out of a
 //! layer into another. Needs no root.
-use std::path::{Path, PathBuf};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    path::{Path, PathBuf},
+};
 
 /// Top-level modules, lowest layer first.
 const LAYERS: &[&str] = &[
@@ -35,10 +38,21 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
 /// The top-level modules a file names after `crate::`, including inside
 /// `use crate::{a::…, b::{…}}` groups.
 fn crate_references(text: &str) -> Vec<String> {
+    references_after(text, "crate::")
+}
+
+/// The first names after each `prefix` in a file (`prefix` then a name, or
+/// a `{…}` group of items).
+fn references_after(text: &str, prefix: &str) -> Vec<String> {
     let mut found = Vec::new();
     let mut rest = text;
-    while let Some(at) = rest.find("crate::") {
-        rest = &rest[at + "crate::".len()..];
+    while let Some(at) = rest.find(prefix) {
+        let before = text.len() - rest.len() + at;
+        rest = &rest[at + prefix.len()..];
+        // `super::` inside `super::super::` is not a path of its own.
+        if before >= 2 && &text[before - 2..before] == "::" {
+            continue;
+        }
         if let Some(group) = rest.strip_prefix('{') {
             let mut depth = 1;
             let mut item = String::new();
@@ -215,6 +229,62 @@ fn the_layers_under_the_commands_know_no_clap() {
         offenders.is_empty(),
         "clap under the commands: {offenders:?}"
     );
+}
+
+/// Each layer's modules and the siblings in the same layer they use
+/// (`super::x` from a file right under the layer, `crate::layer::x` from any
+/// depth), keyed by module.
+fn sibling_uses(src: &Path) -> BTreeMap<(String, String), BTreeSet<String>> {
+    let mut files = Vec::new();
+    rust_files(src, &mut files);
+    let mut uses: BTreeMap<(String, String), BTreeSet<String>> = BTreeMap::new();
+    for file in &files {
+        let path = module_path(file.strip_prefix(src).unwrap());
+        let [layer, module, deeper @ ..] = path.as_slice() else {
+            continue;
+        };
+        let text = std::fs::read_to_string(file).unwrap();
+        // A file's unit tests may use any sibling: only its code counts.
+        let code = text
+            .split("#[cfg(test)]\nmod tests")
+            .next()
+            .unwrap_or_default();
+        let climb = "super::".repeat(deeper.len() + 1);
+        let mut names = references_after(code, &format!("crate::{layer}::"));
+        names.extend(references_after(code, &climb));
+        let entry = uses.entry((layer.clone(), module.clone())).or_default();
+        entry.extend(names.into_iter().filter(|name| {
+            name != module && name != "super" && name != "self" && !name.is_empty()
+        }));
+    }
+    uses
+}
+
+/// Within a layer the modules use each other one way too: no circle such
+/// as `analysis::per_request` ↔ `analysis::waits`.
+#[test]
+fn no_import_circle_inside_a_layer() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let uses = sibling_uses(&src);
+    let mut circles = Vec::new();
+    for (layer, start) in uses.keys() {
+        // Depth-first from `start`: a path back to it is a circle.
+        let mut stack = vec![(start.clone(), vec![start.clone()])];
+        let mut seen = BTreeSet::new();
+        while let Some((module, path)) = stack.pop() {
+            for next in uses.get(&(layer.clone(), module)).into_iter().flatten() {
+                if next == start {
+                    circles.push(format!("{layer}: {} -> {start}", path.join(" -> ")));
+                } else if seen.insert(next.clone()) {
+                    let mut longer = path.clone();
+                    longer.push(next.clone());
+                    stack.push((next.clone(), longer));
+                }
+            }
+        }
+    }
+    assert!(uses.len() > 50, "only {} modules read", uses.len());
+    assert!(circles.is_empty(), "{}", circles.join("\n"));
 }
 
 #[test]

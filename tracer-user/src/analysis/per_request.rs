@@ -5,7 +5,7 @@ use crate::model::{PerRequest, Report, Requests};
 /// Adds the request block to the report and, unless refused or zero, the
 /// per-request figures of every lock and of the totals.
 pub fn apply(report: &mut Report, requests: Requests) {
-    let divisor = divisor(&requests);
+    let divisor = requests.divisor();
     for lock in &mut report.locks {
         lock.per_request = divisor.map(|n| PerRequest {
             acquisitions: lock.acquisitions.map(|a| a as f64 / n),
@@ -30,9 +30,4 @@ pub fn apply(report: &mut Report, requests: Requests) {
     });
     super::waits::apply_per_request(totals, divisor);
     report.requests = Some(requests);
-}
-
-/// The request count figures are divided by, unless refused or zero.
-pub fn divisor(requests: &Requests) -> Option<f64> {
-    (requests.refused.is_none() && requests.count > 0).then_some(requests.count as f64)
 }

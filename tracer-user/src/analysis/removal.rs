@@ -17,7 +17,7 @@
 //!
 //! The saving assumes the critical section's own work stays and nothing
 //! synchronizes it in the lock's place.
-use crate::model::{PriceBasis, PricePart, Removal, Report};
+use crate::model::{PriceBasis, PricePart, Removal, Report, Requests};
 
 /// Calibrated costs the parts are priced with, in ns.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -32,10 +32,7 @@ const CALIBRATED_ERROR: f64 = 0.25;
 
 /// Fills `removal` for every lock with at least one priced part.
 pub fn apply(report: &mut Report, costs: UnitCosts) {
-    let divisor = report
-        .requests
-        .as_ref()
-        .and_then(super::per_request::divisor);
+    let divisor = report.requests.as_ref().and_then(Requests::divisor);
     let target_ns = report.cpu.as_ref().and_then(|cpu| cpu.target_ns);
     let sampled = report.cpu.as_ref().is_some_and(|cpu| cpu.sample_hz > 0);
     let interrupted = report.cpu.as_ref().map_or(0, |cpu| cpu.interrupted_samples);

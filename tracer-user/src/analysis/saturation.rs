@@ -6,7 +6,7 @@
 //! lasts the mean hold, and waiters are served one at a time in order.
 //! Real locks deviate both ways: bursts wait longer than Poisson arrivals,
 //! paced ones (a timer) far less; the measured wait is set beside the model.
-use crate::model::{QueueModel, Report, Saturation};
+use crate::model::{QueueModel, Report, Requests, Saturation};
 
 /// Fills `saturation` for every lock with completed holds.
 pub fn apply(report: &mut Report) {
@@ -14,7 +14,7 @@ pub fn apply(report: &mut Report) {
     let requests_per_s = report
         .requests
         .as_ref()
-        .and_then(super::per_request::divisor)
+        .and_then(Requests::divisor)
         .map(|count| count / duration_s);
     for lock in &mut report.locks {
         let Some(holds) = &lock.holds else { continue };

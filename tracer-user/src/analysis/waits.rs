@@ -16,7 +16,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use tracer_common::FutexCounts;
 
 use crate::model::{
-    ClassTotals, Collected, Lock, LockKind, PerRequest, Report, Totals, WaitClass, add_histogram,
+    ClassTotals, Collected, Lock, LockKind, PerRequest, Report, Requests, Totals, WaitClass,
+    add_histogram,
 };
 
 /// Sets the wait class of every row, adds the condvar and Go runtime rows,
@@ -139,10 +140,7 @@ pub fn count_as_contention(report: &mut Report, addresses: &BTreeSet<u64>) -> us
         return 0;
     }
     let fresh = totals(&report.locks, false);
-    let divisor = report
-        .requests
-        .as_ref()
-        .and_then(super::per_request::divisor);
+    let divisor = report.requests.as_ref().and_then(Requests::divisor);
     let totals = &mut report.totals;
     totals.contended = fresh.contended;
     totals.wakes = fresh.wakes;

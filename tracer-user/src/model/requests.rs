@@ -41,6 +41,14 @@ pub struct Requests {
     pub refused: Option<String>,
 }
 
+impl Requests {
+    /// The count figures are divided by for per-request figures, unless
+    /// refused or zero.
+    pub fn divisor(&self) -> Option<f64> {
+        (self.refused.is_none() && self.count > 0).then_some(self.count as f64)
+    }
+}
+
 /// The request-boundary function locktrace chose from the target's own
 /// modules and symbols.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, JsonSchema)]

@@ -179,7 +179,7 @@ fn not_yet_mapped(target: &Target) -> Vec<String> {
     for path in target.maps.iter().filter(|m| m.is_file()).map(|m| &m.path) {
         if mapped.insert(path.rsplit('/').next().unwrap_or(path).to_string())
             && let Ok(file) = target.module_file(path)
-            && let Some(soname) = super::request_probe::soname(file.bytes())
+            && let Some(soname) = super::modules::soname(file.bytes())
         {
             mapped.insert(soname);
         }

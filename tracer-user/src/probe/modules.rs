@@ -15,7 +15,7 @@ use std::{
 
 use anyhow::{Context, Result, bail};
 use memmap2::Mmap;
-use object::{Object, ObjectSymbol, SymbolKind};
+use object::{Object, ObjectSymbol, SymbolKind, read::elf::Dyn};
 
 /// One ELF file, mapped read-only. The mapping stays valid after the target
 /// exits (it holds the inode), so names resolve from it afterwards.
@@ -165,6 +165,20 @@ impl std::fmt::Debug for ModuleStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "ModuleStore({} files)", self.len())
     }
+}
+
+/// The `DT_SONAME` of a 64-bit ELF shared library, if it has one.
+pub fn soname(data: &[u8]) -> Option<String> {
+    let elf = object::read::elf::ElfFile64::<object::Endianness>::parse(data).ok()?;
+    let endian = elf.endian();
+    let sections = elf.elf_section_table();
+    let (entries, link) = sections.dynamic(endian, data).ok()??;
+    let strings = sections.strings(endian, data, link).ok()?;
+    let entry = entries
+        .iter()
+        .find(|entry| entry.tag32(endian) == Some(object::elf::DT_SONAME))?;
+    let name = entry.string(endian, strings).ok()?;
+    Some(String::from_utf8_lossy(name).into_owned())
 }
 
 #[cfg(test)]

@@ -1,14 +1,11 @@
 //! `--request-probe MODULE:SYMBOL`: finds a function that runs once per
 //! request in one of the target's modules, as the file offset a uprobe takes.
 use anyhow::{Context, Result, anyhow, bail};
-use object::{
-    Endianness, Object, ObjectSymbol, elf,
-    read::elf::{Dyn, ElfFile64},
-};
+use object::{Object, ObjectSymbol};
 
 use super::{
     lockfuncs::file_offset_of,
-    modules::{defines_function, functions_named},
+    modules::{defines_function, functions_named, soname},
     placement,
     target::Target,
 };
@@ -153,20 +150,6 @@ fn choose_module<'a>(modules: &'a [Module], wanted: &str) -> Result<&'a Module, 
         [] => Err(ModuleMatch::None),
         _ => Err(ModuleMatch::Several(matching)),
     }
-}
-
-/// The `DT_SONAME` of a 64-bit ELF shared library, if it has one.
-pub fn soname(data: &[u8]) -> Option<String> {
-    let elf = ElfFile64::<Endianness>::parse(data).ok()?;
-    let endian = elf.endian();
-    let sections = elf.elf_section_table();
-    let (entries, link) = sections.dynamic(endian, data).ok()??;
-    let strings = sections.strings(endian, data, link).ok()?;
-    let entry = entries
-        .iter()
-        .find(|entry| entry.tag32(endian) == Some(elf::DT_SONAME))?;
-    let name = entry.string(endian, strings).ok()?;
-    Some(String::from_utf8_lossy(name).into_owned())
 }
 
 /// Which of the functions `symbols` `module` defines (text symbols,

@@ -8,7 +8,7 @@ use tracer_common::{
     WaitTime, names,
 };
 
-use super::collect::map_mut;
+use super::maps::map_mut;
 
 /// The map keys of expired locks, by map.
 pub struct ExpiredKeys {

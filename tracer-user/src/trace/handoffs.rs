@@ -9,7 +9,7 @@ use aya::{
 };
 use tracer_common::{CpuPlace, HandoffCounts, MAX_CPUS, names};
 
-use super::collect::{map_mut, read_hash};
+use super::maps::{map_mut, read_hash};
 use crate::probe::topology::Topology;
 
 /// [`store_places`] of this machine's topology, when `flags` (bits of

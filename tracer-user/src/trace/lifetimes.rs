@@ -9,7 +9,7 @@ use aya::{
 };
 use tracer_common::{Unmapped, lifetime, names};
 
-use super::collect::{map, map_mut};
+use super::maps::{map, map_mut};
 use crate::{model::Lifetimes, probe::target::Mapping};
 
 /// The module ranges last written to `WATCHED`.

@@ -12,6 +12,7 @@ pub mod inflight;
 pub mod inproc;
 pub mod lifetimes;
 pub mod live_keys;
+pub mod maps;
 pub mod multi;
 pub mod php;
 pub mod prealloc;

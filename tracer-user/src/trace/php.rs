@@ -13,7 +13,7 @@ use tracer_common::{
     php::{PhpFrame, PhpOffsets, PhpStack, RouteText, USER_FUNCTION, miss},
 };
 
-use super::collect::{map_mut, per_cpu_sum, read_hash};
+use super::maps::{map_mut, per_cpu_sum, read_hash};
 use crate::{
     model::{PhpCollected, PhpFrameRead},
     probe::{
