@@ -287,6 +287,28 @@ fn no_import_circle_inside_a_layer() {
     assert!(circles.is_empty(), "{}", circles.join("\n"));
 }
 
+/// Every diagnostic goes through `model::diagnostics::note`, which escapes
+/// the target's control characters: no `eprintln!` in the code.
+#[test]
+fn diagnostics_go_through_one_channel() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let offenders: Vec<String> = files
+        .iter()
+        .filter(|file| {
+            let text = std::fs::read_to_string(file).unwrap();
+            let code = text.split("#[cfg(test)]").next().unwrap_or_default();
+            code.contains("eprintln!") || code.contains("eprint!(")
+        })
+        .map(|file| file.display().to_string())
+        .collect();
+    assert!(
+        offenders.is_empty(),
+        "eprintln! instead of diagnostics::note: {offenders:?}"
+    );
+}
+
 #[test]
 fn the_reference_reader_sees_groups() {
     assert_eq!(

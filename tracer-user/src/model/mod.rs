@@ -8,6 +8,7 @@ mod collected;
 mod coverage;
 mod cpu;
 mod destination;
+pub mod diagnostics;
 mod drop_reason;
 mod estimate;
 mod handoffs;

@@ -1,5 +1,6 @@
 //! Number and text formatting shared by every text output, and how a lock
 //! and a frame are labelled in all of them.
+pub use crate::model::diagnostics::printable;
 
 use crate::model::{Frame, Lock};
 
@@ -39,28 +40,6 @@ pub fn cut(text: &str, max: usize) -> String {
     }
     let kept: String = text.chars().take(max.saturating_sub(1)).collect();
     format!("{kept}…")
-}
-
-/// `text` with every control character but the newline written as an
-/// escape (`\x1b`, `\u{9b}`): names come from the target, and an escape
-/// sequence in a symbol must not reach the terminal (retitle it, move the
-/// cursor, hide lines). JSON escapes them itself.
-pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
-    if !text.chars().any(|c| c.is_control() && c != '\n') {
-        return std::borrow::Cow::Borrowed(text);
-    }
-    let mut escaped = String::with_capacity(text.len() + 8);
-    for c in text.chars() {
-        match c {
-            '\n' => escaped.push(c),
-            c if c.is_control() && (c as u32) < 0x80 => {
-                escaped.push_str(&format!("\\x{:02x}", c as u32))
-            }
-            c if c.is_control() => escaped.push_str(&format!("\\u{{{:x}}}", c as u32)),
-            c => escaped.push(c),
-        }
-    }
-    std::borrow::Cow::Owned(escaped)
 }
 
 /// Widest line of a rendered block, in characters.

@@ -6,6 +6,8 @@ use std::io::{ErrorKind, Write};
 
 use anyhow::{Context, Result};
 
+pub use crate::model::diagnostics::note;
+
 /// How a write to stdout ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Written {
@@ -32,17 +34,6 @@ pub fn to(out: &mut dyn Write, bytes: &[u8]) -> Result<Written> {
         Err(error) if error.kind() == ErrorKind::BrokenPipe => Ok(Written::ReaderGone),
         Err(error) => Err(error).context("cannot write to stdout"),
     }
-}
-
-/// A diagnostic line on stderr; a stderr that is gone is ignored (the
-/// result is on stdout or in the JSON, and there is nowhere to say more).
-pub fn note(line: std::fmt::Arguments) {
-    let line = line.to_string();
-    let _ = writeln!(
-        std::io::stderr().lock(),
-        "{}",
-        super::format::printable(&line)
-    );
 }
 
 #[cfg(test)]

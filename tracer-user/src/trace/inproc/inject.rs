@@ -510,10 +510,12 @@ fn instant(what: &str) {
     }
     let number = COUNT.fetch_add(1, Ordering::SeqCst) + 1;
     if print {
-        eprintln!("locktrace: instant {number}: {what}");
+        crate::model::diagnostics::note(format_args!("locktrace: instant {number}: {what}"));
     }
     if pause_at == Some(number) {
-        eprintln!("locktrace: paused at instant {number}: {what}");
+        crate::model::diagnostics::note(format_args!(
+            "locktrace: paused at instant {number}: {what}"
+        ));
         loop {
             std::thread::sleep(Duration::from_secs(3600));
         }

@@ -575,7 +575,9 @@ impl Drop for Session {
         if !self.finished
             && let Some(reason) = self.restore().reason
         {
-            eprintln!("locktrace: GOT entries not restored: {reason}");
+            crate::model::diagnostics::note(format_args!(
+                "locktrace: GOT entries not restored: {reason}"
+            ));
         }
     }
 }
