@@ -221,8 +221,34 @@ fn plan(
     real: &HashMap<LockOp, u64>,
     leftovers: &[Leftover],
 ) -> Plan {
-    let memory = ProcessMemory::new(target.pid);
     let (modules, unreadable) = got::find(target, ops);
+    let found = FoundEntries {
+        modules,
+        unreadable,
+    };
+    plan_entries(&ProcessMemory::new(target.pid), found, ops, real, leftovers)
+}
+
+/// The GOT entries of the lock functions, by module, and the modules that
+/// could not be read, with why.
+struct FoundEntries {
+    modules: Vec<got::ModuleGot>,
+    unreadable: Vec<(String, String)>,
+}
+
+/// [`plan`] over the entries found and the target's memory as `memory`
+/// reads it: no side effect, so every case is unit-tested on a fake.
+fn plan_entries(
+    memory: &dyn TargetMemory,
+    found: FoundEntries,
+    ops: &[LockOp],
+    real: &HashMap<LockOp, u64>,
+    leftovers: &[Leftover],
+) -> Plan {
+    let FoundEntries {
+        modules,
+        unreadable,
+    } = found;
     let mut plan = Plan::default();
     for (module, why) in unreadable {
         for &op in ops {
@@ -249,7 +275,14 @@ fn plan(
             if let Some(&original) = left_switched.get(&slot.address) {
                 value = original;
             }
-            let function = real[&slot.op];
+            let Some(&function) = real.get(&slot.op) else {
+                // Not one of the functions found: nothing to compare with.
+                plan.skipped.push((
+                    slot.op,
+                    format!("{} not found in the target", slot.op.symbol()),
+                ));
+                continue;
+            };
             let unresolved = slot.is_lazy(value);
             if strays.get(&value) == Some(&slot.op) {
                 // An earlier run's stub no header names (a child forked
@@ -1364,6 +1397,159 @@ fn restore_strays(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::probe::{got::GotSlot, memory::FakeMemory};
+
+    const LOCK: u64 = 0x7f00_0000_1000;
+    const PLT: (u64, u64) = (0x5000_1000, 0x5000_2000);
+    const GOT: u64 = 0x5000_8000;
+
+    fn slot(address: u64) -> GotSlot {
+        GotSlot {
+            op: LockOp::MutexLock,
+            module: "/srv/app".into(),
+            address,
+            module_code: (0x5000_0000, 0x5000_4000),
+            plt: PLT,
+        }
+    }
+
+    /// The program's GOT at `GOT` holding `value`, one entry per value.
+    fn planned(values: &[u64], bind_now: bool, leftovers: &[Leftover]) -> Plan {
+        let mut memory = FakeMemory::default();
+        memory.map(GOT, vec![0; 8 * values.len()]);
+        for (index, value) in values.iter().enumerate() {
+            memory.put_u64(GOT + 8 * index as u64, *value);
+        }
+        let slots = (0..values.len() as u64)
+            .map(|i| slot(GOT + 8 * i))
+            .collect();
+        let found = FoundEntries {
+            modules: vec![got::ModuleGot {
+                module: "/srv/app".into(),
+                slots,
+                bind_now,
+            }],
+            unreadable: vec![("/srv/gone.so".into(), "deleted".into())],
+        };
+        let real = HashMap::from([(LockOp::MutexLock, LOCK)]);
+        plan_entries(&memory, found, &[LockOp::MutexLock], &real, leftovers)
+    }
+
+    /// An earlier run's mapping at `base` whose header records `GOT`
+    /// switched from `LOCK`.
+    fn leftover(base: u64, recorded: bool) -> Leftover {
+        let patches = recorded
+            .then(|| layout::PatchRecord {
+                got: GOT,
+                original: LOCK,
+                stub: stub_address(base, LockOp::MutexLock),
+            })
+            .into_iter()
+            .collect();
+        Leftover {
+            start: base,
+            header: layout::Header {
+                version: 1,
+                owner_pid: 1,
+                owner_start: 1,
+                size: 4096,
+                cpu_tables: 1,
+                patches,
+            },
+            shared: false,
+        }
+    }
+
+    #[test]
+    fn a_bound_entry_is_switched_from_the_real_function() {
+        let plan = planned(&[LOCK], true, &[]);
+        assert_eq!(plan.switch.len(), 1);
+        let entry = &plan.switch[0];
+        assert_eq!(
+            (entry.original, entry.current, entry.unresolved),
+            (LOCK, LOCK, false)
+        );
+        assert!(plan.bind_now["/srv/app"]);
+        assert_eq!(
+            plan.skipped,
+            [(
+                LockOp::MutexLock,
+                "/srv/gone.so not read: deleted".to_string()
+            )]
+        );
+    }
+
+    #[test]
+    fn a_lazy_entry_is_switched_from_its_plt_and_said_unresolved() {
+        let plan = planned(&[PLT.0 + 0x30], false, &[]);
+        let entry = &plan.switch[0];
+        assert_eq!((entry.original, entry.unresolved), (PLT.0 + 0x30, true));
+        assert!(!plan.bind_now["/srv/app"]);
+    }
+
+    #[test]
+    fn a_foreign_value_is_left_alone_with_why() {
+        // The module's own code, outside its PLT: the program's own hook.
+        let plan = planned(&[0x5000_3000], true, &[]);
+        assert!(plan.switch.is_empty());
+        assert!(
+            plan.skipped[1]
+                .1
+                .contains("holds 0x50003000, not pthread_mutex_lock at 0x7f0000001000: left alone"),
+            "{:?}",
+            plan.skipped
+        );
+    }
+
+    #[test]
+    fn an_earlier_runs_stub_is_switched_back_to_what_it_replaced() {
+        let base = 0x7e00_0000_0000;
+        let stub = stub_address(base, LockOp::MutexLock);
+        // Recorded in the earlier run's header: the original comes from it.
+        let plan = planned(&[stub], true, &[leftover(base, true)]);
+        let entry = &plan.switch[0];
+        assert_eq!((entry.original, entry.current), (LOCK, LOCK));
+        // Not recorded (a forked child's copy): a stray stub, still ours.
+        let plan = planned(&[stub], true, &[leftover(base, false)]);
+        let entry = &plan.switch[0];
+        assert_eq!(
+            (entry.original, entry.current, entry.unresolved),
+            (LOCK, stub, false)
+        );
+    }
+
+    #[test]
+    fn an_unreadable_entry_and_entries_past_the_table_are_skipped() {
+        let mut values = vec![LOCK; layout::MAX_PATCHES + 2];
+        values.push(LOCK);
+        let plan = planned(&values, true, &[]);
+        assert_eq!(plan.switch.len(), layout::MAX_PATCHES);
+        let past = plan
+            .skipped
+            .iter()
+            .filter(|(_, why)| why.contains(&format!("more than {} entries", layout::MAX_PATCHES)))
+            .count();
+        assert_eq!(past, 3);
+        let mut memory = FakeMemory::default();
+        memory.map(GOT, vec![0; 8]);
+        let found = FoundEntries {
+            modules: vec![got::ModuleGot {
+                module: "/srv/app".into(),
+                slots: vec![slot(GOT + 0x1000)],
+                bind_now: true,
+            }],
+            unreadable: Vec::new(),
+        };
+        let real = HashMap::from([(LockOp::MutexLock, LOCK)]);
+        let plan = plan_entries(&memory, found, &[LockOp::MutexLock], &real, &[]);
+        assert_eq!(
+            plan.skipped,
+            [(
+                LockOp::MutexLock,
+                "/srv/app entry at 0x50009000 not readable".to_string()
+            )]
+        );
+    }
 
     #[test]
     fn shared_pages_are_read_from_the_mappings_own_block() {
