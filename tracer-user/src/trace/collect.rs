@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use super::{
     inflight::{self, WaitsBeforeAttach},
     lifetimes,
-    maps::{map, per_cpu_sum, read_hash, read_per_cpu_hash},
+    maps::{MapReads, map, per_cpu_sum, read_per_cpu_hash},
 };
 use crate::model::Collected;
 use anyhow::{Context, Result};
@@ -39,41 +39,40 @@ pub fn read_for_report(
     Ok(collected)
 }
 
-pub fn collect(ebpf: &Ebpf) -> Result<Collected> {
-    let callers = read_per_cpu_hash(ebpf, names::MAP_CALLERS)?;
-    let mut locks: HashMap<u64, LockCounts> = read_hash(ebpf, names::MAP_LOCKS)?;
+pub fn collect(maps: &impl MapReads) -> Result<Collected> {
+    let callers = maps.per_cpu_hash(names::MAP_CALLERS)?;
+    let mut locks: HashMap<u64, LockCounts> = maps.hash(names::MAP_LOCKS)?;
     // Failed calls (busy, timed out) are counted apart, never in the two above.
-    let failed_tries = read_hash(ebpf, names::MAP_FAILED_TRIES)?;
+    let failed_tries = maps.hash(names::MAP_FAILED_TRIES)?;
     // The BPF side counts a call under its caller, or in LOCKS when the
     // caller is unknown: a lock's calls are the sum of both.
     fold_callers(&mut locks, &callers);
     let mut collected = Collected {
         locks,
-        futexes: read_hash(ebpf, names::MAP_FUTEXES)?,
-        condvars: read_hash(ebpf, names::MAP_CONDVARS)?,
-        go_futexes: read_hash(ebpf, names::MAP_GO_FUTEXES)?,
+        futexes: maps.hash(names::MAP_FUTEXES)?,
+        condvars: maps.hash(names::MAP_CONDVARS)?,
+        go_futexes: maps.hash(names::MAP_GO_FUTEXES)?,
         callers,
         failed_tries,
-        stacks: read_hash(ebpf, names::MAP_STACK_COUNTS)?,
-        wait_holders: read_hash(ebpf, names::MAP_WAIT_HOLDERS)?,
-        holds: read_hash(ebpf, names::MAP_HOLDS)?,
-        holders: read_hash(ebpf, names::MAP_HOLDERS)?,
-        cpu_locks: read_hash(ebpf, names::MAP_CPU_LOCKS)?,
-        handoffs: super::handoffs::read(ebpf)?,
+        stacks: maps.hash(names::MAP_STACK_COUNTS)?,
+        wait_holders: maps.hash(names::MAP_WAIT_HOLDERS)?,
+        holds: maps.hash(names::MAP_HOLDS)?,
+        holders: maps.hash(names::MAP_HOLDERS)?,
+        cpu_locks: maps.hash(names::MAP_CPU_LOCKS)?,
+        handoffs: maps.hash(names::MAP_HANDOFFS)?,
         ..Collected::default()
     };
-    collected.unlock_hits = per_cpu_sum(ebpf, names::MAP_UNLOCK_HITS, 0)?;
-    let cpu_counts: Array<&MapData, u64> = Array::try_from(map(ebpf, names::MAP_CPU_COUNTS)?)?;
+    collected.unlock_hits = maps.per_cpu_sum(names::MAP_UNLOCK_HITS, 0)?;
     for (index, slot) in collected.cpu_counts.iter_mut().enumerate() {
-        *slot = cpu_counts.get(&(index as u32), 0).unwrap_or(0);
+        *slot = maps.array_word(names::MAP_CPU_COUNTS, index as u32)?;
     }
     for (index, slot) in collected.drops.iter_mut().enumerate() {
-        *slot = per_cpu_sum(ebpf, names::MAP_DROPS, index as u32)?;
+        *slot = maps.per_cpu_sum(names::MAP_DROPS, index as u32)?;
     }
-    collected.requests = per_cpu_sum(ebpf, names::MAP_REQUESTS, requests::WHILE_COUNTING)?;
+    collected.requests = maps.per_cpu_sum(names::MAP_REQUESTS, requests::WHILE_COUNTING)?;
     collected.requests_whole_recording =
-        per_cpu_sum(ebpf, names::MAP_REQUESTS, requests::WHOLE_RECORDING)?;
-    collected.cond_wait_calls = per_cpu_sum(ebpf, names::MAP_COND_CALLS, 0)?;
+        maps.per_cpu_sum(names::MAP_REQUESTS, requests::WHOLE_RECORDING)?;
+    collected.cond_wait_calls = maps.per_cpu_sum(names::MAP_COND_CALLS, 0)?;
     Ok(collected)
 }
 
@@ -162,4 +161,96 @@ pub fn total_lock_calls(ebpf: &Ebpf) -> Result<u64> {
     }
     let callers: HashMap<CallerKey, u64> = read_per_cpu_hash(ebpf, names::MAP_CALLERS)?;
     Ok(total + callers.values().sum::<u64>())
+}
+
+#[cfg(test)]
+mod tests {
+    use tracer_common::{
+        CpuSamples, FutexCounts, HandoffCounts, HoldCounts, HolderHolds, HolderKey, LockOp,
+        StackKey, WaitHolderKey, WaitTime, drop_reason,
+    };
+
+    use super::*;
+    use crate::trace::maps::FakeMaps;
+
+    const LOCK: u64 = 0x1000;
+
+    fn key(op: LockOp, return_ip: u64) -> CallerKey {
+        CallerKey {
+            lock: LOCK,
+            return_ip,
+            op: op as u32,
+            _pad: 0,
+        }
+    }
+
+    /// Every map `collect` reads, empty, as a freshly loaded object's.
+    fn loaded() -> FakeMaps {
+        FakeMaps::default()
+            .with(names::MAP_CALLERS, HashMap::<CallerKey, Vec<u64>>::new())
+            .with(names::MAP_LOCKS, HashMap::<u64, LockCounts>::new())
+            .with(names::MAP_FAILED_TRIES, HashMap::<CallerKey, u64>::new())
+            .with(names::MAP_FUTEXES, HashMap::<u64, FutexCounts>::new())
+            .with(names::MAP_CONDVARS, HashMap::<u64, FutexCounts>::new())
+            .with(names::MAP_GO_FUTEXES, HashMap::<u64, FutexCounts>::new())
+            .with(names::MAP_STACK_COUNTS, HashMap::<StackKey, u64>::new())
+            .with(names::MAP_WAIT_HOLDERS, HashMap::<WaitHolderKey, WaitTime>::new())
+            .with(names::MAP_HOLDS, HashMap::<u64, HoldCounts>::new())
+            .with(names::MAP_HOLDERS, HashMap::<HolderKey, HolderHolds>::new())
+            .with(names::MAP_CPU_LOCKS, HashMap::<u64, CpuSamples>::new())
+            .with(names::MAP_HANDOFFS, HashMap::<u64, HandoffCounts>::new())
+    }
+
+    /// A lock's calls are those with an unknown caller (LOCKS) plus those
+    /// under each caller, summed over the CPUs; failed tries stay apart.
+    #[test]
+    fn callers_fold_into_their_locks_calls_over_every_cpu() {
+        let mut in_locks = LockCounts::default();
+        in_locks.calls[LockOp::MutexLock as usize] = 7;
+        let maps = loaded()
+            .with(names::MAP_LOCKS, HashMap::from([(LOCK, in_locks)]))
+            .with(
+                names::MAP_CALLERS,
+                HashMap::from([
+                    (key(LockOp::MutexLock, 0x10), vec![100u64, 200]),
+                    (key(LockOp::MutexLock, 0x20), vec![0, 3]),
+                    (key(LockOp::MutexTrylock, 0x30), vec![5, 0]),
+                ]),
+            )
+            .with(
+                names::MAP_FAILED_TRIES,
+                HashMap::from([(key(LockOp::MutexTrylock, 0x30), 9u64)]),
+            );
+        let collected = collect(&maps).unwrap();
+        let calls = collected.locks[&LOCK].calls;
+        assert_eq!(calls[LockOp::MutexLock as usize], 7 + 300 + 3);
+        assert_eq!(calls[LockOp::MutexTrylock as usize], 5);
+        assert_eq!(collected.callers[&key(LockOp::MutexLock, 0x10)], 300);
+        assert_eq!(collected.failed_tries[&key(LockOp::MutexTrylock, 0x30)], 9);
+    }
+
+    /// Drops, requests and the condvar calls are per-CPU counters, summed.
+    #[test]
+    fn counters_are_summed_over_the_cpus_at_their_index() {
+        let maps = loaded()
+            .with_per_cpu(names::MAP_DROPS, drop_reason::CALLERS_FULL, vec![2, 5])
+            .with_per_cpu(names::MAP_REQUESTS, requests::WHILE_COUNTING, vec![40, 2])
+            .with_per_cpu(names::MAP_REQUESTS, requests::WHOLE_RECORDING, vec![50, 3])
+            .with_per_cpu(names::MAP_COND_CALLS, 0, vec![1, 1])
+            .with(names::MAP_CPU_COUNTS, HashMap::from([(1u32, 12u64)]));
+        let collected = collect(&maps).unwrap();
+        assert_eq!(collected.drops[drop_reason::CALLERS_FULL as usize], 7);
+        assert_eq!(collected.drops.iter().sum::<u64>(), 7);
+        assert_eq!(collected.requests, 42);
+        assert_eq!(collected.requests_whole_recording, 53);
+        assert_eq!(collected.cond_wait_calls, 2);
+        assert_eq!(collected.cpu_counts[1], 12);
+    }
+
+    #[test]
+    fn a_missing_map_is_a_broken_build_said_by_name() {
+        let maps = FakeMaps::default();
+        let error = collect(&maps).unwrap_err();
+        assert_eq!(error.to_string(), "BPF object lacks map CALLERS");
+    }
 }

@@ -1,15 +1,14 @@
 //! The handoff maps: the CPUs' places in the cache topology, written at
 //! load (`CPU_PLACES`), and the counts per lock, read with the others.
-use std::collections::HashMap;
 
 use anyhow::{Context, Result};
 use aya::{
     Ebpf,
     maps::{Array, MapData},
 };
-use tracer_common::{CpuPlace, HandoffCounts, MAX_CPUS, names};
+use tracer_common::{CpuPlace, MAX_CPUS, names};
 
-use super::maps::{map_mut, read_hash};
+use super::maps::map_mut;
 use crate::probe::topology::Topology;
 
 /// [`store_places`] of this machine's topology, when `flags` (bits of
@@ -32,9 +31,4 @@ pub fn store_places(ebpf: &mut Ebpf, topology: &Topology) -> Result<()> {
             .with_context(|| format!("writing CPU {cpu}'s place to {}", names::MAP_CPU_PLACES))?;
     }
     Ok(())
-}
-
-/// Each lock's handoff counts.
-pub fn read(ebpf: &Ebpf) -> Result<HashMap<u64, HandoffCounts>> {
-    read_hash(ebpf, names::MAP_HANDOFFS)
 }

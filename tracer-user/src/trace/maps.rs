@@ -1,12 +1,109 @@
 //! Typed reads of the BPF object's maps by name, for every module that
 //! collects from them (one place, below collect and the readers it calls).
-use std::collections::HashMap;
+//! [`MapReads`] is the seam: the loaded object reads the kernel's maps, and
+//! unit tests give [`FakeMaps`] instead (as aya tests its map types with
+//! `override_syscall`), so what is built from the maps needs no root.
+use std::{collections::HashMap, hash::Hash};
 
 use anyhow::{Context, Result};
 use aya::{
-    Ebpf,
-    maps::{HashMap as BpfHashMap, MapData, PerCpuArray, PerCpuHashMap},
+    Ebpf, Pod,
+    maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, PerCpuHashMap},
 };
+
+/// What a collection reads from the maps.
+pub trait MapReads {
+    /// A hash map, whole.
+    fn hash<K: Pod + Eq + Hash, V: Pod>(&self, name: &str) -> Result<HashMap<K, V>>;
+    /// A per-CPU hash map of counters, each key's values summed over the CPUs.
+    fn per_cpu_hash<K: Pod + Eq + Hash>(&self, name: &str) -> Result<HashMap<K, u64>>;
+    /// Index `index` of a per-CPU array of counters, summed over the CPUs.
+    fn per_cpu_sum(&self, name: &str, index: u32) -> Result<u64>;
+    /// Index `index` of an array of counters (0 where unreadable).
+    fn array_word(&self, name: &str, index: u32) -> Result<u64>;
+}
+
+impl MapReads for Ebpf {
+    fn hash<K: Pod + Eq + Hash, V: Pod>(&self, name: &str) -> Result<HashMap<K, V>> {
+        read_hash(self, name)
+    }
+
+    fn per_cpu_hash<K: Pod + Eq + Hash>(&self, name: &str) -> Result<HashMap<K, u64>> {
+        read_per_cpu_hash(self, name)
+    }
+
+    fn per_cpu_sum(&self, name: &str, index: u32) -> Result<u64> {
+        per_cpu_sum(self, name, index)
+    }
+
+    fn array_word(&self, name: &str, index: u32) -> Result<u64> {
+        let array: Array<&MapData, u64> = Array::try_from(map(self, name)?)?;
+        Ok(array.get(&index, 0).unwrap_or(0))
+    }
+}
+
+/// Maps held in memory, for unit tests: each map is what the kernel's would
+/// read as, by name; a map not given reads as missing, as from a broken build.
+#[cfg(test)]
+#[derive(Default)]
+pub struct FakeMaps {
+    maps: HashMap<String, Box<dyn std::any::Any>>,
+    /// Per-CPU arrays: (name, index) → each CPU's value.
+    per_cpu: HashMap<(String, u32), Vec<u64>>,
+}
+
+#[cfg(test)]
+impl FakeMaps {
+    /// A hash map (or a per-CPU hash map, given as each CPU's values).
+    pub fn with<K: 'static, V: 'static>(mut self, name: &str, map: HashMap<K, V>) -> FakeMaps {
+        self.maps.insert(name.to_string(), Box::new(map));
+        self
+    }
+
+    /// Index `index` of a per-CPU array, each CPU's value.
+    pub fn with_per_cpu(mut self, name: &str, index: u32, values: Vec<u64>) -> FakeMaps {
+        self.per_cpu.insert((name.to_string(), index), values);
+        self
+    }
+
+    fn get<T: 'static>(&self, name: &str) -> Result<&T> {
+        self.maps
+            .get(name)
+            .with_context(|| format!("BPF object lacks map {name}"))?
+            .downcast_ref::<T>()
+            .with_context(|| format!("map {name} holds other types"))
+    }
+}
+
+#[cfg(test)]
+impl MapReads for FakeMaps {
+    fn hash<K: Pod + Eq + Hash, V: Pod>(&self, name: &str) -> Result<HashMap<K, V>> {
+        self.get::<HashMap<K, V>>(name).cloned()
+    }
+
+    fn per_cpu_hash<K: Pod + Eq + Hash>(&self, name: &str) -> Result<HashMap<K, u64>> {
+        let per_cpu = self.get::<HashMap<K, Vec<u64>>>(name)?;
+        Ok(per_cpu
+            .iter()
+            .map(|(key, values)| (*key, values.iter().sum()))
+            .collect())
+    }
+
+    fn per_cpu_sum(&self, name: &str, index: u32) -> Result<u64> {
+        Ok(self
+            .per_cpu
+            .get(&(name.to_string(), index))
+            .map_or(0, |values| values.iter().sum()))
+    }
+
+    fn array_word(&self, name: &str, index: u32) -> Result<u64> {
+        Ok(self
+            .get::<HashMap<u32, u64>>(name)
+            .ok()
+            .and_then(|array| array.get(&index).copied())
+            .unwrap_or(0))
+    }
+}
 
 /// The BPF object's map `name` (its absence means a broken build).
 pub fn map<'a>(ebpf: &'a Ebpf, name: &str) -> Result<&'a aya::maps::Map> {
