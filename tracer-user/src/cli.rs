@@ -137,6 +137,49 @@ impl From<FormatArg> for OutputFormat {
     }
 }
 
+/// `locktrace compare`'s flags (the command is compare::run).
+#[derive(clap::Args, Debug)]
+struct CompareArgs {
+    /// Report recorded before the change (with a request count).
+    before: PathBuf,
+    /// Report recorded after the change.
+    after: PathBuf,
+    /// Fail (exit 1) if a lock matching SELECTOR is still taken after; repeatable.
+    /// A selector matches a lock whose name or one of whose caller functions contains it.
+    #[arg(long, value_name = "SELECTOR")]
+    assert_gone: Vec<String>,
+    /// Fail (exit 1) if a lock matching SELECTOR is taken more than N times per request after; repeatable.
+    #[arg(long, value_name = "SELECTOR=N")]
+    assert_max: Vec<String>,
+    /// Print every column in full (by default the table fits the terminal, or 160 columns).
+    #[arg(long)]
+    wide: bool,
+    /// Reports with `--stacks`: show the call paths of up to N locks, those
+    /// whose acquisitions per request changed most (0: none).
+    // At most a row per lock the lock map holds: only lock calls have paths.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = compare::DEFAULT_PATH_LOCKS,
+        value_parser = clap::builder::RangedU64ValueParser::<usize>::new()
+            .range(0..=u64::from(tracer_common::MAX_LOCKS))
+    )]
+    paths_of: usize,
+}
+
+impl From<CompareArgs> for compare::CompareOptions {
+    fn from(args: CompareArgs) -> compare::CompareOptions {
+        compare::CompareOptions {
+            before: args.before,
+            after: args.after,
+            assert_gone: args.assert_gone,
+            assert_max: args.assert_max,
+            wide: args.wide,
+            paths_of: args.paths_of,
+        }
+    }
+}
+
 #[derive(Parser)]
 #[command(
     name = "locktrace",
@@ -495,7 +538,7 @@ enum Command {
     },
     /// Compare two reports per request: which locks appeared, disappeared or changed.
     #[command(after_help = COMPARE_EXAMPLES)]
-    Compare(compare::CompareArgs),
+    Compare(CompareArgs),
     /// Serve live per-lock counters on a Prometheus /metrics endpoint (OpenMetrics text).
     #[command(after_help = SERVE_EXAMPLES)]
     Serve {
@@ -723,7 +766,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             recording.detach();
             written
         }
-        Command::Compare(args) => compare::run(&args),
+        Command::Compare(args) => compare::run(&args.into()),
         Command::Serve {
             live,
             listen,

@@ -194,7 +194,10 @@ mod tests {
             .with(names::MAP_CONDVARS, HashMap::<u64, FutexCounts>::new())
             .with(names::MAP_GO_FUTEXES, HashMap::<u64, FutexCounts>::new())
             .with(names::MAP_STACK_COUNTS, HashMap::<StackKey, u64>::new())
-            .with(names::MAP_WAIT_HOLDERS, HashMap::<WaitHolderKey, WaitTime>::new())
+            .with(
+                names::MAP_WAIT_HOLDERS,
+                HashMap::<WaitHolderKey, WaitTime>::new(),
+            )
             .with(names::MAP_HOLDS, HashMap::<u64, HoldCounts>::new())
             .with(names::MAP_HOLDERS, HashMap::<HolderKey, HolderHolds>::new())
             .with(names::MAP_CPU_LOCKS, HashMap::<u64, CpuSamples>::new())
