@@ -40,10 +40,10 @@ struct PhpServer {
 }
 
 /// The kit's libphp `strip --strip-all`ed: no `.symtab`, no DWARF. Its
-/// version's table gives the offsets; the global lock, a variable in
-/// `.dynsym` without its type, is named by its offset.
+/// version's tables give the offsets and the global lock's field, reached
+/// from `mysqlnd_global_stats` (a variable in `.dynsym`, without its type).
 const STRIPPED: Build = Build {
-    global_lock: "*mysqlnd_global_stats->+0x10",
+    global_lock: GLOBAL_LOCK,
     layout: "table",
 };
 
@@ -55,20 +55,7 @@ impl PhpServer {
     /// The kit's server on a copy of its libphp stripped as the official
     /// images ship it (`strip --strip-all`), made in a temp folder.
     fn start_stripped(mode: Mode) -> PhpServer {
-        let libs = tempfile::tempdir().unwrap();
-        let stripped = Command::new("strip")
-            .arg("--strip-all")
-            .arg("/tmp/e2e/libphp-franken-stock.so")
-            .arg("-o")
-            .arg(libs.path().join("libphp.so"))
-            .output()
-            .expect("running strip (binutils)");
-        assert!(
-            stripped.status.success(),
-            "{}",
-            String::from_utf8_lossy(&stripped.stderr)
-        );
-        PhpServer::start_on(mode, Some(libs), STRIPPED)
+        PhpServer::start_on(mode, Some(stripped_libphp(false)), STRIPPED)
     }
 
     fn start_on(mode: Mode, libs: Option<tempfile::TempDir>, build: Build) -> PhpServer {
@@ -160,6 +147,39 @@ impl PhpServer {
         send_mix(PORT, MIX);
         trace.finish()
     }
+}
+
+/// The kit's libphp stripped as the official images ship it (`strip
+/// --strip-all`), as `libphp.so` in a temp folder; with `split`, its symbols
+/// and DWARF kept first in `libphp.so.debug` beside it, and the stripped
+/// copy linked to it by `.gnu_debuglink` (as distributions' `-dbgsym` and
+/// `-debuginfo` packages split them).
+fn stripped_libphp(split: bool) -> tempfile::TempDir {
+    let libs = tempfile::tempdir().unwrap();
+    let stock = "/tmp/e2e/libphp-franken-stock.so";
+    let run = |tool: &str, args: &[&str]| {
+        let output = Command::new(tool)
+            .args(args)
+            .current_dir(libs.path())
+            .output()
+            .unwrap_or_else(|e| panic!("running {tool} (binutils): {e}"));
+        assert!(
+            output.status.success(),
+            "{tool} {args:?}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    };
+    if split {
+        run("objcopy", &["--only-keep-debug", stock, "libphp.so.debug"]);
+    }
+    run("strip", &["--strip-all", stock, "-o", "libphp.so"]);
+    if split {
+        run(
+            "objcopy",
+            &["--add-gnu-debuglink=libphp.so.debug", "libphp.so"],
+        );
+    }
+    libs
 }
 
 impl Drop for PhpServer {
@@ -302,6 +322,162 @@ fn stripped_libphp_routes_and_php_frames_are_exact() {
         frames.contains(&("PDOStatement::execute".into(), String::new(), 0)),
         "{frames:#?}"
     );
+}
+
+/// Where a stripped libphp's own functions show in the name of the
+/// per-connection mutexes' creation site: the third frame, a static
+/// function of mysqlnd (`mysqlnd_mysqlnd_object_factory_get_connection_pub`
+/// on the `-g` build).
+const STRIPPED_SITE: &str =
+    "mutex created in tsrm_mutex_alloc <- mysqlnd_stats_init <- libphp.so+0x";
+
+/// `record --stacks` under load, as `frankenphp_real.rs` records the `-g`
+/// build: 300 requests of `/q.php`.
+fn record_stacks(server: &PhpServer) -> (Value, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("report.json");
+    record_with_load(server.pid, &json, &["--stacks", "10000"])
+}
+
+/// Issue 47: the kit's libphp `strip --strip-all`ed, recorded with
+/// `--stacks` as the `-g` build is. The global lock has the `-g` build's
+/// name, from locktrace's table of `MYSQLND_STATS` for PHP 8.2
+/// (`declared.layout: table`), at 408.0 per request; the per-connection
+/// mutexes are one row by creation site at 383.0, its stripped frame as
+/// `libphp.so+0x…`; 792.0 lock calls per request in all; and one line (not
+/// one per frame) says why libphp's frames are unnamed and what would name
+/// them.
+#[test]
+fn stripped_libphp_names_the_global_lock_and_the_connections_site() {
+    let server = PhpServer::start_stripped(Mode::Classic);
+    let (report, table) = record_stacks(&server);
+    let what = "stripped libphp";
+    assert_eq!(report["requests"]["count"], 300, "{table}");
+    assert_global_lock(&report, &table, what);
+    let declared = &lock_named(&report, GLOBAL_LOCK)["declared"];
+    assert_eq!(
+        declared,
+        &serde_json::json!({"type": "pthread_mutex_t", "layout": "table"}),
+        "{declared}"
+    );
+    assert_connection_stats_by_site(&report, &table, what);
+    let site = lock_named_starting(&report, STRIPPED_SITE);
+    assert_eq!(site["per_request"]["acquisitions"], 383.0, "{table}");
+    assert_eq!(
+        php_acquisitions_per_request(&report, &table),
+        792.0,
+        "{table}"
+    );
+    let libphp = server.libs.as_ref().unwrap().path().join("libphp.so");
+    let libphp = libphp.to_str().unwrap();
+    assert_eq!(report["naming"]["stripped"], serde_json::json!([libphp]));
+    let text = common::unwrapped(&table);
+    let reasons: Vec<&str> = text
+        .lines()
+        .filter(|line| line.contains("-dbgsym"))
+        .collect();
+    assert_eq!(reasons.len(), 1, "{table}");
+    let build_id = report["naming"]["stripped_lookups"][0]["build_id"]
+        .as_str()
+        .expect("the build-id of the stripped libphp");
+    let expected = format!(
+        "unnamed frames: stripped, exported symbols only: {libphp} (no /usr/lib/debug/.build-id/{}/{}.debug, \
+         DEBUGINFOD_URLS not set); their own functions show as module+offset: to name them trace the -debug \
+         build, install the -debuginfo/-dbgsym package, or set DEBUGINFOD_URLS to a debuginfod server",
+        &build_id[..2],
+        &build_id[2..]
+    );
+    assert_eq!(reasons[0], expected, "{table}");
+}
+
+/// The row whose name starts with `prefix`: exactly one.
+fn lock_named_starting<'a>(report: &'a Value, prefix: &str) -> &'a Value {
+    let rows: Vec<&Value> = report["locks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|lock| lock["name"].as_str().is_some_and(|n| n.starts_with(prefix)))
+        .collect();
+    assert_eq!(rows.len(), 1, "{prefix}: {}", naming_summary(report));
+    rows[0]
+}
+
+/// Issue 47: the kit's libphp split as distributions ship it
+/// (`objcopy --only-keep-debug`, `strip --strip-all`, `objcopy
+/// --add-gnu-debuglink`). With its debug file beside it, then only under
+/// `/usr/lib/debug/.build-id/xx/….debug` (removed after), names are the
+/// `-g` build's: the global lock from DWARF, mysqlnd's frames in its
+/// stacks named, the connections' site as the `-g` build's, and
+/// no line about unnamed frames.
+#[test]
+fn a_debuglink_file_names_a_stripped_libphp_as_the_g_build() {
+    let libs = stripped_libphp(true);
+    let debug = libs.path().join("libphp.so.debug");
+    let server = PhpServer::start_on(Mode::Classic, Some(libs), DEBUG_BUILD);
+    let assert_named = |what: &str, shown: &str| {
+        let (report, table) = record_stacks(&server);
+        assert_global_lock(&report, &table, what);
+        // The type the stripped copy's table gives, from DWARF here.
+        let declared = &lock_named(&report, GLOBAL_LOCK)["declared"];
+        assert_eq!(
+            declared,
+            &serde_json::json!({"type": "pthread_mutex_t", "layout": "dwarf"}),
+            "{what}"
+        );
+        assert_global_lock_stacks(&report, &table, what);
+        assert_connection_stats_by_site(&report, &table, what);
+        lock_named_starting(&report, DEBUG_SITE);
+        let libphp = server.libs.as_ref().unwrap().path().join("libphp.so");
+        let linked = format!("{} <- {shown}", libphp.display());
+        assert!(
+            report["naming"]["debug_files"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|file| file == linked.as_str()),
+            "{what}: {}",
+            report["naming"]
+        );
+        assert!(!table.contains("unnamed frames:"), "{what}:\n{table}");
+    };
+    assert_named("debuglink beside", &debug.display().to_string());
+    let by_id = BuildIdDebugFile::install(&debug);
+    assert_named("build-id", &by_id.path.display().to_string());
+}
+
+/// The per-connection mutexes' site on the `-g` build.
+const DEBUG_SITE: &str = "mutex created in tsrm_mutex_alloc <- mysqlnd_stats_init <- mysqlnd_mysqlnd_object_factory_get_connection_pub";
+
+/// A debug file moved to `/usr/lib/debug/.build-id/xx/rest.debug` by its
+/// build-id, removed (with the folder if the test made it) on drop.
+struct BuildIdDebugFile {
+    path: PathBuf,
+    made_dir: bool,
+}
+
+impl BuildIdDebugFile {
+    fn install(debug: &Path) -> BuildIdDebugFile {
+        use locktrace::naming::elf::{ModuleSymbols, hex};
+        let bytes = std::fs::read(debug).unwrap();
+        let symbols = ModuleSymbols::parse(&bytes, &debug.display().to_string(), None).unwrap();
+        let id = hex(&symbols.build_id.expect("the kit's libphp has a build-id"));
+        let dir = PathBuf::from(format!("/usr/lib/debug/.build-id/{}", &id[..2]));
+        let path = dir.join(format!("{}.debug", &id[2..]));
+        assert!(!path.exists(), "{} is there already", path.display());
+        let made_dir = !dir.exists();
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::rename(debug, &path).unwrap();
+        BuildIdDebugFile { path, made_dir }
+    }
+}
+
+impl Drop for BuildIdDebugFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+        if self.made_dir {
+            let _ = std::fs::remove_dir(self.path.parent().unwrap());
+        }
+    }
 }
 
 /// The TLS slot locktrace takes from `tsrm_get_ls_cache_tcb_offset` where
@@ -531,21 +707,9 @@ fn top_shows_routes_and_stack_lines_through_php_frames() {
 #[test]
 fn the_php_tables_match_phps_headers() {
     use locktrace::naming::php;
-    let headers = std::env::var_os("LOCKTRACE_PHP_HEADERS")
-        .map_or_else(|| PathBuf::from("/tmp/e2e/php-headers"), PathBuf::from);
     for version in ["8.2", "8.4", "8.5"] {
-        let root = headers.join(version);
-        let include = std::fs::read_dir(root.join("usr/include/php"))
-            .expect("PHP's headers (scripts/setup.sh --frankenphp)")
-            .flatten()
-            .next()
-            .expect("one API directory")
-            .path();
-        let includes: Vec<_> = ["", "main", "Zend", "TSRM", "sapi"]
-            .iter()
-            .map(|sub| include.join(sub))
-            .collect();
-        let text = common::built_and_run(Path::new("fixtures/php/offsets.c"), &includes);
+        let text =
+            common::built_and_run(Path::new("fixtures/php/offsets.c"), &php_includes(version));
         let (t, _) = php::table_layout(Some(version)).expect("a table");
         let table = [
             ("current_execute_data", t.current_execute_data),
@@ -577,6 +741,43 @@ fn the_php_tables_match_phps_headers() {
             .collect();
         assert_eq!(from_headers, from_table, "PHP {version}");
     }
+}
+
+/// The offset of `LOCK_access` in `MYSQLND_STATS` that names mysqlnd's
+/// global lock where libphp has no DWARF holds what each version's headers
+/// say (`fixtures/php/mysqlnd_offsets.c`, built thread-safe against
+/// Debian's php8.2-dev, php8.4-dev and php8.5-dev; no 8.3: Debian never
+/// released its headers).
+#[test]
+fn the_mysqlnd_stats_table_matches_phps_headers() {
+    use locktrace::naming::mysqlnd;
+    let versions: Vec<&str> = mysqlnd::LOCK_ACCESS.iter().map(|(v, _)| *v).collect();
+    assert_eq!(versions, ["8.2", "8.4", "8.5"]);
+    for version in versions {
+        let text = common::built_and_run(
+            Path::new("fixtures/php/mysqlnd_offsets.c"),
+            &php_includes(version),
+        );
+        let offset = mysqlnd::lock_access_offset(version).unwrap();
+        assert_eq!(text, format!("lock_access {offset}\n"), "PHP {version}");
+    }
+}
+
+/// The include folders of PHP `version`'s headers (see
+/// [`the_php_tables_match_phps_headers`]).
+fn php_includes(version: &str) -> Vec<PathBuf> {
+    let headers = std::env::var_os("LOCKTRACE_PHP_HEADERS")
+        .map_or_else(|| PathBuf::from("/tmp/e2e/php-headers"), PathBuf::from);
+    let include = std::fs::read_dir(headers.join(version).join("usr/include/php"))
+        .expect("PHP's headers (scripts/setup.sh --frankenphp)")
+        .flatten()
+        .next()
+        .expect("one API directory")
+        .path();
+    ["", "main", "Zend", "TSRM", "sapi"]
+        .iter()
+        .map(|sub| include.join(sub))
+        .collect()
 }
 
 /// Issue 52 K: more distinct routes than the BPF side's route map holds

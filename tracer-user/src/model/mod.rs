@@ -58,7 +58,7 @@ pub use report::{
     AddressFigures, AlternativeName, Caller, ClassTotals, CreatedBy, Creation, DeclaredContention,
     DeclaredType, Frame, LiveNaming, Lock, LockChain, LockStack, MAX_REPORT_BYTES, Naming,
     PhpLocation, PlacementFallback, Report, SCHEMA, SiteGroup, SkipReason, SkippedFile, StackEnd,
-    StackOrigin, StackSource, TargetInfo, Totals,
+    StackOrigin, StackSource, StrippedModule, TargetInfo, Totals,
 };
 pub use requests::{AutoProbe, PerRequest, Requests};
 pub use sampled_run::{CountingWindow, SampledRun};

@@ -431,6 +431,21 @@ pub struct Frame {
     pub php: Option<PhpLocation>,
 }
 
+impl Frame {
+    /// Its function, else `libphp.so+0x2e38d9` (the module's file name and
+    /// the offset in it), else the bare address: as people read a frame.
+    pub fn code_label(&self) -> String {
+        match (&self.function, &self.module) {
+            (Some(function), _) => function.clone(),
+            (None, Some(module)) => {
+                let file = module.rsplit('/').next().unwrap_or(module);
+                format!("{file}+{:#x}", self.offset)
+            }
+            (None, None) => format!("{:#x}", self.offset),
+        }
+    }
+}
+
 /// Where a PHP frame runs: the file (the end of its path, empty for a
 /// function written in C) and the line (0 there).
 #[derive(
@@ -574,6 +589,11 @@ pub struct Naming {
     /// that left locks or callers of this report unnamed.
     #[serde(default)]
     pub stripped: Vec<String>,
+    /// For each of `stripped`: what its debug file is found by, and what
+    /// was tried (the footer's one line on why frames are unnamed and what
+    /// would name them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stripped_lookups: Vec<StrippedModule>,
     /// `module <- file (N variables, T ms)`: DWARF read to name fields.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub debug_info: Vec<String>,
@@ -584,6 +604,23 @@ pub struct Naming {
     /// names they would give are missing or not to be trusted.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub skipped_files: Vec<SkippedFile>,
+}
+
+/// A stripped module that left names missing: where its debug file was
+/// looked for.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, JsonSchema)]
+pub struct StrippedModule {
+    pub module: String,
+    /// Its GNU build-id in hex: its debug file is
+    /// `/usr/lib/debug/.build-id/xx/rest.debug`, and debuginfod serves it by it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub build_id: Option<String>,
+    /// The debug file its `.gnu_debuglink` names, looked for next to it, in
+    /// its `.debug` directory and under `/usr/lib/debug`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub debug_link: Option<String>,
+    /// Whether `$DEBUGINFOD_URLS` was set (its servers were asked).
+    pub debuginfod: bool,
 }
 
 /// A module or debug file naming did not read (fully).

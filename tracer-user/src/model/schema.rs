@@ -396,6 +396,12 @@ mod tests {
             debug_files: vec!["/usr/lib/libphp.so <- /usr/lib/debug/libphp.debug".into()],
             pointer_chains: crate::model::PointerChains::NamedBeforeExit { named: 1, of: 1 },
             stripped: vec!["/usr/lib/libc.so.6".into()],
+            stripped_lookups: vec![crate::model::StrippedModule {
+                module: "/usr/lib/libc.so.6".into(),
+                build_id: Some("ab12cd".into()),
+                debug_link: Some("libc.so.6.debug".into()),
+                debuginfod: false,
+            }],
             debug_info: vec!["/usr/lib/libphp.so <- libphp.debug (10 variables, 2 ms)".into()],
             live: Some(LiveNaming {
                 searches: 2,

@@ -209,12 +209,7 @@ fn site_name(kind: LockKind, created: &Creation) -> String {
         .site
         .iter()
         .take(NAMED_FRAMES)
-        .map(|frame| {
-            frame
-                .function
-                .clone()
-                .unwrap_or_else(|| format!("{:#x}", frame.offset))
-        })
+        .map(Frame::code_label)
         .collect();
     format!("{kind} {verb} {}", functions.join(" <- "))
 }
@@ -253,6 +248,32 @@ mod tests {
         assert_eq!(
             site_name(LockKind::Rwlock, &first_use),
             "rwlock first used in take"
+        );
+    }
+
+    /// A frame of a stripped module's own function (no symbol left): its
+    /// module's file name and offset, as stacks show it, so the sites of a
+    /// stripped libphp group one row as a `-g` build's do.
+    #[test]
+    fn an_unnamed_frame_is_its_module_and_offset() {
+        let unnamed = Frame {
+            function: None,
+            module: Some("/usr/local/lib/libphp.so".into()),
+            offset: 0x2e38d9,
+            php: None,
+        };
+        let created = Creation {
+            by: CreatedBy::Init,
+            site: vec![
+                frame("tsrm_mutex_alloc"),
+                frame("mysqlnd_stats_init"),
+                unnamed,
+            ],
+            inits: 300,
+        };
+        assert_eq!(
+            site_name(LockKind::Mutex, &created),
+            "mutex created in tsrm_mutex_alloc <- mysqlnd_stats_init <- libphp.so+0x2e38d9"
         );
     }
 

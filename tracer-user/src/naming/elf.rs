@@ -88,6 +88,8 @@ pub struct ModuleSymbols {
     pub skipped: Vec<crate::model::SkippedFile>,
     /// The module's GNU build-id (what debuginfod serves debug files by).
     pub build_id: Option<Vec<u8>>,
+    /// The debug file its `.gnu_debuglink` names.
+    pub debug_link: Option<String>,
 }
 
 impl ModuleSymbols {
@@ -170,6 +172,11 @@ impl ModuleSymbols {
                 .flatten()
                 .filter(|id| id.len() > 1)
                 .map(<[u8]>::to_vec),
+            debug_link: elf
+                .gnu_debuglink()
+                .ok()
+                .flatten()
+                .map(|(link, _)| String::from_utf8_lossy(link).into_owned()),
             ..ModuleSymbols::default()
         };
         if !module.sections_describe_segments() {

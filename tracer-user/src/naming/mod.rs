@@ -21,6 +21,7 @@ pub mod frame_rules;
 pub mod holders;
 pub mod in_progress;
 pub mod lock_code;
+pub mod mysqlnd;
 pub mod names;
 pub mod ongoing;
 pub mod php;
@@ -43,7 +44,8 @@ use crate::{
     },
     model::{
         ChainSearch, Collected, Frame, LockKind, LockStack, Naming, PhpLocation, PointerChains,
-        Report, SkipReason, SkippedFile, StackEnd, StackOrigin, StackSource, UnwoundStack,
+        Report, SkipReason, SkippedFile, StackEnd, StackOrigin, StackSource, StrippedModule,
+        UnwoundStack,
     },
     probe::{
         lockfuncs::LockFunction,
@@ -298,6 +300,7 @@ pub fn annotate(
         resolve_code(space, ip, true)
     });
     let stripped = stripped_modules(report, &space);
+    let stripped_lookups = stripped_lookups(&stripped, &space);
     let skipped_files = skipped_files(&space, &snapshot.files);
     report.naming = Some(Naming {
         elapsed_ms: started.elapsed().as_secs_f64() * 1e3,
@@ -314,6 +317,7 @@ pub fn annotate(
             .collect(),
         pointer_chains,
         stripped,
+        stripped_lookups,
         debug_info,
         live: (snapshot.ongoing.stats.searches > 0).then(|| snapshot.ongoing.stats.clone()),
         skipped_files,
@@ -570,8 +574,14 @@ fn name_by_chains(
     }
 }
 
-/// Stripped modules that left a lock or a caller in the report unnamed.
+/// Stripped modules that left a lock, a caller or a frame (of a stack or a
+/// creation site) in the report unnamed.
 fn stripped_modules(report: &Report, space: &AddressSpace) -> Vec<String> {
+    let unnamed_frame = |frames: &[Frame], path: &str| {
+        frames
+            .iter()
+            .any(|f| f.function.is_none() && f.module.as_deref() == Some(path))
+    };
     let unnamed_in = |path: &str| {
         report.locks.iter().any(|lock| {
             (lock.name.is_none() && lock.module.as_deref() == Some(path))
@@ -579,13 +589,36 @@ fn stripped_modules(report: &Report, space: &AddressSpace) -> Vec<String> {
                     .callers
                     .iter()
                     .any(|c| c.function.is_none() && c.module.as_deref() == Some(path))
-        })
+                || lock
+                    .created
+                    .as_ref()
+                    .is_some_and(|created| unnamed_frame(&created.site, path))
+        }) || report
+            .stacks
+            .iter()
+            .any(|stack| unnamed_frame(&stack.frames, path))
     };
     space
         .modules
         .iter()
         .filter(|m| !m.symbols.has_symtab && unnamed_in(&m.path))
         .map(|m| m.path.clone())
+        .collect()
+}
+
+/// What each stripped module's debug file is found by, for the footer's
+/// line on what would name its frames.
+fn stripped_lookups(stripped: &[String], space: &AddressSpace) -> Vec<StrippedModule> {
+    let debuginfod = debuginfod::Client::from_env().is_some();
+    stripped
+        .iter()
+        .filter_map(|path| space.modules.iter().find(|m| &m.path == path))
+        .map(|module| StrippedModule {
+            module: module.path.clone(),
+            build_id: module.symbols.build_id.as_deref().map(elf::hex),
+            debug_link: module.symbols.debug_link.clone(),
+            debuginfod,
+        })
         .collect()
 }
 

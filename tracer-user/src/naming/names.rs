@@ -19,6 +19,7 @@ use super::{
     declared,
     dwarf::{self, DebugInfo, FieldPath, Want},
     elf::Symbol,
+    mysqlnd,
     region::{AddressSpace, LoadedModule},
 };
 use crate::{
@@ -64,6 +65,8 @@ pub struct Namer<'a> {
     /// Each module's CPython GIL layout, when it is a CPython locktrace has
     /// a table for.
     cpython: HashMap<String, Option<&'static GilLayout>>,
+    /// Each module's PHP version, when it is PHP (for mysqlnd's table).
+    php: HashMap<String, Option<String>>,
 }
 
 impl<'a> Namer<'a> {
@@ -73,6 +76,7 @@ impl<'a> Namer<'a> {
             files,
             debug: HashMap::new(),
             cpython: HashMap::new(),
+            php: HashMap::new(),
         }
     }
 
@@ -193,6 +197,27 @@ impl<'a> Namer<'a> {
         cpython::gil_lock(layout?, symbol.size, offset, kind)
     }
 
+    /// A chain a stripped module's version table names: mysqlnd's global
+    /// statistics lock in PHP.
+    fn table_chain(&mut self, raw: &RawChain, kind: LockKind) -> Option<TypedChain> {
+        if raw.root != mysqlnd::GLOBAL_STATS {
+            return None;
+        }
+        let files = self.files;
+        let version = self
+            .php
+            .entry(raw.module.clone())
+            .or_insert_with(|| super::php::php_version(files.get(&raw.module)?.bytes()));
+        let (name, declared) =
+            mysqlnd::global_lock(version.as_deref()?, &raw.root, &raw.offsets, kind)?;
+        Some(TypedChain {
+            name,
+            fields: 1,
+            pointer_root: true,
+            declared: Some(declared),
+        })
+    }
+
     /// The best of the candidate chains to one heap lock, and the runner-up.
     pub fn choose(
         &mut self,
@@ -212,7 +237,9 @@ impl<'a> Namer<'a> {
         let offset_name = raw.offset_name();
         let module = self.space.modules.iter().find(|m| m.path == raw.module);
         let info = module.and_then(|module| self.debug_info(module));
-        let typed = info.and_then(|info| typed_chain(&info, raw, lock_span(kind), module));
+        let typed = info
+            .and_then(|info| typed_chain(&info, raw, lock_span(kind), module))
+            .or_else(|| self.table_chain(raw, kind));
         let TypedChain {
             name,
             fields,

@@ -3,7 +3,7 @@
 use std::fmt::Write;
 
 use super::format::duration;
-use crate::model::{DeclaredContention, Estimate, LayoutSource, Mode, Report, ScaleBasis};
+use crate::model::{DeclaredContention, Estimate, LayoutSource, Mode, Naming, Report, ScaleBasis};
 
 /// One or two lines under the table: how naming went, and what to do for
 /// modules without symbols.
@@ -16,10 +16,7 @@ pub fn naming(report: &Report) -> String {
         naming.modules, naming.elapsed_ms, naming.pointer_chains
     );
     if !naming.stripped.is_empty() {
-        out.push_str(&format!(
-            "stripped (exported symbols only): {}; install their debug symbols (/usr/lib/debug), set DEBUGINFOD_URLS, or trace unstripped builds to name internal locks and callers\n",
-            naming.stripped.join(", ")
-        ));
+        out.push_str(&stripped(naming));
     }
     if let Some(found) = report
         .coverage
@@ -45,6 +42,44 @@ pub fn naming(report: &Report) -> String {
         );
     }
     out
+}
+
+/// One line for every stripped module that left a lock, caller or frame
+/// unnamed: why (no symbol table or DWARF, no debug file where it was looked
+/// for) and what would name them. Said once, not at each frame.
+fn stripped(naming: &Naming) -> String {
+    let why: Vec<String> = naming
+        .stripped
+        .iter()
+        .map(|module| {
+            let lookup = naming.stripped_lookups.iter().find(|l| &l.module == module);
+            let mut tried = Vec::new();
+            if let Some(id) = lookup
+                .and_then(|l| l.build_id.as_deref())
+                .filter(|id| id.len() > 2)
+            {
+                tried.push(format!(
+                    "no /usr/lib/debug/.build-id/{}/{}.debug",
+                    &id[..2],
+                    &id[2..]
+                ));
+            }
+            if let Some(link) = lookup.and_then(|l| l.debug_link.as_deref()) {
+                tried.push(format!("no {link} (its debuglink)"));
+            }
+            if lookup.is_some_and(|l| !l.debuginfod) {
+                tried.push("DEBUGINFOD_URLS not set".to_string());
+            }
+            match tried.is_empty() {
+                true => module.clone(),
+                false => format!("{module} ({})", tried.join(", ")),
+            }
+        })
+        .collect();
+    format!(
+        "unnamed frames: stripped, exported symbols only: {}; their own functions show as module+offset: to name them trace the -debug build, install the -debuginfo/-dbgsym package, or set DEBUGINFOD_URLS to a debuginfod server\n",
+        why.join("; ")
+    )
 }
 
 /// What the rows grouped by creation site stand for (empty without any).
@@ -223,6 +258,31 @@ fn estimate_lines(estimate: &Estimate) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A stripped libphp with a build-id and a debuglink, nothing found:
+    /// one line says why and what would name its frames.
+    #[test]
+    fn a_stripped_module_is_said_once_with_what_would_name_it() {
+        let naming: Naming = serde_json::from_value(serde_json::json!({
+            "elapsed_ms": 1.0, "modules": 2, "debug_files": [],
+            "pointer_chains": "no_heap_locks",
+            "stripped": ["/srv/libphp.so", "/srv/app"],
+            "stripped_lookups": [
+                {"module": "/srv/libphp.so", "build_id": "ab12cd", "debug_link": "libphp.so.debug",
+                 "debuginfod": false},
+                {"module": "/srv/app", "debuginfod": true},
+            ],
+        }))
+        .unwrap();
+        assert_eq!(
+            stripped(&naming),
+            "unnamed frames: stripped, exported symbols only: /srv/libphp.so (no \
+             /usr/lib/debug/.build-id/ab/12cd.debug, no libphp.so.debug (its debuglink), \
+             DEBUGINFOD_URLS not set); /srv/app; their own functions show as module+offset: to \
+             name them trace the -debug build, install the -debuginfo/-dbgsym package, or set \
+             DEBUGINFOD_URLS to a debuginfod server\n"
+        );
+    }
 
     /// The kernel refused the uprobe-multi link: the footer says so, with
     /// the kernel's reason, and what it cost (slower windows).

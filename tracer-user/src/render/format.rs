@@ -86,13 +86,8 @@ pub fn frame_label(frame: &Frame) -> String {
         };
         return text.replace(';', ",");
     }
-    let text = match (&frame.function, &frame.module) {
-        (Some(function), _) => function.clone(),
-        (None, Some(module)) => format!("{}+{:#x}", short_module(module), frame.offset),
-        (None, None) => format!("{:#x}", frame.offset),
-    };
     // ';' separates frames in the folded format.
-    text.replace(';', ",")
+    frame.code_label().replace(';', ",")
 }
 
 /// A module path's file name.
