@@ -139,7 +139,7 @@ impl PhpServer {
                 "--php",
                 // Every stack of the global lock kept (see php_pages::record_mix).
                 "--stacks",
-                "200",
+                "10000",
                 "--route-pattern",
                 ID_PATTERN,
             ],

@@ -175,7 +175,7 @@ pub fn two_truth(pid: u32, port: u16) -> f64 {
     calls as f64 / TWO_ALONE as f64
 }
 
-/// `record --php --stacks 200 --route-pattern ID_PATTERN --duration 15` of
+/// `record --php --stacks 10000 --route-pattern ID_PATTERN --duration 15` of
 /// `pid` under [`MIX`] on `port`.
 pub fn record_mix(pid: u32, port: u16) -> (Value, String) {
     let trace = Trace::attach(
@@ -185,9 +185,12 @@ pub fn record_mix(pid: u32, port: u16) -> (Value, String) {
             "15",
             "--php",
             // Every stack of the global lock kept: the top 16 could leave
-            // out a rarer PHP call line (seen on the static build).
+            // out a rarer PHP call line (seen on the static build), and
+            // the global lock has more than 200 (228 in a 15 s run of
+            // two.php and q.php): load_titles' line was missing about one
+            // run in seven.
             "--stacks",
-            "200",
+            "10000",
             "--route-pattern",
             ID_PATTERN,
         ],
