@@ -9,6 +9,11 @@
 //!   once per worker thread only), so one function is right in both modes
 //!   and in a server mixing worker and classic scripts, without guessing the
 //!   mode from the command line or the Caddyfile.
+//!   A stripped static FrankenPHP has no symbols at all: Go's function table
+//!   (`.gopclntab`) recognises it (its Go package's functions), and the Go
+//!   body of `go_update_request_info`, which FrankenPHP's C side calls once
+//!   just before each `sapi_activate` (in `frankenphp_update_request_context`,
+//!   both modes), counts its requests.
 //! - Apache with mod_php, and any other process with PHP's engine:
 //!   `php_request_startup`, the start of every request in PHP's SAPIs.
 use anyhow::{Result, bail};
@@ -112,6 +117,8 @@ pub fn resolve(
 pub struct Evidence {
     /// The executable's file name.
     pub exe_name: String,
+    /// The executable's path as the target sees it.
+    pub exe_path: String,
     /// A FrankenPHP symbol and the module defining it.
     pub frankenphp: Option<(String, String)>,
     /// An Apache httpd symbol and the module defining it.
@@ -154,6 +161,12 @@ const FRANKENPHP_SYMBOLS: [&str; 2] = [
     "go_frankenphp_finish_worker_request",
     "go_frankenphp_before_script_execution",
 ];
+/// FrankenPHP's Go package: a stripped executable's `.gopclntab` names the
+/// Go bodies of its cgo exports (`github.com/dunglas/frankenphp.go_frankenphp_…`).
+const FRANKENPHP_PACKAGE: &str = "github.com/dunglas/frankenphp.";
+/// Once per request in both modes, on the PHP thread, right before
+/// `sapi_activate`: what a build without C symbols counts.
+pub const FRANKENPHP_GO_REQUEST: &str = "github.com/dunglas/frankenphp.go_update_request_info";
 /// Apache httpd's hook runner, exported by the executable for its modules.
 const APACHE_SYMBOLS: [&str; 1] = ["ap_run_handler"];
 /// The start of a PHP request in every SAPI (not per request in FrankenPHP's worker mode).
@@ -182,6 +195,18 @@ pub fn choose(target: &Target) -> Result<Result<Chosen, Unrecognised>> {
 pub fn decide(
     evidence: &Evidence,
 ) -> Result<(ServerKind, String, &'static str, String), Unrecognised> {
+    let shown = |(symbol, module): &(String, String)| format!("{symbol} in {module}");
+    if evidence.php.is_none()
+        && let Some(found) = &evidence.frankenphp
+    {
+        // A stripped static build: PHP's engine is in the executable, unnamed.
+        return Ok((
+            ServerKind::Frankenphp,
+            evidence.exe_path.clone(),
+            FRANKENPHP_GO_REQUEST,
+            shown(found),
+        ));
+    }
     let Some(php) = &evidence.php else {
         if !evidence.stripped_php.is_empty() {
             return Err(Unrecognised::Stripped {
@@ -192,7 +217,6 @@ pub fn decide(
             exe_name: evidence.exe_name.clone(),
         });
     };
-    let shown = |(symbol, module): &(String, String)| format!("{symbol} in {module}");
     let php_in = format!("{PHP_REQUEST_STARTUP} in {}", file_name(php));
     Ok(if let Some(found) = &evidence.frankenphp {
         (
@@ -221,6 +245,7 @@ pub fn gather(target: &Target) -> Evidence {
     let modules = request_probe::modules(target);
     let mut evidence = Evidence {
         exe_name: file_name(&target.exe).to_string(),
+        exe_path: target.exe.clone(),
         ..Evidence::default()
     };
     let first_of = |symbols: &[&str], found: &[&str], module: &Module| {
@@ -246,7 +271,8 @@ pub fn gather(target: &Target) -> Evidence {
         };
         let found = request_probe::defined(target, &module.path, &wanted);
         if is_exe {
-            evidence.frankenphp = first_of(&FRANKENPHP_SYMBOLS, &found, module);
+            evidence.frankenphp = first_of(&FRANKENPHP_SYMBOLS, &found, module)
+                .or_else(|| frankenphp_go_function(target, module));
             evidence.apache = first_of(&APACHE_SYMBOLS, &found, module);
         }
         if found.contains(&PHP_REQUEST_STARTUP) {
@@ -258,6 +284,29 @@ pub fn gather(target: &Target) -> Evidence {
         }
     }
     evidence
+}
+
+/// The first of FrankenPHP's marker functions that the executable's Go
+/// function table names (a stripped build), as (`NAME (.gopclntab)`, file).
+fn frankenphp_go_function(target: &Target, module: &Module) -> Option<(String, String)> {
+    let file = target.module_file(&module.path).ok()?;
+    let elf = file.elf().ok()?;
+    let go = super::gopclntab::read(&elf).ok()?;
+    let wanted: Vec<String> = FRANKENPHP_SYMBOLS
+        .iter()
+        .map(|symbol| format!("{FRANKENPHP_PACKAGE}{symbol}"))
+        .collect();
+    let mut found: Vec<&str> = Vec::new();
+    for function in go.functions() {
+        if wanted.iter().any(|name| name == function.name) {
+            found.push(function.name);
+        }
+    }
+    let first = wanted.iter().find(|name| found.contains(&name.as_str()))?;
+    Some((
+        format!("{first} (.gopclntab)"),
+        module.file_name().to_string(),
+    ))
 }
 
 fn looks_like_libphp(module: &Module) -> bool {
@@ -310,6 +359,29 @@ mod tests {
                 "/usr/local/bin/frankenphp",
                 "sapi_activate"
             )
+        );
+    }
+
+    #[test]
+    fn stripped_static_frankenphp_counts_its_go_request_function() {
+        let evidence = Evidence {
+            exe_name: "frankenphp".into(),
+            exe_path: "/usr/local/bin/frankenphp".into(),
+            frankenphp: found(
+                "github.com/dunglas/frankenphp.go_frankenphp_finish_worker_request (.gopclntab)",
+                "frankenphp",
+            ),
+            php: None,
+            ..Evidence::default()
+        };
+        assert_eq!(
+            decide(&evidence),
+            Ok((
+                ServerKind::Frankenphp,
+                "/usr/local/bin/frankenphp".into(),
+                "github.com/dunglas/frankenphp.go_update_request_info",
+                "github.com/dunglas/frankenphp.go_frankenphp_finish_worker_request (.gopclntab) in frankenphp".into()
+            ))
         );
     }
 

@@ -2,13 +2,13 @@
 //! request in one of the target's modules, as the file offset a uprobe takes.
 use anyhow::{Context, Result, anyhow, bail};
 use object::{
-    Endianness, Object, ObjectSymbol, elf,
+    Endianness, Object, elf,
     read::elf::{Dyn, ElfFile64},
 };
 
 use super::{
     lockfuncs::file_offset_of,
-    modules::{defines_function, functions_named},
+    modules::{defines_function, function_range},
     placement,
     target::Target,
 };
@@ -200,12 +200,12 @@ pub fn probe_symbol(target: &Target, module: &str, symbol: &str) -> Result<Reque
     let elf = file
         .elf()
         .with_context(|| format!("--request-probe: {module}"))?;
-    let Some(found) = functions_named(&elf, symbol).next() else {
+    let Some((address, _)) = function_range(&elf, symbol) else {
         bail!(
             "--request-probe: no function {symbol} in {module} (misspelt, static and stripped, or inlined?)"
         );
     };
-    let file_offset = file_offset_of(&elf, found.address()).ok_or_else(|| {
+    let file_offset = file_offset_of(&elf, address).ok_or_else(|| {
         anyhow!("--request-probe: {symbol} in {module} is not in a loaded segment")
     })?;
     let first_bytes = data.get(file_offset as usize..).unwrap_or_default();
