@@ -127,13 +127,20 @@ pub struct Evidence {
     pub php: Option<String>,
     /// PHP-looking modules without the symbols (stripped).
     pub stripped_php: Vec<String>,
+    /// Why the executable's Go function table could not be read (a Go
+    /// program without section headers), said when nothing was recognised.
+    pub go_table_unread: Option<String>,
 }
 
 /// Why no function was chosen: one line saying what to do instead.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Unrecognised {
-    /// No PHP engine in the target.
-    NotPhp { exe_name: String },
+    /// No PHP engine in the target; `unread` says why its Go function
+    /// table could not be looked at, if it could not.
+    NotPhp {
+        exe_name: String,
+        unread: Option<String>,
+    },
     /// PHP is there but its symbols are not (a stripped build).
     Stripped { modules: Vec<String> },
 }
@@ -143,10 +150,16 @@ impl std::fmt::Display for Unrecognised {
         const HOW: &str =
             "count requests with --load URL, --request-probe MODULE:SYMBOL or --requests N";
         match self {
-            Unrecognised::NotPhp { exe_name } => write!(
-                f,
-                "{exe_name} is not a server locktrace recognises (FrankenPHP, Apache with mod_php, a process with libphp); {HOW}"
-            ),
+            Unrecognised::NotPhp { exe_name, unread } => {
+                write!(
+                    f,
+                    "{exe_name} is not a server locktrace recognises (FrankenPHP, Apache with mod_php, a process with libphp)"
+                )?;
+                if let Some(why) = unread {
+                    write!(f, " ({exe_name}: {why})")?;
+                }
+                write!(f, "; {HOW}")
+            }
             Unrecognised::Stripped { modules } => write!(
                 f,
                 "{} looks like PHP but has no symbol table (stripped); {HOW}",
@@ -215,6 +228,7 @@ pub fn decide(
         }
         return Err(Unrecognised::NotPhp {
             exe_name: evidence.exe_name.clone(),
+            unread: evidence.go_table_unread.clone(),
         });
     };
     let php_in = format!("{PHP_REQUEST_STARTUP} in {}", file_name(php));
@@ -271,8 +285,13 @@ pub fn gather(target: &Target) -> Evidence {
         };
         let found = request_probe::defined(target, &module.path, &wanted);
         if is_exe {
-            evidence.frankenphp = first_of(&FRANKENPHP_SYMBOLS, &found, module)
-                .or_else(|| frankenphp_go_function(target, module));
+            evidence.frankenphp = first_of(&FRANKENPHP_SYMBOLS, &found, module);
+            if evidence.frankenphp.is_none() {
+                match frankenphp_go_function(target, module) {
+                    Ok(found) => evidence.frankenphp = found,
+                    Err(why) => evidence.go_table_unread = why,
+                }
+            }
             evidence.apache = first_of(&APACHE_SYMBOLS, &found, module);
         }
         if found.contains(&PHP_REQUEST_STARTUP) {
@@ -287,11 +306,20 @@ pub fn gather(target: &Target) -> Evidence {
 }
 
 /// The first of FrankenPHP's marker functions that the executable's Go
-/// function table names (a stripped build), as (`NAME (.gopclntab)`, file).
-fn frankenphp_go_function(target: &Target, module: &Module) -> Option<(String, String)> {
-    let file = target.module_file(&module.path).ok()?;
-    let elf = file.elf().ok()?;
-    let go = super::gopclntab::read(&elf).ok()?;
+/// function table names (a stripped build), as (`NAME (.gopclntab)`, file);
+/// Err with why the table could not be read, for a file that may be a Go
+/// program (all but one with no `.gopclntab` section at all).
+fn frankenphp_go_function(
+    target: &Target,
+    module: &Module,
+) -> Result<Option<(String, String)>, Option<String>> {
+    let file = target.module_file(&module.path).map_err(|_| None)?;
+    let elf = file.elf().map_err(|_| None)?;
+    let go = match super::gopclntab::read(&elf) {
+        Ok(go) => go,
+        Err(super::gopclntab::GoTableError::NotGo) => return Err(None),
+        Err(why) => return Err(Some(why.to_string())),
+    };
     let wanted: Vec<String> = FRANKENPHP_SYMBOLS
         .iter()
         .map(|symbol| format!("{FRANKENPHP_PACKAGE}{symbol}"))
@@ -302,11 +330,15 @@ fn frankenphp_go_function(target: &Target, module: &Module) -> Option<(String, S
             found.push(function.name);
         }
     }
-    let first = wanted.iter().find(|name| found.contains(&name.as_str()))?;
-    Some((
-        format!("{first} (.gopclntab)"),
-        module.file_name().to_string(),
-    ))
+    Ok(wanted
+        .iter()
+        .find(|name| found.contains(&name.as_str()))
+        .map(|first| {
+            (
+                format!("{first} (.gopclntab)"),
+                module.file_name().to_string(),
+            )
+        }))
 }
 
 fn looks_like_libphp(module: &Module) -> bool {
@@ -424,12 +456,27 @@ mod tests {
         assert_eq!(
             error,
             Unrecognised::NotPhp {
-                exe_name: "apache2".into()
+                exe_name: "apache2".into(),
+                unread: None
             }
         );
         let line = error.to_string();
         assert!(!line.contains('\n'));
         assert!(line.contains("--load URL, --request-probe MODULE:SYMBOL or --requests N"));
+
+        let headless = Evidence {
+            exe_name: "frankenphp".into(),
+            go_table_unread: Some(
+                super::super::gopclntab::GoTableError::NoSectionHeaders.to_string(),
+            ),
+            ..Evidence::default()
+        };
+        let line = decide(&headless).unwrap_err().to_string();
+        assert!(!line.contains('\n'));
+        assert!(
+            line.contains("(frankenphp: it has no section headers (sstrip, or a packer): Go's function table (.gopclntab) cannot be found)"),
+            "{line}"
+        );
 
         let stripped = Evidence {
             exe_name: "frankenphp".into(),
