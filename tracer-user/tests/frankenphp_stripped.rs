@@ -13,10 +13,10 @@
 mod common;
 
 use std::{
-    fs::File,
+    ffi::OsStr,
     path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
-    time::{Duration, Instant},
+    process::Command,
+    time::Duration,
 };
 
 use common::{Trace, frame_functions, frankenphp::*, is_cpu_stack};
@@ -79,96 +79,41 @@ fn stripped_copies(shape: Shape, dir: &Path) -> (PathBuf, Option<PathBuf>) {
 
 /// A stripped server in classic mode on the kit's www, while this lives.
 struct StrippedServer {
-    kit: PathBuf,
+    server: SpawnedServer,
+    /// The stripped executable.
     exe: PathBuf,
-    child: Child,
-    mariadb_was_up: bool,
+    /// Holds the stripped copies; after `server` so the files outlive it.
     _dir: tempfile::TempDir,
-    _lock: File,
 }
 
 impl StrippedServer {
     fn start(shape: Shape) -> StrippedServer {
-        let kit = kit();
         let dir = tempfile::tempdir().unwrap();
         let (exe, libs) = stripped_copies(shape, dir.path());
-        let lock = take_machine_lock();
-        let mariadb_was_up = mariadb_up();
-        // MariaDB and the bench database as the kit sets them up.
-        kit_script(&kit, &["start.sh", "classic"]);
-        kit_script(&kit, &["stop.sh"]);
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open("/tmp/e2e/logs/franken-stripped.log")
-            .expect("opening /tmp/e2e/logs/franken-stripped.log");
-        let mut command = Command::new(&exe);
+        let root = kit().join("www");
+        // LD_LIBRARY_PATH comes before the host's RUNPATH (the kit's unstripped libphp).
+        let env: Vec<(&str, &Path)> = libs
+            .iter()
+            .map(|libs| ("LD_LIBRARY_PATH", libs.as_path()))
+            .collect();
+        let args = [OsStr::new("-root"), root.as_os_str()];
+        let server = SpawnedServer::start(&exe, &args, &env, "franken-stripped.log");
         if let Some(libs) = &libs {
-            // Before the host's RUNPATH (the kit's unstripped libphp).
-            command.env("LD_LIBRARY_PATH", libs);
-        }
-        let child = command
-            .arg("-root")
-            .arg(kit.join("www"))
-            .env("PHPRC", kit.join("php.ini"))
-            .current_dir("/tmp/e2e")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .unwrap_or_else(|e| panic!("starting {}: {e}", exe.display()));
-        let server = StrippedServer {
-            kit,
-            exe,
-            child,
-            mariadb_was_up,
-            _dir: dir,
-            _lock: lock,
-        };
-        let started = Instant::now();
-        while !get_page().is_some_and(|body| body.contains(BODY)) {
-            assert!(
-                started.elapsed() < Duration::from_secs(30),
-                "{} does not answer {URL} (see /tmp/e2e/logs/franken-stripped.log)",
-                server.exe.display()
-            );
-            std::thread::sleep(Duration::from_millis(200));
-        }
-        if let Some(libs) = libs {
             let maps = std::fs::read_to_string(format!("/proc/{}/maps", server.pid())).unwrap();
             assert!(
                 maps.contains(libs.join("libphp.so").to_str().unwrap()),
                 "the stripped libphp is not the one loaded"
             );
         }
-        server
+        StrippedServer {
+            server,
+            exe,
+            _dir: dir,
+        }
     }
 
     fn pid(&self) -> u32 {
-        self.child.id()
-    }
-}
-
-impl Drop for StrippedServer {
-    fn drop(&mut self) {
-        if matches!(self.child.try_wait(), Ok(None)) {
-            unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-            let started = Instant::now();
-            while matches!(self.child.try_wait(), Ok(None)) {
-                if started.elapsed() > Duration::from_secs(10) {
-                    let _ = self.child.kill();
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(100));
-            }
-            let _ = self.child.wait();
-        }
-        if !self.mariadb_was_up {
-            let _ = Command::new("bash")
-                .arg(self.kit.join("stop.sh"))
-                .arg("all")
-                .output();
-        }
+        self.server.pid()
     }
 }
 
@@ -287,16 +232,7 @@ fn idle_stripped_dynamic_server_is_not_contention() {
 
 /// The row whose name starts with `*mysqlnd_global_stats->`.
 fn global_lock_row(report: &Value) -> &Value {
-    let rows: Vec<&Value> = report["locks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|lock| {
-            lock["name"]
-                .as_str()
-                .is_some_and(|name| name.starts_with(GLOBAL_LOCK_PREFIX))
-        })
-        .collect();
+    let rows = rows_named_starting(report, GLOBAL_LOCK_PREFIX);
     assert_eq!(rows.len(), 1, "{}", naming_summary(report));
     rows[0]
 }
