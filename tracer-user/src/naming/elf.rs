@@ -204,6 +204,9 @@ impl ModuleSymbols {
             module.debug_file = Some(shown.unwrap_or(debug_path.clone()).display().to_string());
             module.debug_path = Some(debug_path);
         }
+        if !module.has_symtab {
+            module.add_go_functions(&elf);
+        }
         for list in [&mut module.objects, &mut module.functions] {
             // Unstable: it allocates nothing (a stable sort takes half the
             // list again); the name makes the order total.
@@ -266,6 +269,22 @@ impl ModuleSymbols {
                 _ => {}
             }
         }
+    }
+
+    /// A stripped Go binary (`-ldflags "-w -s"`, `strip`) names its Go
+    /// functions in Go's own table, `.gopclntab`, which stripping keeps.
+    fn add_go_functions(&mut self, elf: &object::File) {
+        let Ok(go) = crate::probe::gopclntab::read(elf) else {
+            return;
+        };
+        if self.functions.try_reserve(go.len()).is_err() {
+            return;
+        }
+        self.functions.extend(go.functions().map(|function| Symbol {
+            address: function.entry,
+            size: function.end - function.entry,
+            name: function.name.to_string(),
+        }));
     }
 
     /// The variable covering a link-time address, and the offset into it.

@@ -3,6 +3,7 @@
 //! request-boundary function, and what tells waiting for work apart from
 //! lock contention (condvar wait functions, Go's `runtime.futex`). Pure functions of files and /proc, unit-testable.
 pub mod btf;
+pub mod gopclntab;
 pub mod got;
 pub mod libc_code;
 pub mod lockfuncs;

@@ -113,6 +113,20 @@ pub fn functions_named<'data, 'file>(
         .filter(move |symbol| defines_function(symbol, name))
 }
 
+/// Where the function `name` is in `elf`, as (link address, size): from
+/// its symbol tables, else, for a Go function in a binary without them
+/// (`-ldflags "-w -s"`, `strip`), from Go's own function table
+/// (`.gopclntab`, under Go's name: `runtime.futex`, not the symbol's
+/// `runtime.futex.abi0`). The size of a Go function includes its padding.
+pub fn function_range(elf: &object::File, name: &str) -> Option<(u64, u64)> {
+    if let Some(symbol) = functions_named(elf, name).next() {
+        return Some((symbol.address(), symbol.size()));
+    }
+    let go_name = name.strip_suffix(".abi0").unwrap_or(name);
+    let found = super::gopclntab::read(elf).ok()?.named(go_name)?;
+    Some((found.entry, found.end - found.entry))
+}
+
 impl std::fmt::Debug for ModuleFile {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "ModuleFile({} bytes)", self.data.len())

@@ -9,6 +9,11 @@
 //!   once per worker thread only), so one function is right in both modes
 //!   and in a server mixing worker and classic scripts, without guessing the
 //!   mode from the command line or the Caddyfile.
+//!   A stripped static FrankenPHP has no symbols at all: Go's function table
+//!   (`.gopclntab`) recognises it (its Go package's functions), and the Go
+//!   body of `go_update_request_info`, which FrankenPHP's C side calls once
+//!   just before each `sapi_activate` (in `frankenphp_update_request_context`,
+//!   both modes), counts its requests.
 //! - Apache with mod_php, and any other process with PHP's engine:
 //!   `php_request_startup`, the start of every request in PHP's SAPIs.
 use anyhow::{Result, bail};
@@ -112,6 +117,8 @@ pub fn resolve(
 pub struct Evidence {
     /// The executable's file name.
     pub exe_name: String,
+    /// The executable's path as the target sees it.
+    pub exe_path: String,
     /// A FrankenPHP symbol and the module defining it.
     pub frankenphp: Option<(String, String)>,
     /// An Apache httpd symbol and the module defining it.
@@ -120,13 +127,20 @@ pub struct Evidence {
     pub php: Option<String>,
     /// PHP-looking modules without the symbols (stripped).
     pub stripped_php: Vec<String>,
+    /// Why the executable's Go function table could not be read (a Go
+    /// program without section headers), said when nothing was recognised.
+    pub go_table_unread: Option<String>,
 }
 
 /// Why no function was chosen: one line saying what to do instead.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Unrecognised {
-    /// No PHP engine in the target.
-    NotPhp { exe_name: String },
+    /// No PHP engine in the target; `unread` says why its Go function
+    /// table could not be looked at, if it could not.
+    NotPhp {
+        exe_name: String,
+        unread: Option<String>,
+    },
     /// PHP is there but its symbols are not (a stripped build).
     Stripped { modules: Vec<String> },
 }
@@ -136,10 +150,16 @@ impl std::fmt::Display for Unrecognised {
         const HOW: &str =
             "count requests with --load URL, --request-probe MODULE:SYMBOL or --requests N";
         match self {
-            Unrecognised::NotPhp { exe_name } => write!(
-                f,
-                "{exe_name} is not a server locktrace recognises (FrankenPHP, Apache with mod_php, a process with libphp); {HOW}"
-            ),
+            Unrecognised::NotPhp { exe_name, unread } => {
+                write!(
+                    f,
+                    "{exe_name} is not a server locktrace recognises (FrankenPHP, Apache with mod_php, a process with libphp)"
+                )?;
+                if let Some(why) = unread {
+                    write!(f, " ({exe_name}: {why})")?;
+                }
+                write!(f, "; {HOW}")
+            }
             Unrecognised::Stripped { modules } => write!(
                 f,
                 "{} looks like PHP but has no symbol table (stripped); {HOW}",
@@ -154,6 +174,12 @@ const FRANKENPHP_SYMBOLS: [&str; 2] = [
     "go_frankenphp_finish_worker_request",
     "go_frankenphp_before_script_execution",
 ];
+/// FrankenPHP's Go package: a stripped executable's `.gopclntab` names the
+/// Go bodies of its cgo exports (`github.com/dunglas/frankenphp.go_frankenphp_…`).
+const FRANKENPHP_PACKAGE: &str = "github.com/dunglas/frankenphp.";
+/// Once per request in both modes, on the PHP thread, right before
+/// `sapi_activate`: what a build without C symbols counts.
+pub const FRANKENPHP_GO_REQUEST: &str = "github.com/dunglas/frankenphp.go_update_request_info";
 /// Apache httpd's hook runner, exported by the executable for its modules.
 const APACHE_SYMBOLS: [&str; 1] = ["ap_run_handler"];
 /// The start of a PHP request in every SAPI (not per request in FrankenPHP's worker mode).
@@ -182,6 +208,18 @@ pub fn choose(target: &Target) -> Result<Result<Chosen, Unrecognised>> {
 pub fn decide(
     evidence: &Evidence,
 ) -> Result<(ServerKind, String, &'static str, String), Unrecognised> {
+    let shown = |(symbol, module): &(String, String)| format!("{symbol} in {module}");
+    if evidence.php.is_none()
+        && let Some(found) = &evidence.frankenphp
+    {
+        // A stripped static build: PHP's engine is in the executable, unnamed.
+        return Ok((
+            ServerKind::Frankenphp,
+            evidence.exe_path.clone(),
+            FRANKENPHP_GO_REQUEST,
+            shown(found),
+        ));
+    }
     let Some(php) = &evidence.php else {
         if !evidence.stripped_php.is_empty() {
             return Err(Unrecognised::Stripped {
@@ -190,9 +228,9 @@ pub fn decide(
         }
         return Err(Unrecognised::NotPhp {
             exe_name: evidence.exe_name.clone(),
+            unread: evidence.go_table_unread.clone(),
         });
     };
-    let shown = |(symbol, module): &(String, String)| format!("{symbol} in {module}");
     let php_in = format!("{PHP_REQUEST_STARTUP} in {}", file_name(php));
     Ok(if let Some(found) = &evidence.frankenphp {
         (
@@ -221,6 +259,7 @@ pub fn gather(target: &Target) -> Evidence {
     let modules = request_probe::modules(target);
     let mut evidence = Evidence {
         exe_name: file_name(&target.exe).to_string(),
+        exe_path: target.exe.clone(),
         ..Evidence::default()
     };
     let first_of = |symbols: &[&str], found: &[&str], module: &Module| {
@@ -247,6 +286,12 @@ pub fn gather(target: &Target) -> Evidence {
         let found = request_probe::defined(target, &module.path, &wanted);
         if is_exe {
             evidence.frankenphp = first_of(&FRANKENPHP_SYMBOLS, &found, module);
+            if evidence.frankenphp.is_none() {
+                match frankenphp_go_function(target, module) {
+                    Ok(found) => evidence.frankenphp = found,
+                    Err(why) => evidence.go_table_unread = why,
+                }
+            }
             evidence.apache = first_of(&APACHE_SYMBOLS, &found, module);
         }
         if found.contains(&PHP_REQUEST_STARTUP) {
@@ -258,6 +303,42 @@ pub fn gather(target: &Target) -> Evidence {
         }
     }
     evidence
+}
+
+/// The first of FrankenPHP's marker functions that the executable's Go
+/// function table names (a stripped build), as (`NAME (.gopclntab)`, file);
+/// Err with why the table could not be read, for a file that may be a Go
+/// program (all but one with no `.gopclntab` section at all).
+fn frankenphp_go_function(
+    target: &Target,
+    module: &Module,
+) -> Result<Option<(String, String)>, Option<String>> {
+    let file = target.module_file(&module.path).map_err(|_| None)?;
+    let elf = file.elf().map_err(|_| None)?;
+    let go = match super::gopclntab::read(&elf) {
+        Ok(go) => go,
+        Err(super::gopclntab::GoTableError::NotGo) => return Err(None),
+        Err(why) => return Err(Some(why.to_string())),
+    };
+    let wanted: Vec<String> = FRANKENPHP_SYMBOLS
+        .iter()
+        .map(|symbol| format!("{FRANKENPHP_PACKAGE}{symbol}"))
+        .collect();
+    let mut found: Vec<&str> = Vec::new();
+    for function in go.functions() {
+        if wanted.iter().any(|name| name == function.name) {
+            found.push(function.name);
+        }
+    }
+    Ok(wanted
+        .iter()
+        .find(|name| found.contains(&name.as_str()))
+        .map(|first| {
+            (
+                format!("{first} (.gopclntab)"),
+                module.file_name().to_string(),
+            )
+        }))
 }
 
 fn looks_like_libphp(module: &Module) -> bool {
@@ -314,6 +395,29 @@ mod tests {
     }
 
     #[test]
+    fn stripped_static_frankenphp_counts_its_go_request_function() {
+        let evidence = Evidence {
+            exe_name: "frankenphp".into(),
+            exe_path: "/usr/local/bin/frankenphp".into(),
+            frankenphp: found(
+                "github.com/dunglas/frankenphp.go_frankenphp_finish_worker_request (.gopclntab)",
+                "frankenphp",
+            ),
+            php: None,
+            ..Evidence::default()
+        };
+        assert_eq!(
+            decide(&evidence),
+            Ok((
+                ServerKind::Frankenphp,
+                "/usr/local/bin/frankenphp".into(),
+                "github.com/dunglas/frankenphp.go_update_request_info",
+                "github.com/dunglas/frankenphp.go_frankenphp_finish_worker_request (.gopclntab) in frankenphp".into()
+            ))
+        );
+    }
+
+    #[test]
     fn apache_and_other_php_count_php_request_startup() {
         let apache = Evidence {
             exe_name: "apache2".into(),
@@ -352,12 +456,27 @@ mod tests {
         assert_eq!(
             error,
             Unrecognised::NotPhp {
-                exe_name: "apache2".into()
+                exe_name: "apache2".into(),
+                unread: None
             }
         );
         let line = error.to_string();
         assert!(!line.contains('\n'));
         assert!(line.contains("--load URL, --request-probe MODULE:SYMBOL or --requests N"));
+
+        let headless = Evidence {
+            exe_name: "frankenphp".into(),
+            go_table_unread: Some(
+                super::super::gopclntab::GoTableError::NoSectionHeaders.to_string(),
+            ),
+            ..Evidence::default()
+        };
+        let line = decide(&headless).unwrap_err().to_string();
+        assert!(!line.contains('\n'));
+        assert!(
+            line.contains("(frankenphp: it has no section headers (sstrip, or a packer): Go's function table (.gopclntab) cannot be found)"),
+            "{line}"
+        );
 
         let stripped = Evidence {
             exe_name: "frankenphp".into(),

@@ -1,11 +1,11 @@
 //! `--request-probe MODULE:SYMBOL`: finds a function that runs once per
 //! request in one of the target's modules, as the file offset a uprobe takes.
 use anyhow::{Context, Result, anyhow, bail};
-use object::{Object, ObjectSymbol};
+use object::Object;
 
 use super::{
     lockfuncs::file_offset_of,
-    modules::{defines_function, functions_named, soname},
+    modules::{defines_function, function_range, soname},
     placement,
     target::Target,
 };
@@ -183,12 +183,12 @@ pub fn probe_symbol(target: &Target, module: &str, symbol: &str) -> Result<Reque
     let elf = file
         .elf()
         .with_context(|| format!("--request-probe: {module}"))?;
-    let Some(found) = functions_named(&elf, symbol).next() else {
+    let Some((address, _)) = function_range(&elf, symbol) else {
         bail!(
             "--request-probe: no function {symbol} in {module} (misspelt, static and stripped, or inlined?)"
         );
     };
-    let file_offset = file_offset_of(&elf, found.address()).ok_or_else(|| {
+    let file_offset = file_offset_of(&elf, address).ok_or_else(|| {
         anyhow!("--request-probe: {symbol} in {module} is not in a loaded segment")
     })?;
     let first_bytes = data.get(file_offset as usize..).unwrap_or_default();

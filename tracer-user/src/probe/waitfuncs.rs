@@ -9,7 +9,7 @@ use object::ObjectSymbol;
 
 use super::{
     lockfuncs::{file_offset_of, runtime_address},
-    modules::functions_named,
+    modules::{function_range, functions_named},
     target::Target,
 };
 
@@ -109,11 +109,11 @@ fn definitions(elf: &object::File, name: &str) -> BTreeSet<u64> {
 }
 
 /// `runtime.futex` of a Go executable, as a runtime address range. It is
-/// written in assembly, so its ELF symbol carries the ABI0 suffix.
+/// written in assembly, so its ELF symbol carries the ABI0 suffix; a
+/// stripped Go binary has it in `.gopclntab` only (`function_range`).
 fn go_futex(elf: &object::File, module: &str, target: &Target) -> Option<(u64, u64)> {
-    let symbol = functions_named(elf, "runtime.futex.abi0")
-        .chain(functions_named(elf, "runtime.futex"))
-        .next()?;
-    let start = runtime_address(target, module, file_offset_of(elf, symbol.address())?)?;
-    Some((start, start + symbol.size().max(1)))
+    let (address, size) = function_range(elf, "runtime.futex.abi0")
+        .or_else(|| function_range(elf, "runtime.futex"))?;
+    let start = runtime_address(target, module, file_offset_of(elf, address)?)?;
+    Some((start, start + size.max(1)))
 }

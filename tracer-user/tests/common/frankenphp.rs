@@ -6,7 +6,7 @@ use std::{
     fs::File,
     os::fd::AsRawFd,
     path::{Path, PathBuf},
-    process::{Command, Stdio},
+    process::{Child, Command, Stdio},
     time::{Duration, Instant},
 };
 
@@ -88,6 +88,119 @@ pub fn take_machine_lock() -> File {
                  a process started under `flock` without -o (e.g. a MariaDB start.sh started) keeps it"
             )
         })
+}
+
+/// A FrankenPHP binary a test starts itself (not through start.sh): the
+/// static builds, stripped copies. Holds the machine lock; stops the server
+/// by its pid (SIGTERM, then SIGKILL after 10 s), and MariaDB if the test
+/// started it, also on a panic.
+pub struct SpawnedServer {
+    pub kit: PathBuf,
+    pub binary: PathBuf,
+    pub child: Child,
+    mariadb_was_up: bool,
+    /// flock(2) on /tmp/franken.lock, released when the file closes.
+    _lock: File,
+}
+
+impl SpawnedServer {
+    /// Starts `binary ARGS` with the kit's php.ini and `env`, logging to
+    /// /tmp/e2e/logs/`log`, once MariaDB and the bench database are up as
+    /// the kit sets them up; returns once it answers q.php with 20 rows.
+    pub fn start(
+        binary: &Path,
+        args: &[&std::ffi::OsStr],
+        env: &[(&str, &Path)],
+        log: &str,
+    ) -> Self {
+        let kit = kit();
+        let lock = take_machine_lock();
+        let mariadb_was_up = mariadb_up();
+        // start.sh starts MariaDB and the database (and its dynamic server, stopped at once).
+        kit_script(&kit, &["start.sh", "classic"]);
+        kit_script(&kit, &["stop.sh"]);
+        let log_path = Path::new("/tmp/e2e/logs").join(log);
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)
+            .unwrap_or_else(|e| panic!("opening {}: {e}", log_path.display()));
+        let child = Command::new(binary)
+            .args(args)
+            .envs(env.iter().copied())
+            .env("PHPRC", kit.join("php.ini"))
+            .current_dir("/tmp/e2e")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {}: {e}", binary.display()));
+        let server = SpawnedServer {
+            kit,
+            binary: binary.to_path_buf(),
+            child,
+            mariadb_was_up,
+            _lock: lock,
+        };
+        let started = Instant::now();
+        while !get_page().is_some_and(|body| body.contains(BODY)) {
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "{} does not answer {URL} with 20 rows (see {})",
+                server.binary.display(),
+                log_path.display()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        server
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Stops the server this test started, by its pid: SIGTERM, then SIGKILL after 10 s.
+    pub fn stop(&mut self) {
+        if !matches!(self.child.try_wait(), Ok(None)) {
+            return;
+        }
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let started = Instant::now();
+        while matches!(self.child.try_wait(), Ok(None)) {
+            if started.elapsed() > Duration::from_secs(10) {
+                let _ = self.child.kill();
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for SpawnedServer {
+    fn drop(&mut self) {
+        self.stop();
+        if !self.mariadb_was_up {
+            let _ = Command::new("bash")
+                .arg(self.kit.join("stop.sh"))
+                .arg("all")
+                .output();
+        }
+    }
+}
+
+/// The rows whose name starts with `prefix`.
+pub fn rows_named_starting<'a>(report: &'a Value, prefix: &str) -> Vec<&'a Value> {
+    report["locks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|lock| {
+            lock["name"]
+                .as_str()
+                .is_some_and(|name| name.starts_with(prefix))
+        })
+        .collect()
 }
 
 pub fn mariadb_up() -> bool {
@@ -318,16 +431,7 @@ pub fn assert_global_lock_stacks(report: &Value, table: &str, what: &str) {
 pub fn assert_connection_stats_by_site(report: &Value, table: &str, what: &str) {
     const SITE: &str = "mutex created in tsrm_mutex_alloc <- mysqlnd_stats_init";
     let count = report["requests"]["count"].as_u64().unwrap();
-    let rows: Vec<&Value> = report["locks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|lock| {
-            lock["name"]
-                .as_str()
-                .is_some_and(|name| name.starts_with(SITE))
-        })
-        .collect();
+    let rows = rows_named_starting(report, SITE);
     // Grouped by creation site (the default): one row for every connection's.
     assert_eq!(rows.len(), 1, "{what}: not one row named {SITE}…:\n{table}");
     let row = rows[0];
