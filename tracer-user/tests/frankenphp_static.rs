@@ -16,10 +16,7 @@
 //! started (by pid), and MariaDB if the test started it, also on a panic.
 mod common;
 
-use std::{
-    ffi::OsStr,
-    path::{Path, PathBuf},
-};
+use std::path::{Path, PathBuf};
 
 use common::{Trace, frankenphp::*, php_pages::*};
 use object::{Object, ObjectSymbol};
@@ -51,17 +48,7 @@ impl StaticServer {
     /// its `worker.php`) instead of the kit's `www`.
     fn start_on(mode: Mode, libphp: Libphp, root: Option<&Path>) -> SpawnedServer {
         let root = root.map_or_else(|| kit().join("www"), Path::to_path_buf);
-        let worker = root.join("worker.php");
-        let mut args = vec![OsStr::new("-root"), root.as_os_str()];
-        if mode == Mode::Worker {
-            // The kit's worker configuration (start.sh worker).
-            args.extend([
-                OsStr::new("-worker"),
-                worker.as_os_str(),
-                OsStr::new("-workers"),
-                OsStr::new("16"),
-            ]);
-        }
+        let args = server_args(mode, &root);
         SpawnedServer::start(&binary(libphp), &args, &[], "franken-static.log")
     }
 }

@@ -13,7 +13,6 @@
 mod common;
 
 use std::{
-    ffi::OsStr,
     path::{Path, PathBuf},
     process::Command,
     time::Duration,
@@ -88,6 +87,11 @@ struct StrippedServer {
 
 impl StrippedServer {
     fn start(shape: Shape) -> StrippedServer {
+        StrippedServer::start_in(shape, Mode::Classic)
+    }
+
+    /// In `mode` (worker: the kit's worker.php, 16 workers, as start.sh worker).
+    fn start_in(shape: Shape, mode: Mode) -> StrippedServer {
         let dir = tempfile::tempdir().unwrap();
         let (exe, libs) = stripped_copies(shape, dir.path());
         let root = kit().join("www");
@@ -96,7 +100,7 @@ impl StrippedServer {
             .iter()
             .map(|libs| ("LD_LIBRARY_PATH", libs.as_path()))
             .collect();
-        let args = [OsStr::new("-root"), root.as_os_str()];
+        let args = server_args(mode, &root);
         let server = SpawnedServer::start(&exe, &args, &env, "franken-stripped.log");
         if let Some(libs) = &libs {
             let maps = std::fs::read_to_string(format!("/proc/{}/maps", server.pid())).unwrap();
@@ -340,11 +344,23 @@ fn stripped_static_counts_requests_and_names_go_frames() {
         auto["recognised_by"],
         "github.com/dunglas/frankenphp.go_frankenphp_finish_worker_request (.gopclntab) in frankenphp"
     );
-    let at_408 = report["locks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|lock| lock["per_request"]["acquisitions"].as_f64() == Some(408.0))
-        .count();
-    assert_eq!(at_408, 1, "{table}");
+    assert_eq!(rows_at_per_request(&report, 408.0), 1, "{table}");
+}
+
+/// Worker mode on the stripped static binary: `go_update_request_info`
+/// runs once per request there too (`frankenphp_worker_request_startup`
+/// calls it before `sapi_activate`): 100 requests sent, 100 counted, the
+/// global lock's 408.0 per request in one row.
+#[test]
+fn stripped_static_worker_mode_counts_requests() {
+    let server = StrippedServer::start_in(Shape::Static, Mode::Worker);
+    let (report, table, stderr) = record_outside_load(server.pid(), 100);
+    let requests = &report["requests"];
+    assert_eq!(requests["source"], "probe", "{stderr:?}");
+    assert_eq!(requests["count"], 100, "{table}");
+    assert_eq!(
+        requests["auto_probe"]["function"],
+        "github.com/dunglas/frankenphp.go_update_request_info"
+    );
+    assert_eq!(rows_at_per_request(&report, 408.0), 1, "{table}");
 }

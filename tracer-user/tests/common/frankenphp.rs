@@ -109,7 +109,7 @@ impl SpawnedServer {
     /// the kit sets them up; returns once it answers q.php with 20 rows.
     pub fn start(
         binary: &Path,
-        args: &[&std::ffi::OsStr],
+        args: &[std::ffi::OsString],
         env: &[(&str, &Path)],
         log: &str,
     ) -> Self {
@@ -187,6 +187,31 @@ impl Drop for SpawnedServer {
                 .output();
         }
     }
+}
+
+/// The server's arguments for `mode` serving `root`: worker mode runs its
+/// `worker.php` with 16 workers, the kit's configuration (start.sh worker).
+pub fn server_args(mode: Mode, root: &Path) -> Vec<std::ffi::OsString> {
+    let mut args = vec!["-root".into(), root.as_os_str().to_owned()];
+    if mode == Mode::Worker {
+        args.extend([
+            "-worker".into(),
+            root.join("worker.php").into_os_string(),
+            "-workers".into(),
+            "16".into(),
+        ]);
+    }
+    args
+}
+
+/// How many rows take exactly `per_request` acquisitions per request.
+pub fn rows_at_per_request(report: &Value, per_request: f64) -> usize {
+    report["locks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|lock| lock["per_request"]["acquisitions"].as_f64() == Some(per_request))
+        .count()
 }
 
 /// The rows whose name starts with `prefix`.
