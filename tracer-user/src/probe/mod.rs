@@ -4,6 +4,7 @@
 //! lock contention (condvar wait functions, Go's `runtime.futex`). Pure functions of files and /proc, unit-testable.
 pub mod btf;
 pub mod got;
+pub mod kallsyms;
 pub mod libc_code;
 pub mod lockfuncs;
 pub mod memory;

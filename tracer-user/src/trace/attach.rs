@@ -87,6 +87,8 @@ pub struct Loaded {
     pub cpu_off: Option<String>,
     /// The module ranges watched for unmaps (see `lifetimes`).
     pub watched: super::lifetimes::Watched,
+    /// Why kernel lock contention is not traced (no lock tracepoints).
+    pub kernel_locks_off: Option<String>,
 }
 
 /// A finished recording's BPF object, its probes still in. Dropping it
@@ -204,6 +206,7 @@ pub fn load(plan: &LoadPlan) -> Result<Loaded> {
         })?;
     }
     attach_futex_waitv(&mut ebpf)?;
+    let kernel_locks_off = super::kernel_locks::attach(&mut ebpf).err();
     // Last: the samples then see every probe that will count in place.
     let cpu_off = plan
         .cpu
@@ -219,6 +222,7 @@ pub fn load(plan: &LoadPlan) -> Result<Loaded> {
         attach_time: started.elapsed(),
         cpu_off,
         watched,
+        kernel_locks_off,
     })
 }
 
