@@ -37,6 +37,8 @@ pub struct KernelLocks {
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, JsonSchema)]
 pub struct KernelLock {
     /// The lock's kernel address.
+    #[serde(with = "super::address")]
+    #[schemars(with = "super::address::Hex")]
     pub address: u64,
     /// A global lock's symbol (from /proc/kallsyms), else the lock type
     /// its callers say (`mmap_lock`, `futex hash bucket`, `runqueue`,
@@ -102,8 +104,10 @@ pub struct KernelSite {
 /// stacks unwound there (`--stacks`).
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, JsonSchema)]
 pub struct KernelUserSite {
-    /// The user instruction pointer saved at the kernel entry (0: unknown,
-    /// a kernel without `bpf_task_pt_regs`).
+    /// The user instruction pointer saved at the kernel entry (0x0:
+    /// unknown, a kernel without `bpf_task_pt_regs`).
+    #[serde(with = "super::address")]
+    #[schemars(with = "super::address::Hex")]
     pub ip: u64,
     /// That instruction, named (the syscall wrapper, or the faulting code).
     pub frame: Option<Frame>,
@@ -126,6 +130,11 @@ pub struct KernelUserStack {
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, JsonSchema)]
 pub struct KernelUserLock {
     /// The user lock's address (its row's), or the futex word when no row holds it.
+    #[serde(
+        serialize_with = "super::address::serialize_without_lifetime",
+        deserialize_with = "super::address::deserialize"
+    )]
+    #[schemars(with = "super::address::Hex")]
     pub address: u64,
     /// Its row's name, when named.
     pub name: Option<String>,

@@ -105,7 +105,7 @@ fn block(lock: &KernelLock) -> String {
                 })
                 .map(|frame| format!(" from {}", frame_name(frame)))
                 .unwrap_or_default();
-            let at = site.frame.as_ref().map_or_else(|| "?".into(), frame_name);
+            let at = site.frame.as_ref().map_or_else(|| "?".into(), instruction);
             format!("{at}{caller} {}", site.contentions)
         })
         .collect();
@@ -136,4 +136,12 @@ fn frame_name(frame: &Frame) -> String {
             frame.offset
         )
     })
+}
+
+/// The instruction a contention entered the kernel from: `function+0xOFFSET`.
+fn instruction(frame: &Frame) -> String {
+    match &frame.function {
+        Some(function) => format!("{function}+{:#x}", frame.offset),
+        None => frame_name(frame),
+    }
 }
