@@ -768,6 +768,7 @@ fn load_plan<'a>(
         lock_probes: options.mode == Mode::All
             || (options.mode == Mode::Inproc && !prepared.placed.is_empty()),
         inproc: None,
+        kernel_locks: true,
         request_probe: if options.mode == Mode::Sampled {
             None
         } else {

@@ -76,6 +76,8 @@ pub struct LoadPlan<'a> {
     /// `--mode inproc` in the live views: the stubs, which start counting
     /// with the probes (`record` opens their gate with its window).
     pub inproc: Option<&'a super::inproc::session::Session>,
+    /// Trace kernel lock contention (`record`; the live views do not read it).
+    pub kernel_locks: bool,
 }
 
 pub struct Loaded {
@@ -206,7 +208,11 @@ pub fn load(plan: &LoadPlan) -> Result<Loaded> {
         })?;
     }
     attach_futex_waitv(&mut ebpf)?;
-    let kernel_locks_off = super::kernel_locks::attach(&mut ebpf).err();
+    let kernel_locks_off = if plan.kernel_locks {
+        super::kernel_locks::attach(&mut ebpf).err()
+    } else {
+        None
+    };
     // Last: the samples then see every probe that will count in place.
     let cpu_off = plan
         .cpu
