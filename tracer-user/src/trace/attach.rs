@@ -197,22 +197,7 @@ pub fn load(plan: &LoadPlan) -> Result<Loaded> {
             .with_context(|| format!("loading the BPF program {name}"))?;
     }
     let probe_count = attach_user_probes(&mut ebpf, plan)?;
-    for (name, event) in [
-        (names::PROGRAM_FUTEX_ENTER, "sys_enter_futex"),
-        (names::PROGRAM_FUTEX_EXIT, "sys_exit_futex"),
-    ] {
-        let program: &mut TracePoint = program(&mut ebpf, name)?.try_into()?;
-        program.load().with_context(|| format!("loading {name}"))?;
-        program.attach("syscalls", event).with_context(|| {
-            format!("attaching to the syscalls:{event} tracepoint (is tracefs mounted?)")
-        })?;
-    }
-    attach_futex_waitv(&mut ebpf)?;
-    let kernel_locks_off = if plan.kernel_locks {
-        super::kernel_locks::attach(&mut ebpf).err()
-    } else {
-        None
-    };
+    let kernel_locks_off = attach_tracepoints(&mut ebpf, plan.kernel_locks)?;
     // Last: the samples then see every probe that will count in place.
     let cpu_off = plan
         .cpu
@@ -229,6 +214,27 @@ pub fn load(plan: &LoadPlan) -> Result<Loaded> {
         cpu_off,
         watched,
         kernel_locks_off,
+    })
+}
+
+/// The futex syscall tracepoints, and the kernel lock ones when asked for;
+/// returns why the kernel lock ones are not in (no such tracepoints).
+fn attach_tracepoints(ebpf: &mut Ebpf, kernel_locks: bool) -> Result<Option<String>> {
+    for (name, event) in [
+        (names::PROGRAM_FUTEX_ENTER, "sys_enter_futex"),
+        (names::PROGRAM_FUTEX_EXIT, "sys_exit_futex"),
+    ] {
+        let program: &mut TracePoint = program(ebpf, name)?.try_into()?;
+        program.load().with_context(|| format!("loading {name}"))?;
+        program.attach("syscalls", event).with_context(|| {
+            format!("attaching to the syscalls:{event} tracepoint (is tracefs mounted?)")
+        })?;
+    }
+    attach_futex_waitv(ebpf)?;
+    Ok(if kernel_locks {
+        super::kernel_locks::attach(ebpf).err()
+    } else {
+        None
     })
 }
 
