@@ -418,6 +418,10 @@ pub mod stack_kind {
     /// CPU samples inside a futex syscall on a lock's word: the user
     /// registers saved at the syscall's entry (kernels with task registers).
     pub const CPU_KERNEL: i64 = 3;
+    /// Kernel lock contentions (`KERNEL_LOCKS`): keyed by the kernel lock,
+    /// the user instruction pointer as `return_ip`, and this plus the
+    /// contention's flags (`kernel_lock` bits, below 64) as `stack_id`.
+    pub const KERNEL_LOCK: i64 = 16;
 }
 
 /// Indexes of the `DROPS` counters: events that could not be counted.
@@ -682,6 +686,12 @@ pub mod names {
     pub const MAP_HELD: &str = "HELD";
     /// The CPU sampler (`cpu_sample`, a perf event program on cpu-clock).
     pub const PROGRAM_CPU_SAMPLE: &str = "cpu_sample";
+    /// Tracepoints lock:contention_begin and contention_end (Linux 5.19+).
+    pub const PROGRAM_KERNEL_LOCK_BEGIN: &str = "kernel_lock_begin";
+    pub const PROGRAM_KERNEL_LOCK_END: &str = "kernel_lock_end";
+    pub const MAP_KERNEL_LOCKS: &str = "KERNEL_LOCKS";
+    pub const MAP_KERNEL_LOCK_STACKS: &str = "KERNEL_LOCK_STACKS";
+    pub const MAP_KERNEL_LOCK_EVENTS: &str = "KERNEL_LOCK_EVENTS";
     pub const MAP_CPU_LOCK_CODE: &str = "CPU_LOCK_CODE";
     pub const MAP_CPU_LOCKS: &str = "CPU_LOCKS";
     pub const MAP_CPU_COUNTS: &str = "CPU_COUNTS";
@@ -736,6 +746,8 @@ pub mod names {
         PROGRAM_MMAP_EXIT,
         PROGRAM_PROCESS_EXEC,
         PROGRAM_CPU_SAMPLE,
+        PROGRAM_KERNEL_LOCK_BEGIN,
+        PROGRAM_KERNEL_LOCK_END,
     ];
     pub const MAPS: &[&str] = &[
         MAP_FAILED_TRIES,
@@ -774,6 +786,9 @@ pub mod names {
         MAP_ROUTE_CPU,
         MAP_PHP_MISSES,
         MAP_PHP_OFFSETS,
+        MAP_KERNEL_LOCKS,
+        MAP_KERNEL_LOCK_STACKS,
+        MAP_KERNEL_LOCK_EVENTS,
     ];
     /// Maps only the BPF side uses (per-thread state between its programs).
     pub const BPF_ONLY_MAPS: &[&str] = &[
@@ -784,6 +799,7 @@ pub mod names {
         "RECENT",
         "RECENT_NEXT",
         "MAPPING",
+        "KERNEL_LOCK_BEGINS",
     ];
     pub const GLOBALS: &[&str] = &[
         GLOBAL_TARGET_TGID,
@@ -1017,6 +1033,81 @@ pub mod cpu_sample {
     pub const COUNT: u32 = 6;
 }
 
+/// Kernel lock contention (`lock:contention_begin`/`contention_end`,
+/// Linux 5.19+) of the target's threads. The tracepoints fire only when a
+/// kernel lock is contended, so an uncontended target costs nothing.
+pub mod kernel_lock {
+    /// Bits of the tracepoints' `flags` (the kernel's `LCB_F_*`).
+    pub const SPIN: u32 = 1 << 0;
+    pub const READ: u32 = 1 << 1;
+    pub const WRITE: u32 = 1 << 2;
+    pub const RT: u32 = 1 << 3;
+    pub const PERCPU: u32 = 1 << 4;
+    pub const MUTEX: u32 = 1 << 5;
+    /// (lock, flags, kernel stack, user lock, user site) keys `KERNEL_LOCKS` holds.
+    pub const MAX_KEYS: u32 = 16_384;
+    /// Kernel stacks `KERNEL_LOCK_STACKS` holds.
+    pub const MAX_STACKS: u32 = 4_096;
+    /// Frames of a kernel stack (the kernel's `PERF_MAX_STACK_DEPTH`).
+    pub const STACK_DEPTH: usize = 127;
+    /// Slots of the per-CPU `KERNEL_LOCK_EVENTS` array.
+    pub mod event {
+        /// A `contention_begin` while the thread already waited for a
+        /// kernel lock (a spinlock inside a rwsem's slow path, a mutex's
+        /// spin before it sleeps): not a contention of its own, as in
+        /// `perf lock contention`.
+        pub const NESTED: u32 = 0;
+        /// A `contention_end` with no begin of the thread (it began before
+        /// the attach or while counting was off).
+        pub const UNMATCHED_END: u32 = 1;
+        /// A begin whose thread state did not fit in `KERNEL_LOCK_BEGINS`.
+        pub const UNTRACKED: u32 = 2;
+        /// A kernel stack that could not be stored (`stack_id` -1).
+        pub const STACK_LOST: u32 = 3;
+        /// A contention whose key did not fit in `KERNEL_LOCKS`: not counted.
+        pub const KEYS_FULL: u32 = 4;
+        pub const COUNT: u32 = 5;
+    }
+}
+
+/// Key of `KERNEL_LOCKS`: contentions of one kernel lock, with one set of
+/// flags, from one kernel stack, while one user futex call (or none) was
+/// in progress, from one user instruction.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct KernelLockKey {
+    /// The kernel lock's address.
+    pub lock: u64,
+    /// The futex word of the futex syscall the thread was in (keyed as
+    /// `FUTEXES`: `lifetime::tag`ged), 0 outside one.
+    pub user_lock: u64,
+    /// The user instruction pointer saved at the kernel entry (syscall,
+    /// fault or interrupt): the user side's innermost frame.
+    pub user_ip: u64,
+    /// Id in `KERNEL_LOCK_STACKS`, -1 when lost.
+    pub stack_id: i64,
+    /// `kernel_lock::SPIN` … `MUTEX` bits.
+    pub flags: u32,
+    pub _pad: u32,
+}
+
+/// Value of `KERNEL_LOCKS`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KernelLockCounts {
+    pub contentions: u64,
+    pub wait_ns: u64,
+    pub max_wait_ns: u64,
+}
+
+/// Value of the per-thread `KERNEL_LOCK_BEGINS`: a contention in progress.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct KernelLockBegin {
+    pub key: KernelLockKey,
+    pub start_ns: u64,
+}
+
 /// Map sizes of the hold state.
 pub const MAX_HELD: u32 = 65_536;
 pub const MAX_HOLDERS: u32 = 65_536;
@@ -1043,6 +1134,8 @@ mod pod {
     unsafe impl aya::Pod for super::CpuSamples {}
     unsafe impl aya::Pod for super::HandoffCounts {}
     unsafe impl aya::Pod for super::CpuPlace {}
+    unsafe impl aya::Pod for super::KernelLockKey {}
+    unsafe impl aya::Pod for super::KernelLockCounts {}
     unsafe impl aya::Pod for super::php::PhpOffsets {}
     unsafe impl aya::Pod for super::php::RouteText {}
     unsafe impl aya::Pod for super::php::RouteLockKey {}

@@ -15,8 +15,8 @@
 //! trylocks), `stacks` (stack keys and snapshots), `requests` (the request
 //! boundary), `futex` (futex and condvar waits), `holds` (hold times and
 //! holders), `handoffs` (acquisitions on another CPU than the one before), `php`
-//! (routes and PHP stacks, `--php`), `cpu` (CPU samples of lock code) and `lifetimes` (memory that
-//! went away).
+//! (routes and PHP stacks, `--php`), `cpu` (CPU samples of lock code), `lifetimes` (memory that
+//! went away) and `kernlocks` (kernel lock contention).
 #![no_std]
 #![no_main]
 #![feature(core_intrinsics)]
@@ -27,6 +27,7 @@ mod cpu;
 mod futex;
 mod handoffs;
 mod holds;
+mod kernlocks;
 mod lifetimes;
 mod locks;
 mod maps;

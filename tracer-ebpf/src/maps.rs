@@ -5,15 +5,15 @@ use aya_ebpf::{
     Global,
     bindings::BPF_F_NO_PREALLOC,
     macros::map,
-    maps::{Array, HashMap, PerCpuArray, PerCpuHashMap, RingBuf},
+    maps::{Array, HashMap, PerCpuArray, PerCpuHashMap, RingBuf, StackTrace},
 };
 use tracer_common::{
     CallerKey, CodeRange, CondWait, CpuPlace, CpuSamples, FutexCounts, FutexWait, HandoffCounts,
-    HeldKey, HoldCounts, Holder, HolderHolds, HolderKey, LockCounts, MAX_CALLERS, MAX_CONDVARS,
-    MAX_CPU_LOCK_CODE_RANGES, MAX_CPU_LOCKS, MAX_CPUS, MAX_FUTEXES, MAX_HELD, MAX_HOLDERS,
-    MAX_LOCK_CODE_RANGES, MAX_LOCKS, MAX_PROBE_POINTS, MAX_STACKS, MAX_WAITING_THREADS, PendingKey,
-    PendingTry, SNAPSHOT_RING_BYTES, StackKey, Unmapped, WaitHolderKey, WaitTime, cpu_sample,
-    drop_reason, lifetime,
+    HeldKey, HoldCounts, Holder, HolderHolds, HolderKey, KernelLockBegin, KernelLockCounts,
+    KernelLockKey, LockCounts, MAX_CALLERS, MAX_CONDVARS, MAX_CPU_LOCK_CODE_RANGES, MAX_CPU_LOCKS,
+    MAX_CPUS, MAX_FUTEXES, MAX_HELD, MAX_HOLDERS, MAX_LOCK_CODE_RANGES, MAX_LOCKS,
+    MAX_PROBE_POINTS, MAX_STACKS, MAX_WAITING_THREADS, PendingKey, PendingTry, SNAPSHOT_RING_BYTES,
+    StackKey, Unmapped, WaitHolderKey, WaitTime, cpu_sample, drop_reason, kernel_lock, lifetime,
     php::{
         MAX_ROUTE_KEYS, MAX_ROUTE_LOCKS, MAX_ROUTES, MAX_THREADS, PhpOffsets, RouteLockCounts,
         RouteLockKey, RouteText, miss,
@@ -206,3 +206,20 @@ pub(crate) static ROUTE_CPU: HashMap<u64, u64> = HashMap::with_max_entries(MAX_R
 /// Events whose PHP context could not be read, by `tracer_common::php::miss`.
 #[map]
 pub(crate) static PHP_MISSES: PerCpuArray<u64> = PerCpuArray::with_max_entries(miss::COUNT, 0);
+
+/// Kernel lock contentions of the target (`kernlocks`), and each thread's
+/// contention in progress.
+#[map]
+pub(crate) static KERNEL_LOCKS: HashMap<KernelLockKey, KernelLockCounts> =
+    HashMap::with_max_entries(kernel_lock::MAX_KEYS, BPF_F_NO_PREALLOC);
+#[map]
+pub(crate) static KERNEL_LOCK_BEGINS: HashMap<u32, KernelLockBegin> =
+    HashMap::with_max_entries(MAX_WAITING_THREADS, 0);
+/// Kernel stacks of the contentions' begins.
+#[map]
+pub(crate) static KERNEL_LOCK_STACKS: StackTrace =
+    StackTrace::with_max_entries(kernel_lock::MAX_STACKS, 0);
+/// Events of the kernel lock programs by `tracer_common::kernel_lock::event`.
+#[map]
+pub(crate) static KERNEL_LOCK_EVENTS: PerCpuArray<u64> =
+    PerCpuArray::with_max_entries(kernel_lock::event::COUNT, 0);

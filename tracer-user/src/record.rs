@@ -399,6 +399,11 @@ async fn trace(
             "locktrace: CPU sampler off, counting goes on without CPU per lock: {reason}"
         ));
     }
+    if let Some(reason) = &loaded.kernel_locks_off {
+        output::note(format_args!(
+            "locktrace: kernel locks section unavailable: {reason}"
+        ));
+    }
     let waits_before = WaitsBeforeAttach::now(target.pid);
     let armed = arm_sampler(options, prepared, window, &mut loaded)?;
     // Pointer chains of heap locks are searched while the target lives.
@@ -672,6 +677,8 @@ fn read_counts(
         None => options.cpu_hz.unwrap_or(0),
         Some(_) => 0,
     };
+    let kernel_locks =
+        crate::trace::kernel_locks::read(&loaded.ebpf, loaded.kernel_locks_off.clone())?;
     collect::read_for_report(&loaded.ebpf, pid, &waits_before, cpu_hz, |collected| {
         if let Some(stacks) = stacks {
             match stacks.finish() {
@@ -683,6 +690,7 @@ fn read_counts(
         }
         collected.hold_times = options.hold_times;
         collected.handoffs_counted = counts_handoffs(options);
+        collected.kernel_locks = Some(kernel_locks);
     })
 }
 
@@ -734,6 +742,7 @@ fn load_plan<'a>(
         lock_probes: options.mode == Mode::All
             || (options.mode == Mode::Inproc && !prepared.placed.is_empty()),
         inproc: None,
+        kernel_locks: true,
         request_probe: if options.mode == Mode::Sampled {
             None
         } else {

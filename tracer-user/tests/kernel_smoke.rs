@@ -227,3 +227,48 @@ fn serve_total_is_exact() {
         |total| total == Some(20_000.0),
     );
 }
+
+/// Kernel lock contention (issue 50): listed on kernels with the lock
+/// tracepoints (5.19+: 6.1, 6.12), the mmap_lock of fixtures/map_worker.c
+/// among them; before them (5.10) one line says the section is unavailable,
+/// and the rest is recorded.
+#[test]
+fn kernel_locks_listed_or_said_unavailable() {
+    let binary = fixture("map_worker", Flavor::Glibc);
+    let mut target = Fixture::spawn(&binary, &["2000", "2", "1"]);
+    let trace = Trace::attach(target.pid(), &["--mode", "contention", "--no-cpu"]);
+    let said = trace.printed();
+    target.start();
+    target.wait();
+    let (report, table) = trace.finish();
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+    let mut parts = release.split(|c: char| !c.is_ascii_digit());
+    let version: (u32, u32) = (
+        parts.next().unwrap().parse().unwrap(),
+        parts.next().unwrap().parse().unwrap(),
+    );
+    let section = &report["kernel_locks"];
+    if version >= (5, 19) {
+        assert!(section["unavailable"].is_null(), "{section}");
+        let names: Vec<&str> = section["locks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|lock| lock["name"].as_str())
+            .collect();
+        assert!(names.contains(&"mmap_lock"), "{release}: {section}");
+        assert!(table.contains("kernel locks: "), "{table}");
+    } else {
+        let why = "this kernel has no lock:contention_begin tracepoint (Linux 5.19+ has it)";
+        assert_eq!(section["unavailable"], why);
+        assert_eq!(
+            said.matches("kernel locks section unavailable").count(),
+            1,
+            "{said}"
+        );
+        assert!(
+            table.contains(&format!("kernel locks: unavailable: {why}")),
+            "{table}"
+        );
+    }
+}

@@ -36,6 +36,7 @@ pub fn attach(pid: u32) -> Result<FloorProbes> {
         waits: &WaitFunctions::default(),
         unlock_functions: &[],
         cpu: None,
+        kernel_locks: false,
     })?;
     collect::set_counting(&mut loaded.ebpf, 0)?;
     // The futex tracepoints load with every plan; the floor has none.

@@ -210,6 +210,7 @@ fn load(prepared: &Prepared) -> Result<attach::Loaded> {
         waits: &prepared.waits,
         unlock_functions: &[],
         cpu: None,
+        kernel_locks: false,
     })
 }
 

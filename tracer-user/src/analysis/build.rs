@@ -72,6 +72,7 @@ pub fn build(info: RecordInfo, collected: &Collected, functions: &[LockFunction]
         php: None,
         routes: None,
         inproc: None,
+        kernel_locks: None,
     }
 }
 

@@ -122,6 +122,7 @@ impl ReportBuilder<'_> {
             overhead.estimated_added_ns,
         );
         report.kernel_limits = measured.kernel_limits;
+        add_kernel_locks(&mut report, collected);
         if let Some(cpu) = &mut report.cpu {
             cpu.sampler_off = measured.cpu_off;
         }
@@ -186,4 +187,19 @@ fn add_target_cpu(
             0,
         ));
     }
+}
+
+/// The kernel locks section, named with the kernel's symbols (read only
+/// when there is contention to name).
+fn add_kernel_locks(report: &mut Report, collected: &Collected) {
+    let contended = collected
+        .kernel_locks
+        .as_ref()
+        .is_some_and(|traced| !traced.counts.is_empty());
+    let symbols = if contended {
+        crate::probe::kallsyms::Kallsyms::read()
+    } else {
+        crate::probe::kallsyms::Kallsyms::default()
+    };
+    analysis::kernel_locks::apply(report, collected, &symbols);
 }

@@ -124,6 +124,8 @@ fn add_details(into: &mut Lock, row: Lock) {
         into.saturation = row.saturation;
     }
     into.cpu_kernel_ns = add_optional(into.cpu_kernel_ns, row.cpu_kernel_ns);
+    into.kernel_contentions = add_optional(into.kernel_contentions, row.kernel_contentions);
+    into.kernel_wait_ns = add_optional(into.kernel_wait_ns, row.kernel_wait_ns);
 }
 
 /// Calls per call site: `(function, module, offset)`.

@@ -15,6 +15,7 @@ pub mod handoffs;
 pub mod holds;
 pub mod in_progress;
 pub mod inproc;
+pub mod kernel_locks;
 pub mod per_request;
 pub mod removal;
 pub mod routes;

@@ -5,7 +5,8 @@ use std::collections::{BTreeSet, HashMap};
 
 use tracer_common::{
     CallerKey, CpuSamples, FutexCounts, FutexWait, HandoffCounts, Held, HeldKey, HoldCounts,
-    HolderHolds, HolderKey, LockCounts, StackKey, WaitHolderKey, WaitTime, cpu_sample, drop_reason,
+    HolderHolds, HolderKey, KernelLockCounts, KernelLockKey, LockCounts, StackKey, WaitHolderKey,
+    WaitTime, cpu_sample, drop_reason,
     php::{self, RouteLockCounts, RouteLockKey},
 };
 
@@ -112,6 +113,20 @@ pub struct Collected {
     pub lifetimes: super::Lifetimes,
     /// `--php`: routes and what could not be read.
     pub php: Option<PhpCollected>,
+    /// Kernel lock contention, when it was traced for.
+    pub kernel_locks: Option<KernelLocksCollected>,
+}
+
+/// Kernel lock contention as the maps held it (`trace::kernel_locks`).
+#[derive(Debug, Default, Clone)]
+pub struct KernelLocksCollected {
+    /// Why it was not traced (one line), when not.
+    pub unavailable: Option<String>,
+    pub counts: HashMap<KernelLockKey, KernelLockCounts>,
+    /// Kernel stack id → its frames' addresses, innermost first.
+    pub stacks: HashMap<i64, Vec<u64>>,
+    /// The programs' events by `tracer_common::kernel_lock::event` index.
+    pub events: [u64; tracer_common::kernel_lock::event::COUNT as usize],
 }
 
 /// A thread blocked in a futex wait, as `/proc` shows it.

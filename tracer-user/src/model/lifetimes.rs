@@ -251,8 +251,13 @@ impl Collected {
     /// the later key's counted on from the earlier key's total (each stands
     /// for the calls up to the next one's `count_at`).
     fn merge_stacks(&mut self, lifetimes: &Lifetimes) {
+        // Kernel lock keys hold a kernel address, in no generation.
         let stack_key = |k: &StackKey| StackKey {
-            lock: lifetimes.merged(k.lock),
+            lock: if k.stack_id >= tracer_common::stack_kind::KERNEL_LOCK {
+                k.lock
+            } else {
+                lifetimes.merged(k.lock)
+            },
             ..*k
         };
         let mut by_generation: Vec<(StackKey, u64)> =

@@ -15,6 +15,7 @@ mod handoffs;
 mod holds;
 mod in_progress;
 mod inproc;
+mod kernel_locks;
 mod kinds;
 mod lifetimes;
 mod overhead;
@@ -33,7 +34,8 @@ pub(crate) mod word;
 pub use word::Worded;
 
 pub use collected::{
-    Blocked, Collected, InFlight, PhpCollected, PhpFrameRead, PhpSnapshot, UnwoundStack,
+    Blocked, Collected, InFlight, KernelLocksCollected, PhpCollected, PhpFrameRead, PhpSnapshot,
+    UnwoundStack,
 };
 pub use coverage::{Coverage, ExecLoss, ExecSeen, FoundByCode, MainThreadExit};
 pub use cpu::{CpuReport, cpu_error_ns, sample_period_ns};
@@ -44,6 +46,10 @@ pub use handoffs::{HandoffClass, HandoffCostSource, Handoffs};
 pub use holds::{HoldSite, Holds, WaitHolder, add_histogram, merge_histogram, quantile};
 pub use in_progress::{Activity, Deadlock, DeadlockStep, InProgress, ThreadRef};
 pub use inproc::{CountedBy, Inproc, InprocFunction, InprocModule, Restore, RestoreOutcome};
+pub use kernel_locks::{
+    KernelLock, KernelLockKind, KernelLocks, KernelSite, KernelUserLock, KernelUserSite,
+    KernelUserStack,
+};
 pub use kinds::{LockKind, Mode, Placement, RequestSource, ServerKind, StopReason, WaitClass};
 pub use lifetimes::{EndedLifetime, Lifetimes};
 pub use overhead::{Calibration, Overhead};

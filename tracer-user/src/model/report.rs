@@ -82,6 +82,10 @@ pub struct Report {
     /// was written into the target, and whether it was put back.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub inproc: Option<super::Inproc>,
+    /// Kernel lock contention of the target's threads (Linux 5.19+), or
+    /// why it is unavailable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel_locks: Option<super::KernelLocks>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, JsonSchema)]
@@ -220,6 +224,15 @@ pub struct Lock {
     /// `cpu_ns`; null when CPU was not sampled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu_kernel_ns: Option<u64>,
+    /// Kernel lock contentions inside the futex calls on the lock's words
+    /// (the futex hash bucket's spinlock, the scheduler's runqueue locks
+    /// its waits and wakes take); null where none were seen or kernel
+    /// locks were not traced.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel_contentions: Option<u64>,
+    /// Their wait time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel_wait_ns: Option<u64>,
 }
 
 /// The locks one creation-site row stands for.
@@ -355,6 +368,8 @@ impl Lock {
             saturation: None,
             removal: None,
             cpu_kernel_ns: None,
+            kernel_contentions: None,
+            kernel_wait_ns: None,
         }
     }
 

@@ -146,6 +146,10 @@ mod tests {
                 "HandoffCostSource",
                 round_trips::<crate::model::HandoffCostSource>,
             ),
+            (
+                "KernelLockKind",
+                round_trips::<crate::model::KernelLockKind>,
+            ),
             ("LayoutSource", round_trips::<crate::model::LayoutSource>),
             ("LockKind", round_trips::<LockKind>),
             ("Mode", round_trips::<Mode>),
@@ -640,6 +644,8 @@ mod tests {
             unpriced: vec!["handoffs: not counted (record --handoffs)".into()],
         });
         lock.cpu_kernel_ns = Some(400_000);
+        lock.kernel_contentions = Some(12);
+        lock.kernel_wait_ns = Some(34_000);
     }
 
     /// The report's parts about the recording (requests, estimate, cost,
@@ -766,5 +772,53 @@ mod tests {
             sampler_off: Some("perf_event_open refused".into()),
         });
         report.kernel_limits = vec!["no wait stacks before Linux 5.15".into()];
+        report.kernel_locks = Some(kernel_locks());
+    }
+
+    /// A kernel locks section with every part (`unavailable` too, which a
+    /// real one never has with rows).
+    fn kernel_locks() -> crate::model::KernelLocks {
+        use crate::model::{
+            Frame, KernelLock, KernelLockKind, KernelLocks, KernelSite, KernelUserLock,
+            KernelUserSite, KernelUserStack,
+        };
+        let frame = Frame::named("munmap");
+        KernelLocks {
+            unavailable: Some("this kernel has no lock:contention_begin tracepoint".into()),
+            locks: vec![KernelLock {
+                address: 0xffff_8881_9057_32b8,
+                name: Some("mmap_lock".into()),
+                kind: KernelLockKind::RwsemWrite,
+                flags: 4,
+                contentions: 12,
+                wait_ns: 34_000,
+                max_wait_ns: 9_000,
+                kernel_sites: vec![KernelSite {
+                    function: "__vm_munmap".into(),
+                    contentions: 12,
+                    wait_ns: 34_000,
+                }],
+                user_sites: vec![KernelUserSite {
+                    ip: 0x7f00_0000_1007,
+                    frame: Some(frame.clone()),
+                    contentions: 12,
+                    wait_ns: 34_000,
+                    stacks: vec![KernelUserStack {
+                        contentions: 12,
+                        frames: vec![frame, Frame::named("map_worker")],
+                    }],
+                }],
+                user_locks: vec![KernelUserLock {
+                    address: 0x7f3a_5c00_0b80,
+                    name: Some("g_lock".into()),
+                    contentions: 12,
+                    wait_ns: 34_000,
+                }],
+            }],
+            contentions: 12,
+            wait_ns: 34_000,
+            nested: 1,
+            lost: 0,
+        }
     }
 }

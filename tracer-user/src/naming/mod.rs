@@ -20,6 +20,7 @@ pub mod elf;
 pub mod frame_rules;
 pub mod holders;
 pub mod in_progress;
+mod kernel_locks;
 pub mod lock_code;
 pub mod mysqlnd;
 pub mod names;
@@ -299,6 +300,7 @@ pub fn annotate(
     holders::name(report, &space, collected, &snapshot.threads, |space, ip| {
         resolve_code(space, ip, true)
     });
+    kernel_locks::name(report, &space, collected);
     let stripped = stripped_modules(report, &space);
     let stripped_lookups = stripped_lookups(&stripped, &space);
     let skipped_files = skipped_files(&space, &snapshot.files);

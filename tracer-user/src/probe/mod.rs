@@ -5,6 +5,7 @@
 pub mod btf;
 pub mod gopclntab;
 pub mod got;
+pub mod kallsyms;
 pub mod libc_code;
 pub mod lockfuncs;
 pub mod memory;

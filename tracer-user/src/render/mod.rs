@@ -11,6 +11,7 @@ pub mod handoffs;
 pub mod holds;
 pub mod in_progress;
 pub mod inproc;
+pub mod kernel_locks;
 pub mod lost;
 pub mod output;
 pub mod pprof;

@@ -7,7 +7,8 @@ use super::{
     fit::{Column, Fitted, Width, fit},
     footer,
     format::duration,
-    handoffs, holds, in_progress, lost, removal, requests, routes, saturation, stacks, waits,
+    handoffs, holds, in_progress, kernel_locks, lost, removal, requests, routes, saturation,
+    stacks, waits,
 };
 use crate::model::{Lock, Mode, Report, StopReason};
 
@@ -96,6 +97,7 @@ pub fn render(report: &Report, limit: Option<usize>, width: Width) -> String {
     out.push_str(&routes::render(report, width));
     out.push_str(&waits::render(report, limit, width));
     out.push_str(&in_progress::render(report, width));
+    out.push_str(&kernel_locks::render(report));
     match report.stopped_by {
         StopReason::TargetExited if lost::counts_whole(report) => {
             out.push_str("stopped: the target exited; counts cover its whole traced life\n")
@@ -183,6 +185,12 @@ fn lock_columns(report: &Report) -> Vec<LockColumn> {
     ));
     if handoffs::counted(report) {
         columns.push((Column::number("handoffs", 60), Box::new(handoffs::cell)));
+    }
+    if kernel_locks::joined(report) {
+        columns.push((
+            Column::number("kernel locks", 50),
+            Box::new(kernel_locks::cell),
+        ));
     }
     if report.locks.iter().any(|lock| lock.holds.is_some()) {
         columns.push((

@@ -76,6 +76,8 @@ pub struct LoadPlan<'a> {
     /// `--mode inproc` in the live views: the stubs, which start counting
     /// with the probes (`record` opens their gate with its window).
     pub inproc: Option<&'a super::inproc::session::Session>,
+    /// Trace kernel lock contention (`record`; the live views do not read it).
+    pub kernel_locks: bool,
 }
 
 pub struct Loaded {
@@ -87,6 +89,8 @@ pub struct Loaded {
     pub cpu_off: Option<String>,
     /// The module ranges watched for unmaps (see `lifetimes`).
     pub watched: super::lifetimes::Watched,
+    /// Why kernel lock contention is not traced (no lock tracepoints).
+    pub kernel_locks_off: Option<String>,
 }
 
 /// A finished recording's BPF object, its probes still in. Dropping it
@@ -193,17 +197,7 @@ pub fn load(plan: &LoadPlan) -> Result<Loaded> {
             .with_context(|| format!("loading the BPF program {name}"))?;
     }
     let probe_count = attach_user_probes(&mut ebpf, plan)?;
-    for (name, event) in [
-        (names::PROGRAM_FUTEX_ENTER, "sys_enter_futex"),
-        (names::PROGRAM_FUTEX_EXIT, "sys_exit_futex"),
-    ] {
-        let program: &mut TracePoint = program(&mut ebpf, name)?.try_into()?;
-        program.load().with_context(|| format!("loading {name}"))?;
-        program.attach("syscalls", event).with_context(|| {
-            format!("attaching to the syscalls:{event} tracepoint (is tracefs mounted?)")
-        })?;
-    }
-    attach_futex_waitv(&mut ebpf)?;
+    let kernel_locks_off = attach_tracepoints(&mut ebpf, plan.kernel_locks)?;
     // Last: the samples then see every probe that will count in place.
     let cpu_off = plan
         .cpu
@@ -219,6 +213,28 @@ pub fn load(plan: &LoadPlan) -> Result<Loaded> {
         attach_time: started.elapsed(),
         cpu_off,
         watched,
+        kernel_locks_off,
+    })
+}
+
+/// The futex syscall tracepoints, and the kernel lock ones when asked for;
+/// returns why the kernel lock ones are not in (no such tracepoints).
+fn attach_tracepoints(ebpf: &mut Ebpf, kernel_locks: bool) -> Result<Option<String>> {
+    for (name, event) in [
+        (names::PROGRAM_FUTEX_ENTER, "sys_enter_futex"),
+        (names::PROGRAM_FUTEX_EXIT, "sys_exit_futex"),
+    ] {
+        let program: &mut TracePoint = program(ebpf, name)?.try_into()?;
+        program.load().with_context(|| format!("loading {name}"))?;
+        program.attach("syscalls", event).with_context(|| {
+            format!("attaching to the syscalls:{event} tracepoint (is tracefs mounted?)")
+        })?;
+    }
+    attach_futex_waitv(ebpf)?;
+    Ok(if kernel_locks {
+        super::kernel_locks::attach(ebpf).err()
+    } else {
+        None
     })
 }
 

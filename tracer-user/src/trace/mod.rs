@@ -10,6 +10,7 @@ pub mod follow;
 pub mod handoffs;
 pub mod inflight;
 pub mod inproc;
+pub mod kernel_locks;
 pub mod lifetimes;
 pub mod live_keys;
 pub mod maps;

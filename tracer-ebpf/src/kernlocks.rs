@@ -1,0 +1,165 @@
+//! Kernel lock contention of the target's threads: `lock:contention_begin`
+//! and `contention_end` (Linux 5.19+), which fire only when a kernel lock
+//! is contended. The begin notes the thread's contention (the lock, its
+//! flags, the kernel stack, the futex word of a futex syscall in progress
+//! and the user instruction the thread entered the kernel from); the end
+//! of the same lock counts it in `KERNEL_LOCKS` with the time between.
+//! A begin while the thread already waits is nested (a spinlock inside a
+//! rwsem's slow path, a mutex's spin before it sleeps) and only counted
+//! apart, as `perf lock contention` leaves it out.
+
+use aya_ebpf::{
+    EbpfContext,
+    helpers::bpf_get_current_pid_tgid,
+    macros::tracepoint,
+    programs::{TracePointContext, tracing::StackIdContext},
+};
+use tracer_common::{
+    KernelLockBegin, KernelLockCounts, KernelLockKey, counting, flags, kernel_lock::event,
+    stack_kind, wait_class,
+};
+
+use crate::{
+    counters::{CounterMap, add, counting, is_target, key_of, now_ns, raise_to},
+    cpu::SYS_FUTEX,
+    futex::saved_user_regs,
+    maps::{
+        FLAGS, KERNEL_LOCK_BEGINS, KERNEL_LOCK_EVENTS, KERNEL_LOCK_STACKS, KERNEL_LOCKS, WAITING,
+    },
+    stacks::record_stack_of,
+};
+
+// Offsets in the lock:contention_begin and contention_end records (see
+// /sys/kernel/tracing/events/lock/contention_begin/format).
+const LOCK_ADDR: usize = 8;
+const BEGIN_FLAGS: usize = 16;
+
+#[inline(always)]
+fn count_event(slot: u32) {
+    if let Some(counter) = KERNEL_LOCK_EVENTS.get_ptr_mut(slot) {
+        add(counter, 1);
+    }
+}
+
+/// The field of `T` at `offset` of the tracepoint's record.
+#[inline(always)]
+fn field<T: Copy>(ctx: &TracePointContext, offset: usize) -> T {
+    // SAFETY: the offsets are fields of both records (the format files);
+    // the verifier checks context reads against the record's size.
+    unsafe { core::ptr::read((ctx.as_ptr() as *const u8).add(offset) as *const T) }
+}
+
+/// The user side of the thread's contention: the futex word of the futex
+/// syscall it is in (0 outside one, and in a condvar's or the Go
+/// runtime's wait, which are no lock's), and the user registers (ip, sp,
+/// bp) saved when it entered the kernel.
+#[inline(always)]
+fn user_side(tid: u32) -> (u64, (u64, u64, u64)) {
+    let Some(regs) = saved_user_regs() else {
+        return (0, (0, 0, 0));
+    };
+    // SAFETY: the helper's typed (BTF) pointer to the saved registers;
+    // the verifier makes these loads checked ones (a fault reads 0).
+    let (syscall, word, ip, sp, bp) = unsafe {
+        (
+            core::ptr::read_volatile(&(*regs).orig_rax),
+            core::ptr::read_volatile(&(*regs).rdi),
+            core::ptr::read_volatile(&(*regs).rip),
+            core::ptr::read_volatile(&(*regs).rsp),
+            core::ptr::read_volatile(&(*regs).rbp),
+        )
+    };
+    // SAFETY: the reference is used at once, within this program run.
+    let not_lock = unsafe { WAITING.get(tid) }.is_some_and(|wait| wait.class != wait_class::FUTEX);
+    let user_lock = if syscall == SYS_FUTEX && !not_lock {
+        key_of(word)
+    } else {
+        0
+    };
+    (user_lock, (ip, sp, bp))
+}
+
+#[tracepoint]
+pub fn kernel_lock_begin(ctx: TracePointContext) -> u32 {
+    if !is_target(&ctx) || !counting(counting::WAITS) {
+        return 0;
+    }
+    let tid = bpf_get_current_pid_tgid() as u32;
+    // SAFETY: only tested for presence.
+    if unsafe { KERNEL_LOCK_BEGINS.get(tid) }.is_some() {
+        count_event(event::NESTED);
+        return 0;
+    }
+    let lock: u64 = field(&ctx, LOCK_ADDR);
+    let lock_flags: u32 = field(&ctx, BEGIN_FLAGS);
+    let stack_id = match ctx.get_stackid(&KERNEL_LOCK_STACKS, 0) {
+        Ok(id) => id,
+        Err(_) => {
+            count_event(event::STACK_LOST);
+            -1
+        }
+    };
+    let (user_lock, regs) = user_side(tid);
+    let key = KernelLockKey {
+        lock,
+        user_lock,
+        user_ip: regs.0,
+        stack_id,
+        flags: lock_flags,
+        _pad: 0,
+    };
+    let begin = KernelLockBegin {
+        key,
+        start_ns: now_ns(),
+    };
+    if KERNEL_LOCK_BEGINS.insert(tid, begin, 0).is_err() {
+        count_event(event::UNTRACKED);
+        return 0;
+    }
+    if FLAGS.load() & flags::STACKS != 0 {
+        // The flags (below 64) keep the read and write sides' stacks apart.
+        let kind = stack_kind::KERNEL_LOCK + i64::from(lock_flags & 63);
+        record_stack_of(kind, lock, regs.0, regs, 0);
+    }
+    0
+}
+
+#[tracepoint]
+pub fn kernel_lock_end(ctx: TracePointContext) -> u32 {
+    if !is_target(&ctx) {
+        return 0;
+    }
+    let tid = bpf_get_current_pid_tgid() as u32;
+    // SAFETY: the value is copied out at once, before the entry is removed.
+    let Some(begin) = (unsafe { KERNEL_LOCK_BEGINS.get(tid) }).copied() else {
+        if counting(counting::WAITS) {
+            count_event(event::UNMATCHED_END);
+        }
+        return 0;
+    };
+    // The end of a nested contention: the outer one goes on.
+    if begin.key.lock != field::<u64>(&ctx, LOCK_ADDR) {
+        return 0;
+    }
+    let _ = KERNEL_LOCK_BEGINS.remove(tid);
+    if !counting(counting::WAITS) {
+        return 0;
+    }
+    let waited = now_ns().saturating_sub(begin.start_ns);
+    let counts = KERNEL_LOCKS.value_ptr(&begin.key).or_else(|| {
+        KERNEL_LOCKS.insert_new(&begin.key, KernelLockCounts::default());
+        KERNEL_LOCKS.value_ptr(&begin.key)
+    });
+    if counts.is_none() {
+        count_event(event::KEYS_FULL);
+    }
+    if let Some(counts) = counts {
+        // SAFETY: `counts` is the map value just looked up.
+        unsafe {
+            add(&mut (*counts).contentions, 1);
+            add(&mut (*counts).wait_ns, waited);
+            raise_to(&mut (*counts).max_wait_ns, waited);
+        }
+    }
+    0
+}

@@ -1,0 +1,323 @@
+//! Issue 50: kernel lock contention (`lock:contention_begin`/`end`) of the
+//! target, joined to the user side. fixtures/map_worker.c contends for its
+//! process's mmap_lock (mmap and munmap write, first-touch faults read);
+//! fixtures/hot_mutex.c drives futex-bucket and runqueue spinlock
+//! contention from one hot user mutex. The figures are checked against a
+//! second, independent BPF count: bpftrace on the same tracepoints over
+//! the same window (both attached before the fixture works and stopped
+//! after it is done; its threads are idle in between). Real BPF: run as root.
+mod common;
+
+use std::{
+    io::{BufRead, BufReader},
+    process::{Child, Command, Stdio},
+    time::Duration,
+};
+
+use common::*;
+use serde_json::Value;
+
+/// bpftrace's own count of the target's contentions: every begin by
+/// flags, and the wait of the outermost ones, with the same nesting rule
+/// as locktrace (a begin while the thread waits is nested; only the end
+/// of the lock it waits for ends it).
+fn bpftrace_script(pid: u32) -> String {
+    format!(
+        r#"BEGIN {{ printf("attached\n"); }}
+tracepoint:lock:contention_begin /pid == {pid}/ {{
+  @begins[args->flags] = count();
+  if (@start[tid] == 0) {{ @start[tid] = nsecs; @lock[tid] = (uint64)args->lock_addr; }}
+}}
+tracepoint:lock:contention_end /pid == {pid} && @start[tid] != 0 && @lock[tid] == (uint64)args->lock_addr/ {{
+  @wait_ns = sum(nsecs - @start[tid]);
+  @ends = count();
+  delete(@start[tid]);
+  delete(@lock[tid]);
+}}
+END {{ clear(@start); clear(@lock); }}"#
+    )
+}
+
+/// A running bpftrace, attached.
+struct Bpftrace {
+    child: Child,
+}
+
+/// What bpftrace counted: begins by flags, outermost contentions and their wait.
+#[derive(Debug, Default)]
+struct Counted {
+    begins: Vec<(u32, u64)>,
+    ends: u64,
+    wait_ns: u64,
+}
+
+impl Bpftrace {
+    fn attach(pid: u32) -> Bpftrace {
+        let mut child = Command::new("bpftrace")
+            .args(["-e", &bpftrace_script(pid)])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("bpftrace (scripts/setup.sh installs it)");
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        while !line.contains("attached") {
+            line.clear();
+            assert!(
+                stdout.read_line(&mut line).unwrap() > 0,
+                "bpftrace exited before attaching"
+            );
+        }
+        child.stdout = Some(stdout.into_inner());
+        Bpftrace { child }
+    }
+
+    /// Stops bpftrace (SIGINT, by its pid) and reads its maps.
+    fn finish(mut self) -> Counted {
+        // SAFETY: kill(2) on the pid of the child this test started.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
+        let mut text = String::new();
+        std::io::Read::read_to_string(self.child.stdout.as_mut().unwrap(), &mut text).unwrap();
+        self.child.wait().unwrap();
+        let mut counted = Counted::default();
+        for line in text.lines() {
+            let Some((name, value)) = line.split_once(": ") else {
+                continue;
+            };
+            let value: u64 = value.trim().parse().unwrap_or(0);
+            if let Some(flags) = name
+                .strip_prefix("@begins[")
+                .and_then(|r| r.strip_suffix(']'))
+            {
+                counted.begins.push((flags.parse().unwrap(), value));
+            } else if name == "@ends" {
+                counted.ends = value;
+            } else if name == "@wait_ns" {
+                counted.wait_ns = value;
+            }
+        }
+        counted
+    }
+}
+
+/// Runs `fixture ARGS` under `record EXTRA…` and bpftrace; starts its work
+/// once both are attached and stops both once it is done.
+fn record_with_bpftrace(
+    name: &str,
+    args: &[&str],
+    extra: &[&str],
+) -> (Value, String, Counted, Fixture) {
+    let binary = fixture(name, Flavor::Glibc);
+    let mut fixture = Fixture::spawn(&binary, args);
+    let trace = Trace::attach(fixture.pid(), extra);
+    let bpftrace = Bpftrace::attach(fixture.pid());
+    // bpftrace prints from BEGIN once its probes are in; a moment more.
+    std::thread::sleep(Duration::from_millis(200));
+    fixture.send("go");
+    while fixture.read_line().as_deref() != Some("done") {}
+    let counted = bpftrace.finish();
+    trace.interrupt();
+    let (report, table) = trace.finish();
+    (report, table, counted, fixture)
+}
+
+fn u(value: &Value) -> u64 {
+    value
+        .as_u64()
+        .unwrap_or_else(|| panic!("not a count: {value}"))
+}
+
+fn kernel_rows<'a>(report: &'a Value, name: &str, kind: &str) -> Vec<&'a Value> {
+    report["kernel_locks"]["locks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|lock| lock["name"] == name && lock["kind"] == kind)
+        .collect()
+}
+
+/// Within one row: its sites add up to its contentions, and each site's
+/// stacks to the site's.
+fn assert_rows_add_up(report: &Value) {
+    for lock in report["kernel_locks"]["locks"].as_array().unwrap() {
+        let contentions = u(&lock["contentions"]);
+        let sum = |list: &Value| -> u64 {
+            list.as_array()
+                .unwrap()
+                .iter()
+                .map(|x| u(&x["contentions"]))
+                .sum()
+        };
+        assert_eq!(sum(&lock["kernel_sites"]), contentions, "{lock}");
+        assert_eq!(sum(&lock["user_sites"]), contentions, "{lock}");
+    }
+}
+
+/// The functions of a user stack, innermost first.
+fn functions(stack: &Value) -> Vec<String> {
+    stack["frames"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|frame| frame["function"].as_str().unwrap_or("?").to_string())
+        .collect()
+}
+
+/// The contentions of a row's user stacks through `caller`, and in all.
+fn through(row: &Value, caller: &str) -> (u64, u64) {
+    let (mut hit, mut all) = (0, 0);
+    for site in row["user_sites"].as_array().unwrap() {
+        for stack in site["stacks"].as_array().unwrap() {
+            let n = u(&stack["contentions"]);
+            all += n;
+            if functions(stack).iter().any(|f| f == caller) {
+                hit += n;
+            }
+        }
+    }
+    (hit, all)
+}
+
+/// The begins bpftrace saw with `flags`.
+fn begins(counted: &Counted, flags: u32) -> u64 {
+    counted
+        .begins
+        .iter()
+        .filter(|(f, _)| *f == flags)
+        .map(|(_, n)| n)
+        .sum()
+}
+
+/// mmap_lock: write side in munmap and mmap, read side in page faults, as
+/// rows of their own, attributed to map_worker's call sites; every count
+/// equal to bpftrace's, the wait within the bound below.
+#[test]
+fn mmap_lock_contention_by_side_matches_an_independent_count() {
+    let (report, table, counted, _fixture) =
+        record_with_bpftrace("map_worker", &["3000"], &["--stacks", "4"]);
+    let section = &report["kernel_locks"];
+    assert!(section["unavailable"].is_null(), "{section}");
+    // Every begin bpftrace saw is a contention or a nested begin here.
+    let all_begins: u64 = counted.begins.iter().map(|(_, n)| n).sum();
+    assert_eq!(
+        u(&section["contentions"]) + u(&section["nested"]),
+        all_begins,
+        "{counted:?}"
+    );
+    assert_eq!(u(&section["contentions"]), counted.ends, "{counted:?}");
+    assert_eq!(u(&section["lost"]), 0);
+    // The two programs read the clock one after the other at each end of
+    // a contention: the same wait but for the time between their reads,
+    // a few µs, unless the host preempts this VM's CPU in between (a
+    // shared 2-CPU VM: up to ms). Within 10 µs a contention and 3 %.
+    let (ours, theirs) = (u(&section["wait_ns"]), counted.wait_ns);
+    assert!(
+        ours.abs_diff(theirs) <= 10_000 * counted.ends + theirs * 3 / 100,
+        "wait {ours} ns here, {theirs} ns by bpftrace, {} contentions",
+        counted.ends
+    );
+    // The sides apart: rwsems are never nested (no sleeping under a
+    // spinlock), so each side's count is bpftrace's begins of its flags.
+    let write = kernel_rows(&report, "mmap_lock", "rwsem_write");
+    let read = kernel_rows(&report, "mmap_lock", "rwsem_read");
+    assert_eq!((write.len(), read.len()), (1, 1), "{section}");
+    let (write, read) = (write[0], read[0]);
+    assert_eq!(write["address"], read["address"]);
+    assert_eq!(u(&write["contentions"]), begins(&counted, 4), "{counted:?}");
+    assert_eq!(u(&read["contentions"]), begins(&counted, 2), "{counted:?}");
+    assert!(u(&write["contentions"]) > 0 && u(&read["contentions"]) > 0);
+    let sites = |row: &Value| -> Vec<String> {
+        row["kernel_sites"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|site| site["function"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert!(
+        sites(write)
+            .iter()
+            .all(|f| f == "__vm_munmap" || f == "vm_mmap_pgoff"),
+        "{write}"
+    );
+    assert!(sites(write).contains(&"__vm_munmap".to_string()), "{write}");
+    assert_eq!(sites(read), ["lock_mm_and_find_vma"], "{read}");
+    assert_rows_add_up(&report);
+    // The user side: the stacks stand for every contention, and those of
+    // munmap and of the faults all come from map_worker's code (the
+    // fault_worker's one munmap and the threads' stacks aside).
+    let (by_worker, all) = through(write, "map_worker");
+    assert_eq!(all, u(&write["contentions"]), "{write}");
+    assert!(by_worker * 10 >= all * 9, "{by_worker} of {all}: {write}");
+    let (touch, all) = through(read, "touch");
+    assert_eq!((touch, all), (u(&read["contentions"]), touch), "{read}");
+    assert!(table.contains("mmap_lock (rwsem write"), "{table}");
+    assert!(table.contains("mmap_lock (rwsem read"), "{table}");
+}
+
+/// A hot mutex: its futex calls' kernel contention (futex hash bucket,
+/// runqueue) is on its row, exactly what the kernel rows say of it.
+#[test]
+fn a_hot_mutex_row_carries_the_kernel_contention_of_its_futex_calls() {
+    let (report, table, counted, fixture) = record_with_bpftrace("hot_mutex", &["200000"], &[]);
+    let address = fixture.address("g_lock");
+    let row = lock_at(&report, address).unwrap_or_else(|| panic!("no g_lock: {report}"));
+    let section = &report["kernel_locks"];
+    let all_begins: u64 = counted.begins.iter().map(|(_, n)| n).sum();
+    assert_eq!(
+        u(&section["contentions"]) + u(&section["nested"]),
+        all_begins,
+        "{counted:?}"
+    );
+    let mut joined = 0;
+    let mut kinds = Vec::new();
+    for lock in section["locks"].as_array().unwrap() {
+        for user in lock["user_locks"].as_array().into_iter().flatten() {
+            if user["address"] == row["address"] {
+                joined += u(&user["contentions"]);
+                kinds.push(lock["name"].as_str().unwrap_or("?").to_string());
+            }
+        }
+    }
+    assert!(joined > 0, "no kernel contention under g_lock: {section}");
+    assert_eq!(u(&row["kernel_contentions"]), joined, "{row}");
+    assert!(
+        kinds
+            .iter()
+            .any(|k| k == "futex hash bucket" || k == "runqueue"),
+        "{kinds:?}"
+    );
+    assert_eq!(u(&row["acquisitions"]), 4 * 200_000);
+    assert!(table.contains("kernel locks"), "{table}");
+}
+
+/// A kernel without the lock tracepoints (5.10; here the stand-in switch):
+/// one line says so, the section says why, everything else is counted.
+#[test]
+fn without_the_lock_tracepoints_one_line_says_why() {
+    let binary = fixture("hot_mutex", Flavor::Glibc);
+    let mut fixture = Fixture::spawn(&binary, &["1000", "2"]);
+    let trace = Trace::attach_env(
+        fixture.pid(),
+        &[],
+        &[("LOCKTRACE_TEST_KERNEL_WITHOUT", "lock_events")],
+    );
+    let said = trace.printed();
+    fixture.send("go");
+    while fixture.read_line().as_deref() != Some("done") {}
+    trace.interrupt();
+    let (report, table) = trace.finish();
+    let line = "kernel locks section unavailable: this kernel has no lock:contention_begin tracepoint (Linux 5.19+ has it)";
+    assert_eq!(said.matches(line).count(), 1, "{said}");
+    assert_eq!(
+        report["kernel_locks"]["unavailable"],
+        "this kernel has no lock:contention_begin tracepoint (Linux 5.19+ has it)"
+    );
+    assert_eq!(report["kernel_locks"]["locks"], serde_json::json!([]));
+    let g_lock = lock_at(&report, fixture.address("g_lock")).expect("g_lock counted");
+    assert_eq!(u(&g_lock["acquisitions"]), 2 * 1000);
+    assert!(
+        table.contains("kernel locks: unavailable: this kernel has no lock:contention_begin"),
+        "{table}"
+    );
+}
