@@ -292,6 +292,7 @@ impl LiveSession {
             flags,
             lock_probes: lock_probes(options.mode, &placed),
             inproc: inproc.as_ref(),
+            creation_sites: false,
             request_probe: request_probe
                 .as_ref()
                 .map(|chosen| RequestProbePoint::from(&chosen.probe)),
@@ -370,6 +371,7 @@ impl LiveSession {
             flags: self.flags,
             lock_probes: lock_probes(self.mode, &self.placed),
             inproc: None,
+            creation_sites: false,
             request_probe: self
                 .request_probe
                 .as_ref()

@@ -1,7 +1,9 @@
-//! Where locks were created (`--stacks`): the stack of the lock's init call
-//! (`pthread_mutex_init`, `pthread_rwlock_init`, `pthread_spin_init`), or
-//! of its first use after attach when no init call was seen (a static
-//! initializer, a zeroed allocation, or a lock created before attach).
+//! Where locks were created: the stack of the lock's init call
+//! (`pthread_mutex_init`, `pthread_rwlock_init`, `pthread_spin_init`,
+//! snapshotted by `record`'s counting modes with or without `--stacks`),
+//! or, with `--stacks`, of its first use after attach when no init call was
+//! seen (a static initializer, a zeroed allocation, or a lock created
+//! before attach).
 //! A lock that no symbol or pointer chain names (a heap object's) is named
 //! by it: `mutex created in conn_create <- serve_request <- worker`, so
 //! `compare` matches such locks across runs by where they were created.
@@ -30,13 +32,20 @@ pub enum GroupBy {
 const NAMED_FRAMES: usize = 3;
 
 /// Sets `created` on every lock whose creation or first use was
-/// snapshotted, and names the unnamed ones by it. An unnamed lock with no
-/// stack key while the stack count map was full gets a site "not recorded"
-/// (one row under `--group-by site`), its acquisitions counted in
-/// `dropped.sites_not_recorded`.
-pub fn apply(report: &mut Report, space: &AddressSpace, collected: &Collected) {
+/// snapshotted, and names the unnamed ones by it. With the lock calls'
+/// stacks (`uses_recorded`), an unnamed lock with no stack key while the
+/// stack count map was full gets a site "not recorded" (one row under
+/// `--group-by site`), its acquisitions counted in
+/// `dropped.sites_not_recorded`; without them, a lock with no key was
+/// simply not created while recording.
+pub fn apply(
+    report: &mut Report,
+    space: &AddressSpace,
+    collected: &Collected,
+    uses_recorded: bool,
+) {
     let keys = site_keys(collected);
-    let map_full = collected.drops[drop_reason::STACK_COUNTS_FULL as usize] > 0;
+    let map_full = uses_recorded && collected.drops[drop_reason::STACK_COUNTS_FULL as usize] > 0;
     let mut not_recorded: u64 = 0;
     for lock in &mut report.locks {
         let created = match keys.get(&lock.address) {
