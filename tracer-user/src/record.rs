@@ -591,11 +591,17 @@ fn spawn_unwinder(
         .ok()
 }
 
+/// Set (to anything): no lock init calls probed without `--stacks`, as
+/// before creation sites were recorded by default. For `cargo xtask bench`,
+/// which prices the init probes against it.
+pub const WITHOUT_INIT_PROBES_FOR_A_BENCH: &str = "LOCKTRACE_BENCH_NO_INIT_PROBES";
+
 /// True in the modes that count every acquisition: they snapshot every
 /// lock init call and name heap locks by where they were created. Sampled
 /// windows would miss most init calls.
 fn creation_sites(mode: Mode) -> bool {
     matches!(mode, Mode::All | Mode::Inproc)
+        && std::env::var_os(WITHOUT_INIT_PROBES_FOR_A_BENCH).is_none()
 }
 
 /// Runs until the recording's stop reason (the duration, a signal, the
