@@ -361,6 +361,11 @@ pub const STACK_WINDOW: usize = 32 * 1024;
 /// otherwise): room for 1,000 snapshots, the burst of a server's first
 /// requests under load while the reader thread waits for a CPU.
 pub const SNAPSHOT_RING_BYTES: u32 = 32 << 20;
+/// Bytes of the `SNAPSHOTS` ring buffer when only lock init calls are
+/// snapshotted (creation sites without `--stacks`): room for about 250,
+/// a burst of new locks; init calls are rare (about one per request on
+/// FrankenPHP, against 792 lock calls).
+pub const INIT_SNAPSHOT_RING_BYTES: u32 = 8 << 20;
 
 /// True when the `n`th count of a stack key takes a snapshot: the first 8,
 /// then 4 per doubling (`n` has at most three significant bits). A key

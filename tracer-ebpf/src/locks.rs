@@ -33,8 +33,9 @@ pub fn breakpoint_anchor(_ctx: ProbeContext) -> u32 {
 }
 
 /// At the entry of the lock init functions (`pthread_mutex_init`,
-/// `pthread_rwlock_init`, `pthread_spin_init`; `--stacks`): counts and
-/// snapshots where the lock at the first argument's address is created.
+/// `pthread_rwlock_init`, `pthread_spin_init`; `record` with or without
+/// `--stacks`): counts and snapshots where the lock at the first
+/// argument's address is created.
 #[uprobe]
 pub fn lock_init(ctx: ProbeContext) -> u32 {
     if !is_target(&ctx) || !counting(counting::LOCK_CALLS) {

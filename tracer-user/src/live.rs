@@ -293,6 +293,7 @@ impl LiveSession {
             lock_probes: lock_probes(options.mode, &placed),
             inproc: inproc.as_ref(),
             kernel_locks: false,
+            creation_sites: false,
             request_probe: request_probe
                 .as_ref()
                 .map(|chosen| RequestProbePoint::from(&chosen.probe)),
@@ -372,6 +373,7 @@ impl LiveSession {
             lock_probes: lock_probes(self.mode, &self.placed),
             inproc: None,
             kernel_locks: false,
+            creation_sites: false,
             request_probe: self
                 .request_probe
                 .as_ref()

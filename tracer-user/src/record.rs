@@ -549,16 +549,16 @@ fn go_live(
     })
 }
 
-/// With `--stacks`, the reader that unwinds stack snapshots on a thread of
-/// its own, as they come. A reader that cannot start costs the whole
-/// stacks, not the recording: each call site's stack is then its immediate
-/// caller (exact counts).
+/// With `--stacks` or creation sites, the reader that unwinds stack
+/// snapshots on a thread of its own, as they come. A reader that cannot
+/// start costs the whole stacks, not the recording: each call site's stack
+/// is then its immediate caller (exact counts).
 fn spawn_unwinder(
     options: &RecordOptions,
     loaded: &Loaded,
     target: &Target,
 ) -> Option<snapshots::SnapshotReader<StackUnwinder>> {
-    if options.stacks == 0 {
+    if options.stacks == 0 && !creation_sites(options.mode) {
         return None;
     }
     snapshots::spawn(&loaded.ebpf, StackUnwinder::new(target))
@@ -568,6 +568,19 @@ fn spawn_unwinder(
             ))
         })
         .ok()
+}
+
+/// Set (to anything): no lock init calls probed without `--stacks`, as
+/// before creation sites were recorded by default. For `cargo xtask bench`,
+/// which prices the init probes against it.
+pub const WITHOUT_INIT_PROBES_FOR_A_BENCH: &str = "LOCKTRACE_BENCH_NO_INIT_PROBES";
+
+/// True in the modes that count every acquisition: they snapshot every
+/// lock init call and name heap locks by where they were created. Sampled
+/// windows would miss most init calls.
+fn creation_sites(mode: Mode) -> bool {
+    matches!(mode, Mode::All | Mode::Inproc)
+        && std::env::var_os(WITHOUT_INIT_PROBES_FOR_A_BENCH).is_none()
 }
 
 /// Runs until the recording's stop reason (the duration, a signal, the
@@ -750,6 +763,7 @@ fn load_plan<'a>(
         },
         unlock_functions: &prepared.unlocks,
         cpu,
+        creation_sites: creation_sites(options.mode),
     }
 }
 

@@ -387,6 +387,31 @@ fn sampled_mode_holds_the_truth_within_its_bound() {
     );
 }
 
+/// Issue 49: creation sites by default. A plain `record` (no `--stacks`)
+/// snapshots the init calls, so the per-connection statistics mutexes
+/// (eight `heap (thread arena)` rows before) are one row named by where
+/// they were created, at exactly 383.0 per request beside the global
+/// lock's 408.0; `--mode inproc` (an init uprobe beside the stubs) the same.
+#[test]
+fn plain_record_groups_connection_stats_by_creation_site() {
+    let server = Server::start(Mode::Classic, Libphp::Stock);
+    let dir = tempfile::tempdir().unwrap();
+    for (what, extra) in [
+        ("classic stock, plain record", &[][..]),
+        ("classic stock, plain inproc", &["--mode", "inproc"][..]),
+    ] {
+        let json = dir.path().join("plain.json");
+        let (report, table) = record_with_load(&server, &json, extra);
+        assert_eq!(report["requests"]["statuses"]["200"], 300, "{table}");
+        assert_global_lock(&report, &table, what);
+        assert_connection_stats_by_site(&report, &table, what);
+        assert!(
+            report["stacks"].as_array().is_none_or(Vec::is_empty),
+            "{what}: stacks without --stacks"
+        );
+    }
+}
+
 /// `--mode inproc` on the real server (dynamic build, classic): the global
 /// lock exact at 408 per request, counted by the stubs behind the GOT
 /// entries of the executable and libphp; then a recording killed with

@@ -16,6 +16,7 @@ use std::{
 };
 
 use anyhow::{Context, Result, bail};
+use locktrace::record;
 
 use crate::{
     Bench, kernel_floor,
@@ -52,7 +53,8 @@ pub enum Rows {
     Stacks,
     /// All-locks mode with and without `--php`, with and without `--stacks`.
     Php,
-    /// `--mode inproc` beside all-locks mode and the kernel's floor.
+    /// `--mode inproc` beside all-locks mode and the kernel's floor, both
+    /// also without the init probes.
     Inproc,
 }
 
@@ -162,6 +164,25 @@ fn php_configs(probe: &[&str]) -> [Config; 2] {
     ]
 }
 
+/// All-locks mode and inproc without the init probes (creation sites):
+/// beside the same rows with them, what snapshotting every lock init call
+/// costs the real server (about one init per request).
+fn no_init_configs(probe: &[&str]) -> [Config; 2] {
+    let off = [(record::WITHOUT_INIT_PROBES_FOR_A_BENCH, "1")];
+    [
+        config(
+            "locktrace (all locks), init calls not probed",
+            tracers::locktrace_env(probe, &off),
+            0.0,
+        ),
+        config(
+            "locktrace --mode inproc, init calls not probed",
+            tracers::locktrace_env(&[&["--mode", "inproc"], probe].concat(), &off),
+            0.0,
+        ),
+    ]
+}
+
 /// The kernel's floor for uprobes: locktrace's probe points, not counting.
 fn floor_config() -> Config {
     Config {
@@ -187,6 +208,7 @@ fn configs(rows: Rows) -> Vec<Config> {
         Rows::All => {
             configs.push(floor_config());
             configs.push(inproc_config(&probe));
+            configs.extend(no_init_configs(&probe));
             configs.extend(stacks_configs(&probe));
             configs.extend(php_configs(&probe));
             configs.extend(contention_configs());
@@ -213,6 +235,7 @@ fn configs(rows: Rows) -> Vec<Config> {
                 0.0,
             ));
             configs.push(inproc_config(&probe));
+            configs.extend(no_init_configs(&probe));
             // The alternative to per-CPU tables: every thread counts in one.
             configs.push(config(
                 "locktrace --mode inproc, one shared table",

@@ -32,6 +32,7 @@ pub fn attach(pid: u32) -> Result<FloorProbes> {
         flags: flags::SAMPLED,
         lock_probes: true,
         inproc: None,
+        creation_sites: false,
         request_probe: None,
         waits: &WaitFunctions::default(),
         unlock_functions: &[],

@@ -23,7 +23,8 @@
 //! `--only franken-contention`: part 5's contention-mode rows alone;
 //! `--only franken-stacks`: part 5's all-locks rows with and without `--stacks`;
 //! `--only franken-php`: part 5's all-locks rows with and without `--php`;
-//! `--only franken-inproc`: part 5's `--mode inproc` row, all-locks and the floor;
+//! `--only franken-inproc`: part 5's `--mode inproc` row, all-locks and the floor,
+//! both also without the init probes (what creation sites cost);
 //! `--only snapshots`: part 7).
 mod calibration;
 mod dist;

@@ -206,6 +206,7 @@ fn load(prepared: &Prepared) -> Result<attach::Loaded> {
         flags: tracer_common::flags::SAMPLED,
         lock_probes: false,
         inproc: None,
+        creation_sites: false,
         request_probe: None,
         waits: &prepared.waits,
         unlock_functions: &[],

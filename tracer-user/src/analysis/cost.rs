@@ -163,6 +163,8 @@ pub fn measure(
             _ => calibration.stepped_ns,
         };
     added += collected.cond_wait_calls * (calibration.stepped_ns + calibration.emulated_ns);
+    let init_probe_hits = init_calls(collected);
+    added += init_probe_hits * calibration.stepped_ns;
     let (cpu, rss) = own_usage();
     // Hits of the probed functions only: in `--mode inproc` stubs count
     // the others, without a trap.
@@ -175,6 +177,7 @@ pub fn measure(
         request_probe_hits,
         cond_wait_probe_hits: 2 * collected.cond_wait_calls,
         unlock_probe_hits: 0,
+        init_probe_hits,
         emulated_points,
         stepped_points,
         estimated_added_ns: added,
@@ -185,6 +188,16 @@ pub fn measure(
         tracer_cpu_s: cpu,
         tracer_peak_rss_kib: rss,
     }
+}
+
+/// Lock init calls counted (the creation keys' counts).
+fn init_calls(collected: &Collected) -> u64 {
+    collected
+        .stacks
+        .iter()
+        .filter(|(key, _)| key.stack_id == tracer_common::stack_kind::CREATION)
+        .map(|(_, &count)| count)
+        .sum()
 }
 
 /// (user + system CPU seconds, peak RSS in KiB) of this process.
@@ -248,6 +261,35 @@ mod tests {
         assert_eq!(
             handoff_cost_of(None),
             (HANDOFF_NS, HandoffCostSource::BuiltIn)
+        );
+    }
+
+    /// The init calls (creation keys' counts) are hits of their own, each
+    /// priced as a single-stepped hit; lock calls' keys are not init calls.
+    #[test]
+    fn init_probe_hits_are_counted_and_priced() {
+        let mut collected = Collected::default();
+        let key = |lock: u64, stack_id: i64| tracer_common::StackKey {
+            lock,
+            stack_id,
+            return_ip: 0x1000,
+            php_site: 0,
+        };
+        collected
+            .stacks
+            .insert(key(0x10, tracer_common::stack_kind::CREATION), 3);
+        collected
+            .stacks
+            .insert(key(0x20, tracer_common::stack_kind::CREATION), 2);
+        collected
+            .stacks
+            .insert(key(0x10, tracer_common::stack_kind::USE), 40);
+        let overhead = measure(&collected, &[], None, 0);
+        assert_eq!(overhead.init_probe_hits, 5);
+        assert_eq!(overhead.probe_hits, 0);
+        assert_eq!(
+            overhead.estimated_added_ns,
+            5 * overhead.cost_ns_per_stepped_hit
         );
     }
 }

@@ -34,6 +34,11 @@ pub struct Overhead {
     /// `--hold-times`: hits of the unlock probes, also in `estimated_added_ns`.
     #[serde(default)]
     pub unlock_probe_hits: u64,
+    /// Hits of the lock init probes (creation sites: `record`'s all-locks
+    /// and inproc modes, and `--stacks`), also in `estimated_added_ns`
+    /// (counted as single-stepped hits; their stack snapshots are not).
+    #[serde(default)]
+    pub init_probe_hits: u64,
     /// Probe points on emulated (cheap) and single-stepped instructions.
     pub emulated_points: u32,
     pub stepped_points: u32,

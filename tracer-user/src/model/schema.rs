@@ -695,6 +695,7 @@ mod tests {
             request_probe_hits: 50,
             cond_wait_probe_hits: 2,
             unlock_probe_hits: 400,
+            init_probe_hits: 3,
             emulated_points: 3,
             stepped_points: 1,
             estimated_added_ns: 40_000,

@@ -1,7 +1,9 @@
-//! Where locks were created (`--stacks`): the stack of the lock's init call
-//! (`pthread_mutex_init`, `pthread_rwlock_init`, `pthread_spin_init`), or
-//! of its first use after attach when no init call was seen (a static
-//! initializer, a zeroed allocation, or a lock created before attach).
+//! Where locks were created: the stack of the lock's init call
+//! (`pthread_mutex_init`, `pthread_rwlock_init`, `pthread_spin_init`,
+//! snapshotted by `record`'s counting modes with or without `--stacks`),
+//! or, with `--stacks`, of its first use after attach when no init call was
+//! seen (a static initializer, a zeroed allocation, or a lock created
+//! before attach).
 //! A lock that no symbol or pointer chain names (a heap object's) is named
 //! by it: `mutex created in conn_create <- serve_request <- worker`, so
 //! `compare` matches such locks across runs by where they were created.
@@ -30,17 +32,37 @@ pub enum GroupBy {
 const NAMED_FRAMES: usize = 3;
 
 /// Sets `created` on every lock whose creation or first use was
-/// snapshotted, and names the unnamed ones by it. An unnamed lock with no
-/// stack key while the stack count map was full gets a site "not recorded"
-/// (one row under `--group-by site`), its acquisitions counted in
-/// `dropped.sites_not_recorded`.
-pub fn apply(report: &mut Report, space: &AddressSpace, collected: &Collected) {
+/// snapshotted, and names the unnamed ones by it. With the lock calls'
+/// stacks (`uses_recorded`), an unnamed lock with no stack key while the
+/// stack count map was full gets a site "not recorded" (one row under
+/// `--group-by site`), its acquisitions counted in
+/// `dropped.sites_not_recorded`; without them, a lock with no key was
+/// simply not created while recording.
+pub fn apply(
+    report: &mut Report,
+    space: &AddressSpace,
+    collected: &Collected,
+    uses_recorded: bool,
+) {
     let keys = site_keys(collected);
-    let map_full = collected.drops[drop_reason::STACK_COUNTS_FULL as usize] > 0;
+    let map_full = uses_recorded && collected.drops[drop_reason::STACK_COUNTS_FULL as usize] > 0;
+    // With the lock calls' stacks, a lost snapshot shows as it is (the
+    // caller only, as the stacks do); without them, the one site seen at
+    // the same init call names the locks whose snapshot was lost.
+    let by_call = if uses_recorded {
+        HashMap::new()
+    } else {
+        sites_by_call(collected)
+    };
+    let sites = Sites {
+        space,
+        collected,
+        by_call: &by_call,
+    };
     let mut not_recorded: u64 = 0;
     for lock in &mut report.locks {
         let created = match keys.get(&lock.address) {
-            Some(keys) => creation_of(keys, space, collected),
+            Some(keys) => creation_of(keys, &sites),
             // Its keys did not fit: whatever site it has is not known.
             None if map_full && lock.name.is_none() && lock.acquisitions.is_some() => {
                 not_recorded = not_recorded.saturating_add(lock.acquisitions.unwrap_or(0));
@@ -141,11 +163,7 @@ pub fn group_by_site(report: &mut Report) {
 
 /// The lock's creation from its keys: its init calls' latest snapshot
 /// (the call site with most inits), else its first use's.
-fn creation_of(
-    keys: &[(&StackKey, u64)],
-    space: &AddressSpace,
-    collected: &Collected,
-) -> Option<Creation> {
+fn creation_of(keys: &[(&StackKey, u64)], sites: &Sites) -> Option<Creation> {
     let of_kind = |kind: i64| keys.iter().filter(move |(key, _)| key.stack_id == kind);
     let inits: u64 = of_kind(stack_kind::CREATION).map(|(_, count)| count).sum();
     let busiest = |kind: i64| {
@@ -160,19 +178,19 @@ fn creation_of(
     };
     Some(Creation {
         by,
-        site: site_frames(space, collected, key, latest),
+        site: site_frames(sites, key, latest),
         inits,
     })
 }
 
 /// The frames of one key's latest (or first) snapshot, from the caller of
 /// the init or lock function out.
-fn site_frames(
-    space: &AddressSpace,
-    collected: &Collected,
-    key: &StackKey,
-    latest: bool,
-) -> Vec<Frame> {
+fn site_frames(sites: &Sites, key: &StackKey, latest: bool) -> Vec<Frame> {
+    let Sites {
+        space,
+        collected,
+        by_call,
+    } = *sites;
     let unwound = collected.unwound.get(key).map_or(&[][..], Vec::as_slice);
     let chosen = if latest {
         unwound.iter().max_by_key(|stack| stack.count_at)
@@ -185,10 +203,47 @@ fn site_frames(
             .skip(1)
             .collect(),
         // No snapshot (the ring buffer was full, `snapshots_lost`): the
+        // one site every snapshot of the same init call showed, else the
         // key's own call site, its one frame known.
-        None if key.return_ip != 0 => vec![resolve_code(space, key.return_ip, true)],
+        None if key.return_ip != 0 => match by_call.get(&key.return_ip) {
+            Some(Some(frames)) if key.stack_id == stack_kind::CREATION => {
+                resolve_frames(space, frames).into_iter().skip(1).collect()
+            }
+            _ => vec![resolve_code(space, key.return_ip, true)],
+        },
         None => Vec::new(),
     }
+}
+
+/// What the sites are resolved from.
+#[derive(Clone, Copy)]
+struct Sites<'a> {
+    space: &'a AddressSpace,
+    collected: &'a Collected,
+    /// Init call site (return address) -> the one stack its snapshots
+    /// showed (None where they showed more than one).
+    by_call: &'a HashMap<u64, Option<&'a [u64]>>,
+}
+
+/// Each init call site's stack, where every snapshot of it (of any lock)
+/// showed the same frames: a burst of new objects at new addresses loses
+/// snapshots (the ring buffer is full), and their locks are then named by
+/// the one path that call was seen on, as their siblings are.
+fn sites_by_call(collected: &Collected) -> HashMap<u64, Option<&[u64]>> {
+    let mut by_call: HashMap<u64, Option<&[u64]>> = HashMap::new();
+    for (key, stacks) in &collected.unwound {
+        if key.stack_id != stack_kind::CREATION || key.return_ip == 0 {
+            continue;
+        }
+        for stack in stacks {
+            let frames = stack.frames.as_slice();
+            let seen = by_call.entry(key.return_ip).or_insert(Some(frames));
+            if seen.is_some_and(|one| one != frames) {
+                *seen = None;
+            }
+        }
+    }
+    by_call
 }
 
 /// `mutex created in f <- g <- h`, `rwlock first used in f <- g <- h`.
@@ -275,6 +330,46 @@ mod tests {
             site_name(LockKind::Mutex, &created),
             "mutex created in tsrm_mutex_alloc <- mysqlnd_stats_init <- libphp.so+0x2e38d9"
         );
+    }
+
+    /// One init call seen on one path gives that path to every lock it
+    /// created (those whose snapshot was lost too); seen on two paths, none.
+    #[test]
+    fn an_init_call_seen_on_one_path_names_its_lost_snapshots() {
+        use crate::model::UnwoundStack;
+        let key = |lock: u64, return_ip: u64| StackKey {
+            lock,
+            stack_id: stack_kind::CREATION,
+            return_ip,
+            php_site: 0,
+        };
+        let stack = |frames: &[u64]| UnwoundStack {
+            count_at: 1,
+            frames: frames.to_vec(),
+            php: Vec::new(),
+            route: 0,
+            ended_by: None,
+        };
+        let mut collected = Collected::default();
+        collected
+            .unwound
+            .insert(key(1, 0x10), vec![stack(&[1, 0x10, 0x20])]);
+        collected
+            .unwound
+            .insert(key(2, 0x10), vec![stack(&[1, 0x10, 0x20])]);
+        collected
+            .unwound
+            .insert(key(3, 0x30), vec![stack(&[1, 0x30, 0x40])]);
+        collected
+            .unwound
+            .insert(key(4, 0x30), vec![stack(&[1, 0x30, 0x50])]);
+        let mut lock_call = key(5, 0x60);
+        lock_call.stack_id = stack_kind::USE;
+        collected.unwound.insert(lock_call, vec![stack(&[1, 0x60])]);
+        let by_call = sites_by_call(&collected);
+        assert_eq!(by_call.get(&0x10), Some(&Some(&[1, 0x10, 0x20][..])));
+        assert_eq!(by_call.get(&0x30), Some(&None));
+        assert_eq!(by_call.get(&0x60), None);
     }
 
     /// A lock created at `site` (named by it unless `name` is given).

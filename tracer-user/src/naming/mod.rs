@@ -295,8 +295,9 @@ pub fn annotate(
             (options.stacks_per_lock, routes),
         );
         attribute_futex_waits(report, &space, collected);
-        creation::apply(report, &space, collected);
     }
+    // Init calls are snapshotted with or without the stacks (`record`).
+    creation::apply(report, &space, collected, options.stacks_per_lock > 0);
     holders::name(report, &space, collected, &snapshot.threads, |space, ip| {
         resolve_code(space, ip, true)
     });

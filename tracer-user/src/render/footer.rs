@@ -168,7 +168,7 @@ pub fn cost(report: &Report) -> String {
     if let Some(overhead) = &report.overhead {
         let _ = writeln!(
             out,
-            "overhead: {} probe hits{} on {} cheap + {} single-stepped points{}{} ≈ {} added to the target; attach {} ms; tracer CPU {:.2} s, peak RSS {:.1} MiB",
+            "overhead: {} probe hits{} on {} cheap + {} single-stepped points{}{}{} ≈ {} added to the target; attach {} ms; tracer CPU {:.2} s, peak RSS {:.1} MiB",
             overhead.probe_hits,
             if overhead.unlock_probe_hits > 0 {
                 format!(
@@ -187,6 +187,11 @@ pub fn cost(report: &Report) -> String {
             },
             if overhead.cond_wait_probe_hits > 0 {
                 format!(", {} condvar probe hits", overhead.cond_wait_probe_hits)
+            } else {
+                String::new()
+            },
+            if overhead.init_probe_hits > 0 {
+                format!(", {} lock init probe hits", overhead.init_probe_hits)
             } else {
                 String::new()
             },

@@ -78,6 +78,17 @@ pub struct LoadPlan<'a> {
     pub inproc: Option<&'a super::inproc::session::Session>,
     /// Trace kernel lock contention (`record`; the live views do not read it).
     pub kernel_locks: bool,
+    /// Snapshot every lock init call (where heap locks were created), with
+    /// or without `--stacks`: `record`'s counting modes (all, inproc).
+    pub creation_sites: bool,
+}
+
+impl LoadPlan<'_> {
+    /// True when the lock init calls are probed: for the creation sites,
+    /// or with the stacks, whose snapshots name heap locks the same way.
+    pub fn probes_inits(&self) -> bool {
+        self.creation_sites || (self.flags & flags::STACKS != 0 && self.lock_probes)
+    }
 }
 
 pub struct Loaded {
@@ -168,7 +179,7 @@ pub fn load(plan: &LoadPlan) -> Result<Loaded> {
             true,
         )
         // The snapshot ring takes 32 MiB of kernel memory only for --stacks.
-        .map_max_entries(names::MAP_SNAPSHOTS, snapshot_ring_bytes(plan.flags))
+        .map_max_entries(names::MAP_SNAPSHOTS, snapshot_ring_bytes(plan))
         .load(&object)
         .map_err(|error| features::refused(&error))?;
     fill_tables(&mut ebpf, plan.flags, &lock_code)?;
@@ -249,9 +260,11 @@ fn fill_tables(
     super::handoffs::store_places_if(ebpf, plan_flags)
 }
 
-fn snapshot_ring_bytes(plan_flags: u32) -> u32 {
-    if plan_flags & flags::STACKS != 0 {
+fn snapshot_ring_bytes(plan: &LoadPlan) -> u32 {
+    if plan.flags & flags::STACKS != 0 {
         tracer_common::SNAPSHOT_RING_BYTES
+    } else if plan.probes_inits() {
+        tracer_common::INIT_SNAPSHOT_RING_BYTES
     } else {
         page_size()
     }
@@ -308,8 +321,8 @@ pub fn attach_user_probes_but(
     probe_count += attach_try_lock_returns(ebpf, plan.target, plan.functions)?;
     // Condvar waits and futex syscalls: always traced.
     probe_count += attach_cond_wait_probes(ebpf, plan.target, plan.waits)?;
-    // Where locks are created: with the stacks, whose snapshots name them.
-    if plan.flags & flags::STACKS != 0 && plan.lock_probes {
+    // Where locks are created: their snapshots name heap locks.
+    if plan.probes_inits() {
         let entries = function_entries(&plan.waits.lock_inits);
         probe_count += attach_at_entries(
             ebpf,
