@@ -99,4 +99,7 @@ if [ "$FRANKENPHP" = 1 ]; then
   # The release shape (tests/frankenphp_static.rs): one static musl executable
   # with PHP inside, from the kit's outputs; about 12 minutes once, then under a second.
   LOCKTRACE_FRANKENPHP_KIT=$kit bash "$repo/scripts/build-frankenphp-static.sh"
+  # The shapes users download (tests/frankenphp_shapes.rs): PHP 8.4 built as
+  # the official Docker images build it, stripped; once, then seconds.
+  LOCKTRACE_FRANKENPHP_KIT=$kit bash "$repo/scripts/build-frankenphp-shapes.sh"
 fi

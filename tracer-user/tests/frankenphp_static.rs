@@ -16,12 +16,7 @@
 //! started (by pid), and MariaDB if the test started it, also on a panic.
 mod common;
 
-use std::{
-    fs::File,
-    path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
-    time::{Duration, Instant},
-};
+use std::path::{Path, PathBuf};
 
 use common::{Trace, frankenphp::*, php_pages::*};
 use object::{Object, ObjectSymbol};
@@ -41,105 +36,18 @@ fn binary(libphp: Libphp) -> PathBuf {
     path
 }
 
-/// The static server, running while this lives; holds the machine-wide lock.
-struct StaticServer {
-    kit: PathBuf,
-    binary: PathBuf,
-    child: Child,
-    mariadb_was_up: bool,
-    /// flock(2) on /tmp/franken.lock, released when the file closes.
-    _lock: File,
-}
+/// The static server ([`OwnServer`]) with the kit's php.ini.
+struct StaticServer;
 
 impl StaticServer {
-    fn start(mode: Mode, libphp: Libphp) -> StaticServer {
+    fn start(mode: Mode, libphp: Libphp) -> OwnServer {
         StaticServer::start_on(mode, libphp, None)
     }
 
     /// [`StaticServer::start`] serving `root` (`-root`; worker mode runs
     /// its `worker.php`) instead of the kit's `www`.
-    fn start_on(mode: Mode, libphp: Libphp, root: Option<&Path>) -> StaticServer {
-        let kit = kit();
-        let root = root.map_or_else(|| kit.join("www"), Path::to_path_buf);
-        let binary = binary(libphp);
-        let lock = take_machine_lock();
-        let mariadb_was_up = mariadb_up();
-        // MariaDB and the bench database exactly as the kit sets them up:
-        // its start.sh starts them (and its dynamic server, stopped at once).
-        kit_script(&kit, &["start.sh", "classic"]);
-        kit_script(&kit, &["stop.sh"]);
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open("/tmp/e2e/logs/franken-static.log")
-            .expect("opening /tmp/e2e/logs/franken-static.log");
-        let mut command = Command::new(&binary);
-        command.arg("-root").arg(&root);
-        if mode == Mode::Worker {
-            // The kit's worker configuration (start.sh worker).
-            command
-                .arg("-worker")
-                .arg(root.join("worker.php"))
-                .args(["-workers", "16"]);
-        }
-        let child = command
-            .env("PHPRC", kit.join("php.ini"))
-            .current_dir("/tmp/e2e")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .unwrap_or_else(|e| panic!("starting {}: {e}", binary.display()));
-        let server = StaticServer {
-            kit,
-            binary,
-            child,
-            mariadb_was_up,
-            _lock: lock,
-        };
-        let started = Instant::now();
-        while !get_page().is_some_and(|body| body.contains(BODY)) {
-            assert!(
-                started.elapsed() < Duration::from_secs(30),
-                "{} ({mode:?}) does not answer {URL} with 20 rows (see /tmp/e2e/logs/franken-static.log)",
-                server.binary.display()
-            );
-            std::thread::sleep(Duration::from_millis(200));
-        }
-        server
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    /// Stops the server this test started, by its pid: SIGTERM, then SIGKILL after 10 s.
-    fn stop(&mut self) {
-        if !matches!(self.child.try_wait(), Ok(None)) {
-            return;
-        }
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        let started = Instant::now();
-        while matches!(self.child.try_wait(), Ok(None)) {
-            if started.elapsed() > Duration::from_secs(10) {
-                let _ = self.child.kill();
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for StaticServer {
-    fn drop(&mut self) {
-        self.stop();
-        if !self.mariadb_was_up {
-            let _ = Command::new("bash")
-                .arg(self.kit.join("stop.sh"))
-                .arg("all")
-                .output();
-        }
+    fn start_on(mode: Mode, libphp: Libphp, root: Option<&Path>) -> OwnServer {
+        OwnServer::start(binary(libphp), &kit().join("php.ini"), mode, root)
     }
 }
 

@@ -45,6 +45,7 @@ struct PhpServer {
 const STRIPPED: Build = Build {
     global_lock: "*mysqlnd_global_stats->+0x10",
     layout: "table",
+    ..DEBUG_BUILD
 };
 
 impl PhpServer {

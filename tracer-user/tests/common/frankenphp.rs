@@ -6,7 +6,7 @@ use std::{
     fs::File,
     os::fd::AsRawFd,
     path::{Path, PathBuf},
-    process::{Command, Stdio},
+    process::{Child, Command, Stdio},
     time::{Duration, Instant},
 };
 
@@ -227,6 +227,20 @@ pub fn naming_summary(report: &Value) -> String {
     )
 }
 
+/// The lock rows whose name starts with `prefix`.
+pub fn rows_named_from<'a>(report: &'a Value, prefix: &str) -> Vec<&'a Value> {
+    report["locks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|lock| {
+            lock["name"]
+                .as_str()
+                .is_some_and(|name| name.starts_with(prefix))
+        })
+        .collect()
+}
+
 pub fn has_lock_named(report: &Value, name: &str) -> bool {
     report["locks"]
         .as_array()
@@ -318,16 +332,7 @@ pub fn assert_global_lock_stacks(report: &Value, table: &str, what: &str) {
 pub fn assert_connection_stats_by_site(report: &Value, table: &str, what: &str) {
     const SITE: &str = "mutex created in tsrm_mutex_alloc <- mysqlnd_stats_init";
     let count = report["requests"]["count"].as_u64().unwrap();
-    let rows: Vec<&Value> = report["locks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|lock| {
-            lock["name"]
-                .as_str()
-                .is_some_and(|name| name.starts_with(SITE))
-        })
-        .collect();
+    let rows = rows_named_from(report, SITE);
     // Grouped by creation site (the default): one row for every connection's.
     assert_eq!(rows.len(), 1, "{what}: not one row named {SITE}…:\n{table}");
     let row = rows[0];
@@ -363,10 +368,16 @@ pub fn assert_go_runtime_apart(report: &Value, table: &str) {
 /// `compare BEFORE AFTER --assert-gone GLOBAL_LOCK` passes, and its row says
 /// 408.0 per request before and `disappeared`.
 pub fn assert_compare_says_gone(before: &Path, after: &Path) {
+    assert_compare_says_gone_as(before, after, GLOBAL_LOCK, GLOBAL_PER_REQUEST);
+}
+
+/// `compare BEFORE AFTER --assert-gone SELECTOR` passes, and the row it
+/// matches says `per_request` before and `disappeared`.
+pub fn assert_compare_says_gone_as(before: &Path, after: &Path, selector: &str, per_request: f64) {
     let output = locktrace()
         .arg("compare")
         .args([before, after])
-        .args(["--assert-gone", GLOBAL_LOCK])
+        .args(["--assert-gone", selector])
         .output()
         .unwrap();
     let text = super::unwrapped(&String::from_utf8_lossy(&output.stdout));
@@ -377,16 +388,124 @@ pub fn assert_compare_says_gone(before: &Path, after: &Path) {
     );
     assert!(
         text.contains(&format!(
-            "ok: no lock matching \"{GLOBAL_LOCK}\" is taken after"
+            "ok: no lock matching \"{selector}\" is taken after"
         )),
         "{text}"
     );
     let line = text
         .lines()
-        .find(|line| line.contains(GLOBAL_LOCK) && line.contains('|'))
-        .unwrap_or_else(|| panic!("no compare row for the global lock: {text}"));
+        .find(|line| line.contains(selector) && line.contains('|'))
+        .unwrap_or_else(|| panic!("no compare row for {selector}: {text}"));
     assert!(
-        line.contains("408.0") && line.contains("disappeared"),
+        line.contains(&format!("{per_request:.1}")) && line.contains("disappeared"),
         "{line}"
     );
+}
+
+/// A FrankenPHP executable this test starts itself (the static builds, the
+/// shapes of `scripts/build-frankenphp-shapes.sh`), serving on the kit's
+/// port while this lives; holds the machine-wide lock. A guard stops the
+/// server it started (by pid), and MariaDB if the test started it, also on
+/// a panic.
+pub struct OwnServer {
+    kit: PathBuf,
+    pub binary: PathBuf,
+    child: Child,
+    mariadb_was_up: bool,
+    /// flock(2) on /tmp/franken.lock, released when the file closes.
+    _lock: File,
+}
+
+impl OwnServer {
+    /// `binary -root ROOT` (the kit's `www` by default; worker mode runs
+    /// its `worker.php` with 16 workers, as the kit's `start.sh worker`)
+    /// with `PHPRC=php_ini`, once it answers `/q.php` with 20 rows.
+    pub fn start(binary: PathBuf, php_ini: &Path, mode: Mode, root: Option<&Path>) -> OwnServer {
+        assert!(
+            binary.exists(),
+            "{} is missing: run scripts/setup.sh --frankenphp",
+            binary.display()
+        );
+        let kit = kit();
+        let root = root.map_or_else(|| kit.join("www"), Path::to_path_buf);
+        let lock = take_machine_lock();
+        let mariadb_was_up = mariadb_up();
+        // MariaDB and the bench database exactly as the kit sets them up:
+        // its start.sh starts them (and its dynamic server, stopped at once).
+        kit_script(&kit, &["start.sh", "classic"]);
+        kit_script(&kit, &["stop.sh"]);
+        let log_path = "/tmp/e2e/logs/franken-own.log";
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log_path)
+            .unwrap_or_else(|e| panic!("opening {log_path}: {e}"));
+        let mut command = Command::new(&binary);
+        command.arg("-root").arg(&root);
+        if mode == Mode::Worker {
+            command
+                .arg("-worker")
+                .arg(root.join("worker.php"))
+                .args(["-workers", "16"]);
+        }
+        let child = command
+            .env("PHPRC", php_ini)
+            .current_dir("/tmp/e2e")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {}: {e}", binary.display()));
+        let server = OwnServer {
+            kit,
+            binary,
+            child,
+            mariadb_was_up,
+            _lock: lock,
+        };
+        let started = Instant::now();
+        while !get_page().is_some_and(|body| body.contains(BODY)) {
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "{} ({mode:?}) does not answer {URL} with 20 rows (see {log_path})",
+                server.binary.display()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        server
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Stops the server this test started, by its pid: SIGTERM, then SIGKILL after 10 s.
+    pub fn stop(&mut self) {
+        if !matches!(self.child.try_wait(), Ok(None)) {
+            return;
+        }
+        // SAFETY: a signal to the child this test spawned.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let started = Instant::now();
+        while matches!(self.child.try_wait(), Ok(None)) {
+            if started.elapsed() > Duration::from_secs(10) {
+                let _ = self.child.kill();
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for OwnServer {
+    fn drop(&mut self) {
+        self.stop();
+        if !self.mariadb_was_up {
+            let _ = Command::new("bash")
+                .arg(self.kit.join("stop.sh"))
+                .arg("all")
+                .output();
+        }
+    }
 }
