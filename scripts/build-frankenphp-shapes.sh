@@ -3,29 +3,39 @@
 # from the kit's Go host (FrankenPHP v1.12.7, ../shared/frankenphp/go) and Go
 # (/tmp/gobin-venv), after the kit's build (scripts/setup.sh --frankenphp).
 #
-# 1. Docker-shaped, dynamic (/tmp/e2e/phpXY): as the official images build PHP:
+# 1. Docker-shaped, dynamic (/tmp/e2e/php84): as the official images build PHP:
 #    ZTS embed, CFLAGS=-O2 (no -g), mysqlnd built in, pdo_mysql a shared
 #    extension loaded by php.ini's `extension=` line; libphp.so and pdo_mysql.so
 #    `strip --strip-all`ed; the Go host linked with -ldflags "-w -s". Stock and
-#    with the kit's mysqlnd-stats-atomic.patch. Each flavour is a folder that
-#    runs as it is (the host finds libphp.so beside it through RUNPATH $ORIGIN,
-#    PHPRC=FOLDER/php.ini loads FOLDER/pdo_mysql.so):
-#      run-{stock,patched}/           stripped: what the tests trace
-#      unstripped-{stock,patched}/    the same with symbols: the truths' twin
-# 2. Static musl (/tmp/e2e/phpXY-static): as static-php-cli links its release
-#    binaries: PHP (libphp.a, pdo_mysql built in) and musl in one static-pie
-#    executable whose .dynsym keeps PHP's globals (--dynamic-list of
-#    `nm -g --defined-only libphp.a`), then `strip --strip-unneeded`:
-#      frankenphp-{stock,patched} (stripped), frankenphp-{stock,patched}.unstripped
+#    with the kit's mysqlnd-stats-atomic.patch (it applies to 8.4 as it is).
+# 2. Static musl (/tmp/e2e/php84/static-8.2): as static-php-cli links its
+#    release binaries: PHP (libphp.a, pdo_mysql built in) and musl in one
+#    static-pie executable whose .dynsym keeps PHP's globals (--dynamic-list of
+#    `nm -g --defined-only libphp.a`), then `strip --strip-unneeded`. Go passes
+#    -buildmode=pie -linkmode external; the C compiler it links with
+#    (cc-static-pie beside the outputs) adds musl's rcrt1.o, -static-pie and
+#    the list (plain -static drops .dynsym).
+# Each shape has one folder per flavour that runs as it is (`frankenphp`, and
+# its `php.ini` for PHPRC; the dynamic host finds libphp.so beside it through
+# RUNPATH $ORIGIN, php.ini loads the pdo_mysql.so beside it):
+#   run-{stock,patched}/           stripped: what the tests trace
+#   unstripped-{stock,patched}/    the same build before strip: the truths' twin
 #
 # PHP's source: Debian's orig tarball. PHP 8.5.7 (experimental) and 8.4.27 (sid)
 # are listed by Debian's Sources indexes, but this machine's Debian mirror answers
 # 404 for their source files (apt-get source --download-only php8.5=8.5.7-1, and
 # the orig tarballs themselves); the one PHP 8.4 tarball it serves is 8.4.16's,
 # fetched by its pool path and checked against its sha256 below. So the shapes
-# are PHP 8.4.16; 8.5 waits for a source tarball (PHP85_TARBALL=FILE builds it
-# too, see the end). The layout locktrace reads is the same across 8.4.x
-# (tests/php_routes.rs checks the 8.4 table against 8.4.27's headers).
+# are PHP 8.4.16; 8.5 waits for a source tarball Debian's mirror serves (then:
+# one more `build_dynamic php85 …` below). The layout locktrace reads is the
+# same across 8.4.x (tests/php_routes.rs checks the 8.4 table against 8.4.27's
+# headers). The static shape relinks the musl libphp.a (PHP 8.2.32) that
+# build-frankenphp-static.sh made: no second musl PHP build.
+#
+# Time (2 cores): PHP 8.4 configure 45 s, make 1423 s while four other builds
+# shared the cores (the kit's -g 8.2 build: 2-5 min quiet), install 15 s, the
+# patched make 20 s, the Go host 49 s; the static relink 13-53 s per flavour
+# (163 s with a cold Go cache). Seconds once built.
 #
 # Idempotent: what is built is skipped (seconds); FORCE=1 rebuilds. One line
 # names the log on failure. Logs: /tmp/e2e/logs/shapes-*.log; every step's time:
@@ -45,7 +55,7 @@ step() {
   local log=$LOGS/shapes-$1.log; shift
   local started=$SECONDS
   "$@" >"$log" 2>&1 || die "'$*' failed (log $log); fix that and rerun scripts/build-frankenphp-shapes.sh"
-  echo "  [$((SECONDS - started)) s] $*" >>"$LOGS/shapes-build-times.txt"
+  echo "  [$((SECONDS - started)) s] $(basename "$log" .log): $*" >>"$LOGS/shapes-build-times.txt"
 }
 
 [ -f "$kit/build.sh" ] || die "no FrankenPHP kit at $kit; set LOCKTRACE_FRANKENPHP_KIT to its folder"

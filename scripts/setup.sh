@@ -7,7 +7,10 @@
 #                  /tmp/gobin-venv afterwards), then its static musl variant
 #                  (scripts/build-frankenphp-static.sh, about 12 more minutes once),
 #                  and mod_php for Apache (scripts/build-modphp.sh, about 5 minutes once),
-#                  and PHP 8.2's, 8.4's and 8.5's headers (scripts/fetch-php-headers.sh).
+#                  and PHP 8.2's, 8.4's and 8.5's headers (scripts/fetch-php-headers.sh),
+#                  then the shapes users download (scripts/build-frankenphp-shapes.sh:
+#                  PHP 8.4 as the Docker images build it, stripped, and the static
+#                  release link; a PHP build of 5-25 minutes once, by the machine's load).
 #                  The kit is $LOCKTRACE_FRANKENPHP_KIT, else shared/frankenphp
 #                  beside the repository.
 set -euo pipefail

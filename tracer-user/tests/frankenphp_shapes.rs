@@ -41,6 +41,9 @@ struct Shape {
     mutexes: f64,
     /// Of which on mysqlnd's global statistics mutex.
     global: f64,
+    /// What `--mode inproc` did to the GOT entries: `restored` where there
+    /// are some; a static executable has none (counted by uprobes).
+    inproc_outcome: &'static str,
 }
 
 /// PHP 8.4.16 (the 8.4 tarball Debian's mirror serves here), as the official
@@ -52,6 +55,7 @@ const PHP84_DOCKER: Shape = Shape {
     version: "8.4.16",
     mutexes: 792.0,
     global: 408.0,
+    inproc_outcome: "restored",
 };
 
 /// PHP 8.2.32's musl `libphp.a` (`scripts/build-frankenphp-static.sh`)
@@ -66,6 +70,7 @@ const STATIC82: Shape = Shape {
     version: "8.2.32",
     mutexes: 792.0,
     global: 408.0,
+    inproc_outcome: "nothing_switched",
 };
 
 impl Shape {
@@ -160,7 +165,7 @@ fn counts_and_the_global_lock(shape: &Shape) {
 }
 
 /// `--mode inproc`: the same exact figures, counted by the stubs behind the
-/// GOT entries.
+/// GOT entries (by uprobes where there are none: a static executable).
 fn inproc_counts_the_same(shape: &Shape) {
     let server = shape.start(Libphp::Stock, None);
     let dir = tempfile::tempdir().unwrap();
@@ -175,7 +180,7 @@ fn inproc_counts_the_same(shape: &Shape) {
         "{what}:\n{table}"
     );
     assert_eq!(
-        report["inproc"]["restore"]["outcome"], "restored",
+        report["inproc"]["restore"]["outcome"], shape.inproc_outcome,
         "{table}"
     );
 }
