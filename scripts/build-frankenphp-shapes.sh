@@ -8,7 +8,8 @@
 #    extension loaded by php.ini's `extension=` line; libphp.so and pdo_mysql.so
 #    `strip --strip-all`ed; the Go host linked with -ldflags "-w -s". Stock and
 #    with the kit's mysqlnd-stats-atomic.patch (it applies to 8.4 as it is).
-# 2. Static musl (/tmp/e2e/php84/static-8.2): as static-php-cli links its
+# 2. Static musl (/tmp/e2e/php84/static-8.4, and static-8.2 from the musl
+#    libphp.a of build-frankenphp-static.sh): as static-php-cli links its
 #    release binaries: PHP (libphp.a, pdo_mysql built in) and musl in one
 #    static-pie executable whose .dynsym keeps PHP's globals (--dynamic-list of
 #    `nm -g --defined-only libphp.a`), then `strip --strip-unneeded`. Go passes
@@ -29,13 +30,13 @@
 # are PHP 8.4.16; 8.5 waits for a source tarball Debian's mirror serves (then:
 # one more `build_dynamic php85 …` below). The layout locktrace reads is the
 # same across 8.4.x (tests/php_routes.rs checks the 8.4 table against 8.4.27's
-# headers). The static shape relinks the musl libphp.a (PHP 8.2.32) that
-# build-frankenphp-static.sh made: no second musl PHP build.
+# headers).
 #
 # Time (2 cores): PHP 8.4 configure 45 s, make 1423 s while four other builds
 # shared the cores (the kit's -g 8.2 build: 2-5 min quiet), install 15 s, the
-# patched make 20 s, the Go host 49 s; the static relink 13-53 s per flavour
-# (163 s with a cold Go cache). Seconds once built.
+# patched make 20 s, the Go host 49 s; static 8.4 with musl: configure 38 s,
+# make 434 s (load 5-8), install 16 s, patched make 12 s; each static link
+# 4-53 s (163 s with a cold Go cache). Seconds once built.
 #
 # Idempotent: what is built is skipped (seconds); FORCE=1 rebuilds. One line
 # names the log on failure. Logs: /tmp/e2e/logs/shapes-*.log; every step's time:
@@ -230,7 +231,7 @@ link_static() {
   done
 }
 
-# ONLY=php84|static82 builds one shape (by hand); the default is all.
+# ONLY=php84|static82|static84 builds one shape (by hand); the default is all.
 only=${ONLY:-all}
 if [ "$only" = all ] || [ "$only" = php84 ]; then
   php84=$E/php84/src/php8.4_8.4.16.orig.tar.xz
@@ -244,5 +245,9 @@ if [ "$only" = all ] || [ "$only" = static82 ]; then
   [ -f "$E/static/lib-patched/libphp.a" ] ||
     die "$E/static/lib-patched/libphp.a is missing: run scripts/build-frankenphp-static.sh first"
   link_static static82 "$E/static" "$E/static/php" "$E/php84/static-8.2"
+fi
+# PHP 8.4 built with musl (CFLAGS=-O2 -fPIE, no -g), linked the same way.
+if [ "$only" = all ] || [ "$only" = static84 ]; then
+  build_static static84 "$E/php84/src/php8.4_8.4.16.orig.tar.xz" "$E/php84/static-8.4"
 fi
 echo "build-frankenphp-shapes: done" >&2

@@ -9,8 +9,9 @@
 #                  and mod_php for Apache (scripts/build-modphp.sh, about 5 minutes once),
 #                  and PHP 8.2's, 8.4's and 8.5's headers (scripts/fetch-php-headers.sh),
 #                  then the shapes users download (scripts/build-frankenphp-shapes.sh:
-#                  PHP 8.4 as the Docker images build it, stripped, and the static
-#                  release link; a PHP build of 5-25 minutes once, by the machine's load).
+#                  PHP 8.4 as the Docker images build it, stripped, and static musl
+#                  8.2 and 8.4 linked as the release binaries are; two PHP builds of
+#                  5-25 minutes each once, by the machine's load).
 #                  The kit is $LOCKTRACE_FRANKENPHP_KIT, else shared/frankenphp
 #                  beside the repository.
 set -euo pipefail

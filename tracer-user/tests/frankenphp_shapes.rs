@@ -6,8 +6,9 @@
 //! - Docker-shaped PHP 8.4, dynamic: `-O2` (no `-g`), pdo_mysql a shared
 //!   extension, libphp.so and pdo_mysql.so `strip --strip-all`ed, the Go
 //!   host linked `-w -s`;
-//! - static musl, linked as static-php-cli links the release binaries:
-//!   static-pie with PHP's globals in `.dynsym`, `strip --strip-unneeded`.
+//! - static musl PHP 8.2 and 8.4, linked as static-php-cli links the
+//!   release binaries: static-pie with PHP's globals in `.dynsym`,
+//!   `strip --strip-unneeded`.
 //!
 //! The truths (mutex calls per request of the kit's `/q.php`) were measured
 //! with bpftrace on each shape's unstripped twin (`unstripped-*`, the same
@@ -68,6 +69,18 @@ const STATIC82: Shape = Shape {
     what: "static musl PHP 8.2, release-linked",
     dir: "/tmp/e2e/php84/static-8.2",
     version: "8.2.32",
+    mutexes: 792.0,
+    global: 408.0,
+    inproc_outcome: "nothing_switched",
+};
+
+/// PHP 8.4.16 built with musl (`-O2`, no `-g`) and linked the same way.
+/// bpftrace (see the top): 792 `pthread_mutex_lock` calls per request (791
+/// through `tsrm_mutex_lock`), 408 on the global statistics mutex.
+const STATIC84: Shape = Shape {
+    what: "static musl PHP 8.4, release-linked",
+    dir: "/tmp/e2e/php84/static-8.4",
+    version: "8.4.16",
     mutexes: 792.0,
     global: 408.0,
     inproc_outcome: "nothing_switched",
@@ -293,6 +306,26 @@ fn static_release_linked_routes_and_php_frames() {
 #[test]
 fn static_release_linked_compare_says_the_global_lock_is_gone() {
     compare_says_the_lock_is_gone(&STATIC82);
+}
+
+#[test]
+fn static84_counts_and_the_global_lock_exact() {
+    counts_and_the_global_lock(&STATIC84);
+}
+
+#[test]
+fn static84_inproc_counts_the_same() {
+    inproc_counts_the_same(&STATIC84);
+}
+
+#[test]
+fn static84_routes_and_php_frames() {
+    routes_and_php_frames(&STATIC84);
+}
+
+#[test]
+fn static84_compare_says_the_global_lock_is_gone() {
+    compare_says_the_lock_is_gone(&STATIC84);
 }
 
 /// The section names of the ELF file at `path`, and its `.dynsym` names.
