@@ -7,7 +7,11 @@
 #                  /tmp/gobin-venv afterwards), then its static musl variant
 #                  (scripts/build-frankenphp-static.sh, about 12 more minutes once),
 #                  and mod_php for Apache (scripts/build-modphp.sh, about 5 minutes once),
-#                  and PHP 8.2's, 8.4's and 8.5's headers (scripts/fetch-php-headers.sh).
+#                  and PHP 8.2's, 8.4's and 8.5's headers (scripts/fetch-php-headers.sh),
+#                  then the shapes users download (scripts/build-frankenphp-shapes.sh:
+#                  PHP 8.4 as the Docker images build it, stripped, and static musl
+#                  8.2 and 8.4 linked as the release binaries are; two PHP builds of
+#                  5-25 minutes each once, by the machine's load).
 #                  The kit is $LOCKTRACE_FRANKENPHP_KIT, else shared/frankenphp
 #                  beside the repository.
 set -euo pipefail
@@ -99,4 +103,7 @@ if [ "$FRANKENPHP" = 1 ]; then
   # The release shape (tests/frankenphp_static.rs): one static musl executable
   # with PHP inside, from the kit's outputs; about 12 minutes once, then under a second.
   LOCKTRACE_FRANKENPHP_KIT=$kit bash "$repo/scripts/build-frankenphp-static.sh"
+  # The shapes users download (tests/frankenphp_shapes.rs): PHP 8.4 built as
+  # the official Docker images build it, stripped; once, then seconds.
+  LOCKTRACE_FRANKENPHP_KIT=$kit bash "$repo/scripts/build-frankenphp-shapes.sh"
 fi

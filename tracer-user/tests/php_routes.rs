@@ -45,6 +45,7 @@ struct PhpServer {
 const STRIPPED: Build = Build {
     global_lock: GLOBAL_LOCK,
     layout: "table",
+    ..DEBUG_BUILD
 };
 
 impl PhpServer {

@@ -104,7 +104,7 @@ pub struct SpawnedServer {
 }
 
 impl SpawnedServer {
-    /// Starts `binary ARGS` with the kit's php.ini and `env`, logging to
+    /// Starts `binary ARGS` with the kit's php.ini (or `env`'s PHPRC) and `env`, logging to
     /// /tmp/e2e/logs/`log`, once MariaDB and the bench database are up as
     /// the kit sets them up; returns once it answers q.php with 20 rows.
     pub fn start(
@@ -113,6 +113,11 @@ impl SpawnedServer {
         env: &[(&str, &Path)],
         log: &str,
     ) -> Self {
+        assert!(
+            binary.exists(),
+            "{} is missing: run scripts/setup.sh --frankenphp",
+            binary.display()
+        );
         let kit = kit();
         let lock = take_machine_lock();
         let mariadb_was_up = mariadb_up();
@@ -127,8 +132,9 @@ impl SpawnedServer {
             .unwrap_or_else(|e| panic!("opening {}: {e}", log_path.display()));
         let child = Command::new(binary)
             .args(args)
-            .envs(env.iter().copied())
+            // The kit's php.ini unless `env` gives another PHPRC.
             .env("PHPRC", kit.join("php.ini"))
+            .envs(env.iter().copied())
             .current_dir("/tmp/e2e")
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
@@ -492,10 +498,16 @@ pub fn assert_go_runtime_apart(report: &Value, table: &str) {
 /// `compare BEFORE AFTER --assert-gone GLOBAL_LOCK` passes, and its row says
 /// 408.0 per request before and `disappeared`.
 pub fn assert_compare_says_gone(before: &Path, after: &Path) {
+    assert_compare_says_gone_as(before, after, GLOBAL_LOCK, GLOBAL_PER_REQUEST);
+}
+
+/// `compare BEFORE AFTER --assert-gone SELECTOR` passes, and the row it
+/// matches says `per_request` before and `disappeared`.
+pub fn assert_compare_says_gone_as(before: &Path, after: &Path, selector: &str, per_request: f64) {
     let output = locktrace()
         .arg("compare")
         .args([before, after])
-        .args(["--assert-gone", GLOBAL_LOCK])
+        .args(["--assert-gone", selector])
         .output()
         .unwrap();
     let text = super::unwrapped(&String::from_utf8_lossy(&output.stdout));
@@ -506,16 +518,16 @@ pub fn assert_compare_says_gone(before: &Path, after: &Path) {
     );
     assert!(
         text.contains(&format!(
-            "ok: no lock matching \"{GLOBAL_LOCK}\" is taken after"
+            "ok: no lock matching \"{selector}\" is taken after"
         )),
         "{text}"
     );
     let line = text
         .lines()
-        .find(|line| line.contains(GLOBAL_LOCK) && line.contains('|'))
-        .unwrap_or_else(|| panic!("no compare row for the global lock: {text}"));
+        .find(|line| line.contains(selector) && line.contains('|'))
+        .unwrap_or_else(|| panic!("no compare row for {selector}: {text}"));
     assert!(
-        line.contains("408.0") && line.contains("disappeared"),
+        line.contains(&format!("{per_request:.1}")) && line.contains("disappeared"),
         "{line}"
     );
 }
