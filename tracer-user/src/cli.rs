@@ -137,6 +137,31 @@ impl From<FormatArg> for OutputFormat {
     }
 }
 
+/// `locktrace report`'s flags.
+#[derive(clap::Args)]
+struct ReportArgs {
+    /// The report `record --json` wrote.
+    #[arg(value_name = "FILE.json")]
+    file: PathBuf,
+    /// Show at most this many locks in the table (default: all).
+    #[arg(long, value_name = "N", value_parser = limits::whole::<usize>("--top", 1, None))]
+    top: Option<usize>,
+    /// `table`, `folded` (stacks for flame graph tools), `svg` (a flame graph) or
+    /// `pprof` (gzipped protobuf for go tool pprof, Pyroscope, Parca: redirect to a file).
+    #[arg(long, value_enum, default_value = "table")]
+    format: FormatArg,
+    /// With the table: print every lock's wait (and hold) histogram in full.
+    #[arg(long)]
+    histograms: bool,
+    /// Print every column in full (by default the table fits the terminal, or 160 columns).
+    #[arg(long)]
+    wide: bool,
+    /// Rows of locks named by their creation site: site merges a per-address report's rows
+    /// (address cannot split a grouped report: record with --group-by address); default: as recorded.
+    #[arg(long, value_enum, value_name = "HOW")]
+    group_by: Option<GroupByArg>,
+}
+
 /// `locktrace compare`'s flags (the command is compare::run).
 #[derive(clap::Args, Debug)]
 struct CompareArgs {
@@ -569,28 +594,7 @@ enum Command {
     },
     /// Print a saved JSON report again.
     #[command(after_help = REPORT_EXAMPLES)]
-    Report {
-        /// The report `record --json` wrote.
-        #[arg(value_name = "FILE.json")]
-        file: PathBuf,
-        /// Show at most this many locks in the table (default: all).
-        #[arg(long, value_name = "N", value_parser = limits::whole::<usize>("--top", 1, None))]
-        top: Option<usize>,
-        /// `table`, `folded` (stacks for flame graph tools), `svg` (a flame graph) or
-        /// `pprof` (gzipped protobuf for go tool pprof, Pyroscope, Parca: redirect to a file).
-        #[arg(long, value_enum, default_value = "table")]
-        format: FormatArg,
-        /// With the table: print every lock's wait (and hold) histogram in full.
-        #[arg(long)]
-        histograms: bool,
-        /// Print every column in full (by default the table fits the terminal, or 160 columns).
-        #[arg(long)]
-        wide: bool,
-        /// Rows of locks named by their creation site: site merges a per-address report's rows
-        /// (address cannot split a grouped report: record with --group-by address); default: as recorded.
-        #[arg(long, value_enum, value_name = "HOW")]
-        group_by: Option<GroupByArg>,
-    },
+    Report(ReportArgs),
     /// Switch back the GOT entries a `record --mode inproc` that was killed (SIGKILL)
     /// left switched in a process (the next `--mode inproc` run on it does this too).
     Restore {
@@ -791,21 +795,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             limits::address_space()?;
             runtime()?.block_on(top::run(&options))
         }
-        Command::Report {
-            file,
-            top,
-            format,
-            histograms,
-            wide,
-            group_by,
-        } => report_file(
-            &file,
-            top,
-            format.into(),
-            histograms,
-            wide,
-            group_by.map(GroupBy::from),
-        ),
+        Command::Report(args) => report_file(args),
         Command::Restore { pid } => restore(pid),
     }
 }
@@ -924,15 +914,18 @@ fn write_recording(
 }
 
 /// `report FILE`: a saved recording as a table or stacks.
-fn report_file(
-    file: &std::path::Path,
-    top: Option<usize>,
-    format: OutputFormat,
-    histograms: bool,
-    wide: bool,
-    group_by: Option<GroupBy>,
-) -> Result<ExitCode> {
-    let mut report = Report::load(file)?;
+fn report_file(args: ReportArgs) -> Result<ExitCode> {
+    let ReportArgs {
+        file,
+        top,
+        format,
+        histograms,
+        wide,
+        group_by,
+    } = args;
+    let format = OutputFormat::from(format);
+    let group_by = group_by.map(GroupBy::from);
+    let mut report = Report::load(&file)?;
     let grouped = report.locks.iter().any(|lock| lock.group.is_some());
     match group_by {
         Some(GroupBy::Site) => naming::creation::group_by_site(&mut report),
