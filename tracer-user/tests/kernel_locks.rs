@@ -153,16 +153,6 @@ fn assert_rows_add_up(report: &Value) {
     }
 }
 
-/// The functions of a user stack, innermost first.
-fn functions(stack: &Value) -> Vec<String> {
-    stack["frames"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|frame| frame["function"].as_str().unwrap_or("?").to_string())
-        .collect()
-}
-
 /// The contentions of a row's user stacks through `caller`, and in all.
 fn through(row: &Value, caller: &str) -> (u64, u64) {
     let (mut hit, mut all) = (0, 0);
@@ -170,7 +160,7 @@ fn through(row: &Value, caller: &str) -> (u64, u64) {
         for stack in site["stacks"].as_array().unwrap() {
             let n = u(&stack["contentions"]);
             all += n;
-            if functions(stack).iter().any(|f| f == caller) {
+            if frame_functions(stack).iter().any(|f| f == caller) {
                 hit += n;
             }
         }
@@ -241,7 +231,18 @@ fn mmap_lock_contention_by_side_matches_an_independent_count() {
         "{write}"
     );
     assert!(sites(write).contains(&"__vm_munmap".to_string()), "{write}");
-    assert_eq!(sites(read), ["lock_mm_and_find_vma"], "{read}");
+    // The read side: fault_worker's page faults, and its madvise
+    // (MADV_DONTNEED) that drops the pages again, when they meet a writer.
+    assert!(
+        sites(read)
+            .iter()
+            .all(|f| f == "lock_mm_and_find_vma" || f == "madvise_do_behavior"),
+        "{read}"
+    );
+    assert!(
+        sites(read).contains(&"lock_mm_and_find_vma".to_string()),
+        "{read}"
+    );
     assert_rows_add_up(&report);
     // The user side: the stacks stand for every contention, and those of
     // munmap and of the faults all come from map_worker's code (the
@@ -250,7 +251,9 @@ fn mmap_lock_contention_by_side_matches_an_independent_count() {
     assert_eq!(all, u(&write["contentions"]), "{write}");
     assert!(by_worker * 10 >= all * 9, "{by_worker} of {all}: {write}");
     let (touch, all) = through(read, "touch");
-    assert_eq!((touch, all), (u(&read["contentions"]), touch), "{read}");
+    let (madvise, _) = through(read, "madvise");
+    assert_eq!(touch + madvise, all, "{read}");
+    assert_eq!(all, u(&read["contentions"]), "{read}");
     assert!(table.contains("mmap_lock (rwsem write"), "{table}");
     assert!(table.contains("mmap_lock (rwsem read"), "{table}");
 }
