@@ -14,6 +14,8 @@ use crate::model::{
 pub fn of_run(run: &SampledRun, rate: f64, cost_per_hit: u64) -> Estimate {
     let mut estimate = estimate(&run.windows, run.total, rate);
     estimate.windows_kept_attached = run.windows_kept_attached;
+    estimate.windows_not_attached = run.windows_not_attached;
+    estimate.window_attach_failure = run.window_attach_failure.clone();
     estimate.window_links = Some(run.window_links);
     estimate.sample_period_s = Some(run.period.as_secs_f64());
     estimate.window_links_fallback = run.window_links_fallback.clone();
@@ -104,6 +106,8 @@ fn estimate(windows: &[CountingWindow], total: Duration, rate: f64) -> Estimate 
             .min(1.0),
         per_request_relative_error: ratio_relative_error(windows, counted, total_s),
         windows_kept_attached: 0,
+        windows_not_attached: 0,
+        window_attach_failure: None,
         window_links: None,
         window_links_fallback: None,
         scaled_by: ScaleBasis::Time,

@@ -44,6 +44,12 @@ pub struct Estimate {
     /// (a loaded machine): calls between those windows cost their probe hit.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub windows_kept_attached: u32,
+    /// Windows skipped because the kernel refused to attach their probes
+    /// (the estimate rests on the windows that counted), and its last reason.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub windows_not_attached: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window_attach_failure: Option<String>,
     /// How the windows' probes went in and out: `uprobe_multi` (one link
     /// per module, one grace-period wait to detach them all) or
     /// `perf_event` (a uprobe per point). Null in reports from before.

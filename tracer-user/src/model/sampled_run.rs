@@ -23,6 +23,10 @@ pub struct SampledRun {
     /// Windows after which the probes stayed attached (not counting),
     /// because detaching took longer than the gap to the next window.
     pub windows_kept_attached: u32,
+    /// Windows skipped because the kernel refused to attach their probes,
+    /// and the last refusal.
+    pub windows_not_attached: u32,
+    pub window_attach_failure: Option<String>,
     /// One window per this long.
     pub period: Duration,
     /// How the windows' probes were attached and detached.

@@ -686,6 +686,8 @@ mod tests {
             probe_time_share: 0.01,
             per_request_relative_error: Some(0.1),
             windows_kept_attached: 1,
+            windows_not_attached: 1,
+            window_attach_failure: Some("attaching the uprobe failed".into()),
             window_links: Some(WindowLinkKind::UprobeMulti),
             window_links_fallback: Some("kernel refused".into()),
             scaled_by: ScaleBasis::Requests,

@@ -241,6 +241,13 @@ fn estimate_lines(estimate: &Estimate) -> String {
             estimate.windows_kept_attached, estimate.windows
         );
     }
+    if let Some(reason) = &estimate.window_attach_failure {
+        let _ = writeln!(
+            out,
+            "sampled: {} windows skipped (the estimate rests on the {} that counted): {reason}",
+            estimate.windows_not_attached, estimate.windows
+        );
+    }
     if let Some(reason) = &estimate.window_links_fallback {
         let _ = writeln!(
             out,

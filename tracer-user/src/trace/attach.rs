@@ -411,20 +411,23 @@ fn attach_points(
                 location: UProbeAttachLocation::AbsoluteOffset(point.file_offset),
                 cookie: with_cookies.then_some(cookie),
             };
-            let link = uprobe
-                .attach(attach_point, &module, scope)
-                .map_err(|error| {
-                    attach_error(
-                        target,
-                        &format!(
-                            "{} at {:#x} in {}",
-                            function.op.symbol(),
-                            point.file_offset,
-                            function.module
-                        ),
-                        error,
-                    )
-                })?;
+            let link = match uprobe.attach(attach_point, &module, scope) {
+                Ok(link) => link,
+                Err(error) => {
+                    // The links made so far would go on counting after the
+                    // error, and twice if the caller attaches again.
+                    for made in links.drain(..) {
+                        let _ = uprobe.detach(made);
+                    }
+                    let what = format!(
+                        "{} at {:#x} in {}",
+                        function.op.symbol(),
+                        point.file_offset,
+                        function.module
+                    );
+                    return Err(attach_error(target, &what, error));
+                }
+            };
             // Says where each probe went, so another tool can probe the same points.
             log::debug!(
                 "probe point {}+{:#x} ({}, {})",
@@ -700,7 +703,14 @@ fn attach_error(target: &Target, what: &str, error: aya::programs::ProgramError)
     if !target.is_alive() {
         AttachError::TargetExited
     } else {
-        AttachError::Failed(anyhow!("attaching the uprobe for {what} failed: {error}"))
+        // aya's message ("`perf_event_open` failed") keeps the errno in its source.
+        let mut reason = error.to_string();
+        let mut source = std::error::Error::source(&error);
+        while let Some(cause) = source {
+            reason = format!("{reason}: {cause}");
+            source = cause.source();
+        }
+        AttachError::Failed(anyhow!("attaching the uprobe for {what} failed: {reason}"))
     }
 }
 
