@@ -142,7 +142,8 @@ fn assert_global_at_truth(shape: &Shape, report: &Value, table: &str, what: &str
 }
 
 /// All locks, no flag: the load's 300 requests, the global mutex at its
-/// truth and every PHP mutex call counted; then an outside client's 100
+/// truth, the per-connection mutexes in one row by creation site and every
+/// PHP mutex call counted; then an outside client's 100
 /// requests counted by the request function locktrace chose itself
 /// (FrankenPHP recognised in the stripped Go binary).
 fn counts_and_the_global_lock(shape: &Shape) {
@@ -158,6 +159,9 @@ fn counts_and_the_global_lock(shape: &Shape) {
         shape.mutexes,
         "{what}:\n{table}"
     );
+    // Named from `.dynsym` alone (tsrm_mutex_alloc and mysqlnd_stats_init
+    // are exported): every connection's statistics mutex in one row.
+    assert_connection_stats_by_site(&report, &table, &what);
 
     let (report, table, stderr) = record_outside_load(server.pid(), 100);
     let what = format!("{}, outside load", shape.what);
@@ -183,6 +187,7 @@ fn inproc_counts_the_same(shape: &Shape) {
         shape.mutexes,
         "{what}:\n{table}"
     );
+    assert_connection_stats_by_site(&report, &table, &what);
     assert_eq!(
         report["inproc"]["restore"]["outcome"], shape.inproc_outcome,
         "{table}"

@@ -76,6 +76,21 @@ impl LibcArchive {
         })
     }
 
+    /// Where `symbol`'s code occurs exactly once in `module` (file offset),
+    /// with its bytes.
+    pub fn unique_in(
+        &self,
+        module: &object::File,
+        bytes: &[u8],
+        symbol: &str,
+    ) -> Option<(u64, Vec<u8>)> {
+        let pattern = self.pattern(symbol)?;
+        match occurrence(module, bytes, &pattern) {
+            Occurrence::Unique(offset) => Some((offset, pattern.bytes)),
+            Occurrence::Absent | Occurrence::Ambiguous => None,
+        }
+    }
+
     /// The code of the function `symbol` (any of its names: musl defines
     /// `pthread_mutex_lock` as a weak alias of `__pthread_mutex_lock`).
     pub fn pattern(&self, symbol: &str) -> Option<CodePattern> {

@@ -370,13 +370,7 @@ fn by_libc_code(
     for archive in super::libc_code::LibcArchive::installed() {
         let shown = archive.path.display().to_string();
         archives_tried.push(shown.clone());
-        let found_at = |op: LockOp| {
-            let pattern = archive.pattern(op.symbol())?;
-            match super::libc_code::occurrence(elf, bytes, &pattern) {
-                super::libc_code::Occurrence::Unique(offset) => Some((offset, pattern.bytes)),
-                _ => None,
-            }
-        };
+        let found_at = |op: LockOp| archive.unique_in(elf, bytes, op.symbol());
         // The archive that built the module is the one whose mutex lock is
         // there; that search's result is kept for the op itself.
         let Some(mutex_lock) = found_at(LockOp::MutexLock) else {

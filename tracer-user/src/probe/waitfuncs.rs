@@ -5,7 +5,7 @@
 //! calls. `trace::attach` attaches the condvar probes.
 use std::collections::BTreeSet;
 
-use object::ObjectSymbol;
+use object::{Object, ObjectSymbol};
 
 use super::{
     lockfuncs::{file_offset_of, runtime_address},
@@ -78,8 +78,24 @@ pub fn find(target: &Target) -> WaitFunctions {
         if index == 0 && module == &target.exe {
             found.go_futex = go_futex(&elf, module, target);
         }
+        let stripped_static = module == &target.exe
+            && elf.symbols().next().is_none()
+            && super::lockfuncs::is_static(file.bytes());
+        let by_code = if stripped_static {
+            by_libc_code(&elf, file.bytes(), &pending)
+        } else {
+            Vec::new()
+        };
         pending.retain(|name| {
-            let offsets = definitions(&elf, name);
+            let offsets = if stripped_static {
+                by_code
+                    .iter()
+                    .filter(|(symbol, _)| symbol == name)
+                    .map(|&(_, offset)| offset)
+                    .collect()
+            } else {
+                definitions(&elf, name)
+            };
             let list = if LOCK_INIT_SYMBOLS.contains(name) {
                 &mut found.lock_inits
             } else {
@@ -99,6 +115,32 @@ pub fn find(target: &Target) -> WaitFunctions {
         }
     }
     found
+}
+
+/// A stripped static executable has no symbols for libc's functions: each
+/// of `names` found by its code in the libc archive the executable was
+/// linked with (the one whose mutex lock occurs in it exactly once, as
+/// `lockfuncs` finds the lock functions), where it occurs exactly once.
+/// musl's `pthread_cond_wait` is a bare jump, too short to match: its
+/// callers are caught by `pthread_cond_timedwait`, which it jumps to.
+fn by_libc_code(elf: &object::File, bytes: &[u8], names: &[&str]) -> Vec<(String, u64)> {
+    let Some(archive) = super::libc_code::LibcArchive::installed()
+        .into_iter()
+        .find(|archive| {
+            archive
+                .unique_in(elf, bytes, "pthread_mutex_lock")
+                .is_some()
+        })
+    else {
+        return Vec::new();
+    };
+    names
+        .iter()
+        .filter_map(|name| {
+            let (offset, _) = archive.unique_in(elf, bytes, name)?;
+            Some((name.to_string(), offset))
+        })
+        .collect()
 }
 
 /// File offsets of every text definition of `name` (any version), distinct.
