@@ -324,3 +324,35 @@ fn without_the_lock_tracepoints_one_line_says_why() {
         "{table}"
     );
 }
+
+/// serve (`/metrics`): the kernel lock series of mmap_lock's two sides
+/// equal bpftrace's begins of their flags once the fixture is done.
+#[test]
+fn serve_exports_the_kernel_lock_series_of_an_independent_count() {
+    use common::live_views::{free_port, start_live, wait_for_sample};
+    let binary = fixture("map_worker", Flavor::Glibc);
+    let mut fixture = Fixture::spawn(&binary, &["3000"]);
+    let (port, pid) = (free_port(), fixture.pid().to_string());
+    let listen = format!("127.0.0.1:{port}");
+    let (_serve, said) = start_live(
+        &["serve", "--pid", &pid, "--listen", &listen, "--no-cpu"],
+        Stdio::null(),
+    );
+    let bpftrace = Bpftrace::attach(fixture.pid());
+    std::thread::sleep(Duration::from_millis(200));
+    fixture.send("go");
+    while fixture.read_line().as_deref() != Some("done") {}
+    let counted = bpftrace.finish();
+    let (write, read) = (begins(&counted, 4), begins(&counted, 2));
+    assert!(write > 0 && read > 0, "{counted:?}");
+    let name = "locktrace_kernel_lock_contentions_total";
+    for (kind, count) in [("rwsem_write", write), ("rwsem_read", read)] {
+        let label = format!(r#"lock="mmap_lock",kind="{kind}""#);
+        wait_for_sample(port, name, &label, |total| total == Some(count as f64));
+    }
+    let said = said.lock().unwrap();
+    assert!(
+        !said.iter().any(|line| line.contains("kernel locks")),
+        "{said:?}"
+    );
+}
