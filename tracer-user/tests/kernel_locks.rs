@@ -183,8 +183,13 @@ fn begins(counted: &Counted, flags: u32) -> u64 {
 /// equal to bpftrace's, the wait within the bound below.
 #[test]
 fn mmap_lock_contention_by_side_matches_an_independent_count() {
-    let (report, table, counted, _fixture) =
-        record_with_bpftrace("map_worker", &["3000"], &["--stacks", "4"]);
+    let dir = tempfile::tempdir().unwrap();
+    let pprof = dir.path().join("profile.pb.gz");
+    let (report, table, counted, _fixture) = record_with_bpftrace(
+        "map_worker",
+        &["3000"],
+        &["--stacks", "4", "--pprof", pprof.to_str().unwrap()],
+    );
     let section = &report["kernel_locks"];
     assert!(section["unavailable"].is_null(), "{section}");
     // Every begin bpftrace saw is a contention or a nested begin here.
@@ -256,6 +261,45 @@ fn mmap_lock_contention_by_side_matches_an_independent_count() {
     assert_eq!(all, u(&read["contentions"]), "{read}");
     assert!(table.contains("mmap_lock (rwsem write"), "{table}");
     assert!(table.contains("mmap_lock (rwsem read"), "{table}");
+    assert_pprof_has_the_sides(&pprof, &counted, write);
+}
+
+/// pprof: each mmap_lock side's samples (leaf `kernel lock mmap_lock
+/// (KIND)`) add up to bpftrace's begins of its flags, and the write
+/// side's samples through `__vm_munmap` to that kernel site's count.
+fn assert_pprof_has_the_sides(path: &std::path::Path, counted: &Counted, write: &Value) {
+    use prost::Message;
+    let mut bytes = Vec::new();
+    let file = std::fs::File::open(path).unwrap();
+    std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(file), &mut bytes).unwrap();
+    let profile = locktrace::render::pprof::Profile::decode(bytes.as_slice()).unwrap();
+    let name = |id: u64| {
+        let function = &profile.function[id as usize - 1];
+        profile.string_table[function.name as usize].clone()
+    };
+    // sample_type: acquisitions, contentions, delay, cpu.
+    let sum = |leaf: &str, through: Option<&str>| -> u64 {
+        let mut total = 0;
+        for sample in &profile.sample {
+            let frames: Vec<String> = sample.location_id.iter().map(|&id| name(id)).collect();
+            if frames[0] == leaf && through.is_none_or(|f| frames.iter().any(|x| x == f)) {
+                total += sample.value[1] as u64;
+            }
+        }
+        total
+    };
+    let write_leaf = "kernel lock mmap_lock (rwsem write)";
+    assert_eq!(sum(write_leaf, None), begins(counted, 4), "{counted:?}");
+    let read_leaf = "kernel lock mmap_lock (rwsem read)";
+    assert_eq!(sum(read_leaf, None), begins(counted, 2), "{counted:?}");
+    let munmap = write["kernel_sites"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|site| site["function"] == "__vm_munmap")
+        .map(|site| u(&site["contentions"]))
+        .unwrap();
+    assert_eq!(sum(write_leaf, Some("__vm_munmap")), munmap, "{write}");
 }
 
 /// A hot mutex: its futex calls' kernel contention (futex hash bucket,

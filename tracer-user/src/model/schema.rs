@@ -782,8 +782,8 @@ mod tests {
     /// real one never has with rows).
     fn kernel_locks() -> crate::model::KernelLocks {
         use crate::model::{
-            Frame, KernelLock, KernelLockKind, KernelLocks, KernelSite, KernelUserLock,
-            KernelUserSite, KernelUserStack,
+            Frame, KernelLock, KernelLockKind, KernelLocks, KernelSite, KernelStack,
+            KernelUserLock, KernelUserSite, KernelUserStack,
         };
         let frame = Frame::named("munmap");
         KernelLocks {
@@ -814,6 +814,12 @@ mod tests {
                 user_locks: vec![KernelUserLock {
                     address: 0x7f3a_5c00_0b80,
                     name: Some("g_lock".into()),
+                    contentions: 12,
+                    wait_ns: 34_000,
+                }],
+                kernel_stacks: vec![KernelStack {
+                    functions: vec!["rwsem_down_write_slowpath".into(), "__vm_munmap".into()],
+                    user_ip: 0x7f00_0000_1007,
                     contentions: 12,
                     wait_ns: 34_000,
                 }],
