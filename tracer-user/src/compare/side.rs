@@ -32,6 +32,8 @@ pub(super) struct Group {
     pub(super) saving_error_ns: Option<u64>,
     /// What the lock's handoffs between CPUs cost (`handoffs.cost_ns`), where counted.
     pub(super) handoff_cost_ns: Option<u64>,
+    /// Kernel lock wait its futex calls met (`kernel_wait_ns`), where traced.
+    pub(super) kernel_wait_ns: Option<u64>,
     /// Name and caller functions: what selectors search.
     pub(super) labels: Vec<String>,
     /// Lock contention rows (not condvar, Go runtime or other futex words):
@@ -72,6 +74,9 @@ impl Group {
         }
         if let Some(cost) = other.handoff_cost_ns {
             saturating_add_to(&mut self.handoff_cost_ns, cost);
+        }
+        if let Some(ns) = other.kernel_wait_ns {
+            saturating_add_to(&mut self.kernel_wait_ns, ns);
         }
         self.is_lock |= other.is_lock;
         self.labels.extend(other.labels);
@@ -228,6 +233,9 @@ pub(super) fn add_figures(group: &mut Group, lock: &Lock, requests: u64) {
     if let Some(cpu) = lock.cpu_ns {
         saturating_add_to(&mut group.cpu_ns, cpu);
     }
+    if let Some(ns) = lock.kernel_wait_ns {
+        saturating_add_to(&mut group.kernel_wait_ns, ns);
+    }
     if let Some(removal) = &lock.removal {
         // Non-negative and finite by construction; `as` saturates a crafted one.
         saturating_add_to(&mut group.saving_ns, removal.saving_ns.max(0.0) as u64);
@@ -248,6 +256,8 @@ pub(super) struct Side {
     pub(super) groups: BTreeMap<LockIdentity, Group>,
     /// `--php` recordings: each route's locks.
     pub(super) routes: Option<crate::model::Routes>,
+    /// The kernel locks section, where traced.
+    pub(super) kernel_locks: Option<super::kernel::KernelSide>,
 }
 
 impl Side {
@@ -272,6 +282,10 @@ impl Side {
             tracer_cpu_ns: report.cpu.as_ref().map_or(0, |cpu| cpu.tracer_ns),
             groups,
             routes: report.routes.clone(),
+            kernel_locks: report
+                .kernel_locks
+                .as_ref()
+                .map(super::kernel::KernelSide::of),
         })
     }
 
