@@ -317,15 +317,26 @@ fn a_hot_mutex_row_carries_the_kernel_contention_of_its_futex_calls() {
         "{counted:?}"
     );
     let mut joined = 0;
+    let mut spin_ns = 0;
     let mut kinds = Vec::new();
     for lock in section["locks"].as_array().unwrap() {
         for user in lock["user_locks"].as_array().into_iter().flatten() {
             if user["address"] == row["address"] {
                 joined += u(&user["contentions"]);
                 kinds.push(lock["name"].as_str().unwrap_or("?").to_string());
+                if ["spinlock", "rwlock_read", "rwlock_write"]
+                    .contains(&lock["kind"].as_str().unwrap())
+                {
+                    spin_ns += u(&user["wait_ns"]);
+                }
             }
         }
     }
+    // The removal price's kernel locks part: exactly those spins.
+    assert!(spin_ns > 0, "{section}");
+    let part = &row["removal"]["kernel_locks"];
+    assert_eq!(part["ns"].as_f64(), Some(spin_ns as f64), "{row}");
+    assert_eq!(part["basis"], "traced", "{row}");
     assert!(joined > 0, "no kernel contention under g_lock: {section}");
     assert_eq!(u(&row["kernel_contentions"]), joined, "{row}");
     assert!(

@@ -193,6 +193,14 @@ impl KernelLockKind {
         }
     }
 
+    /// A waiter spins (burns CPU) rather than sleeps: spinlocks and rwlocks.
+    pub fn spins(self) -> bool {
+        matches!(
+            self,
+            KernelLockKind::Spinlock | KernelLockKind::RwlockRead | KernelLockKind::RwlockWrite
+        )
+    }
+
     /// The word the table shows.
     pub fn word(self) -> &'static str {
         match self {

@@ -640,6 +640,7 @@ mod tests {
             lock_code: Some(part(crate::model::PriceBasis::Calibrated)),
             handoffs: None,
             kernel: Some(part(crate::model::PriceBasis::Sampled)),
+            kernel_locks: Some(part(crate::model::PriceBasis::Traced)),
             scheduling: Some(part(crate::model::PriceBasis::Sampled)),
             unpriced: vec!["handoffs: not counted (record --handoffs)".into()],
         });

@@ -63,6 +63,7 @@ pub fn saving(removal: &Removal) -> String {
         part("lock code", &removal.lock_code),
         part("handoffs", &removal.handoffs),
         part("kernel", &removal.kernel),
+        part("kernel locks", &removal.kernel_locks),
         part("scheduling", &removal.scheduling),
     ]
     .into_iter()
