@@ -321,11 +321,6 @@ mod tests {
         assert_eq!(removal.kernel, None);
         assert_eq!(removal.kernel_locks.unwrap().ns, 10_000_000.0);
         assert_eq!(removal.saving_ns, 6000.0 + 3000.0 + 10_000_000.0);
-        assert_eq!(
-            crate::render::removal::saving(&removal),
-            "10.0 ms CPU over the recording ±2.2 µs (lock code 6.0 µs, handoffs 3.0 µs, \
-             kernel locks 10.0 ms; not priced: kernel: CPU not sampled (--no-cpu))"
-        );
     }
 
     /// On a report: a row's part is the spinlock and rwlock waits the

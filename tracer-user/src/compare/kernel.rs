@@ -5,42 +5,14 @@
 //! traced kernel locks; a side whose kernel had no tracepoints says so.
 use std::{collections::BTreeMap, fmt::Write};
 
-use super::side::Side;
+use super::side::{Figures, KernelSide, Side};
 use crate::{
-    model::{KernelLockKind, KernelLocks},
+    model::KernelLockKind,
     render::{
         fit::{Column, Width, fit},
         format::{duration, ratio},
     },
 };
-
-/// Contentions and wait of a kernel lock on one side.
-type Figures = (u64, u64);
-
-/// One side's kernel locks: totals per (name, kind), or why there are none.
-#[derive(Debug, Clone, Default)]
-pub(super) struct KernelSide {
-    /// The report's `kernel_locks.unavailable`.
-    pub(super) unavailable: Option<String>,
-    /// Contentions and wait per (name, kind).
-    pub(super) locks: BTreeMap<(String, KernelLockKind), (u64, u64)>,
-}
-
-impl KernelSide {
-    pub(super) fn of(section: &KernelLocks) -> KernelSide {
-        let mut locks: BTreeMap<(String, KernelLockKind), (u64, u64)> = BTreeMap::new();
-        for lock in &section.locks {
-            let name = lock.name.clone().unwrap_or_else(|| "unnamed".into());
-            let total = locks.entry((name, lock.kind)).or_default();
-            total.0 = total.0.saturating_add(lock.contentions);
-            total.1 = total.1.saturating_add(lock.wait_ns);
-        }
-        KernelSide {
-            unavailable: section.unavailable.clone(),
-            locks,
-        }
-    }
-}
 
 /// The section, or nothing when neither side traced kernel locks.
 pub(super) fn render(before: &Side, after: &Side, width: Width) -> String {

@@ -257,7 +257,7 @@ pub(super) struct Side {
     /// `--php` recordings: each route's locks.
     pub(super) routes: Option<crate::model::Routes>,
     /// The kernel locks section, where traced.
-    pub(super) kernel_locks: Option<super::kernel::KernelSide>,
+    pub(super) kernel_locks: Option<KernelSide>,
 }
 
 impl Side {
@@ -282,10 +282,7 @@ impl Side {
             tracer_cpu_ns: report.cpu.as_ref().map_or(0, |cpu| cpu.tracer_ns),
             groups,
             routes: report.routes.clone(),
-            kernel_locks: report
-                .kernel_locks
-                .as_ref()
-                .map(super::kernel::KernelSide::of),
+            kernel_locks: report.kernel_locks.as_ref().map(KernelSide::of),
         })
     }
 
@@ -354,6 +351,34 @@ pub(super) fn adopt(named: &Side, other: &mut Side) {
                     ..Group::default()
                 })
                 .absorb(found);
+        }
+    }
+}
+
+/// Contentions and wait of a kernel lock on one side.
+pub(super) type Figures = (u64, u64);
+
+/// One side's kernel locks: totals per (name, kind), or why there are none.
+#[derive(Debug, Clone, Default)]
+pub(super) struct KernelSide {
+    /// The report's `kernel_locks.unavailable`.
+    pub(super) unavailable: Option<String>,
+    /// Contentions and wait per (name, kind).
+    pub(super) locks: BTreeMap<(String, crate::model::KernelLockKind), Figures>,
+}
+
+impl KernelSide {
+    pub(super) fn of(section: &crate::model::KernelLocks) -> KernelSide {
+        let mut locks: BTreeMap<(String, crate::model::KernelLockKind), Figures> = BTreeMap::new();
+        for lock in &section.locks {
+            let name = lock.name.clone().unwrap_or_else(|| "unnamed".into());
+            let total = locks.entry((name, lock.kind)).or_default();
+            total.0 = total.0.saturating_add(lock.contentions);
+            total.1 = total.1.saturating_add(lock.wait_ns);
+        }
+        KernelSide {
+            unavailable: section.unavailable.clone(),
+            locks,
         }
     }
 }
