@@ -424,24 +424,7 @@ impl LiveSession {
         let elapsed = now - self.last_tick;
         self.last_tick = now;
         self.follow_main_thread_exit();
-        let kernel_locks = crate::trace::kernel_locks::read(
-            &self.loaded.ebpf,
-            self.loaded.kernel_locks_off.clone(),
-        )?;
-        // One row per lock across unmaps elsewhere (expiry then misses the
-        // keys of a lock whose address changed generation: they stay, bounded).
-        let mut collected = collect::read_for_report(
-            &self.loaded.ebpf,
-            self.target.pid,
-            &self.waits_before,
-            self.cpu_hz,
-            |collected| {
-                if let Some(session) = &self.inproc {
-                    session.read().add_to(collected);
-                }
-                collected.kernel_locks = Some(kernel_locks);
-            },
-        )?;
+        let mut collected = self.read_maps()?;
         let routes = self.routes(&mut collected)?;
         let mut report = self.builder().counts(&collected);
         self.add_kernel_locks(&mut report, &collected);
@@ -531,6 +514,28 @@ impl LiveSession {
             routes: self.named_routes(report.routes.take()),
             kernel_locks: report.kernel_locks.take(),
         })
+    }
+
+    /// The maps as counted since attach, the kernel locks section's with them.
+    fn read_maps(&self) -> Result<Collected> {
+        let kernel_locks = crate::trace::kernel_locks::read(
+            &self.loaded.ebpf,
+            self.loaded.kernel_locks_off.clone(),
+        )?;
+        // One row per lock across unmaps elsewhere (expiry then misses the
+        // keys of a lock whose address changed generation: they stay, bounded).
+        collect::read_for_report(
+            &self.loaded.ebpf,
+            self.target.pid,
+            &self.waits_before,
+            self.cpu_hz,
+            |collected| {
+                if let Some(session) = &self.inproc {
+                    session.read().add_to(collected);
+                }
+                collected.kernel_locks = Some(kernel_locks);
+            },
+        )
     }
 
     /// The kernel locks section since attach and each row's part of it
