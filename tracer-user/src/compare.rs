@@ -26,6 +26,7 @@ use table::PATH_LOCKS;
 
 mod assertions;
 mod identity;
+mod kernel;
 mod routes;
 mod side;
 mod table;
@@ -108,6 +109,7 @@ pub fn evaluate_with(
         before.routes.as_ref(),
         after.routes.as_ref(),
     ));
+    text.push_str(&kernel::render(&before, &after, width));
     text.push_str(&table::render_path_changes(&before, &after, path_locks));
     let mut text = crate::render::fit::wrap_lines(&text, width);
     let failures = assertions::check(

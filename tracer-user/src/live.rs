@@ -26,8 +26,8 @@ use crate::{
         routes::RouteRules,
     },
     model::{
-        Activity, Collected, Deadlock, InProgress, Lock, LockKind, LockStack, Mode, Placement,
-        Report, Routes, StackSource, StopReason, WaitClass,
+        Activity, Collected, Deadlock, InProgress, KernelLocks, Lock, LockKind, LockStack, Mode,
+        Placement, Report, Routes, StackSource, StopReason, WaitClass,
         plan::{Feature, Plan, View},
     },
     naming::{
@@ -35,6 +35,7 @@ use crate::{
         unwind::{SharedUnwinder, StackUnwinder},
     },
     probe::{
+        kallsyms::Kallsyms,
         lockfuncs::LockFunction,
         request_auto::{Chosen, RequestProbeSpec},
         target::Target,
@@ -104,11 +105,16 @@ pub struct LockActivity {
     /// With stacks: the lock's most frequent stack since it was first
     /// named (of its calls, else its waits), outermost frame first.
     pub top_stack: Option<Vec<String>>,
+    /// Kernel lock contentions its futex calls met, and their wait (0
+    /// where the kernel has no lock tracepoints).
+    pub kernel_contentions: u64,
+    pub kernel_wait_ns: u64,
 }
 
 impl LockActivity {
     pub fn is_active(&self) -> bool {
         self.acquisitions.unwrap_or(0) + self.contended + self.wait_ns + self.cpu_ns > 0
+            || self.kernel_contentions > 0
     }
 }
 
@@ -136,6 +142,10 @@ pub struct Interval {
     pub deadlocks: Vec<Deadlock>,
     /// `--php`: each route's requests and locks since attach.
     pub routes: Option<Routes>,
+    /// The kernel locks section since attach (user side unnamed); None
+    /// before the first interval with kernel lock contention, or without
+    /// the kernel's lock tracepoints.
+    pub kernel_locks: Option<KernelLocks>,
 }
 
 /// A lock wait in progress this long is shown by the live views.
@@ -183,6 +193,8 @@ struct Totals {
     contended: u64,
     wait_ns: u64,
     cpu_ns: u64,
+    kernel_contentions: u64,
+    kernel_wait_ns: u64,
     last_active: Option<Instant>,
 }
 
@@ -243,6 +255,8 @@ pub struct LiveSession {
     /// `--mode inproc`: the stubs' shared counts; dropping it switches the
     /// GOT entries back.
     inproc: Option<inproc::session::Session>,
+    /// The kernel's symbols, read at the first kernel lock contention.
+    kernel_symbols: Option<Kallsyms>,
 }
 
 impl LiveSession {
@@ -292,7 +306,7 @@ impl LiveSession {
             flags,
             lock_probes: lock_probes(options.mode, &placed),
             inproc: inproc.as_ref(),
-            kernel_locks: false,
+            kernel_locks: true,
             creation_sites: false,
             request_probe: request_probe
                 .as_ref()
@@ -324,6 +338,11 @@ impl LiveSession {
                 0
             }
         };
+        if let Some(reason) = &loaded.kernel_locks_off {
+            crate::model::diagnostics::note(format_args!(
+                "locktrace: kernel locks section unavailable: {reason}"
+            ));
+        }
         let waits_before = WaitsBeforeAttach::now(target.pid);
         let snapshot = naming::Snapshot::take(&target);
         let stacks = match options.stacks {
@@ -357,6 +376,7 @@ impl LiveSession {
             flags,
             php,
             inproc,
+            kernel_symbols: None,
         })
     }
 
@@ -404,21 +424,10 @@ impl LiveSession {
         let elapsed = now - self.last_tick;
         self.last_tick = now;
         self.follow_main_thread_exit();
-        // One row per lock across unmaps elsewhere (expiry then misses the
-        // keys of a lock whose address changed generation: they stay, bounded).
-        let mut collected = collect::read_for_report(
-            &self.loaded.ebpf,
-            self.target.pid,
-            &self.waits_before,
-            self.cpu_hz,
-            |collected| {
-                if let Some(session) = &self.inproc {
-                    session.read().add_to(collected);
-                }
-            },
-        )?;
+        let mut collected = self.read_maps()?;
         let routes = self.routes(&mut collected)?;
         let mut report = self.builder().counts(&collected);
+        self.add_kernel_locks(&mut report, &collected);
         report.routes = routes;
         analysis::routes::fold_into_rows(&mut report);
         let rows = report.locks.len();
@@ -450,11 +459,18 @@ impl LiveSession {
                 wait_ns: delta(lock.wait_ns, before.wait_ns),
                 cpu_ns: delta(lock.cpu_ns.unwrap_or(0), before.cpu_ns),
                 top_stack: None,
+                kernel_contentions: delta(
+                    lock.kernel_contentions.unwrap_or(0),
+                    before.kernel_contentions,
+                ),
+                kernel_wait_ns: delta(lock.kernel_wait_ns.unwrap_or(0), before.kernel_wait_ns),
             };
             before.acquisitions = lock.acquisitions.unwrap_or(0);
             before.contended = lock.contended;
             before.wait_ns = lock.wait_ns;
             before.cpu_ns = lock.cpu_ns.unwrap_or(0);
+            before.kernel_contentions = lock.kernel_contentions.unwrap_or(0);
+            before.kernel_wait_ns = lock.kernel_wait_ns.unwrap_or(0);
             if activity.is_active() || before.last_active.is_none() {
                 before.last_active = Some(now);
             }
@@ -496,7 +512,45 @@ impl LiveSession {
             long_waits,
             deadlocks,
             routes: self.named_routes(report.routes.take()),
+            kernel_locks: report.kernel_locks.take(),
         })
+    }
+
+    /// The maps as counted since attach, the kernel locks section's with them.
+    fn read_maps(&self) -> Result<Collected> {
+        let kernel_locks = crate::trace::kernel_locks::read(
+            &self.loaded.ebpf,
+            self.loaded.kernel_locks_off.clone(),
+        )?;
+        // One row per lock across unmaps elsewhere (expiry then misses the
+        // keys of a lock whose address changed generation: they stay, bounded).
+        collect::read_for_report(
+            &self.loaded.ebpf,
+            self.target.pid,
+            &self.waits_before,
+            self.cpu_hz,
+            |collected| {
+                if let Some(session) = &self.inproc {
+                    session.read().add_to(collected);
+                }
+                collected.kernel_locks = Some(kernel_locks);
+            },
+        )
+    }
+
+    /// The kernel locks section since attach and each row's part of it
+    /// (the kernel's symbols read once, at the first contention).
+    fn add_kernel_locks(&mut self, report: &mut Report, collected: &Collected) {
+        let contended = collected
+            .kernel_locks
+            .as_ref()
+            .is_some_and(|traced| !traced.counts.is_empty());
+        if contended && self.kernel_symbols.is_none() {
+            self.kernel_symbols = Some(Kallsyms::read());
+        }
+        let none = Kallsyms::default();
+        let symbols = self.kernel_symbols.as_ref().unwrap_or(&none);
+        analysis::kernel_locks::apply(report, collected, symbols);
     }
 
     /// `--php`: PHP's new threads loaded, and the routes since attach, their

@@ -100,6 +100,22 @@ struct RouteLockLabels {
     lock: String,
 }
 
+/// A kernel lock by name (unnamed ones add up in `lock="other"`) and how
+/// it was taken (`KernelLockKind`, from the tracepoint's flags).
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KernelLockLabels {
+    lock: String,
+    kind: String,
+}
+
+/// The kind as JSON spells it (`rwsem_write`).
+fn kernel_kind_label(kind: crate::model::KernelLockKind) -> String {
+    serde_json::to_value(kind)
+        .ok()
+        .and_then(|value| value.as_str().map(str::to_string))
+        .unwrap_or_default()
+}
+
 /// Locks exported per route; the rest add up in `lock="other"`.
 const ROUTE_LOCKS: usize = 10;
 
@@ -119,6 +135,12 @@ struct Metrics {
     /// Events the BPF side could not count, by the report's drop reason.
     lost: Family<ReasonLabels, Counter>,
     cpu_seconds: Family<LockLabels, Counter<f64, AtomicU64>>,
+    /// Kernel lock contention the lock's futex calls met.
+    kernel_contentions: Family<LockLabels, Counter>,
+    kernel_wait_seconds: Family<LockLabels, Counter<f64, AtomicU64>>,
+    /// The kernel locks section: contentions and wait per kernel lock.
+    kernel_lock_contentions: Family<KernelLockLabels, Counter>,
+    kernel_lock_wait_seconds: Family<KernelLockLabels, Counter<f64, AtomicU64>>,
     /// `--php`: requests per route, and acquisitions and contended waits
     /// per route and lock, since attach.
     route_requests: Family<RouteLabels, Counter>,
@@ -147,6 +169,10 @@ impl Metrics {
             other_wait_seconds: Family::default(),
             lost: Family::default(),
             cpu_seconds: Family::default(),
+            kernel_contentions: Family::default(),
+            kernel_wait_seconds: Family::default(),
+            kernel_lock_contentions: Family::default(),
+            kernel_lock_wait_seconds: Family::default(),
             route_requests: Family::default(),
             route_acquisitions: Family::default(),
             route_contended: Family::default(),
@@ -187,6 +213,26 @@ impl Metrics {
             "locktrace_lock_cpu_seconds",
             "Sampled CPU time in lock code on the lock (lock functions, libc slow paths, the kernel's futex code)",
             self.cpu_seconds.clone(),
+        );
+        registry.register(
+            "locktrace_lock_kernel_contentions",
+            "Kernel lock contentions (lock:contention_begin/end, Linux 5.19+) met inside the lock's futex calls",
+            self.kernel_contentions.clone(),
+        );
+        registry.register(
+            "locktrace_lock_kernel_wait_seconds",
+            "Time the lock's futex calls waited for kernel locks",
+            self.kernel_wait_seconds.clone(),
+        );
+        registry.register(
+            "locktrace_kernel_lock_contentions",
+            "Kernel lock contentions of the target's threads, by kernel lock name (unnamed ones as lock=other) and kind (spinlock, rwsem_read, rwsem_write, mutex, ...)",
+            self.kernel_lock_contentions.clone(),
+        );
+        registry.register(
+            "locktrace_kernel_lock_wait_seconds",
+            "Time the target's threads waited for kernel locks, by kernel lock name and kind",
+            self.kernel_lock_wait_seconds.clone(),
         );
         registry.register(
             "locktrace_futex_waits",
@@ -293,6 +339,12 @@ impl Metrics {
         self.cpu_seconds
             .get_or_create(labels)
             .inc_by(lock.cpu_ns as f64 / 1e9);
+        self.kernel_contentions
+            .get_or_create(labels)
+            .inc_by(lock.kernel_contentions);
+        self.kernel_wait_seconds
+            .get_or_create(labels)
+            .inc_by(lock.kernel_wait_ns as f64 / 1e9);
     }
 
     /// Everything of an interval but the lock series: requests, waits that
@@ -307,6 +359,9 @@ impl Metrics {
         self.set_lost(&interval.dropped);
         if let Some(routes) = &interval.routes {
             self.set_routes(routes);
+        }
+        if let Some(section) = &interval.kernel_locks {
+            self.set_kernel_locks(section);
         }
         let cost = &interval.cost;
         self.probe_hits.set(cost.probe_hits as i64);
@@ -383,6 +438,29 @@ impl Metrics {
         }
     }
 
+    /// Raises each kernel lock's counters to their totals since attach:
+    /// rows of one name and kind (a runqueue lock per CPU) add up.
+    fn set_kernel_locks(&self, section: &crate::model::KernelLocks) {
+        let mut totals: HashMap<KernelLockLabels, (u64, u64)> = HashMap::new();
+        for lock in &section.locks {
+            let labels = KernelLockLabels {
+                lock: label_value(lock.name.as_deref().unwrap_or("other")),
+                kind: kernel_kind_label(lock.kind),
+            };
+            let total = totals.entry(labels).or_default();
+            total.0 += lock.contentions;
+            total.1 += lock.wait_ns;
+        }
+        for (labels, (contentions, wait_ns)) in totals {
+            raise_counter(
+                &self.kernel_lock_contentions.get_or_create(&labels),
+                contentions,
+            );
+            let wait = self.kernel_lock_wait_seconds.get_or_create(&labels);
+            wait.inc_by((wait_ns as f64 / 1e9 - wait.get()).max(0.0));
+        }
+    }
+
     /// Raises each reason's counter to the total lost since attach.
     fn set_lost(&self, dropped: &std::collections::BTreeMap<crate::model::DropReason, u64>) {
         for (reason, &total) in dropped {
@@ -398,6 +476,8 @@ impl Metrics {
         self.contended.remove(labels);
         self.wait_seconds.remove(labels);
         self.cpu_seconds.remove(labels);
+        self.kernel_contentions.remove(labels);
+        self.kernel_wait_seconds.remove(labels);
     }
 }
 
@@ -679,6 +759,8 @@ mod tests {
             wait_ns: 0,
             cpu_ns: 0,
             top_stack: None,
+            kernel_contentions: 0,
+            kernel_wait_ns: 0,
         }
     }
 
@@ -694,6 +776,7 @@ mod tests {
             long_waits: Vec::new(),
             deadlocks: Vec::new(),
             routes: None,
+            kernel_locks: None,
         }
     }
 
@@ -811,6 +894,78 @@ mod tests {
         assert!(series.exported.is_empty() && series.activity.is_empty());
         assert_eq!(acquisitions(&metrics, "a"), None);
         assert!(acquisitions(&metrics, "other").unwrap() >= 10);
+    }
+
+    fn kernel_lock(name: Option<&str>, flags: u32, contentions: u64) -> crate::model::KernelLock {
+        crate::model::KernelLock {
+            address: 0xffff_0000 + u64::from(flags) + contentions,
+            name: name.map(str::to_string),
+            kind: crate::model::KernelLockKind::of_flags(flags),
+            flags,
+            contentions,
+            wait_ns: contentions * 1_000_000,
+            ..Default::default()
+        }
+    }
+
+    /// Kernel locks: one series per name and kind (a runqueue lock per CPU
+    /// adds up, unnamed ones go to `other`), raised to the section's
+    /// totals since attach; a user lock's kernel contention adds per interval.
+    #[test]
+    fn kernel_lock_series_follow_the_section_and_the_rows() {
+        let mut registry = Registry::default();
+        let metrics = Metrics::register(&mut registry, false);
+        let mut tick = interval(vec![LockActivity {
+            kernel_contentions: 7,
+            kernel_wait_ns: 3_500_000_000,
+            ..lock("g_lock", 5)
+        }]);
+        let section = |write: u64| crate::model::KernelLocks {
+            locks: vec![
+                kernel_lock(Some("mmap_lock"), 4, write),
+                kernel_lock(Some("mmap_lock"), 2, 30),
+                kernel_lock(Some("runqueue"), 1, 5),
+                kernel_lock(Some("runqueue"), 1, 6),
+                kernel_lock(None, 1, 2),
+            ],
+            ..Default::default()
+        };
+        for write in [100, 250] {
+            tick.kernel_locks = Some(section(write));
+            series_set(10).apply(&metrics, &tick, Instant::now());
+            metrics.update(&tick);
+        }
+        let of = |lock: &str, kind: &str| {
+            let labels = KernelLockLabels {
+                lock: lock.into(),
+                kind: kind.into(),
+            };
+            (
+                metrics.kernel_lock_contentions.get_or_create(&labels).get(),
+                metrics
+                    .kernel_lock_wait_seconds
+                    .get_or_create(&labels)
+                    .get(),
+            )
+        };
+        assert_eq!(of("mmap_lock", "rwsem_write"), (250, 0.25));
+        assert_eq!(of("mmap_lock", "rwsem_read"), (30, 0.03));
+        assert_eq!(of("runqueue", "spinlock").0, 11);
+        assert_eq!(of("other", "spinlock").0, 2);
+        let labels = LockLabels::of(&lock("g_lock", 0));
+        assert_eq!(metrics.kernel_contentions.get_or_create(&labels).get(), 14);
+        assert_eq!(
+            metrics.kernel_wait_seconds.get_or_create(&labels).get(),
+            7.0
+        );
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        assert!(
+            text.contains(
+                "locktrace_kernel_lock_contentions_total{lock=\"mmap_lock\",kind=\"rwsem_write\"} 250"
+            ),
+            "{text}"
+        );
     }
 
     #[test]

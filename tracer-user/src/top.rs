@@ -475,6 +475,8 @@ mod tests {
             wait_ns: 2_000_000_000,
             cpu_ns: 0,
             top_stack: None,
+            kernel_contentions: 0,
+            kernel_wait_ns: 0,
         };
         let interval = Interval {
             elapsed: Duration::from_secs(2),
@@ -487,6 +489,7 @@ mod tests {
             long_waits: Vec::new(),
             deadlocks: Vec::new(),
             routes: None,
+            kernel_locks: None,
         };
         assert_eq!(
             notes(&interval, 2.0),

@@ -183,8 +183,13 @@ fn begins(counted: &Counted, flags: u32) -> u64 {
 /// equal to bpftrace's, the wait within the bound below.
 #[test]
 fn mmap_lock_contention_by_side_matches_an_independent_count() {
-    let (report, table, counted, _fixture) =
-        record_with_bpftrace("map_worker", &["3000"], &["--stacks", "4"]);
+    let dir = tempfile::tempdir().unwrap();
+    let pprof = dir.path().join("profile.pb.gz");
+    let (report, table, counted, _fixture) = record_with_bpftrace(
+        "map_worker",
+        &["3000"],
+        &["--stacks", "4", "--pprof", pprof.to_str().unwrap()],
+    );
     let section = &report["kernel_locks"];
     assert!(section["unavailable"].is_null(), "{section}");
     // Every begin bpftrace saw is a contention or a nested begin here.
@@ -256,6 +261,45 @@ fn mmap_lock_contention_by_side_matches_an_independent_count() {
     assert_eq!(all, u(&read["contentions"]), "{read}");
     assert!(table.contains("mmap_lock (rwsem write"), "{table}");
     assert!(table.contains("mmap_lock (rwsem read"), "{table}");
+    assert_pprof_has_the_sides(&pprof, &counted, write);
+}
+
+/// pprof: each mmap_lock side's samples (leaf `kernel lock mmap_lock
+/// (KIND)`) add up to bpftrace's begins of its flags, and the write
+/// side's samples through `__vm_munmap` to that kernel site's count.
+fn assert_pprof_has_the_sides(path: &std::path::Path, counted: &Counted, write: &Value) {
+    use prost::Message;
+    let mut bytes = Vec::new();
+    let file = std::fs::File::open(path).unwrap();
+    std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(file), &mut bytes).unwrap();
+    let profile = locktrace::render::pprof::Profile::decode(bytes.as_slice()).unwrap();
+    let name = |id: u64| {
+        let function = &profile.function[id as usize - 1];
+        profile.string_table[function.name as usize].clone()
+    };
+    // sample_type: acquisitions, contentions, delay, cpu.
+    let sum = |leaf: &str, through: Option<&str>| -> u64 {
+        let mut total = 0;
+        for sample in &profile.sample {
+            let frames: Vec<String> = sample.location_id.iter().map(|&id| name(id)).collect();
+            if frames[0] == leaf && through.is_none_or(|f| frames.iter().any(|x| x == f)) {
+                total += sample.value[1] as u64;
+            }
+        }
+        total
+    };
+    let write_leaf = "kernel lock mmap_lock (rwsem write)";
+    assert_eq!(sum(write_leaf, None), begins(counted, 4), "{counted:?}");
+    let read_leaf = "kernel lock mmap_lock (rwsem read)";
+    assert_eq!(sum(read_leaf, None), begins(counted, 2), "{counted:?}");
+    let munmap = write["kernel_sites"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|site| site["function"] == "__vm_munmap")
+        .map(|site| u(&site["contentions"]))
+        .unwrap();
+    assert_eq!(sum(write_leaf, Some("__vm_munmap")), munmap, "{write}");
 }
 
 /// A hot mutex: its futex calls' kernel contention (futex hash bucket,
@@ -273,15 +317,26 @@ fn a_hot_mutex_row_carries_the_kernel_contention_of_its_futex_calls() {
         "{counted:?}"
     );
     let mut joined = 0;
+    let mut spin_ns = 0;
     let mut kinds = Vec::new();
     for lock in section["locks"].as_array().unwrap() {
         for user in lock["user_locks"].as_array().into_iter().flatten() {
             if user["address"] == row["address"] {
                 joined += u(&user["contentions"]);
                 kinds.push(lock["name"].as_str().unwrap_or("?").to_string());
+                if ["spinlock", "rwlock_read", "rwlock_write"]
+                    .contains(&lock["kind"].as_str().unwrap())
+                {
+                    spin_ns += u(&user["wait_ns"]);
+                }
             }
         }
     }
+    // The removal price's kernel locks part: exactly those spins.
+    assert!(spin_ns > 0, "{section}");
+    let part = &row["removal"]["kernel_locks"];
+    assert_eq!(part["ns"].as_f64(), Some(spin_ns as f64), "{row}");
+    assert_eq!(part["basis"], "traced", "{row}");
     assert!(joined > 0, "no kernel contention under g_lock: {section}");
     assert_eq!(u(&row["kernel_contentions"]), joined, "{row}");
     assert!(
@@ -322,5 +377,37 @@ fn without_the_lock_tracepoints_one_line_says_why() {
     assert!(
         table.contains("kernel locks: unavailable: this kernel has no lock:contention_begin"),
         "{table}"
+    );
+}
+
+/// serve (`/metrics`): the kernel lock series of mmap_lock's two sides
+/// equal bpftrace's begins of their flags once the fixture is done.
+#[test]
+fn serve_exports_the_kernel_lock_series_of_an_independent_count() {
+    use common::live_views::{free_port, start_live, wait_for_sample};
+    let binary = fixture("map_worker", Flavor::Glibc);
+    let mut fixture = Fixture::spawn(&binary, &["3000"]);
+    let (port, pid) = (free_port(), fixture.pid().to_string());
+    let listen = format!("127.0.0.1:{port}");
+    let (_serve, said) = start_live(
+        &["serve", "--pid", &pid, "--listen", &listen, "--no-cpu"],
+        Stdio::null(),
+    );
+    let bpftrace = Bpftrace::attach(fixture.pid());
+    std::thread::sleep(Duration::from_millis(200));
+    fixture.send("go");
+    while fixture.read_line().as_deref() != Some("done") {}
+    let counted = bpftrace.finish();
+    let (write, read) = (begins(&counted, 4), begins(&counted, 2));
+    assert!(write > 0 && read > 0, "{counted:?}");
+    let name = "locktrace_kernel_lock_contentions_total";
+    for (kind, count) in [("rwsem_write", write), ("rwsem_read", read)] {
+        let label = format!(r#"lock="mmap_lock",kind="{kind}""#);
+        wait_for_sample(port, name, &label, |total| total == Some(count as f64));
+    }
+    let said = said.lock().unwrap();
+    assert!(
+        !said.iter().any(|line| line.contains("kernel locks")),
+        "{said:?}"
     );
 }

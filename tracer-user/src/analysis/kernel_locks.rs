@@ -15,8 +15,8 @@ use tracer_common::{KernelLockCounts, KernelLockKey, kernel_lock::event, lifetim
 
 use crate::{
     model::{
-        Collected, KernelLock, KernelLockKind, KernelLocks, KernelLocksCollected, KernelSite,
-        KernelUserLock, KernelUserSite, Report,
+        Collected, KERNEL_STACKS_PER_LOCK, KernelLock, KernelLockKind, KernelLocks,
+        KernelLocksCollected, KernelSite, KernelStack, KernelUserLock, KernelUserSite, Report,
     },
     probe::kallsyms::Kallsyms,
 };
@@ -214,6 +214,8 @@ struct Row {
     user_locks: BTreeMap<u64, (u64, u64)>,
     /// Contentions per lock type the stacks say.
     types: BTreeMap<&'static str, u64>,
+    /// Contentions and wait per (kernel stack's functions, user ip).
+    stacks: BTreeMap<(Vec<String>, u64), (u64, u64)>,
 }
 
 /// The entries of `map`, most wait time first.
@@ -251,6 +253,15 @@ impl Row {
         if let Some(name) = lock_type(KernelLockKind::of_flags(key.flags), &functions) {
             *self.types.entry(name).or_default() += counts.contentions;
         }
+        let named: Vec<String> = frames
+            .iter()
+            .map(|&ip| {
+                symbols
+                    .function(ip)
+                    .map_or_else(|| format!("{ip:#x}"), str::to_string)
+            })
+            .collect();
+        add_to(self.stacks.entry((named, key.user_ip)).or_default(), counts);
         add_to(
             self.sites.entry(kernel_site(symbols, frames)).or_default(),
             counts,
@@ -301,6 +312,18 @@ impl Row {
                     contentions,
                     wait_ns,
                 })
+                .collect(),
+            kernel_stacks: by_wait(self.stacks)
+                .into_iter()
+                .take(KERNEL_STACKS_PER_LOCK)
+                .map(
+                    |((functions, user_ip), (contentions, wait_ns))| KernelStack {
+                        functions,
+                        user_ip,
+                        contentions,
+                        wait_ns,
+                    },
+                )
                 .collect(),
         }
     }

@@ -10,6 +10,11 @@
 //!   calibrated cost of one transfer, `analysis::handoffs`).
 //! - kernel: the sampled CPU in the kernel's futex code on its words (the
 //!   waits, the wakes, the switches inside them).
+//! - kernel locks: the spin waits for kernel locks (spinlocks, rwlocks)
+//!   inside its futex calls, timed by the lock tracepoints: a spinning
+//!   waiter burns its CPU, a sleeping one (rwsem, mutex) does not, so only
+//!   spins count. The sampled kernel part holds the same spins: it is
+//!   priced less them (never below 0), so nothing counts twice.
 //! - scheduling: the scheduler's work its waits cause outside its futex
 //!   calls (the woken thread's reschedule interrupt, the preempted
 //!   thread's switch back): the samples on interrupts from user code × the
@@ -37,6 +42,7 @@ pub fn apply(report: &mut Report, costs: UnitCosts) {
     let sampled = report.cpu.as_ref().is_some_and(|cpu| cpu.sample_hz > 0);
     let interrupted = report.cpu.as_ref().map_or(0, |cpu| cpu.interrupted_samples);
     let all_waits: u64 = report.totals.by_wait_class.values().map(|c| c.waits).sum();
+    let spins = kernel_lock_spins(report);
     // Only locks: a condvar's or the Go runtime's futex words wait for work.
     for lock in report.locks.iter_mut().filter(|lock| lock.is_contention()) {
         let inputs = LockInputs {
@@ -44,6 +50,7 @@ pub fn apply(report: &mut Report, costs: UnitCosts) {
             handoffs_ns: lock.handoffs.as_ref().map(|handoffs| handoffs.cost_ns),
             cpu_ns: lock.cpu_ns.filter(|_| sampled),
             cpu_kernel_ns: lock.cpu_kernel_ns.filter(|_| sampled),
+            kernel_lock_spin_ns: spins.get(&lock.address).copied(),
             interrupted_samples: (sampled && all_waits > 0)
                 .then(|| interrupted as f64 * lock.contended as f64 / all_waits as f64),
             period_ns: report
@@ -62,6 +69,22 @@ pub fn apply(report: &mut Report, costs: UnitCosts) {
     }
 }
 
+/// Per user lock row: the spin waits for kernel locks its futex calls met.
+fn kernel_lock_spins(report: &Report) -> std::collections::HashMap<u64, u64> {
+    let mut spins = std::collections::HashMap::new();
+    let rows = report
+        .kernel_locks
+        .iter()
+        .flat_map(|section| &section.locks);
+    for lock in rows.filter(|lock| lock.kind.spins()) {
+        for user in &lock.user_locks {
+            let total: &mut u64 = spins.entry(user.address).or_default();
+            *total = total.saturating_add(user.wait_ns);
+        }
+    }
+    spins
+}
+
 /// What one lock's price is made of.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct LockInputs {
@@ -71,6 +94,8 @@ pub struct LockInputs {
     /// Sampled CPU on the lock (user and kernel), and its kernel part.
     pub cpu_ns: Option<u64>,
     pub cpu_kernel_ns: Option<u64>,
+    /// Spin waits for kernel locks in its futex calls, where traced.
+    pub kernel_lock_spin_ns: Option<u64>,
     /// The lock's share of the samples on interrupts from user code.
     pub interrupted_samples: Option<f64>,
     pub period_ns: u64,
@@ -109,8 +134,17 @@ pub fn price(inputs: &LockInputs, costs: UnitCosts) -> Option<Removal> {
             None
         }
     };
+    let spin_ns = inputs.kernel_lock_spin_ns.filter(|&ns| ns > 0);
+    let kernel_locks = spin_ns.map(|ns| PricePart {
+        ns: ns as f64,
+        error_ns: 0.0,
+        basis: PriceBasis::Traced,
+    });
     let kernel = match inputs.cpu_kernel_ns {
-        Some(ns) => Some(sampled_part(ns)),
+        Some(ns) => Some(PricePart {
+            ns: ns.saturating_sub(spin_ns.unwrap_or(0)) as f64,
+            ..sampled_part(ns)
+        }),
         None => {
             unpriced.push("kernel: CPU not sampled (--no-cpu)".into());
             None
@@ -124,7 +158,7 @@ pub fn price(inputs: &LockInputs, costs: UnitCosts) -> Option<Removal> {
             error_ns: (2.0 * samples.sqrt() + 1.0) * inputs.period_ns as f64,
             basis: PriceBasis::Sampled,
         });
-    let parts = [lock_code, handoffs, kernel, scheduling];
+    let parts = [lock_code, handoffs, kernel, kernel_locks, scheduling];
     if parts.iter().all(Option::is_none) {
         return None;
     }
@@ -138,6 +172,7 @@ pub fn price(inputs: &LockInputs, costs: UnitCosts) -> Option<Removal> {
         lock_code,
         handoffs,
         kernel,
+        kernel_locks,
         scheduling,
         unpriced,
     })
@@ -172,6 +207,7 @@ pub fn merge(a: Removal, b: Removal) -> Removal {
         lock_code: add_part(a.lock_code, b.lock_code),
         handoffs: add_part(a.handoffs, b.handoffs),
         kernel: add_part(a.kernel, b.kernel),
+        kernel_locks: add_part(a.kernel_locks, b.kernel_locks),
         scheduling: add_part(a.scheduling, b.scheduling),
         unpriced,
     }
@@ -191,6 +227,7 @@ mod tests {
             handoffs_ns: Some(3000),
             cpu_ns: Some(50_000_000),
             cpu_kernel_ns: Some(40_000_000),
+            kernel_lock_spin_ns: None,
             interrupted_samples: None,
             period_ns: 10_000_000,
         };
@@ -217,6 +254,7 @@ mod tests {
             handoffs_ns: None,
             cpu_ns: Some(30_000_000),
             cpu_kernel_ns: Some(10_000_000),
+            kernel_lock_spin_ns: None,
             interrupted_samples: Some(4.0),
             period_ns: 10_000_000,
         };
@@ -249,5 +287,78 @@ mod tests {
             ]
         );
         assert_eq!(price(&LockInputs::default(), COSTS), None);
+    }
+
+    /// The spins for kernel locks in the lock's futex calls are a part of
+    /// their own, taken out of the sampled kernel part (which holds them);
+    /// without CPU samples they are still priced.
+    #[test]
+    fn kernel_lock_spins_are_a_part_of_their_own() {
+        let inputs = LockInputs {
+            acquisitions: Some(1000),
+            handoffs_ns: Some(3000),
+            cpu_ns: Some(50_000_000),
+            cpu_kernel_ns: Some(40_000_000),
+            kernel_lock_spin_ns: Some(10_000_000),
+            interrupted_samples: None,
+            period_ns: 10_000_000,
+        };
+        let removal = price(&inputs, COSTS).unwrap();
+        let spins = removal.kernel_locks.unwrap();
+        assert_eq!(
+            (spins.ns, spins.error_ns, spins.basis),
+            (10_000_000.0, 0.0, PriceBasis::Traced)
+        );
+        assert_eq!(removal.kernel.unwrap().ns, 30_000_000.0);
+        // The same saving as without the section: the spins counted once.
+        assert_eq!(removal.saving_ns, 40_009_000.0);
+        let unsampled = LockInputs {
+            cpu_ns: None,
+            cpu_kernel_ns: None,
+            ..inputs
+        };
+        let removal = price(&unsampled, COSTS).unwrap();
+        assert_eq!(removal.kernel, None);
+        assert_eq!(removal.kernel_locks.unwrap().ns, 10_000_000.0);
+        assert_eq!(removal.saving_ns, 6000.0 + 3000.0 + 10_000_000.0);
+    }
+
+    /// On a report: a row's part is the spinlock and rwlock waits the
+    /// kernel rows list under it; a rwsem's (sleeping) wait is left out,
+    /// and so are other rows' waits.
+    #[test]
+    fn a_rows_kernel_lock_part_is_the_spin_waits_listed_under_it() {
+        use crate::model::{
+            KernelLock, KernelLockKind, KernelLocks, KernelUserLock, Lock, LockKind, WaitClass,
+        };
+        let mut report = Report::empty_for_tests("all");
+        let mut lock = Lock::empty(0x1000, LockKind::Mutex, WaitClass::Lock);
+        lock.acquisitions = Some(10);
+        report.locks.push(lock);
+        let under = |address, wait_ns| KernelUserLock {
+            address,
+            name: None,
+            contentions: 1,
+            wait_ns,
+        };
+        let row = |flags, user_locks| KernelLock {
+            kind: KernelLockKind::of_flags(flags),
+            flags,
+            user_locks,
+            ..KernelLock::default()
+        };
+        report.kernel_locks = Some(KernelLocks {
+            locks: vec![
+                row(1, vec![under(0x1000, 7_000), under(0x2000, 900)]),
+                row(1, vec![under(0x1000, 500)]),
+                row(1 | 4, vec![under(0x1000, 30)]),
+                row(2, vec![under(0x1000, 5_000)]),
+            ],
+            ..KernelLocks::default()
+        });
+        apply(&mut report, COSTS);
+        let removal = report.locks[0].removal.as_ref().unwrap();
+        assert_eq!(removal.kernel_locks.unwrap().ns, 7_530.0);
+        assert_eq!(removal.saving_ns, 60.0 + 7_530.0);
     }
 }

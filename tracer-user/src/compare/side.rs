@@ -32,6 +32,8 @@ pub(super) struct Group {
     pub(super) saving_error_ns: Option<u64>,
     /// What the lock's handoffs between CPUs cost (`handoffs.cost_ns`), where counted.
     pub(super) handoff_cost_ns: Option<u64>,
+    /// Kernel lock wait its futex calls met (`kernel_wait_ns`), where traced.
+    pub(super) kernel_wait_ns: Option<u64>,
     /// Name and caller functions: what selectors search.
     pub(super) labels: Vec<String>,
     /// Lock contention rows (not condvar, Go runtime or other futex words):
@@ -72,6 +74,9 @@ impl Group {
         }
         if let Some(cost) = other.handoff_cost_ns {
             saturating_add_to(&mut self.handoff_cost_ns, cost);
+        }
+        if let Some(ns) = other.kernel_wait_ns {
+            saturating_add_to(&mut self.kernel_wait_ns, ns);
         }
         self.is_lock |= other.is_lock;
         self.labels.extend(other.labels);
@@ -228,6 +233,9 @@ pub(super) fn add_figures(group: &mut Group, lock: &Lock, requests: u64) {
     if let Some(cpu) = lock.cpu_ns {
         saturating_add_to(&mut group.cpu_ns, cpu);
     }
+    if let Some(ns) = lock.kernel_wait_ns {
+        saturating_add_to(&mut group.kernel_wait_ns, ns);
+    }
     if let Some(removal) = &lock.removal {
         // Non-negative and finite by construction; `as` saturates a crafted one.
         saturating_add_to(&mut group.saving_ns, removal.saving_ns.max(0.0) as u64);
@@ -248,6 +256,8 @@ pub(super) struct Side {
     pub(super) groups: BTreeMap<LockIdentity, Group>,
     /// `--php` recordings: each route's locks.
     pub(super) routes: Option<crate::model::Routes>,
+    /// The kernel locks section, where traced.
+    pub(super) kernel_locks: Option<KernelSide>,
 }
 
 impl Side {
@@ -272,6 +282,7 @@ impl Side {
             tracer_cpu_ns: report.cpu.as_ref().map_or(0, |cpu| cpu.tracer_ns),
             groups,
             routes: report.routes.clone(),
+            kernel_locks: report.kernel_locks.as_ref().map(KernelSide::of),
         })
     }
 
@@ -340,6 +351,34 @@ pub(super) fn adopt(named: &Side, other: &mut Side) {
                     ..Group::default()
                 })
                 .absorb(found);
+        }
+    }
+}
+
+/// Contentions and wait of a kernel lock on one side.
+pub(super) type Figures = (u64, u64);
+
+/// One side's kernel locks: totals per (name, kind), or why there are none.
+#[derive(Debug, Clone, Default)]
+pub(super) struct KernelSide {
+    /// The report's `kernel_locks.unavailable`.
+    pub(super) unavailable: Option<String>,
+    /// Contentions and wait per (name, kind).
+    pub(super) locks: BTreeMap<(String, crate::model::KernelLockKind), Figures>,
+}
+
+impl KernelSide {
+    pub(super) fn of(section: &crate::model::KernelLocks) -> KernelSide {
+        let mut locks: BTreeMap<(String, crate::model::KernelLockKind), Figures> = BTreeMap::new();
+        for lock in &section.locks {
+            let name = lock.name.clone().unwrap_or_else(|| "unnamed".into());
+            let total = locks.entry((name, lock.kind)).or_default();
+            total.0 = total.0.saturating_add(lock.contentions);
+            total.1 = total.1.saturating_add(lock.wait_ns);
+        }
+        KernelSide {
+            unavailable: section.unavailable.clone(),
+            locks,
         }
     }
 }

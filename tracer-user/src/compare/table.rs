@@ -72,6 +72,13 @@ pub(super) fn render(before: &Side, after: &Side, width: Width) -> String {
         |g| g.handoff_cost_ns,
         width,
     ));
+    out.push_str(&render_time_changes(
+        before,
+        after,
+        "kernel lock wait per request",
+        |g| g.kernel_wait_ns,
+        width,
+    ));
     let total = |side: &Side| {
         let value = ratio(
             side.per_request(

@@ -657,3 +657,170 @@ fn parses_limits() {
     assert!(parse_max("x=-1").is_err());
     assert!(parse_max("=1").is_err());
 }
+
+/// The cells of a table line (`a | b | c`).
+fn table_cells(line: &str) -> Vec<&str> {
+    line.split('|').map(str::trim).collect()
+}
+
+/// Gives a written report a `kernel_locks` section of `(name, kind, flags,
+/// contentions, wait_ns)` rows, or the unavailable reason.
+fn set_kernel_locks(
+    path: &Path,
+    rows: &[(Option<&str>, &str, u32, u64, u64)],
+    unavailable: Option<&str>,
+) {
+    let mut report: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let locks: Vec<Value> = rows
+        .iter()
+        .enumerate()
+        .map(|(i, (name, kind, flags, contentions, wait_ns))| {
+            serde_json::json!({"address": format!("{:#x}", 0xffff_0000u64 + i as u64), "name": name,
+                "kind": kind, "flags": flags, "contentions": contentions, "wait_ns": wait_ns,
+                "max_wait_ns": wait_ns, "kernel_sites": [], "user_sites": []})
+        })
+        .collect();
+    report["kernel_locks"] = serde_json::json!({"locks": locks, "contentions": 0, "wait_ns": 0,
+        "nested": 0, "lost": 0});
+    if let Some(reason) = unavailable {
+        report["kernel_locks"]["unavailable"] = reason.into();
+    }
+    std::fs::write(path, report.to_string()).unwrap();
+}
+
+/// Kernel locks before and after, per request: rows of one name and kind
+/// add up (two runqueue locks), unnamed ones add up as `unnamed`, a lock on
+/// one side only is `gone` or `new`; the user lock's kernel wait per
+/// request; the exit code unchanged (no assertion asked).
+#[test]
+fn kernel_locks_before_and_after_per_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let g_lock = |kernel_wait: u64| {
+        serde_json::json!([lock(
+            "0x10",
+            100,
+            serde_json::json!({"name": "g_lock",
+            "kernel_contentions": 4, "kernel_wait_ns": kernel_wait})
+        )])
+    };
+    let before = write_report(dir.path(), "b.json", 10, g_lock(50_000));
+    let after = write_report(dir.path(), "a.json", 10, g_lock(20_000));
+    set_kernel_locks(
+        &before,
+        &[
+            (Some("mmap_lock"), "rwsem_write", 4, 110, 3_000_000),
+            (Some("runqueue"), "spinlock", 1, 3, 30_000),
+            (Some("runqueue"), "spinlock", 1, 2, 20_000),
+            (None, "spinlock", 1, 5, 10_000),
+            (None, "spinlock", 1, 5, 10_000),
+        ],
+        None,
+    );
+    set_kernel_locks(
+        &after,
+        &[
+            (Some("mmap_lock"), "rwsem_write", 4, 11, 1_500_000),
+            (Some("futex hash bucket"), "spinlock", 1, 7, 7_000),
+        ],
+        None,
+    );
+    let outcome = evaluate(&before, &after, &[], &[], Width::Unlimited).unwrap();
+    assert!(outcome.failures.is_empty());
+    let section = outcome
+        .text
+        .split("kernel locks (per request, before -> after):\n")
+        .nth(1)
+        .unwrap_or_else(|| panic!("{}", outcome.text));
+    let lines: Vec<Vec<&str>> = section
+        .lines()
+        .filter(|line| !line.starts_with("---"))
+        .take(5)
+        .map(table_cells)
+        .collect();
+    assert_eq!(
+        lines,
+        vec![
+            vec![
+                "kernel lock",
+                "contentions before",
+                "contentions after",
+                "wait before",
+                "wait after",
+                "change"
+            ],
+            vec![
+                "mmap_lock (rwsem write)",
+                "11.0",
+                "1.10",
+                "300.0 µs",
+                "150.0 µs",
+                "-50%"
+            ],
+            vec!["runqueue (spinlock)", "0.50", "-", "5.0 µs", "-", "gone"],
+            vec!["unnamed (spinlock)", "1.0", "-", "2.0 µs", "-", "gone"],
+            vec![
+                "futex hash bucket (spinlock)",
+                "-",
+                "0.70",
+                "-",
+                "700 ns",
+                "new"
+            ],
+        ],
+        "{section}"
+    );
+    let kernel_wait = outcome
+        .text
+        .lines()
+        .skip_while(|line| !line.starts_with(" kernel lock wait per request"))
+        .nth(2)
+        .unwrap_or_else(|| panic!("{}", outcome.text));
+    assert_eq!(
+        table_cells(kernel_wait),
+        ["g_lock", "5.0 µs", "2.0 µs", "-60%"],
+        "{}",
+        outcome.text
+    );
+}
+
+/// A side whose kernel had no lock tracepoints says so in one line; a
+/// report from before the section says it was not traced.
+#[test]
+fn kernel_locks_unavailable_on_one_side_is_said() {
+    let dir = tempfile::tempdir().unwrap();
+    let locks = serde_json::json!([lock("0x10", 100, serde_json::json!({"name": "g_lock"}))]);
+    let before = write_report(dir.path(), "b.json", 10, locks.clone());
+    let after = write_report(dir.path(), "a.json", 10, locks.clone());
+    let reason = "this kernel has no lock:contention_begin tracepoint (Linux 5.19+ has it)";
+    set_kernel_locks(&before, &[], Some(reason));
+    set_kernel_locks(
+        &after,
+        &[(Some("mmap_lock"), "rwsem_read", 2, 30, 60_000)],
+        None,
+    );
+    let outcome = evaluate(&before, &after, &[], &[], Width::Unlimited).unwrap();
+    assert!(
+        outcome
+            .text
+            .contains(&format!("  before: unavailable: {reason}\n")),
+        "{}",
+        outcome.text
+    );
+    assert!(
+        outcome.text.contains("mmap_lock (rwsem read)"),
+        "{}",
+        outcome.text
+    );
+    let plain = write_report(dir.path(), "p.json", 10, locks);
+    let outcome = evaluate(&plain, &after, &[], &[], Width::Unlimited).unwrap();
+    assert!(
+        outcome
+            .text
+            .contains("  before: not traced (a report from before kernel locks)\n"),
+        "{}",
+        outcome.text
+    );
+    // Neither side traced: no section.
+    let outcome = evaluate(&plain, &plain, &[], &[], Width::Unlimited).unwrap();
+    assert!(!outcome.text.contains("kernel locks"), "{}", outcome.text);
+}

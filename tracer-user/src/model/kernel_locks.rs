@@ -60,6 +60,28 @@ pub struct KernelLock {
     /// The user locks whose futex calls the contentions happened in.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub user_locks: Vec<KernelUserLock>,
+    /// Whole kernel stacks of the contentions with the user instruction
+    /// each entered the kernel from, most wait first (at most
+    /// [`KERNEL_STACKS_PER_LOCK`]; pprof's stacks).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub kernel_stacks: Vec<KernelStack>,
+}
+
+/// Kernel stacks kept per kernel lock row.
+pub const KERNEL_STACKS_PER_LOCK: usize = 20;
+
+/// Contentions of a kernel lock with one kernel stack, from one user instruction.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, JsonSchema)]
+pub struct KernelStack {
+    /// The kernel functions, innermost (the lock code) first; an address
+    /// where `/proc/kallsyms` names none.
+    pub functions: Vec<String>,
+    /// The user instruction (one of `user_sites`' `ip`s).
+    #[serde(with = "super::address")]
+    #[schemars(with = "super::address::Hex")]
+    pub user_ip: u64,
+    pub contentions: u64,
+    pub wait_ns: u64,
 }
 
 /// How a kernel lock was taken, from the tracepoint's flags.
@@ -169,6 +191,14 @@ impl KernelLockKind {
         } else {
             KernelLockKind::Other
         }
+    }
+
+    /// A waiter spins (burns CPU) rather than sleeps: spinlocks and rwlocks.
+    pub fn spins(self) -> bool {
+        matches!(
+            self,
+            KernelLockKind::Spinlock | KernelLockKind::RwlockRead | KernelLockKind::RwlockWrite
+        )
     }
 
     /// The word the table shows.

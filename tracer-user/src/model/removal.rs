@@ -12,6 +12,8 @@ pub enum PriceBasis {
     Calibrated,
     /// The CPU sampler's samples in that code.
     Sampled,
+    /// Timed by the kernel's lock tracepoints (`kernel_locks`).
+    Traced,
 }
 
 /// One part of a lock's price: CPU time over the recording.
@@ -49,8 +51,14 @@ pub struct Removal {
     /// The lock's cache line moving between CPUs: handoffs × the
     /// calibrated cost of one transfer (modes with lock probes).
     pub handoffs: Option<PricePart>,
-    /// The kernel's futex waits and wakes on the lock's words, sampled.
+    /// The kernel's futex waits and wakes on the lock's words, sampled
+    /// (less `kernel_locks`, whose spins the same samples hold).
     pub kernel: Option<PricePart>,
+    /// The spin waits for kernel locks (spinlocks, rwlocks: the futex hash
+    /// bucket's, the runqueues') inside the lock's futex calls, as the
+    /// kernel locks section timed them; null where none were traced.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel_locks: Option<PricePart>,
     /// The scheduler's work the lock's waits cause outside its futex calls
     /// (the woken thread's reschedule interrupt, the preempted thread's
     /// switch back): the samples on interrupts from user code

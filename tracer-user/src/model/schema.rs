@@ -640,6 +640,7 @@ mod tests {
             lock_code: Some(part(crate::model::PriceBasis::Calibrated)),
             handoffs: None,
             kernel: Some(part(crate::model::PriceBasis::Sampled)),
+            kernel_locks: Some(part(crate::model::PriceBasis::Traced)),
             scheduling: Some(part(crate::model::PriceBasis::Sampled)),
             unpriced: vec!["handoffs: not counted (record --handoffs)".into()],
         });
@@ -782,8 +783,8 @@ mod tests {
     /// real one never has with rows).
     fn kernel_locks() -> crate::model::KernelLocks {
         use crate::model::{
-            Frame, KernelLock, KernelLockKind, KernelLocks, KernelSite, KernelUserLock,
-            KernelUserSite, KernelUserStack,
+            Frame, KernelLock, KernelLockKind, KernelLocks, KernelSite, KernelStack,
+            KernelUserLock, KernelUserSite, KernelUserStack,
         };
         let frame = Frame::named("munmap");
         KernelLocks {
@@ -814,6 +815,12 @@ mod tests {
                 user_locks: vec![KernelUserLock {
                     address: 0x7f3a_5c00_0b80,
                     name: Some("g_lock".into()),
+                    contentions: 12,
+                    wait_ns: 34_000,
+                }],
+                kernel_stacks: vec![KernelStack {
+                    functions: vec!["rwsem_down_write_slowpath".into(), "__vm_munmap".into()],
+                    user_ip: 0x7f00_0000_1007,
                     contentions: 12,
                     wait_ns: 34_000,
                 }],

@@ -20,7 +20,7 @@ use flate2::{Compression, write::GzEncoder};
 use prost::Message;
 
 use super::format::{frame_label, label, short_module};
-use crate::model::{Frame, Lock, LockStack, Report, StackOrigin};
+use crate::model::{Frame, KernelLock, Lock, LockStack, Report, StackOrigin};
 
 /// Sample value positions, in the order of `sample_type`.
 const ACQUISITIONS: usize = 0;
@@ -133,6 +133,11 @@ pub fn encode(report: &Report) -> Profile {
             }
         }
     }
+    if let Some(section) = &report.kernel_locks {
+        for lock in &section.locks {
+            kernel_samples(&mut builder, lock);
+        }
+    }
     let comment = vec![builder.string(&format!(
         "locktrace: pid {} ({}), mode {}",
         report.target.pid, report.target.exe, report.mode
@@ -155,6 +160,56 @@ pub fn encode(report: &Report) -> Profile {
         default_sample_type: 0,
     }
 }
+
+/// A kernel lock's contentions and delay: a sample per kernel stack kept
+/// (leaf `kernel lock NAME (KIND)`, then the kernel functions innermost
+/// first, then the user instruction it entered the kernel from); what no
+/// kept stack accounts for on the leaf alone, so the totals are the row's.
+fn kernel_samples(builder: &mut Builder, lock: &KernelLock) {
+    let name = lock
+        .name
+        .clone()
+        .unwrap_or_else(|| format!("{:#x}", lock.address));
+    let kind = format!("kernel {}", lock.kind.word());
+    let labels = [("lock", name.as_str()), ("kind", kind.as_str())];
+    let leaf = builder.location(
+        format!("kernel lock {name} ({})", lock.kind.word()),
+        KERNEL_FILE.into(),
+    );
+    let (mut contentions, mut wait_ns) = (0, 0);
+    for stack in &lock.kernel_stacks {
+        let mut location_id = vec![leaf];
+        for function in &stack.functions {
+            location_id.push(builder.location(function.clone(), KERNEL_FILE.into()));
+        }
+        let user = lock
+            .user_sites
+            .iter()
+            .find(|site| site.ip == stack.user_ip)
+            .and_then(|site| site.frame.as_ref());
+        if let Some(frame) = user {
+            let file = frame
+                .module
+                .as_deref()
+                .map(short_module)
+                .unwrap_or_default();
+            location_id.push(builder.location(frame_label(frame), file.to_string()));
+        }
+        builder.push(location_id, (stack.contentions, stack.wait_ns), &labels);
+        contentions += stack.contentions;
+        wait_ns += stack.wait_ns;
+    }
+    let rest = (
+        lock.contentions.saturating_sub(contentions),
+        lock.wait_ns.saturating_sub(wait_ns),
+    );
+    if rest != (0, 0) {
+        builder.push(vec![leaf], rest, &labels);
+    }
+}
+
+/// The file of kernel frames.
+const KERNEL_FILE: &str = "[kernel]";
 
 /// Interns strings, functions and locations as profile.proto wants them (ids from 1).
 #[derive(Default)]
@@ -216,6 +271,32 @@ impl Builder {
         });
         self.location_ids.insert((name, file), id);
         id
+    }
+
+    /// A sample of contentions and delay with string labels.
+    fn push(
+        &mut self,
+        location_id: Vec<u64>,
+        (contentions, delay): (u64, u64),
+        labels: &[(&str, &str)],
+    ) {
+        let mut value = vec![0i64; SAMPLE_TYPES];
+        value[CONTENTIONS] = i64::try_from(contentions).unwrap_or(i64::MAX);
+        value[DELAY] = i64::try_from(delay).unwrap_or(i64::MAX);
+        let label = labels
+            .iter()
+            .map(|(key, text)| Label {
+                key: self.string(key),
+                str: self.string(text),
+                num: 0,
+                num_unit: 0,
+            })
+            .collect();
+        self.samples.push(Sample {
+            location_id,
+            value,
+            label,
+        });
     }
 
     /// One sample of a stack: its frames, labelled with its route (`--php`).
@@ -411,6 +492,74 @@ mod tests {
         assert_eq!(builder.string("lock"), 1);
         assert_eq!(builder.string("lock"), 1);
         assert_eq!(builder.strings, vec!["", "lock"]);
+    }
+
+    /// A kernel lock: a sample per kept stack (leaf, kernel functions, the
+    /// user instruction) with its contentions and delay; the rest on the
+    /// leaf, so the row's totals are exact.
+    #[test]
+    fn kernel_lock_stacks_carry_contentions_and_delay() {
+        use crate::model::{KernelLockKind, KernelLocks, KernelStack, KernelUserSite};
+        let mut report = Report::empty_for_tests("all");
+        let stack = |function: &str, contentions, wait_ns| KernelStack {
+            functions: vec!["rwsem_down_write_slowpath".into(), function.into()],
+            user_ip: 0x1007,
+            contentions,
+            wait_ns,
+        };
+        report.kernel_locks = Some(KernelLocks {
+            locks: vec![KernelLock {
+                name: Some("mmap_lock".into()),
+                kind: KernelLockKind::RwsemWrite,
+                flags: 4,
+                contentions: 10,
+                wait_ns: 1_000,
+                user_sites: vec![KernelUserSite {
+                    ip: 0x1007,
+                    frame: Some(Frame::named("munmap")),
+                    ..Default::default()
+                }],
+                kernel_stacks: vec![stack("__vm_munmap", 6, 700), stack("vm_mmap_pgoff", 3, 200)],
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+        let profile = encode(&report);
+        let name = |id: u64| {
+            let function = &profile.function[id as usize - 1];
+            profile.string_table[function.name as usize].as_str()
+        };
+        let samples: Vec<(Vec<&str>, i64, i64)> = profile
+            .sample
+            .iter()
+            .map(|sample| {
+                let frames = sample.location_id.iter().map(|&id| name(id)).collect();
+                (frames, sample.value[CONTENTIONS], sample.value[DELAY])
+            })
+            .collect();
+        let leaf = "kernel lock mmap_lock (rwsem write)";
+        assert_eq!(
+            samples,
+            vec![
+                (
+                    vec![leaf, "rwsem_down_write_slowpath", "__vm_munmap", "munmap"],
+                    6,
+                    700
+                ),
+                (
+                    vec![leaf, "rwsem_down_write_slowpath", "vm_mmap_pgoff", "munmap"],
+                    3,
+                    200
+                ),
+                (vec![leaf], 1, 100),
+            ]
+        );
+        let labels: Vec<&str> = profile.sample[0]
+            .label
+            .iter()
+            .map(|label| profile.string_table[label.str as usize].as_str())
+            .collect();
+        assert_eq!(labels, ["mmap_lock", "kernel rwsem write"]);
     }
 
     #[test]

@@ -63,6 +63,7 @@ pub fn saving(removal: &Removal) -> String {
         part("lock code", &removal.lock_code),
         part("handoffs", &removal.handoffs),
         part("kernel", &removal.kernel),
+        part("kernel locks", &removal.kernel_locks),
         part("scheduling", &removal.scheduling),
     ]
     .into_iter()
@@ -83,4 +84,40 @@ pub fn saving(removal: &Removal) -> String {
 
 fn ns(value: f64) -> String {
     duration(value.max(0.0).round() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::PriceBasis;
+
+    /// The kernel locks part is said apart, after the sampled kernel part.
+    #[test]
+    fn the_kernel_locks_part_is_said_apart() {
+        let part = |ns: f64, error_ns: f64, basis| {
+            Some(PricePart {
+                ns,
+                error_ns,
+                basis,
+            })
+        };
+        let removal = Removal {
+            saving_ns: 10_009_000.0,
+            error_ns: 2_250.0,
+            saving_ns_per_request: None,
+            error_ns_per_request: None,
+            share_of_target_cpu: None,
+            lock_code: part(6_000.0, 1_500.0, PriceBasis::Calibrated),
+            handoffs: part(3_000.0, 750.0, PriceBasis::Calibrated),
+            kernel: None,
+            kernel_locks: part(10_000_000.0, 0.0, PriceBasis::Traced),
+            scheduling: None,
+            unpriced: vec!["kernel: CPU not sampled (--no-cpu)".into()],
+        };
+        assert_eq!(
+            saving(&removal),
+            "10.0 ms CPU over the recording ±2.2 µs (lock code 6.0 µs, handoffs 3.0 µs, \
+             kernel locks 10.0 ms; not priced: kernel: CPU not sampled (--no-cpu))"
+        );
+    }
 }
