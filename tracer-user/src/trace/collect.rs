@@ -165,10 +165,7 @@ pub fn total_lock_calls(ebpf: &Ebpf) -> Result<u64> {
 
 #[cfg(test)]
 mod tests {
-    use tracer_common::{
-        CpuSamples, FutexCounts, HandoffCounts, HoldCounts, HolderHolds, HolderKey, LockOp,
-        StackKey, WaitHolderKey, WaitTime, drop_reason,
-    };
+    use tracer_common::{LockOp, drop_reason};
 
     use super::*;
     use crate::trace::maps::FakeMaps;
@@ -184,24 +181,8 @@ mod tests {
         }
     }
 
-    /// Every map `collect` reads, empty, as a freshly loaded object's.
     fn loaded() -> FakeMaps {
-        FakeMaps::default()
-            .with(names::MAP_CALLERS, HashMap::<CallerKey, Vec<u64>>::new())
-            .with(names::MAP_LOCKS, HashMap::<u64, LockCounts>::new())
-            .with(names::MAP_FAILED_TRIES, HashMap::<CallerKey, u64>::new())
-            .with(names::MAP_FUTEXES, HashMap::<u64, FutexCounts>::new())
-            .with(names::MAP_CONDVARS, HashMap::<u64, FutexCounts>::new())
-            .with(names::MAP_GO_FUTEXES, HashMap::<u64, FutexCounts>::new())
-            .with(names::MAP_STACK_COUNTS, HashMap::<StackKey, u64>::new())
-            .with(
-                names::MAP_WAIT_HOLDERS,
-                HashMap::<WaitHolderKey, WaitTime>::new(),
-            )
-            .with(names::MAP_HOLDS, HashMap::<u64, HoldCounts>::new())
-            .with(names::MAP_HOLDERS, HashMap::<HolderKey, HolderHolds>::new())
-            .with(names::MAP_CPU_LOCKS, HashMap::<u64, CpuSamples>::new())
-            .with(names::MAP_HANDOFFS, HashMap::<u64, HandoffCounts>::new())
+        FakeMaps::loaded()
     }
 
     /// A lock's calls are those with an unknown caller (LOCKS) plus those
