@@ -42,6 +42,7 @@ use crate::{
     },
     record,
     render::{format, requests},
+    session,
     trace::expire::ExpiredKeys,
     trace::{
         attach::{self, Placed, RequestProbePoint},
@@ -264,19 +265,19 @@ impl LiveSession {
     }
 
     fn attach_now(options: &LiveOptions) -> Result<LiveSession> {
-        let record::Prepared {
+        let session::Prepared {
             target,
             functions,
             placed,
             waits,
             lock_code,
             ..
-        } = record::prepare(options.pid, options.mode, options.placement, false)?;
+        } = session::prepare(options.pid, options.mode, options.placement, false)?;
         let (placed, inproc) = start_inproc(options, &target, &functions, placed)?;
         let request_probe = window::request_probe(&target, &options.request_probe, false)?;
         let sampling = options.cpu_hz.map(|hz| CpuSampling { hz, lock_code });
         let runtime = match &options.php {
-            Some(_) => Some(record::php_runtime(&target)?),
+            Some(_) => Some(session::php_runtime(&target)?),
             None => None,
         };
         let mut flags = if options.stacks { flags::STACKS } else { 0 };
