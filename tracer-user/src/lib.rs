@@ -10,6 +10,8 @@
 //! - [`naming`]: symbols, regions and pointer chains into the model;
 //! - [`render`]: text, folded stacks and flame graphs, from the model only,
 //!   every format written by one `render::write`;
+//! - [`session`]: one tracing session (plan, attach, read, finish) for
+//!   `record` and the live views;
 //! - [`compare`]: two reports side by side, CI assertions;
 //! - [`record`]: one recording, end to end; [`live`]: a session that stays
 //!   attached and reports each interval;
@@ -24,6 +26,8 @@ pub mod trace;
 pub mod analysis;
 pub mod naming;
 pub mod render;
+
+pub mod session;
 
 pub mod compare;
 pub mod live;

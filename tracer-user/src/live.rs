@@ -16,7 +16,6 @@ use std::{
 };
 
 use anyhow::Result;
-use tracer_common::flags;
 
 use crate::{
     analysis::{
@@ -43,15 +42,13 @@ use crate::{
     },
     record,
     render::{format, requests},
+    session::{self, Prepared, Probed, Session},
     trace::expire::ExpiredKeys,
     trace::{
-        attach::{self, Placed, RequestProbePoint},
+        attach::{Placed, RequestProbePoint},
         collect,
-        cpu::CpuSampling,
         follow::MainThreadWatch,
-        inflight::WaitsBeforeAttach,
         inproc,
-        php::PhpThreads,
         snapshots::{self, SnapshotReader},
         window,
     },
@@ -202,25 +199,13 @@ struct Totals {
 /// left are those of the functions no stub counts.
 fn start_inproc(
     options: &LiveOptions,
-    target: &Target,
-    functions: &[LockFunction],
-    placed: Vec<Placed>,
-) -> Result<(Vec<Placed>, Option<inproc::session::Session>)> {
+    prepared: Prepared,
+) -> Result<(Prepared, Option<inproc::session::Session>)> {
     if options.mode != Mode::Inproc {
-        return Ok((placed, None));
+        return Ok((prepared, None));
     }
-    let started = inproc::session::start(target, functions)?;
-    let placed = placed
-        .into_iter()
-        .filter(|(function, _)| started.uprobe_ops.contains(&function.op))
-        .collect();
-    Ok((placed, started.session))
-}
-
-/// Whether lock probes go in: in all-locks mode, and in inproc mode for
-/// the functions no stub counts.
-fn lock_probes(mode: Mode, placed: &[Placed]) -> bool {
-    mode == Mode::All || (mode == Mode::Inproc && !placed.is_empty())
+    let started = inproc::session::start(&prepared.target, &prepared.functions)?;
+    Ok((prepared.probing_only(&started.uprobe_ops), started.session))
 }
 
 pub struct LiveSession {
@@ -232,7 +217,8 @@ pub struct LiveSession {
     placed: Vec<Placed>,
     waits: WaitFunctions,
     request_probe: Option<Chosen>,
-    loaded: attach::Loaded,
+    /// The probes, the reads, PHP's threads and the inproc stubs.
+    session: Session,
     /// Moves the probes to a live thread when the main thread leaves with
     /// `pthread_exit` (as `record` does).
     main_thread: MainThreadWatch,
@@ -244,17 +230,9 @@ pub struct LiveSession {
     expired_cost: Cost,
     last_tick: Instant,
     expire_after: Duration,
-    /// When the probes went in, and the threads blocked in a futex then.
-    waits_before: WaitsBeforeAttach,
-    cpu_hz: u64,
     stacks: Option<LiveStacks>,
-    /// The BPF flags the probes were loaded with.
-    flags: u32,
-    /// `--php`: PHP's threads (loaded again at each tick) and the route rules.
-    php: Option<(PhpThreads, RouteRules)>,
-    /// `--mode inproc`: the stubs' shared counts; dropping it switches the
-    /// GOT entries back.
-    inproc: Option<inproc::session::Session>,
+    /// `--php`: the rules for naming routes (PHP's threads are the session's).
+    route_rules: Option<RouteRules>,
     /// The kernel's symbols, read at the first kernel lock contention.
     kernel_symbols: Option<Kallsyms>,
 }
@@ -262,7 +240,7 @@ pub struct LiveSession {
 impl LiveSession {
     /// Finds the lock functions, places and attaches the probes (as `record` does).
     pub fn attach(options: &LiveOptions) -> Result<LiveSession> {
-        Plan::new(
+        let plan = Plan::new(
             View::Live,
             options.mode,
             &[
@@ -272,81 +250,39 @@ impl LiveSession {
         )?;
         // Setup must not wait behind a loaded machine (see trace::priority).
         crate::trace::priority::begin_setup();
-        let session = LiveSession::attach_now(options);
+        let session = LiveSession::attach_now(options, &plan);
         crate::trace::priority::end_setup();
         session
     }
 
-    fn attach_now(options: &LiveOptions) -> Result<LiveSession> {
-        let record::Prepared {
+    fn attach_now(options: &LiveOptions, plan: &Plan) -> Result<LiveSession> {
+        let prepared = session::prepare(options.pid, options.mode, options.placement, false)?;
+        let (prepared, stubs) = start_inproc(options, prepared)?;
+        let request_probe = window::request_probe(&prepared.target, &options.request_probe, false)?;
+        let runtime = match &options.php {
+            Some(_) => Some(session::php_runtime(&prepared.target)?),
+            None => None,
+        };
+        let session = Session::attach(session::Attach {
+            plan,
+            probed: prepared.probed(),
+            request_probe: request_probe
+                .as_ref()
+                .map(|chosen| RequestProbePoint::from(&chosen.probe)),
+            cpu_hz: options.cpu_hz,
+            php: runtime.as_ref(),
+            inproc: stubs,
+        })?;
+        let Prepared {
             target,
             functions,
             placed,
             waits,
-            lock_code,
             ..
-        } = record::prepare(options.pid, options.mode, options.placement, false)?;
-        let (placed, inproc) = start_inproc(options, &target, &functions, placed)?;
-        let request_probe = window::request_probe(&target, &options.request_probe, false)?;
-        let sampling = options.cpu_hz.map(|hz| CpuSampling { hz, lock_code });
-        let runtime = match &options.php {
-            Some(_) => Some(record::php_runtime(&target)?),
-            None => None,
-        };
-        let mut flags = if options.stacks { flags::STACKS } else { 0 };
-        if runtime.is_some() {
-            flags |= flags::PHP;
-        }
-        let plan = attach::LoadPlan {
-            cpu: sampling.as_ref(),
-            unlock_functions: &[],
-            waits: &waits,
-            target: &target,
-            functions: &placed,
-            flags,
-            lock_probes: lock_probes(options.mode, &placed),
-            inproc: inproc.as_ref(),
-            kernel_locks: true,
-            creation_sites: false,
-            request_probe: request_probe
-                .as_ref()
-                .map(|chosen| RequestProbePoint::from(&chosen.probe)),
-        };
-        let mut loaded = attach::load(&plan)?;
-        let php = match (runtime, &options.php) {
-            (Some(runtime), Some(rules)) => Some((
-                PhpThreads::start(
-                    &mut loaded.ebpf,
-                    target.pid,
-                    runtime.offsets,
-                    runtime.threads,
-                )?,
-                rules.clone(),
-            )),
-            _ => None,
-        };
-        let cpu_hz = match &loaded.cpu_off {
-            None => options.cpu_hz.unwrap_or(0),
-            Some(reason) => {
-                // A closed stderr loses only the line.
-                let _ = std::io::Write::write_fmt(
-                    &mut std::io::stderr(),
-                    format_args!(
-                        "locktrace: CPU sampler off, counting goes on without CPU per lock: {reason}\n"
-                    ),
-                );
-                0
-            }
-        };
-        if let Some(reason) = &loaded.kernel_locks_off {
-            crate::model::diagnostics::note(format_args!(
-                "locktrace: kernel locks section unavailable: {reason}"
-            ));
-        }
-        let waits_before = WaitsBeforeAttach::now(target.pid);
+        } = prepared;
         let snapshot = naming::Snapshot::take(&target);
         let stacks = match options.stacks {
-            true => Some(live_stacks(&loaded.ebpf, &target)?),
+            true => Some(live_stacks(&session.loaded.ebpf, &target)?),
             false => None,
         };
         if let Some(path) = &options.ready_file {
@@ -354,14 +290,14 @@ impl LiveSession {
         }
         Ok(LiveSession {
             mode: options.mode,
-            probe_count: loaded.probe_count,
-            attach_ms: loaded.attach_time.as_millis() as u64,
+            probe_count: session.loaded.probe_count,
+            attach_ms: session.loaded.attach_time.as_millis() as u64,
             target,
             functions,
             placed,
             waits,
             request_probe,
-            loaded,
+            session,
             main_thread: MainThreadWatch::new(Instant::now()),
             snapshot,
             names: HashMap::new(),
@@ -370,12 +306,8 @@ impl LiveSession {
             expired_cost: Cost::default(),
             last_tick: Instant::now(),
             expire_after: options.expire_after,
-            waits_before,
-            cpu_hz,
             stacks,
-            flags,
-            php,
-            inproc,
+            route_rules: options.php.clone(),
             kernel_symbols: None,
         })
     }
@@ -383,23 +315,15 @@ impl LiveSession {
     /// After a `pthread_exit` of the main thread, binds the probes to a
     /// live thread (the old ones, bound to it, count nothing more).
     fn follow_main_thread_exit(&mut self) {
-        let plan = attach::LoadPlan {
-            cpu: None,
-            unlock_functions: &[],
-            waits: &self.waits,
+        let probed = Probed {
             target: &self.target,
-            functions: &self.placed,
-            flags: self.flags,
-            lock_probes: lock_probes(self.mode, &self.placed),
-            inproc: None,
-            kernel_locks: false,
-            creation_sites: false,
-            request_probe: self
-                .request_probe
-                .as_ref()
-                .map(|chosen| RequestProbePoint::from(&chosen.probe)),
+            placed: &self.placed,
+            waits: &self.waits,
+            unlocks: &[],
+            lock_code: &[],
         };
-        self.main_thread.tick(&mut self.loaded.ebpf, &plan);
+        let plan = self.session.follow_plan(probed);
+        self.main_thread.tick(&mut self.session.loaded.ebpf, &plan);
     }
 
     pub fn has_request_probe(&self) -> bool {
@@ -424,7 +348,9 @@ impl LiveSession {
         let elapsed = now - self.last_tick;
         self.last_tick = now;
         self.follow_main_thread_exit();
-        let mut collected = self.read_maps()?;
+        // One row per lock across unmaps elsewhere (expiry then misses the
+        // keys of a lock whose address changed generation: they stay, bounded).
+        let mut collected = self.session.read(|_| {})?;
         let routes = self.routes(&mut collected)?;
         let mut report = self.builder().counts(&collected);
         self.add_kernel_locks(&mut report, &collected);
@@ -516,28 +442,6 @@ impl LiveSession {
         })
     }
 
-    /// The maps as counted since attach, the kernel locks section's with them.
-    fn read_maps(&self) -> Result<Collected> {
-        let kernel_locks = crate::trace::kernel_locks::read(
-            &self.loaded.ebpf,
-            self.loaded.kernel_locks_off.clone(),
-        )?;
-        // One row per lock across unmaps elsewhere (expiry then misses the
-        // keys of a lock whose address changed generation: they stay, bounded).
-        collect::read_for_report(
-            &self.loaded.ebpf,
-            self.target.pid,
-            &self.waits_before,
-            self.cpu_hz,
-            |collected| {
-                if let Some(session) = &self.inproc {
-                    session.read().add_to(collected);
-                }
-                collected.kernel_locks = Some(kernel_locks);
-            },
-        )
-    }
-
     /// The kernel locks section since attach and each row's part of it
     /// (the kernel's symbols read once, at the first contention).
     fn add_kernel_locks(&mut self, report: &mut Report, collected: &Collected) {
@@ -556,11 +460,11 @@ impl LiveSession {
     /// `--php`: PHP's new threads loaded, and the routes since attach, their
     /// locks named as the rows are.
     fn routes(&mut self, collected: &mut Collected) -> Result<Option<Routes>> {
-        let Some((threads, rules)) = &mut self.php else {
+        let (Some(threads), Some(rules)) = (&mut self.session.php, &self.route_rules) else {
             return Ok(None);
         };
-        threads.refresh(&mut self.loaded.ebpf)?;
-        let read = crate::trace::php::read(&self.loaded.ebpf, threads)?;
+        threads.refresh(&mut self.session.loaded.ebpf)?;
+        let read = crate::trace::php::read(&self.session.loaded.ebpf, threads)?;
         let routes = analysis::routes::build(&read, rules, collected.cpu_hz, self.mode);
         collected.php = Some(read);
         Ok(Some(routes))
@@ -826,11 +730,11 @@ impl LiveSession {
                 .unwrap_or_else(PoisonError::into_inner)
                 .forget(&keys.stacks);
         }
-        collect::while_paused(&mut self.loaded.ebpf, |ebpf| keys.remove(ebpf))?;
+        collect::while_paused(&mut self.session.loaded.ebpf, |ebpf| keys.remove(ebpf))?;
         for address in &quiet {
             // The stubs' counts never expire: their totals stay, or the
             // next tick would show a quiet lock's whole count as new.
-            if self.inproc.is_none() {
+            if self.session.inproc.is_none() {
                 self.previous.remove(address);
             }
             self.names.remove(address);

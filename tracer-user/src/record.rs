@@ -8,7 +8,6 @@ use std::{
 };
 
 use anyhow::{Context, Result};
-use tracer_common::flags;
 
 use crate::{
     analysis::{
@@ -24,23 +23,20 @@ use crate::{
     },
     naming::{self, creation::GroupBy, php::PhpRuntime, unwind::StackUnwinder},
     probe::{
-        btf,
-        lockfuncs::{self, LockFunction, LockFunctionsMissing},
+        lockfuncs::{self, LockFunction},
         placement,
         target::Target,
-        waitfuncs::{self, WaitFunctions},
     },
     render::output,
+    session::{self, Prepared, Session, php_runtime, prepare},
     trace::follow::MainThreadWatch,
     trace::{
-        attach::{self, Loaded, Placed},
-        collect,
-        cpu::{CpuSampling, TargetClock},
+        attach::{self, Loaded},
+        cpu::TargetClock,
         features::KernelFeatures,
-        inflight::WaitsBeforeAttach,
         inproc, lifetimes,
         php::PhpThreads,
-        preflight, priority,
+        priority,
         proc_events::{self, ProcWatch},
         sampled::{self, SampleOptions},
         snapshots,
@@ -89,19 +85,6 @@ impl RecordOptions {
     }
 }
 
-/// What the probe layer worked out before anything is attached.
-pub struct Prepared {
-    pub target: Target,
-    pub functions: Vec<lockfuncs::LockFunction>,
-    pub placed: Vec<Placed>,
-    /// What classifies futex waits (condvar functions, Go's runtime.futex).
-    pub waits: WaitFunctions,
-    /// `--hold-times`: the unlock functions and their probe points (else empty).
-    pub unlocks: Vec<Placed>,
-    /// Runtime ranges of the lock functions and libc's lock slow paths, for the CPU sampler.
-    pub lock_code: Vec<tracer_common::CodeRange>,
-}
-
 /// What the trace layer measured.
 struct Traced {
     collected: Collected,
@@ -144,7 +127,7 @@ pub async fn record(options: &RecordOptions) -> Result<Recording> {
     let mut signals = StopSignals::install()?;
     // Until the probes are live, setup must not wait behind a loaded machine.
     priority::begin_setup();
-    Plan::new(View::Record, options.mode, &options.features())?;
+    let plan = Plan::new(View::Record, options.mode, &options.features())?;
     let prepared = prepare(
         options.pid,
         options.mode,
@@ -196,8 +179,11 @@ pub async fn record(options: &RecordOptions) -> Result<Recording> {
         &mut window,
         &mut signals,
         &mut snapshot,
-        php.as_ref(),
-        inproc,
+        Asked {
+            plan: &plan,
+            php: php.as_ref(),
+            inproc,
+        },
     )
     .await?;
     let report = report(
@@ -253,101 +239,6 @@ fn announce_inproc(started: &inproc::session::Started) {
     ));
 }
 
-impl Prepared {
-    /// The same, with lock probes only for `ops` (`--mode inproc`: the
-    /// functions the stubs do not count).
-    fn probing_only(self, ops: &[tracer_common::LockOp]) -> Prepared {
-        Prepared {
-            placed: self
-                .placed
-                .into_iter()
-                .filter(|(function, _)| ops.contains(&function.op))
-                .collect(),
-            ..self
-        }
-    }
-}
-
-/// PHP's engine in `target` and the kernel's thread-pointer offset; an
-/// error (one line, what to do) when either is missing (`--php`).
-pub fn php_runtime(target: &Target) -> Result<PhpRuntime> {
-    let mut runtime = naming::php::resolve(target)?;
-    runtime.offsets.task_fsbase = btf::task_fsbase_offset()
-        .map_err(|error| anyhow::anyhow!("--php needs the kernel's BTF: {error}"))?;
-    Ok(runtime)
-}
-
-/// Preflight checks, the target, its lock functions and their probe points
-/// (also what the live views start from).
-pub fn prepare(pid: u32, mode: Mode, placement: Placement, hold_times: bool) -> Result<Prepared> {
-    preflight::check_privileges()?;
-    let target = Target::open(pid)?;
-    if let Some(thread) = target.given_thread {
-        output::note(format_args!(
-            "locktrace: {thread} is a thread of process {}; tracing the process",
-            target.pid
-        ));
-    }
-    preflight::check_uprobes()?;
-    preflight::ensure_tracefs()?;
-    let (target, functions) = with_lock_functions(target, mode)?;
-    let placed = placement::place_all(&functions, placement, |module| {
-        target.module_file(module).ok()
-    });
-    let waits = waitfuncs::find(&target);
-    let unlocks = if hold_times {
-        let found = lockfuncs::find_unlocks(&target)?;
-        placement::place_all(&found, placement, |module| target.module_file(module).ok())
-    } else {
-        Vec::new()
-    };
-    let lock_code = naming::lock_code::ranges(&target, &functions);
-    Ok(Prepared {
-        target,
-        functions,
-        placed,
-        waits,
-        unlocks,
-        lock_code,
-    })
-}
-
-/// How long a target still in its dynamic loader is waited for.
-const STILL_STARTING_WAIT: Duration = Duration::from_secs(10);
-
-/// The target and its lock functions. A process still in its dynamic
-/// loader (its libraries not mapped yet) is looked at again every 100 ms
-/// for up to [`STILL_STARTING_WAIT`]; contention mode needs no lock
-/// functions (futex-only programs too).
-fn with_lock_functions(mut target: Target, mode: Mode) -> Result<(Target, Vec<LockFunction>)> {
-    let pid = target.pid;
-    let deadline = Instant::now() + STILL_STARTING_WAIT;
-    let mut said = false;
-    loop {
-        let error = match lockfuncs::find(&target) {
-            Ok(found) => return Ok((target, found)),
-            Err(_) if mode == Mode::Contention => return Ok((target, Vec::new())),
-            Err(error) => error,
-        };
-        let starting = matches!(
-            error.downcast_ref::<LockFunctionsMissing>(),
-            Some(LockFunctionsMissing::StillStarting { .. })
-        );
-        if !starting || Instant::now() >= deadline {
-            return Err(error);
-        }
-        if !said {
-            output::note(format_args!(
-                "locktrace: process {pid} is still starting (in its dynamic loader); waiting up to {} s for its libraries",
-                STILL_STARTING_WAIT.as_secs()
-            ));
-            said = true;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-        target = Target::open(pid)?;
-    }
-}
-
 fn placement_fallbacks(
     options: &RecordOptions,
     prepared: &Prepared,
@@ -370,8 +261,7 @@ async fn trace(
     window: &mut RequestWindow,
     signals: &mut StopSignals,
     snapshot: &mut naming::Snapshot,
-    php: Option<&PhpRuntime>,
-    inproc: Option<inproc::session::Started>,
+    asked: Asked<'_>,
 ) -> Result<(Traced, Option<attach::Attached>)> {
     let target = &prepared.target;
     if let Some(stopped_by) = window.stopped_early() {
@@ -381,7 +271,7 @@ async fn trace(
         return Ok((nothing_traced(stopped_by), None));
     }
     let watch = ProcWatch::start(target.pid, &probed_modules(prepared));
-    let (session, functions, restored_at_start) = match inproc {
+    let (stubs, functions, restored_at_start) = match asked.inproc {
         Some(started) => (
             started.session,
             Some(started.functions),
@@ -389,34 +279,19 @@ async fn trace(
         ),
         None => (None, None, 0),
     };
-    let mut loaded = load_probes(options, prepared, window)?;
-    // PHP's state first: requests before it count as unreadable.
-    let php_threads = php
-        .map(|php| PhpThreads::start(&mut loaded.ebpf, target.pid, php.offsets, php.threads))
-        .transpose()?;
-    if let Some(reason) = &loaded.cpu_off {
-        output::note(format_args!(
-            "locktrace: CPU sampler off, counting goes on without CPU per lock: {reason}"
-        ));
-    }
-    if let Some(reason) = &loaded.kernel_locks_off {
-        output::note(format_args!(
-            "locktrace: kernel locks section unavailable: {reason}"
-        ));
-    }
-    let waits_before = WaitsBeforeAttach::now(target.pid);
-    let armed = arm_sampler(options, prepared, window, &mut loaded)?;
+    let mut session = Session::attach(session::Attach {
+        plan: asked.plan,
+        probed: prepared.probed(),
+        request_probe: window.request_probe(),
+        cpu_hz: options.cpu_hz,
+        php: asked.php,
+        inproc: stubs,
+    })?;
+    let armed = arm_sampler(options, prepared, window, &mut session.loaded)?;
     // Pointer chains of heap locks are searched while the target lives.
-    snapshot.watch(&loaded.ebpf);
-    let mut live = go_live(
-        options,
-        prepared,
-        window,
-        loaded,
-        php_threads,
-        session.as_ref(),
-    )?;
-    let stacks = spawn_unwinder(options, &live.loaded, target);
+    snapshot.watch(&session.loaded.ebpf);
+    let mut live = go_live(options, prepared, window, session)?;
+    let stacks = spawn_unwinder(options, &live.session.loaded, target);
     let (stopped_by, sampled) = wait_for_stop(
         options, prepared, window, signals, snapshot, &mut live, armed,
     )
@@ -424,24 +299,38 @@ async fn trace(
     // Stop counting, then read: every total and the request count cover
     // the same interval, the one timed here (the stubs' gate shut first:
     // their counts fall inside it).
-    if let Some(session) = &session {
-        session.set_counting(false);
+    if let Some(stubs) = &live.session.inproc {
+        stubs.set_counting(false);
     }
     let duration_s = live.started.elapsed().as_secs_f64();
     let cpu_at_end = live.clock.as_mut().and_then(TargetClock::latest);
-    collect::set_counting(&mut live.loaded.ebpf, 0)?;
+    live.session.stop()?;
     let seen = watch.finish();
-    let mut collected = read_counts(options, &live.loaded, target.pid, waits_before, stacks)?;
-    let inproc = functions
-        .map(|functions| finish_inproc(session, functions, restored_at_start, &mut collected));
-    if let Some(threads) = &live.php {
-        collected.php = Some(crate::trace::php::read(&live.loaded.ebpf, threads)?);
-    }
+    let mut finished = live.session.finish(stopped_by, |collected| {
+        if let Some(stacks) = stacks {
+            match stacks.finish() {
+                Ok(unwinder) => collected.unwound = unwinder.into_stacks(),
+                Err(error) => output::note(format_args!(
+                    "locktrace: whole stacks lost, immediate callers only: {error:#}"
+                )),
+            }
+        }
+        collected.hold_times = options.hold_times;
+        collected.handoffs_counted = counts_handoffs(options);
+    })?;
+    let inproc = functions.map(|functions| {
+        finish_inproc(
+            finished.inproc.take(),
+            functions,
+            restored_at_start,
+            &mut finished.collected,
+        )
+    });
     let traced = Traced {
-        collected,
-        stopped_by,
+        collected: finished.collected,
+        stopped_by: finished.stopped_by,
         duration_s,
-        attach_ms: live.loaded.attach_time.as_millis() as u64,
+        attach_ms: finished.attach_ms,
         sampled,
         seen,
         started: live.started,
@@ -450,10 +339,18 @@ async fn trace(
             .zip(cpu_at_end)
             .map(|(start, end)| end.saturating_sub(start)),
         main_thread_exit: live.main_thread.finish(),
-        cpu_off: live.loaded.cpu_off.take(),
+        cpu_off: finished.cpu_off,
         inproc,
     };
-    Ok((traced, Some(attach::Attached::new(live.loaded))))
+    Ok((traced, Some(finished.probes)))
+}
+
+/// What `record` attaches besides the prepared probes: the plan, PHP's
+/// engine (`--php`) and the switched GOT entries (`--mode inproc`).
+struct Asked<'a> {
+    plan: &'a Plan,
+    php: Option<&'a PhpRuntime>,
+    inproc: Option<inproc::session::Started>,
 }
 
 /// The stubs' counts into `collected`, then every GOT entry switched back.
@@ -504,14 +401,13 @@ fn arm_sampler(
 
 /// A recording from the moment its probes are announced live.
 struct LiveRecording {
-    loaded: Loaded,
+    /// The probes and PHP's threads (loaded again at each tick).
+    session: Session,
     started: Instant,
     /// The target's CPU clock, and its reading when the window started.
     clock: Option<TargetClock>,
     cpu_at_start: Option<u64>,
     main_thread: MainThreadWatch,
-    /// `--php`: PHP's threads, loaded again at each tick.
-    php: Option<PhpThreads>,
 }
 
 /// Starts the window, says the probes are live, and creates the ready file.
@@ -519,9 +415,7 @@ fn go_live(
     options: &RecordOptions,
     prepared: &Prepared,
     window: &RequestWindow,
-    loaded: Loaded,
-    php: Option<PhpThreads>,
-    inproc: Option<&inproc::session::Session>,
+    session: Session,
 ) -> Result<LiveRecording> {
     // The window and the target's CPU clock start before anyone is told the
     // probes are live: a client that starts work at the ready file could
@@ -529,23 +423,22 @@ fn go_live(
     // target's CPU read 10 % low). The stubs count from the window's start
     // (not through the attach, which a stop may cut to nothing).
     let started = Instant::now();
-    if let Some(session) = inproc {
-        session.set_counting(true);
+    if let Some(stubs) = &session.inproc {
+        stubs.set_counting(true);
     }
     let mut clock = TargetClock::open(prepared.target.pid);
     let cpu_at_start = clock.as_mut().and_then(TargetClock::read);
-    announce(options, prepared, &loaded, window);
+    announce(options, prepared, &session.loaded, window);
     priority::end_setup();
     if let Some(path) = &options.ready_file {
         signal_ready(path)?;
     }
     Ok(LiveRecording {
-        loaded,
+        session,
         started,
         clock,
         cpu_at_start,
         main_thread: MainThreadWatch::new(started),
-        php,
     })
 }
 
@@ -558,7 +451,7 @@ fn spawn_unwinder(
     loaded: &Loaded,
     target: &Target,
 ) -> Option<snapshots::SnapshotReader<StackUnwinder>> {
-    if options.stacks == 0 && !creation_sites(options.mode) {
+    if options.stacks == 0 && !session::creation_sites(options.mode) {
         return None;
     }
     snapshots::spawn(&loaded.ebpf, StackUnwinder::new(target))
@@ -568,19 +461,6 @@ fn spawn_unwinder(
             ))
         })
         .ok()
-}
-
-/// Set (to anything): no lock init calls probed without `--stacks`, as
-/// before creation sites were recorded by default. For `cargo xtask bench`,
-/// which prices the init probes against it.
-pub const WITHOUT_INIT_PROBES_FOR_A_BENCH: &str = "LOCKTRACE_BENCH_NO_INIT_PROBES";
-
-/// True in the modes that count every acquisition: they snapshot every
-/// lock init call and name heap locks by where they were created. Sampled
-/// windows would miss most init calls.
-fn creation_sites(mode: Mode) -> bool {
-    matches!(mode, Mode::All | Mode::Inproc)
-        && std::env::var_os(WITHOUT_INIT_PROBES_FOR_A_BENCH).is_none()
 }
 
 /// Runs until the recording's stop reason (the duration, a signal, the
@@ -596,10 +476,13 @@ async fn wait_for_stop(
     armed: Option<sampled::Armed>,
 ) -> Result<(StopReason, Option<SampledRun>)> {
     let target = &prepared.target;
+    // Again on a live thread when the main thread leaves (in sampled mode
+    // the windows attach the lock probes; the rest moves here).
+    let plan = live.session.follow_plan(prepared.probed());
     // Modules seen by the snapshot's ticks, watched for unmaps by the
     // follow step (which holds the BPF object).
     let module_ranges = std::cell::RefCell::new(None);
-    let mut watched = std::mem::take(&mut live.loaded.watched);
+    let mut watched = std::mem::take(&mut live.session.loaded.watched);
     let mut watch_modules = |ebpf: &mut aya::Ebpf| {
         if let Some(ranges) = module_ranges.borrow_mut().take()
             && let Err(error) = watched.update(ebpf, ranges)
@@ -617,9 +500,8 @@ async fn wait_for_stop(
         clock.as_mut().map(TargetClock::read);
     };
     let main_thread = &mut live.main_thread;
-    let php = &mut live.php;
+    let php = &mut live.session.php;
     let Some(armed) = armed else {
-        let plan = load_plan(options, prepared, window, None);
         let mut refresh_and_follow = |ebpf: &mut aya::Ebpf| {
             refresh();
             watch_modules(ebpf);
@@ -630,7 +512,7 @@ async fn wait_for_stop(
             .run(
                 target,
                 options.duration,
-                &mut live.loaded.ebpf,
+                &mut live.session.loaded.ebpf,
                 signals,
                 &mut refresh_and_follow,
             )
@@ -642,18 +524,13 @@ async fn wait_for_stop(
     let end =
         async { Ok(stop::wait_for_end(target, options.duration, signals, &mut refresh).await) };
     tokio::pin!(end);
-    // The windows attach the lock probes; the rest moves here.
-    let plan = attach::LoadPlan {
-        request_probe: window.request_probe(),
-        ..load_plan(options, prepared, window, None)
-    };
     let mut follow = |ebpf: &mut aya::Ebpf| {
         watch_modules(ebpf);
         refresh_php(php, ebpf);
         main_thread.tick(ebpf, &plan)
     };
     let (stopped_by, run) = sampled::run(
-        &mut live.loaded.ebpf,
+        &mut live.session.loaded.ebpf,
         target,
         &prepared.placed,
         options.sample,
@@ -677,36 +554,6 @@ fn refresh_php(php: &mut Option<PhpThreads>, ebpf: &mut aya::Ebpf) {
     }
 }
 
-/// The maps read once counting stopped, with the unwound stacks and the
-/// waits in progress.
-fn read_counts(
-    options: &RecordOptions,
-    loaded: &Loaded,
-    pid: u32,
-    waits_before: WaitsBeforeAttach,
-    stacks: Option<snapshots::SnapshotReader<StackUnwinder>>,
-) -> Result<Collected> {
-    let cpu_hz = match loaded.cpu_off {
-        None => options.cpu_hz.unwrap_or(0),
-        Some(_) => 0,
-    };
-    let kernel_locks =
-        crate::trace::kernel_locks::read(&loaded.ebpf, loaded.kernel_locks_off.clone())?;
-    collect::read_for_report(&loaded.ebpf, pid, &waits_before, cpu_hz, |collected| {
-        if let Some(stacks) = stacks {
-            match stacks.finish() {
-                Ok(unwinder) => collected.unwound = unwinder.into_stacks(),
-                Err(error) => output::note(format_args!(
-                    "locktrace: whole stacks lost, immediate callers only: {error:#}"
-                )),
-            }
-        }
-        collected.hold_times = options.hold_times;
-        collected.handoffs_counted = counts_handoffs(options);
-        collected.kernel_locks = Some(kernel_locks);
-    })
-}
-
 /// A recording stopped before its probes were attached.
 fn nothing_traced(stopped_by: StopReason) -> Traced {
     Traced {
@@ -722,70 +569,6 @@ fn nothing_traced(stopped_by: StopReason) -> Traced {
         cpu_off: None,
         inproc: None,
     }
-}
-
-/// Loads the BPF object and attaches what runs for the whole recording.
-fn load_probes(
-    options: &RecordOptions,
-    prepared: &Prepared,
-    window: &RequestWindow,
-) -> Result<attach::Loaded> {
-    let sampling = options.cpu_hz.map(|hz| CpuSampling {
-        hz,
-        lock_code: prepared.lock_code.clone(),
-    });
-    attach::load(&load_plan(options, prepared, window, sampling.as_ref()))
-}
-
-/// What to load and attach (again on a live thread when the main thread
-/// leaves: see `trace::follow`).
-fn load_plan<'a>(
-    options: &RecordOptions,
-    prepared: &'a Prepared,
-    window: &RequestWindow,
-    cpu: Option<&'a CpuSampling>,
-) -> attach::LoadPlan<'a> {
-    attach::LoadPlan {
-        waits: &prepared.waits,
-        target: &prepared.target,
-        functions: &prepared.placed,
-        flags: bpf_flags(options),
-        // In sampled mode the sampler attaches the lock probes in its windows,
-        // and the request probe once it has armed the first.
-        lock_probes: options.mode == Mode::All
-            || (options.mode == Mode::Inproc && !prepared.placed.is_empty()),
-        inproc: None,
-        kernel_locks: true,
-        request_probe: if options.mode == Mode::Sampled {
-            None
-        } else {
-            window.request_probe()
-        },
-        unlock_functions: &prepared.unlocks,
-        cpu,
-        creation_sites: creation_sites(options.mode),
-    }
-}
-
-/// What the BPF programs record besides the counts.
-fn bpf_flags(options: &RecordOptions) -> u32 {
-    let mut flags = 0;
-    if options.stacks > 0 {
-        flags |= flags::STACKS;
-    }
-    if options.mode == Mode::Sampled {
-        flags |= flags::SAMPLED;
-    }
-    if options.hold_times {
-        flags |= flags::HOLDS;
-    }
-    if counts_handoffs(options) {
-        flags |= flags::HANDOFFS;
-    }
-    if options.php.is_some() {
-        flags |= flags::PHP;
-    }
-    flags
 }
 
 /// Handoffs are counted at the lock probes' acquisitions, when asked for

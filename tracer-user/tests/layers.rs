@@ -10,8 +10,8 @@ use std::{
 
 /// Top-level modules, lowest layer first.
 const LAYERS: &[&str] = &[
-    "model", "loadgen", "probe", "trace", "analysis", "naming", "render", "compare", "record",
-    "live", "serve", "top", "cli",
+    "model", "loadgen", "probe", "trace", "analysis", "naming", "render", "session", "compare",
+    "record", "live", "serve", "top", "cli",
 ];
 
 fn rank(module: &str) -> Option<usize> {

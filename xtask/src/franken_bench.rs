@@ -16,7 +16,7 @@ use std::{
 };
 
 use anyhow::{Context, Result, bail};
-use locktrace::record;
+use locktrace::session;
 
 use crate::{
     Bench, kernel_floor,
@@ -168,7 +168,7 @@ fn php_configs(probe: &[&str]) -> [Config; 2] {
 /// beside the same rows with them, what snapshotting every lock init call
 /// costs the real server (about one init per request).
 fn no_init_configs(probe: &[&str]) -> [Config; 2] {
-    let off = [(record::WITHOUT_INIT_PROBES_FOR_A_BENCH, "1")];
+    let off = [(session::WITHOUT_INIT_PROBES_FOR_A_BENCH, "1")];
     [
         config(
             "locktrace (all locks), init calls not probed",

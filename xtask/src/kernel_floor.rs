@@ -10,7 +10,7 @@ use aya::programs::TracePoint;
 use locktrace::{
     model::{Mode, Placement},
     probe::waitfuncs::WaitFunctions,
-    record,
+    session,
     trace::{
         attach::{self, LoadPlan, Loaded},
         collect,
@@ -24,7 +24,7 @@ pub struct FloorProbes {
 }
 
 pub fn attach(pid: u32) -> Result<FloorProbes> {
-    let prepared = record::prepare(pid, Mode::All, Placement::Auto, false)?;
+    let prepared = session::prepare(pid, Mode::All, Placement::Auto, false)?;
     let mut loaded = attach::load(&LoadPlan {
         target: &prepared.target,
         functions: &prepared.placed,

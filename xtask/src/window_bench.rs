@@ -23,7 +23,7 @@ use anyhow::{Context, Result};
 use aya::Ebpf;
 use locktrace::{
     model::{Mode, Placement},
-    record::{self, Prepared},
+    session::{self, Prepared},
     trace::{
         attach::{self, LoadPlan},
         multi::MultiPrograms,
@@ -102,7 +102,7 @@ fn cycle(loop_bin: &Path, seconds: f64, mechanism: Mechanism) -> Result<Cycles> 
         go(&mut fixture)?;
         finish_loop(&mut fixture, &mut out)
     } else {
-        let prepared = record::prepare(fixture.id(), Mode::Sampled, Placement::Auto, false)?;
+        let prepared = session::prepare(fixture.id(), Mode::Sampled, Placement::Auto, false)?;
         cycles.probe_points = prepared.placed.iter().map(|(_, p)| p.points.len()).sum();
         let mut loaded = load(&prepared)?;
         let multi = match mechanism {

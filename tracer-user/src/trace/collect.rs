@@ -3,11 +3,7 @@
 //! read describes the same interval.
 use std::collections::HashMap;
 
-use super::{
-    inflight::{self, WaitsBeforeAttach},
-    lifetimes,
-    maps::{MapReads, map, per_cpu_sum, read_per_cpu_hash},
-};
+use super::maps::{MapReads, map, per_cpu_sum, read_per_cpu_hash};
 use crate::model::Collected;
 use anyhow::{Context, Result};
 use aya::{
@@ -16,29 +12,9 @@ use aya::{
 };
 use tracer_common::{CallerKey, LockCounts, counting, names, requests};
 
-/// Reads every map. Stop counting first ([`set_counting`] with 0) when the
-/// figures must describe one interval.
-/// Everything a report is built from, for `record` and the live views:
-/// the maps, what `add` puts in (unwound stacks), the waits in progress
-/// (those older than the probes matched with `before`), every key merged
-/// across the generations of its address, last; and the CPU sampler's rate.
-pub fn read_for_report(
-    ebpf: &Ebpf,
-    pid: u32,
-    before: &WaitsBeforeAttach,
-    cpu_hz: u64,
-    add: impl FnOnce(&mut Collected),
-) -> Result<Collected> {
-    let mut collected = collect(ebpf)?;
-    add(&mut collected);
-    collected.in_flight = inflight::read(ebpf, pid, before.attached_ns, before.blocked.clone());
-    // Last: every key above, unwound stacks and waits in progress included,
-    // is merged across the generations of its address.
-    collected.merge_lifetimes(lifetimes::read(ebpf)?);
-    collected.cpu_hz = cpu_hz;
-    Ok(collected)
-}
-
+/// Reads every counter map (see `session::Reader` for the whole snapshot).
+/// Stop counting first ([`set_counting`] with 0) when the figures must
+/// describe one interval.
 pub fn collect(maps: &impl MapReads) -> Result<Collected> {
     let callers = maps.per_cpu_hash(names::MAP_CALLERS)?;
     let mut locks: HashMap<u64, LockCounts> = maps.hash(names::MAP_LOCKS)?;
@@ -165,10 +141,7 @@ pub fn total_lock_calls(ebpf: &Ebpf) -> Result<u64> {
 
 #[cfg(test)]
 mod tests {
-    use tracer_common::{
-        CpuSamples, FutexCounts, HandoffCounts, HoldCounts, HolderHolds, HolderKey, LockOp,
-        StackKey, WaitHolderKey, WaitTime, drop_reason,
-    };
+    use tracer_common::{LockOp, drop_reason};
 
     use super::*;
     use crate::trace::maps::FakeMaps;
@@ -184,24 +157,8 @@ mod tests {
         }
     }
 
-    /// Every map `collect` reads, empty, as a freshly loaded object's.
     fn loaded() -> FakeMaps {
-        FakeMaps::default()
-            .with(names::MAP_CALLERS, HashMap::<CallerKey, Vec<u64>>::new())
-            .with(names::MAP_LOCKS, HashMap::<u64, LockCounts>::new())
-            .with(names::MAP_FAILED_TRIES, HashMap::<CallerKey, u64>::new())
-            .with(names::MAP_FUTEXES, HashMap::<u64, FutexCounts>::new())
-            .with(names::MAP_CONDVARS, HashMap::<u64, FutexCounts>::new())
-            .with(names::MAP_GO_FUTEXES, HashMap::<u64, FutexCounts>::new())
-            .with(names::MAP_STACK_COUNTS, HashMap::<StackKey, u64>::new())
-            .with(
-                names::MAP_WAIT_HOLDERS,
-                HashMap::<WaitHolderKey, WaitTime>::new(),
-            )
-            .with(names::MAP_HOLDS, HashMap::<u64, HoldCounts>::new())
-            .with(names::MAP_HOLDERS, HashMap::<HolderKey, HolderHolds>::new())
-            .with(names::MAP_CPU_LOCKS, HashMap::<u64, CpuSamples>::new())
-            .with(names::MAP_HANDOFFS, HashMap::<u64, HandoffCounts>::new())
+        FakeMaps::loaded()
     }
 
     /// A lock's calls are those with an unknown caller (LOCKS) plus those

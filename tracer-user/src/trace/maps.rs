@@ -60,6 +60,31 @@ impl FakeMaps {
         self
     }
 
+    /// Every map `collect` reads, empty, as a freshly loaded object's.
+    /// Every map `collect` reads, empty, as a freshly loaded object's.
+    pub fn loaded() -> FakeMaps {
+        use tracer_common::{
+            CallerKey, CpuSamples, FutexCounts, HandoffCounts, HoldCounts, HolderHolds, HolderKey,
+            LockCounts, StackKey, WaitHolderKey, WaitTime, names,
+        };
+        FakeMaps::default()
+            .with(names::MAP_CALLERS, HashMap::<CallerKey, Vec<u64>>::new())
+            .with(names::MAP_LOCKS, HashMap::<u64, LockCounts>::new())
+            .with(names::MAP_FAILED_TRIES, HashMap::<CallerKey, u64>::new())
+            .with(names::MAP_FUTEXES, HashMap::<u64, FutexCounts>::new())
+            .with(names::MAP_CONDVARS, HashMap::<u64, FutexCounts>::new())
+            .with(names::MAP_GO_FUTEXES, HashMap::<u64, FutexCounts>::new())
+            .with(names::MAP_STACK_COUNTS, HashMap::<StackKey, u64>::new())
+            .with(
+                names::MAP_WAIT_HOLDERS,
+                HashMap::<WaitHolderKey, WaitTime>::new(),
+            )
+            .with(names::MAP_HOLDS, HashMap::<u64, HoldCounts>::new())
+            .with(names::MAP_HOLDERS, HashMap::<HolderKey, HolderHolds>::new())
+            .with(names::MAP_CPU_LOCKS, HashMap::<u64, CpuSamples>::new())
+            .with(names::MAP_HANDOFFS, HashMap::<u64, HandoffCounts>::new())
+    }
+
     /// Index `index` of a per-CPU array, each CPU's value.
     pub fn with_per_cpu(mut self, name: &str, index: u32, values: Vec<u64>) -> FakeMaps {
         self.per_cpu.insert((name.to_string(), index), values);
