@@ -341,6 +341,34 @@ fn frankenphp_go_function(
         }))
 }
 
+/// The PHP servers the agent watches by default, recognised as `record`
+/// recognises them ([`gather`], [`decide`]): FrankenPHP, and any other
+/// process whose PHP engine is thread-safe (ZTS: it defines
+/// `tsrm_get_ls_cache`). None for anything else.
+pub fn recognise(target: &Target) -> Option<ServerKind> {
+    let evidence = gather(target);
+    let (server, module, ..) = decide(&evidence).ok()?;
+    if server == ServerKind::Frankenphp {
+        return Some(server);
+    }
+    let zts = request_probe::defined(target, &module, &[ZTS_SYMBOL]);
+    (!zts.is_empty()).then_some(server)
+}
+
+/// Defined by a thread-safe (ZTS) PHP engine only.
+const ZTS_SYMBOL: &str = "tsrm_get_ls_cache";
+
+/// Cheap pre-check before [`recognise`] reads symbols: the executable's
+/// name says FrankenPHP, or a libphp is mapped.
+pub fn may_be_php(exe: &str, maps: &str) -> bool {
+    file_name(exe).contains("frankenphp")
+        || maps.lines().any(|line| {
+            line.rsplit('/')
+                .next()
+                .is_some_and(|name| name.starts_with("libphp"))
+        })
+}
+
 fn looks_like_libphp(module: &Module) -> bool {
     module.file_name().starts_with("libphp")
         || module
