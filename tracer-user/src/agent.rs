@@ -368,6 +368,12 @@ impl Watcher {
                 self.options.forget_exited.as_secs()
             ));
             self.exited.push((pid, Instant::now()));
+            // Detaching takes seconds under load: off the scanning thread,
+            // so a restart is found and attached meanwhile.
+            let session = watched.session;
+            let _ = std::thread::Builder::new()
+                .name("locktrace-release".into())
+                .spawn(move || drop(session));
         }
         self.gauges.watched.set(self.watched.len() as i64);
     }
