@@ -173,15 +173,27 @@ fn agent_finds_labels_counts_and_follows_restarts() {
     let root = cgroup_root();
     let top = format!("locktrace-test-{}.slice", std::process::id());
     let groups = cgroups(&top);
+    let mut cleanup = Cleanup {
+        agent: None,
+        pids: Vec::new(),
+        dirs: Vec::new(),
+    };
     for (_, path) in &groups {
         std::fs::create_dir_all(root.join(path)).unwrap();
+        cleanup.dirs.push(root.join(path));
     }
+    cleanup.dirs.push(root.join(&top).join(format!(
+        "kubepods-burstable-pod{}.slice",
+        POD.replace('-', "_")
+    )));
+    cleanup.dirs.push(root.join(&top));
     let per_tick = [10u32, 20, 30];
     let mut fixtures: Vec<Fixture> = groups
         .iter()
         .zip(per_tick)
         .map(|((_, path), n)| spawn_in(&root.join(path), &binary, n))
         .collect();
+    cleanup.pids.extend(fixtures.iter().map(|f| f.pid()));
     let port = free_port();
     let mut agent = locktrace()
         .args(["agent", "--listen", &format!("127.0.0.1:{port}")])
@@ -196,6 +208,8 @@ fn agent_finds_labels_counts_and_follows_restarts() {
         .spawn()
         .unwrap();
     let lines = collect_stderr(&mut agent);
+    let agent_pid = agent.id() as i32;
+    cleanup.agent = Some(agent);
 
     // Found without pids given, each in its container.
     for (fixture, (id, _)) in fixtures.iter().zip(&groups) {
@@ -259,6 +273,7 @@ fn agent_finds_labels_counts_and_follows_restarts() {
     );
     let started = Instant::now();
     let mut restarted = spawn_in(&root.join(&groups[1].1), &binary, 7);
+    cleanup.pids.push(restarted.pid());
     let (attached, _) = wait_for_line(
         &lines,
         &format!("watching pid {} (", restarted.pid()),
@@ -299,21 +314,43 @@ fn agent_finds_labels_counts_and_follows_restarts() {
     );
 
     // Stop (SIGINT: the GOT entries go back), then clean up.
-    unsafe { libc::kill(agent.id() as i32, libc::SIGINT) };
-    let status = agent.wait().unwrap();
+    unsafe { libc::kill(agent_pid, libc::SIGINT) };
+    let status = cleanup.agent.as_mut().unwrap().wait().unwrap();
     wait_for_line(&lines, "agent used", Duration::from_secs(5));
     assert!(status.success(), "agent: {status}");
     for fixture in fixtures.into_iter().chain([restarted]) {
         kill(fixture);
     }
-    for (_, path) in &groups {
-        let _ = std::fs::remove_dir(root.join(path));
+    drop(cleanup);
+    assert!(!root.join(&top).exists(), "cgroups left behind");
+}
+
+/// Kills what the test started (the agent, then the fixtures, by pid) and
+/// removes its cgroups, also when an assertion fails half way.
+struct Cleanup {
+    agent: Option<Child>,
+    pids: Vec<u32>,
+    /// Deepest first.
+    dirs: Vec<PathBuf>,
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        if let Some(agent) = &mut self.agent
+            && agent.try_wait().ok().flatten().is_none()
+        {
+            let _ = agent.kill();
+            let _ = agent.wait();
+        }
+        for &pid in &self.pids {
+            // Ours (children of the test), if still there.
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        for dir in &self.dirs {
+            let _ = std::fs::remove_dir(dir);
+        }
     }
-    let _ = std::fs::remove_dir(root.join(&top).join(format!(
-        "kubepods-burstable-pod{}.slice",
-        POD.replace('-', "_")
-    )));
-    std::fs::remove_dir(root.join(&top)).unwrap();
 }
 
 fn kill(mut fixture: Fixture) {
