@@ -321,6 +321,9 @@ impl Watcher {
                     session.has_request_probe(),
                 );
                 self.publish(found.pid, Some(series.registry()));
+                // Attaching is setup, not the steady cost the budget bounds
+                // (reading less often would not make it cheaper).
+                self.window = (own_cpu_seconds().unwrap_or(0.0), Instant::now());
                 self.watched.insert(
                     found.pid,
                     Watched {
