@@ -998,6 +998,37 @@ mod tests {
         }
     }
 
+    /// Two processes' registries under their own labels: each family once,
+    /// with both processes' samples, and the classic text still parses.
+    #[test]
+    fn labelled_series_of_several_processes_merge_into_one_exposition() {
+        let texts: Vec<String> = [("1", 5), ("2", 7)]
+            .into_iter()
+            .map(|(pid, n)| {
+                let labels = vec![("pid".to_string(), pid.to_string())];
+                let mut series = LabelledSeries::new(labels, 10, Duration::from_secs(10), false);
+                series.apply(&interval(vec![lock("g_lock", n)]));
+                encode(&series.registry()).unwrap()
+            })
+            .collect();
+        let merged = merge_families(&texts);
+        let family = "# TYPE locktrace_lock_acquisitions counter";
+        assert_eq!(merged.matches(family).count(), 1, "{merged}");
+        assert_eq!(merged.matches("# EOF").count(), 1);
+        for (pid, n) in [("1", 5), ("2", 7)] {
+            let sample = format!(
+                "locktrace_lock_acquisitions_total{{pid=\"{pid}\",lock=\"g_lock\",kind=\"mutex\",module=\"/bin/x\"}} {n}"
+            );
+            assert!(merged.contains(&sample), "{sample} missing:\n{merged}");
+        }
+        // The samples of a family follow its header, not another's.
+        let header = merged.find(family).unwrap();
+        let next_header = merged[header + family.len()..].find("# HELP").unwrap() + header;
+        let first = merged.find("locktrace_lock_acquisitions_total{").unwrap();
+        let last = merged.rfind("locktrace_lock_acquisitions_total{").unwrap();
+        assert!(header < first && last < next_header + family.len(), "{merged}");
+    }
+
     #[test]
     fn label_values_stay_valid() {
         assert_eq!(label_value("a\"b\\c\nd"), "a'b/c d");
