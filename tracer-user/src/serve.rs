@@ -1026,7 +1026,10 @@ mod tests {
         let next_header = merged[header + family.len()..].find("# HELP").unwrap() + header;
         let first = merged.find("locktrace_lock_acquisitions_total{").unwrap();
         let last = merged.rfind("locktrace_lock_acquisitions_total{").unwrap();
-        assert!(header < first && last < next_header + family.len(), "{merged}");
+        assert!(
+            header < first && last < next_header + family.len(),
+            "{merged}"
+        );
     }
 
     #[test]

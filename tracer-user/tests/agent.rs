@@ -118,15 +118,82 @@ fn wait_for_line(lines: &Lines, needle: &str, budget: Duration) -> (Instant, Str
 }
 
 fn scrape(port: u16) -> String {
-    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-    stream
-        .write_all(b"GET /metrics HTTP/1.1\r\nHost: agent\r\nConnection: close\r\n\r\n")
-        .unwrap();
+    get(port, "/metrics").expect("the agent answers /metrics")
+}
+
+/// A GET's body; None when nothing listens (yet) or the status is not 200.
+fn get(port: u16, path: &str) -> Option<String> {
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
     let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
-    let (head, body) = response.split_once("\r\n\r\n").unwrap();
-    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
-    body.to_string()
+    stream.read_to_string(&mut response).ok()?;
+    let (head, body) = response.split_once("\r\n\r\n")?;
+    head.starts_with("HTTP/1.1 200").then(|| body.to_string())
+}
+
+/// The Debian package's Prometheus scraping the agent every second.
+fn start_prometheus(agent_port: u16, dir: &Path) -> (Child, u16) {
+    let config = dir.join("prometheus.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "global: {{scrape_interval: 1s}}\nscrape_configs:\n  - job_name: locktrace-agent\n    static_configs: [{{targets: ['127.0.0.1:{agent_port}']}}]\n"
+        ),
+    )
+    .unwrap();
+    let port = free_port();
+    let child = Command::new("prometheus")
+        .arg(format!("--config.file={}", config.display()))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            dir.join("data").display()
+        ))
+        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("prometheus (apt-get install prometheus)");
+    (child, port)
+}
+
+/// `sum by (container_id) (locktrace_lock_acquisitions_total{lock="g_lock", …})`
+/// from Prometheus, once it equals `want` (it scrapes every second).
+fn wait_for_promql(port: u16, selector: &str, want: &[(String, f64)]) {
+    let query = format!("sum by (container_id) (locktrace_lock_acquisitions_total{{{selector}}})");
+    let encoded: String = query
+        .bytes()
+        .map(|b| match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'_' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut last = String::new();
+    while Instant::now() < deadline {
+        if let Some(body) = get(port, &format!("/api/v1/query?query={encoded}")) {
+            let json: serde_json::Value = serde_json::from_str(&body).unwrap();
+            let mut got: Vec<(String, f64)> = json["data"]["result"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|row| {
+                    let id = row["metric"]["container_id"].as_str()?.to_string();
+                    Some((id, row["value"][1].as_str()?.parse().ok()?))
+                })
+                .collect();
+            got.sort_by(|a, b| a.0.cmp(&b.0));
+            if got == want {
+                return;
+            }
+            last = body;
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    panic!("PromQL {query} never gave {want:?}; last answer: {last}");
 }
 
 /// The value of `metric` on the series carrying all `labels`.
@@ -175,6 +242,7 @@ fn agent_finds_labels_counts_and_follows_restarts() {
     let groups = cgroups(&top);
     let mut cleanup = Cleanup {
         agent: None,
+        prometheus: None,
         pids: Vec::new(),
         dirs: Vec::new(),
     };
@@ -210,6 +278,9 @@ fn agent_finds_labels_counts_and_follows_restarts() {
     let lines = collect_stderr(&mut agent);
     let agent_pid = agent.id() as i32;
     cleanup.agent = Some(agent);
+    let scratch = tempfile::tempdir().unwrap();
+    let (prometheus, prometheus_port) = start_prometheus(port, scratch.path());
+    cleanup.prometheus = Some(prometheus);
 
     // Found without pids given, each in its container.
     for (fixture, (id, _)) in fixtures.iter().zip(&groups) {
@@ -256,6 +327,23 @@ fn agent_finds_labels_counts_and_follows_restarts() {
         );
     }
     assert_eq!(value(&text, "locktrace_agent_watched_processes", &[]), None);
+    // Prometheus scrapes the agent: per container, the fixtures' exact counts.
+    let mut want: Vec<(String, f64)> = groups
+        .iter()
+        .zip(per_tick)
+        .map(|((id, _), n)| (id.clone(), f64::from(n * 100)))
+        .collect();
+    want.sort_by(|a, b| a.0.cmp(&b.0));
+    let pids = fixtures
+        .iter()
+        .map(|f| f.pid().to_string())
+        .collect::<Vec<_>>()
+        .join("|");
+    wait_for_promql(
+        prometheus_port,
+        &format!("lock=\"g_lock\",pid=~\"{pids}\""),
+        &want,
+    );
     assert!(
         text.contains("\nlocktrace_agent_watched_processes 3\n"),
         "{text}"
@@ -329,6 +417,7 @@ fn agent_finds_labels_counts_and_follows_restarts() {
 /// removes its cgroups, also when an assertion fails half way.
 struct Cleanup {
     agent: Option<Child>,
+    prometheus: Option<Child>,
     pids: Vec<u32>,
     /// Deepest first.
     dirs: Vec<PathBuf>,
@@ -336,6 +425,10 @@ struct Cleanup {
 
 impl Drop for Cleanup {
     fn drop(&mut self) {
+        if let Some(prometheus) = &mut self.prometheus {
+            let _ = prometheus.kill();
+            let _ = prometheus.wait();
+        }
         if let Some(agent) = &mut self.agent
             && agent.try_wait().ok().flatten().is_none()
         {
