@@ -15,6 +15,11 @@ use std::{
 };
 
 use common::{Fixture, Flavor, fixture, locktrace};
+use locktrace::{
+    agent::discover::{Discovery, Selectors},
+    model::ServerKind,
+};
+use std::collections::HashSet;
 
 const POD: &str = "6c1a0f3e-2b4d-4e8f-9a1b-3c5d7e9f0a2b";
 /// Seconds an exited process's series stay (`--forget-exited`).
@@ -411,6 +416,32 @@ fn agent_finds_labels_counts_and_follows_restarts() {
     }
     drop(cleanup);
     assert!(!root.join(&top).exists(), "cgroups left behind");
+}
+
+/// Without selectors the agent watches thread-safe PHP, recognised as
+/// `record` recognises it: the fake ZTS engine is found, the plain C
+/// fixture is not (the scan only reads; nothing is attached).
+#[test]
+fn default_discovery_finds_thread_safe_php_only() {
+    let php = Fixture::spawn(&fixture("fakephp", Flavor::Glibc), &["1", "1", "1", "1"]);
+    let plain = Fixture::spawn(&fixture("steady", Flavor::Glibc), &["1", "1", "0"]);
+    let mut discovery = Discovery::new(Selectors::default());
+    let found = discovery.scan(&HashSet::new());
+    let ours: Vec<_> = found
+        .iter()
+        .filter(|f| [php.pid(), plain.pid()].contains(&f.pid))
+        .map(|f| (f.pid, f.server))
+        .collect();
+    assert_eq!(ours, vec![(php.pid(), Some(ServerKind::Php))]);
+    // Judged once: a second scan finds nothing new.
+    assert!(
+        discovery
+            .scan(&HashSet::new())
+            .iter()
+            .all(|f| f.pid != php.pid())
+    );
+    kill(php);
+    kill(plain);
 }
 
 /// Kills what the test started (the agent, then the fixtures, by pid) and
