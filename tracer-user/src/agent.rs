@@ -26,10 +26,10 @@ use prometheus_client::{metrics::gauge::Gauge, registry::Registry};
 
 use crate::{
     live::{self, LiveOptions, LiveSession},
-    model::{Mode, Placement},
+    model::{Mode, Placement, Report},
     probe::request_auto::RequestProbeSpec,
     render::output::note,
-    serve::{self, LabelledSeries, MetricsSource},
+    serve::{self, LabelledSeries, MetricsSource, PageSource, Site},
 };
 
 use discover::{Discovery, Found, Selectors};
@@ -89,6 +89,8 @@ pub fn process_labels(found: &Found) -> Vec<(String, String)> {
 #[derive(Default)]
 struct Shared {
     processes: BTreeMap<u32, Arc<Registry>>,
+    /// Each process's counts since attach, for its pprof profile.
+    reports: BTreeMap<u32, Arc<Report>>,
 }
 
 /// The agent's own gauges.
@@ -146,7 +148,10 @@ pub async fn run(options: &AgentOptions) -> Result<std::process::ExitCode> {
     let gauges = AgentGauges::default();
     let mut own = Registry::default();
     gauges.register(&mut own);
-    let source = metrics_source(shared.clone(), Arc::new(own));
+    let source = Site {
+        metrics: metrics_source(shared.clone(), Arc::new(own)),
+        pages: Some(pprof_pages(shared.clone())),
+    };
     note(format_args!(
         "locktrace: agent serving http://{}/metrics, scanning /proc every {} ms for {}; Ctrl-C to stop",
         listener.local_addr()?,
@@ -206,6 +211,33 @@ fn metrics_source(shared: Arc<Mutex<Shared>>, own: Arc<Registry>) -> MetricsSour
         Some(serve::merge_families(&texts))
     })
 }
+
+/// `/debug/pprof/mutex?pid=PID`: the process's mutex profile since attach
+/// (gzipped pprof, as `record --pprof` writes it).
+fn pprof_pages(shared: Arc<Mutex<Shared>>) -> PageSource {
+    Arc::new(move |path, query| {
+        if path != PPROF_PATH {
+            return None;
+        }
+        let pid: u32 = query
+            .split('&')
+            .find_map(|pair| pair.strip_prefix("pid="))?
+            .parse()
+            .ok()?;
+        let report = shared
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .reports
+            .get(&pid)?
+            .clone();
+        let mut body = Vec::new();
+        crate::render::pprof::write(&report, &mut body).ok()?;
+        Some(("application/octet-stream", body))
+    })
+}
+
+/// Where each process's pprof profile is served (`?pid=PID`).
+pub const PPROF_PATH: &str = "/debug/pprof/mutex";
 
 struct Watched {
     session: LiveSession,
@@ -309,7 +341,8 @@ impl Watcher {
             .collect::<Vec<_>>()
             .join(" ");
         match LiveSession::attach(&options) {
-            Ok(session) => {
+            Ok(mut session) => {
+                session.keep_reports = true;
                 note(format_args!(
                     "locktrace: agent: watching pid {} ({shown}) in {} mode: {} probes live after {} ms",
                     found.pid, self.options.mode, session.probe_count, session.attach_ms
@@ -345,7 +378,10 @@ impl Watcher {
         let mut shared = self.shared.lock().unwrap_or_else(PoisonError::into_inner);
         match registry {
             Some(registry) => shared.processes.insert(pid, registry),
-            None => shared.processes.remove(&pid),
+            None => {
+                shared.reports.remove(&pid);
+                shared.processes.remove(&pid)
+            }
         };
     }
 
@@ -364,6 +400,7 @@ impl Watcher {
             // The maps outlive the process: its last counts are still there.
             if let Ok(interval) = watched.session.tick() {
                 watched.series.apply(&interval);
+                self.keep_report(pid, &mut watched.session);
             }
             note(format_args!(
                 "locktrace: agent: pid {pid} ({}) exited: released; its series go in {} s",
@@ -396,15 +433,27 @@ impl Watcher {
         }
     }
 
+    fn keep_report(&self, pid: u32, session: &mut LiveSession) {
+        if let Some(report) = session.take_report() {
+            let mut shared = self.shared.lock().unwrap_or_else(PoisonError::into_inner);
+            shared.reports.insert(pid, Arc::new(report));
+        }
+    }
+
     fn read_all(&mut self) {
-        for (pid, watched) in self.watched.iter_mut() {
+        let mut watched = std::mem::take(&mut self.watched);
+        for (pid, watched) in watched.iter_mut() {
             match watched.session.tick() {
-                Ok(interval) => watched.series.apply(&interval),
+                Ok(interval) => {
+                    watched.series.apply(&interval);
+                    self.keep_report(*pid, &mut watched.session);
+                }
                 Err(error) => note(format_args!(
                     "locktrace: agent: reading pid {pid}'s counts failed: {error:#}"
                 )),
             }
         }
+        self.watched = watched;
         if let Some(cpu) = own_cpu_seconds() {
             self.gauges.cpu_seconds.set(cpu - self.started.0);
         }

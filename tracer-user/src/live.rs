@@ -243,6 +243,10 @@ pub struct LiveSession {
     /// `--mode inproc`: the stubs' shared counts; dropping it switches the
     /// GOT entries back.
     inproc: Option<inproc::session::Session>,
+    /// Keep each tick's report (since attach, names as known) for
+    /// [`LiveSession::take_report`] (the agent's pprof); off for serve and top.
+    pub keep_reports: bool,
+    last_report: Option<Report>,
 }
 
 impl LiveSession {
@@ -357,7 +361,15 @@ impl LiveSession {
             flags,
             php,
             inproc,
+            keep_reports: false,
+            last_report: None,
         })
+    }
+
+    /// The report of the last tick: every lock's counts since attach, named
+    /// as the intervals name them (with `keep_reports`).
+    pub fn take_report(&mut self) -> Option<Report> {
+        self.last_report.take()
     }
 
     /// After a `pthread_exit` of the main thread, binds the probes to a
@@ -427,6 +439,15 @@ impl LiveSession {
         let (long_waits, deadlocks) = self.name_long_waits(long_waits, deadlocks);
         // The rows added for naming only: no counts, not tracked.
         report.locks.truncate(rows);
+        if self.keep_reports {
+            let mut kept = report.clone();
+            for lock in &mut kept.locks {
+                if let Some(named) = self.names.get(&lock.address) {
+                    lock.name = Some(named.label.clone());
+                }
+            }
+            self.last_report = Some(kept);
+        }
 
         let mut locks = Vec::new();
         let mut other_waits = Vec::new();

@@ -606,7 +606,10 @@ pub async fn serve(options: &ServeOptions) -> Result<std::process::ExitCode> {
     let metrics = Metrics::register(&mut registry, session.has_request_probe());
     let registry = Arc::new(registry);
     let encoded = registry.clone();
-    let source: MetricsSource = Arc::new(move || encode(&encoded));
+    let source = Site {
+        metrics: Arc::new(move || encode(&encoded)),
+        pages: None,
+    };
     crate::render::output::note(format_args!(
         "locktrace: serving metrics of pid {} ({}) on http://{}/metrics: {} probes live after {} ms; Ctrl-C to stop{}",
         session.target.pid,
@@ -670,6 +673,17 @@ pub const CONNECTION_LIFETIME: Duration = Duration::from_secs(10);
 /// What `/metrics` answers: the OpenMetrics text now, None when encoding failed.
 pub type MetricsSource = Arc<dyn Fn() -> Option<String> + Send + Sync>;
 
+/// Other pages (the agent's pprof): (path, query) to (content type, body);
+/// None: 404.
+pub type PageSource = Arc<dyn Fn(&str, &str) -> Option<(&'static str, Vec<u8>)> + Send + Sync>;
+
+/// What a connection is answered from.
+#[derive(Clone)]
+pub struct Site {
+    pub metrics: MetricsSource,
+    pub pages: Option<PageSource>,
+}
+
 /// A registry's OpenMetrics text.
 fn encode(registry: &Registry) -> Option<String> {
     let mut body = String::new();
@@ -680,12 +694,12 @@ fn encode(registry: &Registry) -> Option<String> {
 /// Serves one connection: `/metrics`, else 404; holds its slot until closed.
 pub async fn answer(
     stream: tokio::net::TcpStream,
-    source: MetricsSource,
+    source: Site,
     _slot: tokio::sync::OwnedSemaphorePermit,
 ) {
     let service = service_fn(move |request: Request<Incoming>| {
         let source = source.clone();
-        async move { Ok::<_, std::convert::Infallible>(respond(&request, &*source)) }
+        async move { Ok::<_, std::convert::Infallible>(respond(&request, &source)) }
     });
     // An idle client (connected, sending nothing) is closed soon.
     if tokio::time::timeout(HEADER_TIMEOUT, stream.readable())
@@ -701,11 +715,8 @@ pub async fn answer(
     let _ = tokio::time::timeout(CONNECTION_LIFETIME, connection).await;
 }
 
-fn respond(
-    request: &Request<Incoming>,
-    source: &(dyn Fn() -> Option<String> + Send + Sync),
-) -> Response<Full<Bytes>> {
-    let reply = |status: StatusCode, content_type: &str, body: String| {
+fn respond(request: &Request<Incoming>, source: &Site) -> Response<Full<Bytes>> {
+    let reply = |status: StatusCode, content_type: &str, body: Vec<u8>| {
         let mut response = Response::new(Full::new(Bytes::from(body)));
         *response.status_mut() = status;
         if let Ok(value) = content_type.parse() {
@@ -715,12 +726,25 @@ fn respond(
         }
         response
     };
-    if request.uri().path() != "/metrics" {
-        return reply(
-            StatusCode::NOT_FOUND,
-            "text/plain",
-            "locktrace serves /metrics\n".into(),
-        );
+    let uri = request.uri();
+    if uri.path() != "/metrics" {
+        let page = source
+            .pages
+            .as_ref()
+            .and_then(|pages| pages(uri.path(), uri.query().unwrap_or("")));
+        return match page {
+            Some((content_type, body)) => reply(StatusCode::OK, content_type, body),
+            None if source.pages.is_some() => reply(
+                StatusCode::NOT_FOUND,
+                "text/plain",
+                b"locktrace serves /metrics and /debug/pprof/mutex?pid=PID\n".to_vec(),
+            ),
+            None => reply(
+                StatusCode::NOT_FOUND,
+                "text/plain",
+                b"locktrace serves /metrics\n".to_vec(),
+            ),
+        };
     }
     // Prometheus asks for OpenMetrics; other readers (curl, promtool) get the classic text format.
     let openmetrics = request
@@ -732,13 +756,17 @@ fn respond(
                 .to_str()
                 .is_ok_and(|v| v.contains("application/openmetrics-text"))
         });
-    match source() {
-        Some(body) if openmetrics => reply(StatusCode::OK, OPENMETRICS_CONTENT_TYPE, body),
-        Some(body) => reply(StatusCode::OK, CLASSIC_CONTENT_TYPE, classic_text(&body)),
+    match (source.metrics)() {
+        Some(body) if openmetrics => reply(StatusCode::OK, OPENMETRICS_CONTENT_TYPE, body.into()),
+        Some(body) => reply(
+            StatusCode::OK,
+            CLASSIC_CONTENT_TYPE,
+            classic_text(&body).into(),
+        ),
         None => reply(
             StatusCode::INTERNAL_SERVER_ERROR,
             "text/plain",
-            "encoding the metrics failed\n".into(),
+            b"encoding the metrics failed\n".to_vec(),
         ),
     }
 }

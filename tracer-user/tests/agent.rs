@@ -14,7 +14,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::{Fixture, Flavor, fixture, locktrace};
+use common::{Fixture, Flavor, fixture, flat_and_cum, locktrace, pprof_top};
 use locktrace::{
     agent::discover::{Discovery, Selectors},
     model::ServerKind,
@@ -128,16 +128,49 @@ fn scrape(port: u16) -> String {
 
 /// A GET's body; None when nothing listens (yet) or the status is not 200.
 fn get(port: u16, path: &str) -> Option<String> {
+    get_raw(port, path).map(|body| String::from_utf8_lossy(&body).into_owned())
+}
+
+fn get_bytes(port: u16, path: &str) -> Vec<u8> {
+    get_raw(port, path).unwrap_or_else(|| panic!("GET {path} failed"))
+}
+
+fn get_raw(port: u16, path: &str) -> Option<Vec<u8>> {
     let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
     write!(
         stream,
         "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
     )
     .ok()?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).ok()?;
-    let (head, body) = response.split_once("\r\n\r\n")?;
-    head.starts_with("HTTP/1.1 200").then(|| body.to_string())
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).ok()?;
+    let split = response.windows(4).position(|w| w == b"\r\n\r\n")?;
+    let head = String::from_utf8_lossy(&response[..split]);
+    let body = &response[split + 4..];
+    // Chunked (no Content-Length): one chunk, or the size lines would remain.
+    let body = if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        dechunk(body)?
+    } else {
+        body.to_vec()
+    };
+    head.starts_with("HTTP/1.1 200").then_some(body)
+}
+
+fn dechunk(mut body: &[u8]) -> Option<Vec<u8>> {
+    let mut out = Vec::new();
+    loop {
+        let line = body.windows(2).position(|w| w == b"\r\n")?;
+        let size =
+            usize::from_str_radix(std::str::from_utf8(&body[..line]).ok()?.trim(), 16).ok()?;
+        if size == 0 {
+            return Some(out);
+        }
+        out.extend_from_slice(body.get(line + 2..line + 2 + size)?);
+        body = body.get(line + 4 + size..)?;
+    }
 }
 
 /// The Debian package's Prometheus scraping the agent every second.
@@ -332,6 +365,18 @@ fn agent_finds_labels_counts_and_follows_restarts() {
         );
     }
     assert_eq!(value(&text, "locktrace_agent_watched_processes", &[]), None);
+    // Each process's pprof profile, read by go tool pprof: its exact count.
+    for (fixture, n) in fixtures.iter().zip(per_tick) {
+        let profile = get_bytes(port, &format!("/debug/pprof/mutex?pid={}", fixture.pid()));
+        let file = scratch.path().join(format!("{}.pb.gz", fixture.pid()));
+        std::fs::write(&file, profile).unwrap();
+        let top = pprof_top(&file, "acquisitions");
+        assert_eq!(
+            flat_and_cum(&top, "lock g_lock").0,
+            u64::from(n * 100),
+            "{top}"
+        );
+    }
     // Prometheus scrapes the agent: per container, the fixtures' exact counts.
     let mut want: Vec<(String, f64)> = groups
         .iter()
