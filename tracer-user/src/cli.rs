@@ -7,7 +7,7 @@ use clap::{Parser, Subcommand};
 mod limits;
 
 use crate::{
-    compare, live, loadgen,
+    agent, compare, live, loadgen,
     model::{
         Mode, Placement, Report,
         plan::{Feature, Plan, View},
@@ -438,6 +438,100 @@ impl LiveArgs {
     }
 }
 
+/// `locktrace agent`.
+#[derive(clap::Args)]
+struct AgentArgs {
+    /// Address to listen on, e.g. 127.0.0.1:9464 or 0.0.0.0:9464.
+    #[arg(long, value_name = "ADDR", help_heading = "Output")]
+    listen: std::net::SocketAddr,
+    /// Watch processes whose executable has this file name (repeatable); with any
+    /// selector, the selected processes instead of the PHP servers.
+    #[arg(long, value_name = "NAME", help_heading = "Target")]
+    exe: Vec<String>,
+    /// Watch processes whose cgroup path contains PATTERN (repeatable), e.g. kubepods or docker-.
+    #[arg(long, value_name = "PATTERN", help_heading = "Target")]
+    cgroup: Vec<String>,
+    /// inproc (the default): exact, cheapest, writes counting stubs into each process;
+    /// all: exact, uprobes only (nothing written into processes); contention: futex waits only.
+    #[arg(
+        long,
+        value_enum,
+        default_value = "inproc",
+        help_heading = "What to count"
+    )]
+    mode: LiveModeArg,
+    /// Where the lock probes go.
+    #[arg(long, value_enum, default_value = "auto", help_heading = "Cost")]
+    placement: PlacementArg,
+    /// Lock series per process at most, the most active; the rest add up in lock="other".
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 20,
+        help_heading = "Output",
+        value_parser = limits::whole::<usize>("--max-locks", 1, None)
+    )]
+    max_locks: usize,
+    /// Locks quiet this many seconds are forgotten.
+    #[arg(
+        long,
+        value_name = "SECS",
+        default_value_t = 300,
+        help_heading = "Cost",
+        value_parser = limits::whole::<u64>("--expire-after", 1, Some(limits::MAX_EXPIRE_AFTER_S))
+    )]
+    expire_after: u64,
+    /// An exited process's series stay this many seconds (its last counts get scraped), then go.
+    #[arg(
+        long,
+        value_name = "SECS",
+        default_value_t = 60,
+        help_heading = "Output",
+        value_parser = limits::whole::<u64>("--forget-exited", 0, Some(limits::MAX_EXPIRE_AFTER_S))
+    )]
+    forget_exited: u64,
+    /// The agent's own CPU budget in percent of one core: above it the maps are read less
+    /// often (said in one line).
+    #[arg(
+        long,
+        value_name = "PERCENT",
+        default_value_t = 5.0,
+        help_heading = "Cost"
+    )]
+    max_cpu: f64,
+    /// Create this (empty) file once listening and the first scan is done.
+    #[arg(long, value_name = "PATH", help_heading = "Output")]
+    ready_file: Option<PathBuf>,
+}
+
+impl AgentArgs {
+    fn options(self) -> Result<agent::AgentOptions> {
+        if let Some(path) = &self.ready_file {
+            limits::outputs(&[("--ready-file", path)])?;
+        }
+        if !(self.max_cpu > 0.0 && self.max_cpu <= 100.0 * 1024.0) {
+            anyhow::bail!(
+                "--max-cpu {}: give a percentage above 0, e.g. 5",
+                self.max_cpu
+            );
+        }
+        Ok(agent::AgentOptions {
+            listen: self.listen,
+            selectors: agent::discover::Selectors {
+                exe: self.exe,
+                cgroup: self.cgroup,
+            },
+            mode: self.mode.into(),
+            placement: self.placement.into(),
+            max_locks: self.max_locks,
+            expire_after: Duration::from_secs(self.expire_after),
+            forget_exited: Duration::from_secs(self.forget_exited),
+            max_cpu_percent: self.max_cpu,
+            ready_file: self.ready_file,
+        })
+    }
+}
+
 /// `--request-probe`, or the default (automatic, with a hint when unrecognised).
 fn request_spec(flag: Option<&str>) -> RequestProbeSpec {
     flag.map_or(RequestProbeSpec::Default, RequestProbeSpec::parse)
@@ -582,6 +676,10 @@ enum Command {
         )]
         max_locks: usize,
     },
+    /// Watch every PHP server on the machine (FrankenPHP, thread-safe PHP) or the processes
+    /// --exe/--cgroup select, as they come and go; one Prometheus /metrics labelled by container.
+    #[command(after_help = AGENT_EXAMPLES)]
+    Agent(AgentArgs),
     /// A live full-screen table of the busiest locks, refreshed every second (s: sort, q: quit).
     #[command(after_help = TOP_EXAMPLES)]
     Top {
@@ -616,6 +714,10 @@ const COMPARE_EXAMPLES: &str = "Examples:
 const SERVE_EXAMPLES: &str = "Examples:
   locktrace serve --pid 1234 --listen 127.0.0.1:9464
   (rules and alerts for Prometheus: docs/prometheus/locktrace-rules.yml)";
+const AGENT_EXAMPLES: &str = "Examples:
+  locktrace agent --listen 0.0.0.0:9464
+  locktrace agent --listen 127.0.0.1:9464 --exe php-zts --cgroup kubepods
+  (systemd unit and DaemonSet: docs/locktrace-agent.service, docs/locktrace-agent-daemonset.yaml)";
 const TOP_EXAMPLES: &str = "Examples:
   locktrace top --pid 1234
   locktrace top --pid 1234 --mode contention";
@@ -794,6 +896,11 @@ fn run(cli: Cli) -> Result<ExitCode> {
             limits::open_files(0)?;
             limits::address_space()?;
             runtime()?.block_on(top::run(&options))
+        }
+        Command::Agent(args) => {
+            limits::open_files(64)?;
+            limits::address_space()?;
+            runtime()?.block_on(agent::run(&args.options()?))
         }
         Command::Report(args) => report_file(args),
         Command::Restore { pid } => restore(pid),

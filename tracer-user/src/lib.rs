@@ -16,6 +16,7 @@
 //! - [`record`]: one recording, end to end; [`live`]: a session that stays
 //!   attached and reports each interval;
 //! - [`serve`] (Prometheus endpoint) and [`top`] (live table), on a live session;
+//! - [`agent`]: live sessions on every PHP server (or selected process) of the machine, on one endpoint;
 //! - [`cli`]: the command line.
 pub mod model;
 
@@ -33,6 +34,7 @@ pub mod compare;
 pub mod live;
 pub mod record;
 
+pub mod agent;
 pub mod serve;
 pub mod top;
 

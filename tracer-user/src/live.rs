@@ -235,6 +235,10 @@ pub struct LiveSession {
     route_rules: Option<RouteRules>,
     /// The kernel's symbols, read at the first kernel lock contention.
     kernel_symbols: Option<Kallsyms>,
+    /// Keep each tick's report (since attach, names as known) for
+    /// [`LiveSession::take_report`] (the agent's pprof); off for serve and top.
+    pub keep_reports: bool,
+    last_report: Option<Report>,
 }
 
 impl LiveSession {
@@ -309,7 +313,15 @@ impl LiveSession {
             stacks,
             route_rules: options.php.clone(),
             kernel_symbols: None,
+            keep_reports: false,
+            last_report: None,
         })
+    }
+
+    /// The report of the last tick: every lock's counts since attach, named
+    /// as the intervals name them (with `keep_reports`).
+    pub fn take_report(&mut self) -> Option<Report> {
+        self.last_report.take()
     }
 
     /// After a `pthread_exit` of the main thread, binds the probes to a
@@ -362,6 +374,7 @@ impl LiveSession {
         let (long_waits, deadlocks) = self.name_long_waits(long_waits, deadlocks);
         // The rows added for naming only: no counts, not tracked.
         report.locks.truncate(rows);
+        self.keep_report(&report);
 
         let mut locks = Vec::new();
         let mut other_waits = Vec::new();
@@ -440,6 +453,20 @@ impl LiveSession {
             routes: self.named_routes(report.routes.take()),
             kernel_locks: report.kernel_locks.take(),
         })
+    }
+
+    /// With `keep_reports`, the tick's report under the names known so far.
+    fn keep_report(&mut self, report: &Report) {
+        if !self.keep_reports {
+            return;
+        }
+        let mut kept = report.clone();
+        for lock in &mut kept.locks {
+            if let Some(named) = self.names.get(&lock.address) {
+                lock.name = Some(named.label.clone());
+            }
+        }
+        self.last_report = Some(kept);
     }
 
     /// The kernel locks section since attach and each row's part of it

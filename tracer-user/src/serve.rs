@@ -563,8 +563,101 @@ impl SeriesSet {
     }
 }
 
+/// One process's series under constant labels (the agent's `container_id`,
+/// `pid`, …): serve's metrics, names and bounds, in a registry of its own so
+/// that a process's series go away with it.
+pub struct LabelledSeries {
+    registry: Arc<Registry>,
+    metrics: Metrics,
+    series: SeriesSet,
+}
+
+impl LabelledSeries {
+    pub fn new(
+        labels: Vec<(String, String)>,
+        max_locks: usize,
+        expire_after: Duration,
+        with_requests: bool,
+    ) -> LabelledSeries {
+        let mut registry = Registry::default();
+        let labelled = registry.sub_registry_with_labels(
+            labels
+                .into_iter()
+                .map(|(name, value)| (name.into(), label_value(&value).into())),
+        );
+        let metrics = Metrics::register(labelled, with_requests);
+        LabelledSeries {
+            registry: Arc::new(registry),
+            metrics,
+            series: SeriesSet {
+                max: max_locks,
+                expire_after,
+                activity: HashMap::new(),
+                exported: Default::default(),
+            },
+        }
+    }
+
+    /// Adds an interval, as serve does each second.
+    pub fn apply(&mut self, interval: &Interval) {
+        self.series.apply(&self.metrics, interval, Instant::now());
+        self.metrics.update(interval);
+    }
+
+    /// The registry to encode (its counters move as intervals are applied).
+    pub fn registry(&self) -> Arc<Registry> {
+        self.registry.clone()
+    }
+}
+
+/// OpenMetrics texts of several registries as one: each family's `HELP`,
+/// `TYPE` and `UNIT` once, then the samples of every text, one `# EOF`.
+pub fn merge_families(texts: &[String]) -> String {
+    let mut families: Vec<(String, Vec<&str>, Vec<&str>)> = Vec::new();
+    for text in texts {
+        let mut current: Option<usize> = None;
+        let mut fresh = false;
+        for line in text.lines() {
+            if line == "# EOF" {
+                continue;
+            }
+            if let Some(rest) = line.strip_prefix("# HELP ") {
+                let name = rest.split(' ').next().unwrap_or(rest);
+                let found = families.iter().position(|(n, ..)| n == name);
+                fresh = found.is_none();
+                let index = found.unwrap_or_else(|| {
+                    families.push((name.to_string(), Vec::new(), Vec::new()));
+                    families.len() - 1
+                });
+                current = Some(index);
+                if fresh {
+                    families[index].1.push(line);
+                }
+                continue;
+            }
+            let Some(index) = current else { continue };
+            if line.starts_with("# ") {
+                if fresh {
+                    families[index].1.push(line);
+                }
+            } else {
+                families[index].2.push(line);
+            }
+        }
+    }
+    let mut out = String::new();
+    for (_, header, samples) in &families {
+        for line in header.iter().chain(samples) {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    out.push_str("# EOF\n");
+    out
+}
+
 /// What to do when the listening address is refused.
-fn listen_hint(kind: std::io::ErrorKind) -> &'static str {
+pub fn listen_hint(kind: std::io::ErrorKind) -> &'static str {
     use std::io::ErrorKind;
     match kind {
         ErrorKind::AddrInUse => "in use: try another port",
@@ -592,6 +685,11 @@ pub async fn serve(options: &ServeOptions) -> Result<std::process::ExitCode> {
     let mut registry = Registry::default();
     let metrics = Metrics::register(&mut registry, session.has_request_probe());
     let registry = Arc::new(registry);
+    let encoded = registry.clone();
+    let source = Site {
+        metrics: Arc::new(move || encode(&encoded)),
+        pages: None,
+    };
     crate::render::output::note(format_args!(
         "locktrace: serving metrics of pid {} ({}) on http://{}/metrics: {} probes live after {} ms; Ctrl-C to stop{}",
         session.target.pid,
@@ -622,7 +720,7 @@ pub async fn serve(options: &ServeOptions) -> Result<std::process::ExitCode> {
                 // up) are closed at once, and the fds stay ours.
                 Ok((stream, _)) => {
                     if let Ok(slot) = connections.clone().try_acquire_owned() {
-                        tokio::spawn(answer(stream, registry.clone(), slot));
+                        tokio::spawn(answer(stream, source.clone(), slot));
                     }
                 }
                 // A failed accept (peer gone, fd limit) only loses that
@@ -652,15 +750,36 @@ pub const HEADER_TIMEOUT: Duration = Duration::from_secs(3);
 /// milliseconds; Prometheus reconnects).
 pub const CONNECTION_LIFETIME: Duration = Duration::from_secs(10);
 
+/// What `/metrics` answers: the OpenMetrics text now, None when encoding failed.
+pub type MetricsSource = Arc<dyn Fn() -> Option<String> + Send + Sync>;
+
+/// Other pages (the agent's pprof): (path, query) to (content type, body);
+/// None: 404.
+pub type PageSource = Arc<dyn Fn(&str, &str) -> Option<(&'static str, Vec<u8>)> + Send + Sync>;
+
+/// What a connection is answered from.
+#[derive(Clone)]
+pub struct Site {
+    pub metrics: MetricsSource,
+    pub pages: Option<PageSource>,
+}
+
+/// A registry's OpenMetrics text.
+fn encode(registry: &Registry) -> Option<String> {
+    let mut body = String::new();
+    prometheus_client::encoding::text::encode(&mut body, registry).ok()?;
+    Some(body)
+}
+
 /// Serves one connection: `/metrics`, else 404; holds its slot until closed.
-async fn answer(
+pub async fn answer(
     stream: tokio::net::TcpStream,
-    registry: Arc<Registry>,
+    source: Site,
     _slot: tokio::sync::OwnedSemaphorePermit,
 ) {
     let service = service_fn(move |request: Request<Incoming>| {
-        let registry = registry.clone();
-        async move { Ok::<_, std::convert::Infallible>(respond(&request, &registry)) }
+        let source = source.clone();
+        async move { Ok::<_, std::convert::Infallible>(respond(&request, &source)) }
     });
     // An idle client (connected, sending nothing) is closed soon.
     if tokio::time::timeout(HEADER_TIMEOUT, stream.readable())
@@ -676,8 +795,8 @@ async fn answer(
     let _ = tokio::time::timeout(CONNECTION_LIFETIME, connection).await;
 }
 
-fn respond(request: &Request<Incoming>, registry: &Registry) -> Response<Full<Bytes>> {
-    let reply = |status: StatusCode, content_type: &str, body: String| {
+fn respond(request: &Request<Incoming>, source: &Site) -> Response<Full<Bytes>> {
+    let reply = |status: StatusCode, content_type: &str, body: Vec<u8>| {
         let mut response = Response::new(Full::new(Bytes::from(body)));
         *response.status_mut() = status;
         if let Ok(value) = content_type.parse() {
@@ -687,12 +806,25 @@ fn respond(request: &Request<Incoming>, registry: &Registry) -> Response<Full<By
         }
         response
     };
-    if request.uri().path() != "/metrics" {
-        return reply(
-            StatusCode::NOT_FOUND,
-            "text/plain",
-            "locktrace serves /metrics\n".into(),
-        );
+    let uri = request.uri();
+    if uri.path() != "/metrics" {
+        let page = source
+            .pages
+            .as_ref()
+            .and_then(|pages| pages(uri.path(), uri.query().unwrap_or("")));
+        return match page {
+            Some((content_type, body)) => reply(StatusCode::OK, content_type, body),
+            None if source.pages.is_some() => reply(
+                StatusCode::NOT_FOUND,
+                "text/plain",
+                b"locktrace serves /metrics and /debug/pprof/mutex?pid=PID\n".to_vec(),
+            ),
+            None => reply(
+                StatusCode::NOT_FOUND,
+                "text/plain",
+                b"locktrace serves /metrics\n".to_vec(),
+            ),
+        };
     }
     // Prometheus asks for OpenMetrics; other readers (curl, promtool) get the classic text format.
     let openmetrics = request
@@ -704,14 +836,17 @@ fn respond(request: &Request<Incoming>, registry: &Registry) -> Response<Full<By
                 .to_str()
                 .is_ok_and(|v| v.contains("application/openmetrics-text"))
         });
-    let mut body = String::new();
-    match prometheus_client::encoding::text::encode(&mut body, registry) {
-        Ok(()) if openmetrics => reply(StatusCode::OK, OPENMETRICS_CONTENT_TYPE, body),
-        Ok(()) => reply(StatusCode::OK, CLASSIC_CONTENT_TYPE, classic_text(&body)),
-        Err(_) => reply(
+    match (source.metrics)() {
+        Some(body) if openmetrics => reply(StatusCode::OK, OPENMETRICS_CONTENT_TYPE, body.into()),
+        Some(body) => reply(
+            StatusCode::OK,
+            CLASSIC_CONTENT_TYPE,
+            classic_text(&body).into(),
+        ),
+        None => reply(
             StatusCode::INTERNAL_SERVER_ERROR,
             "text/plain",
-            "encoding the metrics failed\n".into(),
+            b"encoding the metrics failed\n".to_vec(),
         ),
     }
 }
@@ -1044,6 +1179,40 @@ mod tests {
                 "{name} is not exported:\n{exported}"
             );
         }
+    }
+
+    /// Two processes' registries under their own labels: each family once,
+    /// with both processes' samples, and the classic text still parses.
+    #[test]
+    fn labelled_series_of_several_processes_merge_into_one_exposition() {
+        let texts: Vec<String> = [("1", 5), ("2", 7)]
+            .into_iter()
+            .map(|(pid, n)| {
+                let labels = vec![("pid".to_string(), pid.to_string())];
+                let mut series = LabelledSeries::new(labels, 10, Duration::from_secs(10), false);
+                series.apply(&interval(vec![lock("g_lock", n)]));
+                encode(&series.registry()).unwrap()
+            })
+            .collect();
+        let merged = merge_families(&texts);
+        let family = "# TYPE locktrace_lock_acquisitions counter";
+        assert_eq!(merged.matches(family).count(), 1, "{merged}");
+        assert_eq!(merged.matches("# EOF").count(), 1);
+        for (pid, n) in [("1", 5), ("2", 7)] {
+            let sample = format!(
+                "locktrace_lock_acquisitions_total{{pid=\"{pid}\",lock=\"g_lock\",kind=\"mutex\",module=\"/bin/x\"}} {n}"
+            );
+            assert!(merged.contains(&sample), "{sample} missing:\n{merged}");
+        }
+        // The samples of a family follow its header, not another's.
+        let header = merged.find(family).unwrap();
+        let next_header = merged[header + family.len()..].find("# HELP").unwrap() + header;
+        let first = merged.find("locktrace_lock_acquisitions_total{").unwrap();
+        let last = merged.rfind("locktrace_lock_acquisitions_total{").unwrap();
+        assert!(
+            header < first && last < next_header + family.len(),
+            "{merged}"
+        );
     }
 
     #[test]

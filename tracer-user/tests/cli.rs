@@ -405,7 +405,7 @@ fn help_has_headings_and_examples_and_live_views_offer_only_their_modes() {
         ],
         "{record}"
     );
-    for command in ["record", "compare", "serve", "top", "report"] {
+    for command in ["record", "compare", "serve", "agent", "top", "report"] {
         let text = help(&[command]);
         assert!(
             text.contains(&format!("Examples:\n  locktrace {command} ")),
@@ -450,6 +450,30 @@ fn serve_bad_input_is_one_line() {
         locktrace().args(["serve", "--pid", &me, "--listen", &address]),
         &format!("cannot listen on {address} (in use: try another port)"),
     );
+}
+
+#[test]
+fn agent_bad_input_is_one_line() {
+    for (args, says) in [
+        (
+            vec!["--listen", "127.0.0.1:0", "--mode", "sampled"],
+            "invalid value 'sampled' for '--mode <MODE>' [possible values: all, contention, inproc]",
+        ),
+        (
+            vec!["--listen", "127.0.0.1:0", "--max-locks", "0"],
+            "--max-locks must be at least 1",
+        ),
+        (
+            vec!["--listen", "127.0.0.1:0", "--max-cpu", "0"],
+            "--max-cpu 0: give a percentage above 0, e.g. 5",
+        ),
+        (
+            vec!["--listen", "192.0.2.1:9000"],
+            "cannot listen on 192.0.2.1:9000 (not an address of this machine",
+        ),
+    ] {
+        fails_with(locktrace().arg("agent").args(&args), says);
+    }
 }
 
 /// As root, runs every test of this file again as `nobody` (what `cargo

@@ -11,7 +11,7 @@ use std::{
 /// Top-level modules, lowest layer first.
 const LAYERS: &[&str] = &[
     "model", "loadgen", "probe", "trace", "analysis", "naming", "render", "session", "compare",
-    "record", "live", "serve", "top", "cli",
+    "record", "live", "serve", "agent", "top", "cli",
 ];
 
 fn rank(module: &str) -> Option<usize> {

@@ -1,56 +1,6 @@
 //! pprof export, read back by the real `go tool pprof` (Debian golang-go).
 mod common;
-
-use std::{path::Path, process::Command};
-
 use common::*;
-
-/// `go tool pprof -top` of a profile for one sample type, with every node shown.
-fn pprof_top(profile: &Path, sample_index: &str) -> String {
-    pprof_top_unit(profile, sample_index, "minimum")
-}
-
-/// Like [`pprof_top`], with values in `unit` (`ns`: plain nanoseconds).
-fn pprof_top_unit(profile: &Path, sample_index: &str, unit: &str) -> String {
-    let output = Command::new("go")
-        .args([
-            "tool",
-            "pprof",
-            "-top",
-            "-nodefraction=0",
-            "-edgefraction=0",
-            &format!("-unit={unit}"),
-            &format!("-sample_index={sample_index}"),
-        ])
-        .arg(profile)
-        // go wants a writable home for its caches.
-        .env("HOME", std::env::temp_dir())
-        .output()
-        .expect("running go tool pprof (scripts/setup.sh installs golang-go)");
-    assert!(
-        output.status.success(),
-        "go tool pprof failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
-
-/// (flat, cum) of the node named `name` in `go tool pprof -top` output.
-fn flat_and_cum(top: &str, name: &str) -> (u64, u64) {
-    for line in top.lines() {
-        let fields: Vec<&str> = line.split_whitespace().collect();
-        // flat flat% sum% cum cum% name…
-        if fields.len() >= 6 && fields[5..].join(" ") == name {
-            let number = |text: &str| {
-                text.trim_end_matches("ns")
-                    .parse::<u64>()
-                    .unwrap_or_else(|_| panic!("{text:?} in {line:?} is not a plain count"))
-            };
-            return (number(fields[0]), number(fields[3]));
-        }
-    }
-    panic!("no node {name:?} in pprof -top:\n{top}");
-}
 
 /// fixtures/steady.c: `tick` takes g_lock 40 times a millisecond for 500
 /// ms: 20,000 acquisitions, all from `tick`.

@@ -341,6 +341,48 @@ fn frankenphp_go_function(
         }))
 }
 
+/// The PHP servers the agent watches by default, recognised as `record`
+/// recognises them ([`gather`], [`decide`]): FrankenPHP, and any other
+/// process whose PHP engine is thread-safe (ZTS: it defines
+/// `executor_globals_offset` or `tsrm_get_ls_cache`, as `--php` reads it).
+/// None for anything else.
+pub fn recognise(target: &Target) -> Option<ServerKind> {
+    let evidence = gather(target);
+    let (server, module, ..) = decide(&evidence).ok()?;
+    if server == ServerKind::Frankenphp {
+        return Some(server);
+    }
+    defines_any(target, &module, &ZTS_SYMBOLS).then_some(server)
+}
+
+/// Whether `module` defines one of `names` (a function or a variable).
+fn defines_any(target: &Target, module: &str, names: &[&str]) -> bool {
+    use object::{Object, ObjectSymbol};
+    let Ok(file) = target.module_file(module) else {
+        return false;
+    };
+    let Ok(elf) = file.elf() else {
+        return false;
+    };
+    elf.symbols().chain(elf.dynamic_symbols()).any(|symbol| {
+        symbol.is_definition() && symbol.name().is_ok_and(|name| names.contains(&name))
+    })
+}
+
+/// Defined by a thread-safe (ZTS) PHP engine only (NTS has `executor_globals`).
+const ZTS_SYMBOLS: [&str; 2] = ["executor_globals_offset", "tsrm_get_ls_cache"];
+
+/// Cheap pre-check before [`recognise`] reads symbols: the executable's
+/// name says PHP (`frankenphp`, `php`, a static build), or a libphp is mapped.
+pub fn may_be_php(exe: &str, maps: &str) -> bool {
+    file_name(exe).contains("php")
+        || maps.lines().any(|line| {
+            line.rsplit('/')
+                .next()
+                .is_some_and(|name| name.starts_with("libphp"))
+        })
+}
+
 fn looks_like_libphp(module: &Module) -> bool {
     module.file_name().starts_with("libphp")
         || module

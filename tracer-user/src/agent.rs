@@ -1,0 +1,491 @@
+//! `locktrace agent`: every PHP server on the machine (or the processes
+//! `--exe`/`--cgroup` select), found by a /proc scan every 500 ms, attached
+//! in a live session each, released when it exits (a restart is a new pid,
+//! found again at the next scan), on one Prometheus `/metrics` with serve's
+//! metric names plus labels saying which process and container.
+//!
+//! One thread owns the sessions (scan, attach, read, release); the HTTP
+//! side only encodes the registries it is handed. The agent measures its own
+//! CPU: above `--max-cpu` it reads the maps less often (the counts stay
+//! exact: they are totals in the maps) and says so in one line.
+pub mod discover;
+pub mod labels;
+
+use std::{
+    collections::{BTreeMap, HashSet},
+    net::SocketAddr,
+    sync::{
+        Arc, Mutex, PoisonError,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use anyhow::Result;
+use prometheus_client::{metrics::gauge::Gauge, registry::Registry};
+
+use crate::{
+    live::{self, LiveOptions, LiveSession},
+    model::{Mode, Placement, Report},
+    probe::request_auto::RequestProbeSpec,
+    render::output::note,
+    serve::{self, LabelledSeries, MetricsSource, PageSource, Site},
+};
+
+use discover::{Discovery, Found, Selectors};
+
+/// How often /proc is scanned for new and exited processes.
+pub const SCAN_EVERY: Duration = Duration::from_millis(500);
+/// The maps are read this often, and at most [`SLOWEST_READ`] apart when shedding.
+const READ_EVERY: Duration = Duration::from_secs(1);
+const SLOWEST_READ: Duration = Duration::from_secs(8);
+/// The agent's CPU is compared with `--max-cpu` over this window.
+const CPU_WINDOW: Duration = Duration::from_secs(10);
+
+#[derive(Debug, Clone)]
+pub struct AgentOptions {
+    pub listen: SocketAddr,
+    pub selectors: Selectors,
+    pub mode: Mode,
+    pub placement: Placement,
+    /// Lock series per process at most (plus `lock="other"`).
+    pub max_locks: usize,
+    /// Locks quiet this long are forgotten (as serve's `--expire-after`).
+    pub expire_after: Duration,
+    /// An exited process's series stay this long (the last counts get scraped).
+    pub forget_exited: Duration,
+    /// The agent's CPU budget, in percent of one core.
+    pub max_cpu_percent: f64,
+    /// Created (empty) once the listener is up and the first scan is done.
+    pub ready_file: Option<std::path::PathBuf>,
+}
+
+/// The label names of a process's series, in order.
+pub const LABELS: [&str; 6] = ["container_id", "runtime", "pod_uid", "pid", "exe", "server"];
+
+/// A process's constant labels (empty values where unknown).
+pub fn process_labels(found: &Found) -> Vec<(String, String)> {
+    let container = labels::container(&found.cgroup);
+    let values = [
+        container.as_ref().map(|c| c.id.clone()).unwrap_or_default(),
+        container
+            .as_ref()
+            .map(|c| c.runtime.to_string())
+            .unwrap_or_default(),
+        labels::pod_uid(&found.cgroup).unwrap_or_default(),
+        found.pid.to_string(),
+        discover::exe_name(&found.exe).to_string(),
+        found.server.map(|s| s.to_string()).unwrap_or_default(),
+    ];
+    LABELS
+        .iter()
+        .map(|name| name.to_string())
+        .zip(values)
+        .collect()
+}
+
+/// What the HTTP side encodes: each process's registry (live or recently
+/// exited) and the agent's own.
+#[derive(Default)]
+struct Shared {
+    processes: BTreeMap<u32, Arc<Registry>>,
+    /// Each process's counts since attach, for its pprof profile.
+    reports: BTreeMap<u32, Arc<Report>>,
+}
+
+/// The agent's own gauges.
+#[derive(Clone, Default)]
+struct AgentGauges {
+    cpu_seconds: Gauge<f64, AtomicU64>,
+    watched: Gauge,
+    read_interval_seconds: Gauge<f64, AtomicU64>,
+}
+
+impl AgentGauges {
+    fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "locktrace_agent_cpu_seconds",
+            "The agent's own CPU time (user + system) since start",
+            self.cpu_seconds.clone(),
+        );
+        registry.register(
+            "locktrace_agent_watched_processes",
+            "Processes the agent has attached to now",
+            self.watched.clone(),
+        );
+        registry.register(
+            "locktrace_agent_read_interval_seconds",
+            "How often the maps are read now (above 1 s: shedding work over --max-cpu)",
+            self.read_interval_seconds.clone(),
+        );
+    }
+}
+
+/// The process's CPU time (user + system) in seconds, from /proc/self/stat.
+pub fn own_cpu_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the command name (which may hold spaces): utime and stime are 14 and 15.
+    let rest = stat.rsplit_once(')')?.1;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    (per_second > 0).then(|| ticks as f64 / per_second as f64)
+}
+
+pub async fn run(options: &AgentOptions) -> Result<std::process::ExitCode> {
+    let stop_signal = live::stop_requested();
+    tokio::pin!(stop_signal);
+    let listener = tokio::net::TcpListener::bind(options.listen)
+        .await
+        .map_err(|error| {
+            anyhow::anyhow!(
+                "cannot listen on {} ({}): {error}",
+                options.listen,
+                serve::listen_hint(error.kind())
+            )
+        })?;
+    let shared = Arc::new(Mutex::new(Shared::default()));
+    let gauges = AgentGauges::default();
+    let mut own = Registry::default();
+    gauges.register(&mut own);
+    let source = Site {
+        metrics: metrics_source(shared.clone(), Arc::new(own)),
+        pages: Some(pprof_pages(shared.clone())),
+    };
+    note(format_args!(
+        "locktrace: agent serving http://{}/metrics, scanning /proc every {} ms for {}; Ctrl-C to stop",
+        listener.local_addr()?,
+        SCAN_EVERY.as_millis(),
+        describe(&options.selectors)
+    ));
+    let stop = Arc::new(AtomicBool::new(false));
+    let watcher = {
+        let (options, shared, stop) = (options.clone(), shared.clone(), stop.clone());
+        std::thread::Builder::new()
+            .name("locktrace-agent".into())
+            .spawn(move || Watcher::new(options, shared, gauges).run(&stop))?
+    };
+    let connections = Arc::new(tokio::sync::Semaphore::new(serve::MAX_CONNECTIONS));
+    let result = loop {
+        tokio::select! {
+            result = &mut stop_signal => break result,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => {
+                    if let Ok(slot) = connections.clone().try_acquire_owned() {
+                        tokio::spawn(serve::answer(stream, source.clone(), slot));
+                    }
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+            },
+        }
+    };
+    stop.store(true, Ordering::Relaxed);
+    // The sessions detach (and inproc's GOT entries switch back) as the thread ends.
+    let _ = tokio::task::spawn_blocking(move || watcher.join()).await;
+    result.map(|()| std::process::ExitCode::SUCCESS)
+}
+
+fn describe(selectors: &Selectors) -> String {
+    let mut parts: Vec<String> = selectors.exe.iter().map(|e| format!("--exe {e}")).collect();
+    parts.extend(selectors.cgroup.iter().map(|c| format!("--cgroup {c}")));
+    if parts.is_empty() {
+        "FrankenPHP and thread-safe PHP".into()
+    } else {
+        parts.join(", ")
+    }
+}
+
+/// `/metrics`: every registry encoded, the families merged.
+fn metrics_source(shared: Arc<Mutex<Shared>>, own: Arc<Registry>) -> MetricsSource {
+    Arc::new(move || {
+        let registries: Vec<Arc<Registry>> = {
+            let shared = shared.lock().unwrap_or_else(PoisonError::into_inner);
+            shared.processes.values().cloned().collect()
+        };
+        let mut texts = Vec::with_capacity(registries.len() + 1);
+        for registry in registries.iter().chain([&own]) {
+            let mut text = String::new();
+            prometheus_client::encoding::text::encode(&mut text, registry).ok()?;
+            texts.push(text);
+        }
+        Some(serve::merge_families(&texts))
+    })
+}
+
+/// `/debug/pprof/mutex?pid=PID`: the process's mutex profile since attach
+/// (gzipped pprof, as `record --pprof` writes it).
+fn pprof_pages(shared: Arc<Mutex<Shared>>) -> PageSource {
+    Arc::new(move |path, query| {
+        if path != PPROF_PATH {
+            return None;
+        }
+        let pid: u32 = query
+            .split('&')
+            .find_map(|pair| pair.strip_prefix("pid="))?
+            .parse()
+            .ok()?;
+        let report = shared
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .reports
+            .get(&pid)?
+            .clone();
+        let mut body = Vec::new();
+        crate::render::pprof::write(&report, &mut body).ok()?;
+        Some(("application/octet-stream", body))
+    })
+}
+
+/// Where each process's pprof profile is served (`?pid=PID`).
+pub const PPROF_PATH: &str = "/debug/pprof/mutex";
+
+struct Watched {
+    session: LiveSession,
+    series: LabelledSeries,
+    found: Found,
+}
+
+/// The thread that owns the sessions.
+struct Watcher {
+    options: AgentOptions,
+    shared: Arc<Mutex<Shared>>,
+    gauges: AgentGauges,
+    discovery: Discovery,
+    watched: BTreeMap<u32, Watched>,
+    /// Exited processes whose series are still exported, and since when.
+    exited: Vec<(u32, Instant)>,
+    read_every: Duration,
+    /// CPU seconds and time at the start of the current budget window.
+    window: (f64, Instant),
+    started: (f64, Instant),
+}
+
+impl Watcher {
+    fn new(options: AgentOptions, shared: Arc<Mutex<Shared>>, gauges: AgentGauges) -> Watcher {
+        let cpu = own_cpu_seconds().unwrap_or(0.0);
+        Watcher {
+            discovery: Discovery::new(options.selectors.clone()),
+            options,
+            shared,
+            gauges,
+            watched: BTreeMap::new(),
+            exited: Vec::new(),
+            read_every: READ_EVERY,
+            window: (cpu, Instant::now()),
+            started: (cpu, Instant::now()),
+        }
+    }
+
+    fn run(mut self, stop: &AtomicBool) {
+        let mut next_read = Instant::now() + self.read_every;
+        let mut first = true;
+        while !stop.load(Ordering::Relaxed) {
+            let scan_start = Instant::now();
+            self.release_exited();
+            let watched: HashSet<u32> = self.watched.keys().copied().collect();
+            for found in self.discovery.scan(&watched) {
+                self.attach(found);
+            }
+            if first {
+                first = false;
+                if let Some(path) = &self.options.ready_file
+                    && let Err(error) = crate::record::signal_ready(path)
+                {
+                    note(format_args!("locktrace: agent: {error}"));
+                }
+            }
+            if Instant::now() >= next_read {
+                self.read_all();
+                next_read = Instant::now() + self.read_every;
+            }
+            self.forget_exited();
+            self.budget();
+            let next = scan_start + SCAN_EVERY;
+            while !stop.load(Ordering::Relaxed) && Instant::now() < next {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        let (cpu, since) = self.started;
+        let used = own_cpu_seconds().unwrap_or(cpu) - cpu;
+        let wall = since.elapsed().as_secs_f64();
+        note(format_args!(
+            "locktrace: agent used {used:.2} s of CPU in {wall:.1} s ({:.2}% of one core); detaching from {} processes",
+            100.0 * used / wall.max(1e-3),
+            self.watched.len()
+        ));
+    }
+
+    fn attach(&mut self, found: Found) {
+        let options = LiveOptions {
+            pid: found.pid,
+            mode: self.options.mode,
+            placement: self.options.placement,
+            // Requests are counted where locktrace knows the server.
+            request_probe: match found.server {
+                Some(_) => RequestProbeSpec::Default,
+                None => RequestProbeSpec::Off,
+            },
+            expire_after: self.options.expire_after,
+            ready_file: None,
+            // The CPU sampler's perf events per CPU per process cost more
+            // than the counting: off in the always-on agent.
+            cpu_hz: None,
+            stacks: false,
+            php: None,
+        };
+        let labels = process_labels(&found);
+        let shown = labels
+            .iter()
+            .filter(|(_, value)| !value.is_empty())
+            .map(|(name, value)| format!("{name}={value}"))
+            .collect::<Vec<_>>()
+            .join(" ");
+        match LiveSession::attach(&options) {
+            Ok(mut session) => {
+                session.keep_reports = true;
+                note(format_args!(
+                    "locktrace: agent: watching pid {} ({shown}) in {} mode: {} probes live after {} ms",
+                    found.pid, self.options.mode, session.probe_count, session.attach_ms
+                ));
+                let series = LabelledSeries::new(
+                    labels,
+                    self.options.max_locks,
+                    self.options.expire_after,
+                    session.has_request_probe(),
+                );
+                self.publish(found.pid, Some(series.registry()));
+                // Attaching is setup, not the steady cost the budget bounds
+                // (reading less often would not make it cheaper).
+                self.window = (own_cpu_seconds().unwrap_or(0.0), Instant::now());
+                self.watched.insert(
+                    found.pid,
+                    Watched {
+                        session,
+                        series,
+                        found,
+                    },
+                );
+            }
+            Err(error) => note(format_args!(
+                "locktrace: agent: not watching pid {} ({shown}): {error:#}",
+                found.pid
+            )),
+        }
+        self.gauges.watched.set(self.watched.len() as i64);
+    }
+
+    fn publish(&self, pid: u32, registry: Option<Arc<Registry>>) {
+        let mut shared = self.shared.lock().unwrap_or_else(PoisonError::into_inner);
+        match registry {
+            Some(registry) => shared.processes.insert(pid, registry),
+            None => {
+                shared.reports.remove(&pid);
+                shared.processes.remove(&pid)
+            }
+        };
+    }
+
+    /// Releases the processes that exited, after reading their last counts.
+    fn release_exited(&mut self) {
+        let gone: Vec<u32> = self
+            .watched
+            .iter()
+            .filter(|(_, w)| !w.session.target.is_alive())
+            .map(|(pid, _)| *pid)
+            .collect();
+        for pid in gone {
+            let Some(mut watched) = self.watched.remove(&pid) else {
+                continue;
+            };
+            // The maps outlive the process: its last counts are still there.
+            if let Ok(interval) = watched.session.tick() {
+                watched.series.apply(&interval);
+                self.keep_report(pid, &mut watched.session);
+            }
+            note(format_args!(
+                "locktrace: agent: pid {pid} ({}) exited: released; its series go in {} s",
+                discover::exe_name(&watched.found.exe),
+                self.options.forget_exited.as_secs()
+            ));
+            self.exited.push((pid, Instant::now()));
+            // Detaching takes seconds under load: off the scanning thread,
+            // so a restart is found and attached meanwhile.
+            let session = watched.session;
+            let _ = std::thread::Builder::new()
+                .name("locktrace-release".into())
+                .spawn(move || drop(session));
+        }
+        self.gauges.watched.set(self.watched.len() as i64);
+    }
+
+    fn forget_exited(&mut self) {
+        let forget_exited = self.options.forget_exited;
+        let (old, kept): (Vec<_>, Vec<_>) = self
+            .exited
+            .drain(..)
+            .partition(|(_, at)| at.elapsed() >= forget_exited);
+        self.exited = kept;
+        for (pid, _) in old {
+            // A new process with the same pid has its own registry by now.
+            if !self.watched.contains_key(&pid) {
+                self.publish(pid, None);
+            }
+        }
+    }
+
+    fn keep_report(&self, pid: u32, session: &mut LiveSession) {
+        if let Some(report) = session.take_report() {
+            let mut shared = self.shared.lock().unwrap_or_else(PoisonError::into_inner);
+            shared.reports.insert(pid, Arc::new(report));
+        }
+    }
+
+    fn read_all(&mut self) {
+        let mut watched = std::mem::take(&mut self.watched);
+        for (pid, watched) in watched.iter_mut() {
+            match watched.session.tick() {
+                Ok(interval) => {
+                    watched.series.apply(&interval);
+                    self.keep_report(*pid, &mut watched.session);
+                }
+                Err(error) => note(format_args!(
+                    "locktrace: agent: reading pid {pid}'s counts failed: {error:#}"
+                )),
+            }
+        }
+        self.watched = watched;
+        if let Some(cpu) = own_cpu_seconds() {
+            self.gauges.cpu_seconds.set(cpu - self.started.0);
+        }
+    }
+
+    /// Over `--max-cpu` in the last window: read the maps half as often
+    /// (down to every [`SLOWEST_READ`]); well under it: back towards 1 s.
+    fn budget(&mut self) {
+        let (cpu_then, then) = self.window;
+        if then.elapsed() < CPU_WINDOW {
+            return;
+        }
+        let Some(cpu) = own_cpu_seconds() else { return };
+        let percent = 100.0 * (cpu - cpu_then) / then.elapsed().as_secs_f64();
+        self.window = (cpu, Instant::now());
+        let before = self.read_every;
+        if percent > self.options.max_cpu_percent && self.read_every < SLOWEST_READ {
+            self.read_every *= 2;
+        } else if percent < self.options.max_cpu_percent / 4.0 && self.read_every > READ_EVERY {
+            self.read_every /= 2;
+        }
+        if self.read_every != before {
+            note(format_args!(
+                "locktrace: agent: {percent:.1}% of a core over {} s (--max-cpu {}): reading the maps every {} s instead of {} s; counts stay exact, series move less often",
+                CPU_WINDOW.as_secs(),
+                self.options.max_cpu_percent,
+                self.read_every.as_secs(),
+                before.as_secs()
+            ));
+        }
+        self.gauges
+            .read_interval_seconds
+            .set(self.read_every.as_secs_f64());
+    }
+}

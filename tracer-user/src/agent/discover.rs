@@ -1,0 +1,144 @@
+//! Finding the processes to watch: a scan of /proc, each process judged once
+//! per executable (an `exec` gets it judged again).
+use std::collections::{HashMap, HashSet};
+
+use crate::{
+    model::ServerKind,
+    probe::{request_auto, target::Target},
+};
+
+/// `--exe` and `--cgroup`: with any, the processes they match instead of
+/// the PHP servers.
+#[derive(Debug, Clone, Default)]
+pub struct Selectors {
+    /// Executable file names (`frankenphp`, `php-fpm8.3`).
+    pub exe: Vec<String>,
+    /// Strings the cgroup path contains (`kubepods`, `docker-`).
+    pub cgroup: Vec<String>,
+}
+
+impl Selectors {
+    fn any(&self) -> bool {
+        !self.exe.is_empty() || !self.cgroup.is_empty()
+    }
+
+    fn matches(&self, exe: &str, cgroup: &str) -> bool {
+        let name = exe_name(exe);
+        self.exe.iter().any(|wanted| wanted == name)
+            || self.cgroup.iter().any(|pattern| cgroup.contains(pattern))
+    }
+}
+
+/// The file name of `/proc/PID/exe`'s target, without ` (deleted)`.
+pub fn exe_name(exe: &str) -> &str {
+    let exe = exe.strip_suffix(" (deleted)").unwrap_or(exe);
+    exe.rsplit('/').next().unwrap_or(exe)
+}
+
+/// A process to watch.
+#[derive(Debug, Clone)]
+pub struct Found {
+    pub pid: u32,
+    pub exe: String,
+    /// Its cgroup path (v2, or the v1 hierarchy naming a container).
+    pub cgroup: String,
+    /// The PHP server it was recognised as, if it was.
+    pub server: Option<ServerKind>,
+}
+
+pub struct Discovery {
+    selectors: Selectors,
+    /// Every process seen, with the executable it was judged with.
+    judged: HashMap<u32, String>,
+    own_pid: u32,
+}
+
+impl Discovery {
+    pub fn new(selectors: Selectors) -> Discovery {
+        Discovery {
+            selectors,
+            judged: HashMap::new(),
+            own_pid: std::process::id(),
+        }
+    }
+
+    /// The processes newly matching since the previous scan (`watched` are
+    /// skipped). A process is judged again only when its executable changed.
+    pub fn scan(&mut self, watched: &HashSet<u32>) -> Vec<Found> {
+        let Ok(entries) = std::fs::read_dir("/proc") else {
+            return Vec::new();
+        };
+        let mut present = HashSet::new();
+        let mut found = Vec::new();
+        for entry in entries.flatten() {
+            let Some(pid) = entry
+                .file_name()
+                .to_str()
+                .and_then(|n| n.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            present.insert(pid);
+            if pid == self.own_pid || watched.contains(&pid) {
+                continue;
+            }
+            // Kernel threads have no executable.
+            let Ok(exe) = std::fs::read_link(format!("/proc/{pid}/exe")) else {
+                continue;
+            };
+            let exe = exe.to_string_lossy().into_owned();
+            if self.judged.get(&pid) == Some(&exe) {
+                continue;
+            }
+            self.judged.insert(pid, exe.clone());
+            if let Some(process) = self.judge(pid, exe) {
+                found.push(process);
+            }
+        }
+        self.judged.retain(|pid, _| present.contains(pid));
+        found
+    }
+
+    fn judge(&self, pid: u32, exe: String) -> Option<Found> {
+        let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
+        let cgroup = super::labels::cgroup_path(&cgroup)
+            .unwrap_or("")
+            .to_string();
+        let server = if self.selectors.any() {
+            if !self.selectors.matches(&exe, &cgroup) {
+                return None;
+            }
+            None
+        } else {
+            let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
+            if !request_auto::may_be_php(&exe, &maps) {
+                return None;
+            }
+            Some(request_auto::recognise(&Target::open(pid).ok()?)?)
+        };
+        Some(Found {
+            pid,
+            exe,
+            cgroup,
+            server,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn selectors_match_the_file_name_or_a_cgroup_substring() {
+        let selectors = Selectors {
+            exe: vec!["frankenphp".into()],
+            cgroup: vec!["kubepods".into()],
+        };
+        assert!(selectors.matches("/usr/local/bin/frankenphp", "/"));
+        assert!(selectors.matches("/usr/local/bin/frankenphp (deleted)", "/"));
+        assert!(!selectors.matches("/usr/local/bin/frankenphp-old", "/system.slice"));
+        assert!(selectors.matches("/usr/bin/php", "/kubepods.slice/x"));
+        assert!(!Selectors::default().any());
+    }
+}

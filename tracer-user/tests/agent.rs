@@ -1,0 +1,528 @@
+//! `locktrace agent` on three fixtures in three cgroups the test makes, named
+//! as docker, containerd (under a Kubernetes pod slice) and cri-o name
+//! theirs: found by `--exe` without pids, every series labelled with its
+//! container, exact counts, one fixture restarted (attached again within
+//! 2 s, counted from then on) and the exited one's series gone after
+//! `--forget-exited`. Needs root (BPF, cgroup v2).
+mod common;
+
+use std::{
+    io::{BufRead, BufReader, Read, Write},
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use common::{Fixture, Flavor, fixture, flat_and_cum, locktrace, pprof_top};
+use locktrace::{
+    agent::discover::{Discovery, Selectors},
+    model::ServerKind,
+};
+use std::collections::HashSet;
+
+const POD: &str = "6c1a0f3e-2b4d-4e8f-9a1b-3c5d7e9f0a2b";
+/// Seconds an exited process's series stay (`--forget-exited`).
+const FORGET_EXITED_S: u64 = 2;
+
+/// A 64-digit container ID, different per index and per run.
+fn container_id(index: u32) -> String {
+    format!("{:08x}{index:056x}", std::process::id())
+}
+
+/// The cgroup v2 root: /sys/fs/cgroup, or a cgroup2 mount the test makes.
+fn cgroup_root() -> PathBuf {
+    let root = PathBuf::from("/sys/fs/cgroup");
+    if root.join("cgroup.procs").exists() && root.join("cgroup.controllers").exists() {
+        return root;
+    }
+    // cgroup v1 or hybrid: a cgroup2 hierarchy of our own (kept mounted for the next run).
+    let mount = PathBuf::from("/tmp/locktrace-agent-cgroup2");
+    if mount.join("cgroup.procs").exists() {
+        return mount;
+    }
+    std::fs::create_dir_all(&mount).unwrap();
+    let status = Command::new("mount")
+        .args(["-t", "cgroup2", "none"])
+        .arg(&mount)
+        .status()
+        .unwrap();
+    assert!(status.success(), "mounting cgroup2 failed");
+    mount
+}
+
+/// The three cgroups, as the runtimes name them (relative to the root).
+fn cgroups(top: &str) -> Vec<(String, String)> {
+    let pod = POD.replace('-', "_");
+    vec![
+        (
+            container_id(1),
+            format!("{top}/docker-{}.scope", container_id(1)),
+        ),
+        (
+            container_id(2),
+            format!(
+                "{top}/kubepods-burstable-pod{pod}.slice/cri-containerd-{}.scope",
+                container_id(2)
+            ),
+        ),
+        (
+            container_id(3),
+            format!("{top}/crio-{}.scope", container_id(3)),
+        ),
+    ]
+}
+
+/// `steady PER_TICK 100 60` started in `cgroup` (moved there before it execs,
+/// as runtimes do, so it is never seen outside it).
+fn spawn_in(cgroup: &Path, binary: &Path, per_tick: u32) -> Fixture {
+    let procs = cgroup.join("cgroup.procs");
+    Fixture::spawn_command(
+        Command::new("sh")
+            .arg("-c")
+            .arg("echo $$ > \"$0\" && exec \"$@\"")
+            .arg(&procs)
+            .arg(binary)
+            .args([&per_tick.to_string(), "100", "60"]),
+    )
+}
+
+/// The agent's stderr lines, each with when it arrived.
+type Lines = Arc<Mutex<Vec<(Instant, String)>>>;
+
+fn collect_stderr(child: &mut Child) -> Lines {
+    let lines: Lines = Arc::default();
+    let stderr = child.stderr.take().unwrap();
+    let sink = lines.clone();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            eprintln!("agent: {line}");
+            sink.lock().unwrap().push((Instant::now(), line));
+        }
+    });
+    lines
+}
+
+fn wait_for_line(lines: &Lines, needle: &str, budget: Duration) -> (Instant, String) {
+    let deadline = Instant::now() + budget;
+    loop {
+        if let Some(found) = lines
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|(_, line)| line.contains(needle))
+        {
+            return found.clone();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no agent line with {needle:?} in {budget:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn scrape(port: u16) -> String {
+    get(port, "/metrics").expect("the agent answers /metrics")
+}
+
+/// A GET's body; None when nothing listens (yet) or the status is not 200.
+fn get(port: u16, path: &str) -> Option<String> {
+    get_raw(port, path).map(|body| String::from_utf8_lossy(&body).into_owned())
+}
+
+fn get_bytes(port: u16, path: &str) -> Vec<u8> {
+    get_raw(port, path).unwrap_or_else(|| panic!("GET {path} failed"))
+}
+
+fn get_raw(port: u16, path: &str) -> Option<Vec<u8>> {
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).ok()?;
+    let split = response.windows(4).position(|w| w == b"\r\n\r\n")?;
+    let head = String::from_utf8_lossy(&response[..split]);
+    let body = &response[split + 4..];
+    // Chunked (no Content-Length): one chunk, or the size lines would remain.
+    let body = if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        dechunk(body)?
+    } else {
+        body.to_vec()
+    };
+    head.starts_with("HTTP/1.1 200").then_some(body)
+}
+
+fn dechunk(mut body: &[u8]) -> Option<Vec<u8>> {
+    let mut out = Vec::new();
+    loop {
+        let line = body.windows(2).position(|w| w == b"\r\n")?;
+        let size =
+            usize::from_str_radix(std::str::from_utf8(&body[..line]).ok()?.trim(), 16).ok()?;
+        if size == 0 {
+            return Some(out);
+        }
+        out.extend_from_slice(body.get(line + 2..line + 2 + size)?);
+        body = body.get(line + 4 + size..)?;
+    }
+}
+
+/// The Debian package's Prometheus scraping the agent every second.
+fn start_prometheus(agent_port: u16, dir: &Path) -> (Child, u16) {
+    let config = dir.join("prometheus.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "global: {{scrape_interval: 1s}}\nscrape_configs:\n  - job_name: locktrace-agent\n    static_configs: [{{targets: ['127.0.0.1:{agent_port}']}}]\n"
+        ),
+    )
+    .unwrap();
+    let port = free_port();
+    let child = Command::new("prometheus")
+        .arg(format!("--config.file={}", config.display()))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            dir.join("data").display()
+        ))
+        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("prometheus (apt-get install prometheus)");
+    (child, port)
+}
+
+/// `sum by (container_id) (locktrace_lock_acquisitions_total{lock="g_lock", …})`
+/// from Prometheus, once it equals `want` (it scrapes every second).
+fn wait_for_promql(port: u16, selector: &str, want: &[(String, f64)]) {
+    let query = format!("sum by (container_id) (locktrace_lock_acquisitions_total{{{selector}}})");
+    let encoded: String = query
+        .bytes()
+        .map(|b| match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'_' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut last = String::new();
+    while Instant::now() < deadline {
+        if let Some(body) = get(port, &format!("/api/v1/query?query={encoded}")) {
+            let json: serde_json::Value = serde_json::from_str(&body).unwrap();
+            let mut got: Vec<(String, f64)> = json["data"]["result"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|row| {
+                    let id = row["metric"]["container_id"].as_str()?.to_string();
+                    Some((id, row["value"][1].as_str()?.parse().ok()?))
+                })
+                .collect();
+            got.sort_by(|a, b| a.0.cmp(&b.0));
+            if got == want {
+                return;
+            }
+            last = body;
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    panic!("PromQL {query} never gave {want:?}; last answer: {last}");
+}
+
+/// The value of `metric` on the series carrying all `labels`.
+fn value(text: &str, metric: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    text.lines().find_map(|line| {
+        let rest = line.strip_prefix(metric)?.strip_prefix('{')?;
+        let (set, number) = rest.rsplit_once("} ")?;
+        labels
+            .iter()
+            .all(|(name, value)| set.contains(&format!("{name}=\"{value}\"")))
+            .then(|| number.trim().parse().ok())?
+    })
+}
+
+/// Scrapes until `metric` on `labels` reads `want` (the agent reads the maps every second).
+fn wait_for_value(port: u16, metric: &str, labels: &[(&str, &str)], want: f64) -> String {
+    let deadline = Instant::now() + Duration::from_secs(6);
+    loop {
+        let text = scrape(port);
+        let got = value(&text, metric, labels);
+        if got == Some(want) {
+            return text;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{metric} {labels:?} is {got:?}, not {want}:\n{text}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[test]
+fn agent_finds_labels_counts_and_follows_restarts() {
+    let binary = fixture("steady", Flavor::Glibc);
+    let exe = binary.file_name().unwrap().to_str().unwrap().to_string();
+    let root = cgroup_root();
+    let top = format!("locktrace-test-{}.slice", std::process::id());
+    let groups = cgroups(&top);
+    let mut cleanup = Cleanup {
+        agent: None,
+        prometheus: None,
+        pids: Vec::new(),
+        dirs: Vec::new(),
+    };
+    for (_, path) in &groups {
+        std::fs::create_dir_all(root.join(path)).unwrap();
+        cleanup.dirs.push(root.join(path));
+    }
+    cleanup.dirs.push(root.join(&top).join(format!(
+        "kubepods-burstable-pod{}.slice",
+        POD.replace('-', "_")
+    )));
+    cleanup.dirs.push(root.join(&top));
+    let per_tick = [10u32, 20, 30];
+    let mut fixtures: Vec<Fixture> = groups
+        .iter()
+        .zip(per_tick)
+        .map(|((_, path), n)| spawn_in(&root.join(path), &binary, n))
+        .collect();
+    cleanup.pids.extend(fixtures.iter().map(|f| f.pid()));
+    let port = free_port();
+    let mut agent = locktrace()
+        .args(["agent", "--listen", &format!("127.0.0.1:{port}")])
+        .args([
+            "--exe",
+            &exe,
+            "--forget-exited",
+            &FORGET_EXITED_S.to_string(),
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = collect_stderr(&mut agent);
+    let agent_pid = agent.id() as i32;
+    cleanup.agent = Some(agent);
+    let scratch = tempfile::tempdir().unwrap();
+    let (prometheus, prometheus_port) = start_prometheus(port, scratch.path());
+    cleanup.prometheus = Some(prometheus);
+
+    // Found without pids given, each in its container.
+    for (fixture, (id, _)) in fixtures.iter().zip(&groups) {
+        let (_, line) = wait_for_line(
+            &lines,
+            &format!("watching pid {} (", fixture.pid()),
+            Duration::from_secs(20),
+        );
+        assert!(line.contains(&format!("container_id={id}")), "{line}");
+    }
+    for (fixture, n) in fixtures.iter_mut().zip(per_tick) {
+        fixture.start();
+        assert_eq!(fixture.read_line().unwrap(), format!("done {}", n * 100));
+    }
+    // Exact counts per container, and every process series labelled.
+    let mut text = String::new();
+    for ((id, _), (fixture, n)) in groups.iter().zip(fixtures.iter().zip(per_tick)) {
+        let pid = fixture.pid().to_string();
+        let labels = [
+            ("container_id", id.as_str()),
+            ("pid", &pid),
+            ("lock", "g_lock"),
+        ];
+        text = wait_for_value(
+            port,
+            "locktrace_lock_acquisitions_total",
+            &labels,
+            f64::from(n * 100),
+        );
+    }
+    assert!(text.contains(&format!("pod_uid=\"{POD}\"")), "{text}");
+    assert!(text.contains("runtime=\"cri-o\""), "{text}");
+    let ids: Vec<&str> = groups.iter().map(|(id, _)| id.as_str()).collect();
+    let samples: Vec<&str> = text
+        .lines()
+        .filter(|line| !line.starts_with('#') && !line.starts_with("locktrace_agent_"))
+        .collect();
+    assert!(samples.len() >= 3 * 10, "{text}");
+    for sample in samples {
+        assert!(
+            ids.iter()
+                .any(|id| sample.contains(&format!("container_id=\"{id}\""))),
+            "a series without its container: {sample}"
+        );
+    }
+    assert_eq!(value(&text, "locktrace_agent_watched_processes", &[]), None);
+    // Each process's pprof profile, read by go tool pprof: its exact count.
+    for (fixture, n) in fixtures.iter().zip(per_tick) {
+        let profile = get_bytes(port, &format!("/debug/pprof/mutex?pid={}", fixture.pid()));
+        let file = scratch.path().join(format!("{}.pb.gz", fixture.pid()));
+        std::fs::write(&file, profile).unwrap();
+        let top = pprof_top(&file, "acquisitions");
+        assert_eq!(
+            flat_and_cum(&top, "lock g_lock").0,
+            u64::from(n * 100),
+            "{top}"
+        );
+    }
+    // Prometheus scrapes the agent: per container, the fixtures' exact counts.
+    let mut want: Vec<(String, f64)> = groups
+        .iter()
+        .zip(per_tick)
+        .map(|((id, _), n)| (id.clone(), f64::from(n * 100)))
+        .collect();
+    want.sort_by(|a, b| a.0.cmp(&b.0));
+    let pids = fixtures
+        .iter()
+        .map(|f| f.pid().to_string())
+        .collect::<Vec<_>>()
+        .join("|");
+    wait_for_promql(
+        prometheus_port,
+        &format!("lock=\"g_lock\",pid=~\"{pids}\""),
+        &want,
+    );
+    assert!(
+        text.contains("\nlocktrace_agent_watched_processes 3\n"),
+        "{text}"
+    );
+
+    // Restart the second: its new process is attached within 2 s of its
+    // start and counted from then on; the old one's series go.
+    let old = fixtures.remove(1);
+    let old_pid = old.pid();
+    kill(old);
+    let (released, _) = wait_for_line(
+        &lines,
+        &format!("pid {old_pid} ({exe}) exited"),
+        Duration::from_secs(3),
+    );
+    let started = Instant::now();
+    let mut restarted = spawn_in(&root.join(&groups[1].1), &binary, 7);
+    cleanup.pids.push(restarted.pid());
+    let (attached, _) = wait_for_line(
+        &lines,
+        &format!("watching pid {} (", restarted.pid()),
+        Duration::from_secs(5),
+    );
+    let took = attached.duration_since(started);
+    assert!(
+        took <= Duration::from_secs(2),
+        "attached again after {took:?}"
+    );
+    restarted.start();
+    assert_eq!(restarted.read_line().unwrap(), "done 700");
+    let new_pid = restarted.pid().to_string();
+    let labels = [
+        ("container_id", groups[1].0.as_str()),
+        ("pid", new_pid.as_str()),
+        ("lock", "g_lock"),
+    ];
+    wait_for_value(port, "locktrace_lock_acquisitions_total", &labels, 700.0);
+    let gone = format!("pid=\"{old_pid}\"");
+    let deadline = released + Duration::from_secs(FORGET_EXITED_S) + Duration::from_millis(1500);
+    loop {
+        let text = scrape(port);
+        if !text.contains(&gone) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "pid {old_pid}'s series still there {:?} after its exit",
+            released.elapsed()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    println!(
+        "restarted fixture attached after {} ms; exited series gone after {} ms",
+        took.as_millis(),
+        released.elapsed().as_millis()
+    );
+
+    // Stop (SIGINT: the GOT entries go back), then clean up.
+    unsafe { libc::kill(agent_pid, libc::SIGINT) };
+    let status = cleanup.agent.as_mut().unwrap().wait().unwrap();
+    wait_for_line(&lines, "agent used", Duration::from_secs(5));
+    assert!(status.success(), "agent: {status}");
+    for fixture in fixtures.into_iter().chain([restarted]) {
+        kill(fixture);
+    }
+    drop(cleanup);
+    assert!(!root.join(&top).exists(), "cgroups left behind");
+}
+
+/// Without selectors the agent watches thread-safe PHP, recognised as
+/// `record` recognises it: the fake ZTS engine is found, the plain C
+/// fixture is not (the scan only reads; nothing is attached).
+#[test]
+fn default_discovery_finds_thread_safe_php_only() {
+    let php = Fixture::spawn(&fixture("fakephp", Flavor::Glibc), &["1", "1", "1", "1"]);
+    let plain = Fixture::spawn(&fixture("steady", Flavor::Glibc), &["1", "1", "0"]);
+    let mut discovery = Discovery::new(Selectors::default());
+    let found = discovery.scan(&HashSet::new());
+    let ours: Vec<_> = found
+        .iter()
+        .filter(|f| [php.pid(), plain.pid()].contains(&f.pid))
+        .map(|f| (f.pid, f.server))
+        .collect();
+    assert_eq!(ours, vec![(php.pid(), Some(ServerKind::Php))]);
+    // Judged once: a second scan finds nothing new.
+    assert!(
+        discovery
+            .scan(&HashSet::new())
+            .iter()
+            .all(|f| f.pid != php.pid())
+    );
+    kill(php);
+    kill(plain);
+}
+
+/// Kills what the test started (the agent, then the fixtures, by pid) and
+/// removes its cgroups, also when an assertion fails half way.
+struct Cleanup {
+    agent: Option<Child>,
+    prometheus: Option<Child>,
+    pids: Vec<u32>,
+    /// Deepest first.
+    dirs: Vec<PathBuf>,
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        if let Some(prometheus) = &mut self.prometheus {
+            let _ = prometheus.kill();
+            let _ = prometheus.wait();
+        }
+        if let Some(agent) = &mut self.agent
+            && agent.try_wait().ok().flatten().is_none()
+        {
+            let _ = agent.kill();
+            let _ = agent.wait();
+        }
+        for &pid in &self.pids {
+            // Ours (children of the test), if still there.
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        for dir in &self.dirs {
+            let _ = std::fs::remove_dir(dir);
+        }
+    }
+}
+
+fn kill(mut fixture: Fixture) {
+    let _ = fixture.child.kill();
+    let _ = fixture.child.wait();
+}
