@@ -491,7 +491,7 @@ pub mod drop_reason {
     /// calls count under `php::PAST_CAP_ROUTE`. One per request.
     pub const ROUTES_PAST_CAP: u32 = 22;
     /// A stack key's later snapshot (not its first) not taken while more
-    /// than a quarter of the `SNAPSHOTS` ring buffer waited for the reader:
+    /// than an eighth of the `SNAPSHOTS` ring buffer waited for the reader:
     /// its calls count under the key's previous snapshot's stack.
     pub const SNAPSHOTS_SKIPPED: u32 = 23;
     pub const COUNT: u32 = 24;

@@ -63,16 +63,17 @@ pub(crate) fn record_stack_of(
     }
 }
 
-/// More than a quarter of `SNAPSHOTS` waits for the reader. A burst of new
+/// More than an eighth of `SNAPSHOTS` waits for the reader. A burst of new
 /// keys (PHP's per-connection locks: hundreds a second, 8 snapshots each)
-/// sent 7,800 snapshots of 36 KiB in 0.3 s, 30 times what the ring holds,
+/// sent 7,800 snapshots of 36 KiB in 0.3 s, 9 times what the ring holds,
 /// and lost keys' first snapshots (no stack at all): a key's later ones
-/// only move weight between its stacks, so they give way to first ones.
+/// only move weight between its stacks, so they give way, and a burst
+/// shorter than the reader's wakeup still fits 7/8 of the ring of firsts.
 #[inline(always)]
 fn ring_busy() -> bool {
     let waiting = SNAPSHOTS.query(BPF_RB_AVAIL_DATA as u64);
     let size = SNAPSHOTS.query(BPF_RB_RING_SIZE as u64);
-    waiting > size / 4
+    waiting > size / 8
 }
 
 /// Whole pages in a snapshot's window.
