@@ -36,15 +36,7 @@ fn record_sessions(extra: &[&str], keep: bool) -> (Value, String) {
 /// every session (USES per request), one object per request, and no
 /// stacks recorded (none was asked for).
 fn assert_one_session_row(report: &Value, table: &str, what: &str) {
-    let locks = report["locks"].as_array().unwrap();
-    let named: Vec<&Value> = locks
-        .iter()
-        .filter(|lock| {
-            lock["name"]
-                .as_str()
-                .is_some_and(|name| name.starts_with("mutex created in session_open"))
-        })
-        .collect();
+    let named = frankenphp::rows_named_starting(report, "mutex created in session_open");
     assert_eq!(named.len(), 1, "{what}: not one session row:\n{table}");
     let row = named[0];
     let objects = THREADS * REQUESTS;
@@ -137,16 +129,7 @@ fn a_burst_of_new_stack_keys_loses_no_snapshot() {
     let dropped = &report["dropped"];
     eprintln!("dropped: {dropped}");
     assert_eq!(dropped["snapshots_lost"], Value::Null, "{dropped}\n{table}");
-    let sessions: Vec<&Value> = report["locks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|lock| {
-            lock["name"]
-                .as_str()
-                .is_some_and(|n| n.contains("session_open"))
-        })
-        .collect();
+    let sessions = frankenphp::rows_named_starting(&report, "mutex created in session_open");
     assert_eq!(sessions.len(), 1, "{table}");
     assert_eq!(sessions[0]["name"], SITE, "{table}");
     assert_eq!(
