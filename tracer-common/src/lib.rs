@@ -490,7 +490,11 @@ pub mod drop_reason {
     /// distinct routes than `php::MAX_ROUTES`): the request and its lock
     /// calls count under `php::PAST_CAP_ROUTE`. One per request.
     pub const ROUTES_PAST_CAP: u32 = 22;
-    pub const COUNT: u32 = 23;
+    /// A stack key's later snapshot (not its first) not taken while more
+    /// than an eighth of the `SNAPSHOTS` ring buffer waited for the reader:
+    /// its calls count under the key's previous snapshot's stack.
+    pub const SNAPSHOTS_SKIPPED: u32 = 23;
+    pub const COUNT: u32 = 24;
     pub const NAMES: [&str; COUNT as usize] = [
         "locks_map_full",
         "futex_map_full",
@@ -515,6 +519,7 @@ pub mod drop_reason {
         "handoffs_map_full",
         "routes_map_full",
         "routes_past_cap",
+        "snapshots_skipped",
     ];
 }
 

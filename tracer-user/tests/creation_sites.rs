@@ -36,15 +36,7 @@ fn record_sessions(extra: &[&str], keep: bool) -> (Value, String) {
 /// every session (USES per request), one object per request, and no
 /// stacks recorded (none was asked for).
 fn assert_one_session_row(report: &Value, table: &str, what: &str) {
-    let locks = report["locks"].as_array().unwrap();
-    let named: Vec<&Value> = locks
-        .iter()
-        .filter(|lock| {
-            lock["name"]
-                .as_str()
-                .is_some_and(|name| name.starts_with("mutex created in session_open"))
-        })
-        .collect();
+    let named = frankenphp::rows_named_starting(report, "mutex created in session_open");
     assert_eq!(named.len(), 1, "{what}: not one session row:\n{table}");
     let row = named[0];
     let objects = THREADS * REQUESTS;
@@ -109,4 +101,68 @@ fn lost_init_snapshots_keep_one_row() {
     assert_eq!(by_address, THREADS * REQUESTS, "{table}");
     assert_eq!(report["overhead"]["init_probe_hits"], THREADS * REQUESTS);
     eprintln!("snapshots lost: {}", report["dropped"]["snapshots_lost"]);
+}
+
+/// A burst of new stack keys, as a PHP server's per-connection locks make:
+/// `keep` sessions (a new mutex, so new keys, per request) taken 8
+/// times each, with `--stacks`. Each key's first 8 counts are due a snapshot
+/// of 36 KiB: 3,600 of them (400 sessions' 8 and their 400 inits) in a few
+/// ms overflowed the 32 MiB ring (about 900) and lost 53-54, a session's
+/// every one among them (its calls showed `session_touch` alone).
+/// Later snapshots of a key now give way to first ones: none is lost,
+/// every session's calls have their whole stack and every object its site.
+#[test]
+fn a_burst_of_new_stack_keys_loses_no_snapshot() {
+    const BURST: u64 = 200;
+    const USES: u64 = 8;
+    let binary = fixture("session_locks", Flavor::Glibc);
+    let args = [THREADS, BURST, USES].map(|n| n.to_string());
+    let mut target = Fixture::spawn(&binary, &[&args[0], &args[1], &args[2], "keep"]);
+    let requests = (THREADS * BURST).to_string();
+    let trace = Trace::attach(
+        target.pid(),
+        &["--requests", &requests, "--stacks", "10000"],
+    );
+    target.start();
+    target.wait();
+    let (report, table) = trace.finish();
+    let dropped = &report["dropped"];
+    eprintln!("dropped: {dropped}");
+    assert_eq!(dropped["snapshots_lost"], Value::Null, "{dropped}\n{table}");
+    let sessions = frankenphp::rows_named_starting(&report, "mutex created in session_open");
+    assert_eq!(sessions.len(), 1, "{table}");
+    assert_eq!(sessions[0]["name"], SITE, "{table}");
+    assert_eq!(
+        sessions[0]["acquisitions"],
+        THREADS * BURST * USES,
+        "{table}"
+    );
+    assert_eq!(sessions[0]["created"]["inits"], THREADS * BURST, "{table}");
+    // One stack: every key's calls unwound through the fixture's frames.
+    let touching: Vec<&Value> = report["stacks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| {
+            s["source"] == "lock_calls" && s["frames"].to_string().contains("session_touch")
+        })
+        .collect();
+    assert_eq!(touching.len(), 1, "{table}");
+    assert_eq!(touching[0]["count"], THREADS * BURST * USES, "{table}");
+    let functions: Vec<&str> = touching[0]["frames"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|f| f["function"].as_str())
+        .collect();
+    assert_eq!(
+        functions[..4],
+        [
+            "pthread_mutex_lock",
+            "session_touch",
+            "handle_request",
+            "worker"
+        ],
+        "{table}"
+    );
 }

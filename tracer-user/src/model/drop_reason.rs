@@ -6,7 +6,7 @@ use schemars::{JsonSchema, Schema, SchemaGenerator};
 use super::word::{Worded, worded};
 
 /// One reason in a report's `dropped`. The BPF side counts the first
-/// twenty-three (`tracer_common::drop_reason`, in its index order); userspace
+/// twenty-four (`tracer_common::drop_reason`, in its index order); userspace
 /// adds `nested_calls_unknown`; a reason from a newer version is kept.
 #[derive(Debug, Clone)]
 pub enum DropReason {
@@ -33,6 +33,7 @@ pub enum DropReason {
     HandoffsMapFull,
     RoutesMapFull,
     RoutesPastCap,
+    SnapshotsSkipped,
     /// Computed by userspace, not BPF: lock calls whose caller was lost
     /// where the lock functions call each other, so up to that many
     /// acquisitions may be nested calls counted again.
@@ -72,6 +73,7 @@ const BPF: [DropReason; tracer_common::drop_reason::COUNT as usize] = [
     DropReason::HandoffsMapFull,
     DropReason::RoutesMapFull,
     DropReason::RoutesPastCap,
+    DropReason::SnapshotsSkipped,
 ];
 
 impl DropReason {
@@ -123,6 +125,7 @@ impl Worded for DropReason {
             R::HandoffsMapFull => 20,
             R::RoutesMapFull => 21,
             R::RoutesPastCap => 22,
+            R::SnapshotsSkipped => 23,
         };
         tracer_common::drop_reason::NAMES[index].into()
     }

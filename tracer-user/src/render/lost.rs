@@ -41,6 +41,9 @@ fn missing(reason: &DropReason, n: u64, report: &Report) -> String {
         R::SnapshotsLost => format!(
             "{n} stack snapshots (ring buffer full; counts exact, their calls count under the stack of an earlier snapshot)"
         ),
+        R::SnapshotsSkipped => format!(
+            "{n} later stack snapshots of call sites already snapshotted (ring buffer busy; counts exact, their calls count under the site's previous snapshot)"
+        ),
         R::StackCountsFull => {
             format!("{n} stacks (stack count map full; counts exact, stacks incomplete)")
         }

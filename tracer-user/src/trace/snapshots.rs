@@ -5,7 +5,7 @@
 //! (every new call site's first counts), more than the ring holds between
 //! two of the recording's ticks.
 use std::{
-    os::fd::AsFd,
+    os::fd::{AsFd, AsRawFd},
     sync::{
         Arc,
         atomic::{AtomicBool, Ordering},
@@ -23,7 +23,8 @@ use tracer_common::{SnapshotHeader, StackSnapshot, names, php::PhpStack};
 
 use crate::model::PhpSnapshot;
 
-/// How long the reader sleeps when the ring is empty.
+/// How long the reader waits on an empty ring before it looks at the
+/// stop flag again.
 const POLL_EVERY: Duration = Duration::from_millis(5);
 
 /// What takes the snapshots, on the reader's thread.
@@ -53,7 +54,7 @@ pub fn spawn<C: SnapshotSink>(ebpf: &Ebpf, mut consumer: C) -> Result<SnapshotRe
                 // sent before `finish` was called.
                 let last = stopping.load(Ordering::Acquire);
                 if drain(&mut ring, &mut consumer) == 0 && !last {
-                    std::thread::sleep(POLL_EVERY);
+                    wait_for_data(&ring);
                 }
                 if last {
                     return consumer;
@@ -88,6 +89,22 @@ fn open(ebpf: &Ebpf) -> Result<RingBuf<MapData>> {
         .context("duplicating the snapshot ring buffer's descriptor")?;
     let data = MapData::from_fd(fd).context("opening the snapshot ring buffer")?;
     RingBuf::try_from(Map::RingBuf(data)).context("mapping the snapshot ring buffer")
+}
+
+/// Waits until the ring has data (the kernel wakes the reader at the first
+/// record after it caught up) or [`POLL_EVERY`] passed. A fixed sleep left
+/// a burst 5 ms to fill the ring before the reader looked.
+fn wait_for_data(ring: &RingBuf<MapData>) {
+    let mut poll = libc::pollfd {
+        fd: ring.as_fd().as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let millis = i32::try_from(POLL_EVERY.as_millis()).unwrap_or(i32::MAX);
+    // SAFETY: one pollfd on the stack, its descriptor owned by `ring`.
+    if unsafe { libc::poll(&mut poll, 1, millis) } < 0 {
+        std::thread::sleep(POLL_EVERY);
+    }
 }
 
 /// Hands every snapshot waiting in the ring to `each`; returns how many.
