@@ -204,7 +204,11 @@ fn all_mode_reports_cpu_per_lock() {
 fn assert_removal_adds_up(lock: &Value, ops: f64, lock_code_basis: &str) {
     let removal = &lock["removal"];
     let part = |name: &str| removal[name]["ns"].as_f64().unwrap_or(0.0);
-    let sum = part("lock_code") + part("handoffs") + part("kernel") + part("scheduling");
+    let sum = part("lock_code")
+        + part("handoffs")
+        + part("kernel")
+        + part("kernel_locks")
+        + part("scheduling");
     let saving = removal["saving_ns"].as_f64().expect("a removal price");
     assert!((saving - sum).abs() <= 1e-6 * saving.max(1.0), "{removal}");
     assert_eq!(removal["lock_code"]["basis"], lock_code_basis, "{removal}");
