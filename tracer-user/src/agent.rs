@@ -135,15 +135,7 @@ pub fn own_cpu_seconds() -> Option<f64> {
 pub async fn run(options: &AgentOptions) -> Result<std::process::ExitCode> {
     let stop_signal = live::stop_requested();
     tokio::pin!(stop_signal);
-    let listener = tokio::net::TcpListener::bind(options.listen)
-        .await
-        .map_err(|error| {
-            anyhow::anyhow!(
-                "cannot listen on {} ({}): {error}",
-                options.listen,
-                serve::listen_hint(error.kind())
-            )
-        })?;
+    let listener = serve::listen(options.listen).await?;
     let shared = Arc::new(Mutex::new(Shared::default()));
     let gauges = AgentGauges::default();
     let mut own = Registry::default();

@@ -657,7 +657,7 @@ pub fn merge_families(texts: &[String]) -> String {
 }
 
 /// What to do when the listening address is refused.
-pub fn listen_hint(kind: std::io::ErrorKind) -> &'static str {
+fn listen_hint(kind: std::io::ErrorKind) -> &'static str {
     use std::io::ErrorKind;
     match kind {
         ErrorKind::AddrInUse => "in use: try another port",
@@ -669,18 +669,22 @@ pub fn listen_hint(kind: std::io::ErrorKind) -> &'static str {
     }
 }
 
-pub async fn serve(options: &ServeOptions) -> Result<std::process::ExitCode> {
-    let stop = live::stop_requested();
-    tokio::pin!(stop);
-    let listener = tokio::net::TcpListener::bind(options.listen)
+/// Listens on `address`, or one line saying what to try instead.
+pub async fn listen(address: std::net::SocketAddr) -> Result<tokio::net::TcpListener> {
+    tokio::net::TcpListener::bind(address)
         .await
         .map_err(|error| {
             anyhow::anyhow!(
-                "cannot listen on {} ({}): {error}",
-                options.listen,
+                "cannot listen on {address} ({}): {error}",
                 listen_hint(error.kind())
             )
-        })?;
+        })
+}
+
+pub async fn serve(options: &ServeOptions) -> Result<std::process::ExitCode> {
+    let stop = live::stop_requested();
+    tokio::pin!(stop);
+    let listener = listen(options.listen).await?;
     let mut session = LiveSession::attach(&options.live)?;
     let mut registry = Registry::default();
     let metrics = Metrics::register(&mut registry, session.has_request_probe());
