@@ -7,12 +7,13 @@ use clap::{Parser, Subcommand};
 mod limits;
 
 use crate::{
-    agent, compare, live, loadgen,
+    agent,
+    analysis::{self, sites::GroupBy},
+    compare, live, loadgen,
     model::{
         Mode, Placement, Report,
         plan::{Feature, Plan, View},
     },
-    naming::{self, creation::GroupBy},
     probe::request_auto::RequestProbeSpec,
     record,
     render::{self, OutputFormat, Sink, TableOptions, fit::Width, output},
@@ -97,7 +98,7 @@ impl From<PlacementArg> for Placement {
     }
 }
 
-/// `--group-by`: the command line's words for [`GroupBy`] (naming knows no clap).
+/// `--group-by`: the command line's words for [`GroupBy`] (analysis knows no clap).
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
 enum GroupByArg {
     /// One row per creation site: its locks at every address, summed.
@@ -1035,7 +1036,7 @@ fn report_file(args: ReportArgs) -> Result<ExitCode> {
     let mut report = Report::load(&file)?;
     let grouped = report.locks.iter().any(|lock| lock.group.is_some());
     match group_by {
-        Some(GroupBy::Site) => naming::creation::group_by_site(&mut report),
+        Some(GroupBy::Site) => analysis::sites::group_by_site(&mut report),
         Some(GroupBy::Address) if grouped => anyhow::bail!(
             "{} was recorded with its rows grouped by creation site; each address's figures are in locks[].group.by_address of the JSON, or record again with --group-by address",
             file.display()

@@ -614,6 +614,7 @@ impl LiveSession {
             &self.functions,
             options,
         );
+        crate::analysis::waits::count_declared_contention(report);
         let named = std::mem::replace(&mut report.locks, all);
         let stacks = std::mem::take(&mut report.stacks);
         for lock in &named {

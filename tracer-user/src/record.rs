@@ -14,6 +14,8 @@ use crate::{
         build::RecordInfo,
         builder::{Measured, Probes, ReportBuilder},
         routes::{self, RouteRules},
+        sites::{self, GroupBy},
+        waits,
     },
     model::{
         Collected, CountedBy, Coverage, ExecLoss, ExecSeen, Inproc, MainThreadExit, Mode,
@@ -21,7 +23,7 @@ use crate::{
         ThreadBlocks,
         plan::{Feature, Plan, View},
     },
-    naming::{self, creation::GroupBy, php::PhpRuntime, unwind::StackUnwinder},
+    naming::{self, php::PhpRuntime, unwind::StackUnwinder},
     probe::{
         lockfuncs::{self, LockFunction},
         placement,
@@ -810,8 +812,9 @@ fn name(
         &prepared.functions,
         naming_options,
     );
+    waits::count_declared_contention(report);
     if options.group_by == GroupBy::Site {
-        naming::creation::group_by_site(report);
+        sites::group_by_site(report);
     }
 }
 

@@ -209,6 +209,52 @@ fn no_module_uses_a_layer_above_it() {
     assert!(violations.is_empty(), "{}", violations.join("\n"));
 }
 
+/// Naming only names (issue 48): recounting, regrouping and per-request
+/// figures are analysis passes the pipeline runs after it, so nothing under
+/// naming reaches into analysis, though analysis is the layer below.
+#[test]
+fn naming_imports_nothing_from_analysis() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src.join("naming"), &mut files);
+    let reaching: Vec<String> = files
+        .iter()
+        .filter(|file| {
+            let text = std::fs::read_to_string(file).unwrap();
+            crate_references(&text)
+                .iter()
+                .any(|used| used == "analysis")
+        })
+        .map(|file| file.strip_prefix(&src).unwrap().display().to_string())
+        .collect();
+    assert!(files.len() > 10, "only {} naming files read", files.len());
+    assert!(reaching.is_empty(), "naming uses analysis in {reaching:?}");
+}
+
+/// A session's probes are decided in one place: `attach::LoadPlan` is
+/// built only in session (issue 48), never by a command or the benches.
+#[test]
+fn only_session_builds_a_load_plan() {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    rust_files(&manifest.join("src"), &mut files);
+    rust_files(&manifest.join("../xtask/src"), &mut files);
+    let session = manifest.join("src/session");
+    let builders: Vec<_> = files
+        .iter()
+        .filter(|file| !file.starts_with(&session))
+        .filter(|file| {
+            let text = std::fs::read_to_string(file).unwrap();
+            text.contains("LoadPlan {") && !text.contains("pub struct LoadPlan")
+        })
+        .collect();
+    assert!(files.len() > 40, "only {} files read", files.len());
+    assert!(
+        builders.is_empty(),
+        "built outside session (use session::load_plan): {builders:?}"
+    );
+}
+
 /// The command line's words belong to cli: every layer under it (the
 /// commands included) takes typed options and never derives clap's traits.
 #[test]

@@ -9,14 +9,13 @@ use anyhow::{Context, Result};
 use aya::programs::TracePoint;
 use locktrace::{
     model::{Mode, Placement},
-    probe::waitfuncs::WaitFunctions,
     session,
     trace::{
-        attach::{self, LoadPlan, Loaded},
+        attach::{self, Loaded},
         collect,
     },
 };
-use tracer_common::{flags, names};
+use tracer_common::names;
 
 /// The probes, in the target until dropped.
 pub struct FloorProbes {
@@ -25,20 +24,10 @@ pub struct FloorProbes {
 
 pub fn attach(pid: u32) -> Result<FloorProbes> {
     let prepared = session::prepare(pid, Mode::All, Placement::Auto, false)?;
-    let mut loaded = attach::load(&LoadPlan {
-        target: &prepared.target,
-        functions: &prepared.placed,
-        // Sampled: the lock program does not count until told to.
-        flags: flags::SAMPLED,
-        lock_probes: true,
-        inproc: None,
-        creation_sites: false,
-        request_probe: None,
-        waits: &WaitFunctions::default(),
-        unlock_functions: &[],
-        cpu: None,
-        kernel_locks: false,
-    })?;
+    let mut loaded = attach::load(&session::bench_load_plan(
+        &prepared,
+        session::BenchProbes::LocksNotCounting,
+    ))?;
     collect::set_counting(&mut loaded.ebpf, 0)?;
     // The futex tracepoints load with every plan; the floor has none.
     for name in [names::PROGRAM_FUTEX_ENTER, names::PROGRAM_FUTEX_EXIT] {

@@ -24,10 +24,7 @@ use aya::Ebpf;
 use locktrace::{
     model::{Mode, Placement},
     session::{self, Prepared},
-    trace::{
-        attach::{self, LoadPlan},
-        multi::MultiPrograms,
-    },
+    trace::{attach, multi::MultiPrograms},
 };
 use tracer_common::names;
 
@@ -200,19 +197,10 @@ fn one_window(
 /// Loads the BPF programs as sampled mode does: lock calls not counted
 /// (windows here only open and close), no lock probe attached yet.
 fn load(prepared: &Prepared) -> Result<attach::Loaded> {
-    attach::load(&LoadPlan {
-        target: &prepared.target,
-        functions: &prepared.placed,
-        flags: tracer_common::flags::SAMPLED,
-        lock_probes: false,
-        inproc: None,
-        creation_sites: false,
-        request_probe: None,
-        waits: &prepared.waits,
-        unlock_functions: &[],
-        cpu: None,
-        kernel_locks: false,
-    })
+    attach::load(&session::bench_load_plan(
+        prepared,
+        session::BenchProbes::BeforeTheFirstWindow,
+    ))
 }
 
 fn go(fixture: &mut Child) -> Result<()> {

@@ -3,7 +3,7 @@
 //! futex words folded into the lock whose bytes hold them, totals, drops.
 use std::collections::BTreeMap;
 
-use tracer_common::{CallerKey, LockCounts, LockOp, drop_reason};
+use tracer_common::{LockCounts, LockOp, drop_reason};
 
 use crate::{
     analysis::{cpu, in_progress, waits},
@@ -11,7 +11,7 @@ use crate::{
         Collected, DropReason, Lock, LockKind, Mode, Placement, Report, SCHEMA, StopReason,
         TargetInfo, WaitClass, add_histogram,
     },
-    probe::lockfuncs::LockFunction,
+    probe::lockfuncs::{LockFunction, in_lock_function, is_nested_call},
 };
 
 /// How the report was recorded, for its header.
@@ -219,40 +219,4 @@ fn nested_calls(collected: &Collected, functions: &[LockFunction]) -> BTreeMap<(
         }
     }
     nested
-}
-
-/// True for a lock call made by another lock function: called from inside
-/// one, or tail-called by one. One call site calls one function, so a second
-/// op seen with the same return address was tail-called by the first (musl's
-/// pthread_mutex_lock jumps to pthread_mutex_timedlock when contended).
-pub fn is_nested_call(key: &CallerKey, collected: &Collected, functions: &[LockFunction]) -> bool {
-    let from_lock_function = in_lock_function(key.return_ip, functions);
-    let tail_called = tail_callers(key.op).iter().any(|&outer| {
-        collected.callers.contains_key(&CallerKey {
-            op: outer as u32,
-            ..*key
-        })
-    });
-    from_lock_function || tail_called
-}
-
-/// True when `ip` is in the code of one of the lock functions.
-fn in_lock_function(ip: u64, functions: &[LockFunction]) -> bool {
-    functions
-        .iter()
-        .any(|f| (f.runtime_start..f.runtime_end).contains(&ip))
-}
-
-/// Lock functions that may tail-call the function of `op` (musl: the
-/// plain lock jumps to the timed one, which calls the try variant).
-fn tail_callers(op: u32) -> &'static [LockOp] {
-    match LockOp::from_index(op) {
-        Some(LockOp::MutexTimedlock | LockOp::MutexClocklock) => &[LockOp::MutexLock],
-        Some(LockOp::MutexTrylock) => &[LockOp::MutexLock, LockOp::MutexTimedlock],
-        Some(LockOp::RwlockTimedrdlock) => &[LockOp::RwlockRdlock],
-        Some(LockOp::RwlockTryrdlock) => &[LockOp::RwlockRdlock, LockOp::RwlockTimedrdlock],
-        Some(LockOp::RwlockTimedwrlock) => &[LockOp::RwlockWrlock],
-        Some(LockOp::RwlockTrywrlock) => &[LockOp::RwlockWrlock, LockOp::RwlockTimedwrlock],
-        _ => &[],
-    }
 }

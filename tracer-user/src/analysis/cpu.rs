@@ -6,11 +6,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use tracer_common::{CpuSamples, cpu_sample};
 
 use crate::model::{
-    Collected, CpuReport, Lock, LockKind, WaitClass, cpu_error_ns, sample_period_ns,
+    Collected, CpuReport, Lock, LockKind, WaitClass,
+    address::{LOWEST_LOCK_ADDRESS, row_holding},
+    cpu_error_ns, sample_period_ns,
 };
-
-/// Below this an attributed address is no lock (a null or small argument).
-const LOWEST_LOCK_ADDRESS: u64 = 4096;
 
 /// Adds every lock-code sample to the row of the lock it worked on: the row
 /// at that address or whose bytes hold it, else a new row. Returns the rows
@@ -52,23 +51,6 @@ pub fn attribute(locks: &mut BTreeMap<u64, Lock>, collected: &Collected) -> (BTr
         lock.cpu_kernel_ns = Some(counts.kernel * period);
     }
     (in_lock_functions, unattributed)
-}
-
-/// The row whose lock bytes contain `address`, if any (`rows` by address,
-/// `span` their bytes). Addresses below the lowest a lock can have are in
-/// none.
-pub fn row_holding<V>(
-    rows: &BTreeMap<u64, V>,
-    address: u64,
-    span: impl Fn(&V) -> u64,
-) -> Option<u64> {
-    if address < LOWEST_LOCK_ADDRESS {
-        return None;
-    }
-    rows.range(..=address)
-        .next_back()
-        .filter(|(start, row)| address - **start < span(row))
-        .map(|(start, _)| *start)
 }
 
 /// Rows that lock functions worked on are locks, whatever their futex words say.

@@ -6,8 +6,8 @@
 use std::collections::BTreeMap;
 
 use crate::model::{
-    AddressFigures, Caller, Frame, Holds, Lock, LockStack, SiteGroup, StackEnd, StackOrigin,
-    WaitHolder, merge_histogram,
+    AddressFigures, CallSites, Caller, Frame, Holds, Lock, LockStack, SiteGroup, StackEnd,
+    StackOrigin, WaitHolder, merge_histogram, sorted_callers,
 };
 
 /// One row for `rows` (at least one; the first, the busiest, gives the
@@ -128,9 +128,6 @@ fn add_details(into: &mut Lock, row: Lock) {
     into.kernel_wait_ns = add_optional(into.kernel_wait_ns, row.kernel_wait_ns);
 }
 
-/// Calls per call site: `(function, module, offset)`.
-pub type CallSites = BTreeMap<(Option<String>, Option<String>, u64), u64>;
-
 /// Callers by call site, counts summed, most frequent first.
 fn merge_callers(a: Vec<Caller>, b: Vec<Caller>) -> Vec<Caller> {
     let mut sites = CallSites::new();
@@ -141,25 +138,6 @@ fn merge_callers(a: Vec<Caller>, b: Vec<Caller>) -> Vec<Caller> {
         *count = count.saturating_add(caller.count);
     }
     sorted_callers(sites)
-}
-
-/// Call sites as report callers, most frequent first.
-pub fn sorted_callers(sites: CallSites) -> Vec<Caller> {
-    let mut callers: Vec<Caller> = sites
-        .into_iter()
-        .map(|((function, module, offset), count)| Caller {
-            function,
-            module,
-            offset,
-            count,
-        })
-        .collect();
-    callers.sort_by(|a, b| {
-        b.count
-            .cmp(&a.count)
-            .then_with(|| a.function.cmp(&b.function))
-    });
-    callers
 }
 
 /// Holders by function and thread, waits summed, most waits first.
@@ -261,15 +239,6 @@ mod tests {
         CreatedBy, Creation, HoldSite, LockKind, StackOrigin, StackSource, WaitClass,
     };
 
-    fn frame(function: &str) -> Frame {
-        Frame {
-            function: Some(function.to_string()),
-            module: None,
-            offset: 0,
-            php: None,
-        }
-    }
-
     fn caller(function: &str, count: u64) -> Caller {
         Caller {
             function: Some(function.to_string()),
@@ -289,7 +258,7 @@ mod tests {
         lock.region = crate::model::Region::ThreadArena;
         lock.created = Some(Creation {
             by: CreatedBy::Init,
-            site: vec![frame("conn_create")],
+            site: vec![Frame::named("conn_create")],
             inits,
         });
         lock
@@ -397,7 +366,7 @@ mod tests {
         let stack = |lock: u64, count: u64, top: &str| LockStack {
             lock,
             count,
-            frames: vec![frame(top), frame("worker")],
+            frames: vec![Frame::named(top), Frame::named("worker")],
             unwound_by: StackSource::CallFrameInfo,
             source: Some(StackOrigin::LockCalls),
             route: None,

@@ -20,4 +20,5 @@ pub mod per_request;
 pub mod removal;
 pub mod routes;
 pub mod saturation;
+pub mod sites;
 pub mod waits;

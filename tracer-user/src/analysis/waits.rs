@@ -124,6 +124,23 @@ pub fn totals(locks: &[Lock], counted_acquisitions: bool) -> Totals {
     }
 }
 
+/// Counts the rows naming marked as locks by their declared type
+/// (`declared.contention`, see naming's `declared`) as lock contention;
+/// returns how many rows moved.
+pub fn count_declared_contention(report: &mut Report) -> usize {
+    let marked: BTreeSet<u64> = report
+        .locks
+        .iter()
+        .filter(|lock| {
+            lock.declared
+                .as_ref()
+                .is_some_and(|d| d.contention.is_some())
+        })
+        .map(|lock| lock.address)
+        .collect();
+    count_as_contention(report, &marked)
+}
+
 /// Counts the rows at `addresses` as lock contention (naming found them to
 /// be locks after the report was built): their class becomes `lock` and the
 /// totals, per request too, are those of the new classes. Returns how many

@@ -1,6 +1,6 @@
 //! Addresses are `u64` in the code and `"0x…"` strings in the JSON (the
 //! schema's form since version 1): a serde adapter for both directions.
-use std::borrow::Cow;
+use std::{borrow::Cow, collections::BTreeMap};
 
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Deserializer, Serializer};
@@ -44,6 +44,26 @@ pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<u64, D:
 /// `0x1f` → 31; None for anything else.
 pub fn parse(text: &str) -> Option<u64> {
     u64::from_str_radix(text.strip_prefix("0x")?, 16).ok()
+}
+
+/// Below this an attributed address is no lock (a null or small argument).
+pub const LOWEST_LOCK_ADDRESS: u64 = 4096;
+
+/// The row whose lock bytes contain `address`, if any (`rows` by address,
+/// `span` their bytes). Addresses below the lowest a lock can have are in
+/// none.
+pub fn row_holding<V>(
+    rows: &BTreeMap<u64, V>,
+    address: u64,
+    span: impl Fn(&V) -> u64,
+) -> Option<u64> {
+    if address < LOWEST_LOCK_ADDRESS {
+        return None;
+    }
+    rows.range(..=address)
+        .next_back()
+        .filter(|(start, row)| address - **start < span(row))
+        .map(|(start, _)| *start)
 }
 
 #[cfg(test)]

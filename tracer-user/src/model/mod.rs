@@ -61,10 +61,11 @@ pub use pointer_chains::{ChainSearch, PointerChains};
 pub use region::Region;
 pub use removal::{PriceBasis, PricePart, Removal};
 pub use report::{
-    AddressFigures, AlternativeName, Caller, ClassTotals, CreatedBy, Creation, DeclaredContention,
-    DeclaredType, Frame, LiveNaming, Lock, LockChain, LockStack, MAX_REPORT_BYTES, Naming,
-    PhpLocation, PlacementFallback, Report, SCHEMA, SiteGroup, SkipReason, SkippedFile, StackEnd,
-    StackOrigin, StackSource, StrippedModule, TargetInfo, Totals,
+    AddressFigures, AlternativeName, CallSites, Caller, ClassTotals, CreatedBy, Creation,
+    DeclaredContention, DeclaredType, Frame, LiveNaming, Lock, LockChain, LockStack,
+    MAX_REPORT_BYTES, Naming, PhpLocation, PlacementFallback, Report, SCHEMA, SiteGroup,
+    SkipReason, SkippedFile, StackEnd, StackOrigin, StackSource, StrippedModule, TargetInfo,
+    Totals, sorted_callers,
 };
 pub use requests::{AutoProbe, PerRequest, Requests};
 pub use sampled_run::{CountingWindow, SampledRun};

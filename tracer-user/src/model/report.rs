@@ -315,6 +315,35 @@ pub struct Creation {
     pub inits: u64,
 }
 
+impl Creation {
+    /// Functions of the site a name shows.
+    pub const NAMED_FRAMES: usize = 3;
+
+    /// The name of a lock no symbol or pointer chain names:
+    /// `mutex created in f <- g <- h`, `rwlock first used in f <- g <- h`.
+    pub fn site_name(&self, kind: LockKind) -> String {
+        let kind = match kind {
+            LockKind::Rwlock => "rwlock",
+            LockKind::Spinlock => "spinlock",
+            _ => "mutex",
+        };
+        let verb = match self.by {
+            CreatedBy::Init => "created in",
+            CreatedBy::FirstUse => "first used in",
+            CreatedBy::NotRecorded => {
+                return format!("{kind} created at a site not recorded (stack count map full)");
+            }
+        };
+        let functions: Vec<String> = self
+            .site
+            .iter()
+            .take(Self::NAMED_FRAMES)
+            .map(Frame::code_label)
+            .collect();
+        format!("{kind} {verb} {}", functions.join(" <- "))
+    }
+}
+
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum CreatedBy {
@@ -469,6 +498,28 @@ impl Frame {
 pub struct PhpLocation {
     pub file: String,
     pub line: u32,
+}
+
+/// Calls per call site: `(function, module, offset)`.
+pub type CallSites = BTreeMap<(Option<String>, Option<String>, u64), u64>;
+
+/// Call sites as report callers, most frequent first.
+pub fn sorted_callers(sites: CallSites) -> Vec<Caller> {
+    let mut callers: Vec<Caller> = sites
+        .into_iter()
+        .map(|((function, module, offset), count)| Caller {
+            function,
+            module,
+            offset,
+            count,
+        })
+        .collect();
+    callers.sort_by(|a, b| {
+        b.count
+            .cmp(&a.count)
+            .then_with(|| a.function.cmp(&b.function))
+    });
+    callers
 }
 
 /// One caller of a lock: the call site's function and the return address's offset in it.

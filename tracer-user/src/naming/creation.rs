@@ -7,29 +7,14 @@
 //! A lock that no symbol or pointer chain names (a heap object's) is named
 //! by it: `mutex created in conn_create <- serve_request <- worker`, so
 //! `compare` matches such locks across runs by where they were created.
-//! By default ([`GroupBy::Site`]) the locks of one such name are one row.
-use std::collections::{BTreeMap, HashMap};
+//! By default (analysis's `sites::GroupBy::Site`) the locks of one such
+//! name are one row.
+use std::collections::HashMap;
 
 use tracer_common::{StackKey, drop_reason, stack_kind};
 
 use super::{AddressSpace, resolve_code, resolve_frames};
-use crate::{
-    analysis::{build::sort_locks, estimate, group, per_request},
-    model::{Collected, CreatedBy, Creation, DropReason, Frame, Lock, LockKind, Report, WaitClass},
-};
-
-/// How the locks named by their creation site are shown (`--group-by`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum GroupBy {
-    /// One row per creation site: its locks at every address, summed.
-    #[default]
-    Site,
-    /// One row per lock address.
-    Address,
-}
-
-/// Functions of the site a name shows.
-const NAMED_FRAMES: usize = 3;
+use crate::model::{Collected, CreatedBy, Creation, DropReason, Frame, Report};
 
 /// Sets `created` on every lock whose creation or first use was
 /// snapshotted, and names the unnamed ones by it. With the lock calls'
@@ -81,7 +66,7 @@ pub fn apply(
         // and locks of a target gone before its regions were read.
         if lock.name.is_none() && (!created.site.is_empty() || created.by == CreatedBy::NotRecorded)
         {
-            lock.name = Some(site_name(lock.kind, &created));
+            lock.name = Some(created.site_name(lock.kind));
         }
         lock.created = Some(created);
     }
@@ -105,60 +90,6 @@ fn site_keys(collected: &Collected) -> HashMap<u64, Vec<(&StackKey, u64)>> {
         }
     }
     keys
-}
-
-/// True for a lock named by where it was created (no symbol or pointer
-/// chain named it).
-pub fn named_by_site(lock: &Lock) -> bool {
-    match (&lock.name, &lock.created) {
-        (Some(name), Some(created)) => *name == site_name(lock.kind, created),
-        _ => false,
-    }
-}
-
-/// Merges the rows of locks named by one creation site (same kind, same
-/// name, same wait class) into one row. Symbol- and chain-named rows stay
-/// one per address, and so do locks whose init call was not seen: where
-/// they were first used says nothing of which object they are (two
-/// globals taken by one helper). Re-sorts the rows, moves the merged rows'
-/// stacks under the row, and divides the new sums by the request count again.
-pub fn group_by_site(report: &mut Report) {
-    let created_here = |lock: &Lock| {
-        named_by_site(lock)
-            && lock
-                .created
-                .as_ref()
-                .is_some_and(|c| matches!(c.by, CreatedBy::Init | CreatedBy::NotRecorded))
-    };
-    let (by_site, mut rows): (Vec<Lock>, Vec<Lock>) = std::mem::take(&mut report.locks)
-        .into_iter()
-        .partition(created_here);
-    let mut sites: BTreeMap<(String, LockKind, WaitClass), Vec<Lock>> = BTreeMap::new();
-    for lock in by_site {
-        let key = (
-            lock.name.clone().unwrap_or_default(),
-            lock.kind,
-            lock.wait_class,
-        );
-        sites.entry(key).or_default().push(lock);
-    }
-    let mut moved: BTreeMap<u64, u64> = BTreeMap::new();
-    // In report order: each site's busiest lock first.
-    for locks in sites.into_values() {
-        let addresses: Vec<u64> = locks.iter().map(|lock| lock.address).collect();
-        let Some(row) = group::merge(locks) else {
-            continue;
-        };
-        moved.extend(addresses.into_iter().map(|address| (address, row.address)));
-        rows.push(row);
-    }
-    sort_locks(&mut rows);
-    report.locks = rows;
-    report.stacks = group::merge_stacks(std::mem::take(&mut report.stacks), &moved);
-    if let Some(requests) = report.requests.clone() {
-        per_request::apply(report, requests);
-    }
-    estimate::bound(report);
 }
 
 /// The lock's creation from its keys: its init calls' latest snapshot
@@ -246,62 +177,31 @@ fn sites_by_call(collected: &Collected) -> HashMap<u64, Option<&[u64]>> {
     by_call
 }
 
-/// `mutex created in f <- g <- h`, `rwlock first used in f <- g <- h`.
-fn site_name(kind: LockKind, created: &Creation) -> String {
-    let kind = match kind {
-        LockKind::Rwlock => "rwlock",
-        LockKind::Spinlock => "spinlock",
-        _ => "mutex",
-    };
-    let verb = match created.by {
-        CreatedBy::Init => "created in",
-        CreatedBy::FirstUse => "first used in",
-        CreatedBy::NotRecorded => {
-            return format!("{kind} created at a site not recorded (stack count map full)");
-        }
-    };
-    let functions: Vec<String> = created
-        .site
-        .iter()
-        .take(NAMED_FRAMES)
-        .map(Frame::code_label)
-        .collect();
-    format!("{kind} {verb} {}", functions.join(" <- "))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn frame(function: &str) -> Frame {
-        Frame {
-            function: Some(function.to_string()),
-            module: None,
-            offset: 0,
-            php: None,
-        }
-    }
+    use crate::model::LockKind;
 
     #[test]
     fn names_say_how_the_site_is_known() {
         let created = Creation {
             by: CreatedBy::Init,
             site: ["conn_create", "serve_request", "worker", "start_thread"]
-                .map(frame)
+                .map(Frame::named)
                 .to_vec(),
             inits: 2,
         };
         assert_eq!(
-            site_name(LockKind::Mutex, &created),
+            created.site_name(LockKind::Mutex),
             "mutex created in conn_create <- serve_request <- worker"
         );
         let first_use = Creation {
             by: CreatedBy::FirstUse,
-            site: vec![frame("take")],
+            site: vec![Frame::named("take")],
             inits: 0,
         };
         assert_eq!(
-            site_name(LockKind::Rwlock, &first_use),
+            first_use.site_name(LockKind::Rwlock),
             "rwlock first used in take"
         );
     }
@@ -320,14 +220,14 @@ mod tests {
         let created = Creation {
             by: CreatedBy::Init,
             site: vec![
-                frame("tsrm_mutex_alloc"),
-                frame("mysqlnd_stats_init"),
+                Frame::named("tsrm_mutex_alloc"),
+                Frame::named("mysqlnd_stats_init"),
                 unnamed,
             ],
             inits: 300,
         };
         assert_eq!(
-            site_name(LockKind::Mutex, &created),
+            created.site_name(LockKind::Mutex),
             "mutex created in tsrm_mutex_alloc <- mysqlnd_stats_init <- libphp.so+0x2e38d9"
         );
     }
@@ -370,87 +270,5 @@ mod tests {
         assert_eq!(by_call.get(&0x10), Some(&Some(&[1, 0x10, 0x20][..])));
         assert_eq!(by_call.get(&0x30), Some(&None));
         assert_eq!(by_call.get(&0x60), None);
-    }
-
-    /// A lock created at `site` (named by it unless `name` is given).
-    fn lock(address: u64, acquisitions: u64, site: &str, name: Option<&str>) -> Lock {
-        let mut lock = Lock::empty(address, LockKind::Mutex, WaitClass::Lock);
-        lock.acquisitions = Some(acquisitions);
-        let created = Creation {
-            by: CreatedBy::Init,
-            site: vec![frame(site), frame("serve")],
-            inits: 1,
-        };
-        lock.name = Some(name.map_or_else(|| site_name(lock.kind, &created), str::to_string));
-        lock.created = Some(created);
-        lock
-    }
-
-    /// A lock first used in `take` (no init seen): named by it, never grouped.
-    fn first_use(address: u64, acquisitions: u64) -> Lock {
-        let mut lock = lock(address, acquisitions, "take", None);
-        if let Some(created) = &mut lock.created {
-            created.by = CreatedBy::FirstUse;
-            created.inits = 0;
-            lock.name = Some(site_name(lock.kind, created));
-        }
-        lock
-    }
-
-    fn report(locks: Vec<Lock>) -> Report {
-        let text = format!(
-            r#"{{"schema": "{}", "target": {{"pid": 1, "exe": "x", "cmdline": []}},
-            "duration_s": 1.0, "mode": "all", "locks": [], "dropped": {{}},
-            "totals": {{"acquisitions": 0, "contended": 0, "wakes": 0, "wait_ns": 0}},
-            "requests": {{"source": "given", "count": 10}}}}"#,
-            crate::model::SCHEMA
-        );
-        let mut report = Report::from_json(&text, "test").unwrap();
-        report.locks = locks;
-        report
-    }
-
-    /// Rows named by one site become one, divided by the requests again
-    /// from the sums (171.1 + 211.9 is exactly 383.0 per request); a lock
-    /// named by a symbol keeps its row although created at the same site,
-    /// and locks first used at one site (no init seen) keep theirs.
-    #[test]
-    fn rows_of_one_site_are_one_row() {
-        let mut report = report(vec![
-            lock(0x1000, 2119, "conn_create", None),
-            lock(0x5000, 1800, "conn_create", Some("g_conn")),
-            lock(0x2000, 1711, "conn_create", None),
-            lock(0x3000, 40, "cache_create", None),
-            first_use(0x8000, 5),
-            first_use(0x9000, 4),
-        ]);
-        group_by_site(&mut report);
-        let rows: Vec<(u64, Option<u64>, u64)> = report
-            .locks
-            .iter()
-            .map(|l| {
-                let addresses = l.group.as_ref().map_or(0, |g| g.addresses);
-                (l.address, l.acquisitions, addresses)
-            })
-            .collect();
-        assert_eq!(
-            rows,
-            [
-                (0x1000, Some(3830), 2),
-                (0x5000, Some(1800), 0),
-                (0x3000, Some(40), 1),
-                (0x8000, Some(5), 0),
-                (0x9000, Some(4), 0),
-            ]
-        );
-        let per_request = report.locks[0].per_request.as_ref().unwrap();
-        assert_eq!(per_request.acquisitions, Some(383.0));
-        assert!(named_by_site(&report.locks[0]));
-        assert!(!named_by_site(&report.locks[1]));
-        assert!(named_by_site(&report.locks[3]));
-        // Grouping again changes nothing.
-        let grouped = report.clone();
-        group_by_site(&mut report);
-        assert_eq!(report, grouped);
     }
 }

@@ -10,8 +10,6 @@
 //!
 //! Both count as lock contention once the type says so, and the report
 //! says which type did (`locks[].declared`).
-use std::collections::BTreeSet;
-
 use crate::model::{DeclaredContention, DeclaredType, Lock, LockKind, Report, WaitClass};
 
 /// The declared type of a position from the types walked down to it
@@ -27,19 +25,17 @@ pub fn declared(types: &[Option<String>]) -> Option<DeclaredType> {
 }
 
 /// Marks the rows whose declared type makes their waits lock contention
-/// and moves them into the contention totals; the rows moved.
-pub fn count_contention(report: &mut Report) -> usize {
-    let mut moved = BTreeSet::new();
+/// (`declared.contention`); the pipeline then counts them as contention
+/// (`analysis::waits::count_declared_contention`).
+pub fn mark_contention(report: &mut Report) {
     for lock in &mut report.locks {
         let Some(why) = contention_of(lock) else {
             continue;
         };
         if let Some(declared) = &mut lock.declared {
             declared.contention = Some(why);
-            moved.insert(lock.address);
         }
     }
-    crate::analysis::waits::count_as_contention(report, &moved)
 }
 
 /// Why a row that no lock function marked is contention after all.

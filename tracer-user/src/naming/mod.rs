@@ -39,17 +39,13 @@ use region::AddressSpace;
 use tracer_common::stack_kind;
 
 use crate::{
-    analysis::{
-        build::is_nested_call,
-        group::{CallSites, sorted_callers},
-    },
     model::{
-        ChainSearch, Collected, Frame, LockKind, LockStack, Naming, PhpLocation, PointerChains,
-        Report, SkipReason, SkippedFile, StackEnd, StackOrigin, StackSource, StrippedModule,
-        UnwoundStack,
+        CallSites, ChainSearch, Collected, Frame, LockKind, LockStack, Naming, PhpLocation,
+        PointerChains, Report, SkipReason, SkippedFile, StackEnd, StackOrigin, StackSource,
+        StrippedModule, UnwoundStack, sorted_callers,
     },
     probe::{
-        lockfuncs::LockFunction,
+        lockfuncs::{LockFunction, is_nested_call},
         modules::{ModuleFile, ModuleStore},
         target::{self, Mapping, Target},
     },
@@ -274,7 +270,7 @@ pub fn annotate(
     let heap_locks = heap_locks_to_chain(report);
     let (found, pointer_chains) = heap_chains(&space, snapshot, &heap_locks, alive);
     name_by_chains(report, &found, &mut namer);
-    declared::count_contention(report);
+    declared::mark_contention(report);
     in_progress::name(report, &space, &mut namer, &snapshot.threads.names);
     let debug_info = namer.debug_info_used();
     drop(namer);
@@ -1056,7 +1052,7 @@ fn cpu_stacks(
         key.stack_id == stack_kind::CPU_USER || key.stack_id == stack_kind::CPU_KERNEL
     });
     for (key, &count) in samples {
-        let Some(lock) = crate::analysis::cpu::row_holding(rows, key.lock, |&span| span) else {
+        let Some(lock) = crate::model::address::row_holding(rows, key.lock, |&span| span) else {
             continue;
         };
         let in_kernel = key.stack_id == stack_kind::CPU_KERNEL;

@@ -5,9 +5,10 @@ use std::collections::BTreeSet;
 
 use anyhow::{Context, Result};
 use object::{Object, ObjectSegment, ObjectSymbol};
-use tracer_common::{CodeRange, LockOp, MAX_LOCK_CODE_RANGES};
+use tracer_common::{CallerKey, CodeRange, LockOp, MAX_LOCK_CODE_RANGES};
 
 use super::{modules::functions_named, target::Target};
+use crate::model::Collected;
 
 /// One lock function in one module of the target.
 #[derive(Debug, Clone)]
@@ -466,6 +467,42 @@ pub fn code_ranges(ranges: impl IntoIterator<Item = (u64, u64)>, most: u32) -> V
         .take(most as usize)
         .map(|(start, end)| CodeRange { start, end })
         .collect()
+}
+
+/// True for a lock call made by another lock function: called from inside
+/// one, or tail-called by one. One call site calls one function, so a second
+/// op seen with the same return address was tail-called by the first (musl's
+/// pthread_mutex_lock jumps to pthread_mutex_timedlock when contended).
+pub fn is_nested_call(key: &CallerKey, collected: &Collected, functions: &[LockFunction]) -> bool {
+    let from_lock_function = in_lock_function(key.return_ip, functions);
+    let tail_called = tail_callers(key.op).iter().any(|&outer| {
+        collected.callers.contains_key(&CallerKey {
+            op: outer as u32,
+            ..*key
+        })
+    });
+    from_lock_function || tail_called
+}
+
+/// True when `ip` is in the code of one of the lock functions.
+pub fn in_lock_function(ip: u64, functions: &[LockFunction]) -> bool {
+    functions
+        .iter()
+        .any(|f| (f.runtime_start..f.runtime_end).contains(&ip))
+}
+
+/// Lock functions that may tail-call the function of `op` (musl: the
+/// plain lock jumps to the timed one, which calls the try variant).
+fn tail_callers(op: u32) -> &'static [LockOp] {
+    match LockOp::from_index(op) {
+        Some(LockOp::MutexTimedlock | LockOp::MutexClocklock) => &[LockOp::MutexLock],
+        Some(LockOp::MutexTrylock) => &[LockOp::MutexLock, LockOp::MutexTimedlock],
+        Some(LockOp::RwlockTimedrdlock) => &[LockOp::RwlockRdlock],
+        Some(LockOp::RwlockTryrdlock) => &[LockOp::RwlockRdlock, LockOp::RwlockTimedrdlock],
+        Some(LockOp::RwlockTimedwrlock) => &[LockOp::RwlockWrlock],
+        Some(LockOp::RwlockTrywrlock) => &[LockOp::RwlockWrlock, LockOp::RwlockTimedwrlock],
+        _ => &[],
+    }
 }
 
 #[cfg(test)]

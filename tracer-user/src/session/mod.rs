@@ -1,6 +1,6 @@
 //! One tracing session, for `record` and the live views (`top`, `serve`):
-//! the probes a [`Plan`] asks for are worked out once ([`load_plan`], the
-//! one place an [`attach::LoadPlan`] is built), attached ([`Session::attach`]),
+//! the probes a [`Plan`] asks for are worked out once ([`load_plan`]; with
+//! [`bench_load_plan`] the only places an [`attach::LoadPlan`] is built), attached ([`Session::attach`]),
 //! read as often as the caller likes ([`Session::read`]), and finished
 //! ([`Session::finish`]: the last read, with what could not be counted, and
 //! the probes handed back to be detached once the report is out).
@@ -143,6 +143,46 @@ pub fn load_plan<'a>(
         inproc,
         kernel_locks: true,
         creation_sites: plan.view == View::Record && creation_sites(plan.mode),
+    }
+}
+
+/// Which probes a bench's not-counting plan attaches at load.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BenchProbes {
+    /// The lock probes, in place but told not to count: the floor of a
+    /// uprobe hit (`cargo xtask bench`'s kernel floor).
+    LocksNotCounting,
+    /// No lock probe yet, as sampled mode loads before its first window
+    /// (the window bench opens and closes its own).
+    BeforeTheFirstWindow,
+}
+
+static NO_WAIT_FUNCTIONS: WaitFunctions = WaitFunctions {
+    cond_waits: Vec::new(),
+    lock_inits: Vec::new(),
+    go_futex: None,
+};
+
+/// The plan `cargo xtask bench` loads to price a mechanism alone: lock
+/// calls are not counted (sampled mode's flag), nothing else is recorded,
+/// and no kernel-lock tracepoint goes in.
+pub fn bench_load_plan(prepared: &Prepared, probes: BenchProbes) -> attach::LoadPlan<'_> {
+    attach::LoadPlan {
+        target: &prepared.target,
+        functions: &prepared.placed,
+        flags: flags::SAMPLED,
+        lock_probes: probes == BenchProbes::LocksNotCounting,
+        request_probe: None,
+        // The floor has no condvar probe; sampled mode has them from load.
+        waits: match probes {
+            BenchProbes::LocksNotCounting => &NO_WAIT_FUNCTIONS,
+            BenchProbes::BeforeTheFirstWindow => &prepared.waits,
+        },
+        unlock_functions: &[],
+        cpu: None,
+        inproc: None,
+        kernel_locks: false,
+        creation_sites: false,
     }
 }
 
