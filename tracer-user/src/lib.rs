@@ -20,7 +20,7 @@
 //! - [`cli`]: the command line.
 pub mod model;
 
-pub mod loadgen;
+pub(crate) mod loadgen;
 pub mod probe;
 pub mod trace;
 
@@ -31,11 +31,11 @@ pub mod render;
 pub mod session;
 
 pub mod compare;
-pub mod live;
-pub mod record;
+pub(crate) mod live;
+pub(crate) mod record;
 
 pub mod agent;
-pub mod serve;
-pub mod top;
+pub(crate) mod serve;
+pub(crate) mod top;
 
 pub mod cli;

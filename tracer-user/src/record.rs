@@ -708,7 +708,10 @@ fn report(
         cpu_off,
         inproc,
     } = traced;
-    let placement = (options.mode != Mode::Contention).then_some(options.placement);
+    let placement = options
+        .mode
+        .counts_acquisitions()
+        .then_some(options.placement);
     let builder = ReportBuilder {
         info: RecordInfo::of(
             &prepared.target,

@@ -29,7 +29,7 @@ pub fn build(info: RecordInfo, collected: &Collected, functions: &[LockFunction]
     let mut locks = lock_rows(collected, functions, &nested);
     fold_futexes(&mut locks, collected);
     let (in_lock_functions, unattributed) = cpu::attribute(&mut locks, collected);
-    let counted_acquisitions = info.mode != Mode::Contention;
+    let counted_acquisitions = info.mode.counts_acquisitions();
     waits::classify(&mut locks, collected, counted_acquisitions);
     // With every lock call probed (all mode) each pthread lock worked on has
     // its own row; a futex word that only lock-code samples name is one the

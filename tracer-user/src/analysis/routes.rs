@@ -138,7 +138,7 @@ pub fn build(php: &PhpCollected, rules: &RouteRules, cpu_hz: u64, mode: Mode) ->
     let period = (cpu_hz > 0).then(|| sample_period_ns(cpu_hz));
     let figures = Figures {
         period,
-        acquisitions: mode != Mode::Contention,
+        acquisitions: mode.counts_acquisitions(),
     };
     let distinct = rows
         .keys()
@@ -303,7 +303,7 @@ pub fn fold_into_rows(report: &mut Report) {
     };
     let figures = Figures {
         period: routes.cpu_sample_period_ns,
-        acquisitions: report.mode != Mode::Contention,
+        acquisitions: report.mode.counts_acquisitions(),
     };
     for route in &mut routes.routes {
         let mut folded: BTreeMap<u64, RouteLockCounts> = BTreeMap::new();

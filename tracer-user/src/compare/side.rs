@@ -292,7 +292,7 @@ impl Side {
 
     /// Whether the report counted acquisitions (contention mode does not).
     pub(super) fn counts_acquisitions(&self) -> bool {
-        self.mode != Mode::Contention
+        self.mode.counts_acquisitions()
     }
 
     /// A group's acquisitions per request as shown: `~x ±e` when sampled.

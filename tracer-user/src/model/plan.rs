@@ -56,10 +56,10 @@ impl Mode {
         self != Mode::Contention
     }
 
-    /// Whether every counted acquisition goes through a BPF lock probe (in
-    /// inproc mode only the functions no stub counts have one).
-    pub fn has_lock_probes(self) -> bool {
-        matches!(self, Mode::All | Mode::Sampled)
+    /// Whether every acquisition is counted exactly (sampled mode scales
+    /// its windows': it would miss most lock init calls, for one).
+    pub fn counts_every_acquisition(self) -> bool {
+        matches!(self, Mode::All | Mode::Inproc)
     }
 
     /// Why `view` cannot run this mode at all; None where it can.
@@ -253,10 +253,10 @@ mod tests {
             .filter(|mode| mode.counts_acquisitions())
             .collect();
         assert_eq!(counting, [Mode::All, Mode::Sampled, Mode::Inproc]);
-        let probed: Vec<Mode> = Mode::ALL
+        let exact: Vec<Mode> = Mode::ALL
             .into_iter()
-            .filter(|mode| mode.has_lock_probes())
+            .filter(|mode| mode.counts_every_acquisition())
             .collect();
-        assert_eq!(probed, [Mode::All, Mode::Sampled]);
+        assert_eq!(exact, [Mode::All, Mode::Inproc]);
     }
 }

@@ -295,6 +295,7 @@ fn inflate_into_arc(input: &[u8], size: usize) -> Option<Arc<[u8]>> {
 }
 
 impl DebugInfo {
+    #[cfg(test)]
     /// Parses the DWARF of an ELF file's bytes; None without `.debug_info`
     /// or when it is over the caps (see [`DebugInfo::parse_bounded`]).
     pub fn parse(data: &[u8]) -> Option<DebugInfo> {

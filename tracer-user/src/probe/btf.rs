@@ -302,6 +302,7 @@ impl KernelBtf {
             .ok_or_else(|| BtfError::NoStruct(name.to_string()))
     }
 
+    #[cfg(test)]
     /// Size in bytes of struct `name`.
     pub fn struct_size(&self, name: &str) -> Result<u64, BtfError> {
         Ok(u64::from(self.find_struct(name)?.size_or_type))

@@ -142,6 +142,7 @@ pub fn module_got(
     got
 }
 
+#[cfg(test)]
 /// Where the symbol `name` (a data or function symbol, dynamic or not)
 /// of the module at `path` lies in the target, per loaded copy.
 pub fn symbol_addresses(

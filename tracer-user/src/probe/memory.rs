@@ -1,6 +1,7 @@
 //! Reading the target's memory, behind one trait: the pointer-chain search
 //! runs on the live process through [`ProcessMemory`] and, in unit tests,
-//! on a hand-built address space through [`FakeMemory`], without root.
+//! on a hand-built address space through `FakeMemory`, without root.
+#[cfg(test)]
 use std::collections::BTreeMap;
 
 /// Reads of another process's memory.
@@ -41,6 +42,7 @@ impl TargetMemory for ProcessMemory {
     }
 }
 
+#[cfg(test)]
 /// Memory made of byte regions at given addresses; a read stops where its
 /// region ends, as process_vm_readv stops at an unmapped page.
 #[derive(Debug, Default)]
@@ -48,6 +50,7 @@ pub struct FakeMemory {
     regions: BTreeMap<u64, Vec<u8>>,
 }
 
+#[cfg(test)]
 impl FakeMemory {
     /// Adds a region of `bytes` at `address` (regions must not overlap).
     pub fn map(&mut self, address: u64, bytes: Vec<u8>) {
@@ -66,6 +69,7 @@ impl FakeMemory {
     }
 }
 
+#[cfg(test)]
 impl TargetMemory for FakeMemory {
     fn read(&self, address: u64, buffer: &mut [u8]) -> usize {
         let Some((&start, bytes)) = self.regions.range(..=address).next_back() else {

@@ -407,6 +407,7 @@ pub fn read_maps(pid: u32) -> Result<Vec<Mapping>> {
     Ok(parse_maps_bytes(&bytes))
 }
 
+#[cfg(test)]
 /// Parses the text of a maps file (for tests and saved maps).
 pub fn parse_maps(text: &str) -> Vec<Mapping> {
     parse_maps_bytes(text.as_bytes())

@@ -42,6 +42,7 @@ pub fn cut(text: &str, max: usize) -> String {
     format!("{kept}…")
 }
 
+#[cfg(test)]
 /// Widest line of a rendered block, in characters.
 pub fn width(text: &str) -> usize {
     text.lines()

@@ -43,8 +43,7 @@ pub const WITHOUT_INIT_PROBES_FOR_A_BENCH: &str = "LOCKTRACE_BENCH_NO_INIT_PROBE
 /// lock init call and name heap locks by where they were created. Sampled
 /// windows would miss most init calls.
 pub fn creation_sites(mode: Mode) -> bool {
-    matches!(mode, Mode::All | Mode::Inproc)
-        && std::env::var_os(WITHOUT_INIT_PROBES_FOR_A_BENCH).is_none()
+    mode.counts_every_acquisition() && std::env::var_os(WITHOUT_INIT_PROBES_FOR_A_BENCH).is_none()
 }
 
 /// Whether lock probes go in at attach: in all-locks mode, and in inproc

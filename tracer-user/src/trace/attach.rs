@@ -32,6 +32,7 @@ use crate::probe::{
 
 static BPF_OBJECT: &[u8] = aya::include_bytes_aligned!(env!("LOCKTRACE_BPF_OBJECT"));
 
+#[cfg(test)]
 /// The BPF object as built (its maps as declared).
 pub fn bpf_object() -> &'static [u8] {
     BPF_OBJECT

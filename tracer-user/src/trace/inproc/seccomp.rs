@@ -32,6 +32,7 @@ const MAX_FILTERS: usize = 8192;
 /// Paths through one filter when unknown words fork it.
 const MAX_PATHS: usize = 4096;
 
+#[cfg(test)]
 /// `struct seccomp_data`, what a filter reads.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SeccompData {
@@ -411,6 +412,7 @@ fn test(cond: Cond, a: u32, b: u32) -> bool {
     }
 }
 
+#[cfg(test)]
 /// Runs a seccomp program on `data`: the value it returns (action and
 /// data), or why the kernel would not have taken the program.
 pub fn evaluate(program: &[libc::sock_filter], data: &SeccompData) -> Result<u32, EvalError> {
@@ -467,6 +469,7 @@ fn precedence(ret: u32) -> i32 {
     (ret & libc::SECCOMP_RET_ACTION_FULL) as i32
 }
 
+#[cfg(test)]
 /// What the filters together do with `data`: all run, the lowest
 /// precedence wins (the newest filter on a tie: `filters` newest first,
 /// as `read_filters` returns them).

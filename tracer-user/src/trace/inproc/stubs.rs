@@ -45,7 +45,8 @@ pub const PATCHER: usize = 0x1C0;
 /// log2 of a table's entries, and its size in bytes (32-byte entries).
 pub const ENTRY_BITS: u32 = 14;
 pub const TABLE_BYTES: usize = 32 << ENTRY_BITS;
-/// Slots a stub looks at before it counts the call as overflow.
+/// Slots a stub looks at before it counts the call as overflow (the
+/// `COUNT` macro's `mov r10d, 64`; a unit test holds the two together).
 pub const MAX_PROBES: u32 = 64;
 
 const _: () = assert!(REAL_FUNCTIONS + 8 * LOCK_OPS <= STUBS);
@@ -231,11 +232,6 @@ pub fn block() -> &'static [u8] {
     }
 }
 
-/// Whether `op`'s stub counts at entry (the function always takes the lock).
-pub fn counts_at_entry(op: tracer_common::LockOp) -> bool {
-    !op.may_fail()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -259,8 +255,10 @@ mod tests {
                 + i32::from_le_bytes(block[at + 7..at + 11].try_into().unwrap()) as i64;
             let try_call = (target as usize) > PATCHER;
             assert!(try_call);
-            let _ = counts_at_entry(op);
         }
+        // The probe limit in the asm is MAX_PROBES (mov r10d, imm32: 41 ba).
+        let limit = [&[0x41, 0xba][..], &MAX_PROBES.to_le_bytes()].concat();
+        assert!(block.windows(limit.len()).any(|w| w == limit));
         // Injected code ends in rt_sigreturn (mov eax, 15; syscall), never
         // in a trap a dead tracer would turn into a signal.
         let sigreturn = [0xb8, 0x0f, 0, 0, 0, 0x0f, 0x05];
