@@ -10,15 +10,16 @@
 //! exact: they are totals in the maps) and says so in one line.
 pub mod discover;
 pub mod labels;
+pub mod push;
 
 use std::{
-    collections::{BTreeMap, HashSet},
+    collections::{BTreeMap, BTreeSet, HashSet},
     net::SocketAddr,
     sync::{
         Arc, Mutex, PoisonError,
         atomic::{AtomicBool, AtomicU64, Ordering},
     },
-    time::{Duration, Instant},
+    time::{Duration, Instant, SystemTime},
 };
 
 use anyhow::Result;
@@ -29,10 +30,11 @@ use crate::{
     model::{Mode, Placement, Report},
     probe::request_auto::RequestProbeSpec,
     render::output::note,
-    serve::{self, LabelledSeries, MetricsSource, PageSource, Site},
+    serve::{self, LabelledSeries, MetricsSource, Page, PageError, PageSource, Site},
 };
 
 use discover::{Discovery, Found, Selectors};
+use push::{PushCounters, Pusher, Upload};
 
 /// How often /proc is scanned for new and exited processes.
 pub const SCAN_EVERY: Duration = Duration::from_millis(500);
@@ -58,6 +60,10 @@ pub struct AgentOptions {
     pub max_cpu_percent: f64,
     /// Created (empty) once the listener is up and the first scan is done.
     pub ready_file: Option<std::path::PathBuf>,
+    /// `--push URL`: each process's profile of each interval, to `URL/ingest`.
+    pub push: Option<String>,
+    /// `--push-every`: the interval.
+    pub push_every: Duration,
 }
 
 /// The label names of a process's series, in order.
@@ -90,7 +96,18 @@ pub fn process_labels(found: &Found) -> Vec<(String, String)> {
 struct Shared {
     processes: BTreeMap<u32, Arc<Registry>>,
     /// Each process's counts since attach, for its pprof profile.
-    reports: BTreeMap<u32, Arc<Report>>,
+    reports: BTreeMap<u32, Kept>,
+    /// Reads so far (of any process): a report kept later is fresher.
+    reads: u64,
+    /// Processes a `?seconds=` window wants read now (as it opens and closes).
+    read_now: BTreeSet<u32>,
+}
+
+/// A process's counts since attach, and which read they are from.
+#[derive(Clone)]
+struct Kept {
+    report: Arc<Report>,
+    read: u64,
 }
 
 /// The agent's own gauges.
@@ -140,6 +157,14 @@ pub async fn run(options: &AgentOptions) -> Result<std::process::ExitCode> {
     let gauges = AgentGauges::default();
     let mut own = Registry::default();
     gauges.register(&mut own);
+    let pusher = match &options.push {
+        Some(url) => {
+            let counters = PushCounters::default();
+            counters.register(&mut own);
+            Some(Pusher::start(url, counters)?)
+        }
+        None => None,
+    };
     let source = Site {
         metrics: metrics_source(shared.clone(), Arc::new(own)),
         pages: Some(pprof_pages(shared.clone())),
@@ -150,12 +175,19 @@ pub async fn run(options: &AgentOptions) -> Result<std::process::ExitCode> {
         SCAN_EVERY.as_millis(),
         describe(&options.selectors)
     ));
+    if let Some(url) = &options.push {
+        note(format_args!(
+            "locktrace: agent: posting each process's mutex profile every {} s to {}",
+            options.push_every.as_secs(),
+            push::ingest_url(url)
+        ));
+    }
     let stop = Arc::new(AtomicBool::new(false));
     let watcher = {
         let (options, shared, stop) = (options.clone(), shared.clone(), stop.clone());
         std::thread::Builder::new()
             .name("locktrace-agent".into())
-            .spawn(move || Watcher::new(options, shared, gauges).run(&stop))?
+            .spawn(move || Watcher::new(options, shared, gauges, pusher).run(&stop))?
     };
     let connections = Arc::new(tokio::sync::Semaphore::new(serve::MAX_CONNECTIONS));
     let result = loop {
@@ -205,27 +237,90 @@ fn metrics_source(shared: Arc<Mutex<Shared>>, own: Arc<Registry>) -> MetricsSour
 }
 
 /// `/debug/pprof/mutex?pid=PID`: the process's mutex profile since attach
-/// (gzipped pprof, as `record --pprof` writes it).
+/// (gzipped pprof, as `record --pprof` writes it); with `&seconds=S`, the
+/// profile of the next S seconds (as Go's `?seconds=` delta profiles).
 fn pprof_pages(shared: Arc<Mutex<Shared>>) -> PageSource {
     Arc::new(move |path, query| {
         if path != PPROF_PATH {
             return None;
         }
-        let pid: u32 = query
-            .split('&')
-            .find_map(|pair| pair.strip_prefix("pid="))?
-            .parse()
-            .ok()?;
-        let report = shared
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .reports
-            .get(&pid)?
-            .clone();
-        let mut body = Vec::new();
-        crate::render::pprof::write(&report, &mut body).ok()?;
-        Some(("application/octet-stream", body))
+        let (shared, query) = (shared.clone(), query.to_string());
+        Some(Box::pin(async move { pprof_page(&shared, &query).await }))
     })
+}
+
+/// What `?pid=PID[&seconds=S]` asks for.
+fn pprof_query(query: &str) -> Result<(u32, Option<Duration>), PageError> {
+    let value = |name: &str| {
+        query
+            .split('&')
+            .find_map(|pair| pair.strip_prefix(name)?.strip_prefix('='))
+    };
+    let pid = value("pid")
+        .and_then(|pid| pid.parse::<u32>().ok())
+        .ok_or_else(|| {
+            PageError::BadRequest(format!(
+                "give the process's pid: {PPROF_PATH}?pid=PID (the pids are on /metrics)"
+            ))
+        })?;
+    let longest = serve::LONGEST_PAGE.as_secs();
+    let seconds = match value("seconds") {
+        None => None,
+        Some(text) => match text.parse::<u64>() {
+            Ok(seconds @ 1..) if seconds <= longest => Some(Duration::from_secs(seconds)),
+            _ => {
+                return Err(PageError::BadRequest(format!(
+                    "seconds={text}: give whole seconds from 1 to {longest}, e.g. {PPROF_PATH}?pid={pid}&seconds=10"
+                )));
+            }
+        },
+    };
+    Ok((pid, seconds))
+}
+
+async fn pprof_page(shared: &Arc<Mutex<Shared>>, query: &str) -> Result<Page, PageError> {
+    let (pid, seconds) = pprof_query(query)?;
+    let report = match seconds {
+        None => latest(shared, pid).ok_or(PageError::NotFound)?.report,
+        Some(seconds) => {
+            let before = fresh(shared, pid).await.ok_or(PageError::NotFound)?;
+            tokio::time::sleep(seconds).await;
+            // An exited process keeps its last counts: the window ends there.
+            let after = fresh(shared, pid).await.unwrap_or_else(|| before.clone());
+            Arc::new(crate::analysis::window::since(
+                &before.report,
+                &after.report,
+            ))
+        }
+    };
+    let mut body = Vec::new();
+    crate::render::pprof::write(&report, &mut body)
+        .map_err(|error| PageError::Failed(format!("{error:#}")))?;
+    Ok(("application/octet-stream", body))
+}
+
+fn latest(shared: &Mutex<Shared>, pid: u32) -> Option<Kept> {
+    let shared = shared.lock().unwrap_or_else(PoisonError::into_inner);
+    shared.reports.get(&pid).cloned()
+}
+
+/// The process's counts from a read made now (the watcher reads it within
+/// its 20 ms pause); the last ones when no read comes (it exited).
+async fn fresh(shared: &Mutex<Shared>, pid: u32) -> Option<Kept> {
+    let asked = {
+        let mut shared = shared.lock().unwrap_or_else(PoisonError::into_inner);
+        shared.reports.get(&pid)?;
+        shared.read_now.insert(pid);
+        shared.reads
+    };
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < deadline {
+        if let Some(kept) = latest(shared, pid).filter(|kept| kept.read > asked) {
+            return Some(kept);
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    latest(shared, pid)
 }
 
 /// Where each process's pprof profile is served (`?pid=PID`).
@@ -235,6 +330,12 @@ struct Watched {
     session: LiveSession,
     series: LabelledSeries,
     found: Found,
+    labels: Vec<(String, String)>,
+    /// Its counts since attach at the last read.
+    latest: Option<Arc<Report>>,
+    /// Its counts at the last push, and when that was (attach before the first).
+    pushed: Option<Arc<Report>>,
+    pushed_at: SystemTime,
 }
 
 /// The thread that owns the sessions.
@@ -247,15 +348,24 @@ struct Watcher {
     /// Exited processes whose series are still exported, and since when.
     exited: Vec<(u32, Instant)>,
     read_every: Duration,
+    pusher: Option<Pusher>,
+    next_push: Instant,
     /// CPU seconds and time at the start of the current budget window.
     window: (f64, Instant),
     started: (f64, Instant),
 }
 
 impl Watcher {
-    fn new(options: AgentOptions, shared: Arc<Mutex<Shared>>, gauges: AgentGauges) -> Watcher {
+    fn new(
+        options: AgentOptions,
+        shared: Arc<Mutex<Shared>>,
+        gauges: AgentGauges,
+        pusher: Option<Pusher>,
+    ) -> Watcher {
         let cpu = own_cpu_seconds().unwrap_or(0.0);
         Watcher {
+            next_push: Instant::now() + options.push_every,
+            pusher,
             discovery: Discovery::new(options.selectors.clone()),
             options,
             shared,
@@ -286,14 +396,20 @@ impl Watcher {
                     note(format_args!("locktrace: agent: {error}"));
                 }
             }
-            if Instant::now() >= next_read {
+            let push_due = self.pusher.is_some() && Instant::now() >= self.next_push;
+            if push_due || Instant::now() >= next_read {
                 self.read_all();
                 next_read = Instant::now() + self.read_every;
+            }
+            if push_due {
+                self.push_all();
+                self.next_push = Instant::now() + self.options.push_every;
             }
             self.forget_exited();
             self.budget();
             let next = scan_start + SCAN_EVERY;
             while !stop.load(Ordering::Relaxed) && Instant::now() < next {
+                self.read_requested();
                 std::thread::sleep(Duration::from_millis(20));
             }
         }
@@ -340,7 +456,7 @@ impl Watcher {
                     found.pid, self.options.mode, session.probe_count, session.attach_ms
                 ));
                 let series = LabelledSeries::new(
-                    labels,
+                    labels.clone(),
                     self.options.max_locks,
                     self.options.expire_after,
                     session.has_request_probe(),
@@ -355,6 +471,10 @@ impl Watcher {
                         session,
                         series,
                         found,
+                        labels,
+                        latest: None,
+                        pushed: None,
+                        pushed_at: SystemTime::now(),
                     },
                 );
             }
@@ -392,7 +512,8 @@ impl Watcher {
             // The maps outlive the process: its last counts are still there.
             if let Ok(interval) = watched.session.tick() {
                 watched.series.apply(&interval);
-                self.keep_report(pid, &mut watched.session);
+                self.keep_report(pid, &mut watched);
+                self.push(&mut watched);
             }
             note(format_args!(
                 "locktrace: agent: pid {pid} ({}) exited: released; its series go in {} s",
@@ -425,30 +546,97 @@ impl Watcher {
         }
     }
 
-    fn keep_report(&self, pid: u32, session: &mut LiveSession) {
-        if let Some(report) = session.take_report() {
+    fn keep_report(&self, pid: u32, watched: &mut Watched) {
+        if let Some(report) = watched.session.take_report() {
+            let report = Arc::new(report);
+            watched.latest = Some(report.clone());
             let mut shared = self.shared.lock().unwrap_or_else(PoisonError::into_inner);
-            shared.reports.insert(pid, Arc::new(report));
+            shared.reads += 1;
+            let read = shared.reads;
+            shared.reports.insert(pid, Kept { report, read });
+        }
+    }
+
+    fn read(&self, pid: u32, watched: &mut Watched) {
+        match watched.session.tick() {
+            Ok(interval) => {
+                watched.series.apply(&interval);
+                self.keep_report(pid, watched);
+            }
+            Err(error) => note(format_args!(
+                "locktrace: agent: reading pid {pid}'s counts failed: {error:#}"
+            )),
         }
     }
 
     fn read_all(&mut self) {
         let mut watched = std::mem::take(&mut self.watched);
         for (pid, watched) in watched.iter_mut() {
-            match watched.session.tick() {
-                Ok(interval) => {
-                    watched.series.apply(&interval);
-                    self.keep_report(*pid, &mut watched.session);
-                }
-                Err(error) => note(format_args!(
-                    "locktrace: agent: reading pid {pid}'s counts failed: {error:#}"
-                )),
-            }
+            self.read(*pid, watched);
         }
         self.watched = watched;
         if let Some(cpu) = own_cpu_seconds() {
             self.gauges.cpu_seconds.set(cpu - self.started.0);
         }
+    }
+
+    /// Reads the processes a `?seconds=` window asked for.
+    fn read_requested(&mut self) {
+        let pids = std::mem::take(
+            &mut self
+                .shared
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .read_now,
+        );
+        for pid in pids {
+            if let Some(mut watched) = self.watched.remove(&pid) {
+                self.read(pid, &mut watched);
+                self.watched.insert(pid, watched);
+            }
+        }
+    }
+
+    fn push_all(&mut self) {
+        let mut watched = std::mem::take(&mut self.watched);
+        for watched in watched.values_mut() {
+            self.push(watched);
+        }
+        self.watched = watched;
+    }
+
+    /// Hands the process's profile since its last push to the pusher (a
+    /// window with no lock activity is not sent).
+    fn push(&self, watched: &mut Watched) {
+        let (Some(pusher), Some(latest)) = (&self.pusher, watched.latest.clone()) else {
+            return;
+        };
+        let window = match &watched.pushed {
+            Some(before) => crate::analysis::window::since(before, &latest),
+            None => (*latest).clone(),
+        };
+        let until = SystemTime::now();
+        let from = std::mem::replace(&mut watched.pushed_at, until);
+        watched.pushed = Some(latest);
+        let quiet = window
+            .kernel_locks
+            .as_ref()
+            .is_none_or(|section| section.locks.is_empty());
+        if window.locks.is_empty() && quiet {
+            return;
+        }
+        let mut body = Vec::new();
+        if let Err(error) = crate::render::pprof::write(&window, &mut body) {
+            note(format_args!("locktrace: agent: {error:#}"));
+            return;
+        }
+        let app = discover::exe_name(&watched.found.exe);
+        pusher.send(Upload {
+            name: push::series_name(app, &watched.labels),
+            from,
+            until,
+            body,
+        });
     }
 
     /// Over `--max-cpu` in the last window: read the maps half as often

@@ -502,12 +502,32 @@ struct AgentArgs {
     /// Create this (empty) file once listening and the first scan is done.
     #[arg(long, value_name = "PATH", help_heading = "Output")]
     ready_file: Option<PathBuf>,
+    /// Also POST each process's mutex profile of each interval to a Pyroscope-compatible
+    /// URL/ingest (pprof, labelled by container, pid, exe), e.g. http://pyroscope:4040.
+    #[arg(long, value_name = "URL", help_heading = "Output")]
+    push: Option<String>,
+    /// The --push interval.
+    #[arg(
+        long,
+        value_name = "SECS",
+        default_value_t = 15,
+        help_heading = "Output",
+        value_parser = limits::whole::<u64>("--push-every", 1, Some(3600))
+    )]
+    push_every: u64,
 }
 
 impl AgentArgs {
     fn options(self) -> Result<agent::AgentOptions> {
         if let Some(path) = &self.ready_file {
             limits::outputs(&[("--ready-file", path)])?;
+        }
+        if let Some(url) = &self.push
+            && !(url.starts_with("http://") || url.starts_with("https://"))
+        {
+            anyhow::bail!(
+                "--push {url}: give the receiver's http:// or https:// URL, e.g. http://pyroscope:4040 (the profiles go to URL/ingest)"
+            );
         }
         if !(self.max_cpu > 0.0 && self.max_cpu <= 100.0 * 1024.0) {
             anyhow::bail!(
@@ -528,6 +548,8 @@ impl AgentArgs {
             forget_exited: Duration::from_secs(self.forget_exited),
             max_cpu_percent: self.max_cpu,
             ready_file: self.ready_file,
+            push: self.push,
+            push_every: Duration::from_secs(self.push_every),
         })
     }
 }
@@ -717,6 +739,7 @@ const SERVE_EXAMPLES: &str = "Examples:
 const AGENT_EXAMPLES: &str = "Examples:
   locktrace agent --listen 0.0.0.0:9464
   locktrace agent --listen 127.0.0.1:9464 --exe php-zts --cgroup kubepods
+  locktrace agent --listen 127.0.0.1:9464 --push http://pyroscope:4040 --push-every 15
   (systemd unit and DaemonSet: docs/locktrace-agent.service, docs/locktrace-agent-daemonset.yaml)";
 const TOP_EXAMPLES: &str = "Examples:
   locktrace top --pid 1234

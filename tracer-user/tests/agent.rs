@@ -3,7 +3,11 @@
 //! theirs: found by `--exe` without pids, every series labelled with its
 //! container, exact counts, one fixture restarted (attached again within
 //! 2 s, counted from then on) and the exited one's series gone after
-//! `--forget-exited`. Needs root (BPF, cgroup v2).
+//! `--forget-exited`; `--push` posts each process's profiles to a receiver
+//! the test runs (labels in `name`, pprof bodies adding up to the exact
+//! counts; a receiver gone is one line, not the agent's end); a
+//! `?seconds=` profile holds exactly the calls made in its window. Needs
+//! root (BPF, cgroup v2).
 mod common;
 
 use std::{
@@ -271,6 +275,167 @@ fn free_port() -> u16 {
         .port()
 }
 
+/// A request the receiver got: its path with the query, and its body.
+type Posted = Arc<Mutex<Vec<(String, Vec<u8>)>>>;
+
+/// A Pyroscope-like ingest endpoint: answers every POST 200 and keeps it.
+/// Stops (the port then refuses) when `open` is set false.
+fn start_receiver() -> (u16, Posted, Arc<std::sync::atomic::AtomicBool>) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    listener.set_nonblocking(true).unwrap();
+    let posted: Posted = Arc::default();
+    let open = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let (sink, running) = (posted.clone(), open.clone());
+    std::thread::spawn(move || {
+        while running.load(std::sync::atomic::Ordering::Relaxed) {
+            match listener.accept() {
+                Ok((stream, _)) => {
+                    if let Some(request) = read_post(stream) {
+                        sink.lock().unwrap().push(request);
+                    }
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(10)),
+            }
+        }
+        // The listener is dropped here: posts are refused from now on.
+    });
+    (port, posted, open)
+}
+
+/// Reads one POST (Content-Length body), answers 200.
+fn read_post(mut stream: std::net::TcpStream) -> Option<(String, Vec<u8>)> {
+    stream.set_nonblocking(false).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    let mut data = Vec::new();
+    let mut buffer = [0u8; 65536];
+    let (head_end, length) = loop {
+        let n = stream.read(&mut buffer).ok()?;
+        if n == 0 {
+            return None;
+        }
+        data.extend_from_slice(&buffer[..n]);
+        if let Some(end) = data.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&data[..end]).to_ascii_lowercase();
+            let length = head
+                .lines()
+                .find_map(|line| line.strip_prefix("content-length:"))
+                .and_then(|value| value.trim().parse::<usize>().ok())
+                .unwrap_or(0);
+            break (end + 4, length);
+        }
+    };
+    while data.len() < head_end + length {
+        let n = stream.read(&mut buffer).ok()?;
+        if n == 0 {
+            break;
+        }
+        data.extend_from_slice(&buffer[..n]);
+    }
+    let head = String::from_utf8_lossy(&data[..head_end]).into_owned();
+    let target = head.split_whitespace().nth(1)?.to_string();
+    assert!(head.starts_with("POST "), "{head}");
+    stream
+        .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+        .ok()?;
+    Some((target, data[head_end..].to_vec()))
+}
+
+/// A query parameter's value, percent-decoded.
+fn query_value(target: &str, name: &str) -> Option<String> {
+    let query = target.split_once('?')?.1;
+    let raw = query
+        .split('&')
+        .find_map(|pair| pair.strip_prefix(name)?.strip_prefix('='))?;
+    let bytes = raw.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            out.push(u8::from_str_radix(std::str::from_utf8(&bytes[i + 1..i + 3]).ok()?, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// The `lock g_lock` acquisitions in a gzipped pprof body, read with the
+/// project's pprof model.
+fn g_lock_acquisitions(body: &[u8]) -> u64 {
+    use prost::Message;
+    let mut bytes = Vec::new();
+    flate2::read::GzDecoder::new(body)
+        .read_to_end(&mut bytes)
+        .expect("a gzipped body");
+    let profile = locktrace::render::pprof::Profile::decode(bytes.as_slice()).expect("pprof");
+    let string = |id: i64| profile.string_table[id as usize].as_str();
+    let acquisitions = profile
+        .sample_type
+        .iter()
+        .position(|t| string(t.r#type) == "acquisitions")
+        .expect("an acquisitions sample type");
+    assert!(
+        profile
+            .sample_type
+            .iter()
+            .any(|t| string(t.r#type) == "contentions"),
+        "Pyroscope files a profile with contentions as mutex"
+    );
+    profile
+        .sample
+        .iter()
+        .filter(|sample| {
+            sample
+                .label
+                .iter()
+                .any(|l| string(l.key) == "lock" && string(l.str) == "g_lock")
+        })
+        .map(|sample| sample.value[acquisitions] as u64)
+        .sum()
+}
+
+/// The posts for `pid` (by the `pid=` label in `name`) once their g_lock
+/// acquisitions add up to `want`; checks each one's labels and interval.
+fn wait_for_posts(posted: &Posted, exe: &str, id: &str, pid: u32, want: u64) -> usize {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let mine: Vec<(String, Vec<u8>)> = posted
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(target, _)| {
+                query_value(target, "name").is_some_and(|n| n.contains(&format!(",pid={pid},")))
+            })
+            .cloned()
+            .collect();
+        let sum: u64 = mine.iter().map(|(_, body)| g_lock_acquisitions(body)).sum();
+        if sum == want {
+            for (target, _) in &mine {
+                assert!(target.starts_with("/ingest?"), "{target}");
+                let name = query_value(target, "name").unwrap();
+                assert!(
+                    name.starts_with(&format!("{exe}{{container_id={id},")),
+                    "{name}"
+                );
+                assert!(name.contains(&format!(",exe={exe}")), "{name}");
+                assert_eq!(query_value(target, "format").as_deref(), Some("pprof"));
+                let from: u64 = query_value(target, "from").unwrap().parse().unwrap();
+                let until: u64 = query_value(target, "until").unwrap().parse().unwrap();
+                assert!(from < until && until <= from + 5, "{target}");
+            }
+            return mine.len();
+        }
+        assert!(
+            sum < want && Instant::now() < deadline,
+            "pid {pid}'s posts add up to {sum} g_lock calls, not {want}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 #[test]
 fn agent_finds_labels_counts_and_follows_restarts() {
     let binary = fixture("steady", Flavor::Glibc);
@@ -301,8 +466,15 @@ fn agent_finds_labels_counts_and_follows_restarts() {
         .collect();
     cleanup.pids.extend(fixtures.iter().map(|f| f.pid()));
     let port = free_port();
+    let (receiver_port, posted, receiving) = start_receiver();
     let mut agent = locktrace()
         .args(["agent", "--listen", &format!("127.0.0.1:{port}")])
+        .args([
+            "--push",
+            &format!("http://127.0.0.1:{receiver_port}"),
+            "--push-every",
+            "1",
+        ])
         .args([
             "--exe",
             &exe,
@@ -398,6 +570,14 @@ fn agent_finds_labels_counts_and_follows_restarts() {
         text.contains("\nlocktrace_agent_watched_processes 3\n"),
         "{text}"
     );
+    // Pushed: each process's posts carry its labels, and their bodies add
+    // up to its exact count.
+    for ((id, _), (fixture, n)) in groups.iter().zip(fixtures.iter().zip(per_tick)) {
+        let posts = wait_for_posts(&posted, &exe, id, fixture.pid(), u64::from(n * 100));
+        println!("pid {}: {posts} posts", fixture.pid());
+    }
+    // The receiver goes away: one line, a counted failure, the agent goes on.
+    receiving.store(false, std::sync::atomic::Ordering::Relaxed);
 
     // Restart the second: its new process is attached within 2 s of its
     // start and counted from then on; the old one's series go.
@@ -422,8 +602,40 @@ fn agent_finds_labels_counts_and_follows_restarts() {
         took <= Duration::from_secs(2),
         "attached again after {took:?}"
     );
+    // A profile of the next 3 s, asked for before the fixture starts: its
+    // calls, exactly; a fixture idle in the window has none.
+    let windows: Vec<_> = [restarted.pid(), fixtures[0].pid()]
+        .into_iter()
+        .map(|pid| {
+            std::thread::spawn(move || {
+                get_raw(port, &format!("/debug/pprof/mutex?pid={pid}&seconds=3"))
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(700));
     restarted.start();
     assert_eq!(restarted.read_line().unwrap(), "done 700");
+    let windows: Vec<Vec<u8>> = windows
+        .into_iter()
+        .map(|w| w.join().unwrap().expect("a ?seconds= profile"))
+        .collect();
+    assert_eq!(g_lock_acquisitions(&windows[0]), 700);
+    assert_eq!(g_lock_acquisitions(&windows[1]), 0);
+    let file = scratch.path().join("window.pb.gz");
+    std::fs::write(&file, &windows[0]).unwrap();
+    let top = pprof_top(&file, "acquisitions");
+    assert_eq!(flat_and_cum(&top, "lock g_lock").0, 700, "{top}");
+    // Its push was refused: said once, counted, and the agent serves on.
+    let (_, line) = wait_for_line(&lines, "posting a profile to", Duration::from_secs(8));
+    assert!(line.contains("the agent goes on"), "{line}");
+    let text = scrape(port);
+    let failures: Option<f64> = text.lines().find_map(|line| {
+        line.strip_prefix("locktrace_agent_push_failures_total ")?
+            .trim()
+            .parse()
+            .ok()
+    });
+    assert!(failures.is_some_and(|n| n >= 1.0), "{text}");
     let new_pid = restarted.pid().to_string();
     let labels = [
         ("container_id", groups[1].0.as_str()),

@@ -21,3 +21,4 @@ pub mod removal;
 pub mod routes;
 pub mod saturation;
 pub mod waits;
+pub mod window;
