@@ -212,10 +212,14 @@ pub async fn run(options: &AgentOptions) -> Result<std::process::ExitCode> {
 fn describe(selectors: &Selectors) -> String {
     let mut parts: Vec<String> = selectors.exe.iter().map(|e| format!("--exe {e}")).collect();
     parts.extend(selectors.cgroup.iter().map(|c| format!("--cgroup {c}")));
-    if parts.is_empty() {
+    let found = if parts.is_empty() {
         "FrankenPHP and thread-safe PHP".into()
     } else {
         parts.join(", ")
+    };
+    match selectors.within.is_empty() {
+        true => found,
+        false => format!("{found} in cgroups with {}", selectors.within.join(" or ")),
     }
 }
 

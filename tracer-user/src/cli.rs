@@ -451,6 +451,10 @@ struct AgentArgs {
     /// Watch processes whose cgroup path contains PATTERN (repeatable), e.g. kubepods or docker-.
     #[arg(long, value_name = "PATTERN", help_heading = "Target")]
     cgroup: Vec<String>,
+    /// Only ever watch processes whose cgroup path contains PATTERN (repeatable), whatever
+    /// found them: e.g. the PHP servers in kubepods only.
+    #[arg(long, value_name = "PATTERN", help_heading = "Target")]
+    within_cgroup: Vec<String>,
     /// inproc (the default): exact, cheapest, writes counting stubs into each process;
     /// all: exact, uprobes only (nothing written into processes); contention: futex waits only.
     #[arg(
@@ -540,6 +544,7 @@ impl AgentArgs {
             selectors: agent::discover::Selectors {
                 exe: self.exe,
                 cgroup: self.cgroup,
+                within: self.within_cgroup,
             },
             mode: self.mode.into(),
             placement: self.placement.into(),

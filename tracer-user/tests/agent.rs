@@ -55,31 +55,33 @@ fn cgroup_root() -> PathBuf {
     mount
 }
 
-/// The three cgroups, as the runtimes name them (relative to the root).
-fn cgroups(top: &str) -> Vec<(String, String)> {
+/// The three cgroups, as the runtimes name them (relative to the root),
+/// their container IDs numbered from `first`.
+fn cgroups(top: &str, first: u32) -> Vec<(String, String)> {
     let pod = POD.replace('-', "_");
+    let (a, b, c) = (
+        container_id(first),
+        container_id(first + 1),
+        container_id(first + 2),
+    );
     vec![
+        (a.clone(), format!("{top}/docker-{a}.scope")),
         (
-            container_id(1),
-            format!("{top}/docker-{}.scope", container_id(1)),
+            b.clone(),
+            format!("{top}/kubepods-burstable-pod{pod}.slice/cri-containerd-{b}.scope"),
         ),
-        (
-            container_id(2),
-            format!(
-                "{top}/kubepods-burstable-pod{pod}.slice/cri-containerd-{}.scope",
-                container_id(2)
-            ),
-        ),
-        (
-            container_id(3),
-            format!("{top}/crio-{}.scope", container_id(3)),
-        ),
+        (c.clone(), format!("{top}/crio-{c}.scope")),
     ]
 }
 
-/// `steady PER_TICK 100 60` started in `cgroup` (moved there before it execs,
-/// as runtimes do, so it is never seen outside it).
+/// `steady PER_TICK 100 60` started in `cgroup`.
 fn spawn_in(cgroup: &Path, binary: &Path, per_tick: u32) -> Fixture {
+    spawn_with(cgroup, binary, &[&per_tick.to_string(), "100", "60"])
+}
+
+/// `binary ARGS` started in `cgroup` (moved there before it execs, as
+/// runtimes do, so it is never seen outside it).
+fn spawn_with(cgroup: &Path, binary: &Path, args: &[&str]) -> Fixture {
     let procs = cgroup.join("cgroup.procs");
     Fixture::spawn_command(
         Command::new("sh")
@@ -87,7 +89,7 @@ fn spawn_in(cgroup: &Path, binary: &Path, per_tick: u32) -> Fixture {
             .arg("echo $$ > \"$0\" && exec \"$@\"")
             .arg(&procs)
             .arg(binary)
-            .args([&per_tick.to_string(), "100", "60"]),
+            .args(args),
     )
 }
 
@@ -442,22 +444,8 @@ fn agent_finds_labels_counts_and_follows_restarts() {
     let exe = binary.file_name().unwrap().to_str().unwrap().to_string();
     let root = cgroup_root();
     let top = format!("locktrace-test-{}.slice", std::process::id());
-    let groups = cgroups(&top);
-    let mut cleanup = Cleanup {
-        agent: None,
-        prometheus: None,
-        pids: Vec::new(),
-        dirs: Vec::new(),
-    };
-    for (_, path) in &groups {
-        std::fs::create_dir_all(root.join(path)).unwrap();
-        cleanup.dirs.push(root.join(path));
-    }
-    cleanup.dirs.push(root.join(&top).join(format!(
-        "kubepods-burstable-pod{}.slice",
-        POD.replace('-', "_")
-    )));
-    cleanup.dirs.push(root.join(&top));
+    let groups = cgroups(&top, 1);
+    let mut cleanup = make_cgroups(&root, &top, &groups);
     let per_tick = [10u32, 20, 30];
     let mut fixtures: Vec<Fixture> = groups
         .iter()
@@ -467,27 +455,20 @@ fn agent_finds_labels_counts_and_follows_restarts() {
     cleanup.pids.extend(fixtures.iter().map(|f| f.pid()));
     let port = free_port();
     let (receiver_port, posted, receiving) = start_receiver();
-    let mut agent = locktrace()
-        .args(["agent", "--listen", &format!("127.0.0.1:{port}")])
-        .args([
+    let (lines, agent_pid) = start_agent(
+        port,
+        &[
             "--push",
             &format!("http://127.0.0.1:{receiver_port}"),
             "--push-every",
             "1",
-        ])
-        .args([
             "--exe",
             &exe,
             "--forget-exited",
             &FORGET_EXITED_S.to_string(),
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let lines = collect_stderr(&mut agent);
-    let agent_pid = agent.id() as i32;
-    cleanup.agent = Some(agent);
+        ],
+        &mut cleanup,
+    );
     let scratch = tempfile::tempdir().unwrap();
     let (prometheus, prometheus_port) = start_prometheus(port, scratch.path());
     cleanup.prometheus = Some(prometheus);
@@ -581,6 +562,7 @@ fn agent_finds_labels_counts_and_follows_restarts() {
 
     // Restart the second: its new process is attached within 2 s of its
     // start and counted from then on; the old one's series go.
+    let quiet = QUIET.lock().unwrap_or_else(|p| p.into_inner());
     let old = fixtures.remove(1);
     let old_pid = old.pid();
     kill(old);
@@ -598,6 +580,7 @@ fn agent_finds_labels_counts_and_follows_restarts() {
         Duration::from_secs(5),
     );
     let took = attached.duration_since(started);
+    drop(quiet);
     assert!(
         took <= Duration::from_secs(2),
         "attached again after {took:?}"
@@ -672,6 +655,212 @@ fn agent_finds_labels_counts_and_follows_restarts() {
         kill(fixture);
     }
     drop(cleanup);
+    assert!(!root.join(&top).exists(), "cgroups left behind");
+}
+
+/// `locktrace agent --listen 127.0.0.1:PORT ARGS`, killed by the cleanup
+/// if the test does not stop it: its stderr lines and pid.
+fn start_agent(port: u16, args: &[&str], cleanup: &mut Cleanup) -> (Lines, i32) {
+    let mut agent = locktrace()
+        .args(["agent", "--listen", &format!("127.0.0.1:{port}")])
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = collect_stderr(&mut agent);
+    let pid = agent.id() as i32;
+    cleanup.agent = Some(agent);
+    (lines, pid)
+}
+
+/// The cgroups made (deepest first in the cleanup).
+fn make_cgroups(root: &Path, top: &str, groups: &[(String, String)]) -> Cleanup {
+    let mut cleanup = Cleanup {
+        agent: None,
+        prometheus: None,
+        pids: Vec::new(),
+        dirs: Vec::new(),
+    };
+    for (_, path) in groups {
+        std::fs::create_dir_all(root.join(path)).unwrap();
+        cleanup.dirs.push(root.join(path));
+    }
+    cleanup.dirs.push(root.join(top).join(format!(
+        "kubepods-burstable-pod{}.slice",
+        POD.replace('-', "_")
+    )));
+    cleanup.dirs.push(root.join(top));
+    cleanup
+}
+
+/// Held while FrankenPHP and MariaDB start (a burst of CPU) and while the
+/// other test times a restart's attach (2 s at most): the two never
+/// overlap; the rest of the two tests runs side by side.
+static QUIET: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// q.php requests sent to the real FrankenPHP while the agent watches it.
+const FRANKEN_REQUESTS: u64 = 20;
+
+/// Default discovery (no selectors) on three servers in three containers:
+/// the real FrankenPHP (the kit's dynamic build, stock libphp) and two
+/// thread-safe PHP stand-ins (`fakephp`). Each is found and labelled with
+/// its container and server kind (`--within-cgroup` keeps the agent off
+/// the machine's other PHP processes); FrankenPHP's global statistics mutex is
+/// counted exactly 408 times per request, and its requests exactly, on
+/// /metrics and in its pprof profile; each stand-in's g_lock and requests
+/// exactly. Holds the FrankenPHP machine lock while its server runs.
+#[test]
+fn agent_watches_the_real_frankenphp_by_default() {
+    use common::frankenphp::{
+        GLOBAL_LOCK, GLOBAL_PER_REQUEST, Mode, SpawnedServer, kit, sequential_requests, server_args,
+    };
+    let binary = Path::new("/tmp/e2e/frankenphp-e2e");
+    assert!(
+        binary.exists(),
+        "the FrankenPHP kit is not built ({} missing): run scripts/setup.sh --frankenphp",
+        binary.display()
+    );
+    let root = cgroup_root();
+    let top = format!("locktrace-php-{}.slice", std::process::id());
+    let groups = cgroups(&top, 4);
+    let mut cleanup = make_cgroups(&root, &top, &groups);
+    let procs = root.join(&groups[0].1).join("cgroup.procs");
+    let args = server_args(Mode::Classic, &kit().join("www"));
+    let began = Instant::now();
+    let quiet = QUIET.lock().unwrap_or_else(|p| p.into_inner());
+    let mut server = SpawnedServer::start_in(binary, &args, &[], "franken-agent.log", Some(&procs));
+    drop(quiet);
+    println!(
+        "FrankenPHP (and MariaDB) up after {} ms",
+        began.elapsed().as_millis()
+    );
+    // The exact figure is the stock libphp's (the kit's resting state).
+    let libphp = std::fs::read_link("/tmp/e2e/franken-lib/libphp.so").unwrap_or_default();
+    assert!(
+        libphp.to_string_lossy().contains("stock"),
+        "/tmp/e2e/franken-lib/libphp.so points at {}, not the stock build (the kit's use-stock.sh)",
+        libphp.display()
+    );
+    // Two stand-ins: 2 threads, 4 routes of 25 requests, 3 g_lock calls each.
+    let fakephp = fixture("fakephp", Flavor::Glibc);
+    let mut standins: Vec<Fixture> = groups[1..]
+        .iter()
+        .map(|(_, path)| spawn_with(&root.join(path), &fakephp, &["2", "4", "25", "3"]))
+        .collect();
+    cleanup.pids.extend(standins.iter().map(|f| f.pid()));
+    let port = free_port();
+    // Default discovery, kept to this test's cgroups: the other PHP
+    // processes on the machine (other tests' servers) are not touched.
+    let (lines, agent_pid) = start_agent(
+        port,
+        &["--forget-exited", "60", "--within-cgroup", &top],
+        &mut cleanup,
+    );
+    let started = Instant::now();
+    let pids: Vec<u32> = [server.pid()]
+        .into_iter()
+        .chain(standins.iter().map(|f| f.pid()))
+        .collect();
+    for ((pid, (id, _)), kind) in pids.iter().zip(&groups).zip(["frankenphp", "php", "php"]) {
+        let (_, line) = wait_for_line(
+            &lines,
+            &format!("watching pid {pid} ("),
+            Duration::from_secs(30),
+        );
+        assert!(line.contains(&format!("container_id={id} ")), "{line}");
+        assert!(line.contains(&format!("server={kind})")), "{line}");
+    }
+    println!(
+        "all three attached {} ms after the agent started",
+        started.elapsed().as_millis()
+    );
+    for standin in &mut standins {
+        standin.start();
+        assert_eq!(standin.read_line().unwrap(), "done 300");
+    }
+    sequential_requests(FRANKEN_REQUESTS);
+    let global = GLOBAL_PER_REQUEST as u64 * FRANKEN_REQUESTS;
+    let franken = pids[0].to_string();
+    let labels = [
+        ("container_id", groups[0].0.as_str()),
+        ("pid", franken.as_str()),
+        ("server", "frankenphp"),
+    ];
+    let locked = [labels.as_slice(), &[("lock", GLOBAL_LOCK)]].concat();
+    wait_for_value(
+        port,
+        "locktrace_lock_acquisitions_total",
+        &locked,
+        global as f64,
+    );
+    wait_for_value(
+        port,
+        "locktrace_requests_total",
+        &labels,
+        FRANKEN_REQUESTS as f64,
+    );
+    for (pid, (id, _)) in pids[1..].iter().zip(&groups[1..]) {
+        let pid = pid.to_string();
+        let labels = [
+            ("container_id", id.as_str()),
+            ("pid", &pid),
+            ("server", "php"),
+        ];
+        let locked = [labels.as_slice(), &[("lock", "g_lock")]].concat();
+        wait_for_value(port, "locktrace_lock_acquisitions_total", &locked, 300.0);
+        wait_for_value(port, "locktrace_requests_total", &labels, 100.0);
+    }
+    let others: Vec<String> = lines
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(_, line)| line.contains("watching pid"))
+        .filter(|(_, line)| {
+            !pids
+                .iter()
+                .any(|pid| line.contains(&format!("pid {pid} (")))
+        })
+        .map(|(_, line)| line.clone())
+        .collect();
+    assert!(
+        others.is_empty(),
+        "watched outside --within-cgroup: {others:?}"
+    );
+    println!(
+        "exact counts seen {} ms after the agent started",
+        started.elapsed().as_millis()
+    );
+    let profile = get_bytes(port, &format!("/debug/pprof/mutex?pid={franken}"));
+    let scratch = tempfile::tempdir().unwrap();
+    let file = scratch.path().join("frankenphp.pb.gz");
+    std::fs::write(&file, profile).unwrap();
+    let top = pprof_top(&file, "acquisitions");
+    assert_eq!(
+        flat_and_cum(&top, &format!("lock {GLOBAL_LOCK}")).0,
+        global,
+        "{top}"
+    );
+
+    unsafe { libc::kill(agent_pid, libc::SIGINT) };
+    let status = cleanup.agent.as_mut().unwrap().wait().unwrap();
+    assert!(status.success(), "agent: {status}");
+    let stopping = Instant::now();
+    server.stop();
+    println!(
+        "FrankenPHP stopped in {} ms",
+        stopping.elapsed().as_millis()
+    );
+    for standin in standins {
+        kill(standin);
+    }
+    let dropping = Instant::now();
+    drop(server);
+    drop(cleanup);
+    println!(
+        "server and cgroups gone in {} ms",
+        dropping.elapsed().as_millis()
+    );
     assert!(!root.join(&top).exists(), "cgroups left behind");
 }
 

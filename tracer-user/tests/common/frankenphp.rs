@@ -113,6 +113,19 @@ impl SpawnedServer {
         env: &[(&str, &Path)],
         log: &str,
     ) -> Self {
+        Self::start_in(binary, args, env, log, None)
+    }
+
+    /// Like [`SpawnedServer::start`], the server moved into the cgroup
+    /// whose `cgroup.procs` is `procs` before it execs (as container
+    /// runtimes do), so it is never seen outside it.
+    pub fn start_in(
+        binary: &Path,
+        args: &[std::ffi::OsString],
+        env: &[(&str, &Path)],
+        log: &str,
+        procs: Option<&Path>,
+    ) -> Self {
         assert!(
             binary.exists(),
             "{} is missing: run scripts/setup.sh --frankenphp",
@@ -130,7 +143,24 @@ impl SpawnedServer {
             .append(true)
             .open(&log_path)
             .unwrap_or_else(|e| panic!("opening {}: {e}", log_path.display()));
-        let child = Command::new(binary)
+        let mut command = Command::new(binary);
+        if let Some(procs) = procs {
+            use std::os::unix::{ffi::OsStrExt, process::CommandExt};
+            let path = std::ffi::CString::new(procs.as_os_str().as_bytes()).unwrap();
+            // SAFETY: only open(2), write(2) and close(2) between fork and exec.
+            unsafe {
+                command.pre_exec(move || {
+                    let fd = libc::open(path.as_ptr(), libc::O_WRONLY);
+                    // "0": the writing process itself.
+                    if fd < 0 || libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    libc::close(fd);
+                    Ok(())
+                });
+            }
+        }
+        let child = command
             .args(args)
             // The kit's php.ini unless `env` gives another PHPRC.
             .env("PHPRC", kit.join("php.ini"))
