@@ -41,6 +41,10 @@ pub const SCAN_EVERY: Duration = Duration::from_millis(500);
 /// The maps are read this often, and at most [`SLOWEST_READ`] apart when shedding.
 const READ_EVERY: Duration = Duration::from_secs(1);
 const SLOWEST_READ: Duration = Duration::from_secs(8);
+/// A failed attach is tried again after this, then twice as long each
+/// time, [`ATTACH_TRIES`] tries in all (1 + 2 + 4 + 8 + 16 s of pauses).
+const FIRST_RETRY: Duration = Duration::from_secs(1);
+const ATTACH_TRIES: u32 = 6;
 /// The agent's CPU is compared with `--max-cpu` over this window.
 const CPU_WINDOW: Duration = Duration::from_secs(10);
 
@@ -342,6 +346,14 @@ struct Watched {
     pushed_at: SystemTime,
 }
 
+/// A process whose attach failed.
+struct Retry {
+    found: Found,
+    /// Attaches tried so far.
+    tries: u32,
+    next: Instant,
+}
+
 /// The thread that owns the sessions.
 struct Watcher {
     options: AgentOptions,
@@ -354,6 +366,8 @@ struct Watcher {
     read_every: Duration,
     pusher: Option<Pusher>,
     next_push: Instant,
+    /// Processes whose attach failed: tried again when due.
+    failed: BTreeMap<u32, Retry>,
     /// CPU seconds and time at the start of the current budget window.
     window: (f64, Instant),
     started: (f64, Instant),
@@ -370,6 +384,7 @@ impl Watcher {
         Watcher {
             next_push: Instant::now() + options.push_every,
             pusher,
+            failed: BTreeMap::new(),
             discovery: Discovery::new(options.selectors.clone()),
             options,
             shared,
@@ -392,6 +407,7 @@ impl Watcher {
             for found in self.discovery.scan(&watched) {
                 self.attach(found);
             }
+            self.retry_failed();
             if first {
                 first = false;
                 if let Some(path) = &self.options.ready_file
@@ -454,6 +470,7 @@ impl Watcher {
             .join(" ");
         match LiveSession::attach(&options) {
             Ok(mut session) => {
+                self.failed.remove(&found.pid);
                 session.keep_reports = true;
                 note(format_args!(
                     "locktrace: agent: watching pid {} ({shown}) in {} mode: {} probes live after {} ms",
@@ -482,12 +499,51 @@ impl Watcher {
                     },
                 );
             }
-            Err(error) => note(format_args!(
-                "locktrace: agent: not watching pid {} ({shown}): {error:#}",
-                found.pid
-            )),
+            Err(error) => {
+                let tries = self.failed.get(&found.pid).map_or(1, |r| r.tries + 1);
+                let wait = FIRST_RETRY * 2u32.pow(tries - 1);
+                let then = match tries < ATTACH_TRIES {
+                    true => format!("trying again in {} s", wait.as_secs()),
+                    false => "not tried again until it execs".into(),
+                };
+                note(format_args!(
+                    "locktrace: agent: not watching pid {} ({shown}): {error:#}; {then}",
+                    found.pid
+                ));
+                if tries < ATTACH_TRIES {
+                    let next = Instant::now() + wait;
+                    self.failed.insert(found.pid, Retry { found, tries, next });
+                } else {
+                    self.failed.remove(&found.pid);
+                }
+            }
         }
         self.gauges.watched.set(self.watched.len() as i64);
+    }
+
+    /// Attaches again the processes whose attach failed, when due, if
+    /// they still run the same executable (a new one is judged afresh).
+    fn retry_failed(&mut self) {
+        let now = Instant::now();
+        let due: Vec<u32> = self
+            .failed
+            .iter()
+            .filter(|(_, retry)| retry.next <= now)
+            .map(|(pid, _)| *pid)
+            .collect();
+        for pid in due {
+            let Some(retry) = self.failed.get(&pid) else {
+                continue;
+            };
+            let exe = std::fs::read_link(format!("/proc/{pid}/exe"));
+            if self.watched.contains_key(&pid)
+                || !exe.is_ok_and(|exe| exe.to_string_lossy() == retry.found.exe)
+            {
+                self.failed.remove(&pid);
+                continue;
+            }
+            self.attach(retry.found.clone());
+        }
     }
 
     fn publish(&self, pid: u32, registry: Option<Arc<Registry>>) {

@@ -464,6 +464,9 @@ fn agent_finds_labels_counts_and_follows_restarts() {
             "1",
             "--exe",
             &exe,
+            // Not other tests' steady fixtures elsewhere on the machine.
+            "--within-cgroup",
+            &top,
             "--forget-exited",
             &FORGET_EXITED_S.to_string(),
         ],
@@ -694,9 +697,10 @@ fn make_cgroups(root: &Path, top: &str, groups: &[(String, String)]) -> Cleanup 
     cleanup
 }
 
-/// Held while FrankenPHP and MariaDB start (a burst of CPU) and while the
-/// other test times a restart's attach (2 s at most): the two never
-/// overlap; the rest of the two tests runs side by side.
+/// Held while FrankenPHP and MariaDB start (a burst of CPU), while the
+/// retry test attaches, and while the first test times a restart's attach
+/// (2 s at most): these never overlap; the rest of the tests runs side by
+/// side.
 static QUIET: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// q.php requests sent to the real FrankenPHP while the agent watches it.
@@ -862,6 +866,81 @@ fn agent_watches_the_real_frankenphp_by_default() {
         dropping.elapsed().as_millis()
     );
     assert!(!root.join(&top).exists(), "cgroups left behind");
+}
+
+/// An attach that fails is tried again after a pause, and counts from
+/// then on: the fixture is ptraced by the test (as by a debugger) when the
+/// agent finds it, so inproc's ptrace is refused; the test lets go, and the
+/// retry 1 s later attaches it; its calls are then counted exactly.
+#[test]
+fn a_failed_attach_is_tried_again() {
+    let binary = fixture("steady", Flavor::Glibc);
+    let exe = binary.file_name().unwrap().to_str().unwrap().to_string();
+    let root = cgroup_root();
+    let top = format!("locktrace-retry-{}.slice", std::process::id());
+    std::fs::create_dir_all(root.join(&top)).unwrap();
+    let mut cleanup = Cleanup {
+        agent: None,
+        prometheus: None,
+        pids: Vec::new(),
+        dirs: vec![root.join(&top)],
+    };
+    let mut target = spawn_with(&root.join(&top), &binary, &["10", "100", "60"]);
+    cleanup.pids.push(target.pid());
+    let pid = target.pid();
+    // The tracer: a thread that seizes the fixture and, when told, ends
+    // (the kernel then detaches it).
+    let (seized, release) = {
+        let (seized_tx, seized) = std::sync::mpsc::channel();
+        let (release, release_rx) = std::sync::mpsc::channel::<()>();
+        let tracer = std::thread::spawn(move || {
+            let done = unsafe { libc::ptrace(libc::PTRACE_SEIZE, pid as i32, 0, 0) };
+            seized_tx.send(done).unwrap();
+            let _ = release_rx.recv();
+        });
+        ((seized, tracer), release)
+    };
+    assert_eq!(seized.0.recv().unwrap(), 0, "PTRACE_SEIZE of the fixture");
+    // Its attaches not beside the other test's timed restart.
+    let quiet = QUIET.lock().unwrap_or_else(|p| p.into_inner());
+    let port = free_port();
+    let (lines, agent_pid) = start_agent(
+        port,
+        &["--exe", &exe, "--within-cgroup", &top],
+        &mut cleanup,
+    );
+    let (failed, line) = wait_for_line(
+        &lines,
+        &format!("not watching pid {pid} ("),
+        Duration::from_secs(20),
+    );
+    assert!(line.contains("trying again in 1 s"), "{line}");
+    release.send(()).unwrap();
+    seized.1.join().unwrap();
+    let (attached, _) = wait_for_line(
+        &lines,
+        &format!("agent: watching pid {pid} ("),
+        Duration::from_secs(10),
+    );
+    drop(quiet);
+    assert!(attached > failed);
+    println!(
+        "attached {} ms after the failed attach",
+        attached.duration_since(failed).as_millis()
+    );
+    target.start();
+    assert_eq!(target.read_line().unwrap(), "done 1000");
+    let pid = pid.to_string();
+    wait_for_value(
+        port,
+        "locktrace_lock_acquisitions_total",
+        &[("pid", &pid), ("lock", "g_lock")],
+        1000.0,
+    );
+    unsafe { libc::kill(agent_pid, libc::SIGINT) };
+    let status = cleanup.agent.as_mut().unwrap().wait().unwrap();
+    assert!(status.success(), "agent: {status}");
+    kill(target);
 }
 
 /// Without selectors the agent watches thread-safe PHP, recognised as
