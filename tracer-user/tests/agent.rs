@@ -677,6 +677,38 @@ fn start_agent(port: u16, args: &[&str], cleanup: &mut Cleanup) -> (Lines, i32) 
     (lines, pid)
 }
 
+/// `steady 10 100 60` (1000 g_lock calls once started) alone in cgroup `top`.
+fn steady_alone(root: &Path, top: &str, binary: &Path) -> (Cleanup, Fixture) {
+    std::fs::create_dir_all(root.join(top)).unwrap();
+    let mut cleanup = Cleanup {
+        agent: None,
+        prometheus: None,
+        pids: Vec::new(),
+        dirs: vec![root.join(top)],
+    };
+    let target = spawn_with(&root.join(top), binary, &["10", "100", "60"]);
+    cleanup.pids.push(target.pid());
+    (cleanup, target)
+}
+
+/// Starts the `steady_alone` fixture, waits for its exact 1000 g_lock calls
+/// on /metrics, stops the agent (SIGINT: it must exit 0) and the fixture.
+fn count_and_stop(port: u16, mut target: Fixture, agent_pid: i32, cleanup: &mut Cleanup) {
+    target.start();
+    assert_eq!(target.read_line().unwrap(), "done 1000");
+    let pid = target.pid().to_string();
+    wait_for_value(
+        port,
+        "locktrace_lock_acquisitions_total",
+        &[("pid", &pid), ("lock", "g_lock")],
+        1000.0,
+    );
+    unsafe { libc::kill(agent_pid, libc::SIGINT) };
+    let status = cleanup.agent.as_mut().unwrap().wait().unwrap();
+    assert!(status.success(), "agent: {status}");
+    kill(target);
+}
+
 /// The cgroups made (deepest first in the cleanup).
 fn make_cgroups(root: &Path, top: &str, groups: &[(String, String)]) -> Cleanup {
     let mut cleanup = Cleanup {
@@ -878,15 +910,7 @@ fn a_failed_attach_is_tried_again() {
     let exe = binary.file_name().unwrap().to_str().unwrap().to_string();
     let root = cgroup_root();
     let top = format!("locktrace-retry-{}.slice", std::process::id());
-    std::fs::create_dir_all(root.join(&top)).unwrap();
-    let mut cleanup = Cleanup {
-        agent: None,
-        prometheus: None,
-        pids: Vec::new(),
-        dirs: vec![root.join(&top)],
-    };
-    let mut target = spawn_with(&root.join(&top), &binary, &["10", "100", "60"]);
-    cleanup.pids.push(target.pid());
+    let (mut cleanup, target) = steady_alone(&root, &top, &binary);
     let pid = target.pid();
     // The tracer: a thread that seizes the fixture and, when told, ends
     // (the kernel then detaches it).
@@ -928,19 +952,36 @@ fn a_failed_attach_is_tried_again() {
         "attached {} ms after the failed attach",
         attached.duration_since(failed).as_millis()
     );
-    target.start();
-    assert_eq!(target.read_line().unwrap(), "done 1000");
-    let pid = pid.to_string();
-    wait_for_value(
+    count_and_stop(port, target, agent_pid, &mut cleanup);
+}
+
+/// Over `--max-cpu`, the agent reads the maps half as often and says so in
+/// one line, with the read interval on /metrics; the counts stay exact.
+#[test]
+fn over_max_cpu_the_agent_sheds_reads_and_says_so() {
+    let binary = fixture("steady", Flavor::Glibc);
+    let exe = binary.file_name().unwrap().to_str().unwrap().to_string();
+    let root = cgroup_root();
+    let top = format!("locktrace-shed-{}.slice", std::process::id());
+    let (mut cleanup, target) = steady_alone(&root, &top, &binary);
+    let port = free_port();
+    // A budget no agent keeps: the first 10 s window after the attach is over it.
+    let (lines, agent_pid) = start_agent(
         port,
-        "locktrace_lock_acquisitions_total",
-        &[("pid", &pid), ("lock", "g_lock")],
-        1000.0,
+        &["--exe", &exe, "--within-cgroup", &top, "--max-cpu", "0.001"],
+        &mut cleanup,
     );
-    unsafe { libc::kill(agent_pid, libc::SIGINT) };
-    let status = cleanup.agent.as_mut().unwrap().wait().unwrap();
-    assert!(status.success(), "agent: {status}");
-    kill(target);
+    let (_, line) = wait_for_line(&lines, "(--max-cpu 0.001)", Duration::from_secs(25));
+    assert!(
+        line.contains("reading the maps every 2 s instead of 1 s; counts stay exact"),
+        "{line}"
+    );
+    let text = scrape(port);
+    assert!(
+        text.contains("\nlocktrace_agent_read_interval_seconds 2.0\n"),
+        "{text}"
+    );
+    count_and_stop(port, target, agent_pid, &mut cleanup);
 }
 
 /// Without selectors the agent watches thread-safe PHP, recognised as
