@@ -607,6 +607,15 @@ fn agent_finds_labels_counts_and_follows_restarts() {
         .collect();
     assert_eq!(g_lock_acquisitions(&windows[0]), 700);
     assert_eq!(g_lock_acquisitions(&windows[1]), 0);
+    let (status, body) = get_status(
+        port,
+        &format!("/debug/pprof/mutex?pid={}&seconds=0", restarted.pid()),
+    );
+    assert!(status.contains(" 400 "), "{status}");
+    assert!(
+        body.contains("seconds=0: give whole seconds from 1 to 60"),
+        "{body}"
+    );
     let file = scratch.path().join("window.pb.gz");
     std::fs::write(&file, &windows[0]).unwrap();
     let top = pprof_top(&file, "acquisitions");
@@ -982,6 +991,47 @@ fn over_max_cpu_the_agent_sheds_reads_and_says_so() {
         "{text}"
     );
     count_and_stop(port, target, agent_pid, &mut cleanup);
+}
+
+/// `--push` without an http(s) URL and an out-of-range `--push-every` are
+/// refused in one line before anything is attached.
+#[test]
+fn push_bad_input_is_one_line() {
+    for (args, says) in [
+        (
+            vec!["--push", "pyroscope:4040"],
+            "--push pyroscope:4040: give the receiver's http:// or https:// URL",
+        ),
+        (
+            vec!["--push", "http://127.0.0.1:4040", "--push-every", "0"],
+            "--push-every must be between 1 and 3600, not 0",
+        ),
+    ] {
+        common::fails_with(
+            locktrace()
+                .args(["agent", "--listen", "127.0.0.1:0"])
+                .args(&args),
+            says,
+        );
+    }
+}
+
+/// A GET's status line and body (any status).
+fn get_status(port: u16, path: &str) -> (String, String) {
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let status = response.lines().next().unwrap_or("").to_string();
+    let body = response
+        .split_once("\r\n\r\n")
+        .map_or("", |(_, b)| b)
+        .to_string();
+    (status, body)
 }
 
 /// Without selectors the agent watches thread-safe PHP, recognised as
