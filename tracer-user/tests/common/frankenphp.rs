@@ -113,18 +113,20 @@ impl SpawnedServer {
         env: &[(&str, &Path)],
         log: &str,
     ) -> Self {
-        Self::start_in(binary, args, env, log, None)
+        Self::start_in(binary, args, env, log, None, None)
     }
 
     /// Like [`SpawnedServer::start`], the server moved into the cgroup
     /// whose `cgroup.procs` is `procs` before it execs (as container
-    /// runtimes do), so it is never seen outside it.
+    /// runtimes do), so it is never seen outside it; `lock`: the machine
+    /// lock, when the caller took it already ([`take_machine_lock`]).
     pub fn start_in(
         binary: &Path,
         args: &[std::ffi::OsString],
         env: &[(&str, &Path)],
         log: &str,
         procs: Option<&Path>,
+        lock: Option<File>,
     ) -> Self {
         assert!(
             binary.exists(),
@@ -132,7 +134,7 @@ impl SpawnedServer {
             binary.display()
         );
         let kit = kit();
-        let lock = take_machine_lock();
+        let lock = lock.unwrap_or_else(take_machine_lock);
         let mariadb_was_up = mariadb_up();
         // start.sh starts MariaDB and the database (and its dynamic server, stopped at once).
         kit_script(&kit, &["start.sh", "classic"]);
