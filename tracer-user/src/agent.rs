@@ -10,15 +10,16 @@
 //! exact: they are totals in the maps) and says so in one line.
 pub mod discover;
 pub mod labels;
+pub mod push;
 
 use std::{
-    collections::{BTreeMap, HashSet},
+    collections::{BTreeMap, BTreeSet, HashSet},
     net::SocketAddr,
     sync::{
         Arc, Mutex, PoisonError,
         atomic::{AtomicBool, AtomicU64, Ordering},
     },
-    time::{Duration, Instant},
+    time::{Duration, Instant, SystemTime},
 };
 
 use anyhow::Result;
@@ -29,16 +30,21 @@ use crate::{
     model::{Mode, Placement, Report},
     probe::request_auto::RequestProbeSpec,
     render::output::note,
-    serve::{self, LabelledSeries, MetricsSource, PageSource, Site},
+    serve::{self, LabelledSeries, MetricsSource, Page, PageError, PageSource, Site},
 };
 
 use discover::{Discovery, Found, Selectors};
+use push::{PushCounters, Pusher, Upload};
 
 /// How often /proc is scanned for new and exited processes.
 pub const SCAN_EVERY: Duration = Duration::from_millis(500);
 /// The maps are read this often, and at most [`SLOWEST_READ`] apart when shedding.
 const READ_EVERY: Duration = Duration::from_secs(1);
 const SLOWEST_READ: Duration = Duration::from_secs(8);
+/// A failed attach is tried again after this, then twice as long each
+/// time, [`ATTACH_TRIES`] tries in all (1 + 2 + 4 + 8 + 16 s of pauses).
+const FIRST_RETRY: Duration = Duration::from_secs(1);
+const ATTACH_TRIES: u32 = 6;
 /// The agent's CPU is compared with `--max-cpu` over this window.
 const CPU_WINDOW: Duration = Duration::from_secs(10);
 
@@ -58,6 +64,10 @@ pub struct AgentOptions {
     pub max_cpu_percent: f64,
     /// Created (empty) once the listener is up and the first scan is done.
     pub ready_file: Option<std::path::PathBuf>,
+    /// `--push URL`: each process's profile of each interval, to `URL/ingest`.
+    pub push: Option<String>,
+    /// `--push-every`: the interval.
+    pub push_every: Duration,
 }
 
 /// The label names of a process's series, in order.
@@ -90,7 +100,18 @@ pub fn process_labels(found: &Found) -> Vec<(String, String)> {
 struct Shared {
     processes: BTreeMap<u32, Arc<Registry>>,
     /// Each process's counts since attach, for its pprof profile.
-    reports: BTreeMap<u32, Arc<Report>>,
+    reports: BTreeMap<u32, Kept>,
+    /// Reads so far (of any process): a report kept later is fresher.
+    reads: u64,
+    /// Processes a `?seconds=` window wants read now (as it opens and closes).
+    read_now: BTreeSet<u32>,
+}
+
+/// A process's counts since attach, and which read they are from.
+#[derive(Clone)]
+struct Kept {
+    report: Arc<Report>,
+    read: u64,
 }
 
 /// The agent's own gauges.
@@ -140,6 +161,14 @@ pub async fn run(options: &AgentOptions) -> Result<std::process::ExitCode> {
     let gauges = AgentGauges::default();
     let mut own = Registry::default();
     gauges.register(&mut own);
+    let pusher = match &options.push {
+        Some(url) => {
+            let counters = PushCounters::default();
+            counters.register(&mut own);
+            Some(Pusher::start(url, counters)?)
+        }
+        None => None,
+    };
     let source = Site {
         metrics: metrics_source(shared.clone(), Arc::new(own)),
         pages: Some(pprof_pages(shared.clone())),
@@ -150,12 +179,19 @@ pub async fn run(options: &AgentOptions) -> Result<std::process::ExitCode> {
         SCAN_EVERY.as_millis(),
         describe(&options.selectors)
     ));
+    if let Some(url) = &options.push {
+        note(format_args!(
+            "locktrace: agent: posting each process's mutex profile every {} s to {}",
+            options.push_every.as_secs(),
+            push::ingest_url(url)
+        ));
+    }
     let stop = Arc::new(AtomicBool::new(false));
     let watcher = {
         let (options, shared, stop) = (options.clone(), shared.clone(), stop.clone());
         std::thread::Builder::new()
             .name("locktrace-agent".into())
-            .spawn(move || Watcher::new(options, shared, gauges).run(&stop))?
+            .spawn(move || Watcher::new(options, shared, gauges, pusher).run(&stop))?
     };
     let connections = Arc::new(tokio::sync::Semaphore::new(serve::MAX_CONNECTIONS));
     let result = loop {
@@ -180,10 +216,14 @@ pub async fn run(options: &AgentOptions) -> Result<std::process::ExitCode> {
 fn describe(selectors: &Selectors) -> String {
     let mut parts: Vec<String> = selectors.exe.iter().map(|e| format!("--exe {e}")).collect();
     parts.extend(selectors.cgroup.iter().map(|c| format!("--cgroup {c}")));
-    if parts.is_empty() {
+    let found = if parts.is_empty() {
         "FrankenPHP and thread-safe PHP".into()
     } else {
         parts.join(", ")
+    };
+    match selectors.within.is_empty() {
+        true => found,
+        false => format!("{found} in cgroups with {}", selectors.within.join(" or ")),
     }
 }
 
@@ -205,27 +245,90 @@ fn metrics_source(shared: Arc<Mutex<Shared>>, own: Arc<Registry>) -> MetricsSour
 }
 
 /// `/debug/pprof/mutex?pid=PID`: the process's mutex profile since attach
-/// (gzipped pprof, as `record --pprof` writes it).
+/// (gzipped pprof, as `record --pprof` writes it); with `&seconds=S`, the
+/// profile of the next S seconds (as Go's `?seconds=` delta profiles).
 fn pprof_pages(shared: Arc<Mutex<Shared>>) -> PageSource {
     Arc::new(move |path, query| {
         if path != PPROF_PATH {
             return None;
         }
-        let pid: u32 = query
-            .split('&')
-            .find_map(|pair| pair.strip_prefix("pid="))?
-            .parse()
-            .ok()?;
-        let report = shared
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .reports
-            .get(&pid)?
-            .clone();
-        let mut body = Vec::new();
-        crate::render::pprof::write(&report, &mut body).ok()?;
-        Some(("application/octet-stream", body))
+        let (shared, query) = (shared.clone(), query.to_string());
+        Some(Box::pin(async move { pprof_page(&shared, &query).await }))
     })
+}
+
+/// What `?pid=PID[&seconds=S]` asks for.
+fn pprof_query(query: &str) -> Result<(u32, Option<Duration>), PageError> {
+    let value = |name: &str| {
+        query
+            .split('&')
+            .find_map(|pair| pair.strip_prefix(name)?.strip_prefix('='))
+    };
+    let pid = value("pid")
+        .and_then(|pid| pid.parse::<u32>().ok())
+        .ok_or_else(|| {
+            PageError::BadRequest(format!(
+                "give the process's pid: {PPROF_PATH}?pid=PID (the pids are on /metrics)"
+            ))
+        })?;
+    let longest = serve::LONGEST_PAGE.as_secs();
+    let seconds = match value("seconds") {
+        None => None,
+        Some(text) => match text.parse::<u64>() {
+            Ok(seconds @ 1..) if seconds <= longest => Some(Duration::from_secs(seconds)),
+            _ => {
+                return Err(PageError::BadRequest(format!(
+                    "seconds={text}: give whole seconds from 1 to {longest}, e.g. {PPROF_PATH}?pid={pid}&seconds=10"
+                )));
+            }
+        },
+    };
+    Ok((pid, seconds))
+}
+
+async fn pprof_page(shared: &Arc<Mutex<Shared>>, query: &str) -> Result<Page, PageError> {
+    let (pid, seconds) = pprof_query(query)?;
+    let report = match seconds {
+        None => latest(shared, pid).ok_or(PageError::NotFound)?.report,
+        Some(seconds) => {
+            let before = fresh(shared, pid).await.ok_or(PageError::NotFound)?;
+            tokio::time::sleep(seconds).await;
+            // An exited process keeps its last counts: the window ends there.
+            let after = fresh(shared, pid).await.unwrap_or_else(|| before.clone());
+            Arc::new(crate::analysis::window::since(
+                &before.report,
+                &after.report,
+            ))
+        }
+    };
+    let mut body = Vec::new();
+    crate::render::pprof::write(&report, &mut body)
+        .map_err(|error| PageError::Failed(format!("{error:#}")))?;
+    Ok(("application/octet-stream", body))
+}
+
+fn latest(shared: &Mutex<Shared>, pid: u32) -> Option<Kept> {
+    let shared = shared.lock().unwrap_or_else(PoisonError::into_inner);
+    shared.reports.get(&pid).cloned()
+}
+
+/// The process's counts from a read made now (the watcher reads it within
+/// its 20 ms pause); the last ones when no read comes (it exited).
+async fn fresh(shared: &Mutex<Shared>, pid: u32) -> Option<Kept> {
+    let asked = {
+        let mut shared = shared.lock().unwrap_or_else(PoisonError::into_inner);
+        shared.reports.get(&pid)?;
+        shared.read_now.insert(pid);
+        shared.reads
+    };
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < deadline {
+        if let Some(kept) = latest(shared, pid).filter(|kept| kept.read > asked) {
+            return Some(kept);
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    latest(shared, pid)
 }
 
 /// Where each process's pprof profile is served (`?pid=PID`).
@@ -235,6 +338,20 @@ struct Watched {
     session: LiveSession,
     series: LabelledSeries,
     found: Found,
+    labels: Vec<(String, String)>,
+    /// Its counts since attach at the last read.
+    latest: Option<Arc<Report>>,
+    /// Its counts at the last push, and when that was (attach before the first).
+    pushed: Option<Arc<Report>>,
+    pushed_at: SystemTime,
+}
+
+/// A process whose attach failed.
+struct Retry {
+    found: Found,
+    /// Attaches tried so far.
+    tries: u32,
+    next: Instant,
 }
 
 /// The thread that owns the sessions.
@@ -247,15 +364,27 @@ struct Watcher {
     /// Exited processes whose series are still exported, and since when.
     exited: Vec<(u32, Instant)>,
     read_every: Duration,
+    pusher: Option<Pusher>,
+    next_push: Instant,
+    /// Processes whose attach failed: tried again when due.
+    failed: BTreeMap<u32, Retry>,
     /// CPU seconds and time at the start of the current budget window.
     window: (f64, Instant),
     started: (f64, Instant),
 }
 
 impl Watcher {
-    fn new(options: AgentOptions, shared: Arc<Mutex<Shared>>, gauges: AgentGauges) -> Watcher {
+    fn new(
+        options: AgentOptions,
+        shared: Arc<Mutex<Shared>>,
+        gauges: AgentGauges,
+        pusher: Option<Pusher>,
+    ) -> Watcher {
         let cpu = own_cpu_seconds().unwrap_or(0.0);
         Watcher {
+            next_push: Instant::now() + options.push_every,
+            pusher,
+            failed: BTreeMap::new(),
             discovery: Discovery::new(options.selectors.clone()),
             options,
             shared,
@@ -278,6 +407,7 @@ impl Watcher {
             for found in self.discovery.scan(&watched) {
                 self.attach(found);
             }
+            self.retry_failed();
             if first {
                 first = false;
                 if let Some(path) = &self.options.ready_file
@@ -286,14 +416,20 @@ impl Watcher {
                     note(format_args!("locktrace: agent: {error}"));
                 }
             }
-            if Instant::now() >= next_read {
+            let push_due = self.pusher.is_some() && Instant::now() >= self.next_push;
+            if push_due || Instant::now() >= next_read {
                 self.read_all();
                 next_read = Instant::now() + self.read_every;
+            }
+            if push_due {
+                self.push_all();
+                self.next_push = Instant::now() + self.options.push_every;
             }
             self.forget_exited();
             self.budget();
             let next = scan_start + SCAN_EVERY;
             while !stop.load(Ordering::Relaxed) && Instant::now() < next {
+                self.read_requested();
                 std::thread::sleep(Duration::from_millis(20));
             }
         }
@@ -334,13 +470,14 @@ impl Watcher {
             .join(" ");
         match LiveSession::attach(&options) {
             Ok(mut session) => {
+                self.failed.remove(&found.pid);
                 session.keep_reports = true;
                 note(format_args!(
                     "locktrace: agent: watching pid {} ({shown}) in {} mode: {} probes live after {} ms",
                     found.pid, self.options.mode, session.probe_count, session.attach_ms
                 ));
                 let series = LabelledSeries::new(
-                    labels,
+                    labels.clone(),
                     self.options.max_locks,
                     self.options.expire_after,
                     session.has_request_probe(),
@@ -355,15 +492,58 @@ impl Watcher {
                         session,
                         series,
                         found,
+                        labels,
+                        latest: None,
+                        pushed: None,
+                        pushed_at: SystemTime::now(),
                     },
                 );
             }
-            Err(error) => note(format_args!(
-                "locktrace: agent: not watching pid {} ({shown}): {error:#}",
-                found.pid
-            )),
+            Err(error) => {
+                let tries = self.failed.get(&found.pid).map_or(1, |r| r.tries + 1);
+                let wait = FIRST_RETRY * 2u32.pow(tries - 1);
+                let then = match tries < ATTACH_TRIES {
+                    true => format!("trying again in {} s", wait.as_secs()),
+                    false => "not tried again until it execs".into(),
+                };
+                note(format_args!(
+                    "locktrace: agent: not watching pid {} ({shown}): {error:#}; {then}",
+                    found.pid
+                ));
+                if tries < ATTACH_TRIES {
+                    let next = Instant::now() + wait;
+                    self.failed.insert(found.pid, Retry { found, tries, next });
+                } else {
+                    self.failed.remove(&found.pid);
+                }
+            }
         }
         self.gauges.watched.set(self.watched.len() as i64);
+    }
+
+    /// Attaches again the processes whose attach failed, when due, if
+    /// they still run the same executable (a new one is judged afresh).
+    fn retry_failed(&mut self) {
+        let now = Instant::now();
+        let due: Vec<u32> = self
+            .failed
+            .iter()
+            .filter(|(_, retry)| retry.next <= now)
+            .map(|(pid, _)| *pid)
+            .collect();
+        for pid in due {
+            let Some(retry) = self.failed.get(&pid) else {
+                continue;
+            };
+            let exe = std::fs::read_link(format!("/proc/{pid}/exe"));
+            if self.watched.contains_key(&pid)
+                || !exe.is_ok_and(|exe| exe.to_string_lossy() == retry.found.exe)
+            {
+                self.failed.remove(&pid);
+                continue;
+            }
+            self.attach(retry.found.clone());
+        }
     }
 
     fn publish(&self, pid: u32, registry: Option<Arc<Registry>>) {
@@ -392,7 +572,8 @@ impl Watcher {
             // The maps outlive the process: its last counts are still there.
             if let Ok(interval) = watched.session.tick() {
                 watched.series.apply(&interval);
-                self.keep_report(pid, &mut watched.session);
+                self.keep_report(pid, &mut watched);
+                self.push(&mut watched);
             }
             note(format_args!(
                 "locktrace: agent: pid {pid} ({}) exited: released; its series go in {} s",
@@ -425,30 +606,97 @@ impl Watcher {
         }
     }
 
-    fn keep_report(&self, pid: u32, session: &mut LiveSession) {
-        if let Some(report) = session.take_report() {
+    fn keep_report(&self, pid: u32, watched: &mut Watched) {
+        if let Some(report) = watched.session.take_report() {
+            let report = Arc::new(report);
+            watched.latest = Some(report.clone());
             let mut shared = self.shared.lock().unwrap_or_else(PoisonError::into_inner);
-            shared.reports.insert(pid, Arc::new(report));
+            shared.reads += 1;
+            let read = shared.reads;
+            shared.reports.insert(pid, Kept { report, read });
+        }
+    }
+
+    fn read(&self, pid: u32, watched: &mut Watched) {
+        match watched.session.tick() {
+            Ok(interval) => {
+                watched.series.apply(&interval);
+                self.keep_report(pid, watched);
+            }
+            Err(error) => note(format_args!(
+                "locktrace: agent: reading pid {pid}'s counts failed: {error:#}"
+            )),
         }
     }
 
     fn read_all(&mut self) {
         let mut watched = std::mem::take(&mut self.watched);
         for (pid, watched) in watched.iter_mut() {
-            match watched.session.tick() {
-                Ok(interval) => {
-                    watched.series.apply(&interval);
-                    self.keep_report(*pid, &mut watched.session);
-                }
-                Err(error) => note(format_args!(
-                    "locktrace: agent: reading pid {pid}'s counts failed: {error:#}"
-                )),
-            }
+            self.read(*pid, watched);
         }
         self.watched = watched;
         if let Some(cpu) = own_cpu_seconds() {
             self.gauges.cpu_seconds.set(cpu - self.started.0);
         }
+    }
+
+    /// Reads the processes a `?seconds=` window asked for.
+    fn read_requested(&mut self) {
+        let pids = std::mem::take(
+            &mut self
+                .shared
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .read_now,
+        );
+        for pid in pids {
+            if let Some(mut watched) = self.watched.remove(&pid) {
+                self.read(pid, &mut watched);
+                self.watched.insert(pid, watched);
+            }
+        }
+    }
+
+    fn push_all(&mut self) {
+        let mut watched = std::mem::take(&mut self.watched);
+        for watched in watched.values_mut() {
+            self.push(watched);
+        }
+        self.watched = watched;
+    }
+
+    /// Hands the process's profile since its last push to the pusher (a
+    /// window with no lock activity is not sent).
+    fn push(&self, watched: &mut Watched) {
+        let (Some(pusher), Some(latest)) = (&self.pusher, watched.latest.clone()) else {
+            return;
+        };
+        let window = match &watched.pushed {
+            Some(before) => crate::analysis::window::since(before, &latest),
+            None => (*latest).clone(),
+        };
+        let until = SystemTime::now();
+        let from = std::mem::replace(&mut watched.pushed_at, until);
+        watched.pushed = Some(latest);
+        let quiet = window
+            .kernel_locks
+            .as_ref()
+            .is_none_or(|section| section.locks.is_empty());
+        if window.locks.is_empty() && quiet {
+            return;
+        }
+        let mut body = Vec::new();
+        if let Err(error) = crate::render::pprof::write(&window, &mut body) {
+            note(format_args!("locktrace: agent: {error:#}"));
+            return;
+        }
+        let app = discover::exe_name(&watched.found.exe);
+        pusher.send(Upload {
+            name: push::series_name(app, &watched.labels),
+            from,
+            until,
+            body,
+        });
     }
 
     /// Over `--max-cpu` in the last window: read the maps half as often

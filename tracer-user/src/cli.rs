@@ -452,6 +452,10 @@ struct AgentArgs {
     /// Watch processes whose cgroup path contains PATTERN (repeatable), e.g. kubepods or docker-.
     #[arg(long, value_name = "PATTERN", help_heading = "Target")]
     cgroup: Vec<String>,
+    /// Only ever watch processes whose cgroup path contains PATTERN (repeatable), whatever
+    /// found them: e.g. the PHP servers in kubepods only.
+    #[arg(long, value_name = "PATTERN", help_heading = "Target")]
+    within_cgroup: Vec<String>,
     /// inproc (the default): exact, cheapest, writes counting stubs into each process;
     /// all: exact, uprobes only (nothing written into processes); contention: futex waits only.
     #[arg(
@@ -503,12 +507,32 @@ struct AgentArgs {
     /// Create this (empty) file once listening and the first scan is done.
     #[arg(long, value_name = "PATH", help_heading = "Output")]
     ready_file: Option<PathBuf>,
+    /// Also POST each process's mutex profile of each interval to a Pyroscope-compatible
+    /// URL/ingest (pprof, labelled by container, pid, exe), e.g. http://pyroscope:4040.
+    #[arg(long, value_name = "URL", help_heading = "Output")]
+    push: Option<String>,
+    /// The --push interval.
+    #[arg(
+        long,
+        value_name = "SECS",
+        default_value_t = 15,
+        help_heading = "Output",
+        value_parser = limits::whole::<u64>("--push-every", 1, Some(3600))
+    )]
+    push_every: u64,
 }
 
 impl AgentArgs {
     fn options(self) -> Result<agent::AgentOptions> {
         if let Some(path) = &self.ready_file {
             limits::outputs(&[("--ready-file", path)])?;
+        }
+        if let Some(url) = &self.push
+            && !(url.starts_with("http://") || url.starts_with("https://"))
+        {
+            anyhow::bail!(
+                "--push {url}: give the receiver's http:// or https:// URL, e.g. http://pyroscope:4040 (the profiles go to URL/ingest)"
+            );
         }
         if !(self.max_cpu > 0.0 && self.max_cpu <= 100.0 * 1024.0) {
             anyhow::bail!(
@@ -521,6 +545,7 @@ impl AgentArgs {
             selectors: agent::discover::Selectors {
                 exe: self.exe,
                 cgroup: self.cgroup,
+                within: self.within_cgroup,
             },
             mode: self.mode.into(),
             placement: self.placement.into(),
@@ -529,6 +554,8 @@ impl AgentArgs {
             forget_exited: Duration::from_secs(self.forget_exited),
             max_cpu_percent: self.max_cpu,
             ready_file: self.ready_file,
+            push: self.push,
+            push_every: Duration::from_secs(self.push_every),
         })
     }
 }
@@ -718,6 +745,7 @@ const SERVE_EXAMPLES: &str = "Examples:
 const AGENT_EXAMPLES: &str = "Examples:
   locktrace agent --listen 0.0.0.0:9464
   locktrace agent --listen 127.0.0.1:9464 --exe php-zts --cgroup kubepods
+  locktrace agent --listen 127.0.0.1:9464 --push http://pyroscope:4040 --push-every 15
   (systemd unit and DaemonSet: docs/locktrace-agent.service, docs/locktrace-agent-daemonset.yaml)";
 const TOP_EXAMPLES: &str = "Examples:
   locktrace top --pid 1234

@@ -757,9 +757,29 @@ pub const CONNECTION_LIFETIME: Duration = Duration::from_secs(10);
 /// What `/metrics` answers: the OpenMetrics text now, None when encoding failed.
 pub type MetricsSource = Arc<dyn Fn() -> Option<String> + Send + Sync>;
 
-/// Other pages (the agent's pprof): (path, query) to (content type, body);
-/// None: 404.
-pub type PageSource = Arc<dyn Fn(&str, &str) -> Option<(&'static str, Vec<u8>)> + Send + Sync>;
+/// Other pages (the agent's pprof): (path, query) to the page's answer,
+/// which may take a while (a profile over the next seconds); None: 404.
+pub type PageSource = Arc<dyn Fn(&str, &str) -> Option<PageFuture> + Send + Sync>;
+
+/// A page's answer: (content type, body), or why not.
+pub type PageFuture =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<Page, PageError>> + Send>>;
+
+pub type Page = (&'static str, Vec<u8>);
+
+/// Why a page has no answer.
+#[derive(Debug)]
+pub enum PageError {
+    /// 404 (no such process).
+    NotFound,
+    /// 400, with the one line that says what to send instead.
+    BadRequest(String),
+    /// 500: the page could not be made.
+    Failed(String),
+}
+
+/// How long a page may take to answer (`?seconds=` at most this).
+pub const LONGEST_PAGE: Duration = Duration::from_secs(60);
 
 /// What a connection is answered from.
 #[derive(Clone)]
@@ -781,9 +801,14 @@ pub async fn answer(
     source: Site,
     _slot: tokio::sync::OwnedSemaphorePermit,
 ) {
+    // A page that waits (`?seconds=`) keeps its connection open that much longer.
+    let lifetime = match source.pages {
+        Some(_) => CONNECTION_LIFETIME + LONGEST_PAGE,
+        None => CONNECTION_LIFETIME,
+    };
     let service = service_fn(move |request: Request<Incoming>| {
         let source = source.clone();
-        async move { Ok::<_, std::convert::Infallible>(respond(&request, &source)) }
+        async move { Ok::<_, std::convert::Infallible>(respond(&request, &source).await) }
     });
     // An idle client (connected, sending nothing) is closed soon.
     if tokio::time::timeout(HEADER_TIMEOUT, stream.readable())
@@ -796,10 +821,10 @@ pub async fn answer(
         .timer(hyper_util::rt::TokioTimer::new())
         .header_read_timeout(HEADER_TIMEOUT)
         .serve_connection(TokioIo::new(stream), service);
-    let _ = tokio::time::timeout(CONNECTION_LIFETIME, connection).await;
+    let _ = tokio::time::timeout(lifetime, connection).await;
 }
 
-fn respond(request: &Request<Incoming>, source: &Site) -> Response<Full<Bytes>> {
+async fn respond(request: &Request<Incoming>, source: &Site) -> Response<Full<Bytes>> {
     let reply = |status: StatusCode, content_type: &str, body: Vec<u8>| {
         let mut response = Response::new(Full::new(Bytes::from(body)));
         *response.status_mut() = status;
@@ -816,14 +841,28 @@ fn respond(request: &Request<Incoming>, source: &Site) -> Response<Full<Bytes>> 
             .pages
             .as_ref()
             .and_then(|pages| pages(uri.path(), uri.query().unwrap_or("")));
-        return match page {
-            Some((content_type, body)) => reply(StatusCode::OK, content_type, body),
-            None if source.pages.is_some() => reply(
+        let answer = match page {
+            Some(future) => future.await,
+            None => Err(PageError::NotFound),
+        };
+        return match answer {
+            Ok((content_type, body)) => reply(StatusCode::OK, content_type, body),
+            Err(PageError::BadRequest(line)) => reply(
+                StatusCode::BAD_REQUEST,
+                "text/plain",
+                format!("{line}\n").into(),
+            ),
+            Err(PageError::Failed(line)) => reply(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "text/plain",
+                format!("{line}\n").into(),
+            ),
+            Err(PageError::NotFound) if source.pages.is_some() => reply(
                 StatusCode::NOT_FOUND,
                 "text/plain",
-                b"locktrace serves /metrics and /debug/pprof/mutex?pid=PID\n".to_vec(),
+                b"locktrace serves /metrics and /debug/pprof/mutex?pid=PID[&seconds=S]\n".to_vec(),
             ),
-            None => reply(
+            Err(PageError::NotFound) => reply(
                 StatusCode::NOT_FOUND,
                 "text/plain",
                 b"locktrace serves /metrics\n".to_vec(),

@@ -3,7 +3,11 @@
 //! theirs: found by `--exe` without pids, every series labelled with its
 //! container, exact counts, one fixture restarted (attached again within
 //! 2 s, counted from then on) and the exited one's series gone after
-//! `--forget-exited`. Needs root (BPF, cgroup v2).
+//! `--forget-exited`; `--push` posts each process's profiles to a receiver
+//! the test runs (labels in `name`, pprof bodies adding up to the exact
+//! counts; a receiver gone is one line, not the agent's end); a
+//! `?seconds=` profile holds exactly the calls made in its window. Needs
+//! root (BPF, cgroup v2).
 mod common;
 
 use std::{
@@ -51,31 +55,33 @@ fn cgroup_root() -> PathBuf {
     mount
 }
 
-/// The three cgroups, as the runtimes name them (relative to the root).
-fn cgroups(top: &str) -> Vec<(String, String)> {
+/// The three cgroups, as the runtimes name them (relative to the root),
+/// their container IDs numbered from `first`.
+fn cgroups(top: &str, first: u32) -> Vec<(String, String)> {
     let pod = POD.replace('-', "_");
+    let (a, b, c) = (
+        container_id(first),
+        container_id(first + 1),
+        container_id(first + 2),
+    );
     vec![
+        (a.clone(), format!("{top}/docker-{a}.scope")),
         (
-            container_id(1),
-            format!("{top}/docker-{}.scope", container_id(1)),
+            b.clone(),
+            format!("{top}/kubepods-burstable-pod{pod}.slice/cri-containerd-{b}.scope"),
         ),
-        (
-            container_id(2),
-            format!(
-                "{top}/kubepods-burstable-pod{pod}.slice/cri-containerd-{}.scope",
-                container_id(2)
-            ),
-        ),
-        (
-            container_id(3),
-            format!("{top}/crio-{}.scope", container_id(3)),
-        ),
+        (c.clone(), format!("{top}/crio-{c}.scope")),
     ]
 }
 
-/// `steady PER_TICK 100 60` started in `cgroup` (moved there before it execs,
-/// as runtimes do, so it is never seen outside it).
+/// `steady PER_TICK 100 60` started in `cgroup`.
 fn spawn_in(cgroup: &Path, binary: &Path, per_tick: u32) -> Fixture {
+    spawn_with(cgroup, binary, &[&per_tick.to_string(), "100", "60"])
+}
+
+/// `binary ARGS` started in `cgroup` (moved there before it execs, as
+/// runtimes do, so it is never seen outside it).
+fn spawn_with(cgroup: &Path, binary: &Path, args: &[&str]) -> Fixture {
     let procs = cgroup.join("cgroup.procs");
     Fixture::spawn_command(
         Command::new("sh")
@@ -83,7 +89,7 @@ fn spawn_in(cgroup: &Path, binary: &Path, per_tick: u32) -> Fixture {
             .arg("echo $$ > \"$0\" && exec \"$@\"")
             .arg(&procs)
             .arg(binary)
-            .args([&per_tick.to_string(), "100", "60"]),
+            .args(args),
     )
 }
 
@@ -271,28 +277,175 @@ fn free_port() -> u16 {
         .port()
 }
 
+/// A request the receiver got: its path with the query, and its body.
+type Posted = Arc<Mutex<Vec<(String, Vec<u8>)>>>;
+
+/// A Pyroscope-like ingest endpoint: answers every POST 200 and keeps it.
+/// Stops (the port then refuses) when `open` is set false.
+fn start_receiver() -> (u16, Posted, Arc<std::sync::atomic::AtomicBool>) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    listener.set_nonblocking(true).unwrap();
+    let posted: Posted = Arc::default();
+    let open = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let (sink, running) = (posted.clone(), open.clone());
+    std::thread::spawn(move || {
+        while running.load(std::sync::atomic::Ordering::Relaxed) {
+            match listener.accept() {
+                Ok((stream, _)) => {
+                    if let Some(request) = read_post(stream) {
+                        sink.lock().unwrap().push(request);
+                    }
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(10)),
+            }
+        }
+        // The listener is dropped here: posts are refused from now on.
+    });
+    (port, posted, open)
+}
+
+/// Reads one POST (Content-Length body), answers 200.
+fn read_post(mut stream: std::net::TcpStream) -> Option<(String, Vec<u8>)> {
+    stream.set_nonblocking(false).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    let mut data = Vec::new();
+    let mut buffer = [0u8; 65536];
+    let (head_end, length) = loop {
+        let n = stream.read(&mut buffer).ok()?;
+        if n == 0 {
+            return None;
+        }
+        data.extend_from_slice(&buffer[..n]);
+        if let Some(end) = data.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&data[..end]).to_ascii_lowercase();
+            let length = head
+                .lines()
+                .find_map(|line| line.strip_prefix("content-length:"))
+                .and_then(|value| value.trim().parse::<usize>().ok())
+                .unwrap_or(0);
+            break (end + 4, length);
+        }
+    };
+    while data.len() < head_end + length {
+        let n = stream.read(&mut buffer).ok()?;
+        if n == 0 {
+            break;
+        }
+        data.extend_from_slice(&buffer[..n]);
+    }
+    let head = String::from_utf8_lossy(&data[..head_end]).into_owned();
+    let target = head.split_whitespace().nth(1)?.to_string();
+    assert!(head.starts_with("POST "), "{head}");
+    stream
+        .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+        .ok()?;
+    Some((target, data[head_end..].to_vec()))
+}
+
+/// A query parameter's value, percent-decoded.
+fn query_value(target: &str, name: &str) -> Option<String> {
+    let query = target.split_once('?')?.1;
+    let raw = query
+        .split('&')
+        .find_map(|pair| pair.strip_prefix(name)?.strip_prefix('='))?;
+    let bytes = raw.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            out.push(u8::from_str_radix(std::str::from_utf8(&bytes[i + 1..i + 3]).ok()?, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// The `lock g_lock` acquisitions in a gzipped pprof body, read with the
+/// project's pprof model.
+fn g_lock_acquisitions(body: &[u8]) -> u64 {
+    use prost::Message;
+    let mut bytes = Vec::new();
+    flate2::read::GzDecoder::new(body)
+        .read_to_end(&mut bytes)
+        .expect("a gzipped body");
+    let profile = locktrace::render::pprof::Profile::decode(bytes.as_slice()).expect("pprof");
+    let string = |id: i64| profile.string_table[id as usize].as_str();
+    let acquisitions = profile
+        .sample_type
+        .iter()
+        .position(|t| string(t.r#type) == "acquisitions")
+        .expect("an acquisitions sample type");
+    assert!(
+        profile
+            .sample_type
+            .iter()
+            .any(|t| string(t.r#type) == "contentions"),
+        "Pyroscope files a profile with contentions as mutex"
+    );
+    profile
+        .sample
+        .iter()
+        .filter(|sample| {
+            sample
+                .label
+                .iter()
+                .any(|l| string(l.key) == "lock" && string(l.str) == "g_lock")
+        })
+        .map(|sample| sample.value[acquisitions] as u64)
+        .sum()
+}
+
+/// The posts for `pid` (by the `pid=` label in `name`) once their g_lock
+/// acquisitions add up to `want`; checks each one's labels and interval.
+fn wait_for_posts(posted: &Posted, exe: &str, id: &str, pid: u32, want: u64) -> usize {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let mine: Vec<(String, Vec<u8>)> = posted
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(target, _)| {
+                query_value(target, "name").is_some_and(|n| n.contains(&format!(",pid={pid},")))
+            })
+            .cloned()
+            .collect();
+        let sum: u64 = mine.iter().map(|(_, body)| g_lock_acquisitions(body)).sum();
+        if sum == want {
+            for (target, _) in &mine {
+                assert!(target.starts_with("/ingest?"), "{target}");
+                let name = query_value(target, "name").unwrap();
+                assert!(
+                    name.starts_with(&format!("{exe}{{container_id={id},")),
+                    "{name}"
+                );
+                assert!(name.contains(&format!(",exe={exe}")), "{name}");
+                assert_eq!(query_value(target, "format").as_deref(), Some("pprof"));
+                let from: u64 = query_value(target, "from").unwrap().parse().unwrap();
+                let until: u64 = query_value(target, "until").unwrap().parse().unwrap();
+                assert!(from < until && until <= from + 5, "{target}");
+            }
+            return mine.len();
+        }
+        assert!(
+            sum < want && Instant::now() < deadline,
+            "pid {pid}'s posts add up to {sum} g_lock calls, not {want}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 #[test]
 fn agent_finds_labels_counts_and_follows_restarts() {
     let binary = fixture("steady", Flavor::Glibc);
     let exe = binary.file_name().unwrap().to_str().unwrap().to_string();
     let root = cgroup_root();
     let top = format!("locktrace-test-{}.slice", std::process::id());
-    let groups = cgroups(&top);
-    let mut cleanup = Cleanup {
-        agent: None,
-        prometheus: None,
-        pids: Vec::new(),
-        dirs: Vec::new(),
-    };
-    for (_, path) in &groups {
-        std::fs::create_dir_all(root.join(path)).unwrap();
-        cleanup.dirs.push(root.join(path));
-    }
-    cleanup.dirs.push(root.join(&top).join(format!(
-        "kubepods-burstable-pod{}.slice",
-        POD.replace('-', "_")
-    )));
-    cleanup.dirs.push(root.join(&top));
+    let groups = cgroups(&top, 1);
+    let mut cleanup = make_cgroups(&root, &top, &groups);
     let per_tick = [10u32, 20, 30];
     let mut fixtures: Vec<Fixture> = groups
         .iter()
@@ -301,21 +454,24 @@ fn agent_finds_labels_counts_and_follows_restarts() {
         .collect();
     cleanup.pids.extend(fixtures.iter().map(|f| f.pid()));
     let port = free_port();
-    let mut agent = locktrace()
-        .args(["agent", "--listen", &format!("127.0.0.1:{port}")])
-        .args([
+    let (receiver_port, posted, receiving) = start_receiver();
+    let (lines, agent_pid) = start_agent(
+        port,
+        &[
+            "--push",
+            &format!("http://127.0.0.1:{receiver_port}"),
+            "--push-every",
+            "1",
             "--exe",
             &exe,
+            // Not other tests' steady fixtures elsewhere on the machine.
+            "--within-cgroup",
+            &top,
             "--forget-exited",
             &FORGET_EXITED_S.to_string(),
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let lines = collect_stderr(&mut agent);
-    let agent_pid = agent.id() as i32;
-    cleanup.agent = Some(agent);
+        ],
+        &mut cleanup,
+    );
     let scratch = tempfile::tempdir().unwrap();
     let (prometheus, prometheus_port) = start_prometheus(port, scratch.path());
     cleanup.prometheus = Some(prometheus);
@@ -398,9 +554,18 @@ fn agent_finds_labels_counts_and_follows_restarts() {
         text.contains("\nlocktrace_agent_watched_processes 3\n"),
         "{text}"
     );
+    // Pushed: each process's posts carry its labels, and their bodies add
+    // up to its exact count.
+    for ((id, _), (fixture, n)) in groups.iter().zip(fixtures.iter().zip(per_tick)) {
+        let posts = wait_for_posts(&posted, &exe, id, fixture.pid(), u64::from(n * 100));
+        println!("pid {}: {posts} posts", fixture.pid());
+    }
+    // The receiver goes away: one line, a counted failure, the agent goes on.
+    receiving.store(false, std::sync::atomic::Ordering::Relaxed);
 
     // Restart the second: its new process is attached within 2 s of its
     // start and counted from then on; the old one's series go.
+    let quiet = QUIET.lock().unwrap_or_else(|p| p.into_inner());
     let old = fixtures.remove(1);
     let old_pid = old.pid();
     kill(old);
@@ -418,12 +583,54 @@ fn agent_finds_labels_counts_and_follows_restarts() {
         Duration::from_secs(5),
     );
     let took = attached.duration_since(started);
+    drop(quiet);
     assert!(
         took <= Duration::from_secs(2),
         "attached again after {took:?}"
     );
+    // A profile of the next 3 s, asked for before the fixture starts: its
+    // calls, exactly; a fixture idle in the window has none.
+    let windows: Vec<_> = [restarted.pid(), fixtures[0].pid()]
+        .into_iter()
+        .map(|pid| {
+            std::thread::spawn(move || {
+                get_raw(port, &format!("/debug/pprof/mutex?pid={pid}&seconds=3"))
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(700));
     restarted.start();
     assert_eq!(restarted.read_line().unwrap(), "done 700");
+    let windows: Vec<Vec<u8>> = windows
+        .into_iter()
+        .map(|w| w.join().unwrap().expect("a ?seconds= profile"))
+        .collect();
+    assert_eq!(g_lock_acquisitions(&windows[0]), 700);
+    assert_eq!(g_lock_acquisitions(&windows[1]), 0);
+    let (status, body) = get_status(
+        port,
+        &format!("/debug/pprof/mutex?pid={}&seconds=0", restarted.pid()),
+    );
+    assert!(status.contains(" 400 "), "{status}");
+    assert!(
+        body.contains("seconds=0: give whole seconds from 1 to 60"),
+        "{body}"
+    );
+    let file = scratch.path().join("window.pb.gz");
+    std::fs::write(&file, &windows[0]).unwrap();
+    let top = pprof_top(&file, "acquisitions");
+    assert_eq!(flat_and_cum(&top, "lock g_lock").0, 700, "{top}");
+    // Its push was refused: said once, counted, and the agent serves on.
+    let (_, line) = wait_for_line(&lines, "posting a profile to", Duration::from_secs(8));
+    assert!(line.contains("the agent goes on"), "{line}");
+    let text = scrape(port);
+    let failures: Option<f64> = text.lines().find_map(|line| {
+        line.strip_prefix("locktrace_agent_push_failures_total ")?
+            .trim()
+            .parse()
+            .ok()
+    });
+    assert!(failures.is_some_and(|n| n >= 1.0), "{text}");
     let new_pid = restarted.pid().to_string();
     let labels = [
         ("container_id", groups[1].0.as_str()),
@@ -461,6 +668,386 @@ fn agent_finds_labels_counts_and_follows_restarts() {
     }
     drop(cleanup);
     assert!(!root.join(&top).exists(), "cgroups left behind");
+}
+
+/// `locktrace agent --listen 127.0.0.1:PORT ARGS`, killed by the cleanup
+/// if the test does not stop it: its stderr lines and pid.
+fn start_agent(port: u16, args: &[&str], cleanup: &mut Cleanup) -> (Lines, i32) {
+    let mut agent = locktrace()
+        .args(["agent", "--listen", &format!("127.0.0.1:{port}")])
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = collect_stderr(&mut agent);
+    let pid = agent.id() as i32;
+    cleanup.agent = Some(agent);
+    (lines, pid)
+}
+
+/// `steady 10 100 60` (1000 g_lock calls once started) alone in cgroup `top`.
+fn steady_alone(root: &Path, top: &str, binary: &Path) -> (Cleanup, Fixture) {
+    std::fs::create_dir_all(root.join(top)).unwrap();
+    let mut cleanup = Cleanup {
+        agent: None,
+        prometheus: None,
+        pids: Vec::new(),
+        dirs: vec![root.join(top)],
+    };
+    let target = spawn_with(&root.join(top), binary, &["10", "100", "60"]);
+    cleanup.pids.push(target.pid());
+    (cleanup, target)
+}
+
+/// Starts the `steady_alone` fixture, waits for its exact 1000 g_lock calls
+/// on /metrics, stops the agent (SIGINT: it must exit 0) and the fixture.
+fn count_and_stop(port: u16, mut target: Fixture, agent_pid: i32, cleanup: &mut Cleanup) {
+    target.start();
+    assert_eq!(target.read_line().unwrap(), "done 1000");
+    let pid = target.pid().to_string();
+    wait_for_value(
+        port,
+        "locktrace_lock_acquisitions_total",
+        &[("pid", &pid), ("lock", "g_lock")],
+        1000.0,
+    );
+    unsafe { libc::kill(agent_pid, libc::SIGINT) };
+    let status = cleanup.agent.as_mut().unwrap().wait().unwrap();
+    assert!(status.success(), "agent: {status}");
+    kill(target);
+}
+
+/// The cgroups made (deepest first in the cleanup).
+fn make_cgroups(root: &Path, top: &str, groups: &[(String, String)]) -> Cleanup {
+    let mut cleanup = Cleanup {
+        agent: None,
+        prometheus: None,
+        pids: Vec::new(),
+        dirs: Vec::new(),
+    };
+    for (_, path) in groups {
+        std::fs::create_dir_all(root.join(path)).unwrap();
+        cleanup.dirs.push(root.join(path));
+    }
+    cleanup.dirs.push(root.join(top).join(format!(
+        "kubepods-burstable-pod{}.slice",
+        POD.replace('-', "_")
+    )));
+    cleanup.dirs.push(root.join(top));
+    cleanup
+}
+
+/// Held while FrankenPHP and MariaDB start and the agent attaches them (a
+/// burst of CPU), while the retry test attaches, and while the first test
+/// times a restart's attach
+/// (2 s at most): these never overlap; the rest of the tests runs side by
+/// side.
+static QUIET: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// q.php requests sent to the real FrankenPHP while the agent watches it.
+const FRANKEN_REQUESTS: u64 = 20;
+
+/// Default discovery (no selectors) on three servers in three containers:
+/// the real FrankenPHP (the kit's dynamic build, stock libphp) and two
+/// thread-safe PHP stand-ins (`fakephp`). Each is found and labelled with
+/// its container and server kind (`--within-cgroup` keeps the agent off
+/// the machine's other PHP processes); FrankenPHP's global statistics mutex is
+/// counted exactly 408 times per request, and its requests exactly, on
+/// /metrics and in its pprof profile; each stand-in's g_lock and requests
+/// exactly. Holds the FrankenPHP machine lock while its server runs.
+#[test]
+fn agent_watches_the_real_frankenphp_by_default() {
+    use common::frankenphp::{
+        GLOBAL_LOCK, GLOBAL_PER_REQUEST, Mode, SpawnedServer, kit, sequential_requests,
+        server_args, take_machine_lock,
+    };
+    let binary = Path::new("/tmp/e2e/frankenphp-e2e");
+    assert!(
+        binary.exists(),
+        "the FrankenPHP kit is not built ({} missing): run scripts/setup.sh --frankenphp",
+        binary.display()
+    );
+    let root = cgroup_root();
+    let top = format!("locktrace-php-{}.slice", std::process::id());
+    let groups = cgroups(&top, 4);
+    let mut cleanup = make_cgroups(&root, &top, &groups);
+    let procs = root.join(&groups[0].1).join("cgroup.procs");
+    let args = server_args(Mode::Classic, &kit().join("www"));
+    let began = Instant::now();
+    // The machine lock first: the other tests do not wait while it is awaited.
+    let machine = take_machine_lock();
+    println!(
+        "machine lock taken after {} ms",
+        began.elapsed().as_millis()
+    );
+    let quiet = QUIET.lock().unwrap_or_else(|p| p.into_inner());
+    let mut server = SpawnedServer::start_in(
+        binary,
+        &args,
+        &[],
+        "franken-agent.log",
+        Some(&procs),
+        Some(machine),
+    );
+    println!(
+        "FrankenPHP (and MariaDB) up after {} ms",
+        began.elapsed().as_millis()
+    );
+    // The exact figure is the stock libphp's (the kit's resting state).
+    let libphp = std::fs::read_link("/tmp/e2e/franken-lib/libphp.so").unwrap_or_default();
+    assert!(
+        libphp.to_string_lossy().contains("stock"),
+        "/tmp/e2e/franken-lib/libphp.so points at {}, not the stock build (the kit's use-stock.sh)",
+        libphp.display()
+    );
+    // Two stand-ins: 2 threads, 4 routes of 25 requests, 3 g_lock calls each.
+    let fakephp = fixture("fakephp", Flavor::Glibc);
+    let mut standins: Vec<Fixture> = groups[1..]
+        .iter()
+        .map(|(_, path)| spawn_with(&root.join(path), &fakephp, &["2", "4", "25", "3"]))
+        .collect();
+    cleanup.pids.extend(standins.iter().map(|f| f.pid()));
+    let port = free_port();
+    // Default discovery, kept to this test's cgroups: the other PHP
+    // processes on the machine (other tests' servers) are not touched.
+    let (lines, agent_pid) = start_agent(
+        port,
+        &["--forget-exited", "60", "--within-cgroup", &top],
+        &mut cleanup,
+    );
+    let started = Instant::now();
+    let pids: Vec<u32> = [server.pid()]
+        .into_iter()
+        .chain(standins.iter().map(|f| f.pid()))
+        .collect();
+    for ((pid, (id, _)), kind) in pids.iter().zip(&groups).zip(["frankenphp", "php", "php"]) {
+        let (_, line) = wait_for_line(
+            &lines,
+            &format!("watching pid {pid} ("),
+            Duration::from_secs(30),
+        );
+        assert!(line.contains(&format!("container_id={id} ")), "{line}");
+        assert!(line.contains(&format!("server={kind})")), "{line}");
+    }
+    // Attaching FrankenPHP (its symbols) is a burst of CPU too.
+    drop(quiet);
+    println!(
+        "all three attached {} ms after the agent started",
+        started.elapsed().as_millis()
+    );
+    for standin in &mut standins {
+        standin.start();
+        assert_eq!(standin.read_line().unwrap(), "done 300");
+    }
+    sequential_requests(FRANKEN_REQUESTS);
+    let global = GLOBAL_PER_REQUEST as u64 * FRANKEN_REQUESTS;
+    let franken = pids[0].to_string();
+    let labels = [
+        ("container_id", groups[0].0.as_str()),
+        ("pid", franken.as_str()),
+        ("server", "frankenphp"),
+    ];
+    let locked = [labels.as_slice(), &[("lock", GLOBAL_LOCK)]].concat();
+    wait_for_value(
+        port,
+        "locktrace_lock_acquisitions_total",
+        &locked,
+        global as f64,
+    );
+    wait_for_value(
+        port,
+        "locktrace_requests_total",
+        &labels,
+        FRANKEN_REQUESTS as f64,
+    );
+    for (pid, (id, _)) in pids[1..].iter().zip(&groups[1..]) {
+        let pid = pid.to_string();
+        let labels = [
+            ("container_id", id.as_str()),
+            ("pid", &pid),
+            ("server", "php"),
+        ];
+        let locked = [labels.as_slice(), &[("lock", "g_lock")]].concat();
+        wait_for_value(port, "locktrace_lock_acquisitions_total", &locked, 300.0);
+        wait_for_value(port, "locktrace_requests_total", &labels, 100.0);
+    }
+    let others: Vec<String> = lines
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(_, line)| line.contains("watching pid"))
+        .filter(|(_, line)| {
+            !pids
+                .iter()
+                .any(|pid| line.contains(&format!("pid {pid} (")))
+        })
+        .map(|(_, line)| line.clone())
+        .collect();
+    assert!(
+        others.is_empty(),
+        "watched outside --within-cgroup: {others:?}"
+    );
+    println!(
+        "exact counts seen {} ms after the agent started",
+        started.elapsed().as_millis()
+    );
+    let profile = get_bytes(port, &format!("/debug/pprof/mutex?pid={franken}"));
+    let scratch = tempfile::tempdir().unwrap();
+    let file = scratch.path().join("frankenphp.pb.gz");
+    std::fs::write(&file, profile).unwrap();
+    let top = pprof_top(&file, "acquisitions");
+    assert_eq!(
+        flat_and_cum(&top, &format!("lock {GLOBAL_LOCK}")).0,
+        global,
+        "{top}"
+    );
+
+    unsafe { libc::kill(agent_pid, libc::SIGINT) };
+    let status = cleanup.agent.as_mut().unwrap().wait().unwrap();
+    assert!(status.success(), "agent: {status}");
+    let stopping = Instant::now();
+    server.stop();
+    println!(
+        "FrankenPHP stopped in {} ms",
+        stopping.elapsed().as_millis()
+    );
+    for standin in standins {
+        kill(standin);
+    }
+    let dropping = Instant::now();
+    drop(server);
+    drop(cleanup);
+    println!(
+        "server and cgroups gone in {} ms",
+        dropping.elapsed().as_millis()
+    );
+    assert!(!root.join(&top).exists(), "cgroups left behind");
+}
+
+/// An attach that fails is tried again after a pause, and counts from
+/// then on: the fixture is ptraced by the test (as by a debugger) when the
+/// agent finds it, so inproc's ptrace is refused; the test lets go, and the
+/// retry 1 s later attaches it; its calls are then counted exactly.
+#[test]
+fn a_failed_attach_is_tried_again() {
+    let binary = fixture("steady", Flavor::Glibc);
+    let exe = binary.file_name().unwrap().to_str().unwrap().to_string();
+    let root = cgroup_root();
+    let top = format!("locktrace-retry-{}.slice", std::process::id());
+    let (mut cleanup, target) = steady_alone(&root, &top, &binary);
+    let pid = target.pid();
+    // The tracer: a thread that seizes the fixture and, when told, ends
+    // (the kernel then detaches it).
+    let (seized, release) = {
+        let (seized_tx, seized) = std::sync::mpsc::channel();
+        let (release, release_rx) = std::sync::mpsc::channel::<()>();
+        let tracer = std::thread::spawn(move || {
+            let done = unsafe { libc::ptrace(libc::PTRACE_SEIZE, pid as i32, 0, 0) };
+            seized_tx.send(done).unwrap();
+            let _ = release_rx.recv();
+        });
+        ((seized, tracer), release)
+    };
+    assert_eq!(seized.0.recv().unwrap(), 0, "PTRACE_SEIZE of the fixture");
+    // Its attaches not beside the other test's timed restart.
+    let quiet = QUIET.lock().unwrap_or_else(|p| p.into_inner());
+    let port = free_port();
+    let (lines, agent_pid) = start_agent(
+        port,
+        &["--exe", &exe, "--within-cgroup", &top],
+        &mut cleanup,
+    );
+    let (failed, line) = wait_for_line(
+        &lines,
+        &format!("not watching pid {pid} ("),
+        Duration::from_secs(20),
+    );
+    assert!(line.contains("trying again in 1 s"), "{line}");
+    release.send(()).unwrap();
+    seized.1.join().unwrap();
+    let (attached, _) = wait_for_line(
+        &lines,
+        &format!("agent: watching pid {pid} ("),
+        Duration::from_secs(10),
+    );
+    drop(quiet);
+    assert!(attached > failed);
+    println!(
+        "attached {} ms after the failed attach",
+        attached.duration_since(failed).as_millis()
+    );
+    count_and_stop(port, target, agent_pid, &mut cleanup);
+}
+
+/// Over `--max-cpu`, the agent reads the maps half as often and says so in
+/// one line, with the read interval on /metrics; the counts stay exact.
+#[test]
+fn over_max_cpu_the_agent_sheds_reads_and_says_so() {
+    let binary = fixture("steady", Flavor::Glibc);
+    let exe = binary.file_name().unwrap().to_str().unwrap().to_string();
+    let root = cgroup_root();
+    let top = format!("locktrace-shed-{}.slice", std::process::id());
+    let (mut cleanup, target) = steady_alone(&root, &top, &binary);
+    let port = free_port();
+    // A budget no agent keeps: the first 10 s window after the attach is over it.
+    let (lines, agent_pid) = start_agent(
+        port,
+        &["--exe", &exe, "--within-cgroup", &top, "--max-cpu", "0.001"],
+        &mut cleanup,
+    );
+    let (_, line) = wait_for_line(&lines, "(--max-cpu 0.001)", Duration::from_secs(25));
+    assert!(
+        line.contains("reading the maps every 2 s instead of 1 s; counts stay exact"),
+        "{line}"
+    );
+    let text = scrape(port);
+    assert!(
+        text.contains("\nlocktrace_agent_read_interval_seconds 2.0\n"),
+        "{text}"
+    );
+    count_and_stop(port, target, agent_pid, &mut cleanup);
+}
+
+/// `--push` without an http(s) URL and an out-of-range `--push-every` are
+/// refused in one line before anything is attached.
+#[test]
+fn push_bad_input_is_one_line() {
+    for (args, says) in [
+        (
+            vec!["--push", "pyroscope:4040"],
+            "--push pyroscope:4040: give the receiver's http:// or https:// URL",
+        ),
+        (
+            vec!["--push", "http://127.0.0.1:4040", "--push-every", "0"],
+            "--push-every must be between 1 and 3600, not 0",
+        ),
+    ] {
+        common::fails_with(
+            locktrace()
+                .args(["agent", "--listen", "127.0.0.1:0"])
+                .args(&args),
+            says,
+        );
+    }
+}
+
+/// A GET's status line and body (any status).
+fn get_status(port: u16, path: &str) -> (String, String) {
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let status = response.lines().next().unwrap_or("").to_string();
+    let body = response
+        .split_once("\r\n\r\n")
+        .map_or("", |(_, b)| b)
+        .to_string();
+    (status, body)
 }
 
 /// Without selectors the agent watches thread-safe PHP, recognised as

@@ -15,11 +15,19 @@ pub struct Selectors {
     pub exe: Vec<String>,
     /// Strings the cgroup path contains (`kubepods`, `docker-`).
     pub cgroup: Vec<String>,
+    /// `--within-cgroup`: only processes whose cgroup path contains one of
+    /// these, whatever found them (the PHP servers, or the selectors).
+    pub within: Vec<String>,
 }
 
 impl Selectors {
     fn any(&self) -> bool {
         !self.exe.is_empty() || !self.cgroup.is_empty()
+    }
+
+    /// Inside the `--within-cgroup` patterns (any cgroup without them).
+    fn within(&self, cgroup: &str) -> bool {
+        self.within.is_empty() || self.within.iter().any(|pattern| cgroup.contains(pattern))
     }
 
     fn matches(&self, exe: &str, cgroup: &str) -> bool {
@@ -104,6 +112,9 @@ impl Discovery {
         let cgroup = super::labels::cgroup_path(&cgroup)
             .unwrap_or("")
             .to_string();
+        if !self.selectors.within(&cgroup) {
+            return None;
+        }
         let server = if self.selectors.any() {
             if !self.selectors.matches(&exe, &cgroup) {
                 return None;
@@ -134,11 +145,14 @@ mod tests {
         let selectors = Selectors {
             exe: vec!["frankenphp".into()],
             cgroup: vec!["kubepods".into()],
+            within: vec!["kubepods".into()],
         };
         assert!(selectors.matches("/usr/local/bin/frankenphp", "/"));
         assert!(selectors.matches("/usr/local/bin/frankenphp (deleted)", "/"));
         assert!(!selectors.matches("/usr/local/bin/frankenphp-old", "/system.slice"));
         assert!(selectors.matches("/usr/bin/php", "/kubepods.slice/x"));
         assert!(!Selectors::default().any());
+        assert!(selectors.within("/kubepods.slice/x") && !selectors.within("/system.slice"));
+        assert!(Selectors::default().within("/system.slice"));
     }
 }

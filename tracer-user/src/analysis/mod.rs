@@ -22,3 +22,4 @@ pub mod routes;
 pub mod saturation;
 pub mod sites;
 pub mod waits;
+pub mod window;

@@ -113,13 +113,28 @@ impl SpawnedServer {
         env: &[(&str, &Path)],
         log: &str,
     ) -> Self {
+        Self::start_in(binary, args, env, log, None, None)
+    }
+
+    /// Like [`SpawnedServer::start`], the server moved into the cgroup
+    /// whose `cgroup.procs` is `procs` before it execs (as container
+    /// runtimes do), so it is never seen outside it; `lock`: the machine
+    /// lock, when the caller took it already ([`take_machine_lock`]).
+    pub fn start_in(
+        binary: &Path,
+        args: &[std::ffi::OsString],
+        env: &[(&str, &Path)],
+        log: &str,
+        procs: Option<&Path>,
+        lock: Option<File>,
+    ) -> Self {
         assert!(
             binary.exists(),
             "{} is missing: run scripts/setup.sh --frankenphp",
             binary.display()
         );
         let kit = kit();
-        let lock = take_machine_lock();
+        let lock = lock.unwrap_or_else(take_machine_lock);
         let mariadb_was_up = mariadb_up();
         // start.sh starts MariaDB and the database (and its dynamic server, stopped at once).
         kit_script(&kit, &["start.sh", "classic"]);
@@ -130,7 +145,24 @@ impl SpawnedServer {
             .append(true)
             .open(&log_path)
             .unwrap_or_else(|e| panic!("opening {}: {e}", log_path.display()));
-        let child = Command::new(binary)
+        let mut command = Command::new(binary);
+        if let Some(procs) = procs {
+            use std::os::unix::{ffi::OsStrExt, process::CommandExt};
+            let path = std::ffi::CString::new(procs.as_os_str().as_bytes()).unwrap();
+            // SAFETY: only open(2), write(2) and close(2) between fork and exec.
+            unsafe {
+                command.pre_exec(move || {
+                    let fd = libc::open(path.as_ptr(), libc::O_WRONLY);
+                    // "0": the writing process itself.
+                    if fd < 0 || libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    libc::close(fd);
+                    Ok(())
+                });
+            }
+        }
+        let child = command
             .args(args)
             // The kit's php.ini unless `env` gives another PHPRC.
             .env("PHPRC", kit.join("php.ini"))
