@@ -570,3 +570,61 @@ fn top_lists_the_kernel_locks_under_its_lock_rows() {
     unsafe { libc::kill(top.0.id() as i32, libc::SIGINT) };
     assert!(top.0.wait().unwrap().success());
 }
+
+/// A live session ages kernel locks out: once map_worker's work is done
+/// and its mmap_lock rows are quiet for `expire_after`, their keys are
+/// deleted from the kernel lock map (the section, read from the map,
+/// lists them no more), while the interval that saw the work had them.
+#[test]
+fn a_live_session_deletes_the_keys_of_quiet_kernel_locks() {
+    use locktrace::{
+        live::{LiveOptions, LiveSession},
+        model::{Mode, Placement},
+        probe::request_auto::RequestProbeSpec,
+    };
+    let binary = fixture("map_worker", Flavor::Glibc);
+    let mut fixture = Fixture::spawn(&binary, &["3000"]);
+    let expire_after = Duration::from_secs(1);
+    let mut session = LiveSession::attach(&LiveOptions {
+        pid: fixture.pid(),
+        mode: Mode::Contention,
+        placement: Placement::Auto,
+        request_probe: RequestProbeSpec::Off,
+        expire_after,
+        ready_file: None,
+        cpu_hz: None,
+        stacks: false,
+        php: None,
+    })
+    .expect("attached");
+    fixture.send("go");
+    while fixture.read_line().as_deref() != Some("done") {}
+    let mmap_rows = |interval: &locktrace::live::Interval| -> usize {
+        interval.kernel_locks.as_ref().map_or(0, |section| {
+            section
+                .locks
+                .iter()
+                .filter(|lock| lock.name.as_deref() == Some("mmap_lock"))
+                .count()
+        })
+    };
+    let worked = session.tick().expect("a tick");
+    assert_eq!(mmap_rows(&worked), 2, "{:?}", worked.kernel_locks);
+    let active = worked
+        .kernel_activity
+        .iter()
+        .filter(|row| row.name.as_deref() == Some("mmap_lock"))
+        .count();
+    assert_eq!(active, 2, "{:?}", worked.kernel_activity);
+    // Quiet past the expiry: this tick deletes the keys, the next reads without them.
+    std::thread::sleep(expire_after + Duration::from_millis(200));
+    let quiet = session.tick().expect("a tick");
+    assert!(
+        quiet
+            .kernel_activity
+            .iter()
+            .all(|row| row.name.as_deref() != Some("mmap_lock"))
+    );
+    let after = session.tick().expect("a tick");
+    assert_eq!(mmap_rows(&after), 0, "{:?}", after.kernel_locks);
+}
