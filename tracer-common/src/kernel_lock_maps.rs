@@ -2,7 +2,7 @@
 
 /// Key of `KERNEL_LOCKS`: contentions of one kernel lock, with one set of
 /// flags, from one kernel stack, while one user futex call (or none) was
-/// in progress, from one user instruction.
+/// in progress, from one user instruction, under one route (`--php`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct KernelLockKey {
@@ -19,6 +19,9 @@ pub struct KernelLockKey {
     /// `kernel_lock::SPIN` … `MUTEX` bits.
     pub flags: u32,
     pub _pad: u32,
+    /// `--php`: the route key of the request the thread was serving
+    /// (`THREAD_ROUTES`; `php::NO_REQUEST` outside one, and without `--php`).
+    pub route: u64,
 }
 
 /// Value of `KERNEL_LOCKS`.

@@ -3,7 +3,8 @@
 //! is contended. The begin notes the thread's contention (the lock, its
 //! flags, the kernel stack, the futex word of a futex syscall in progress
 //! and the user instruction the thread entered the kernel from); the end
-//! of the same lock counts it in `KERNEL_LOCKS` with the time between.
+//! of the same lock counts it in `KERNEL_LOCKS` with the time between,
+//! under the route of the thread's request with `--php`.
 //! A begin while the thread already waits is nested (a spinlock inside a
 //! rwsem's slow path, a mutex's spin before it sleeps) and only counted
 //! apart, as `perf lock contention` leaves it out.
@@ -16,7 +17,7 @@ use aya_ebpf::{
 };
 use tracer_common::{
     KernelLockBegin, KernelLockCounts, KernelLockKey, counting, flags, kernel_lock::event,
-    stack_kind, wait_class,
+    php::NO_REQUEST, stack_kind, wait_class,
 };
 
 use crate::{
@@ -26,6 +27,7 @@ use crate::{
     maps::{
         FLAGS, KERNEL_LOCK_BEGINS, KERNEL_LOCK_EVENTS, KERNEL_LOCK_STACKS, KERNEL_LOCKS, WAITING,
     },
+    php::current_route,
     stacks::record_stack_of,
 };
 
@@ -100,6 +102,9 @@ pub fn kernel_lock_begin(ctx: TracePointContext) -> u32 {
         }
     };
     let (user_lock, regs) = user_side(tid);
+    // The route splits the lock's waits by request (`--php`); 0 without it
+    // keeps the keys as few as before.
+    let php = FLAGS.load() & flags::PHP != 0;
     let key = KernelLockKey {
         lock,
         user_lock,
@@ -107,6 +112,7 @@ pub fn kernel_lock_begin(ctx: TracePointContext) -> u32 {
         stack_id,
         flags: lock_flags,
         _pad: 0,
+        route: if php { current_route() } else { NO_REQUEST },
     };
     let begin = KernelLockBegin {
         key,

@@ -54,6 +54,10 @@ use crate::{
     },
 };
 
+mod kernel;
+
+pub use kernel::KernelLockActivity;
+
 /// Locks named per interval at most (the most active unnamed ones first):
 /// naming reads every module's symbols, so a server creating many heap locks
 /// must not make every interval pay for all of them.
@@ -141,8 +145,33 @@ pub struct Interval {
     pub routes: Option<Routes>,
     /// The kernel locks section since attach (user side unnamed); None
     /// before the first interval with kernel lock contention, or without
-    /// the kernel's lock tracepoints.
+    /// the kernel's lock tracepoints. Rows quiet for the expiry period
+    /// leave it (their map keys are deleted).
     pub kernel_locks: Option<KernelLocks>,
+    /// What each kernel lock row did in the interval, most wait first
+    /// (active rows only).
+    pub kernel_activity: Vec<KernelLockActivity>,
+}
+
+#[cfg(test)]
+impl Interval {
+    /// An interval of `elapsed` in which nothing happened (the views' tests).
+    pub fn empty(elapsed: Duration) -> Interval {
+        Interval {
+            elapsed,
+            locks: Vec::new(),
+            other_waits: Vec::new(),
+            dropped: BTreeMap::new(),
+            requests: None,
+            cost: Cost::default(),
+            tracked_locks: 0,
+            long_waits: Vec::new(),
+            deadlocks: Vec::new(),
+            routes: None,
+            kernel_locks: None,
+            kernel_activity: Vec::new(),
+        }
+    }
 }
 
 /// A lock wait in progress this long is shown by the live views.
@@ -235,6 +264,8 @@ pub struct LiveSession {
     route_rules: Option<RouteRules>,
     /// The kernel's symbols, read at the first kernel lock contention.
     kernel_symbols: Option<Kallsyms>,
+    /// The kernel lock rows' totals between intervals, for their activity and expiry.
+    kernel_aging: kernel::KernelAging,
     /// Keep each tick's report (since attach, names as known) for
     /// [`LiveSession::take_report`] (the agent's pprof); off for serve and top.
     pub keep_reports: bool,
@@ -313,6 +344,7 @@ impl LiveSession {
             stacks,
             route_rules: options.php.clone(),
             kernel_symbols: None,
+            kernel_aging: kernel::KernelAging::default(),
             keep_reports: false,
             last_report: None,
         })
@@ -366,6 +398,12 @@ impl LiveSession {
         let routes = self.routes(&mut collected)?;
         let mut report = self.builder().counts(&collected);
         self.add_kernel_locks(&mut report, &collected);
+        if let (Some(routes), Some(read), Some(rules)) =
+            (&routes, &collected.php, &self.route_rules)
+        {
+            let labels = analysis::routes::stack_labels(read, rules, routes);
+            analysis::kernel_locks::split_by_route(&mut report, &collected, &labels);
+        }
         report.routes = routes;
         analysis::routes::fold_into_rows(&mut report);
         let rows = report.locks.len();
@@ -439,7 +477,12 @@ impl LiveSession {
             delta
         });
         let cost = self.cost(&collected);
+        let kernel_activity = match &report.kernel_locks {
+            Some(section) => self.kernel_aging.activity(section, now),
+            None => Vec::new(),
+        };
         self.expire(&report, &collected, now)?;
+        self.expire_kernel_locks(&report, &collected, now)?;
         Ok(Interval {
             elapsed,
             locks,
@@ -452,6 +495,41 @@ impl LiveSession {
             deadlocks,
             routes: self.named_routes(report.routes.take()),
             kernel_locks: report.kernel_locks.take(),
+            kernel_activity,
+        })
+    }
+
+    /// Deletes the map keys of kernel lock rows quiet for `expire_after`
+    /// (with the kernel stacks only they used). The user lock rows whose
+    /// futex calls met them lose those counts from their totals here too,
+    /// so their next interval counts only what is new.
+    fn expire_kernel_locks(
+        &mut self,
+        report: &Report,
+        collected: &Collected,
+        now: Instant,
+    ) -> Result<()> {
+        let quiet = self.kernel_aging.expire(now, self.expire_after);
+        let Some(traced) = collected
+            .kernel_locks
+            .as_ref()
+            .filter(|_| !quiet.is_empty())
+        else {
+            return Ok(());
+        };
+        let (gone, stacks) = kernel::keys_of(&traced.counts, &quiet);
+        let rows = analysis::kernel_locks::user_rows(report);
+        for (key, counts) in &gone {
+            let row = analysis::kernel_locks::user_row(&rows, key.user_lock);
+            if let Some(totals) = row.and_then(|address| self.previous.get_mut(&address)) {
+                totals.kernel_contentions =
+                    totals.kernel_contentions.saturating_sub(counts.contentions);
+                totals.kernel_wait_ns = totals.kernel_wait_ns.saturating_sub(counts.wait_ns);
+            }
+        }
+        let keys = gone.into_iter().map(|(key, _)| key).collect();
+        collect::while_paused(&mut self.session.loaded.ebpf, |ebpf| {
+            crate::trace::expire::remove_kernel_locks(ebpf, keys, &stacks)
         })
     }
 

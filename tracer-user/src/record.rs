@@ -756,7 +756,10 @@ fn report(
     });
     if let (Some(runtime), Some(rules), Some(read)) = (php, &options.php, &collected.php) {
         report.php = Some(php_context(runtime, read));
-        report.routes = Some(routes::build(read, rules, collected.cpu_hz, options.mode));
+        let routes = routes::build(read, rules, collected.cpu_hz, options.mode);
+        let labels = routes::stack_labels(read, rules, &routes);
+        crate::analysis::kernel_locks::split_by_route(&mut report, &collected, &labels);
+        report.routes = Some(routes);
     }
     name(options, prepared, &mut report, snapshot, &collected);
     routes::fold_into_rows(&mut report);

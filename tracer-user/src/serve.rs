@@ -360,9 +360,7 @@ impl Metrics {
         if let Some(routes) = &interval.routes {
             self.set_routes(routes);
         }
-        if let Some(section) = &interval.kernel_locks {
-            self.set_kernel_locks(section);
-        }
+        self.add_kernel_locks(&interval.kernel_activity);
         let cost = &interval.cost;
         self.probe_hits.set(cost.probe_hits as i64);
         self.estimated_added_seconds
@@ -438,26 +436,22 @@ impl Metrics {
         }
     }
 
-    /// Raises each kernel lock's counters to their totals since attach:
-    /// rows of one name and kind (a runqueue lock per CPU) add up.
-    fn set_kernel_locks(&self, section: &crate::model::KernelLocks) {
-        let mut totals: HashMap<KernelLockLabels, (u64, u64)> = HashMap::new();
-        for lock in &section.locks {
+    /// Adds each kernel lock row's interval to its counters: rows of one
+    /// name and kind (a runqueue lock per CPU) add up. Per interval, not
+    /// raised to the section's totals: a quiet row's keys expire and leave
+    /// the section, which would hold the counter back when it came back.
+    fn add_kernel_locks(&self, activity: &[crate::live::KernelLockActivity]) {
+        for lock in activity {
             let labels = KernelLockLabels {
                 lock: label_value(lock.name.as_deref().unwrap_or("other")),
                 kind: kernel_kind_label(lock.kind),
             };
-            let total = totals.entry(labels).or_default();
-            total.0 += lock.contentions;
-            total.1 += lock.wait_ns;
-        }
-        for (labels, (contentions, wait_ns)) in totals {
-            raise_counter(
-                &self.kernel_lock_contentions.get_or_create(&labels),
-                contentions,
-            );
-            let wait = self.kernel_lock_wait_seconds.get_or_create(&labels);
-            wait.inc_by((wait_ns as f64 / 1e9 - wait.get()).max(0.0));
+            self.kernel_lock_contentions
+                .get_or_create(&labels)
+                .inc_by(lock.contentions);
+            self.kernel_lock_wait_seconds
+                .get_or_create(&labels)
+                .inc_by(lock.wait_ns as f64 / 1e9);
         }
     }
 
@@ -944,17 +938,8 @@ mod tests {
 
     fn interval(locks: Vec<LockActivity>) -> Interval {
         Interval {
-            elapsed: Duration::from_secs(1),
             locks,
-            other_waits: Vec::new(),
-            dropped: Default::default(),
-            requests: None,
-            cost: Default::default(),
-            tracked_locks: 0,
-            long_waits: Vec::new(),
-            deadlocks: Vec::new(),
-            routes: None,
-            kernel_locks: None,
+            ..Interval::empty(Duration::from_secs(1))
         }
     }
 
@@ -1074,21 +1059,25 @@ mod tests {
         assert!(acquisitions(&metrics, "other").unwrap() >= 10);
     }
 
-    fn kernel_lock(name: Option<&str>, flags: u32, contentions: u64) -> crate::model::KernelLock {
-        crate::model::KernelLock {
+    fn kernel_lock(
+        name: Option<&str>,
+        flags: u32,
+        contentions: u64,
+    ) -> crate::live::KernelLockActivity {
+        crate::live::KernelLockActivity {
             address: 0xffff_0000 + u64::from(flags) + contentions,
             name: name.map(str::to_string),
             kind: crate::model::KernelLockKind::of_flags(flags),
             flags,
             contentions,
             wait_ns: contentions * 1_000_000,
-            ..Default::default()
+            kernel_site: None,
         }
     }
 
     /// Kernel locks: one series per name and kind (a runqueue lock per CPU
-    /// adds up, unnamed ones go to `other`), raised to the section's
-    /// totals since attach; a user lock's kernel contention adds per interval.
+    /// adds up, unnamed ones go to `other`), each interval's rows added;
+    /// a user lock's kernel contention adds per interval.
     #[test]
     fn kernel_lock_series_follow_the_section_and_the_rows() {
         let mut registry = Registry::default();
@@ -1098,18 +1087,15 @@ mod tests {
             kernel_wait_ns: 3_500_000_000,
             ..lock("g_lock", 5)
         }]);
-        let section = |write: u64| crate::model::KernelLocks {
-            locks: vec![
-                kernel_lock(Some("mmap_lock"), 4, write),
-                kernel_lock(Some("mmap_lock"), 2, 30),
-                kernel_lock(Some("runqueue"), 1, 5),
-                kernel_lock(Some("runqueue"), 1, 6),
-                kernel_lock(None, 1, 2),
-            ],
-            ..Default::default()
-        };
-        for write in [100, 250] {
-            tick.kernel_locks = Some(section(write));
+        let first = vec![
+            kernel_lock(Some("mmap_lock"), 4, 100),
+            kernel_lock(Some("mmap_lock"), 2, 30),
+            kernel_lock(Some("runqueue"), 1, 5),
+            kernel_lock(Some("runqueue"), 1, 6),
+            kernel_lock(None, 1, 2),
+        ];
+        for activity in [first, vec![kernel_lock(Some("mmap_lock"), 4, 150)]] {
+            tick.kernel_activity = activity;
             series_set(10).apply(&metrics, &tick, Instant::now());
             metrics.update(&tick);
         }

@@ -1,4 +1,5 @@
-//! `locktrace top`: a live table of the busiest locks, refreshed every second.
+//! `locktrace top`: a live table of the busiest locks, refreshed every second,
+//! with the busiest kernel locks under it.
 //! On a terminal it takes the full screen (crossterm: alternate screen, raw
 //! mode, restored on every way out); `s` cycles the sort key, `q` or Ctrl-C
 //! quits. When stdout is not a terminal it prints one plain table per second.
@@ -264,6 +265,57 @@ fn row_cells(lock: &LockActivity, seconds: f64) -> [String; 7] {
     ]
 }
 
+/// Kernel lock rows shown under the lock rows (the busiest by wait).
+const KERNEL_ROWS: usize = 5;
+
+/// The kernel locks' titles and columns (under the lock table, plain and
+/// full screen alike; the full screen cuts the lines to its width).
+const KERNEL_TITLES: [&str; 5] = ["kernel lock", "kind", "cont/s", "wait ms/s", "kernel site"];
+const KERNEL_COLUMNS: [Fixed; 5] = [
+    Fixed::left(32).cut(),
+    Fixed::left(18),
+    Fixed::right(10),
+    Fixed::right(10),
+    Fixed::left(0).after(2),
+];
+
+/// The kernel locks under the lock rows: what the interval's busiest
+/// kernel locks did (the section's one line when the kernel has no lock
+/// tracepoints); nothing while no kernel lock was contended.
+fn kernel_lines(interval: &Interval, seconds: f64) -> Vec<String> {
+    if let Some(reason) = interval
+        .kernel_locks
+        .as_ref()
+        .and_then(|section| section.unavailable.as_ref())
+    {
+        return vec![format!("kernel locks: unavailable: {reason}")];
+    }
+    if interval.kernel_activity.is_empty() {
+        return Vec::new();
+    }
+    let rate = |n: u64| n as f64 / seconds;
+    let mut lines = vec![fixed_line(&KERNEL_COLUMNS, &KERNEL_TITLES)];
+    for lock in interval.kernel_activity.iter().take(KERNEL_ROWS) {
+        let cells = [
+            lock.name
+                .clone()
+                .unwrap_or_else(|| format!("? {:#x}", lock.address)),
+            lock.kind.word().to_string(),
+            format_rate(rate(lock.contentions)),
+            format!("{:.1}", rate(lock.wait_ns) / 1e6),
+            lock.kernel_site.clone().unwrap_or_else(|| "-".into()),
+        ];
+        lines.push(fixed_line(&KERNEL_COLUMNS, &cells));
+    }
+    if interval.kernel_activity.len() > KERNEL_ROWS {
+        lines.push(format!(
+            "(+{} more kernel locks)",
+            interval.kernel_activity.len() - KERNEL_ROWS
+        ));
+    }
+    lines
+}
+
 fn format_rate(rate: f64) -> String {
     if rate >= 10_000_000.0 {
         format!("{:.0}M", rate / 1e6)
@@ -407,6 +459,12 @@ fn full_screen(
             lines.push(stack_line(frames, width));
         }
     }
+    for line in kernel_lines(interval, seconds) {
+        if lines.len() >= height {
+            break;
+        }
+        lines.push(cut(&line, width));
+    }
     lines
 }
 
@@ -440,6 +498,9 @@ fn plain(session: &LiveSession, interval: &Interval, since_attach: Duration) -> 
     }
     if interval.locks.len() > PLAIN_ROWS {
         let _ = writeln!(out, "(+{} more)", interval.locks.len() - PLAIN_ROWS);
+    }
+    for line in kernel_lines(interval, seconds) {
+        let _ = writeln!(out, "{line}");
     }
     out
 }
@@ -479,17 +540,9 @@ mod tests {
             kernel_wait_ns: 0,
         };
         let interval = Interval {
-            elapsed: Duration::from_secs(2),
-            locks: Vec::new(),
             other_waits: vec![condvar],
             dropped: [(crate::model::DropReason::LocksMapFull, 4464)].into(),
-            requests: None,
-            cost: Default::default(),
-            tracked_locks: 0,
-            long_waits: Vec::new(),
-            deadlocks: Vec::new(),
-            routes: None,
-            kernel_locks: None,
+            ..Interval::empty(Duration::from_secs(2))
         };
         assert_eq!(
             notes(&interval, 2.0),
@@ -497,6 +550,54 @@ mod tests {
                 "not contention: condvar 10 waits/s 1000.0 wait ms/s".to_string(),
                 "lost since attach: locks_map_full 4464 (figures above incomplete)".to_string(),
             ]
+        );
+    }
+
+    /// The kernel locks under the table: the interval's rows as rates
+    /// (a 2 s interval halves the counts), the busiest first, the rest
+    /// counted; the one line when the kernel has no lock tracepoints.
+    #[test]
+    fn kernel_lines_give_each_kernel_locks_rates() {
+        use crate::model::{KernelLockKind, KernelLocks};
+        let row = |name: Option<&str>, flags, contentions, wait_ns| live::KernelLockActivity {
+            address: 0xffff_8881_0000_0000 + u64::from(flags),
+            flags,
+            name: name.map(str::to_string),
+            kind: KernelLockKind::of_flags(flags),
+            contentions,
+            wait_ns,
+            kernel_site: name.map(|_| "__vm_munmap".to_string()),
+        };
+        let mut interval = Interval {
+            kernel_locks: Some(KernelLocks::default()),
+            ..Interval::empty(Duration::from_secs(2))
+        };
+        assert_eq!(kernel_lines(&interval, 2.0), Vec::<String>::new());
+        interval.kernel_activity = vec![
+            row(Some("mmap_lock"), 4, 240, 74_200_000),
+            row(None, 1, 6, 3_000),
+        ];
+        interval
+            .kernel_activity
+            .extend((0..5).map(|n| row(Some("runqueue"), 1, 2, 10 - n)));
+        let lines = kernel_lines(&interval, 2.0);
+        assert_eq!(
+            lines[..3],
+            [
+                "kernel lock                      kind                   cont/s  wait ms/s  kernel site",
+                "mmap_lock                        rwsem write               120       37.1  __vm_munmap",
+                "? 0xffff888100000001             spinlock                    3        0.0  -",
+            ]
+        );
+        assert_eq!(lines.len(), 1 + KERNEL_ROWS + 1);
+        assert_eq!(lines[KERNEL_ROWS + 1], "(+2 more kernel locks)");
+        interval.kernel_locks = Some(KernelLocks {
+            unavailable: Some("this kernel has no lock:contention_begin tracepoint".into()),
+            ..KernelLocks::default()
+        });
+        assert_eq!(
+            kernel_lines(&interval, 2.0),
+            ["kernel locks: unavailable: this kernel has no lock:contention_begin tracepoint"]
         );
     }
 

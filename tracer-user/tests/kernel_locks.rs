@@ -53,8 +53,14 @@ struct Counted {
 
 impl Bpftrace {
     fn attach(pid: u32) -> Bpftrace {
+        Bpftrace::run(&bpftrace_script(pid))
+    }
+
+    /// Starts bpftrace on `script` (whose BEGIN prints `attached`) and
+    /// returns once it is attached.
+    fn run(script: &str) -> Bpftrace {
         let mut child = Command::new("bpftrace")
-            .args(["-e", &bpftrace_script(pid)])
+            .args(["-e", script])
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
@@ -72,13 +78,19 @@ impl Bpftrace {
         Bpftrace { child }
     }
 
-    /// Stops bpftrace (SIGINT, by its pid) and reads its maps.
-    fn finish(mut self) -> Counted {
+    /// Stops bpftrace (SIGINT, by its pid); what it printed of its maps.
+    fn stop(mut self) -> String {
         // SAFETY: kill(2) on the pid of the child this test started.
         unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
         let mut text = String::new();
         std::io::Read::read_to_string(self.child.stdout.as_mut().unwrap(), &mut text).unwrap();
         self.child.wait().unwrap();
+        text
+    }
+
+    /// Stops bpftrace and reads its maps.
+    fn finish(self) -> Counted {
+        let text = self.stop();
         let mut counted = Counted::default();
         for line in text.lines() {
             let Some((name, value)) = line.split_once(": ") else {
@@ -410,4 +422,209 @@ fn serve_exports_the_kernel_lock_series_of_an_independent_count() {
         !said.iter().any(|line| line.contains("kernel locks")),
         "{said:?}"
     );
+}
+
+/// bpftrace's count of the target's outermost contentions (the nesting
+/// rule above) by thread, and whether the thread had started a request
+/// (called `php_request_startup` in `binary`) when it waited.
+fn bpftrace_by_thread_script(pid: u32, binary: &std::path::Path) -> String {
+    format!(
+        r#"BEGIN {{ printf("attached\n"); }}
+uprobe:{binary}:php_request_startup /pid == {pid}/ {{ @request[tid] = 1; }}
+tracepoint:lock:contention_begin /pid == {pid}/ {{ @begins = count(); }}
+tracepoint:lock:contention_begin /pid == {pid} && @start[tid] == 0/ {{
+  @start[tid] = nsecs; @lock[tid] = (uint64)args->lock_addr;
+}}
+tracepoint:lock:contention_end /pid == {pid} && @start[tid] != 0 && @lock[tid] == (uint64)args->lock_addr/ {{
+  @ends[tid, @request[tid]] = count();
+  delete(@start[tid]);
+  delete(@lock[tid]);
+}}
+END {{ clear(@start); clear(@lock); clear(@request); }}"#,
+        binary = binary.display()
+    )
+}
+
+/// `@ends[TID, IN_REQUEST]: N` lines: the counts of the threads that had
+/// started a request (one per thread, highest first), and of the others.
+fn ends_by_thread(text: &str) -> (Vec<u64>, u64) {
+    let (mut in_requests, mut outside) = (Vec::new(), 0);
+    for line in text.lines() {
+        let Some((key, value)) = line
+            .strip_prefix("@ends[")
+            .and_then(|rest| rest.split_once("]: "))
+        else {
+            continue;
+        };
+        let n: u64 = value.trim().parse().unwrap();
+        match key.split_once(", ").map(|(_, flag)| flag.trim()) {
+            Some("1") => in_requests.push(n),
+            Some("0") => outside += n,
+            other => panic!("bpftrace key {key:?}: {other:?}"),
+        }
+    }
+    in_requests.sort_unstable_by(|a, b| b.cmp(a));
+    (in_requests, outside)
+}
+
+/// `--php`: each kernel lock row split by the route of the request its
+/// waiting thread was serving. fixtures/fakephp.c with one route per
+/// thread (thread t serves `GET /r/t` only) makes a thread's contentions
+/// its route's: the routes' counts are bpftrace's per thread that had
+/// started a request, the rest `(outside requests)` (the threads before
+/// their first request, and the main thread), within the bounds below.
+/// Every row's split adds up to the row exactly, and names only the
+/// routes requested.
+#[test]
+fn php_routes_split_each_kernel_lock_as_an_independent_count_by_thread() {
+    const THREADS: usize = 4;
+    let binary = fixture("fakephp", Flavor::Glibc);
+    // THREADS threads, THREADS routes, 20 requests each of 5000 g_lock uses:
+    // the hot g_lock's futex calls meet the futex buckets' and runqueues' locks.
+    let mut target = Fixture::spawn(&binary, &["4", "4", "20", "5000"]);
+    let trace = Trace::attach(target.pid(), &["--php"]);
+    let bpftrace = Bpftrace::run(&bpftrace_by_thread_script(target.pid(), &binary));
+    std::thread::sleep(Duration::from_millis(200));
+    target.start();
+    assert_eq!(target.wait().trim(), "done 400000");
+    let text = bpftrace.stop();
+    let (report, table) = trace.finish();
+    let (mut by_thread, outside) = ends_by_thread(&text);
+    assert!(by_thread.len() <= THREADS, "{text}");
+    by_thread.resize(THREADS, 0);
+    let section = &report["kernel_locks"];
+    assert_eq!(u(&section["lost"]), 0, "{section}");
+    let requested: Vec<String> = (0..THREADS).map(|r| format!("GET /r/{r}")).collect();
+    let mut by_route: std::collections::BTreeMap<String, u64> = Default::default();
+    for lock in section["locks"].as_array().unwrap() {
+        let routes = lock["routes"].as_array().expect("routes on every row");
+        let sum = |field: &str| routes.iter().map(|r| u(&r[field])).sum::<u64>();
+        assert_eq!(sum("contentions"), u(&lock["contentions"]), "{lock}");
+        assert_eq!(sum("wait_ns"), u(&lock["wait_ns"]), "{lock}");
+        for route in routes {
+            let name = route["route"].as_str().unwrap().to_string();
+            assert!(
+                requested.contains(&name) || name == "(outside requests)",
+                "{name}: {lock}"
+            );
+            *by_route.entry(name).or_default() += u(&route["contentions"]);
+        }
+    }
+    let outside_here = by_route.remove("(outside requests)").unwrap_or(0);
+    let mut here: Vec<u64> = by_route.values().copied().collect();
+    here.resize(THREADS, 0);
+    here.sort_unstable_by(|a, b| b.cmp(a));
+    // Against bpftrace's count per thread. Never more here, in requests
+    // or outside them. In about one run in eight on our shared 2-CPU VM
+    // locktrace's programs do not see 2 or 3 contentions bpftrace counts
+    // (none of its events says so: not lost, not nested, nothing dropped;
+    // the cause is not found yet), so a route may be a few short.
+    let (all_here, all_theirs) = (here.iter().sum::<u64>(), by_thread.iter().sum::<u64>());
+    let said = format!(
+        "{by_route:?}, outside {outside_here}: {section} {} against bpftrace's {text}",
+        report["dropped"]
+    );
+    assert!(all_here + outside_here <= all_theirs + outside, "{said}");
+    assert!(
+        all_here + outside_here + 3 + all_theirs / 10 >= all_theirs + outside,
+        "{said}"
+    );
+    // A thread's first request is marked at each tracer's own uprobe hit:
+    // a contention between the two may fall on either side of it, one
+    // per thread at most.
+    assert!(outside_here <= outside + THREADS as u64, "{said}");
+    for (ours, theirs) in here.iter().zip(&by_thread) {
+        assert!(*ours <= *theirs + 1, "{said}");
+    }
+    assert!(
+        here.iter().sum::<u64>() > 0,
+        "no kernel contention in requests: {section}"
+    );
+    assert!(table.contains("    routes: GET /r/"), "{table}");
+}
+
+/// `top` through a pipe lists the kernel locks under its lock rows: the
+/// section's titles, then map_worker's mmap_lock write side with the
+/// kernel function that took it (munmap's or mmap's).
+#[test]
+fn top_lists_the_kernel_locks_under_its_lock_rows() {
+    use common::live_views::{start_live, wait_for_top_line};
+    let binary = fixture("map_worker", Flavor::Glibc);
+    // Work for many seconds: top is stopped as soon as the row shows.
+    let mut fixture = Fixture::spawn(&binary, &["100000"]);
+    let pid = fixture.pid().to_string();
+    let (mut top, _) = start_live(&["top", "--pid", &pid, "--no-cpu"], Stdio::piped());
+    fixture.send("go");
+    let mut stdout = BufReader::new(top.0.stdout.take().unwrap());
+    let title = wait_for_top_line(&mut stdout, |line| line.starts_with("kernel lock "));
+    assert!(
+        title.contains("cont/s") && title.contains("wait ms/s") && title.contains("kernel site"),
+        "{title}"
+    );
+    let row = wait_for_top_line(&mut stdout, |line| {
+        line.starts_with("mmap_lock ") && line.contains("rwsem write")
+    });
+    let site = row.split_whitespace().last().unwrap_or_default();
+    assert!(site == "__vm_munmap" || site == "vm_mmap_pgoff", "{row}");
+    // SAFETY: kill(2) on the pid of the child this test started.
+    unsafe { libc::kill(top.0.id() as i32, libc::SIGINT) };
+    assert!(top.0.wait().unwrap().success());
+}
+
+/// A live session ages kernel locks out: once map_worker's work is done
+/// and its mmap_lock rows are quiet for `expire_after`, their keys are
+/// deleted from the kernel lock map (the section, read from the map,
+/// lists them no more), while the interval that saw the work had them.
+#[test]
+fn a_live_session_deletes_the_keys_of_quiet_kernel_locks() {
+    use locktrace::{
+        live::{LiveOptions, LiveSession},
+        model::{Mode, Placement},
+        probe::request_auto::RequestProbeSpec,
+    };
+    let binary = fixture("map_worker", Flavor::Glibc);
+    let mut fixture = Fixture::spawn(&binary, &["3000"]);
+    let expire_after = Duration::from_secs(1);
+    let mut session = LiveSession::attach(&LiveOptions {
+        pid: fixture.pid(),
+        mode: Mode::Contention,
+        placement: Placement::Auto,
+        request_probe: RequestProbeSpec::Off,
+        expire_after,
+        ready_file: None,
+        cpu_hz: None,
+        stacks: false,
+        php: None,
+    })
+    .expect("attached");
+    fixture.send("go");
+    while fixture.read_line().as_deref() != Some("done") {}
+    let mmap_rows = |interval: &locktrace::live::Interval| -> usize {
+        interval.kernel_locks.as_ref().map_or(0, |section| {
+            section
+                .locks
+                .iter()
+                .filter(|lock| lock.name.as_deref() == Some("mmap_lock"))
+                .count()
+        })
+    };
+    let worked = session.tick().expect("a tick");
+    assert_eq!(mmap_rows(&worked), 2, "{:?}", worked.kernel_locks);
+    let active = worked
+        .kernel_activity
+        .iter()
+        .filter(|row| row.name.as_deref() == Some("mmap_lock"))
+        .count();
+    assert_eq!(active, 2, "{:?}", worked.kernel_activity);
+    // Quiet past the expiry: this tick deletes the keys, the next reads without them.
+    std::thread::sleep(expire_after + Duration::from_millis(200));
+    let quiet = session.tick().expect("a tick");
+    assert!(
+        quiet
+            .kernel_activity
+            .iter()
+            .all(|row| row.name.as_deref() != Some("mmap_lock"))
+    );
+    let after = session.tick().expect("a tick");
+    assert_eq!(mmap_rows(&after), 0, "{:?}", after.kernel_locks);
 }

@@ -838,3 +838,49 @@ fn routes_past_the_maps_capacity_are_counted_in_a_row_of_their_own() {
     }
     assert!(!table.contains("(unreadable)"), "{table}");
 }
+
+/// Issue 50: `--php` on the real FrankenPHP under the mixed load: the
+/// kernel locks its threads met are listed, each row's waits split by
+/// the route of the request the waiting thread was serving. Every split
+/// adds up exactly to its row, names only the routes the load requested
+/// (or `(outside requests)`: FrankenPHP's Go threads), and some of the
+/// waits are in requests.
+#[test]
+fn kernel_lock_waits_split_by_the_routes_the_load_requested() {
+    let server = PhpServer::start(Mode::Classic);
+    let trace = Trace::attach(server.pid, &["--php", "--route-pattern", ID_PATTERN]);
+    send_mix(PORT, MIX);
+    trace.interrupt();
+    let (report, table) = trace.finish();
+    let requested = [
+        "GET /q.php",
+        "GET /two.php",
+        "GET /hello.php",
+        ID_ROUTE,
+        "(outside requests)",
+    ];
+    let section = &report["kernel_locks"];
+    let locks = section["locks"].as_array().expect("a kernel locks section");
+    assert!(!locks.is_empty(), "no kernel lock under load: {table}");
+    let count = |value: &Value| value.as_u64().expect("a count");
+    let mut in_requests = 0;
+    for lock in locks {
+        let routes = lock["routes"].as_array().expect("routes on every row");
+        for field in ["contentions", "wait_ns"] {
+            let sum: u64 = routes.iter().map(|route| count(&route[field])).sum();
+            assert_eq!(sum, count(&lock[field]), "{field}: {lock}");
+        }
+        for route in routes {
+            let name = route["route"].as_str().unwrap_or_default();
+            assert!(requested.contains(&name), "{name}: {lock}");
+            if name != "(outside requests)" {
+                in_requests += count(&route["contentions"]);
+            }
+        }
+    }
+    assert!(
+        in_requests > 0,
+        "no kernel lock wait in a request: {section}"
+    );
+    assert!(table.contains("    routes: "), "{table}");
+}

@@ -14,15 +14,19 @@ pub fn compile(root: &Path, out: &Path, name: &str, defines: &[&str]) -> Result<
         "{name}{}",
         defines.iter().map(|d| format!("-{d}")).collect::<String>()
     ));
-    let mut command = Command::new("gcc");
-    command
+    let flags: Vec<String> = defines.iter().map(|d| format!("-D{d}")).collect();
+    compile_source(&source, binary, &flags)
+}
+
+/// Compiles the C file `source` into `binary` (`-O2 -pthread` and `flags`).
+pub fn compile_source(source: &Path, binary: PathBuf, flags: &[String]) -> Result<PathBuf> {
+    let output = Command::new("gcc")
         .args(["-O2", "-pthread", "-o"])
         .arg(&binary)
-        .arg(&source);
-    for define in defines {
-        command.arg(format!("-D{define}"));
-    }
-    let output = command.output().context("running gcc")?;
+        .arg(source)
+        .args(flags)
+        .output()
+        .context("running gcc")?;
     if !output.status.success() {
         bail!(
             "compiling {}: {}",

@@ -25,13 +25,15 @@
 //! `--only franken-php`: part 5's all-locks rows with and without `--php`;
 //! `--only franken-inproc`: part 5's `--mode inproc` row, all-locks and the floor,
 //! both also without the init probes (what creation sites cost);
-//! `--only snapshots`: part 7).
+//! `--only snapshots`: part 7; `--only kernel-locks`: what the kernel lock
+//! tracepoints cost an uncontended workload, untraced, without and with them).
 mod calibration;
 mod dist;
 mod fixtures;
 mod franken_bench;
 mod http_bench;
 mod kernel_floor;
+mod kernel_locks_bench;
 mod loop_bench;
 mod results;
 mod savings_bench;
@@ -80,7 +82,8 @@ pub struct BenchArgs {
     /// `franken-php`: its all-locks rows with and without `--php`;
     /// `franken-inproc`: `--mode inproc` beside all-locks mode and the floor;
     /// `windows`: attaching and detaching a sampled window, by mechanism;
-    /// `snapshots`: the cost of one stack snapshot and of `--stacks` per call).
+    /// `snapshots`: the cost of one stack snapshot and of `--stacks` per call;
+    /// `kernel-locks`: the kernel lock tracepoints on an uncontended workload).
     #[arg(long, value_enum)]
     pub only: Option<Part>,
 }
@@ -108,6 +111,9 @@ pub enum Part {
     /// What removing a lock saves: locktrace's prediction against the
     /// measured saving, on lockcost, the demo's server and FrankenPHP.
     Savings,
+    /// What the kernel lock tracepoints cost an uncontended workload
+    /// (fixtures/map_worker.c, one mapper), as a ratio to untraced.
+    KernelLocks,
 }
 
 fn positive_seconds(text: &str) -> Result<f64, String> {
@@ -190,6 +196,9 @@ fn bench(args: BenchArgs) -> Result<()> {
     }
     if runs(Part::Savings) {
         report.push_str(&savings_bench::run(&bench)?);
+    }
+    if runs(Part::KernelLocks) {
+        report.push_str(&kernel_locks_bench::run(&bench)?);
     }
     results::write(&bench.out, &report)
 }

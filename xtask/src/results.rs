@@ -41,7 +41,9 @@ pub fn header(args: &BenchArgs) -> Result<String> {
         args.seconds,
         args.runs,
         args.only
-            .map(|part| format!(" --only {part:?}").to_lowercase())
+            .and_then(|part| clap::ValueEnum::to_possible_value(&part))
+            // As typed: `kernel-locks`, not the variant's `kernellocks`.
+            .map(|value| format!(" --only {}", value.get_name()))
             .unwrap_or_default(),
         args.runs,
         std::fs::read_to_string("/proc/loadavg")

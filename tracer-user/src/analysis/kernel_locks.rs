@@ -9,14 +9,15 @@
 //! first ([`lock_type`]). Its kernel call sites are the first frames
 //! outside the kernel's lock code (the lock and scheduler text sections,
 //! and the lock slow paths).
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use tracer_common::{KernelLockCounts, KernelLockKey, kernel_lock::event, lifetime};
 
 use crate::{
     model::{
-        Collected, KERNEL_STACKS_PER_LOCK, KernelLock, KernelLockKind, KernelLocks,
-        KernelLocksCollected, KernelSite, KernelStack, KernelUserLock, KernelUserSite, Report,
+        Collected, KERNEL_STACKS_PER_LOCK, KernelLock, KernelLockKind, KernelLockRoute,
+        KernelLocks, KernelLocksCollected, KernelSite, KernelStack, KernelUserLock, KernelUserSite,
+        Report,
     },
     probe::kallsyms::Kallsyms,
 };
@@ -141,11 +142,7 @@ pub fn apply(report: &mut Report, collected: &Collected, symbols: &Kallsyms) {
         });
         return;
     }
-    let user_rows: BTreeMap<u64, (u64, u64)> = report
-        .locks
-        .iter()
-        .map(|lock| (lock.shown_address(), (lock.address, lock.kind.span())))
-        .collect();
+    let user_rows = user_rows(report);
     let mut rows: BTreeMap<(u64, u32), Row> = BTreeMap::new();
     for (key, counts) in &traced.counts {
         let user_lock = user_row(&user_rows, key.user_lock);
@@ -171,9 +168,18 @@ pub fn apply(report: &mut Report, collected: &Collected, symbols: &Kallsyms) {
     });
 }
 
+/// The user lock rows by shown address: their keys and spans (for [`user_row`]).
+pub fn user_rows(report: &Report) -> BTreeMap<u64, (u64, u64)> {
+    report
+        .locks
+        .iter()
+        .map(|lock| (lock.shown_address(), (lock.address, lock.kind.span())))
+        .collect()
+}
+
 /// The user lock row (its key) holding the futex word `word` (0: none),
 /// else the word itself.
-fn user_row(rows: &BTreeMap<u64, (u64, u64)>, word: u64) -> Option<u64> {
+pub fn user_row(rows: &BTreeMap<u64, (u64, u64)>, word: u64) -> Option<u64> {
     if word == 0 {
         return None;
     }
@@ -325,7 +331,43 @@ impl Row {
                     },
                 )
                 .collect(),
+            routes: Vec::new(),
         }
+    }
+}
+
+/// `--php`: splits each kernel lock row by the route of the request its
+/// waiting threads were serving, `labels` naming each route key as the
+/// `routes` rows do (`analysis::routes::stack_labels`). The split adds up
+/// to the row: both sum the same keys.
+pub fn split_by_route(report: &mut Report, collected: &Collected, labels: &HashMap<u64, String>) {
+    let (Some(traced), Some(section)) = (&collected.kernel_locks, report.kernel_locks.as_mut())
+    else {
+        return;
+    };
+    // Per row (lock, flags): contentions and wait per route name.
+    type Split<'a> = BTreeMap<&'a str, (u64, u64)>;
+    let mut split: BTreeMap<(u64, u32), Split> = BTreeMap::new();
+    for (key, counts) in &traced.counts {
+        // A key whose route text was never stored is what `routes` calls unreadable.
+        let route = labels
+            .get(&key.route)
+            .map_or("(unreadable)", String::as_str);
+        let row = split.entry((key.lock, key.flags)).or_default();
+        add_to(row.entry(route).or_default(), counts);
+    }
+    for lock in &mut section.locks {
+        let Some(routes) = split.remove(&(lock.address, lock.flags)) else {
+            continue;
+        };
+        lock.routes = by_wait(routes)
+            .into_iter()
+            .map(|(route, (contentions, wait_ns))| KernelLockRoute {
+                route: route.to_string(),
+                contentions,
+                wait_ns,
+            })
+            .collect();
     }
 }
 
@@ -377,6 +419,72 @@ mod tests {
         assert_eq!(lock_type(spin, &wake), Some("runqueue"));
         assert_eq!(lock_type(spin, &["_raw_spin_lock", "some_driver"]), None);
         assert_eq!(lock_type(KernelLockKind::Mutex, &munmap), None);
+    }
+
+    /// `--php`: each row's waits by route add up to the row, keys of one
+    /// route under different stacks and user sites together, an unknown
+    /// route key as `(unreadable)`.
+    #[test]
+    fn routes_split_each_row_and_add_up_to_it() {
+        let key = |lock, flags, stack_id, route| KernelLockKey {
+            lock,
+            flags,
+            stack_id,
+            route,
+            ..KernelLockKey::default()
+        };
+        let counts = |contentions, wait_ns| KernelLockCounts {
+            contentions,
+            wait_ns,
+            max_wait_ns: wait_ns,
+        };
+        let traced = KernelLocksCollected {
+            counts: [
+                (key(0xa0, 4, 1, 7), counts(3, 300)),
+                (key(0xa0, 4, 2, 7), counts(2, 200)),
+                (key(0xa0, 4, 1, 8), counts(1, 900)),
+                (key(0xa0, 2, 1, 0), counts(4, 40)),
+                (key(0xb0, 1, 3, 99), counts(5, 50)),
+            ]
+            .into(),
+            ..KernelLocksCollected::default()
+        };
+        let collected = Collected {
+            kernel_locks: Some(traced),
+            ..Collected::default()
+        };
+        let mut report = Report::empty_for_tests("all");
+        apply(&mut report, &collected, &Kallsyms::default());
+        let labels: HashMap<u64, String> = [
+            (0, "(outside requests)".to_string()),
+            (7, "GET /a".to_string()),
+            (8, "GET /b".to_string()),
+        ]
+        .into();
+        split_by_route(&mut report, &collected, &labels);
+        let section = report.kernel_locks.unwrap();
+        let routes = |address, flags| -> Vec<(String, u64, u64)> {
+            let row = section
+                .locks
+                .iter()
+                .find(|lock| lock.address == address && lock.flags == flags)
+                .unwrap();
+            let split: Vec<_> = row
+                .routes
+                .iter()
+                .map(|r| (r.route.clone(), r.contentions, r.wait_ns))
+                .collect();
+            let sum = split.iter().fold((0, 0), |a, r| (a.0 + r.1, a.1 + r.2));
+            assert_eq!(sum, (row.contentions, row.wait_ns));
+            split
+        };
+        let named = |name: &str, n, ns| (name.to_string(), n, ns);
+        assert_eq!(
+            routes(0xa0, 4),
+            [named("GET /b", 1, 900), named("GET /a", 5, 500)]
+        );
+        assert_eq!(routes(0xa0, 2), [named("(outside requests)", 4, 40)]);
+        assert_eq!(routes(0xb0, 1), [named("(unreadable)", 5, 50)]);
     }
 
     #[test]

@@ -65,6 +65,21 @@ pub struct KernelLock {
     /// [`KERNEL_STACKS_PER_LOCK`]; pprof's stacks).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub kernel_stacks: Vec<KernelStack>,
+    /// `--php` (new): the contentions by the route of the request the
+    /// waiting thread was serving, named as the `routes` rows are, most
+    /// wait first; they add up to the row's `contentions` and `wait_ns`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub routes: Vec<KernelLockRoute>,
+}
+
+/// Contentions of a kernel lock under one route (`--php`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, JsonSchema)]
+pub struct KernelLockRoute {
+    /// The route's row name in `routes` (`GET /posts/:id`, `(outside
+    /// requests)`, `(other routes)`, …).
+    pub route: String,
+    pub contentions: u64,
+    pub wait_ns: u64,
 }
 
 /// Kernel stacks kept per kernel lock row.

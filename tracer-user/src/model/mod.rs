@@ -47,8 +47,8 @@ pub use holds::{HoldSite, Holds, WaitHolder, add_histogram, merge_histogram, qua
 pub use in_progress::{Activity, Deadlock, DeadlockStep, InProgress, ThreadRef};
 pub use inproc::{CountedBy, Inproc, InprocFunction, InprocModule, Restore, RestoreOutcome};
 pub use kernel_locks::{
-    KERNEL_STACKS_PER_LOCK, KernelLock, KernelLockKind, KernelLocks, KernelSite, KernelStack,
-    KernelUserLock, KernelUserSite, KernelUserStack,
+    KERNEL_STACKS_PER_LOCK, KernelLock, KernelLockKind, KernelLockRoute, KernelLocks, KernelSite,
+    KernelStack, KernelUserLock, KernelUserSite, KernelUserStack,
 };
 pub use kinds::{LockKind, Mode, Placement, RequestSource, ServerKind, StopReason, WaitClass};
 pub use lifetimes::{EndedLifetime, Lifetimes};

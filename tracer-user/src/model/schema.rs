@@ -783,8 +783,8 @@ mod tests {
     /// real one never has with rows).
     fn kernel_locks() -> crate::model::KernelLocks {
         use crate::model::{
-            Frame, KernelLock, KernelLockKind, KernelLocks, KernelSite, KernelStack,
-            KernelUserLock, KernelUserSite, KernelUserStack,
+            Frame, KernelLock, KernelLockKind, KernelLockRoute, KernelLocks, KernelSite,
+            KernelStack, KernelUserLock, KernelUserSite, KernelUserStack,
         };
         let frame = Frame::named("munmap");
         KernelLocks {
@@ -821,6 +821,11 @@ mod tests {
                 kernel_stacks: vec![KernelStack {
                     functions: vec!["rwsem_down_write_slowpath".into(), "__vm_munmap".into()],
                     user_ip: 0x7f00_0000_1007,
+                    contentions: 12,
+                    wait_ns: 34_000,
+                }],
+                routes: vec![KernelLockRoute {
+                    route: "GET /posts/:id".into(),
                     contentions: 12,
                     wait_ns: 34_000,
                 }],

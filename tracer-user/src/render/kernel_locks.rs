@@ -1,6 +1,7 @@
 //! The kernel locks section as text: one block per kernel lock (name,
 //! kind, contentions, wait), its kernel call sites, the user code behind
-//! them and the user locks whose futex calls met them; one line when the
+//! them, the user locks whose futex calls met them and (`--php`) the
+//! routes of the requests that waited; one line when the
 //! section is unavailable. And the lock table's cell for a user lock's
 //! kernel contention.
 use std::fmt::Write;
@@ -124,6 +125,26 @@ fn block(lock: &KernelLock) -> String {
             })
             .collect();
         let _ = writeln!(out, "    in futex calls on: {}", locks.join(", "));
+    }
+    if !lock.routes.is_empty() {
+        let routes: Vec<String> = lock
+            .routes
+            .iter()
+            .take(SITES)
+            .map(|route| {
+                format!(
+                    "{} {} ({})",
+                    route.route,
+                    route.contentions,
+                    duration(route.wait_ns)
+                )
+            })
+            .collect();
+        let more = match lock.routes.len().saturating_sub(SITES) {
+            0 => String::new(),
+            n => format!(", {n} more in the JSON"),
+        };
+        let _ = writeln!(out, "    routes: {}{more}", routes.join(", "));
     }
     out
 }

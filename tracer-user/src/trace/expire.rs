@@ -2,10 +2,10 @@
 //! so the maps never fill up in a long session. The caller pauses counting
 //! around it (`collect::while_paused`).
 use anyhow::Result;
-use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuHashMap};
+use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuHashMap, StackTraceMap};
 use tracer_common::{
-    CallerKey, CpuSamples, FutexCounts, HandoffCounts, LockCounts, StackKey, WaitHolderKey,
-    WaitTime, names,
+    CallerKey, CpuSamples, FutexCounts, HandoffCounts, KernelLockCounts, KernelLockKey, LockCounts,
+    StackKey, WaitHolderKey, WaitTime, names,
 };
 
 use super::maps::map_mut;
@@ -45,6 +45,27 @@ impl ExpiredKeys {
         }
         Ok(())
     }
+}
+
+/// Deletes the `KERNEL_LOCKS` keys of kernel locks a live view stopped
+/// showing, and the kernel stacks only they used.
+pub fn remove_kernel_locks(
+    ebpf: &mut aya::Ebpf,
+    keys: Vec<KernelLockKey>,
+    stacks: &[u32],
+) -> Result<()> {
+    remove_keys::<KernelLockKey, KernelLockCounts>(
+        ebpf,
+        names::MAP_KERNEL_LOCKS,
+        keys.into_iter(),
+    )?;
+    let mut table: StackTraceMap<&mut MapData> =
+        StackTraceMap::try_from(map_mut(ebpf, names::MAP_KERNEL_LOCK_STACKS)?)?;
+    for id in stacks {
+        // A stack already gone is no error here.
+        let _ = table.remove(id);
+    }
+    Ok(())
 }
 
 /// Deletes `keys` from the BPF hash map `name`.
