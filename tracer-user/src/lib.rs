@@ -31,7 +31,7 @@ pub mod render;
 pub mod session;
 
 pub mod compare;
-pub(crate) mod live;
+pub mod live;
 pub(crate) mod record;
 
 pub mod agent;

@@ -241,20 +241,31 @@ fn mmap_lock_contention_by_side_matches_an_independent_count() {
             .map(|site| site["function"].as_str().unwrap().to_string())
             .collect()
     };
-    assert!(
-        sites(write)
+    let side_by = |row: &Value, functions: &[&str]| -> u64 {
+        row["kernel_sites"]
+            .as_array()
+            .unwrap()
             .iter()
-            .all(|f| f == "__vm_munmap" || f == "vm_mmap_pgoff"),
-        "{write}"
+            .filter(|site| functions.contains(&site["function"].as_str().unwrap()))
+            .map(|site| u(&site["contentions"]))
+            .sum()
+    };
+    // Other writers of the mm (glibc growing an arena with mprotect) meet
+    // a reader now and then: nine in ten at least are munmap and mmap.
+    let munmap_and_mmap = side_by(write, &["__vm_munmap", "vm_mmap_pgoff"]);
+    assert!(
+        munmap_and_mmap * 10 >= u(&write["contentions"]) * 9,
+        "{munmap_and_mmap} of the write side's waits in munmap and mmap: {write}"
     );
     assert!(sites(write).contains(&"__vm_munmap".to_string()), "{write}");
     // The read side: fault_worker's page faults, and its madvise
     // (MADV_DONTNEED) that drops the pages again, when they meet a writer.
+    // Other readers of the mm (a futex call faulting its word in, glibc
+    // trimming an arena) meet a writer now and then: nine in ten at least.
+    let faults_and_madvise = side_by(read, &["lock_mm_and_find_vma", "madvise_do_behavior"]);
     assert!(
-        sites(read)
-            .iter()
-            .all(|f| f == "lock_mm_and_find_vma" || f == "madvise_do_behavior"),
-        "{read}"
+        faults_and_madvise * 10 >= u(&read["contentions"]) * 9,
+        "{faults_and_madvise} of the read side's waits in faults and madvise: {read}"
     );
     assert!(
         sites(read).contains(&"lock_mm_and_find_vma".to_string()),
