@@ -25,7 +25,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::{Trace, frankenphp::*, php_pages::*};
+use common::{OUTSIDE_LOAD_CAP, Trace, frankenphp::*, php_pages::*};
 use serde_json::Value;
 
 /// The global statistics mutex's row: named through `mysqlnd_global_stats`
@@ -197,7 +197,7 @@ fn inproc_counts_the_same(shape: &Shape) {
 /// The global mutex's calls per request of `/two.php` alone, by a plain
 /// recording (no `--php`), as `php_pages::two_truth` on the debug builds.
 fn two_truth_of(pid: u32) -> f64 {
-    let trace = Trace::attach(pid, &["--duration", "8"]);
+    let trace = Trace::attach(pid, &["--duration", OUTSIDE_LOAD_CAP]);
     let alone = Mix {
         q: 0,
         two: TWO_ALONE,
@@ -205,7 +205,7 @@ fn two_truth_of(pid: u32) -> f64 {
         ids: 0,
     };
     send_mix(8091, alone);
-    let (report, table) = trace.finish();
+    let (report, table) = trace.stop_after_load();
     assert_eq!(report["requests"]["count"], TWO_ALONE, "{table}");
     let calls = global_row(&report, &table)["acquisitions"]
         .as_u64()

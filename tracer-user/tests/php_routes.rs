@@ -20,7 +20,7 @@ use std::{
     process::Command,
 };
 
-use common::{Trace, frankenphp::*, php_pages::*};
+use common::{OUTSIDE_LOAD_CAP, Trace, frankenphp::*, php_pages::*};
 use serde_json::Value;
 
 const PORT: u16 = 8091;
@@ -112,7 +112,7 @@ impl PhpServer {
 
     /// The global lock's calls per request of `/two.php` alone.
     fn two_truth(&self) -> f64 {
-        let trace = Trace::attach(self.pid, &["--duration", "8"]);
+        let trace = Trace::attach(self.pid, &["--duration", OUTSIDE_LOAD_CAP]);
         send_mix(
             PORT,
             Mix {
@@ -122,7 +122,7 @@ impl PhpServer {
                 ids: 0,
             },
         );
-        let (report, table) = trace.finish();
+        let (report, table) = trace.stop_after_load();
         assert_eq!(report["requests"]["count"], 20, "{table}");
         let calls = lock_named(&report, self.build.global_lock)["acquisitions"]
             .as_u64()
@@ -136,7 +136,7 @@ impl PhpServer {
             self.pid,
             &[
                 "--duration",
-                "15",
+                OUTSIDE_LOAD_CAP,
                 "--php",
                 // Every stack of the global lock kept (see php_pages::record_mix).
                 "--stacks",
@@ -146,7 +146,7 @@ impl PhpServer {
             ],
         );
         send_mix(PORT, MIX);
-        trace.finish()
+        trace.stop_after_load()
     }
 }
 
@@ -612,7 +612,7 @@ fn contention_mode_wait_stacks_carry_php_frames_and_routes() {
             "--mode",
             "contention",
             "--duration",
-            "10",
+            OUTSIDE_LOAD_CAP,
             "--php",
             "--stacks",
             "50",
@@ -623,7 +623,7 @@ fn contention_mode_wait_stacks_carry_php_frames_and_routes() {
             scope.spawn(|| requests(PORT, "/env.php", 4, "env done"));
         }
     });
-    let (report, table) = trace.finish();
+    let (report, table) = trace.stop_after_load();
     let env_route = route(&report, "GET /env.php");
     assert_eq!(env_route["requests"], 8, "{table}");
     // No lock probes: acquisitions unknown, not zero.

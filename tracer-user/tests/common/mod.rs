@@ -281,6 +281,16 @@ impl Drop for Fixture {
     }
 }
 
+/// How long [`Trace::stop_after_load`] waits after an outside load's last
+/// response: ten times locktrace's own wait after its load driver's
+/// (`AFTER_THE_LAST_RESPONSE`), for what a server does after a response
+/// (a worker's call back in for its next request, closing a connection).
+pub const AFTER_OUTSIDE_LOAD: Duration = Duration::from_millis(500);
+
+/// A cap for recordings that [`Trace::stop_after_load`] ends: long past
+/// any load's end, only so a locktrace whose test failed ends by itself.
+pub const OUTSIDE_LOAD_CAP: &str = "120";
+
 /// A running `locktrace record` whose probes are live.
 pub struct Trace {
     pub child: Child,
@@ -418,6 +428,19 @@ impl Trace {
             );
             std::thread::sleep(Duration::from_millis(10));
         }
+    }
+
+    /// Ends a recording whose outside load has had its last response, as
+    /// soon as that truth is there instead of at the end of a fixed window:
+    /// [`AFTER_OUTSIDE_LOAD`] for the server's work that follows its last
+    /// response, then SIGINT, which still writes the report (checked:
+    /// `stopped_by` is `interrupted`, so no cap cut the load short).
+    pub fn stop_after_load(self) -> (Value, String) {
+        std::thread::sleep(AFTER_OUTSIDE_LOAD);
+        self.interrupt();
+        let (report, table) = self.finish();
+        assert_eq!(report["stopped_by"], "interrupted", "{table}");
+        (report, table)
     }
 
     /// Sends SIGINT (as Ctrl-C would) to this locktrace, by its pid.

@@ -16,7 +16,9 @@ use std::{
 
 use serde_json::Value;
 
-use super::{Trace, frankenphp::GLOBAL_LOCK, live_views::try_http_get, repo_root};
+use super::{
+    OUTSIDE_LOAD_CAP, Trace, frankenphp::GLOBAL_LOCK, live_views::try_http_get, repo_root,
+};
 
 /// The pattern the tests collapse ids with, and the route it gives.
 pub const ID_PATTERN: &str = "/\\d+$=/:id";
@@ -162,7 +164,7 @@ pub const TWO_ALONE: u64 = 20;
 /// recording of `pid` (no `--php`) while only that page is requested on
 /// `port`, the requests counted by the server's request probe.
 pub fn two_truth(pid: u32, port: u16) -> f64 {
-    let trace = Trace::attach(pid, &["--duration", "8"]);
+    let trace = Trace::attach(pid, &["--duration", OUTSIDE_LOAD_CAP]);
     send_mix(
         port,
         Mix {
@@ -172,7 +174,7 @@ pub fn two_truth(pid: u32, port: u16) -> f64 {
             ids: 0,
         },
     );
-    let (report, table) = trace.finish();
+    let (report, table) = trace.stop_after_load();
     assert_eq!(report["requests"]["count"], TWO_ALONE, "{table}");
     let calls = super::frankenphp::lock_named(&report, GLOBAL_LOCK)["acquisitions"]
         .as_u64()
@@ -180,14 +182,14 @@ pub fn two_truth(pid: u32, port: u16) -> f64 {
     calls as f64 / TWO_ALONE as f64
 }
 
-/// `record --php --stacks 10000 --route-pattern ID_PATTERN --duration 15` of
-/// `pid` under [`MIX`] on `port`.
+/// `record --php --stacks 10000 --route-pattern ID_PATTERN` of `pid` under
+/// [`MIX`] on `port`, stopped once the mix has had its responses.
 pub fn record_mix(pid: u32, port: u16) -> (Value, String) {
     let trace = Trace::attach(
         pid,
         &[
             "--duration",
-            "15",
+            OUTSIDE_LOAD_CAP,
             "--php",
             // Every stack of the global lock kept: the top 16 could leave
             // out a rarer PHP call line (seen on the static build), and
@@ -201,7 +203,7 @@ pub fn record_mix(pid: u32, port: u16) -> (Value, String) {
         ],
     );
     send_mix(port, MIX);
-    trace.finish()
+    trace.stop_after_load()
 }
 
 /// The route row named `name`.
