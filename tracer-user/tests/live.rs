@@ -54,17 +54,6 @@ fn openmetrics_get(port: u16) -> String {
     .expect("an HTTP 200 response")
 }
 
-fn percent_encode(text: &str) -> String {
-    text.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
-
 /// A Debian `prometheus` server scraping `target_port` every second, with its
 /// storage in a temporary directory; killed (by pid) when dropped.
 struct PrometheusServer {
@@ -105,7 +94,10 @@ impl PrometheusServer {
 
     /// The instant query's result vector (empty until the data is there).
     fn query(&self, promql: &str) -> Vec<serde_json::Value> {
-        let path = format!("/api/v1/query?query={}", percent_encode(promql));
+        let path = format!(
+            "/api/v1/query?query={}",
+            locktrace::agent::push::percent_encode(promql)
+        );
         let Some(body) = try_http_get(self.port, &path) else {
             return Vec::new(); // not up yet
         };

@@ -101,7 +101,9 @@ pub fn query(upload: &Upload) -> String {
     )
 }
 
-fn percent_encode(text: &str) -> String {
+/// `text` as a URL query value: RFC 3986's unreserved bytes as they are,
+/// every other byte `%XX`.
+pub fn percent_encode(text: &str) -> String {
     text.bytes()
         .map(|b| match b {
             b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
