@@ -313,11 +313,14 @@ fn latest(shared: &Mutex<Shared>, pid: u32) -> Option<Kept> {
 }
 
 /// The process's counts from a read made now (the watcher reads it within
-/// its 20 ms pause); the last ones when no read comes (it exited).
+/// its 20 ms pause); the last ones when no read comes (it exited). A
+/// process attached a moment ago has no read yet: this one is its first.
 async fn fresh(shared: &Mutex<Shared>, pid: u32) -> Option<Kept> {
     let asked = {
         let mut shared = shared.lock().unwrap_or_else(PoisonError::into_inner);
-        shared.reports.get(&pid)?;
+        if !shared.processes.contains_key(&pid) && !shared.reports.contains_key(&pid) {
+            return None;
+        }
         shared.read_now.insert(pid);
         shared.reads
     };

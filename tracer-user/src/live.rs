@@ -414,10 +414,51 @@ impl LiveSession {
         report.locks.truncate(rows);
         self.keep_report(&report);
 
+        // Locks waited on now keep their names, rows or not.
+        let waited_on = long_waits.iter().map(|entry| entry.lock);
+        let (locks, other_waits) = self.lock_activities(&report, waited_on, now);
+
+        let requests = self.request_probe.as_ref().map(|_| {
+            let delta = collected.requests.saturating_sub(self.previous_requests);
+            self.previous_requests = collected.requests;
+            delta
+        });
+        let cost = self.cost(&collected);
+        let kernel_activity = match &report.kernel_locks {
+            Some(section) => self.kernel_aging.activity(section, now),
+            None => Vec::new(),
+        };
+        self.expire(&report, &collected, now)?;
+        self.expire_kernel_locks(&report, &collected, now)?;
+        Ok(Interval {
+            elapsed,
+            locks,
+            other_waits,
+            dropped: report.dropped.clone(),
+            requests,
+            cost,
+            tracked_locks: self.previous.len(),
+            long_waits,
+            deadlocks,
+            routes: self.named_routes(report.routes.take()),
+            kernel_locks: report.kernel_locks.take(),
+            kernel_activity,
+        })
+    }
+
+    /// Each row's change since the previous tick, split into lock
+    /// contention and other waits (only rows active in the interval); the
+    /// previous counts and names of locks no longer seen (merged into
+    /// another row) are dropped, those in `waited_on` kept.
+    fn lock_activities(
+        &mut self,
+        report: &Report,
+        waited_on: impl Iterator<Item = u64>,
+        now: Instant,
+    ) -> (Vec<LockActivity>, Vec<LockActivity>) {
         let mut locks = Vec::new();
         let mut other_waits = Vec::new();
-        // Locks waited on now keep their names, rows or not.
-        let mut seen: HashSet<u64> = long_waits.iter().map(|entry| entry.lock).collect();
+        let mut seen: HashSet<u64> = waited_on.collect();
         for lock in &report.locks {
             let address = lock.address;
             seen.insert(address);
@@ -470,33 +511,7 @@ impl LiveSession {
         // Entries merged into another lock (a futex word found to be inside a lock).
         self.previous.retain(|address, _| seen.contains(address));
         self.names.retain(|address, _| seen.contains(address));
-
-        let requests = self.request_probe.as_ref().map(|_| {
-            let delta = collected.requests.saturating_sub(self.previous_requests);
-            self.previous_requests = collected.requests;
-            delta
-        });
-        let cost = self.cost(&collected);
-        let kernel_activity = match &report.kernel_locks {
-            Some(section) => self.kernel_aging.activity(section, now),
-            None => Vec::new(),
-        };
-        self.expire(&report, &collected, now)?;
-        self.expire_kernel_locks(&report, &collected, now)?;
-        Ok(Interval {
-            elapsed,
-            locks,
-            other_waits,
-            dropped: report.dropped.clone(),
-            requests,
-            cost,
-            tracked_locks: self.previous.len(),
-            long_waits,
-            deadlocks,
-            routes: self.named_routes(report.routes.take()),
-            kernel_locks: report.kernel_locks.take(),
-            kernel_activity,
-        })
+        (locks, other_waits)
     }
 
     /// Deletes the map keys of kernel lock rows quiet for `expire_after`
