@@ -5,25 +5,33 @@
 //! what has no window (holders, hold times, per-request figures) is left
 //! out. A count below the earlier one means the lock was expired and came
 //! back (as the live intervals read it): the window then has the new count.
+use std::collections::HashMap;
+
 use crate::model::{KernelLock, Lock, LockStack, Report};
 
 /// `after` minus `before`, keeping the locks active in between.
 pub fn since(before: &Report, after: &Report) -> Report {
     let mut window = after.clone();
     window.duration_s = (after.duration_s - before.duration_s).max(0.0);
+    // By key, not by a search per row: a process can have thousands.
+    let earlier_locks: HashMap<u64, &Lock> = before.locks.iter().map(|l| (l.address, l)).collect();
     window.locks = after
         .locks
         .iter()
-        .filter_map(|lock| {
-            let earlier = before.locks.iter().find(|l| l.address == lock.address);
-            lock_since(earlier, lock)
-        })
+        .filter_map(|lock| lock_since(earlier_locks.get(&lock.address).copied(), lock))
         .collect();
+    // Per lock, the few stacks kept for it are compared in turn.
+    let mut earlier_stacks: HashMap<u64, Vec<&LockStack>> = HashMap::new();
+    for stack in &before.stacks {
+        earlier_stacks.entry(stack.lock).or_default().push(stack);
+    }
     window.stacks = after
         .stacks
         .iter()
         .filter_map(|stack| {
-            let earlier = before.stacks.iter().find(|s| same_stack(s, stack));
+            let earlier = earlier_stacks
+                .get(&stack.lock)
+                .and_then(|stacks| stacks.iter().find(|s| same_stack(s, stack)));
             let count = delta(stack.count, earlier.map_or(0, |s| s.count));
             (count > 0).then(|| LockStack {
                 count,
