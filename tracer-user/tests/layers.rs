@@ -398,3 +398,83 @@ fn the_checker_rejects_an_upward_path() {
         .collect();
     assert_eq!(upward, ["render", "cli", "top"]);
 }
+
+/// The test files that run without root (no BPF, no tracing): every other
+/// file in `tests/` must be a `[[test]]` with `required-features =
+/// ["root-tests"]` in Cargo.toml, so that a new real-BPF test cannot be
+/// left out of the root list (two were, once, and ran without their gate).
+const RUN_WITHOUT_ROOT: &[&str] = &[
+    "cli",
+    "fuzz",
+    "how_to_run_root_tests",
+    "layers",
+    "prometheus_rules",
+    "table_widths",
+];
+
+/// The `[[test]]` targets of Cargo.toml gated on `root-tests`.
+fn root_gated_tests(manifest: &str) -> BTreeSet<String> {
+    let mut gated = BTreeSet::new();
+    for block in manifest.split("[[test]]").skip(1) {
+        // The block ends at the next table header.
+        let block = block.split("\n[").next().unwrap_or(block);
+        let name = block
+            .lines()
+            .find_map(|line| line.trim().strip_prefix("name = "))
+            .map(|name| name.trim_matches('"').to_string());
+        let gated_on_root = block
+            .lines()
+            .any(|line| line.trim() == r#"required-features = ["root-tests"]"#);
+        if let (Some(name), true) = (name, gated_on_root) {
+            gated.insert(name);
+        }
+    }
+    gated
+}
+
+#[test]
+fn every_test_file_is_root_gated_or_listed_as_needing_no_root() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let manifest = std::fs::read_to_string(root.join("Cargo.toml")).unwrap();
+    let gated = root_gated_tests(&manifest);
+    let mut ungated = Vec::new();
+    let mut both = Vec::new();
+    for entry in std::fs::read_dir(root.join("tests")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|ext| ext != "rs") {
+            continue;
+        }
+        let name = path.file_stem().unwrap().to_string_lossy().to_string();
+        match (
+            gated.contains(&name),
+            RUN_WITHOUT_ROOT.contains(&name.as_str()),
+        ) {
+            (false, false) => ungated.push(name),
+            (true, true) => both.push(name),
+            _ => {}
+        }
+    }
+    assert!(
+        ungated.is_empty(),
+        "tests/ files neither gated on root-tests in Cargo.toml nor in RUN_WITHOUT_ROOT: {ungated:?}"
+    );
+    assert!(
+        both.is_empty(),
+        "gated on root-tests and listed as needing no root: {both:?}"
+    );
+    for name in RUN_WITHOUT_ROOT {
+        assert!(
+            root.join("tests").join(format!("{name}.rs")).exists(),
+            "{name}"
+        );
+    }
+}
+
+#[test]
+fn the_manifest_reader_finds_gated_tests_only() {
+    let manifest = "[[test]]\nname = \"a\"\nrequired-features = [\"root-tests\"]\n\n[[test]]\nname = \"b\"\nharness = false\n\n[dependencies]\nx = \"1\"\n";
+    assert_eq!(
+        root_gated_tests(manifest),
+        BTreeSet::from(["a".to_string()])
+    );
+}

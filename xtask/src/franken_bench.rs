@@ -56,6 +56,11 @@ pub enum Rows {
     /// `--mode inproc` beside all-locks mode and the kernel's floor, both
     /// also without the init probes.
     Inproc,
+    /// `--mode inproc` with each of its parts beside the stubs left out in
+    /// turn (CPU sampler, request probe, kernel-lock tracepoints, init
+    /// probes), all of them, and the futex tracepoints alone: what each
+    /// part of its cost is.
+    InprocParts,
 }
 
 /// Runs the part when the kit is built; otherwise says how to build it.
@@ -201,6 +206,57 @@ fn inproc_config(probe: &[&str]) -> Config {
     )
 }
 
+/// The environment that leaves the kernel-lock tracepoints out (the
+/// kernel matrix's stand-in for a kernel without them).
+const NO_KERNEL_LOCKS: (&str, &str) = ("LOCKTRACE_TEST_KERNEL_WITHOUT", "lock_events");
+
+/// `--mode inproc` without each part beside the stubs, then without all of
+/// them, then the futex tracepoints alone (contention mode, nothing else):
+/// the differences to the full row are the parts' costs.
+fn inproc_parts_configs(probe: &[&str]) -> Vec<Config> {
+    fn inproc<'a>(extra: &[&'a str]) -> Vec<&'a str> {
+        [&["--mode", "inproc"][..], extra].concat()
+    }
+    let no_init = (session::WITHOUT_INIT_PROBES_FOR_A_BENCH, "1");
+    let bare = ["--no-cpu", "--request-probe", "none"];
+    vec![
+        inproc_config(probe),
+        config(
+            "locktrace --mode inproc --no-cpu (no CPU sampler)",
+            tracers::locktrace(&inproc(&[probe, &["--no-cpu"][..]].concat())),
+            0.0,
+        ),
+        config(
+            "locktrace --mode inproc --request-probe none",
+            tracers::locktrace(&inproc(&["--request-probe", "none"])),
+            0.0,
+        ),
+        config(
+            "locktrace --mode inproc, no kernel-lock tracepoints",
+            tracers::locktrace_env(&inproc(probe), &[NO_KERNEL_LOCKS]),
+            0.0,
+        ),
+        config(
+            "locktrace --mode inproc, init calls not probed",
+            tracers::locktrace_env(&inproc(probe), &[no_init]),
+            0.0,
+        ),
+        config(
+            "locktrace --mode inproc, stubs and futex tracepoints only",
+            tracers::locktrace_env(&inproc(&bare), &[NO_KERNEL_LOCKS, no_init]),
+            0.0,
+        ),
+        config(
+            "locktrace --mode contention, futex tracepoints only",
+            tracers::locktrace_env(
+                &[&["--mode", "contention"][..], &bare].concat(),
+                &[NO_KERNEL_LOCKS],
+            ),
+            0.0,
+        ),
+    ]
+}
+
 fn configs(rows: Rows) -> Vec<Config> {
     let probe = ["--request-probe", REQUEST_PROBE];
     let mut configs = Vec::new();
@@ -246,6 +302,7 @@ fn configs(rows: Rows) -> Vec<Config> {
                 0.0,
             ));
         }
+        Rows::InprocParts => configs.extend(inproc_parts_configs(&probe)),
         Rows::Php => {
             configs.extend(stacks_configs(&probe));
             configs.extend(php_configs(&probe));

@@ -25,6 +25,7 @@
 //! `--only franken-php`: part 5's all-locks rows with and without `--php`;
 //! `--only franken-inproc`: part 5's `--mode inproc` row, all-locks and the floor,
 //! both also without the init probes (what creation sites cost);
+//! `--only franken-inproc-parts`: inproc with each part beside its stubs left out;
 //! `--only snapshots`: part 7; `--only kernel-locks`: what the kernel lock
 //! tracepoints cost an uncontended workload, untraced, without and with them).
 mod calibration;
@@ -81,6 +82,7 @@ pub struct BenchArgs {
     /// `franken-stacks`: its all-locks rows with and without `--stacks`;
     /// `franken-php`: its all-locks rows with and without `--php`;
     /// `franken-inproc`: `--mode inproc` beside all-locks mode and the floor;
+    /// `franken-inproc-parts`: `--mode inproc` with each part beside its stubs left out;
     /// `windows`: attaching and detaching a sampled window, by mechanism;
     /// `snapshots`: the cost of one stack snapshot and of `--stacks` per call;
     /// `kernel-locks`: the kernel lock tracepoints on an uncontended workload).
@@ -105,6 +107,9 @@ pub enum Part {
     /// The FrankenPHP part's `--mode inproc` row beside all-locks mode and
     /// the kernel's floor.
     FrankenInproc,
+    /// The FrankenPHP part's `--mode inproc` row with each part beside its
+    /// stubs left out in turn: what the rest of inproc's cost is made of.
+    FrankenInprocParts,
     Windows,
     /// What one stack snapshot costs the target, and `--stacks` per lock call.
     Snapshots,
@@ -184,6 +189,12 @@ fn bench(args: BenchArgs) -> Result<()> {
     }
     if args.only == Some(Part::FrankenInproc) {
         report.push_str(&franken_bench::run(&bench, franken_bench::Rows::Inproc)?);
+    }
+    if args.only == Some(Part::FrankenInprocParts) {
+        report.push_str(&franken_bench::run(
+            &bench,
+            franken_bench::Rows::InprocParts,
+        )?);
     }
     if args.only == Some(Part::FrankenPhp) {
         report.push_str(&franken_bench::run(&bench, franken_bench::Rows::Php)?);
