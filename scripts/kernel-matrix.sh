@@ -155,7 +155,9 @@ for suite in "${suites[@]}"; do
     while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n || true; done
     rm -f "$work/$suite.rc" "$work/$suite.row"
     (
-        if run_kernel "$suite"; then echo 0; else echo 1; fi >"$work/$suite.rc"
+        rc=0
+        run_kernel "$suite" || rc=1
+        echo "$rc" >"$work/$suite.rc"
     ) >"$work/$suite.row" 2>&1 &
 done
 wait
