@@ -306,7 +306,9 @@ mod tests {
         let mask_reads = (0..block.len() - 7)
             .filter(|&at| {
                 block[at..at + 3] == [0x4c, 0x8b, 0x0d]
-                    && (at as i64 + 7 + i32::from_le_bytes(block[at + 3..at + 7].try_into().unwrap()) as i64)
+                    && (at as i64
+                        + 7
+                        + i32::from_le_bytes(block[at + 3..at + 7].try_into().unwrap()) as i64)
                         == SAMPLE_MASK as i64
             })
             .count();
