@@ -883,11 +883,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             )?;
             limits::address_space()?;
             check_outputs(&json, &pprof, &ready_file)?;
-            if stack_sample_every.is_some() && (stacks == 0 || mode != ModeArg::Inproc) {
-                anyhow::bail!(
-                    "--stack-sample-every applies only with --mode inproc --stacks N; add them or drop --stack-sample-every"
-                );
-            }
+            let stack_sample_every = stack_sample_every_of(mode, stacks, stack_sample_every)?;
             // With --load, --duration is the load's length, not a tracing limit.
             let duration = if requests.load.is_some() {
                 None
@@ -902,8 +898,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 sample,
                 requests,
                 stacks,
-                stack_sample_every: stack_sample_every
-                    .unwrap_or(tracer_common::inproc_sample::DEFAULT_EVERY),
+                stack_sample_every,
                 ready_file,
                 hold_times,
                 handoffs,
@@ -971,6 +966,17 @@ fn restore(pid: u32) -> Result<ExitCode> {
 }
 
 /// `--sample`/`--sample-period`, which apply only in sampled mode.
+/// `--stack-sample-every`, refused without `--mode inproc --stacks N`
+/// (it would change nothing), else its default.
+fn stack_sample_every_of(mode: ModeArg, stacks: usize, given: Option<u64>) -> Result<u64> {
+    if given.is_some() && (stacks == 0 || mode != ModeArg::Inproc) {
+        anyhow::bail!(
+            "--stack-sample-every applies only with --mode inproc --stacks N; add them or drop --stack-sample-every"
+        );
+    }
+    Ok(given.unwrap_or(tracer_common::inproc_sample::DEFAULT_EVERY))
+}
+
 fn sample_options(
     mode: ModeArg,
     sample: Option<f64>,

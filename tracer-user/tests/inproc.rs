@@ -387,7 +387,10 @@ fn flags_that_need_lock_probes_are_refused() {
             &["--handoffs"][..],
             "--handoffs is counted at the lock probes",
         ),
-        (&["--php"][..], "--php reads PHP's state and counts each route's locks"),
+        (
+            &["--php"][..],
+            "--php reads PHP's state and counts each route's locks",
+        ),
     ] {
         fails_with(
             locktrace()
@@ -484,7 +487,8 @@ impl Getppids {
         let script =
             format!("tracepoint:syscalls:sys_enter_getppid /pid == {pid}/ {{ @n = count(); }}");
         let mut child = Command::new("bpftrace")
-            .args(["-e", &script])
+            // Line-buffered: its "Attaching" line says the probe is in.
+            .args(["-B", "line", "-e", &script])
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::null())
             .spawn()
@@ -500,7 +504,17 @@ impl Getppids {
     }
 
     fn finish(mut self) -> u64 {
-        signal(self.0.id(), libc::SIGINT);
+        // Again each second: a SIGINT that came before bpftrace's handler
+        // was in place left it running once (it prints on its way out).
+        let started = std::time::Instant::now();
+        while self.0.try_wait().unwrap().is_none() {
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "bpftrace runs on"
+            );
+            signal(self.0.id(), libc::SIGINT);
+            std::thread::sleep(Duration::from_secs(1));
+        }
         let out = self.0.wait_with_output().unwrap();
         let text = String::from_utf8_lossy(&out.stdout);
         text.lines()

@@ -969,10 +969,15 @@ fn resolve_stacks(
     {
         by_lock.entry(stack.lock).or_default().push(stack);
     }
+    top_of_each_kind(by_lock, per_lock)
+}
+
+/// Each lock's top `per_lock` stacks of lock calls and waits, then of the
+/// stubs' samples, then of CPU samples: each its own top N (their counts
+/// are of different things).
+fn top_of_each_kind(by_lock: BTreeMap<u64, Vec<LockStack>>, per_lock: usize) -> Vec<LockStack> {
     let mut out = Vec::new();
     for (_, stacks) in by_lock {
-        // Lock calls and waits, then the stubs' samples, then CPU samples:
-        // each its own top N (their counts are of different things).
         let (cpu, rest): (Vec<LockStack>, Vec<LockStack>) =
             stacks.into_iter().partition(LockStack::is_cpu);
         let (sampled, uses): (Vec<LockStack>, Vec<LockStack>) = rest
