@@ -10,6 +10,7 @@ pub mod drop_reason;
 pub mod flags;
 pub mod handoff_class;
 pub mod histogram;
+pub mod inproc_sample;
 pub mod kernel_caps;
 pub mod kernel_lock;
 pub mod lifetime;

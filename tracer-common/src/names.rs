@@ -23,6 +23,9 @@ pub const PROGRAM_UNLOCK_CALL: &str = "unlock_call";
 pub const PROGRAM_BREAKPOINT_ANCHOR: &str = "breakpoint_anchor";
 /// Uprobe on the lock init functions (`--stacks`: creation sites).
 pub const PROGRAM_LOCK_INIT: &str = "lock_init";
+/// Tracepoint syscalls:sys_enter_getppid (`--mode inproc --stacks`: the
+/// stubs' samples).
+pub const PROGRAM_INPROC_SAMPLE: &str = "inproc_sample";
 
 /// Tracepoints on munmap, mremap, mmap and exec (see [`super::lifetime`]).
 pub const PROGRAM_MUNMAP_ENTER: &str = "munmap_enter";
@@ -111,6 +114,7 @@ pub const PROGRAMS: &[&str] = &[
     PROGRAM_UNLOCK_CALL,
     PROGRAM_BREAKPOINT_ANCHOR,
     PROGRAM_LOCK_INIT,
+    PROGRAM_INPROC_SAMPLE,
     PROGRAM_MUNMAP_ENTER,
     PROGRAM_MREMAP_ENTER,
     PROGRAM_MMAP_ENTER,

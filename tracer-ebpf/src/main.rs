@@ -15,7 +15,8 @@
 //! trylocks), `stacks` (stack keys and snapshots), `requests` (the request
 //! boundary), `futex` (futex and condvar waits), `holds` (hold times and
 //! holders), `handoffs` (acquisitions on another CPU than the one before), `php`
-//! (routes and PHP stacks, `--php`), `cpu` (CPU samples of lock code), `lifetimes` (memory that
+//! (routes and PHP stacks, `--php`), `inproc` (`--mode inproc`'s
+//! sampled stacks), `cpu` (CPU samples of lock code), `lifetimes` (memory that
 //! went away) and `kernlocks` (kernel lock contention).
 #![no_std]
 #![no_main]
@@ -27,6 +28,7 @@ mod cpu;
 mod futex;
 mod handoffs;
 mod holds;
+mod inproc;
 mod kernlocks;
 mod lifetimes;
 mod locks;

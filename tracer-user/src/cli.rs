@@ -612,6 +612,14 @@ enum Command {
             value_parser = limits::whole::<usize>("--stacks", 0, Some(limits::MAX_STACKS_PER_LOCK))
         )]
         stacks: usize,
+        /// With --mode inproc --stacks: take the stack of one acquisition in N per lock, call site and CPU (a power of two, 2 to 1048576; default 256). Counts stay exact; stack counts are these samples.
+        #[arg(
+            long,
+            value_name = "N",
+            help_heading = "What to count",
+            value_parser = limits::power_of_two("--stack-sample-every", 2, limits::MAX_STACK_SAMPLE_EVERY)
+        )]
+        stack_sample_every: Option<u64>,
         /// Also probe the unlock functions: hold time per lock and per holder function (about doubles the probe hits).
         #[arg(long, help_heading = "What to count")]
         hold_times: bool,
@@ -853,6 +861,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             top,
             requests,
             stacks,
+            stack_sample_every,
             ready_file,
             pprof,
             hold_times,
@@ -874,6 +883,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             )?;
             limits::address_space()?;
             check_outputs(&json, &pprof, &ready_file)?;
+            let stack_sample_every = stack_sample_every_of(mode, stacks, stack_sample_every)?;
             // With --load, --duration is the load's length, not a tracing limit.
             let duration = if requests.load.is_some() {
                 None
@@ -888,6 +898,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 sample,
                 requests,
                 stacks,
+                stack_sample_every,
                 ready_file,
                 hold_times,
                 handoffs,
@@ -955,6 +966,17 @@ fn restore(pid: u32) -> Result<ExitCode> {
 }
 
 /// `--sample`/`--sample-period`, which apply only in sampled mode.
+/// `--stack-sample-every`, refused without `--mode inproc --stacks N`
+/// (it would change nothing), else its default.
+fn stack_sample_every_of(mode: ModeArg, stacks: usize, given: Option<u64>) -> Result<u64> {
+    if given.is_some() && (stacks == 0 || mode != ModeArg::Inproc) {
+        anyhow::bail!(
+            "--stack-sample-every applies only with --mode inproc --stacks N; add them or drop --stack-sample-every"
+        );
+    }
+    Ok(given.unwrap_or(tracer_common::inproc_sample::DEFAULT_EVERY))
+}
+
 fn sample_options(
     mode: ModeArg,
     sample: Option<f64>,
@@ -1105,6 +1127,12 @@ mod tests {
                 &["0.001", "31622400"],
             ),
             (record, "--stacks", &["-1", "16385"], &["0", "16384"]),
+            (
+                record,
+                "--stack-sample-every",
+                &["0", "1", "3", "255", "2097152"],
+                &["2", "256", "1048576"],
+            ),
             (record, "--top", &["0", "-1"], &["1"]),
             (record, "--cpu-hz", &["0", "-1", "20001"], &["1", "20000"]),
             (record, "--requests", &["0"], &["1"]),

@@ -233,7 +233,13 @@ fn start_inproc(
     if options.mode != Mode::Inproc {
         return Ok((prepared, None));
     }
-    let started = inproc::session::start(&prepared.target, &prepared.functions)?;
+    let sample_every = options
+        .stacks
+        .then_some(tracer_common::inproc_sample::DEFAULT_EVERY);
+    let started = inproc::session::start(&prepared.target, &prepared.functions, sample_every)?;
+    if let Some(off) = started.session.as_ref().and_then(|s| s.stack_samples_off()) {
+        crate::model::diagnostics::note(format_args!("locktrace: no stack samples: {off}"));
+    }
     Ok((prepared.probing_only(&started.uprobe_ops), started.session))
 }
 

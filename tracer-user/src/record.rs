@@ -58,6 +58,9 @@ pub struct RecordOptions {
     pub requests: RequestOptions,
     /// Top user stacks kept per lock (0: none recorded).
     pub stacks: usize,
+    /// `--mode inproc --stacks`: the stubs sample one acquisition in this
+    /// many per lock, call site and CPU (a power of two).
+    pub stack_sample_every: u64,
     /// Written (empty) once the probes are live, for scripts and tests.
     pub ready_file: Option<PathBuf>,
     /// Also probe the unlock functions and time every hold.
@@ -169,7 +172,9 @@ pub async fn record(options: &RecordOptions) -> Result<Recording> {
     // gate closed, and the gate opens with the window (see `go_live`).
     let (prepared, inproc) = match options.mode {
         Mode::Inproc => {
-            let started = inproc::session::start(&prepared.target, &prepared.functions)?;
+            let sample_every = (options.stacks > 0).then_some(options.stack_sample_every);
+            let started =
+                inproc::session::start(&prepared.target, &prepared.functions, sample_every)?;
             announce_inproc(&started);
             (prepared.probing_only(&started.uprobe_ops), Some(started))
         }
@@ -372,6 +377,8 @@ fn finish_inproc(
             loaded_while_recording: Vec::new(),
             restored_at_start,
             restore: Restore::outcome(RestoreOutcome::NothingSwitched),
+            stack_sample_every: None,
+            stack_samples_off: None,
         };
     };
     let counted = session.read();

@@ -379,12 +379,18 @@ fn flags_that_need_lock_probes_are_refused() {
     let target = Fixture::spawn(&fixture("inproc", Flavor::Glibc), &[]);
     let pid = target.pid().to_string();
     for (flag, wanted) in [
-        (&["--stacks", "5"][..], "--stacks needs the lock probes"),
+        (
+            &["--stack-sample-every", "64"][..],
+            "--stack-sample-every applies only with --mode inproc --stacks N",
+        ),
         (
             &["--handoffs"][..],
             "--handoffs is counted at the lock probes",
         ),
-        (&["--php"][..], "--php reads PHP's state at the lock probes"),
+        (
+            &["--php"][..],
+            "--php reads PHP's state and counts each route's locks",
+        ),
     ] {
         fails_with(
             locktrace()
@@ -402,6 +408,120 @@ fn flags_that_need_lock_probes_are_refused() {
         );
     }
     assert_eq!(stub_mappings(target.pid()), 0, "nothing was written");
+}
+
+/// `--stacks` with inproc: the stubs sample one acquisition in N per
+/// lock, call site and CPU and the getppid tracepoint takes its stack. A
+/// thread pinned to one CPU takes s_lock K times from one call site: the
+/// count is exactly K, the sampled stacks hold exactly K / N samples (as
+/// many getppid calls as a second tracer sees), each stack names the
+/// calling function. Without `--stacks` the stubs make no call at all.
+#[test]
+fn stacks_are_sampled_one_in_n_and_counts_stay_exact() {
+    const EVERY: u64 = 64;
+    const K: u64 = EVERY * 100 + 37;
+    let mut target = Fixture::spawn(&fixture("inproc", Flavor::Glibc), &[]);
+    let pid = target.pid();
+    for stacks in [false, true] {
+        let getppids = Getppids::count(pid);
+        let mut args = vec!["--mode", "inproc"];
+        let every = EVERY.to_string();
+        if stacks {
+            args.extend(["--stacks", "4", "--stack-sample-every", &every]);
+        }
+        let trace = Trace::attach(pid, &args);
+        assert_eq!(
+            ask(&mut target, &format!("pinned {K}")),
+            format!("pinned {K}")
+        );
+        trace.interrupt();
+        let (report, table) = trace.finish();
+        let calls = getppids.finish();
+        let s_lock = lock_named(&report, "s_lock");
+        assert_eq!(s_lock["acquisitions"], K, "{stacks}");
+        let sampled: Vec<&Value> = report["stacks"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|stack| stack["source"] == "sampled_lock_calls")
+            .collect();
+        if !stacks {
+            assert!(sampled.is_empty(), "{sampled:#?}");
+            assert_eq!(calls, 0, "no sample call without --stacks");
+            assert!(report["inproc"].get("stack_sample_every").is_none());
+            continue;
+        }
+        assert_eq!(report["inproc"]["stack_sample_every"], EVERY);
+        assert!(
+            table.contains(&format!(
+                "one acquisition in {EVERY} per lock, call site and CPU"
+            )),
+            "{table}"
+        );
+        let of_s_lock: Vec<&&Value> = sampled
+            .iter()
+            .filter(|stack| stack["lock"] == s_lock["address"])
+            .collect();
+        let samples: u64 = of_s_lock
+            .iter()
+            .map(|stack| stack["count"].as_u64().unwrap())
+            .sum();
+        assert_eq!(samples, K / EVERY, "{of_s_lock:#?}");
+        assert_eq!(calls, K / EVERY, "the stubs' getppid calls");
+        for stack in &of_s_lock {
+            let frames = stack["frames"].as_array().unwrap();
+            assert_eq!(frames[0]["function"], "pthread_mutex_lock", "{stack:#}");
+            assert_eq!(frames[1]["function"], "sampled_caller", "{stack:#}");
+        }
+        assert_restored(pid);
+    }
+}
+
+/// The target's `getppid` calls, counted by bpftrace from its attach to
+/// `finish`.
+struct Getppids(std::process::Child);
+
+impl Getppids {
+    fn count(pid: u32) -> Getppids {
+        use std::io::BufRead;
+        let script =
+            format!("tracepoint:syscalls:sys_enter_getppid /pid == {pid}/ {{ @n = count(); }}");
+        let mut child = Command::new("bpftrace")
+            // Line-buffered: its "Attaching" line says the probe is in.
+            .args(["-B", "line", "-e", &script])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("bpftrace (scripts/setup.sh installs it)");
+        let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        while out.read_line(&mut line).unwrap() > 0 && !line.contains("Attaching") {
+            line.clear();
+        }
+        assert!(line.contains("Attaching"), "bpftrace did not attach");
+        child.stdout = Some(out.into_inner());
+        Getppids(child)
+    }
+
+    fn finish(mut self) -> u64 {
+        // Again each second: a SIGINT that came before bpftrace's handler
+        // was in place left it running once (it prints on its way out).
+        let started = std::time::Instant::now();
+        while self.0.try_wait().unwrap().is_none() {
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "bpftrace runs on"
+            );
+            signal(self.0.id(), libc::SIGINT);
+            std::thread::sleep(Duration::from_secs(1));
+        }
+        let out = self.0.wait_with_output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        text.lines()
+            .find_map(|line| line.trim().strip_prefix("@n: "))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no count from bpftrace: {text}"))
+    }
 }
 
 /// `serve --mode inproc`: the stubs' counts in the live series, exact;

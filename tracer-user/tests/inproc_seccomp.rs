@@ -109,3 +109,50 @@ fn a_filter_that_allows_them_is_recorded_exactly() {
         format!("done {}", 2 * N)
     );
 }
+
+/// `--stacks` on a target whose filter kills on `getppid` (the stubs'
+/// sample call): the recording counts exactly with sampling off, says why
+/// in one line, and the target lives; with Docker's shape (getppid let
+/// through, both threads' filters read) the stubs sample.
+#[test]
+fn stack_samples_need_every_filter_to_let_getppid_through() {
+    for (filter, sampled) in [("kill-getppid", false), ("allow", true)] {
+        let mut target = target(filter);
+        let pid = target.pid();
+        assert_filtered(pid);
+        let trace = Trace::attach(pid, &["--mode", "inproc", "--stacks", "4"]);
+        assert_eq!(ask(&mut target, &format!("work {N}")), format!("done {N}"));
+        trace.interrupt();
+        let (report, table) = trace.finish();
+        assert_eq!(acquisitions(&report, target.address("global")), N + 1);
+        let inproc = &report["inproc"];
+        let samples: u64 = report["stacks"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|stack| stack["source"] == "sampled_lock_calls")
+            .map(|stack| stack["count"].as_u64().unwrap())
+            .sum();
+        if sampled {
+            assert_eq!(inproc["stack_sample_every"], 256, "{inproc:#}");
+            assert!(inproc.get("stack_samples_off").is_none(), "{inproc:#}");
+            // N calls over at most two CPUs' slots: N / 256 samples, one
+            // fewer when the thread moved between CPUs.
+            assert!((N / 256 - 1..=N / 256).contains(&samples), "{samples}");
+        } else {
+            assert!(inproc.get("stack_sample_every").is_none(), "{inproc:#}");
+            let off = inproc["stack_samples_off"].as_str().unwrap();
+            assert!(
+                off.contains("seccomp filter") && off.contains("kill it on the getppid"),
+                "{off}"
+            );
+            assert!(table.contains("inproc: no stack samples: "), "{table}");
+            assert_eq!(samples, 0);
+        }
+        assert_eq!(
+            ask(&mut target, &format!("work {N}")),
+            format!("done {}", 2 * N),
+            "the target lives on"
+        );
+    }
+}

@@ -53,8 +53,8 @@ pub enum Rows {
     Stacks,
     /// All-locks mode with and without `--php`, with and without `--stacks`.
     Php,
-    /// `--mode inproc` beside all-locks mode and the kernel's floor, both
-    /// also without the init probes.
+    /// `--mode inproc` (also with `--stacks`: sampled) beside all-locks
+    /// mode and the kernel's floor, both also without the init probes.
     Inproc,
     /// `--mode inproc` with each of its parts beside the stubs left out in
     /// turn (CPU sampler, request probe, kernel-lock tracepoints, init
@@ -291,6 +291,13 @@ fn configs(rows: Rows) -> Vec<Config> {
                 0.0,
             ));
             configs.push(inproc_config(&probe));
+            // Sampled stacks: one acquisition in 256 per lock, call site
+            // and CPU makes a getppid the BPF side takes the stack at.
+            configs.push(config(
+                "locktrace --mode inproc --stacks 8",
+                tracers::locktrace(&[&["--mode", "inproc", "--stacks", "8"], &probe[..]].concat()),
+                0.0,
+            ));
             configs.extend(no_init_configs(&probe));
             // The alternative to per-CPU tables: every thread counts in one.
             configs.push(config(

@@ -42,6 +42,29 @@ where
     }
 }
 
+/// Largest `--stack-sample-every`: one acquisition in a million still
+/// gives a busy lock's call site a few samples a second.
+pub const MAX_STACK_SAMPLE_EVERY: u64 = 1 << 20;
+
+/// A clap value parser for a power of two in `min..=max` (the stubs
+/// sample with a mask).
+pub fn power_of_two(
+    flag: &'static str,
+    min: u64,
+    max: u64,
+) -> impl Fn(&str) -> Result<u64, String> + Clone + Send + Sync + 'static {
+    move |text| {
+        let value = whole::<u64>(flag, min, Some(max))(text)?;
+        if !value.is_power_of_two() {
+            return Err(format!(
+                "{flag} must be a power of two (the stubs sample with a mask), not {value}; try {}",
+                value.next_power_of_two().min(max)
+            ));
+        }
+        Ok(value)
+    }
+}
+
 /// A clap value parser from one of the checks below: the text as a
 /// number, then `check` (whose error says the flag's range).
 pub fn checked<N, T>(

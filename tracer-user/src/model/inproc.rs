@@ -123,4 +123,14 @@ pub struct Inproc {
     /// restore them), restored at the start of this one.
     pub restored_at_start: u64,
     pub restore: Restore,
+    /// `--stacks`: the stubs sample one acquisition in this many per
+    /// lock, call site and CPU (a power of two), and take its stack; the
+    /// `sampled_lock_calls` stacks count these samples, not calls. Absent
+    /// without `--stacks`, or when sampling is off (`stack_samples_off`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stack_sample_every: Option<u64>,
+    /// `--stacks` asked for and the stubs take no samples: why (a seccomp
+    /// filter that may stop their `getppid`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stack_samples_off: Option<String>,
 }

@@ -253,7 +253,7 @@ impl Collected {
     fn merge_stacks(&mut self, lifetimes: &Lifetimes) {
         // Kernel lock keys hold a kernel address, in no generation.
         let stack_key = |k: &StackKey| StackKey {
-            lock: if k.stack_id >= tracer_common::stack_kind::KERNEL_LOCK {
+            lock: if tracer_common::stack_kind::is_kernel_lock(k.stack_id) {
                 k.lock
             } else {
                 lifetimes.merged(k.lock)

@@ -90,11 +90,8 @@ impl Mode {
             (Mode::Sampled, Php) => Some(
                 "--php counts each route's locks exactly, which sampled windows cannot: use it with --mode all (the default) or --mode contention",
             ),
-            (Mode::Inproc, Stacks) => Some(
-                "--stacks needs the lock probes' stack snapshots: use it with --mode all (the default), not --mode inproc",
-            ),
             (Mode::Inproc, Php) => Some(
-                "--php reads PHP's state at the lock probes: use it with --mode all (the default), not --mode inproc",
+                "--php reads PHP's state and counts each route's locks at the lock probes, which --mode inproc's stubs do not: use it with --mode all (the default)",
             ),
             (Mode::Inproc, Handoffs) => Some(
                 "--handoffs is counted at the lock probes: use it with --mode all (the default), not --mode inproc",
@@ -203,7 +200,7 @@ mod tests {
             (
                 Mode::Inproc,
                 [
-                    Some("--stacks needs the lock probes"),
+                    None,
                     Some("--php reads PHP's state"),
                     Some("--handoffs is counted at the lock probes: "),
                     Some("--hold-times needs"),
@@ -242,8 +239,8 @@ mod tests {
 
     #[test]
     fn flags_not_given_are_not_planned() {
-        let plan = Plan::new(View::Record, Mode::Inproc, &[(Feature::Stacks, false)]).unwrap();
-        assert!(!plan.has(Feature::Stacks));
+        let plan = Plan::new(View::Record, Mode::Inproc, &[(Feature::Handoffs, false)]).unwrap();
+        assert!(!plan.has(Feature::Handoffs));
     }
 
     #[test]

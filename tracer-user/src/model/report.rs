@@ -577,6 +577,12 @@ impl LockStack {
     pub fn is_cpu(&self) -> bool {
         self.source == Some(StackOrigin::CpuSamples)
     }
+
+    /// True for a stack of the inproc stubs' sampled acquisitions (its
+    /// count is samples, one in `inproc.stack_sample_every` calls).
+    pub fn is_sampled(&self) -> bool {
+        self.source == Some(StackOrigin::SampledLockCalls)
+    }
 }
 
 /// What a stack's count counts.
@@ -593,6 +599,11 @@ pub enum StackOrigin {
     /// s of CPU): user mode in a lock function, or in the kernel inside a
     /// futex syscall (first frame `[kernel] futex`).
     CpuSamples,
+    /// `--mode inproc --stacks`: acquisitions the stubs sampled, one in
+    /// `inproc.stack_sample_every` per lock, call site and CPU. The count
+    /// is samples, never scaled (the lock's row counts every acquisition
+    /// exactly); first frame the lock function called, then its caller.
+    SampledLockCalls,
 }
 
 /// How a stack's frames were found.

@@ -464,6 +464,8 @@ mod tests {
             entries_not_switched: 1,
             loaded_while_recording: vec!["/lib/liblate.so".into()],
             restored_at_start: 0,
+            stack_sample_every: Some(256),
+            stack_samples_off: Some("a seccomp filter".into()),
             restore: crate::model::Restore {
                 outcome: crate::model::RestoreOutcome::Failed,
                 entries: 1,

@@ -36,7 +36,7 @@ use std::{
 };
 
 use region::AddressSpace;
-use tracer_common::stack_kind;
+use tracer_common::{LockOp, stack_kind};
 
 use crate::{
     model::{
@@ -963,19 +963,95 @@ fn resolve_stacks(
             None => {}
         }
     }
-    for stack in cpu_stacks(space, collected, rows, &route_of) {
+    for stack in cpu_stacks(space, collected, rows, &route_of)
+        .into_iter()
+        .chain(sampled_stacks(space, collected, &route_of))
+    {
         by_lock.entry(stack.lock).or_default().push(stack);
     }
+    top_of_each_kind(by_lock, per_lock)
+}
+
+/// Each lock's top `per_lock` stacks of lock calls and waits, then of the
+/// stubs' samples, then of CPU samples: each its own top N (their counts
+/// are of different things).
+fn top_of_each_kind(by_lock: BTreeMap<u64, Vec<LockStack>>, per_lock: usize) -> Vec<LockStack> {
     let mut out = Vec::new();
     for (_, stacks) in by_lock {
-        // Lock calls and waits, then CPU samples: each its own top N.
-        let (cpu, uses): (Vec<LockStack>, Vec<LockStack>) =
+        let (cpu, rest): (Vec<LockStack>, Vec<LockStack>) =
             stacks.into_iter().partition(LockStack::is_cpu);
-        for stacks in [uses, cpu] {
+        let (sampled, uses): (Vec<LockStack>, Vec<LockStack>) = rest
+            .into_iter()
+            .partition(|stack| stack.source == Some(StackOrigin::SampledLockCalls));
+        for stacks in [uses, sampled, cpu] {
             out.extend(top_stacks(stacks, per_lock));
         }
     }
     out
+}
+
+/// Stacks of the inproc stubs' sampled acquisitions
+/// (`stack_kind::INPROC_SAMPLE`): each key's samples, never scaled to
+/// the call site's acquisitions (its row has them exactly), split among
+/// its snapshots' stacks. The first frame is the lock function called
+/// (the op the stub passed), then its caller: the sample's stack is the
+/// one right after the call returned.
+fn sampled_stacks(
+    space: &AddressSpace,
+    collected: &Collected,
+    route_of: &dyn Fn(&UnwoundStack) -> Option<String>,
+) -> Vec<LockStack> {
+    let mut stacks = Vec::new();
+    let sampled = collected
+        .stacks
+        .iter()
+        .filter(|(key, _)| stack_kind::is_inproc_sample(key.stack_id));
+    for (key, &samples) in sampled {
+        let op = u32::try_from(key.stack_id - stack_kind::INPROC_SAMPLE)
+            .ok()
+            .and_then(LockOp::from_index);
+        let called = Frame {
+            function: op.map(|op| op.symbol().to_string()),
+            module: None,
+            offset: 0,
+            php: None,
+        };
+        let mut push = |stack: Option<&UnwoundStack>, count, unwound_by| {
+            let mut frames = vec![called.clone()];
+            match stack {
+                Some(stack) => {
+                    let mut resolved = resolve_stack(space, stack);
+                    // The first address is a return address, not the ip
+                    // of an instruction that ran.
+                    if let (Some(first), Some(&ip)) = (resolved.first_mut(), stack.frames.first())
+                        && first.php.is_none()
+                    {
+                        *first = resolve_code(space, ip, true);
+                    }
+                    frames.extend(resolved);
+                }
+                None => frames.push(resolve_code(space, key.return_ip, true)),
+            }
+            stacks.push(LockStack {
+                lock: key.lock,
+                count,
+                frames,
+                unwound_by,
+                source: Some(StackOrigin::SampledLockCalls),
+                route: stack.and_then(route_of),
+                ended_by: stack.and_then(|stack| stack.ended_by),
+            });
+        };
+        match collected.unwound.get(key) {
+            Some(unwound) => {
+                for (stack, share) in weigh_snapshots(unwound, samples) {
+                    push(Some(stack), share, StackSource::CallFrameInfo);
+                }
+            }
+            None => push(None, samples, StackSource::CallerOnly),
+        }
+    }
+    stacks
 }
 
 /// The `per_lock` stacks of most counts, the same resolved stack from

@@ -10,6 +10,7 @@ pub fn render(report: &Report) -> String {
         return out;
     };
     function_lines(report, inproc, &mut out);
+    sample_line(inproc, &mut out);
     notes(report, inproc, &mut out);
     let _ = writeln!(out, "inproc: {}", restore_line(inproc));
     out
@@ -60,6 +61,22 @@ fn function_lines(report: &Report, inproc: &Inproc, out: &mut String) {
             out,
             "inproc: not counted: calls of {} from inside libc (no module calls them through a GOT, and a uprobe would count again the calls the stubs count)",
             not_counted.join(", ")
+        );
+    }
+}
+
+/// `--stacks`: the bound of the stubs' sampled stacks, or why there are none.
+fn sample_line(inproc: &Inproc, out: &mut String) {
+    if let Some(every) = inproc.stack_sample_every {
+        let _ = writeln!(
+            out,
+            "inproc: stacks sampled: one acquisition in {every} per lock, call site and CPU; their counts are samples (the lock counts are exact)"
+        );
+    }
+    if let Some(off) = &inproc.stack_samples_off {
+        let _ = writeln!(
+            out,
+            "inproc: no stack samples: {off} (counts are exact; --mode all records stacks)"
         );
     }
 }

@@ -80,7 +80,9 @@ pub fn encode(report: &Report) -> Profile {
         let (cpu, stacks): (Vec<&LockStack>, Vec<&LockStack>) = report
             .stacks
             .iter()
-            .filter(|stack| stack.lock == lock.address)
+            // The inproc stubs' samples count samples, not calls: the
+            // lock's exact acquisitions stay on its callers and frame.
+            .filter(|stack| stack.lock == lock.address && !stack.is_sampled())
             .partition(|stack| stack.is_cpu());
         // Stacks of lock calls and of futex waits (which is all a
         // futex-only lock has); reports from before `source` tell them by

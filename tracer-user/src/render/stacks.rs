@@ -43,8 +43,14 @@ fn lines_to_show(report: &Report) -> Result<Vec<String>> {
 /// counts are samples of `1 / cpu.sample_hz` s each, not lock calls).
 pub const CPU_SAMPLES_FRAME: &str = "cpu samples";
 
+/// The outermost frame of the folded lines of the inproc stubs' sampled
+/// stacks (their counts are samples, one in `inproc.stack_sample_every`
+/// acquisitions, not lock calls).
+pub const SAMPLED_CALLS_FRAME: &str = "sampled lock calls";
+
 /// One line per stack, outermost frame first, the lock as the leaf; stacks
-/// of CPU samples start with [`CPU_SAMPLES_FRAME`]. Reports recorded
+/// of CPU samples start with [`CPU_SAMPLES_FRAME`], the stubs' samples
+/// with [`SAMPLED_CALLS_FRAME`]. Reports recorded
 /// without `--stacks` give one frame per caller instead.
 pub fn folded_lines(report: &Report) -> Vec<String> {
     let lock_label = |address: u64| {
@@ -63,7 +69,11 @@ pub fn folded_lines(report: &Report) -> Vec<String> {
         for stack in &report.stacks {
             // CPU samples count samples, not calls: their own root frame,
             // so a flame graph shows them as a tree of their own.
-            let root = stack.is_cpu().then(|| CPU_SAMPLES_FRAME.to_string());
+            let root = if stack.is_cpu() {
+                Some(CPU_SAMPLES_FRAME.to_string())
+            } else {
+                stack.is_sampled().then(|| SAMPLED_CALLS_FRAME.to_string())
+            };
             let mut parts: Vec<String> = root.into_iter().collect();
             parts.push(folded_path(stack));
             parts.push(lock_label(stack.lock));
@@ -126,7 +136,13 @@ pub fn render_text(report: &Report, limit: usize) -> String {
             let mut frames: Vec<String> = stack.frames.iter().map(frame_label).collect();
             // Where the unwinder gave up, so a short stack says why.
             frames.extend(stack.ended_by.map(|end| format!("[{}]", end.describe())));
-            let what = if stack.is_cpu() { "cpu samples: " } else { "" };
+            let what = if stack.is_cpu() {
+                "cpu samples: "
+            } else if stack.is_sampled() {
+                "sampled calls: "
+            } else {
+                ""
+            };
             let route = stack
                 .route
                 .as_deref()

@@ -142,6 +142,7 @@ pub fn load_plan<'a>(
         inproc,
         kernel_locks: true,
         creation_sites: plan.view == View::Record && creation_sites(plan.mode),
+        inproc_samples: plan.mode == Mode::Inproc && plan.has(Feature::Stacks),
     }
 }
 
@@ -182,6 +183,7 @@ pub fn bench_load_plan(prepared: &Prepared, probes: BenchProbes) -> attach::Load
         inproc: None,
         kernel_locks: false,
         creation_sites: false,
+        inproc_samples: false,
     }
 }
 

@@ -82,6 +82,8 @@ pub struct LoadPlan<'a> {
     /// Snapshot every lock init call (where heap locks were created), with
     /// or without `--stacks`: `record`'s counting modes (all, inproc).
     pub creation_sites: bool,
+    /// `--mode inproc --stacks`: the stubs' sample call is traced.
+    pub inproc_samples: bool,
 }
 
 impl LoadPlan<'_> {
@@ -210,6 +212,9 @@ pub fn load(plan: &LoadPlan) -> Result<Loaded> {
     }
     let probe_count = attach_user_probes(&mut ebpf, plan)?;
     let kernel_locks_off = attach_tracepoints(&mut ebpf, plan.kernel_locks)?;
+    if plan.inproc_samples {
+        attach_inproc_samples(&mut ebpf)?;
+    }
     // Last: the samples then see every probe that will count in place.
     let cpu_off = plan
         .cpu
@@ -248,6 +253,17 @@ fn attach_tracepoints(ebpf: &mut Ebpf, kernel_locks: bool) -> Result<Option<Stri
     } else {
         None
     })
+}
+
+/// The stubs' sample call (`getppid`, see `inproc::stubs`).
+fn attach_inproc_samples(ebpf: &mut Ebpf) -> Result<()> {
+    let name = names::PROGRAM_INPROC_SAMPLE;
+    let program: &mut TracePoint = program(ebpf, name)?.try_into()?;
+    program.load().with_context(|| format!("loading {name}"))?;
+    program
+        .attach("syscalls", "sys_enter_getppid")
+        .context("attaching to the syscalls:sys_enter_getppid tracepoint (is tracefs mounted?)")?;
+    Ok(())
 }
 
 /// The tables userspace fills before the probes: the lock functions' code

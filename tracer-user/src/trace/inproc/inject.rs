@@ -539,7 +539,7 @@ pub fn traced_threads(pid: u32) -> Vec<(u32, u32)> {
         .collect()
 }
 
-fn threads(pid: u32) -> Vec<u32> {
+pub fn threads(pid: u32) -> Vec<u32> {
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
         return Vec::new();
     };

@@ -21,7 +21,7 @@ use super::stubs::{ENTRY_BITS, TABLE_BYTES};
 pub const MAGIC: [u8; 16] = *b"locktrace-inproc";
 /// Bumped when the layout or the stubs change: a mapping of another
 /// version is never reused (its entries are still restored).
-pub const VERSION: u64 = 2;
+pub const VERSION: u64 = 3;
 
 pub const HEADER: usize = 0x0000;
 pub const CODE: usize = 0x2000;

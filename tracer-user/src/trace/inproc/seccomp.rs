@@ -679,20 +679,38 @@ impl std::error::Error for Refusal {}
 
 impl fmt::Display for Refusal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.why_said(f)?;
+        write!(f, "; use --mode all, which writes nothing into the process")
+    }
+}
+
+impl Refusal {
+    /// The refusal without what to do instead.
+    pub fn reason(&self) -> String {
+        struct Reason<'a>(&'a Refusal);
+        impl fmt::Display for Reason<'_> {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                self.0.why_said(f)
+            }
+        }
+        Reason(self).to_string()
+    }
+
+    fn why_said(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let (pid, tid) = (self.pid, self.tid);
         match &self.why {
             Why::Strict => write!(
                 f,
                 "thread {tid} of process {pid} is in seccomp strict mode, which kills it on any syscall but read, write, exit and sigreturn"
-            )?,
+            ),
             Why::Unreadable(error) => write!(
                 f,
                 "process {pid} has a seccomp filter locktrace cannot read to check the calls it injects (thread {tid}: {error})"
-            )?,
+            ),
             Why::Malformed { filter, error } => write!(
                 f,
                 "process {pid} has a seccomp filter locktrace cannot evaluate (thread {tid}, filter {filter}: {error})"
-            )?,
+            ),
             Why::Stops {
                 call,
                 action,
@@ -703,11 +721,53 @@ impl fmt::Display for Refusal {
                 write!(
                     f,
                     "process {pid} has a seccomp filter that {may} {verb} the {call} locktrace injects{after} (thread {tid})"
-                )?
+                )
             }
         }
-        write!(f, "; use --mode all, which writes nothing into the process")
     }
+}
+
+/// The stubs' sample call (`--stacks`): `getppid`, from their code in
+/// locktrace's mapping (an address not known in advance).
+pub fn sample_call() -> InjectedCall {
+    InjectedCall {
+        name: "getppid",
+        nr: tracer_common::inproc_sample::SYSCALL_NR as i32,
+        args: [None; 6],
+        instruction_pointers: vec![None],
+    }
+}
+
+/// Whether every thread of `pid` lets the stubs' sample call through its
+/// seccomp filters (`stopped`: the thread the caller holds stopped). The
+/// filters of another filtered thread are read with it stopped for a
+/// moment, as `session` stops one; a thread a stop would disturb is not
+/// stopped, and sampling stays off. Err: why, one line.
+pub fn check_sample_call(pid: u32, stopped: u32) -> Result<(), String> {
+    let calls = [sample_call()];
+    for tid in inject::threads(pid) {
+        if matches!(mode(pid, tid), None | Some(0)) {
+            continue;
+        }
+        let checked = if tid == stopped {
+            check(pid, tid, &calls)
+        } else {
+            let place = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/syscall"))
+                .map(|line| inject::fit(&line))
+                .unwrap_or(inject::Fit::Unsafe);
+            if place == inject::Fit::Unsafe {
+                return Err(format!(
+                    "thread {tid} of process {pid} has a seccomp filter locktrace could not read without cutting a call of it short"
+                ));
+            }
+            let thread = inject::StoppedThread::stop(tid).map_err(|error| format!("{error:#}"))?;
+            let checked = check(pid, tid, &calls);
+            thread.release().map_err(|error| format!("{error:#}"))?;
+            checked
+        };
+        checked.map_err(|refusal| refusal.reason())?;
+    }
+    Ok(())
 }
 
 /// How a refusal says an action: the words before and after the call.

@@ -83,6 +83,8 @@ pub struct Session {
     /// Per function: mechanism and coverage, for the report.
     pub functions: Vec<InprocFunction>,
     pub restored_at_start: u64,
+    /// `--stacks`: one sample in this many acquisitions, or why none.
+    stack_sample: Option<Result<u64, String>>,
     finished: bool,
 }
 
@@ -99,8 +101,14 @@ pub struct Started {
 
 /// Switches every GOT entry of the lock functions in `functions` to a
 /// counting stub. Functions no module calls through a GOT are left to
-/// uprobes (returned in `uprobe_ops`).
-pub fn start(target: &Target, functions: &[LockFunction]) -> Result<Started> {
+/// uprobes (returned in `uprobe_ops`). `sample_every` (`--stacks`; a
+/// power of two): the stubs sample one acquisition in that many per
+/// slot, once every thread's seccomp filter lets their call through.
+pub fn start(
+    target: &Target,
+    functions: &[LockFunction],
+    sample_every: Option<u64>,
+) -> Result<Started> {
     let pid = target.pid;
     check_alone(target)?;
     let (leftovers, ignored) = leftovers(pid, &target.maps)?;
@@ -130,12 +138,19 @@ pub fn start(target: &Target, functions: &[LockFunction]) -> Result<Started> {
     let mut thread = stop_for(pid, &target.maps, &leftovers, cpu_tables)?;
     let source = source(pid, &target.maps, &leftovers, cpu_tables)?;
     check_seccomp(pid, &thread, &source, cpu_tables)?;
+    let stack_sample =
+        sample_every.map(|every| seccomp::check_sample_call(pid, thread.tid()).map(|()| every));
     let made = match &source {
         Source::New(gadgets) => Some(*gadgets),
         Source::Reuse(_) => None,
     };
     let (base, mut shared) = open_mapping(&mut thread, target, source, cpu_tables)?;
     let per_cpu = write_code(&mut shared, base, cpu_tables, &real);
+    if let Some(Ok(every)) = stack_sample {
+        let mask = every.saturating_sub(1);
+        let at = layout::CODE + stubs::SAMPLE_MASK;
+        shared[at..at + 8].copy_from_slice(&mask.to_le_bytes());
+    }
     let mut session = Session {
         pid,
         start_time: target.start_time,
@@ -149,6 +164,7 @@ pub fn start(target: &Target, functions: &[LockFunction]) -> Result<Started> {
         not_switched: 0,
         functions: Vec::new(),
         restored_at_start: 0,
+        stack_sample,
         finished: plan.switch.is_empty(),
     };
     let switched = session.write_in(&mut thread, &leftovers, &plan.switch);
@@ -518,7 +534,19 @@ impl Session {
             loaded_while_recording,
             restored_at_start: self.restored_at_start,
             restore,
+            stack_sample_every: self.stack_sample.clone().and_then(Result::ok),
+            stack_samples_off: self.stack_sample.clone().and_then(Result::err),
         }
+    }
+
+    /// `--stacks`: why the stubs take no samples (None: they do, or
+    /// were not asked to).
+    pub fn stack_samples_off(&self) -> Option<&str> {
+        self.stack_sample
+            .as_ref()?
+            .as_ref()
+            .err()
+            .map(String::as_str)
     }
 
     /// Modules with GOT entries for the lock functions that the target

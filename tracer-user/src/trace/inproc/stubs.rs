@@ -20,7 +20,14 @@
 //! the BPF side's counting, so both cover one interval.
 //! Stubs touch only the registers a call may clobber (rax, rcx, rdx,
 //! r8-r11, and rsi after the real function returned).
-use tracer_common::LOCK_OPS;
+//!
+//! Sampled stacks (`--stacks`): an acquisition counted with `lock xadd`
+//! whose old count has every bit of the sample mask set (one in mask + 1
+//! per slot; mask 0: never) makes a `getppid` with `r10` = the sample
+//! magic, `rdi` = the lock and `r8` = the op, whose tracepoint takes the
+//! stack (`tracer_common::inproc_sample`). `rsp` is the stub's entry `rsp`
+//! there on both paths, so `[rsp]` is the caller's return address.
+use tracer_common::{LOCK_OPS, inproc_sample};
 
 /// Offsets of the block's data words (filled by locktrace).
 pub const TABLES_BASE: usize = 0x00;
@@ -32,6 +39,9 @@ pub const CPU_TABLES: usize = 0x10;
 pub const OVERFLOW_BASE: usize = 0x18;
 /// `LOCK_OPS` words: the real function of each op (0: not patched).
 pub const REAL_FUNCTIONS: usize = 0x20;
+/// Sample mask: 2^k - 1 samples one acquisition in 2^k per (lock,
+/// caller, op) slot of a CPU's table; 0 (as copied) takes no sample.
+pub const SAMPLE_MASK: usize = 0x90;
 /// Stub of op `i` at `STUBS + i * STUB_STRIDE`.
 pub const STUBS: usize = 0xC0;
 pub const STUB_STRIDE: usize = 16;
@@ -49,11 +59,13 @@ pub const TABLE_BYTES: usize = 32 << ENTRY_BITS;
 /// `COUNT` macro's `mov r10d, 64`; a unit test holds the two together).
 pub const MAX_PROBES: u32 = 64;
 
-const _: () = assert!(REAL_FUNCTIONS + 8 * LOCK_OPS <= STUBS);
+const _: () = assert!(REAL_FUNCTIONS + 8 * LOCK_OPS <= SAMPLE_MASK);
+const _: () = assert!(SAMPLE_MASK + 8 <= STUBS);
 const _: () = assert!(STUBS + STUB_STRIDE * LOCK_OPS <= SYSCALL_SITE);
 
 // Numeric labels avoid digits 0 and 1 only: in Intel syntax `1b` reads as
-// a binary number.
+// a binary number. Braces are doubled: the block is a format string (the
+// sample call's numbers come from `tracer_common`).
 core::arch::global_asm!(
     r#"
     .pushsection .rodata.locktrace_inproc, "a"
@@ -65,6 +77,7 @@ locktrace_inproc_block:
 .Lcpu_tables:   .quad 0
 .Loverflow_base: .quad 0
 .Lreal:         .fill 14, 8, 0
+.Lsample_mask:  .quad 0
 
     .macro COUNT field
     mov rcx, r11
@@ -96,7 +109,23 @@ locktrace_inproc_block:
     cmp qword ptr [r8 + 8], rax
     jne 6f
 4:
+    .if \field == 16
+    mov ecx, 1
+    lock xadd qword ptr [r8 + 16], rcx
+    mov r9, qword ptr [rip + .Lsample_mask]
+    test r9, r9
+    jz 9f
+    and rcx, r9
+    cmp rcx, r9
+    jne 9f
+    mov r8, r11
+    movabs r10, {magic}
+    mov eax, {getppid}
+    syscall
+    mov r11, r8
+    .else
     lock inc qword ptr [r8 + \field]
+    .endif
     jmp 9f
 5:
     cmp qword ptr [r8], 0
@@ -213,7 +242,9 @@ locktrace_inproc_block:
     .globl locktrace_inproc_block_end
 locktrace_inproc_block_end:
     .popsection
-"#
+"#,
+    magic = const inproc_sample::MAGIC,
+    getppid = const inproc_sample::SYSCALL_NR,
 );
 
 unsafe extern "C" {
@@ -259,6 +290,36 @@ mod tests {
         // The probe limit in the asm is MAX_PROBES (mov r10d, imm32: 41 ba).
         let limit = [&[0x41, 0xba][..], &MAX_PROBES.to_le_bytes()].concat();
         assert!(block.windows(limit.len()).any(|w| w == limit));
+        // The sample call: movabs r10, MAGIC (49 ba imm64); mov eax,
+        // getppid; syscall. Once for the entry-counted path, once for the
+        // try path's successes (never for failures).
+        let sample = [
+            &[0x49, 0xba][..],
+            &inproc_sample::MAGIC.to_le_bytes(),
+            &[0xb8, 110, 0, 0, 0, 0x0f, 0x05],
+        ]
+        .concat();
+        let calls = block.windows(sample.len()).filter(|w| *w == sample).count();
+        assert_eq!(calls, 2);
+        // The mask word is read RIP-relative at SAMPLE_MASK: mov r9,
+        // [rip + disp32] (4c 8b 0d disp32) whose target is SAMPLE_MASK.
+        let mask_reads = (0..block.len() - 7)
+            .filter(|&at| {
+                block[at..at + 3] == [0x4c, 0x8b, 0x0d]
+                    && (at as i64
+                        + 7
+                        + i32::from_le_bytes(block[at + 3..at + 7].try_into().unwrap()) as i64)
+                        == SAMPLE_MASK as i64
+            })
+            .count();
+        assert_eq!(mask_reads, 2);
+        assert_eq!(&block[SAMPLE_MASK..SAMPLE_MASK + 8], &[0; 8]);
+        // Acquisitions count with lock xadd [r8 + 16], rcx (f0 49 0f c1 48
+        // 10), failures with lock inc [r8 + 24] (f0 49 ff 40 18).
+        let xadd = [0xf0, 0x49, 0x0f, 0xc1, 0x48, 0x10];
+        assert_eq!(block.windows(6).filter(|w| *w == xadd).count(), 2);
+        let failed = [0xf0, 0x49, 0xff, 0x40, 0x18];
+        assert_eq!(block.windows(5).filter(|w| *w == failed).count(), 1);
         // Injected code ends in rt_sigreturn (mov eax, 15; syscall), never
         // in a trap a dead tracer would turn into a signal.
         let sigreturn = [0xb8, 0x0f, 0, 0, 0, 0x0f, 0x05];
