@@ -30,7 +30,7 @@ use crate::{
     futex::saved_user_regs,
     maps::{
         EXITING, FLAGS, FREE_PID_OFFSET, KERNEL_LOCK_BEGINS, KERNEL_LOCK_EVENTS,
-        KERNEL_LOCK_STACKS, KERNEL_LOCKS, WAITING,
+        KERNEL_LOCK_STACKS, KERNEL_LOCKS, TARGET_TGID, WAITING,
     },
     php::current_route,
     stacks::record_stack_of,
@@ -176,11 +176,13 @@ pub fn kernel_lock_end(ctx: TracePointContext) -> u32 {
 }
 
 /// sched:sched_process_exit in a thread of the target: noted in `EXITING`
-/// until the thread is freed.
+/// until the thread is freed. Not the main thread: it is freed only once
+/// its parent reaps it, which may be never, or after the recording.
 #[tracepoint]
-pub fn thread_exit(ctx: TracePointContext) -> u32 {
-    if is_target(&ctx) {
-        let tid = bpf_get_current_pid_tgid() as u32;
+pub fn thread_exit(_ctx: TracePointContext) -> u32 {
+    let id = bpf_get_current_pid_tgid();
+    let (tgid, tid) = ((id >> 32) as u32, id as u32);
+    if tgid == TARGET_TGID.load() && tid != tgid {
         let _ = EXITING.insert(tid, 0, 0);
     }
     0

@@ -361,7 +361,7 @@ impl Session {
         let left = kernel_locks::wait_for_exited_threads(&self.loaded.ebpf)?;
         if left > 0 {
             note(format_args!(
-                "locktrace: {left} of the target's threads were not gone 0.5 s after its exit (a main thread is freed once its parent reaps it): kernel lock contentions in their last steps are not counted"
+                "locktrace: {left} of the target's exited threads were not freed 0.5 s after its exit: kernel lock contentions in their last steps may not be counted"
             ));
         }
         Ok(())

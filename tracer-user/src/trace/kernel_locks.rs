@@ -83,14 +83,14 @@ fn pid_offset_in(format: &str) -> Option<u32> {
 }
 
 /// How long a recording that ends with the target's exit waits for its
-/// threads to be gone (freed a grace period after their last switch,
-/// which needs the main thread reaped by its parent): a few ms measured.
+/// threads to be gone (freed a grace period after their last switch; the
+/// main thread, freed only when its parent reaps it, is not waited for).
 const EXIT_SETTLE: Duration = Duration::from_millis(500);
 
-/// Waits until no thread of the target that began to exit is left (the
-/// last ones still take kernel locks after the exit is announced: /proc's
-/// dentries flushed in `release_task`, the runqueue at the last switch),
-/// at most [`EXIT_SETTLE`]. Returns how many were left then.
+/// Waits until no thread of the target (but the main one) that began to
+/// exit is left: the last ones still take kernel locks after the exit is
+/// announced (/proc's dentries flushed in `release_task`, the runqueue at
+/// the last switch). At most [`EXIT_SETTLE`]; returns how many were left.
 pub fn wait_for_exited_threads(ebpf: &Ebpf) -> Result<usize> {
     let exiting: BpfHashMap<&MapData, u32, u8> =
         BpfHashMap::try_from(maps::map(ebpf, names::MAP_EXITING)?)?;
