@@ -26,7 +26,9 @@
 //! `--only franken-inproc`: part 5's `--mode inproc` row, all-locks and the floor,
 //! both also without the init probes (what creation sites cost);
 //! `--only snapshots`: part 7; `--only kernel-locks`: what the kernel lock
-//! tracepoints cost an uncontended workload, untraced, without and with them).
+//! tracepoints cost an uncontended workload and the real FrankenPHP under
+//! load, untraced, without and with them, and the kernel locks listed under
+//! that load).
 mod calibration;
 mod dist;
 mod fixtures;
@@ -34,6 +36,7 @@ mod franken_bench;
 mod http_bench;
 mod kernel_floor;
 mod kernel_locks_bench;
+mod kernel_locks_franken;
 mod loop_bench;
 mod results;
 mod savings_bench;
@@ -83,7 +86,8 @@ pub struct BenchArgs {
     /// `franken-inproc`: `--mode inproc` beside all-locks mode and the floor;
     /// `windows`: attaching and detaching a sampled window, by mechanism;
     /// `snapshots`: the cost of one stack snapshot and of `--stacks` per call;
-    /// `kernel-locks`: the kernel lock tracepoints on an uncontended workload).
+    /// `kernel-locks`: the kernel lock tracepoints on an uncontended workload
+    /// and on the real FrankenPHP under load).
     #[arg(long, value_enum)]
     pub only: Option<Part>,
 }
@@ -112,7 +116,8 @@ pub enum Part {
     /// measured saving, on lockcost, the demo's server and FrankenPHP.
     Savings,
     /// What the kernel lock tracepoints cost an uncontended workload
-    /// (fixtures/map_worker.c, one mapper), as a ratio to untraced.
+    /// (fixtures/map_worker.c, one mapper) and the real FrankenPHP under
+    /// load, as ratios to untraced; the kernel locks listed under that load.
     KernelLocks,
 }
 
@@ -199,6 +204,7 @@ fn bench(args: BenchArgs) -> Result<()> {
     }
     if runs(Part::KernelLocks) {
         report.push_str(&kernel_locks_bench::run(&bench)?);
+        report.push_str(&kernel_locks_franken::run(&bench)?);
     }
     results::write(&bench.out, &report)
 }
