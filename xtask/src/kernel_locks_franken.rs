@@ -86,7 +86,10 @@ fn measure(bench: &Bench) -> Result<String> {
             ratios[index].push(ratio);
             untraced.push(after);
             before = after;
-            if let Some(section) = traced.report.and_then(|report| report.kernel_locks) {
+            // The rounds with the programs left out have a section too,
+            // saying why it is empty.
+            let section = traced.report.and_then(|report| report.kernel_locks);
+            if let Some(section) = section.filter(|section| section.unavailable.is_none()) {
                 contentions.push(section.contentions as f64 / bench.seconds);
                 listed = Some(section);
             }
