@@ -66,6 +66,12 @@ pub const PROGRAM_KERNEL_LOCK_END: &str = "kernel_lock_end";
 pub const MAP_KERNEL_LOCKS: &str = "KERNEL_LOCKS";
 pub const MAP_KERNEL_LOCK_STACKS: &str = "KERNEL_LOCK_STACKS";
 pub const MAP_KERNEL_LOCK_EVENTS: &str = "KERNEL_LOCK_EVENTS";
+/// Tracepoints sched:sched_process_exit and sched_process_free, with the
+/// kernel lock ones: the target's threads exiting and not yet freed.
+pub const PROGRAM_THREAD_EXIT: &str = "thread_exit";
+pub const PROGRAM_THREAD_FREE: &str = "thread_free";
+pub const MAP_EXITING: &str = "EXITING";
+pub const GLOBAL_FREE_PID_OFFSET: &str = "FREE_PID_OFFSET";
 pub const MAP_CPU_LOCK_CODE: &str = "CPU_LOCK_CODE";
 pub const MAP_CPU_LOCKS: &str = "CPU_LOCKS";
 pub const MAP_CPU_COUNTS: &str = "CPU_COUNTS";
@@ -123,6 +129,8 @@ pub const PROGRAMS: &[&str] = &[
     PROGRAM_CPU_SAMPLE,
     PROGRAM_KERNEL_LOCK_BEGIN,
     PROGRAM_KERNEL_LOCK_END,
+    PROGRAM_THREAD_EXIT,
+    PROGRAM_THREAD_FREE,
 ];
 pub const MAPS: &[&str] = &[
     MAP_FAILED_TRIES,
@@ -164,6 +172,7 @@ pub const MAPS: &[&str] = &[
     MAP_KERNEL_LOCKS,
     MAP_KERNEL_LOCK_STACKS,
     MAP_KERNEL_LOCK_EVENTS,
+    MAP_EXITING,
 ];
 /// Maps only the BPF side uses (per-thread state between its programs).
 pub const BPF_ONLY_MAPS: &[&str] = &[
@@ -184,4 +193,5 @@ pub const GLOBALS: &[&str] = &[
     GLOBAL_LOCK_CODE_RANGES,
     GLOBAL_CPU_LOCK_CODE_RANGES,
     GLOBAL_KERNEL_CAPS,
+    GLOBAL_FREE_PID_OFFSET,
 ];

@@ -8,6 +8,10 @@
 //! A begin while the thread already waits is nested (a spinlock inside a
 //! rwsem's slow path, a mutex's spin before it sleeps) and only counted
 //! apart, as `perf lock contention` leaves it out.
+//! `thread_exit` and `thread_free` tell userspace when the threads of a
+//! target that exited are gone: the last thread's `release_task` announces
+//! the exit (pidfd, parent) and only then flushes /proc's dentries, which
+//! takes contended spinlocks.
 
 use aya_ebpf::{
     EbpfContext,
@@ -25,7 +29,8 @@ use crate::{
     cpu::SYS_FUTEX,
     futex::saved_user_regs,
     maps::{
-        FLAGS, KERNEL_LOCK_BEGINS, KERNEL_LOCK_EVENTS, KERNEL_LOCK_STACKS, KERNEL_LOCKS, WAITING,
+        EXITING, FLAGS, FREE_PID_OFFSET, KERNEL_LOCK_BEGINS, KERNEL_LOCK_EVENTS,
+        KERNEL_LOCK_STACKS, KERNEL_LOCKS, TARGET_TGID, WAITING,
     },
     php::current_route,
     stacks::record_stack_of,
@@ -167,5 +172,32 @@ pub fn kernel_lock_end(ctx: TracePointContext) -> u32 {
             raise_to(&mut (*counts).max_wait_ns, waited);
         }
     }
+    0
+}
+
+/// sched:sched_process_exit in a thread of the target: noted in `EXITING`
+/// until the thread is freed. Not the main thread: it is freed only once
+/// its parent reaps it, which may be never, or after the recording.
+#[tracepoint]
+pub fn thread_exit(_ctx: TracePointContext) -> u32 {
+    let id = bpf_get_current_pid_tgid();
+    let (tgid, tid) = ((id >> 32) as u32, id as u32);
+    if tgid == TARGET_TGID.load() && tid != tgid {
+        let _ = EXITING.insert(tid, 0, 0);
+    }
+    0
+}
+
+/// sched:sched_process_free: the task's last reference went, which comes
+/// only after its last switch off the CPU (`finish_task_switch` drops one
+/// of the two `rcu_users`, `release_task` the other) and a grace period:
+/// no contention of that thread can follow. Runs in whichever task frees
+/// it, so the thread is the record's `pid`, not the current task.
+#[tracepoint]
+pub fn thread_free(ctx: TracePointContext) -> u32 {
+    // SAFETY: a probe read of the record (the offset is the format file's,
+    // set before load); a failed read leaves 0, no thread's id.
+    let tid: u32 = unsafe { ctx.read_at(FREE_PID_OFFSET.load() as usize) }.unwrap_or(0);
+    let _ = EXITING.remove(tid);
     0
 }

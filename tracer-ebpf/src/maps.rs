@@ -40,6 +40,11 @@ pub(crate) static LOCK_CODE_RANGES: Global<u32> = Global::new(0);
 /// kernel lacks sits in dead code and is never checked.
 #[unsafe(no_mangle)]
 pub(crate) static KERNEL_CAPS: Global<u32> = Global::new(0);
+/// The offset of `pid` in sched:sched_process_free's record (its format
+/// file: 24 with `comm` inline, 12 where `comm` is a `__data_loc`, 6.x);
+/// set by userspace before load.
+#[unsafe(no_mangle)]
+pub(crate) static FREE_PID_OFFSET: Global<u32> = Global::new(0);
 
 /// Kernels without attach cookies: the probe point's address in the
 /// target → its cookie (userspace fills it at attach).
@@ -215,6 +220,11 @@ pub(crate) static KERNEL_LOCKS: HashMap<KernelLockKey, KernelLockCounts> =
 #[map]
 pub(crate) static KERNEL_LOCK_BEGINS: HashMap<u32, KernelLockBegin> =
     HashMap::with_max_entries(MAX_WAITING_THREADS, 0);
+/// The target's threads that began to exit (sched_process_exit) and are
+/// not freed yet: a recording that ends with the target's exit waits for
+/// none to be left before it stops counting (see `kernlocks::thread_free`).
+#[map]
+pub(crate) static EXITING: HashMap<u32, u8> = HashMap::with_max_entries(MAX_THREADS, 0);
 /// Kernel stacks of the contentions' begins.
 #[map]
 pub(crate) static KERNEL_LOCK_STACKS: StackTrace =

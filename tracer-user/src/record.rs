@@ -311,6 +311,9 @@ async fn trace(
     }
     let duration_s = live.started.elapsed().as_secs_f64();
     let cpu_at_end = live.clock.as_mut().and_then(TargetClock::latest);
+    if stopped_by == StopReason::TargetExited {
+        live.session.wait_for_exited_threads()?;
+    }
     live.session.stop()?;
     let seen = watch.finish();
     let mut finished = live.session.finish(stopped_by, |collected| {

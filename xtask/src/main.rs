@@ -27,7 +27,9 @@
 //! both also without the init probes (what creation sites cost);
 //! `--only franken-inproc-parts`: inproc with each part beside its stubs left out;
 //! `--only snapshots`: part 7; `--only kernel-locks`: what the kernel lock
-//! tracepoints cost an uncontended workload, untraced, without and with them).
+//! tracepoints cost an uncontended workload and the real FrankenPHP under
+//! load, untraced, without and with them, and the kernel locks listed under
+//! that load).
 mod calibration;
 mod dist;
 mod fixtures;
@@ -35,6 +37,7 @@ mod franken_bench;
 mod http_bench;
 mod kernel_floor;
 mod kernel_locks_bench;
+mod kernel_locks_franken;
 mod loop_bench;
 mod results;
 mod savings_bench;
@@ -85,7 +88,8 @@ pub struct BenchArgs {
     /// `franken-inproc-parts`: `--mode inproc` with each part beside its stubs left out;
     /// `windows`: attaching and detaching a sampled window, by mechanism;
     /// `snapshots`: the cost of one stack snapshot and of `--stacks` per call;
-    /// `kernel-locks`: the kernel lock tracepoints on an uncontended workload).
+    /// `kernel-locks`: the kernel lock tracepoints on an uncontended workload
+    /// and on the real FrankenPHP under load).
     #[arg(long, value_enum)]
     pub only: Option<Part>,
 }
@@ -117,7 +121,8 @@ pub enum Part {
     /// measured saving, on lockcost, the demo's server and FrankenPHP.
     Savings,
     /// What the kernel lock tracepoints cost an uncontended workload
-    /// (fixtures/map_worker.c, one mapper), as a ratio to untraced.
+    /// (fixtures/map_worker.c, one mapper) and the real FrankenPHP under
+    /// load, as ratios to untraced; the kernel locks listed under that load.
     KernelLocks,
 }
 
@@ -210,6 +215,7 @@ fn bench(args: BenchArgs) -> Result<()> {
     }
     if runs(Part::KernelLocks) {
         report.push_str(&kernel_locks_bench::run(&bench)?);
+        report.push_str(&kernel_locks_franken::run(&bench)?);
     }
     results::write(&bench.out, &report)
 }

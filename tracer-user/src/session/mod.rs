@@ -355,6 +355,20 @@ impl Session {
         })
     }
 
+    /// Once the target has exited: waits until its last threads are gone
+    /// (with the kernel lock programs; see
+    /// [`kernel_locks::wait_for_exited_threads`]), so that the contentions
+    /// of their last steps are counted before [`Session::stop`].
+    pub fn wait_for_exited_threads(&self) -> Result<()> {
+        let left = kernel_locks::wait_for_exited_threads(&self.loaded.ebpf)?;
+        if left > 0 {
+            note(format_args!(
+                "locktrace: {left} of the target's exited threads were not freed 0.5 s after its exit: kernel lock contentions in their last steps may not be counted"
+            ));
+        }
+        Ok(())
+    }
+
     /// Stops the BPF programs counting; returns once no increment is in
     /// flight, so the reads that follow cover one interval.
     pub fn stop(&mut self) -> Result<()> {

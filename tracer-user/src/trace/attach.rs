@@ -181,6 +181,11 @@ pub fn load(plan: &LoadPlan) -> Result<Loaded> {
             &KernelFeatures::get().caps(),
             true,
         )
+        .override_global(
+            names::GLOBAL_FREE_PID_OFFSET,
+            &super::kernel_locks::free_pid_offset().unwrap_or(0),
+            true,
+        )
         // The snapshot ring takes 32 MiB of kernel memory only for --stacks.
         .map_max_entries(names::MAP_SNAPSHOTS, snapshot_ring_bytes(plan))
         .load(&object)

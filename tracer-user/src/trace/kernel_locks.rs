@@ -2,7 +2,11 @@
 //! 5.19+): attached when the kernel has the tracepoints, else the reason in
 //! one line and the recording goes on without them; read into
 //! [`KernelLocksCollected`] at the end.
-use std::{collections::HashMap, path::Path};
+use std::{
+    collections::HashMap,
+    path::Path,
+    time::{Duration, Instant},
+};
 
 use anyhow::{Context, Result};
 use aya::{
@@ -33,25 +37,71 @@ pub fn attach(ebpf: &mut Ebpf) -> Result<(), String> {
             "this kernel has no lock:contention_begin tracepoint (Linux 5.19+ has it)",
         ));
     }
-    for (name, event) in [
-        (names::PROGRAM_KERNEL_LOCK_END, "contention_end"),
-        (names::PROGRAM_KERNEL_LOCK_BEGIN, "contention_begin"),
+    // The end program first: every contention begun is then seen to end.
+    // The threads' exits before either: a thread that contends is then
+    // waited for when the target exits.
+    for (name, category, event) in [
+        (names::PROGRAM_THREAD_FREE, "sched", "sched_process_free"),
+        (names::PROGRAM_THREAD_EXIT, "sched", "sched_process_exit"),
+        (names::PROGRAM_KERNEL_LOCK_END, "lock", "contention_end"),
+        (names::PROGRAM_KERNEL_LOCK_BEGIN, "lock", "contention_begin"),
     ] {
-        attach_one(ebpf, name, event)
-            .map_err(|error| format!("attaching to lock:{event} failed: {error:#}"))?;
+        attach_one(ebpf, name, category, event)
+            .map_err(|error| format!("attaching to {category}:{event} failed: {error:#}"))?;
     }
     Ok(())
 }
 
-/// The end program first: every contention begun is then seen to end.
-fn attach_one(ebpf: &mut Ebpf, name: &str, event: &str) -> Result<()> {
+fn attach_one(ebpf: &mut Ebpf, name: &str, category: &str, event: &str) -> Result<()> {
     let program: &mut TracePoint = ebpf
         .program_mut(name)
         .with_context(|| format!("BPF object lacks program {name}"))?
         .try_into()?;
     program.load()?;
-    program.attach("lock", event)?;
+    program.attach(category, event)?;
     Ok(())
+}
+
+/// The offset of `pid` in sched:sched_process_free's record, from its
+/// format file (12 on 6.x, where `comm` is a `__data_loc`; 24 before).
+/// None without tracefs: the kernel lock programs are then left out anyway.
+pub fn free_pid_offset() -> Option<u32> {
+    TRACEFS_DIRS.iter().find_map(|dir| {
+        let format = Path::new(dir).join("events/sched/sched_process_free/format");
+        let text = std::fs::read_to_string(format).ok()?;
+        pid_offset_in(&text)
+    })
+}
+
+/// The offset of the `pid_t pid` field in a tracepoint's format text.
+fn pid_offset_in(format: &str) -> Option<u32> {
+    let line = format
+        .lines()
+        .find(|line| line.contains("pid_t pid;") && !line.contains("common_pid"))?;
+    let rest = &line[line.find("offset:")? + "offset:".len()..];
+    rest[..rest.find(';')?].trim().parse().ok()
+}
+
+/// How long a recording that ends with the target's exit waits for its
+/// threads to be gone (freed a grace period after their last switch; the
+/// main thread, freed only when its parent reaps it, is not waited for).
+const EXIT_SETTLE: Duration = Duration::from_millis(500);
+
+/// Waits until no thread of the target (but the main one) that began to
+/// exit is left: the last ones still take kernel locks after the exit is
+/// announced (/proc's dentries flushed in `release_task`, the runqueue at
+/// the last switch). At most [`EXIT_SETTLE`]; returns how many were left.
+pub fn wait_for_exited_threads(ebpf: &Ebpf) -> Result<usize> {
+    let exiting: BpfHashMap<&MapData, u32, u8> =
+        BpfHashMap::try_from(maps::map(ebpf, names::MAP_EXITING)?)?;
+    let started = Instant::now();
+    loop {
+        let left = exiting.keys().filter(Result::is_ok).count();
+        if left == 0 || started.elapsed() >= EXIT_SETTLE {
+            return Ok(left);
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
 }
 
 /// The counts, the kernel stacks they name and the programs' events; or
@@ -92,4 +142,18 @@ pub fn read(ebpf: &Ebpf, unavailable: Option<String>) -> Result<KernelLocksColle
         stacks,
         events,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::pid_offset_in;
+
+    #[test]
+    fn the_pid_offset_of_both_formats_of_sched_process_free() {
+        let newer = "\tfield:int common_pid;\toffset:4;\tsize:4;\tsigned:1;\n\n\tfield:__data_loc char[] comm;\toffset:8;\tsize:4;\tsigned:0;\n\tfield:pid_t pid;\toffset:12;\tsize:4;\tsigned:1;\n";
+        assert_eq!(pid_offset_in(newer), Some(12));
+        let older = "\tfield:int common_pid;\toffset:4;\tsize:4;\tsigned:1;\n\n\tfield:char comm[16];\toffset:8;\tsize:16;\tsigned:0;\n\tfield:pid_t pid;\toffset:24;\tsize:4;\tsigned:1;\n";
+        assert_eq!(pid_offset_in(older), Some(24));
+        assert_eq!(pid_offset_in("no such field"), None);
+    }
 }
