@@ -26,7 +26,10 @@
 //! `--only franken-inproc`: part 5's `--mode inproc` row, all-locks and the floor,
 //! both also without the init probes (what creation sites cost);
 //! `--only snapshots`: part 7; `--only kernel-locks`: what the kernel lock
-//! tracepoints cost an uncontended workload, untraced, without and with them).
+//! tracepoints cost an uncontended workload, untraced, without and with them;
+//! `--only agent`: `locktrace agent`'s own CPU and the real FrankenPHP's
+//! throughput with the agent on against off).
+mod agent_bench;
 mod calibration;
 mod dist;
 mod fixtures;
@@ -83,7 +86,8 @@ pub struct BenchArgs {
     /// `franken-inproc`: `--mode inproc` beside all-locks mode and the floor;
     /// `windows`: attaching and detaching a sampled window, by mechanism;
     /// `snapshots`: the cost of one stack snapshot and of `--stacks` per call;
-    /// `kernel-locks`: the kernel lock tracepoints on an uncontended workload).
+    /// `kernel-locks`: the kernel lock tracepoints on an uncontended workload;
+    /// `agent`: the agent's own CPU and FrankenPHP's throughput with it).
     #[arg(long, value_enum)]
     pub only: Option<Part>,
 }
@@ -114,6 +118,9 @@ pub enum Part {
     /// What the kernel lock tracepoints cost an uncontended workload
     /// (fixtures/map_worker.c, one mapper), as a ratio to untraced.
     KernelLocks,
+    /// `locktrace agent` watching the real FrankenPHP under load: the
+    /// throughput with it on against off, and its own CPU.
+    Agent,
 }
 
 fn positive_seconds(text: &str) -> Result<f64, String> {
@@ -199,6 +206,9 @@ fn bench(args: BenchArgs) -> Result<()> {
     }
     if runs(Part::KernelLocks) {
         report.push_str(&kernel_locks_bench::run(&bench)?);
+    }
+    if runs(Part::Agent) {
+        report.push_str(&agent_bench::run(&bench)?);
     }
     results::write(&bench.out, &report)
 }

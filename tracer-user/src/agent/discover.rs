@@ -1,11 +1,19 @@
-//! Finding the processes to watch: a scan of /proc, each process judged once
-//! per executable (an `exec` gets it judged again).
-use std::collections::{HashMap, HashSet};
+//! Finding the processes to watch: each process judged once per
+//! executable, as it execs (the proc connector's events, see
+//! [`crate::trace::proc_connector`]) and at each scan of /proc (the safety net).
+use std::{
+    collections::{HashMap, HashSet},
+    time::{Duration, Instant},
+};
 
 use crate::{
     model::ServerKind,
-    probe::{request_auto, target::Target},
+    probe::{lockfuncs, request_auto, target::Target},
 };
+
+/// A process that just exec'd is judged once its dynamic loader has mapped
+/// its libraries (libphp shows then), or after this long anyway.
+const STARTING_WAIT: Duration = Duration::from_secs(2);
 
 /// `--exe` and `--cgroup`: with any, the processes they match instead of
 /// the PHP servers.
@@ -58,6 +66,9 @@ pub struct Discovery {
     selectors: Selectors,
     /// Every process seen, with the executable it was judged with.
     judged: HashMap<u32, String>,
+    /// Processes that exec'd, to be judged once they are past their
+    /// dynamic loader, with when their exec was seen.
+    starting: HashMap<u32, Instant>,
     own_pid: u32,
 }
 
@@ -66,8 +77,51 @@ impl Discovery {
         Discovery {
             selectors,
             judged: HashMap::new(),
+            starting: HashMap::new(),
             own_pid: std::process::id(),
         }
+    }
+
+    /// Process `pid` exec'd: it is judged afresh by [`Discovery::starting`].
+    pub fn exec(&mut self, pid: u32) {
+        if pid != self.own_pid {
+            self.judged.remove(&pid);
+            self.starting.insert(pid, Instant::now());
+        }
+    }
+
+    /// Whether processes that exec'd wait to be judged.
+    pub fn any_starting(&self) -> bool {
+        !self.starting.is_empty()
+    }
+
+    /// The processes that exec'd and match, judged as soon as their
+    /// libraries are mapped (a process still in its loader shows no
+    /// libphp, and attaching it would wait); `watched` are skipped.
+    pub fn starting(&mut self, watched: &HashSet<u32>) -> Vec<(Found, Instant)> {
+        let mut found = Vec::new();
+        let pids: Vec<(u32, Instant)> = self.starting.iter().map(|(p, t)| (*p, *t)).collect();
+        for (pid, since) in pids {
+            let target = match watched.contains(&pid) {
+                true => None,
+                false => Target::open(pid).ok(),
+            };
+            let Some(target) = target else {
+                // Watched already, gone, or a kernel thread.
+                self.starting.remove(&pid);
+                continue;
+            };
+            if lockfuncs::still_starting(&target) && since.elapsed() < STARTING_WAIT {
+                continue;
+            }
+            self.starting.remove(&pid);
+            let exe = target.exe.clone();
+            self.judged.insert(pid, exe.clone());
+            if let Some(process) = self.judge(pid, exe) {
+                found.push((process, since));
+            }
+        }
+        found
     }
 
     /// The processes newly matching since the previous scan (`watched` are
@@ -87,7 +141,7 @@ impl Discovery {
                 continue;
             };
             present.insert(pid);
-            if pid == self.own_pid || watched.contains(&pid) {
+            if pid == self.own_pid || watched.contains(&pid) || self.starting.contains_key(&pid) {
                 continue;
             }
             // Kernel threads have no executable.
@@ -104,6 +158,7 @@ impl Discovery {
             }
         }
         self.judged.retain(|pid, _| present.contains(pid));
+        self.starting.retain(|pid, _| present.contains(pid));
         found
     }
 

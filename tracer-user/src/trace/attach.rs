@@ -183,6 +183,7 @@ pub fn load(plan: &LoadPlan) -> Result<Loaded> {
         .map_max_entries(names::MAP_SNAPSHOTS, snapshot_ring_bytes(plan))
         .load(&object)
         .map_err(|error| features::refused(&error))?;
+    let object_loaded = started.elapsed();
     fill_tables(&mut ebpf, plan.flags, &lock_code)?;
     // Sampled mode: lock calls count only inside the sampler's windows.
     let counting = if plan.flags & flags::SAMPLED != 0 {
@@ -208,8 +209,18 @@ pub fn load(plan: &LoadPlan) -> Result<Loaded> {
             .load()
             .with_context(|| format!("loading the BPF program {name}"))?;
     }
+    let programs_loaded = started.elapsed();
     let probe_count = attach_user_probes(&mut ebpf, plan)?;
+    let probes_attached = started.elapsed();
     let kernel_locks_off = attach_tracepoints(&mut ebpf, plan.kernel_locks)?;
+    // Where an attach's time goes (`RUST_LOG=debug`).
+    log::debug!(
+        "pid {tgid}: BPF object loaded after {} ms, programs after {} ms, {probe_count} probes attached after {} ms, tracepoints after {} ms",
+        object_loaded.as_millis(),
+        programs_loaded.as_millis(),
+        probes_attached.as_millis(),
+        started.elapsed().as_millis()
+    );
     // Last: the samples then see every probe that will count in place.
     let cpu_off = plan
         .cpu
