@@ -709,15 +709,20 @@ fn start_agent_as(
     (lines, pid)
 }
 
-/// `steady 10 100 60` (1000 g_lock calls once started) alone in cgroup `top`.
-fn steady_alone(root: &Path, top: &str, binary: &Path) -> (Cleanup, Fixture) {
+/// Cgroup `top` made, and removed by the cleanup.
+fn alone_in(root: &Path, top: &str) -> Cleanup {
     std::fs::create_dir_all(root.join(top)).unwrap();
-    let mut cleanup = Cleanup {
+    Cleanup {
         agent: None,
         prometheus: None,
         pids: Vec::new(),
         dirs: vec![root.join(top)],
-    };
+    }
+}
+
+/// `steady 10 100 60` (1000 g_lock calls once started) alone in cgroup `top`.
+fn steady_alone(root: &Path, top: &str, binary: &Path) -> (Cleanup, Fixture) {
+    let mut cleanup = alone_in(root, top);
     let target = spawn_with(&root.join(top), binary, &["10", "100", "60"]);
     cleanup.pids.push(target.pid());
     (cleanup, target)
@@ -1053,13 +1058,7 @@ fn the_last_partial_interval_is_pushed_at_the_stop() {
     let exe = binary.file_name().unwrap().to_str().unwrap().to_string();
     let root = cgroup_root();
     let top = format!("locktrace-lastpush-{}.slice", std::process::id());
-    std::fs::create_dir_all(root.join(&top)).unwrap();
-    let mut cleanup = Cleanup {
-        agent: None,
-        prometheus: None,
-        pids: Vec::new(),
-        dirs: vec![root.join(&top)],
-    };
+    let mut cleanup = alone_in(&root, &top);
     let mut target = spawn_with(&root.join(&top), &binary, &["10", "2500", "60"]);
     cleanup.pids.push(target.pid());
     let (receiver_port, posted, _receiving) = start_receiver();
@@ -1127,13 +1126,7 @@ fn without_the_connector_the_scan_finds_new_processes() {
     let exe = binary.file_name().unwrap().to_str().unwrap().to_string();
     let root = cgroup_root();
     let top = format!("locktrace-noconnector-{}.slice", std::process::id());
-    std::fs::create_dir_all(root.join(&top)).unwrap();
-    let mut cleanup = Cleanup {
-        agent: None,
-        prometheus: None,
-        pids: Vec::new(),
-        dirs: vec![root.join(&top)],
-    };
+    let mut cleanup = alone_in(&root, &top);
     let mut command = locktrace();
     // linux/capability.h
     const CAP_NET_ADMIN: libc::c_ulong = 12;

@@ -136,6 +136,17 @@ impl Attached {
     }
 }
 
+/// Where an attach's time goes (`RUST_LOG=debug`): the times since its start.
+fn log_stages(tgid: u32, [object, programs, probes]: [Duration; 3], all: Duration) {
+    log::debug!(
+        "pid {tgid}: BPF object loaded after {} ms, programs after {} ms, probes attached after {} ms, tracepoints after {} ms",
+        object.as_millis(),
+        programs.as_millis(),
+        probes.as_millis(),
+        all.as_millis()
+    );
+}
+
 /// Loads the object, loads the uprobe programs, attaches what the plan says now.
 pub fn load(plan: &LoadPlan) -> Result<Loaded> {
     let started = Instant::now();
@@ -213,14 +224,8 @@ pub fn load(plan: &LoadPlan) -> Result<Loaded> {
     let probe_count = attach_user_probes(&mut ebpf, plan)?;
     let probes_attached = started.elapsed();
     let kernel_locks_off = attach_tracepoints(&mut ebpf, plan.kernel_locks)?;
-    // Where an attach's time goes (`RUST_LOG=debug`).
-    log::debug!(
-        "pid {tgid}: BPF object loaded after {} ms, programs after {} ms, {probe_count} probes attached after {} ms, tracepoints after {} ms",
-        object_loaded.as_millis(),
-        programs_loaded.as_millis(),
-        probes_attached.as_millis(),
-        started.elapsed().as_millis()
-    );
+    let stages = [object_loaded, programs_loaded, probes_attached];
+    log_stages(tgid, stages, started.elapsed());
     // Last: the samples then see every probe that will count in place.
     let cpu_off = plan
         .cpu
