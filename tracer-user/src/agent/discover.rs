@@ -11,9 +11,14 @@ use crate::{
     probe::{lockfuncs, request_auto, target::Target},
 };
 
-/// A process that just exec'd is judged once its dynamic loader has mapped
-/// its libraries (libphp shows then), or after this long anyway.
+/// A wanted process that just exec'd is judged once its dynamic loader
+/// has mapped its libraries (attaching then needs no wait), or after this
+/// long anyway.
 const STARTING_WAIT: Duration = Duration::from_secs(2);
+/// Without selectors, a process that does not look like PHP yet is looked
+/// at again this long after its exec: its loader may not have mapped
+/// libphp yet (a few ms; the margin is for a loaded machine).
+const SETTLE: Duration = Duration::from_millis(200);
 
 /// `--exe` and `--cgroup`: with any, the processes they match instead of
 /// the PHP servers.
@@ -95,27 +100,33 @@ impl Discovery {
         !self.starting.is_empty()
     }
 
-    /// The processes that exec'd and match, judged as soon as their
-    /// libraries are mapped (a process still in its loader shows no
-    /// libphp, and attaching it would wait); `watched` are skipped.
+    /// The processes that exec'd and match, each judged as soon as its
+    /// libraries are mapped; `watched` are skipped. Most execs on a
+    /// machine are not wanted: they are turned down by the cheap reads
+    /// (executable, maps, cgroup) before anything else.
     pub fn starting(&mut self, watched: &HashSet<u32>) -> Vec<(Found, Instant)> {
         let mut found = Vec::new();
         let pids: Vec<(u32, Instant)> = self.starting.iter().map(|(p, t)| (*p, *t)).collect();
         for (pid, since) in pids {
-            let target = match watched.contains(&pid) {
+            let exe = match watched.contains(&pid) {
                 true => None,
-                false => Target::open(pid).ok(),
+                false => std::fs::read_link(format!("/proc/{pid}/exe")).ok(),
             };
-            let Some(target) = target else {
+            let Some(exe) = exe.map(|exe| exe.to_string_lossy().into_owned()) else {
                 // Watched already, gone, or a kernel thread.
                 self.starting.remove(&pid);
                 continue;
             };
-            if lockfuncs::still_starting(&target) && since.elapsed() < STARTING_WAIT {
+            if self.wanted(pid, &exe).is_none() {
+                if !self.selectors.any() && since.elapsed() < SETTLE {
+                    continue;
+                }
+            } else if Target::open(pid).is_ok_and(|target| lockfuncs::still_starting(&target))
+                && since.elapsed() < STARTING_WAIT
+            {
                 continue;
             }
             self.starting.remove(&pid);
-            let exe = target.exe.clone();
             self.judged.insert(pid, exe.clone());
             if let Some(process) = self.judge(pid, exe) {
                 found.push((process, since));
@@ -162,25 +173,33 @@ impl Discovery {
         found
     }
 
-    fn judge(&self, pid: u32, exe: String) -> Option<Found> {
+    /// The cheap part of judging, cheapest read first: the selectors (or,
+    /// without them, a name or a mapped library saying PHP), then the
+    /// cgroup. The process's cgroup path when it passes.
+    fn wanted(&self, pid: u32, exe: &str) -> Option<String> {
+        let by_name = self.selectors.exe.iter().any(|e| e == exe_name(exe));
+        if self.selectors.any() && !by_name && self.selectors.cgroup.is_empty() {
+            return None;
+        }
+        if !self.selectors.any() {
+            let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
+            if !request_auto::may_be_php(exe, &maps) {
+                return None;
+            }
+        }
         let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
         let cgroup = super::labels::cgroup_path(&cgroup)
             .unwrap_or("")
             .to_string();
-        if !self.selectors.within(&cgroup) {
-            return None;
-        }
-        let server = if self.selectors.any() {
-            if !self.selectors.matches(&exe, &cgroup) {
-                return None;
-            }
-            None
-        } else {
-            let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
-            if !request_auto::may_be_php(&exe, &maps) {
-                return None;
-            }
-            Some(request_auto::recognise(&Target::open(pid).ok()?)?)
+        let selected = !self.selectors.any() || self.selectors.matches(exe, &cgroup);
+        (selected && self.selectors.within(&cgroup)).then_some(cgroup)
+    }
+
+    fn judge(&self, pid: u32, exe: String) -> Option<Found> {
+        let cgroup = self.wanted(pid, &exe)?;
+        let server = match self.selectors.any() {
+            true => None,
+            false => Some(request_auto::recognise(&Target::open(pid).ok()?)?),
         };
         Some(Found {
             pid,
