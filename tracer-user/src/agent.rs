@@ -184,7 +184,15 @@ pub async fn run(options: &AgentOptions) -> Result<std::process::ExitCode> {
         pages: Some(pprof_pages(shared.clone())),
     };
     let events = match Connector::open() {
-        Ok(events) => Some(events),
+        Ok(events) => {
+            // Unfiltered, every thread's start and end would wake the watcher.
+            if let Err(error) = events.only_execs_and_process_exits() {
+                note(format_args!(
+                    "locktrace: agent: the proc connector's events are not filtered in the kernel ({error}): more wakeups on a busy machine"
+                ));
+            }
+            Some(events)
+        }
         Err(error) => {
             note(format_args!(
                 "locktrace: agent: no exec events from the kernel's proc connector ({error}): new processes are found by the /proc scan alone, up to {} ms late (the connector needs CAP_NET_ADMIN in the host's network namespace)",
@@ -439,6 +447,8 @@ impl Watcher {
         while !stop.load(Ordering::Relaxed) {
             let scan_start = Instant::now();
             self.release_exited();
+            // Execs already told are judged as they start, not by the scan.
+            self.events(Duration::ZERO);
             let watched: HashSet<u32> = self.watched.keys().copied().collect();
             for found in self.discovery.scan(&watched) {
                 self.attach(found, None);
@@ -466,7 +476,7 @@ impl Watcher {
             let next = scan_start + SCAN_EVERY;
             while !stop.load(Ordering::Relaxed) && Instant::now() < next {
                 self.read_requested();
-                if !self.pause() {
+                if !self.events(PAUSE) {
                     break;
                 }
             }
@@ -489,18 +499,18 @@ impl Watcher {
         }
     }
 
-    /// Waits [`PAUSE`] for exec and exit events and acts on them: a
+    /// Waits up to `wait` for exec and exit events and acts on them: a
     /// process that exec'd is judged (and attached) as soon as its
     /// libraries are mapped, a watched one that exited is released. False
     /// when events were lost: the caller scans /proc now.
-    fn pause(&mut self) -> bool {
+    fn events(&mut self, wait: Duration) -> bool {
         let Some(events) = &mut self.events else {
-            std::thread::sleep(PAUSE);
+            std::thread::sleep(wait);
             return true;
         };
         let mut complete = true;
         let mut exited = false;
-        match events.wait(PAUSE) {
+        match events.wait(wait) {
             Ok(Events::Some(events)) => {
                 for event in events {
                     match event {

@@ -6,7 +6,8 @@
 //! seconds, per watched process. The agent finds the server by its default
 //! discovery (narrowed with `--within-cgroup` to the server's own cgroup,
 //! so other PHP processes on the machine are not watched) and is started
-//! afresh each round; its attach is not timed.
+//! afresh each round; its attach and a warm-up under load (the first
+//! reads name the server's locks) are not measured.
 use std::{
     io::{BufRead, BufReader},
     path::Path,
@@ -22,6 +23,8 @@ use crate::{
     franken_bench::{self, ExclusiveLock},
 };
 
+/// Seconds of load after the attach, before the measured run.
+const WARM_UP_S: f64 = 3.0;
 /// How long the agent gets to find and attach the server.
 const ATTACH_WAIT: Duration = Duration::from_secs(60);
 
@@ -137,7 +140,15 @@ fn watched_round(
             }
         }
     }
+    // The first reads name the server's locks as they show up: a one-off,
+    // not the steady cost measured here.
+    let (cpu_attached, warming) = (cpu_seconds(agent.id())?, Instant::now());
+    wrk(WARM_UP_S)?;
     let (cpu_before, at) = (cpu_seconds(agent.id())?, Instant::now());
+    eprintln!(
+        "agent: {:.2}% of one core during the warm-up",
+        100.0 * (cpu_before - cpu_attached) / warming.elapsed().as_secs_f64()
+    );
     let requests_per_s = wrk(bench.seconds)?;
     let cpu = cpu_seconds(agent.id())? - cpu_before;
     // One watched process: its share is the whole agent's.
@@ -213,7 +224,8 @@ fn table(bench: &Bench, untraced: &[f64], rounds: &[AgentRound]) -> String {
         "\n### The agent's own cost (the real FrankenPHP, classic mode, `{url}`)\n\n\
          wrk -t1 -c4 for {seconds} s a round; `locktrace agent` (default discovery, \
          `--mode inproc`, narrowed to the server's cgroup) started afresh each round and \
-         attached before wrk starts; each agent round sits between two untraced rounds and \
+         attached and warmed up ({WARM_UP_S} s of wrk, not measured: the first reads name the \
+         server's locks) before the measured run; each agent round sits between two untraced rounds and \
          is compared with their mean; median of {runs} rounds, with the lowest and highest. \
          The agent's CPU: its utime + stime over the wrk run, one watched process.\n\n\
          | | requests/s | vs untraced (rounds) | the agent's CPU, % of one core per watched process (rounds) |\n\

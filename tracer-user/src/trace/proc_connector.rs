@@ -110,6 +110,29 @@ fn u32_at(bytes: &[u8], at: usize) -> Option<u32> {
     Some(u32::from_ne_bytes(bytes.get(at..at + 4)?.try_into().ok()?))
 }
 
+/// Accepts a message whose event is an exec, or an exit whose task is its
+/// process's leader (`process_pid == process_tgid`); drops the rest.
+/// Absolute loads read big-endian: the constants are compared as such.
+fn exec_and_exit_filter() -> [libc::sock_filter; 9] {
+    let what = (NLMSG_HEADER + CN_MSG_HEADER) as u32;
+    let data = what + PROC_EVENT_HEADER as u32;
+    let as_loaded = |value: u32| u32::from_be_bytes(value.to_ne_bytes());
+    let op = |code: u16, jt: u8, jf: u8, k: u32| libc::sock_filter { code, jt, jf, k };
+    // BPF_LD|BPF_W|BPF_ABS, BPF_JMP|BPF_JEQ|BPF_K or |BPF_X, BPF_MISC|BPF_TAX, BPF_RET|BPF_K.
+    let (load, equal_k, equal_x, to_x, ret) = (0x20, 0x15, 0x1d, 0x07, 0x06);
+    [
+        op(load, 0, 0, what),
+        op(equal_k, 5, 0, as_loaded(PROC_EVENT_EXEC)),
+        op(equal_k, 0, 5, as_loaded(PROC_EVENT_EXIT)),
+        op(load, 0, 0, data),
+        op(to_x, 0, 0, 0),
+        op(load, 0, 0, data + 4),
+        op(equal_x, 0, 1, 0),
+        op(ret, 0, 0, u32::MAX),
+        op(ret, 0, 0, 0),
+    ]
+}
+
 /// The `PROC_CN_MCAST_LISTEN` request: netlink header, `cn_msg`, the op.
 fn listen_request(port: u32) -> Vec<u8> {
     let length = (NLMSG_HEADER + CN_MSG_HEADER + 4) as u32;
@@ -188,6 +211,32 @@ impl Connector {
             socket,
             buffer: vec![0; 64 * 1024],
         })
+    }
+
+    /// From now on only exec events and processes' ends (a leader's exit)
+    /// reach the socket: a classic BPF filter drops the rest in the
+    /// kernel, so a machine busy starting threads does not wake the reader.
+    pub fn only_execs_and_process_exits(&self) -> io::Result<()> {
+        let program = exec_and_exit_filter();
+        let fprog = libc::sock_fprog {
+            len: program.len() as u16,
+            filter: program.as_ptr().cast_mut(),
+        };
+        // SAFETY: setsockopt with a sock_fprog whose program outlives the call
+        // (the kernel copies it).
+        let set = unsafe {
+            libc::setsockopt(
+                self.socket.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_ATTACH_FILTER,
+                (&raw const fprog).cast(),
+                size_of::<libc::sock_fprog>() as libc::socklen_t,
+            )
+        };
+        match set {
+            0 => Ok(()),
+            _ => Err(io::Error::last_os_error()),
+        }
     }
 
     /// The events that came within `wait` (none when it passed quietly).
