@@ -1,7 +1,7 @@
 //! The kernel's process events connector (netlink `NETLINK_CONNECTOR`,
 //! group `CN_IDX_PROC`): an event as each process forks, execs or exits.
 //! `record` watches its target's exec and forks with it
-//! ([`super::proc_events`]); the agent judges each new process as it
+//! (in proc_events.rs); the agent judges each new process as it
 //! execs instead of at its next /proc scan. Messages can be lost
 //! ([`Events::Lost`]: the socket overflowed), and the connector needs
 //! CAP_NET_ADMIN in the host's network namespace: each user keeps a poll
