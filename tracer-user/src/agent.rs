@@ -1,8 +1,10 @@
 //! `locktrace agent`: every PHP server on the machine (or the processes
-//! `--exe`/`--cgroup` select), found by a /proc scan every 500 ms, attached
-//! in a live session each, released when it exits (a restart is a new pid,
-//! found again at the next scan), on one Prometheus `/metrics` with serve's
-//! metric names plus labels saying which process and container.
+//! `--exe`/`--cgroup` select), found as it execs (the kernel's proc
+//! connector) and by a /proc scan every 500 ms (the safety net, and all
+//! there is where the connector cannot be opened), attached in a live
+//! session each, released when it exits (a restart is a new pid, found
+//! again as it execs), on one Prometheus `/metrics` with serve's metric
+//! names plus labels saying which process and container.
 //!
 //! One thread owns the sessions (scan, attach, read, release); the HTTP
 //! side only encodes the registries it is handed. The agent measures its own
@@ -31,6 +33,7 @@ use crate::{
     probe::request_auto::RequestProbeSpec,
     render::output::note,
     serve::{self, LabelledSeries, MetricsSource, Page, PageError, PageSource, Site},
+    trace::proc_connector::{Connector, Event, Events},
 };
 
 use discover::{Discovery, Found, Selectors};
@@ -38,6 +41,11 @@ use push::{PushCounters, Pusher, Upload};
 
 /// How often /proc is scanned for new and exited processes.
 pub const SCAN_EVERY: Duration = Duration::from_millis(500);
+/// The watcher's pause between looks at its exec events and `?seconds=` requests.
+const PAUSE: Duration = Duration::from_millis(20);
+/// After a watched process's exit event, how long each pause checks for it
+/// to be gone.
+const EXITING_CHECKS: Duration = Duration::from_millis(300);
 /// The maps are read this often, and at most [`SLOWEST_READ`] apart when shedding.
 const READ_EVERY: Duration = Duration::from_secs(1);
 const SLOWEST_READ: Duration = Duration::from_secs(8);
@@ -45,6 +53,8 @@ const SLOWEST_READ: Duration = Duration::from_secs(8);
 /// time, [`ATTACH_TRIES`] tries in all (1 + 2 + 4 + 8 + 16 s of pauses).
 const FIRST_RETRY: Duration = Duration::from_secs(1);
 const ATTACH_TRIES: u32 = 6;
+/// At the stop, the last profiles get this long to be posted.
+const DRAIN_WITHIN: Duration = Duration::from_secs(5);
 /// The agent's CPU is compared with `--max-cpu` over this window.
 const CPU_WINDOW: Duration = Duration::from_secs(10);
 
@@ -173,11 +183,33 @@ pub async fn run(options: &AgentOptions) -> Result<std::process::ExitCode> {
         metrics: metrics_source(shared.clone(), Arc::new(own)),
         pages: Some(pprof_pages(shared.clone())),
     };
+    let events = match Connector::open() {
+        Ok(events) => {
+            // Unfiltered, every thread's start and end would wake the watcher.
+            if let Err(error) = events.only_execs_and_process_exits() {
+                note(format_args!(
+                    "locktrace: agent: the proc connector's events are not filtered in the kernel ({error}): more wakeups on a busy machine"
+                ));
+            }
+            Some(events)
+        }
+        Err(error) => {
+            note(format_args!(
+                "locktrace: agent: no exec events from the kernel's proc connector ({error}): new processes are found by the /proc scan alone, up to {} ms late (the connector needs CAP_NET_ADMIN in the host's network namespace)",
+                SCAN_EVERY.as_millis()
+            ));
+            None
+        }
+    };
     note(format_args!(
-        "locktrace: agent serving http://{}/metrics, scanning /proc every {} ms for {}; Ctrl-C to stop",
+        "locktrace: agent serving http://{}/metrics, finding {} {}and scanning /proc every {} ms; Ctrl-C to stop",
         listener.local_addr()?,
+        describe(&options.selectors),
+        match events {
+            Some(_) => "as they exec ",
+            None => "",
+        },
         SCAN_EVERY.as_millis(),
-        describe(&options.selectors)
     ));
     if let Some(url) = &options.push {
         note(format_args!(
@@ -191,7 +223,7 @@ pub async fn run(options: &AgentOptions) -> Result<std::process::ExitCode> {
         let (options, shared, stop) = (options.clone(), shared.clone(), stop.clone());
         std::thread::Builder::new()
             .name("locktrace-agent".into())
-            .spawn(move || Watcher::new(options, shared, gauges, pusher).run(&stop))?
+            .spawn(move || Watcher::new(options, shared, gauges, pusher, events).run(&stop))?
     };
     let connections = Arc::new(tokio::sync::Semaphore::new(serve::MAX_CONNECTIONS));
     let result = loop {
@@ -374,6 +406,12 @@ struct Watcher {
     /// CPU seconds and time at the start of the current budget window.
     window: (f64, Instant),
     started: (f64, Instant),
+    /// The proc connector's exec and exit events (`None`: the scan alone).
+    events: Option<Connector>,
+    /// A watched process's leader exited: until then, each pause checks
+    /// which watched processes are gone (the event comes before the
+    /// process is a zombie).
+    exiting_until: Option<Instant>,
 }
 
 impl Watcher {
@@ -382,6 +420,7 @@ impl Watcher {
         shared: Arc<Mutex<Shared>>,
         gauges: AgentGauges,
         pusher: Option<Pusher>,
+        events: Option<Connector>,
     ) -> Watcher {
         let cpu = own_cpu_seconds().unwrap_or(0.0);
         Watcher {
@@ -397,6 +436,8 @@ impl Watcher {
             read_every: READ_EVERY,
             window: (cpu, Instant::now()),
             started: (cpu, Instant::now()),
+            events,
+            exiting_until: None,
         }
     }
 
@@ -406,9 +447,11 @@ impl Watcher {
         while !stop.load(Ordering::Relaxed) {
             let scan_start = Instant::now();
             self.release_exited();
+            // Execs already told are judged as they start, not by the scan.
+            self.events(Duration::ZERO);
             let watched: HashSet<u32> = self.watched.keys().copied().collect();
             for found in self.discovery.scan(&watched) {
-                self.attach(found);
+                self.attach(found, None);
             }
             self.retry_failed();
             if first {
@@ -433,8 +476,15 @@ impl Watcher {
             let next = scan_start + SCAN_EVERY;
             while !stop.load(Ordering::Relaxed) && Instant::now() < next {
                 self.read_requested();
-                std::thread::sleep(Duration::from_millis(20));
+                if !self.events(PAUSE) {
+                    break;
+                }
             }
+        }
+        // The last partial interval: each process's counts since its last push.
+        if self.pusher.is_some() {
+            self.read_all();
+            self.push_all();
         }
         let (cpu, since) = self.started;
         let used = own_cpu_seconds().unwrap_or(cpu) - cpu;
@@ -444,9 +494,63 @@ impl Watcher {
             100.0 * used / wall.max(1e-3),
             self.watched.len()
         ));
+        if let Some(pusher) = self.pusher.take() {
+            pusher.finish(DRAIN_WITHIN);
+        }
     }
 
-    fn attach(&mut self, found: Found) {
+    /// Waits up to `wait` for exec and exit events and acts on them: a
+    /// process that exec'd is judged (and attached) as soon as its
+    /// libraries are mapped, a watched one that exited is released. False
+    /// when events were lost: the caller scans /proc now.
+    fn events(&mut self, wait: Duration) -> bool {
+        let Some(events) = &mut self.events else {
+            std::thread::sleep(wait);
+            return true;
+        };
+        let mut complete = true;
+        let mut exited = false;
+        match events.wait(wait) {
+            Ok(Events::Some(events)) => {
+                for event in events {
+                    match event {
+                        Event::Exec { tgid } => self.discovery.exec(tgid),
+                        // A process ends with its leader (then checked gone).
+                        Event::Exit { pid, tgid } if pid == tgid => {
+                            exited |= self.watched.contains_key(&pid);
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            Ok(Events::Lost) => complete = false,
+            Err(error) => {
+                note(format_args!(
+                    "locktrace: agent: reading the proc connector's events failed ({error}); finding new processes by the /proc scan alone from now on"
+                ));
+                self.events = None;
+            }
+        }
+        if exited {
+            self.exiting_until = Some(Instant::now() + EXITING_CHECKS);
+        }
+        if let Some(until) = self.exiting_until {
+            self.release_exited();
+            if Instant::now() >= until {
+                self.exiting_until = None;
+            }
+        }
+        if self.discovery.any_starting() {
+            let watched: HashSet<u32> = self.watched.keys().copied().collect();
+            for (found, exec) in self.discovery.starting(&watched) {
+                self.attach(found, Some(exec));
+            }
+        }
+        complete
+    }
+
+    /// Attaches `found` (which exec'd at `exec`, when the event said so).
+    fn attach(&mut self, found: Found, exec: Option<Instant>) {
         let options = LiveOptions {
             pid: found.pid,
             mode: self.options.mode,
@@ -471,12 +575,22 @@ impl Watcher {
             .map(|(name, value)| format!("{name}={value}"))
             .collect::<Vec<_>>()
             .join(" ");
+        let attaching = Instant::now();
         match LiveSession::attach(&options) {
             Ok(mut session) => {
                 self.failed.remove(&found.pid);
                 session.keep_reports = true;
+                // Where the time between a start and its counting goes.
+                let timing = match exec {
+                    Some(exec) => format!(
+                        "; judged {} ms after its exec, attached in {} ms",
+                        attaching.duration_since(exec).as_millis(),
+                        attaching.elapsed().as_millis()
+                    ),
+                    None => format!("; attached in {} ms", attaching.elapsed().as_millis()),
+                };
                 note(format_args!(
-                    "locktrace: agent: watching pid {} ({shown}) in {} mode: {} probes live after {} ms",
+                    "locktrace: agent: watching pid {} ({shown}) in {} mode: {} probes live after {} ms{timing}",
                     found.pid, self.options.mode, session.probe_count, session.attach_ms
                 ));
                 let series = LabelledSeries::new(
@@ -545,7 +659,7 @@ impl Watcher {
                 self.failed.remove(&pid);
                 continue;
             }
-            self.attach(retry.found.clone());
+            self.attach(retry.found.clone(), None);
         }
     }
 

@@ -297,9 +297,13 @@ impl LiveSession {
     }
 
     fn attach_now(options: &LiveOptions, plan: &Plan) -> Result<LiveSession> {
+        let started = Instant::now();
         let prepared = session::prepare(options.pid, options.mode, options.placement, false)?;
+        let prepare_ms = started.elapsed().as_millis();
         let (prepared, stubs) = start_inproc(options, prepared)?;
+        let inproc_ms = started.elapsed().as_millis();
         let request_probe = window::request_probe(&prepared.target, &options.request_probe, false)?;
+        let request_probe_ms = started.elapsed().as_millis();
         let runtime = match &options.php {
             Some(_) => Some(session::php_runtime(&prepared.target)?),
             None => None,
@@ -321,7 +325,14 @@ impl LiveSession {
             waits,
             ..
         } = prepared;
+        let session_ms = started.elapsed().as_millis();
         let snapshot = naming::Snapshot::take(&target);
+        // Where an attach's time goes (`RUST_LOG=debug`).
+        log::debug!(
+            "pid {}: prepared after {prepare_ms} ms, inproc stubs after {inproc_ms} ms, request probe after {request_probe_ms} ms, probes live after {session_ms} ms, names after {} ms",
+            options.pid,
+            started.elapsed().as_millis()
+        );
         let stacks = match options.stacks {
             true => Some(live_stacks(&session.loaded.ebpf, &target)?),
             false => None,

@@ -5,7 +5,8 @@
 //! 2 s, counted from then on) and the exited one's series gone after
 //! `--forget-exited`; `--push` posts each process's profiles to a receiver
 //! the test runs (labels in `name`, pprof bodies adding up to the exact
-//! counts; a receiver gone is one line, not the agent's end); a
+//! counts, also for the calls after the last interval, pushed at the
+//! stop; a receiver gone is one line, not the agent's end); a
 //! `?seconds=` profile holds exactly the calls made in its window. Needs
 //! root (BPF, cgroup v2).
 mod common;
@@ -40,7 +41,10 @@ fn cgroup_root() -> PathBuf {
     if root.join("cgroup.procs").exists() && root.join("cgroup.controllers").exists() {
         return root;
     }
-    // cgroup v1 or hybrid: a cgroup2 hierarchy of our own (kept mounted for the next run).
+    // cgroup v1 or hybrid: a cgroup2 hierarchy of our own (kept mounted for
+    // the next run), mounted by one test while the others wait.
+    static MOUNTING: Mutex<()> = Mutex::new(());
+    let _mounting = MOUNTING.lock().unwrap_or_else(|p| p.into_inner());
     let mount = PathBuf::from("/tmp/locktrace-agent-cgroup2");
     if mount.join("cgroup.procs").exists() {
         return mount;
@@ -472,6 +476,9 @@ fn agent_finds_labels_counts_and_follows_restarts() {
         ],
         &mut cleanup,
     );
+    // The kernel's exec events are heard (else the scan alone finds them).
+    let (_, line) = wait_for_line(&lines, "agent serving", Duration::from_secs(20));
+    assert!(line.contains(" as they exec and scanning /proc"), "{line}");
     let scratch = tempfile::tempdir().unwrap();
     let (prometheus, prometheus_port) = start_prometheus(port, scratch.path());
     cleanup.prometheus = Some(prometheus);
@@ -577,17 +584,20 @@ fn agent_finds_labels_counts_and_follows_restarts() {
     let started = Instant::now();
     let mut restarted = spawn_in(&root.join(&groups[1].1), &binary, 7);
     cleanup.pids.push(restarted.pid());
-    let (attached, _) = wait_for_line(
+    let (attached, line) = wait_for_line(
         &lines,
         &format!("watching pid {} (", restarted.pid()),
         Duration::from_secs(5),
     );
     let took = attached.duration_since(started);
+    // Where the time went: "judged N ms after its exec, attached in M ms"
+    // (a scan running in the instant between the exec and its event finds
+    // it first, as fast; the line then has no exec time).
+    println!("{line}");
     drop(quiet);
-    // The issue asks 2 s: met when the machine is otherwise idle (1.1-1.7 s:
-    // up to one 500 ms scan, then the attach), not on two cores shared with
-    // this binary's other tests while the old process's probes detach
-    // (2.2-2.3 s measured). Its bound here is RESTART_ATTACH_BOUND.
+    // The issue asks 2 s. The agent judges the new process as it execs (the
+    // proc connector's event, not a /proc scan up to 500 ms later), so the
+    // time is the attach's own. Its bound here is RESTART_ATTACH_BOUND.
     println!("the restarted process was attached {took:?} after its start");
     assert!(
         took <= RESTART_ATTACH_BOUND,
@@ -678,7 +688,17 @@ fn agent_finds_labels_counts_and_follows_restarts() {
 /// `locktrace agent --listen 127.0.0.1:PORT ARGS`, killed by the cleanup
 /// if the test does not stop it: its stderr lines and pid.
 fn start_agent(port: u16, args: &[&str], cleanup: &mut Cleanup) -> (Lines, i32) {
-    let mut agent = locktrace()
+    start_agent_as(locktrace(), port, args, cleanup)
+}
+
+/// [`start_agent`] with `command` (locktrace, set up by the caller).
+fn start_agent_as(
+    mut command: Command,
+    port: u16,
+    args: &[&str],
+    cleanup: &mut Cleanup,
+) -> (Lines, i32) {
+    let mut agent = command
         .args(["agent", "--listen", &format!("127.0.0.1:{port}")])
         .args(args)
         .stdout(Stdio::null())
@@ -691,15 +711,20 @@ fn start_agent(port: u16, args: &[&str], cleanup: &mut Cleanup) -> (Lines, i32) 
     (lines, pid)
 }
 
-/// `steady 10 100 60` (1000 g_lock calls once started) alone in cgroup `top`.
-fn steady_alone(root: &Path, top: &str, binary: &Path) -> (Cleanup, Fixture) {
+/// Cgroup `top` made, and removed by the cleanup.
+fn alone_in(root: &Path, top: &str) -> Cleanup {
     std::fs::create_dir_all(root.join(top)).unwrap();
-    let mut cleanup = Cleanup {
+    Cleanup {
         agent: None,
         prometheus: None,
         pids: Vec::new(),
         dirs: vec![root.join(top)],
-    };
+    }
+}
+
+/// `steady 10 100 60` (1000 g_lock calls once started) alone in cgroup `top`.
+fn steady_alone(root: &Path, top: &str, binary: &Path) -> (Cleanup, Fixture) {
+    let mut cleanup = alone_in(root, top);
     let target = spawn_with(&root.join(top), binary, &["10", "100", "60"]);
     cleanup.pids.push(target.pid());
     (cleanup, target)
@@ -750,8 +775,9 @@ fn make_cgroups(root: &Path, top: &str, groups: &[(String, String)]) -> Cleanup 
 /// side.
 static QUIET: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-/// How soon a restarted process must be watched again, from its start.
-const RESTART_ATTACH_BOUND: Duration = Duration::from_secs(3);
+/// How soon a restarted process must be watched again, from its start
+/// (the issue's figure).
+const RESTART_ATTACH_BOUND: Duration = Duration::from_secs(2);
 
 /// q.php requests sent to the real FrankenPHP while the agent watches it.
 const FRANKEN_REQUESTS: u64 = 20;
@@ -1019,6 +1045,128 @@ fn over_max_cpu_the_agent_sheds_reads_and_says_so() {
         text.contains("\nlocktrace_agent_read_interval_seconds 2.0\n"),
         "{text}"
     );
+    count_and_stop(port, target, agent_pid, &mut cleanup);
+}
+
+/// At the agent's stop (SIGINT) each process's counts since its last push
+/// go out as one more upload: `steady 10 2500` makes its 25,000 calls over
+/// 2.5 s, across at least one `--push-every 2` tick, and the agent is
+/// stopped right after its last call, before the next tick. The bodies add
+/// up to the exact 25,000, the last one holds the calls after the last
+/// tick, and its interval starts where the previous one ended.
+#[test]
+fn the_last_partial_interval_is_pushed_at_the_stop() {
+    let binary = fixture("steady", Flavor::Glibc);
+    let exe = binary.file_name().unwrap().to_str().unwrap().to_string();
+    let root = cgroup_root();
+    let top = format!("locktrace-lastpush-{}.slice", std::process::id());
+    let mut cleanup = alone_in(&root, &top);
+    let mut target = spawn_with(&root.join(&top), &binary, &["10", "2500", "60"]);
+    cleanup.pids.push(target.pid());
+    let (receiver_port, posted, _receiving) = start_receiver();
+    let port = free_port();
+    // Its attach not beside the other test's timed restart.
+    let quiet = QUIET.lock().unwrap_or_else(|p| p.into_inner());
+    let (lines, agent_pid) = start_agent(
+        port,
+        &[
+            "--exe",
+            &exe,
+            "--within-cgroup",
+            &top,
+            "--push",
+            &format!("http://127.0.0.1:{receiver_port}"),
+            "--push-every",
+            "2",
+        ],
+        &mut cleanup,
+    );
+    wait_for_line(
+        &lines,
+        &format!("watching pid {} (", target.pid()),
+        Duration::from_secs(20),
+    );
+    drop(quiet);
+    target.start();
+    assert_eq!(target.read_line().unwrap(), "done 25000");
+    unsafe { libc::kill(agent_pid, libc::SIGINT) };
+    let status = cleanup.agent.as_mut().unwrap().wait().unwrap();
+    assert!(status.success(), "agent: {status}");
+    let posts = posted.lock().unwrap().clone();
+    let bodies: Vec<u64> = posts
+        .iter()
+        .map(|(_, body)| g_lock_acquisitions(body))
+        .collect();
+    println!("posts' g_lock calls: {bodies:?}");
+    assert_eq!(bodies.iter().sum::<u64>(), 25_000, "{bodies:?}");
+    // One periodic push during the calls at least, then the stop's (a
+    // periodic post may still be on its way when the stop comes: the
+    // intervals, not the arrival, tell them apart).
+    assert!(posts.len() >= 2, "{bodies:?}");
+    assert!(bodies.last().is_some_and(|n| *n > 0), "{bodies:?}");
+    let interval = |(target, _): &(String, Vec<u8>)| -> (u64, u64) {
+        let seconds = |name| query_value(target, name).unwrap().parse::<u64>().unwrap();
+        (seconds("from"), seconds("until"))
+    };
+    let (last_from, _) = interval(&posts[posts.len() - 1]);
+    let (_, previous_until) = interval(&posts[posts.len() - 2]);
+    assert_eq!(last_from, previous_until, "{posts:?}");
+    let said = lines.lock().unwrap().clone();
+    assert!(
+        !said.iter().any(|(_, line)| line.contains("not posted")),
+        "{said:?}"
+    );
+    kill(target);
+}
+
+/// Without CAP_NET_ADMIN the kernel's process events connector cannot be
+/// opened: the agent says so in one line and finds a process started
+/// after it by its /proc scan, and counts it exactly.
+#[test]
+fn without_the_connector_the_scan_finds_new_processes() {
+    use std::os::unix::process::CommandExt;
+    let binary = fixture("steady", Flavor::Glibc);
+    let exe = binary.file_name().unwrap().to_str().unwrap().to_string();
+    let root = cgroup_root();
+    let top = format!("locktrace-noconnector-{}.slice", std::process::id());
+    let mut cleanup = alone_in(&root, &top);
+    let mut command = locktrace();
+    // linux/capability.h
+    const CAP_NET_ADMIN: libc::c_ulong = 12;
+    // SAFETY: prctl only, between fork and exec. Root's exec then gets
+    // every capability of its bounding set: all but CAP_NET_ADMIN.
+    unsafe {
+        command.pre_exec(
+            || match libc::prctl(libc::PR_CAPBSET_DROP, CAP_NET_ADMIN, 0, 0, 0) {
+                0 => Ok(()),
+                _ => Err(std::io::Error::last_os_error()),
+            },
+        );
+    }
+    let port = free_port();
+    let quiet = QUIET.lock().unwrap_or_else(|p| p.into_inner());
+    let (lines, agent_pid) = start_agent_as(
+        command,
+        port,
+        &["--exe", &exe, "--within-cgroup", &top],
+        &mut cleanup,
+    );
+    let (_, line) = wait_for_line(&lines, "proc connector", Duration::from_secs(20));
+    assert!(
+        line.contains("new processes are found by the /proc scan alone, up to 500 ms late (the connector needs CAP_NET_ADMIN"),
+        "{line}"
+    );
+    let (_, line) = wait_for_line(&lines, "agent serving", Duration::from_secs(5));
+    assert!(!line.contains("as they exec"), "{line}");
+    let target = spawn_with(&root.join(&top), &binary, &["10", "100", "60"]);
+    cleanup.pids.push(target.pid());
+    let (_, line) = wait_for_line(
+        &lines,
+        &format!("watching pid {} (", target.pid()),
+        Duration::from_secs(20),
+    );
+    drop(quiet);
+    assert!(!line.contains("after its exec"), "{line}");
     count_and_stop(port, target, agent_pid, &mut cleanup);
 }
 

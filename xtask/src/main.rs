@@ -29,7 +29,9 @@
 //! `--only snapshots`: part 7; `--only kernel-locks`: what the kernel lock
 //! tracepoints cost an uncontended workload and the real FrankenPHP under
 //! load, untraced, without and with them, and the kernel locks listed under
-//! that load).
+//! that load; `--only agent`: `locktrace agent`'s own CPU and the real
+//! FrankenPHP's throughput with the agent on against off).
+mod agent_bench;
 mod calibration;
 mod dist;
 mod fixtures;
@@ -89,7 +91,8 @@ pub struct BenchArgs {
     /// `windows`: attaching and detaching a sampled window, by mechanism;
     /// `snapshots`: the cost of one stack snapshot and of `--stacks` per call;
     /// `kernel-locks`: the kernel lock tracepoints on an uncontended workload
-    /// and on the real FrankenPHP under load).
+    /// and on the real FrankenPHP under load;
+    /// `agent`: the agent's own CPU and FrankenPHP's throughput with it).
     #[arg(long, value_enum)]
     pub only: Option<Part>,
 }
@@ -124,6 +127,9 @@ pub enum Part {
     /// (fixtures/map_worker.c, one mapper) and the real FrankenPHP under
     /// load, as ratios to untraced; the kernel locks listed under that load.
     KernelLocks,
+    /// `locktrace agent` watching the real FrankenPHP under load: the
+    /// throughput with it on against off, and its own CPU.
+    Agent,
 }
 
 fn positive_seconds(text: &str) -> Result<f64, String> {
@@ -216,6 +222,9 @@ fn bench(args: BenchArgs) -> Result<()> {
     if runs(Part::KernelLocks) {
         report.push_str(&kernel_locks_bench::run(&bench)?);
         report.push_str(&kernel_locks_franken::run(&bench)?);
+    }
+    if runs(Part::Agent) {
+        report.push_str(&agent_bench::run(&bench)?);
     }
     results::write(&bench.out, &report)
 }

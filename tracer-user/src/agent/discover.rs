@@ -1,11 +1,24 @@
-//! Finding the processes to watch: a scan of /proc, each process judged once
-//! per executable (an `exec` gets it judged again).
-use std::collections::{HashMap, HashSet};
+//! Finding the processes to watch: each process judged once per
+//! executable, as it execs (the proc connector's events, see
+//! [`crate::trace::proc_connector`]) and at each scan of /proc (the safety net).
+use std::{
+    collections::{HashMap, HashSet},
+    time::{Duration, Instant},
+};
 
 use crate::{
     model::ServerKind,
-    probe::{request_auto, target::Target},
+    probe::{lockfuncs, request_auto, target::Target},
 };
+
+/// A wanted process that just exec'd is judged once its dynamic loader
+/// has mapped its libraries (attaching then needs no wait), or after this
+/// long anyway.
+const STARTING_WAIT: Duration = Duration::from_secs(2);
+/// Without selectors, a process that does not look like PHP yet is looked
+/// at again this long after its exec: its loader may not have mapped
+/// libphp yet (a few ms; the margin is for a loaded machine).
+const SETTLE: Duration = Duration::from_millis(200);
 
 /// `--exe` and `--cgroup`: with any, the processes they match instead of
 /// the PHP servers.
@@ -58,6 +71,9 @@ pub struct Discovery {
     selectors: Selectors,
     /// Every process seen, with the executable it was judged with.
     judged: HashMap<u32, String>,
+    /// Processes that exec'd, to be judged once they are past their
+    /// dynamic loader, with when their exec was seen.
+    starting: HashMap<u32, Instant>,
     own_pid: u32,
 }
 
@@ -66,8 +82,57 @@ impl Discovery {
         Discovery {
             selectors,
             judged: HashMap::new(),
+            starting: HashMap::new(),
             own_pid: std::process::id(),
         }
+    }
+
+    /// Process `pid` exec'd: it is judged afresh by [`Discovery::starting`].
+    pub fn exec(&mut self, pid: u32) {
+        if pid != self.own_pid {
+            self.judged.remove(&pid);
+            self.starting.insert(pid, Instant::now());
+        }
+    }
+
+    /// Whether processes that exec'd wait to be judged.
+    pub fn any_starting(&self) -> bool {
+        !self.starting.is_empty()
+    }
+
+    /// The processes that exec'd and match, each judged as soon as its
+    /// libraries are mapped; `watched` are skipped. Most execs on a
+    /// machine are not wanted: they are turned down by the cheap reads
+    /// (executable, maps, cgroup) before anything else.
+    pub fn starting(&mut self, watched: &HashSet<u32>) -> Vec<(Found, Instant)> {
+        let mut found = Vec::new();
+        let pids: Vec<(u32, Instant)> = self.starting.iter().map(|(p, t)| (*p, *t)).collect();
+        for (pid, since) in pids {
+            let exe = match watched.contains(&pid) {
+                true => None,
+                false => std::fs::read_link(format!("/proc/{pid}/exe")).ok(),
+            };
+            let Some(exe) = exe.map(|exe| exe.to_string_lossy().into_owned()) else {
+                // Watched already, gone, or a kernel thread.
+                self.starting.remove(&pid);
+                continue;
+            };
+            if self.wanted(pid, &exe).is_none() {
+                if !self.selectors.any() && since.elapsed() < SETTLE {
+                    continue;
+                }
+            } else if Target::open(pid).is_ok_and(|target| lockfuncs::still_starting(&target))
+                && since.elapsed() < STARTING_WAIT
+            {
+                continue;
+            }
+            self.starting.remove(&pid);
+            self.judged.insert(pid, exe.clone());
+            if let Some(process) = self.judge(pid, exe) {
+                found.push((process, since));
+            }
+        }
+        found
     }
 
     /// The processes newly matching since the previous scan (`watched` are
@@ -87,7 +152,7 @@ impl Discovery {
                 continue;
             };
             present.insert(pid);
-            if pid == self.own_pid || watched.contains(&pid) {
+            if pid == self.own_pid || watched.contains(&pid) || self.starting.contains_key(&pid) {
                 continue;
             }
             // Kernel threads have no executable.
@@ -104,28 +169,37 @@ impl Discovery {
             }
         }
         self.judged.retain(|pid, _| present.contains(pid));
+        self.starting.retain(|pid, _| present.contains(pid));
         found
     }
 
-    fn judge(&self, pid: u32, exe: String) -> Option<Found> {
+    /// The cheap part of judging, cheapest read first: the selectors (or,
+    /// without them, a name or a mapped library saying PHP), then the
+    /// cgroup. The process's cgroup path when it passes.
+    fn wanted(&self, pid: u32, exe: &str) -> Option<String> {
+        let by_name = self.selectors.exe.iter().any(|e| e == exe_name(exe));
+        if self.selectors.any() && !by_name && self.selectors.cgroup.is_empty() {
+            return None;
+        }
+        if !self.selectors.any() {
+            let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
+            if !request_auto::may_be_php(exe, &maps) {
+                return None;
+            }
+        }
         let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
         let cgroup = super::labels::cgroup_path(&cgroup)
             .unwrap_or("")
             .to_string();
-        if !self.selectors.within(&cgroup) {
-            return None;
-        }
-        let server = if self.selectors.any() {
-            if !self.selectors.matches(&exe, &cgroup) {
-                return None;
-            }
-            None
-        } else {
-            let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
-            if !request_auto::may_be_php(&exe, &maps) {
-                return None;
-            }
-            Some(request_auto::recognise(&Target::open(pid).ok()?)?)
+        let selected = !self.selectors.any() || self.selectors.matches(exe, &cgroup);
+        (selected && self.selectors.within(&cgroup)).then_some(cgroup)
+    }
+
+    fn judge(&self, pid: u32, exe: String) -> Option<Found> {
+        let cgroup = self.wanted(pid, &exe)?;
+        let server = match self.selectors.any() {
+            true => None,
+            false => Some(request_auto::recognise(&Target::open(pid).ok()?)?),
         };
         Some(Found {
             pid,

@@ -9,13 +9,16 @@
 //! scans. A refused or failing post is retried a few times with a growing
 //! pause, then counted and dropped (the next interval's profile is sent
 //! anyway): never fatal. Failures are said in one line when they start and
-//! when posting works again, not once per profile.
+//! when posting works again, not once per profile. At the agent's stop the
+//! queue is drained for a bounded time ([`Pusher::finish`]).
 use std::{
     sync::{
-        atomic::AtomicU64,
+        Arc,
+        atomic::{AtomicU64, AtomicUsize, Ordering},
         mpsc::{Receiver, SyncSender, TrySendError},
     },
-    time::{Duration, SystemTime, UNIX_EPOCH},
+    thread::JoinHandle,
+    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
 
 use prometheus_client::{metrics::counter::Counter, registry::Registry};
@@ -118,27 +121,68 @@ pub fn percent_encode(text: &str) -> String {
 pub struct Pusher {
     queue: SyncSender<Upload>,
     counters: PushCounters,
+    /// Uploads queued or being posted.
+    waiting: Arc<AtomicUsize>,
+    poster: JoinHandle<()>,
+    url: String,
 }
 
 impl Pusher {
     /// Starts the posting thread for `url` (`--push`).
     pub fn start(url: &str, counters: PushCounters) -> std::io::Result<Pusher> {
         let (queue, uploads) = std::sync::mpsc::sync_channel(QUEUE);
+        let waiting = Arc::new(AtomicUsize::new(0));
         let poster = Poster {
             url: ingest_url(url),
             counters: counters.clone(),
             failures: 0,
+            waiting: waiting.clone(),
         };
-        std::thread::Builder::new()
+        let poster = std::thread::Builder::new()
             .name("locktrace-push".into())
             .spawn(move || poster.run(uploads))?;
-        Ok(Pusher { queue, counters })
+        Ok(Pusher {
+            queue,
+            counters,
+            waiting,
+            poster,
+            url: ingest_url(url),
+        })
     }
 
     /// Queues an upload; a full queue (the receiver far behind) drops it, counted.
     pub fn send(&self, upload: Upload) {
-        if let Err(TrySendError::Full(_)) = self.queue.try_send(upload) {
+        self.waiting.fetch_add(1, Ordering::Relaxed);
+        if let Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) =
+            self.queue.try_send(upload)
+        {
+            self.waiting.fetch_sub(1, Ordering::Relaxed);
             self.counters.failed.inc();
+        }
+    }
+
+    /// Posts what is queued, waiting at most `within`; says in one line
+    /// how many were left unposted (a slow or silent receiver).
+    pub fn finish(self, within: Duration) {
+        let Pusher {
+            queue,
+            waiting,
+            poster,
+            url,
+            ..
+        } = self;
+        // The posting thread ends once the queue is empty.
+        drop(queue);
+        let deadline = Instant::now() + within;
+        while !poster.is_finished() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let left = waiting.load(Ordering::Relaxed);
+        if left > 0 {
+            note(format_args!(
+                "locktrace: agent: {left} profiles not posted to {url}: not answered within {} s of the stop",
+                within.as_secs()
+            ));
         }
     }
 }
@@ -148,6 +192,7 @@ struct Poster {
     counters: PushCounters,
     /// Profiles not posted since posting last worked.
     failures: u64,
+    waiting: Arc<AtomicUsize>,
 }
 
 impl Poster {
@@ -160,7 +205,9 @@ impl Poster {
             .into();
         // Ends when the agent drops its Pusher.
         for upload in uploads {
-            match self.post(&agent, &upload) {
+            let posted = self.post(&agent, &upload);
+            self.waiting.fetch_sub(1, Ordering::Relaxed);
+            match posted {
                 Ok(()) => {
                     self.counters.posted.inc();
                     if self.failures > 0 {

@@ -152,6 +152,12 @@ pub fn find(target: &Target) -> Result<Vec<LockFunction>> {
     Err(missing.into())
 }
 
+/// True while the process's dynamic loader has not mapped all the libraries
+/// its executable needs (a process that just exec'd).
+pub fn still_starting(target: &Target) -> bool {
+    only_the_loader_is_mapped(target) || !not_yet_mapped(target).is_empty()
+}
+
 /// True when the executable's only mapped library is a dynamic loader
 /// (`ld-linux-*.so`, `ld-musl-*.so`): the loader runs and has mapped
 /// nothing yet. A static executable maps no loader at all.

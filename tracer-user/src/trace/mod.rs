@@ -19,6 +19,7 @@ pub mod php;
 pub mod prealloc;
 pub mod preflight;
 pub mod priority;
+pub mod proc_connector;
 pub mod proc_events;
 pub mod sampled;
 pub mod snapshots;

@@ -4,6 +4,7 @@
 //! so the report must say both. Without the connector, an exec is still
 //! noticed by polling the target's executable (a short-lived exec'ed
 //! program may then be missed; forks are then unknown).
+use super::proc_connector::{Connector, Event, Events};
 use std::{
     collections::BTreeMap,
     os::unix::fs::MetadataExt,
@@ -89,7 +90,7 @@ fn watch(pid: u32, probed: &BTreeMap<u64, String>, stop: &AtomicBool) -> Seen {
         .map(|m| (m.dev(), m.ino()))
     };
     let first_exe = exe_inode();
-    let connector = Connector::open();
+    let mut connector = Connector::open().ok();
     let mut seen = Seen {
         forks: connector.as_ref().map(|_| 0),
         ..Seen::default()
@@ -102,9 +103,18 @@ fn watch(pid: u32, probed: &BTreeMap<u64, String>, stop: &AtomicBool) -> Seen {
     };
     while !stop.load(Ordering::Relaxed) {
         let mut exec_now = false;
-        match &connector {
+        match &mut connector {
             Some(connector) => {
-                for event in connector.receive() {
+                // Lost events (a socket overflow) are the poll's below.
+                let events = match connector.wait(TICK) {
+                    Ok(Events::Some(events)) => events,
+                    Ok(Events::Lost) => Vec::new(),
+                    Err(_) => {
+                        std::thread::sleep(TICK);
+                        Vec::new()
+                    }
+                };
+                for event in events {
                     match event {
                         Event::Exec { tgid } if tgid == pid => exec_now = true,
                         Event::Fork {
@@ -175,164 +185,4 @@ fn mapped_probed_modules(pid: u32, probed: &BTreeMap<u64, String>) -> Vec<String
         }
     }
     found
-}
-
-enum Event {
-    Exec {
-        tgid: u32,
-    },
-    Fork {
-        parent_tgid: u32,
-        child_pid: u32,
-        child_tgid: u32,
-    },
-}
-
-/// A netlink socket subscribed to the process events connector.
-struct Connector {
-    fd: std::os::fd::OwnedFd,
-}
-
-// linux/connector.h and linux/cn_proc.h
-const CN_IDX_PROC: u32 = 1;
-const CN_VAL_PROC: u32 = 1;
-const PROC_CN_MCAST_LISTEN: u32 = 1;
-const PROC_EVENT_FORK: u32 = 1;
-const PROC_EVENT_EXEC: u32 = 2;
-const NLMSG_HEADER: usize = 16;
-const CN_MSG_HEADER: usize = 20;
-
-impl Connector {
-    fn open() -> Option<Connector> {
-        use std::os::fd::FromRawFd;
-        // SAFETY: plain socket(2); the descriptor is owned from here on.
-        let raw = unsafe {
-            libc::socket(
-                libc::AF_NETLINK,
-                libc::SOCK_DGRAM | libc::SOCK_CLOEXEC,
-                libc::NETLINK_CONNECTOR,
-            )
-        };
-        if raw < 0 {
-            return None;
-        }
-        // SAFETY: raw is a fresh descriptor nobody else owns.
-        let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(raw) };
-        let connector = Connector { fd };
-        connector.subscribe().then_some(connector)
-    }
-
-    fn raw(&self) -> libc::c_int {
-        use std::os::fd::AsRawFd;
-        self.fd.as_raw_fd()
-    }
-
-    fn subscribe(&self) -> bool {
-        // SAFETY: a zeroed sockaddr_nl is valid; the calls get correct sizes.
-        unsafe {
-            let mut address: libc::sockaddr_nl = std::mem::zeroed();
-            address.nl_family = libc::AF_NETLINK as u16;
-            address.nl_groups = CN_IDX_PROC;
-            if libc::bind(
-                self.raw(),
-                &address as *const libc::sockaddr_nl as *const libc::sockaddr,
-                std::mem::size_of::<libc::sockaddr_nl>() as u32,
-            ) != 0
-            {
-                return false;
-            }
-            let timeout = libc::timeval {
-                tv_sec: 0,
-                tv_usec: TICK.as_micros() as libc::suseconds_t,
-            };
-            libc::setsockopt(
-                self.raw(),
-                libc::SOL_SOCKET,
-                libc::SO_RCVTIMEO,
-                &timeout as *const libc::timeval as *const libc::c_void,
-                std::mem::size_of::<libc::timeval>() as u32,
-            );
-        }
-        let mut message = Vec::with_capacity(NLMSG_HEADER + CN_MSG_HEADER + 4);
-        let length = (NLMSG_HEADER + CN_MSG_HEADER + 4) as u32;
-        message.extend(length.to_ne_bytes());
-        message.extend((libc::NLMSG_DONE as u16).to_ne_bytes());
-        message.extend(0u16.to_ne_bytes()); // flags
-        message.extend(0u32.to_ne_bytes()); // seq
-        message.extend(std::process::id().to_ne_bytes());
-        message.extend(CN_IDX_PROC.to_ne_bytes());
-        message.extend(CN_VAL_PROC.to_ne_bytes());
-        message.extend(0u32.to_ne_bytes()); // seq
-        message.extend(0u32.to_ne_bytes()); // ack
-        message.extend(4u16.to_ne_bytes()); // len
-        message.extend(0u16.to_ne_bytes()); // flags
-        message.extend(PROC_CN_MCAST_LISTEN.to_ne_bytes());
-        // SAFETY: the buffer is valid for its length.
-        let sent = unsafe {
-            libc::send(
-                self.raw(),
-                message.as_ptr() as *const libc::c_void,
-                message.len(),
-                0,
-            )
-        };
-        sent == message.len() as isize
-    }
-
-    /// The events of one datagram (none after the receive timeout).
-    fn receive(&self) -> Vec<Event> {
-        let mut buffer = [0u8; 8192];
-        // SAFETY: the buffer is valid for its length.
-        let n = unsafe {
-            libc::recv(
-                self.raw(),
-                buffer.as_mut_ptr() as *mut libc::c_void,
-                buffer.len(),
-                0,
-            )
-        };
-        let Ok(n) = usize::try_from(n) else {
-            return Vec::new();
-        };
-        parse(&buffer[..n])
-    }
-}
-
-/// The exec and fork events in a datagram of netlink messages.
-fn parse(mut data: &[u8]) -> Vec<Event> {
-    let u32_at = |bytes: &[u8], at: usize| -> Option<u32> {
-        Some(u32::from_ne_bytes(bytes.get(at..at + 4)?.try_into().ok()?))
-    };
-    let mut events = Vec::new();
-    while let Some(length) = u32_at(data, 0) {
-        let length = length as usize;
-        if length < NLMSG_HEADER || length > data.len() {
-            break;
-        }
-        let message = &data[..length];
-        // proc_event: what, cpu, timestamp_ns, then the event's data.
-        let event = NLMSG_HEADER + CN_MSG_HEADER;
-        let field = |i: usize| u32_at(message, event + 16 + 4 * i);
-        match u32_at(message, event) {
-            Some(PROC_EVENT_EXEC) => {
-                if let Some(tgid) = field(1) {
-                    events.push(Event::Exec { tgid });
-                }
-            }
-            Some(PROC_EVENT_FORK) => {
-                if let (Some(parent_tgid), Some(child_pid), Some(child_tgid)) =
-                    (field(1), field(2), field(3))
-                {
-                    events.push(Event::Fork {
-                        parent_tgid,
-                        child_pid,
-                        child_tgid,
-                    });
-                }
-            }
-            _ => {}
-        }
-        data = data.get((length + 3) & !3..).unwrap_or_default();
-    }
-    events
 }
