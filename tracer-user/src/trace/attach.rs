@@ -149,6 +149,27 @@ fn log_stages(tgid: u32, [object, programs, probes]: [Duration; 3], all: Duratio
     );
 }
 
+/// The BPF object as this kernel takes it: maps preallocated before Linux
+/// 6.1, and without compare-exchange where the kernel lacks it.
+fn object_for_this_kernel() -> Result<std::borrow::Cow<'static, [u8]>> {
+    let object = if prealloc::run_time_allocation_allowed() {
+        std::borrow::Cow::Borrowed(BPF_OBJECT)
+    } else {
+        let _ = std::io::Write::write_fmt(
+            &mut std::io::stderr(),
+            format_args!(
+                "locktrace: this kernel (before Linux 6.1) warns about BPF maps allocated at run time: preallocating them (more kernel memory while tracing)\n"
+            ),
+        );
+        std::borrow::Cow::Owned(prealloc::preallocated(BPF_OBJECT)?)
+    };
+    Ok(if KernelFeatures::get().compare_exchange {
+        object
+    } else {
+        std::borrow::Cow::Owned(features::without_compare_exchange(&object)?)
+    })
+}
+
 /// Loads the object, loads the uprobe programs, attaches what the plan says now.
 pub fn load(plan: &LoadPlan) -> Result<Loaded> {
     let started = Instant::now();
@@ -164,22 +185,7 @@ pub fn load(plan: &LoadPlan) -> Result<Loaded> {
             0
         };
     let lock_code_ranges = plan.cpu.map_or(0, |cpu| cpu.lock_code.len() as u32);
-    let object = if prealloc::run_time_allocation_allowed() {
-        std::borrow::Cow::Borrowed(BPF_OBJECT)
-    } else {
-        let _ = std::io::Write::write_fmt(
-            &mut std::io::stderr(),
-            format_args!(
-                "locktrace: this kernel (before Linux 6.1) warns about BPF maps allocated at run time: preallocating them (more kernel memory while tracing)\n"
-            ),
-        );
-        std::borrow::Cow::Owned(prealloc::preallocated(BPF_OBJECT)?)
-    };
-    let object = if KernelFeatures::get().compare_exchange {
-        object
-    } else {
-        std::borrow::Cow::Owned(features::without_compare_exchange(&object)?)
-    };
+    let object = object_for_this_kernel()?;
     let mut ebpf = EbpfLoader::new()
         .override_global(names::GLOBAL_TARGET_TGID, &tgid, true)
         .override_global(names::GLOBAL_FLAGS, &flags, true)
