@@ -10,7 +10,6 @@
 //! reads name the server's locks) are not measured.
 use std::{
     io::{BufRead, BufReader},
-    path::Path,
     process::{Child, Command, Stdio},
     sync::mpsc::Receiver,
     time::{Duration, Instant},
@@ -18,10 +17,7 @@ use std::{
 
 use anyhow::{Context, Result, bail};
 
-use crate::{
-    Bench,
-    franken_bench::{self, ExclusiveLock},
-};
+use crate::{Bench, franken_bench};
 
 /// Seconds of load after the attach, before the measured run.
 const WARM_UP_S: f64 = 3.0;
@@ -39,38 +35,10 @@ struct AgentRound {
 }
 
 pub fn run(bench: &Bench) -> Result<String> {
-    if !Path::new(franken_bench::BINARY).exists() {
-        return Ok(format!(
-            "\n### The agent's own cost\n\nNot run: {} is missing (build it with {}/build.sh).\n",
-            franken_bench::BINARY,
-            franken_bench::kit_dir(bench).display()
-        ));
-    }
-    crate::http_bench::ensure_wrk()?;
-    let kit = franken_bench::kit_dir(bench);
-    let _lock = match ExclusiveLock::take(franken_bench::LOCK_FILE) {
-        Ok(lock) => lock,
-        Err(error) => {
-            return Ok(format!(
-                "\n### The agent's own cost\n\nNot run: {error:#}\n"
-            ));
-        }
-    };
-    franken_bench::script(&kit, "use-stock.sh", &[])?;
-    franken_bench::script(&kit, "start.sh", &["classic"])?;
-    let measured = measure(bench);
-    let stopped = franken_bench::script(&kit, "stop.sh", &[]);
-    let text = measured?;
-    stopped?;
-    Ok(text)
+    franken_bench::with_classic_server(bench, "### The agent's own cost", |pid| measure(bench, pid))
 }
 
-fn measure(bench: &Bench) -> Result<String> {
-    let pid: u32 = std::fs::read_to_string(franken_bench::PID_FILE)
-        .with_context(|| format!("reading {}", franken_bench::PID_FILE))?
-        .trim()
-        .parse()
-        .with_context(|| format!("{} holds no pid", franken_bench::PID_FILE))?;
+fn measure(bench: &Bench, pid: u32) -> Result<String> {
     let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup"))?
         .lines()
         .find_map(|line| line.strip_prefix("0::").map(str::to_string))

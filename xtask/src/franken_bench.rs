@@ -65,26 +65,49 @@ pub enum Rows {
 
 /// Runs the part when the kit is built; otherwise says how to build it.
 pub fn run(bench: &Bench, rows: Rows) -> Result<String> {
+    with_classic_server(bench, "### The real FrankenPHP", |pid| {
+        measure(bench, rows, pid)
+    })
+}
+
+/// Runs `measure` with the kit's stock FrankenPHP up in classic mode (its
+/// pid given), holding the machine's FrankenPHP lock, and stops the server
+/// after, also on error. Without the kit built, or with the lock held
+/// elsewhere, the section `title` says why it did not run: the rest of the
+/// bench stands without it.
+pub(crate) fn with_classic_server(
+    bench: &Bench,
+    title: &str,
+    measure: impl FnOnce(u32) -> Result<String>,
+) -> Result<String> {
     let kit = kit_dir(bench);
     if !Path::new(BINARY).exists() {
         return Ok(format!(
-            "\n### The real FrankenPHP\n\nNot run: {BINARY} is missing (build it with {}/build.sh).\n",
+            "\n{title}\n\nNot run: {BINARY} is missing (build it with {}/build.sh).\n",
             kit.display()
         ));
     }
     crate::http_bench::ensure_wrk()?;
     let _lock = match ExclusiveLock::take(LOCK_FILE) {
         Ok(lock) => lock,
-        // The rest of the bench stands without this part.
-        Err(error) => return Ok(format!("\n### The real FrankenPHP\n\nNot run: {error:#}\n")),
+        Err(error) => return Ok(format!("\n{title}\n\nNot run: {error:#}\n")),
     };
     script(&kit, "use-stock.sh", &[])?;
     script(&kit, "start.sh", &["classic"])?;
-    let measured = measure(bench, rows);
+    let measured = server_pid().and_then(measure);
     let stopped = script(&kit, "stop.sh", &[]);
     let text = measured?;
     stopped?;
     Ok(text)
+}
+
+/// The running server's pid (the kit's start.sh writes it).
+pub(crate) fn server_pid() -> Result<u32> {
+    std::fs::read_to_string(PID_FILE)
+        .with_context(|| format!("reading {PID_FILE}"))?
+        .trim()
+        .parse()
+        .with_context(|| format!("{PID_FILE} holds no pid"))
 }
 
 /// One traced configuration: its row name, tracer, and the shortest round
@@ -330,12 +353,7 @@ fn configs(rows: Rows) -> Vec<Config> {
 /// This VM's speed drifts by up to 28 % over minutes (untraced, 10 s rounds:
 /// 1698-2175 requests/s), so every traced round is compared with the
 /// untraced rounds right before and after it, not with a median of its own.
-fn measure(bench: &Bench, rows: Rows) -> Result<String> {
-    let pid: u32 = std::fs::read_to_string(PID_FILE)
-        .with_context(|| format!("reading {PID_FILE}"))?
-        .trim()
-        .parse()
-        .with_context(|| format!("{PID_FILE} holds no pid"))?;
+fn measure(bench: &Bench, rows: Rows, pid: u32) -> Result<String> {
     let configs = configs(rows);
     let mut untraced = Vec::new();
     let mut paired: Vec<Paired> = configs.iter().map(|_| Paired::default()).collect();

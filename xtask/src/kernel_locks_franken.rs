@@ -12,8 +12,7 @@ use anyhow::{Context, Result};
 use locktrace::model::{KernelLock, KernelLocks, Report};
 
 use crate::{
-    Bench,
-    franken_bench::{self, ExclusiveLock},
+    Bench, franken_bench,
     tracers::{self, Tracer},
 };
 
@@ -28,35 +27,14 @@ struct Round {
 
 /// Runs the part when the kit is built; otherwise says how to build it.
 pub fn run(bench: &Bench) -> Result<String> {
-    const TITLE: &str = "### Kernel lock tracepoints on the real FrankenPHP";
-    let kit = franken_bench::kit_dir(bench);
-    if !Path::new(franken_bench::BINARY).exists() {
-        return Ok(format!(
-            "\n{TITLE}\n\nNot run: {} is missing (build it with {}/build.sh).\n",
-            franken_bench::BINARY,
-            kit.display()
-        ));
-    }
-    crate::http_bench::ensure_wrk()?;
-    let _lock = match ExclusiveLock::take(franken_bench::LOCK_FILE) {
-        Ok(lock) => lock,
-        Err(error) => return Ok(format!("\n{TITLE}\n\nNot run: {error:#}\n")),
-    };
-    franken_bench::script(&kit, "use-stock.sh", &[])?;
-    franken_bench::script(&kit, "start.sh", &["classic"])?;
-    let measured = measure(bench);
-    let stopped = franken_bench::script(&kit, "stop.sh", &[]);
-    let text = measured?;
-    stopped?;
-    Ok(text)
+    franken_bench::with_classic_server(
+        bench,
+        "### Kernel lock tracepoints on the real FrankenPHP",
+        |pid| measure(bench, pid),
+    )
 }
 
-fn measure(bench: &Bench) -> Result<String> {
-    let pid: u32 = std::fs::read_to_string(franken_bench::PID_FILE)
-        .with_context(|| format!("reading {}", franken_bench::PID_FILE))?
-        .trim()
-        .parse()
-        .with_context(|| format!("{} holds no pid", franken_bench::PID_FILE))?;
+fn measure(bench: &Bench, pid: u32) -> Result<String> {
     let base = ["--mode", "contention", "--no-cpu"];
     let configs: [(&str, Tracer); 2] = [
         (

@@ -340,9 +340,7 @@ fn franken(bench: &Bench, rounds: usize) -> Result<Pair> {
     let run = |version: &str| -> Result<Recorded> {
         franken_bench::script(&kit, &format!("use-{version}.sh"), &[])?;
         franken_bench::script(&kit, "start.sh", &["classic"])?;
-        let pid: u32 = std::fs::read_to_string(franken_bench::PID_FILE)?
-            .trim()
-            .parse()?;
+        let pid = franken_bench::server_pid()?;
         // Warm: opcache-less PHP compiles, MariaDB's caches fill.
         Command::new("wrk")
             .args(["-t1", "-c4", "-d2s", franken_bench::URL])
