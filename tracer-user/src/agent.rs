@@ -516,7 +516,7 @@ impl Watcher {
                     match event {
                         Event::Exec { tgid } => self.discovery.exec(tgid),
                         // A process ends with its leader (then checked gone).
-                        Event::Exit { pid, tgid } if pid == tgid => {
+                        Event::Exit { pid, tgid, .. } if pid == tgid => {
                             exited |= self.watched.contains_key(&pid);
                         }
                         _ => {}

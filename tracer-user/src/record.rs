@@ -631,6 +631,7 @@ fn coverage(
         exec,
         main_thread_exit,
         found_by_code: found_by_code(functions),
+        target_exit: seen.exit,
     }
 }
 

@@ -4,6 +4,7 @@ mod common;
 
 use common::*;
 use locktrace::model::StopReason;
+use std::process::Command;
 
 /// N threads × M global locks and K locks of each thread's own heap mutex.
 #[test]
@@ -195,6 +196,47 @@ fn target_exit_is_reported_not_an_error() {
     let (report, _) = trace_fixture(&binary, &["2", "100", "0"], &["--duration", "60"]);
     assert_eq!(report["stopped_by"], "target_exited");
     assert!(report["duration_s"].as_f64().unwrap() < 30.0);
+}
+
+/// How the target ended is in the report, from the process events
+/// connector: a crash by its signal, an exit by its status; the counts up
+/// to the end stay exact (2 threads x 300 on the global mutex), also when
+/// the stubs of `--mode inproc` were in the process that crashed.
+#[test]
+fn how_the_target_ended_is_reported() {
+    let binary = fixture("locks", Flavor::Glibc);
+    let segv = serde_json::json!({"signal": 11, "signal_name": "SIGSEGV", "core_dumped": false});
+    let killed =
+        "stopped: the target exited (killed by SIGSEGV); counts cover its whole traced life";
+    for (end, mode, exit, line) in [
+        ("segv", "all", &segv, killed),
+        ("segv", "inproc", &segv, killed),
+        (
+            "exit:3",
+            "all",
+            &serde_json::json!({"exit_code": 3, "core_dumped": false}),
+            "stopped: the target exited (exit status 3); counts cover its whole traced life",
+        ),
+    ] {
+        let mut fixture = Fixture::spawn_command(
+            Command::new(&binary)
+                .args(["2", "300", "0"])
+                .env("LOCKS_END", end),
+        );
+        let global = fixture.address("global");
+        let trace = Trace::attach(fixture.pid(), &["--duration", "60", "--mode", mode]);
+        fixture.start();
+        let _ = fixture.read_line();
+        let (report, table) = trace.finish();
+        assert_eq!(report["stopped_by"], "target_exited", "{end}: {table}");
+        assert_eq!(&report["coverage"]["target_exit"], exit, "{end}: {table}");
+        assert!(table.contains(line), "{end}: {table}");
+        assert_eq!(
+            lock_at(&report, global).unwrap()["acquisitions"],
+            600,
+            "{end} {mode}"
+        );
+    }
 }
 
 /// More locks than the maps hold: a call is counted under its caller

@@ -195,6 +195,7 @@ impl Drop for PhpServer {
                 .args(&args[1..])
                 .output();
         };
+        common::frankenphp::show_log_if_failing(Path::new(common::frankenphp::KIT_LOG));
         // use-stock.sh restarts a running server: stop it first.
         run(&["stop.sh"]);
         run(&["use-stock.sh"]);

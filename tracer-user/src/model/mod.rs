@@ -37,7 +37,7 @@ pub use collected::{
     Blocked, Collected, InFlight, KernelLocksCollected, PhpCollected, PhpFrameRead, PhpSnapshot,
     UnwoundStack,
 };
-pub use coverage::{Coverage, ExecLoss, ExecSeen, FoundByCode, MainThreadExit};
+pub use coverage::{Coverage, ExecLoss, ExecSeen, FoundByCode, MainThreadExit, TargetExit};
 pub use cpu::{CpuReport, cpu_error_ns, sample_period_ns};
 pub use destination::{Destination, write_output};
 pub use drop_reason::DropReason;

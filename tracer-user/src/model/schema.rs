@@ -733,6 +733,7 @@ mod tests {
                 archive: "/usr/lib/x86_64-linux-musl/libc.a".into(),
                 functions: vec!["pthread_mutex_lock".into()],
             }),
+            target_exit: Some(crate::model::TargetExit::from_wait_status(11)),
         });
         fill_what_was_going_on(report, address);
     }

@@ -305,9 +305,14 @@ mod tests {
             }),
             main_thread_exit: None,
             found_by_code: None,
+            target_exit: Some(crate::model::TargetExit::from_wait_status(2 << 8)),
         });
         let text = table::render(&report, None, crate::render::fit::Width::Unlimited);
         assert!(!text.contains("whole traced life"), "{text}");
+        assert!(
+            text.contains("stopped: the target exited (exit status 2)\n"),
+            "{text}"
+        );
         assert!(!text.contains("lost: nothing"), "{text}");
         assert!(
             text.contains("lost: the target ran exec (/bin/static) 0.50 s into the recording; from then on: every lock call of the new program"),

@@ -98,14 +98,7 @@ pub fn render(report: &Report, limit: Option<usize>, width: Width) -> String {
     out.push_str(&waits::render(report, limit, width));
     out.push_str(&in_progress::render(report, width));
     out.push_str(&kernel_locks::render(report));
-    match report.stopped_by {
-        StopReason::TargetExited if lost::counts_whole(report) => {
-            out.push_str("stopped: the target exited; counts cover its whole traced life\n")
-        }
-        StopReason::TargetExited => out.push_str("stopped: the target exited\n"),
-        StopReason::Interrupted => out.push_str("stopped: interrupted (a stop signal)\n"),
-        StopReason::Duration | StopReason::LoadDone => {}
-    }
+    out.push_str(&stopped_line(report));
     out.push_str(&lost::render(report));
     out.push_str(&super::inproc::render(report));
     for limit in &report.kernel_limits {
@@ -116,6 +109,25 @@ pub fn render(report: &Report, limit: Option<usize>, width: Width) -> String {
     let out = super::format::printable(&out);
     // Every line fits the width the tables use: footers wrap, indented.
     super::fit::wrap_lines(&out, width)
+}
+
+/// Why the recording stopped, when it stopped early: a target that ended
+/// with how it ended (`killed by SIGSEGV`, `exit status 2`) when known.
+fn stopped_line(report: &Report) -> String {
+    let how = report
+        .coverage
+        .as_ref()
+        .and_then(|coverage| coverage.target_exit.as_ref())
+        .map(|exit| format!(" ({exit})"))
+        .unwrap_or_default();
+    match report.stopped_by {
+        StopReason::TargetExited if lost::counts_whole(report) => {
+            format!("stopped: the target exited{how}; counts cover its whole traced life\n")
+        }
+        StopReason::TargetExited => format!("stopped: the target exited{how}\n"),
+        StopReason::Interrupted => "stopped: interrupted (a stop signal)\n".to_string(),
+        StopReason::Duration | StopReason::LoadDone => String::new(),
+    }
 }
 
 /// A column of the lock table and how each lock fills it.

@@ -46,9 +46,11 @@ pub enum Event {
         child_tgid: u32,
     },
     /// A task ended: its process ended when `pid == tgid` (its leader).
+    /// `exit_code`: the task's wait status (`task->exit_code`).
     Exit {
         pid: u32,
         tgid: u32,
+        exit_code: u32,
     },
 }
 
@@ -89,13 +91,15 @@ fn connector_event(message: &[u8]) -> Option<Event> {
     let length = usize::from(u16::from_ne_bytes(message.get(16..18)?.try_into().ok()?));
     let event = message.get(CN_MSG_HEADER..CN_MSG_HEADER + length)?;
     // The event's data: exec's and exit's begin with process_pid and
-    // process_tgid; fork's are parent_pid, parent_tgid, child_pid, child_tgid.
+    // process_tgid (exit's then exit_code); fork's are parent_pid,
+    // parent_tgid, child_pid, child_tgid.
     let field = |i: usize| u32_at(event, PROC_EVENT_HEADER + 4 * i);
     match u32_at(event, 0)? {
         PROC_EVENT_EXEC => Some(Event::Exec { tgid: field(1)? }),
         PROC_EVENT_EXIT => Some(Event::Exit {
             pid: field(0)?,
             tgid: field(1)?,
+            exit_code: field(2)?,
         }),
         PROC_EVENT_FORK => Some(Event::Fork {
             parent_tgid: field(1)?,
@@ -324,8 +328,12 @@ mod tests {
         );
         // exit_code, exit_signal, parent_pid, parent_tgid follow.
         assert_eq!(
-            parse(&message(PROC_EVENT_EXIT, &[41, 40, 0, 9, 1, 1])),
-            [Event::Exit { pid: 41, tgid: 40 }]
+            parse(&message(PROC_EVENT_EXIT, &[41, 40, 11 | 0x80, 17, 1, 1])),
+            [Event::Exit {
+                pid: 41,
+                tgid: 40,
+                exit_code: 11 | 0x80
+            }]
         );
         assert_eq!(
             parse(&message(PROC_EVENT_FORK, &[40, 40, 52, 52])),
@@ -341,7 +349,14 @@ mod tests {
         two.extend(message(PROC_EVENT_EXIT, &[8, 8, 0, 0, 1, 1]));
         assert_eq!(
             parse(&two),
-            [Event::Exec { tgid: 7 }, Event::Exit { pid: 8, tgid: 8 }]
+            [
+                Event::Exec { tgid: 7 },
+                Event::Exit {
+                    pid: 8,
+                    tgid: 8,
+                    exit_code: 0
+                }
+            ]
         );
     }
 

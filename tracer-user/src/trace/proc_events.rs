@@ -5,6 +5,7 @@
 //! noticed by polling the target's executable (a short-lived exec'ed
 //! program may then be missed; forks are then unknown).
 use super::proc_connector::{Connector, Event, Events};
+use crate::model::TargetExit;
 use std::{
     collections::BTreeMap,
     os::unix::fs::MetadataExt,
@@ -32,6 +33,8 @@ pub struct Seen {
     pub exec: Option<Exec>,
     /// Processes the target forked (None without the connector).
     pub forks: Option<u64>,
+    /// How the target ended, when it ended while watched (connector only).
+    pub exit: Option<TargetExit>,
 }
 
 pub struct ProcWatch {
@@ -114,19 +117,7 @@ fn watch(pid: u32, probed: &BTreeMap<u64, String>, stop: &AtomicBool) -> Seen {
                         Vec::new()
                     }
                 };
-                for event in events {
-                    match event {
-                        Event::Exec { tgid } if tgid == pid => exec_now = true,
-                        Event::Fork {
-                            parent_tgid,
-                            child_pid,
-                            child_tgid,
-                        } if parent_tgid == pid && child_pid == child_tgid => {
-                            *seen.forks.get_or_insert(0) += 1;
-                        }
-                        _ => {}
-                    }
-                }
+                exec_now |= note_events(pid, events, &mut seen);
             }
             None => std::thread::sleep(TICK),
         }
@@ -159,7 +150,40 @@ fn watch(pid: u32, probed: &BTreeMap<u64, String>, stop: &AtomicBool) -> Seen {
             }
         }
     }
+    // The exit event is queued before the target's pidfd tells the
+    // recording it ended: read what came since the last wait.
+    if let Some(Ok(Events::Some(events))) = connector.as_mut().map(|c| c.wait(Duration::ZERO)) {
+        note_events(pid, events, &mut seen);
+    }
     seen
+}
+
+/// Counts the target's forks and keeps how it ended; true when it ran exec.
+fn note_events(pid: u32, events: Vec<Event>, seen: &mut Seen) -> bool {
+    let mut exec = false;
+    for event in events {
+        match event {
+            Event::Exec { tgid } if tgid == pid => exec = true,
+            Event::Fork {
+                parent_tgid,
+                child_pid,
+                child_tgid,
+            } if parent_tgid == pid && child_pid == child_tgid => {
+                *seen.forks.get_or_insert(0) += 1;
+            }
+            // The leader's exit carries the process's status (a group exit
+            // gives every thread the group's code).
+            Event::Exit {
+                pid: task,
+                tgid,
+                exit_code,
+            } if task == pid && tgid == pid => {
+                seen.exit = Some(TargetExit::from_wait_status(exit_code));
+            }
+            _ => {}
+        }
+    }
+    exec
 }
 
 /// Probed modules (by inode) the target maps now.

@@ -98,6 +98,7 @@ pub struct SpawnedServer {
     pub kit: PathBuf,
     pub binary: PathBuf,
     pub child: Child,
+    log_path: PathBuf,
     mariadb_was_up: bool,
     /// flock(2) on /tmp/franken.lock, released when the file closes.
     _lock: File,
@@ -177,6 +178,7 @@ impl SpawnedServer {
             kit,
             binary: binary.to_path_buf(),
             child,
+            log_path: log_path.clone(),
             mariadb_was_up,
             _lock: lock,
         };
@@ -217,6 +219,7 @@ impl SpawnedServer {
 
 impl Drop for SpawnedServer {
     fn drop(&mut self) {
+        show_log_if_failing(&self.log_path);
         self.stop();
         if !self.mariadb_was_up {
             let _ = Command::new("bash")
@@ -240,6 +243,22 @@ pub fn server_args(mode: Mode, root: &Path) -> Vec<std::ffi::OsString> {
         ]);
     }
     args
+}
+
+/// The kit server's log (start.sh's), where a server that died says why.
+pub const KIT_LOG: &str = "/tmp/e2e/logs/franken.log";
+
+/// While a test panics, prints the last lines of the server log at `path`:
+/// a server that died under a recording (a Go crash report, a signal)
+/// says why there, and CI keeps only the test's output.
+pub fn show_log_if_failing(path: &Path) {
+    if !std::thread::panicking() {
+        return;
+    }
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    let tail = lines[lines.len().saturating_sub(60)..].join("\n");
+    eprintln!("--- last lines of {} ---\n{tail}\n---", path.display());
 }
 
 /// How many rows take exactly `per_request` acquisitions per request.
