@@ -11,7 +11,7 @@
 //! CPU: above `--max-cpu` it reads the maps less often (the counts stay
 //! exact: they are totals in the maps) and says so in one line.
 pub mod discover;
-pub mod labels;
+pub(crate) mod labels;
 pub mod push;
 
 use std::{
@@ -40,7 +40,7 @@ use discover::{Discovery, Found, Selectors};
 use push::{PushCounters, Pusher, Upload};
 
 /// How often /proc is scanned for new and exited processes.
-pub const SCAN_EVERY: Duration = Duration::from_millis(500);
+pub(crate) const SCAN_EVERY: Duration = Duration::from_millis(500);
 /// The watcher's pause between looks at its exec events and `?seconds=` requests.
 const PAUSE: Duration = Duration::from_millis(20);
 /// After a watched process's exit event, how long each pause checks for it
@@ -59,7 +59,7 @@ const DRAIN_WITHIN: Duration = Duration::from_secs(5);
 const CPU_WINDOW: Duration = Duration::from_secs(10);
 
 #[derive(Debug, Clone)]
-pub struct AgentOptions {
+pub(crate) struct AgentOptions {
     pub listen: SocketAddr,
     pub selectors: Selectors,
     pub mode: Mode,
@@ -81,10 +81,10 @@ pub struct AgentOptions {
 }
 
 /// The label names of a process's series, in order.
-pub const LABELS: [&str; 6] = ["container_id", "runtime", "pod_uid", "pid", "exe", "server"];
+pub(crate) const LABELS: [&str; 6] = ["container_id", "runtime", "pod_uid", "pid", "exe", "server"];
 
 /// A process's constant labels (empty values where unknown).
-pub fn process_labels(found: &Found) -> Vec<(String, String)> {
+pub(crate) fn process_labels(found: &Found) -> Vec<(String, String)> {
     let container = labels::container(&found.cgroup);
     let values = [
         container.as_ref().map(|c| c.id.clone()).unwrap_or_default(),
@@ -153,7 +153,7 @@ impl AgentGauges {
 }
 
 /// The process's CPU time (user + system) in seconds, from /proc/self/stat.
-pub fn own_cpu_seconds() -> Option<f64> {
+pub(crate) fn own_cpu_seconds() -> Option<f64> {
     let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
     // Fields after the command name (which may hold spaces): utime and stime are 14 and 15.
     let rest = stat.rsplit_once(')')?.1;
@@ -163,7 +163,7 @@ pub fn own_cpu_seconds() -> Option<f64> {
     (per_second > 0).then(|| ticks as f64 / per_second as f64)
 }
 
-pub async fn run(options: &AgentOptions) -> Result<std::process::ExitCode> {
+pub(crate) async fn run(options: &AgentOptions) -> Result<std::process::ExitCode> {
     let stop_signal = live::stop_requested();
     tokio::pin!(stop_signal);
     let listener = serve::listen(options.listen).await?;
@@ -367,7 +367,7 @@ async fn fresh(shared: &Mutex<Shared>, pid: u32) -> Option<Kept> {
 }
 
 /// Where each process's pprof profile is served (`?pid=PID`).
-pub const PPROF_PATH: &str = "/debug/pprof/mutex";
+pub(crate) const PPROF_PATH: &str = "/debug/pprof/mutex";
 
 struct Watched {
     session: LiveSession,

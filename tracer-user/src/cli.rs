@@ -772,7 +772,8 @@ pub fn command() -> clap::Command {
 
 /// docs/cli.md: every subcommand's `--help`, generated so it cannot drift
 /// (a unit test compares it with the file).
-pub fn reference_markdown() -> String {
+#[cfg(test)]
+pub(crate) fn reference_markdown() -> String {
     let mut root = command();
     // Usage lines then read `locktrace record …`, as typed.
     root.build();

@@ -33,7 +33,7 @@ mod table;
 
 /// What `locktrace compare` was asked (its flags, read by cli).
 #[derive(Debug, Clone)]
-pub struct CompareOptions {
+pub(crate) struct CompareOptions {
     pub before: PathBuf,
     pub after: PathBuf,
     pub assert_gone: Vec<String>,
@@ -44,9 +44,9 @@ pub struct CompareOptions {
 }
 
 /// Locks whose call paths are shown by default (`--paths-of`).
-pub const DEFAULT_PATH_LOCKS: usize = PATH_LOCKS;
+pub(crate) const DEFAULT_PATH_LOCKS: usize = PATH_LOCKS;
 
-pub fn run(args: &CompareOptions) -> Result<ExitCode> {
+pub(crate) fn run(args: &CompareOptions) -> Result<ExitCode> {
     let outcome = evaluate_with(
         &args.before,
         &args.after,
@@ -87,7 +87,7 @@ pub fn evaluate(
 }
 
 /// [`evaluate`], showing the call paths of up to `path_locks` locks.
-pub fn evaluate_with(
+pub(crate) fn evaluate_with(
     before: &Path,
     after: &Path,
     assert_gone: &[String],

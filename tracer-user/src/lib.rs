@@ -18,6 +18,9 @@
 //! - [`serve`] (Prometheus endpoint) and [`top`] (live table), on a live session;
 //! - [`agent`]: live sessions on every PHP server (or selected process) of the machine, on one endpoint;
 //! - [`cli`]: the command line.
+//!
+//! Items are `pub(crate)` unless xtask or the integration tests name them,
+//! so the dead-code lint sees the rest.
 pub mod model;
 
 pub(crate) mod loadgen;

@@ -56,7 +56,7 @@ use crate::{
 
 mod kernel;
 
-pub use kernel::KernelLockActivity;
+pub(crate) use kernel::KernelLockActivity;
 
 /// Locks named per interval at most (the most active unnamed ones first):
 /// naming reads every module's symbols, so a server creating many heap locks
@@ -113,7 +113,7 @@ pub struct LockActivity {
 }
 
 impl LockActivity {
-    pub fn is_active(&self) -> bool {
+    pub(crate) fn is_active(&self) -> bool {
         self.acquisitions.unwrap_or(0) + self.contended + self.wait_ns + self.cpu_ns > 0
             || self.kernel_contentions > 0
     }
@@ -156,7 +156,7 @@ pub struct Interval {
 #[cfg(test)]
 impl Interval {
     /// An interval of `elapsed` in which nothing happened (the views' tests).
-    pub fn empty(elapsed: Duration) -> Interval {
+    pub(crate) fn empty(elapsed: Duration) -> Interval {
         Interval {
             elapsed,
             locks: Vec::new(),
@@ -175,7 +175,7 @@ impl Interval {
 }
 
 /// A lock wait in progress this long is shown by the live views.
-pub const LONG_WAIT: Duration = Duration::from_secs(1);
+pub(crate) const LONG_WAIT: Duration = Duration::from_secs(1);
 
 #[derive(Debug, Clone, Default)]
 pub struct Cost {
@@ -369,7 +369,7 @@ impl LiveSession {
 
     /// The report of the last tick: every lock's counts since attach, named
     /// as the intervals name them (with `keep_reports`).
-    pub fn take_report(&mut self) -> Option<Report> {
+    pub(crate) fn take_report(&mut self) -> Option<Report> {
         self.last_report.take()
     }
 
@@ -387,13 +387,13 @@ impl LiveSession {
         self.main_thread.tick(&mut self.session.loaded.ebpf, &plan);
     }
 
-    pub fn has_request_probe(&self) -> bool {
+    pub(crate) fn has_request_probe(&self) -> bool {
         self.request_probe.is_some()
     }
 
     /// What counts requests, for the start-up line: the probe and, when
     /// locktrace chose it, why (empty without a request probe).
-    pub fn request_probe_note(&self) -> String {
+    pub(crate) fn request_probe_note(&self) -> String {
         match &self.request_probe {
             Some(chosen) => match chosen.auto_probe() {
                 Some(auto) => format!("; {}", requests::why_probe(&auto)),
@@ -902,13 +902,13 @@ fn top_stack(stacks: &[LockStack], address: u64) -> Option<Vec<String>> {
 }
 
 /// Waits for a stop signal (SIGINT, SIGTERM or SIGHUP).
-pub async fn stop_requested() -> Result<()> {
+pub(crate) async fn stop_requested() -> Result<()> {
     let mut signals = crate::trace::stop::StopSignals::install()?;
     signals.recv().await;
     Ok(())
 }
 
 /// The one line said when the target exits under a live view (the caller exits non-zero).
-pub fn target_exited(pid: u32) -> String {
+pub(crate) fn target_exited(pid: u32) -> String {
     format!("locktrace: pid {pid} exited; nothing left to trace (restart with the new pid)")
 }

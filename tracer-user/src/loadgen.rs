@@ -20,13 +20,13 @@ use tokio::{net::TcpStream, sync::Notify};
 
 /// How much load one phase sends.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Amount {
+pub(crate) enum Amount {
     Requests(u64),
     Duration(Duration),
 }
 
 #[derive(Debug, Clone)]
-pub struct LoadOptions {
+pub(crate) struct LoadOptions {
     pub url: String,
     pub amount: Amount,
     pub concurrency: usize,
@@ -40,7 +40,7 @@ pub struct LoadOptions {
 
 /// What one phase of load got back.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Tally {
+pub(crate) struct Tally {
     /// Responses by status code.
     pub statuses: BTreeMap<u16, u64>,
     /// Responses with the expected status but a body without the expected text.
@@ -54,12 +54,12 @@ pub struct Tally {
 }
 
 impl Tally {
-    pub fn responses(&self) -> u64 {
+    pub(crate) fn responses(&self) -> u64 {
         self.statuses.values().sum()
     }
 
     /// Unexpected outcomes by kind (`status 500`, `wrong body`, `connection error`).
-    pub fn unexpected(&self, expect_status: u16) -> BTreeMap<String, u64> {
+    pub(crate) fn unexpected(&self, expect_status: u16) -> BTreeMap<String, u64> {
         let mut out = BTreeMap::new();
         for (&status, &n) in &self.statuses {
             if status != expect_status {
@@ -92,10 +92,10 @@ type Sender = SendRequest<Empty<Bytes>>;
 /// How long one request may wait for its whole response.
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a response in flight may still take after a stop.
-pub const STOP_GRACE: Duration = Duration::from_secs(1);
+pub(crate) const STOP_GRACE: Duration = Duration::from_secs(1);
 
 /// Open keep-alive connections to the server, ready to send load.
-pub struct LoadDriver {
+pub(crate) struct LoadDriver {
     runtime: BackgroundRuntime,
     endpoint: Arc<Endpoint>,
     options: LoadOptions,
@@ -110,7 +110,7 @@ pub struct LoadDriver {
 
 impl LoadDriver {
     /// Parses the URL and opens `concurrency` connections (fails if the server is not there).
-    pub async fn connect(options: &LoadOptions) -> Result<LoadDriver> {
+    pub(crate) async fn connect(options: &LoadOptions) -> Result<LoadDriver> {
         LoadDriver::connect_bounded(options, MAX_BODY_BYTES).await
     }
 
@@ -164,24 +164,24 @@ impl LoadDriver {
         })
     }
 
-    pub fn options(&self) -> &LoadOptions {
+    pub(crate) fn options(&self) -> &LoadOptions {
         &self.options
     }
 
     /// Responses received so far in the running phase.
-    pub fn done(&self) -> u64 {
+    pub(crate) fn done(&self) -> u64 {
         self.done.load(Ordering::Relaxed)
     }
 
     /// Ends the running phase: no new request or connect; a response in
     /// flight gets [`STOP_GRACE`] to arrive.
-    pub fn stop(&self) {
+    pub(crate) fn stop(&self) {
         self.stop.store(true, Ordering::SeqCst);
         self.stopped.notify_waiters();
     }
 
     /// Sends one phase of load on every connection and waits for all of it.
-    pub async fn run(&self, amount: Amount) -> Result<Tally> {
+    pub(crate) async fn run(&self, amount: Amount) -> Result<Tally> {
         let runtime = self.runtime.get()?;
         self.done.store(0, Ordering::Relaxed);
         self.stop.store(false, Ordering::Relaxed);
@@ -468,7 +468,7 @@ async fn open(endpoint: &Endpoint) -> Result<Sender> {
 }
 
 /// Checks a `--load` URL (scheme, host, port) without connecting.
-pub fn check_url(url: &str) -> Result<()> {
+pub(crate) fn check_url(url: &str) -> Result<()> {
     parse_url(url).map(|_| ())
 }
 
@@ -532,7 +532,7 @@ fn port_of(url: &str, uri: &Uri) -> Result<u16> {
 
 /// Most bytes of one response body read before giving up on it: a body
 /// that never ends must not hold a connection (or memory) forever.
-pub const MAX_BODY_BYTES: u64 = 64 << 20;
+pub(crate) const MAX_BODY_BYTES: u64 = 64 << 20;
 
 /// Why an exchange failed.
 #[derive(Debug, thiserror::Error)]
@@ -605,7 +605,7 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 /// Parses a CPU list like `0,2-3`.
-pub fn parse_cpu_list(text: &str) -> Result<Vec<usize>> {
+pub(crate) fn parse_cpu_list(text: &str) -> Result<Vec<usize>> {
     let mut cpus = Vec::new();
     for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         let bad = || anyhow!("--load-cpus {text:?} is not a CPU list like 0,2-3");

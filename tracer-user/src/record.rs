@@ -48,7 +48,7 @@ use crate::{
 };
 
 #[derive(Debug, Clone)]
-pub struct RecordOptions {
+pub(crate) struct RecordOptions {
     pub pid: u32,
     pub duration: Option<Duration>,
     pub placement: Placement,
@@ -79,7 +79,7 @@ pub struct RecordOptions {
 
 impl RecordOptions {
     /// Each feature a mode may refuse, with whether it was asked for.
-    pub fn features(&self) -> [(Feature, bool); 5] {
+    pub(crate) fn features(&self) -> [(Feature, bool); 5] {
         [
             (Feature::Stacks, self.stacks > 0),
             (Feature::Php, self.php.is_some()),
@@ -112,21 +112,21 @@ struct Traced {
 /// A recording's report, and its probes, which stay attached until
 /// [`Recording::detach`]: the caller writes the report first (see
 /// [`attach::Attached`]).
-pub struct Recording {
+pub(crate) struct Recording {
     pub report: Report,
     probes: Option<attach::Attached>,
 }
 
 impl Recording {
     /// Detaches the probes (seconds under load).
-    pub fn detach(self) {
+    pub(crate) fn detach(self) {
         if let Some(probes) = self.probes {
             probes.detach();
         }
     }
 }
 
-pub async fn record(options: &RecordOptions) -> Result<Recording> {
+pub(crate) async fn record(options: &RecordOptions) -> Result<Recording> {
     // Stop signals are caught from the start, so one that comes right after
     // the probes are announced still ends in a report.
     let mut signals = StopSignals::install()?;
@@ -836,7 +836,7 @@ fn name(
 }
 
 /// Creates the (empty) `--ready-file` once the probes are live, for scripts and tests.
-pub fn signal_ready(path: &std::path::Path) -> Result<()> {
+pub(crate) fn signal_ready(path: &std::path::Path) -> Result<()> {
     crate::model::write_output(path, b"").context("--ready-file")
 }
 

@@ -28,15 +28,15 @@ use prometheus_client::{
 
 use crate::live::{self, Interval, LiveOptions, LiveSession, LockActivity};
 
-pub const OPENMETRICS_CONTENT_TYPE: &str =
+pub(crate) const OPENMETRICS_CONTENT_TYPE: &str =
     "application/openmetrics-text; version=1.0.0; charset=utf-8";
-pub const CLASSIC_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+pub(crate) const CLASSIC_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 /// Weight of the newest interval in a series' activity average.
 const ACTIVITY_WEIGHT: f64 = 0.3;
 
 #[derive(Debug, Clone)]
-pub struct ServeOptions {
+pub(crate) struct ServeOptions {
     pub live: LiveOptions,
     pub listen: SocketAddr,
     /// Lock series exported at most (plus `lock="other"`).
@@ -560,14 +560,14 @@ impl SeriesSet {
 /// One process's series under constant labels (the agent's `container_id`,
 /// `pid`, …): serve's metrics, names and bounds, in a registry of its own so
 /// that a process's series go away with it.
-pub struct LabelledSeries {
+pub(crate) struct LabelledSeries {
     registry: Arc<Registry>,
     metrics: Metrics,
     series: SeriesSet,
 }
 
 impl LabelledSeries {
-    pub fn new(
+    pub(crate) fn new(
         labels: Vec<(String, String)>,
         max_locks: usize,
         expire_after: Duration,
@@ -593,20 +593,20 @@ impl LabelledSeries {
     }
 
     /// Adds an interval, as serve does each second.
-    pub fn apply(&mut self, interval: &Interval) {
+    pub(crate) fn apply(&mut self, interval: &Interval) {
         self.series.apply(&self.metrics, interval, Instant::now());
         self.metrics.update(interval);
     }
 
     /// The registry to encode (its counters move as intervals are applied).
-    pub fn registry(&self) -> Arc<Registry> {
+    pub(crate) fn registry(&self) -> Arc<Registry> {
         self.registry.clone()
     }
 }
 
 /// OpenMetrics texts of several registries as one: each family's `HELP`,
 /// `TYPE` and `UNIT` once, then the samples of every text, one `# EOF`.
-pub fn merge_families(texts: &[String]) -> String {
+pub(crate) fn merge_families(texts: &[String]) -> String {
     let mut families: Vec<(String, Vec<&str>, Vec<&str>)> = Vec::new();
     for text in texts {
         let mut current: Option<usize> = None;
@@ -664,7 +664,7 @@ fn listen_hint(kind: std::io::ErrorKind) -> &'static str {
 }
 
 /// Listens on `address`, or one line saying what to try instead.
-pub async fn listen(address: std::net::SocketAddr) -> Result<tokio::net::TcpListener> {
+pub(crate) async fn listen(address: std::net::SocketAddr) -> Result<tokio::net::TcpListener> {
     tokio::net::TcpListener::bind(address)
         .await
         .map_err(|error| {
@@ -675,7 +675,7 @@ pub async fn listen(address: std::net::SocketAddr) -> Result<tokio::net::TcpList
         })
 }
 
-pub async fn serve(options: &ServeOptions) -> Result<std::process::ExitCode> {
+pub(crate) async fn serve(options: &ServeOptions) -> Result<std::process::ExitCode> {
     let stop = live::stop_requested();
     tokio::pin!(stop);
     let listener = listen(options.listen).await?;
@@ -740,30 +740,30 @@ pub async fn serve(options: &ServeOptions) -> Result<std::process::ExitCode> {
 }
 
 /// Scrape connections served at once.
-pub const MAX_CONNECTIONS: usize = 64;
+pub(crate) const MAX_CONNECTIONS: usize = 64;
 /// A client must start sending within this, and send a request's headers
 /// within this.
-pub const HEADER_TIMEOUT: Duration = Duration::from_secs(3);
+pub(crate) const HEADER_TIMEOUT: Duration = Duration::from_secs(3);
 /// Longest a connection stays open, idle or slow (a scrape takes
 /// milliseconds; Prometheus reconnects).
-pub const CONNECTION_LIFETIME: Duration = Duration::from_secs(10);
+pub(crate) const CONNECTION_LIFETIME: Duration = Duration::from_secs(10);
 
 /// What `/metrics` answers: the OpenMetrics text now, None when encoding failed.
-pub type MetricsSource = Arc<dyn Fn() -> Option<String> + Send + Sync>;
+pub(crate) type MetricsSource = Arc<dyn Fn() -> Option<String> + Send + Sync>;
 
 /// Other pages (the agent's pprof): (path, query) to the page's answer,
 /// which may take a while (a profile over the next seconds); None: 404.
-pub type PageSource = Arc<dyn Fn(&str, &str) -> Option<PageFuture> + Send + Sync>;
+pub(crate) type PageSource = Arc<dyn Fn(&str, &str) -> Option<PageFuture> + Send + Sync>;
 
 /// A page's answer: (content type, body), or why not.
-pub type PageFuture =
+pub(crate) type PageFuture =
     std::pin::Pin<Box<dyn std::future::Future<Output = Result<Page, PageError>> + Send>>;
 
-pub type Page = (&'static str, Vec<u8>);
+pub(crate) type Page = (&'static str, Vec<u8>);
 
 /// Why a page has no answer.
 #[derive(Debug)]
-pub enum PageError {
+pub(crate) enum PageError {
     /// 404 (no such process).
     NotFound,
     /// 400, with the one line that says what to send instead.
@@ -773,11 +773,11 @@ pub enum PageError {
 }
 
 /// How long a page may take to answer (`?seconds=` at most this).
-pub const LONGEST_PAGE: Duration = Duration::from_secs(60);
+pub(crate) const LONGEST_PAGE: Duration = Duration::from_secs(60);
 
 /// What a connection is answered from.
 #[derive(Clone)]
-pub struct Site {
+pub(crate) struct Site {
     pub metrics: MetricsSource,
     pub pages: Option<PageSource>,
 }
@@ -790,7 +790,7 @@ fn encode(registry: &Registry) -> Option<String> {
 }
 
 /// Serves one connection: `/metrics`, else 404; holds its slot until closed.
-pub async fn answer(
+pub(crate) async fn answer(
     stream: tokio::net::TcpStream,
     source: Site,
     _slot: tokio::sync::OwnedSemaphorePermit,

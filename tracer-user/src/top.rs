@@ -77,7 +77,7 @@ impl SortKey {
     }
 }
 
-pub async fn run(options: &LiveOptions) -> Result<ExitCode> {
+pub(crate) async fn run(options: &LiveOptions) -> Result<ExitCode> {
     let stop = live::stop_requested();
     tokio::pin!(stop);
     let mut session = LiveSession::attach(options)?;

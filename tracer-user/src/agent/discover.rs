@@ -51,7 +51,7 @@ impl Selectors {
 }
 
 /// The file name of `/proc/PID/exe`'s target, without ` (deleted)`.
-pub fn exe_name(exe: &str) -> &str {
+pub(crate) fn exe_name(exe: &str) -> &str {
     let exe = exe.strip_suffix(" (deleted)").unwrap_or(exe);
     exe.rsplit('/').next().unwrap_or(exe)
 }
@@ -88,7 +88,7 @@ impl Discovery {
     }
 
     /// Process `pid` exec'd: it is judged afresh by [`Discovery::starting`].
-    pub fn exec(&mut self, pid: u32) {
+    pub(crate) fn exec(&mut self, pid: u32) {
         if pid != self.own_pid {
             self.judged.remove(&pid);
             self.starting.insert(pid, Instant::now());
@@ -96,7 +96,7 @@ impl Discovery {
     }
 
     /// Whether processes that exec'd wait to be judged.
-    pub fn any_starting(&self) -> bool {
+    pub(crate) fn any_starting(&self) -> bool {
         !self.starting.is_empty()
     }
 
@@ -104,7 +104,7 @@ impl Discovery {
     /// libraries are mapped; `watched` are skipped. Most execs on a
     /// machine are not wanted: they are turned down by the cheap reads
     /// (executable, maps, cgroup) before anything else.
-    pub fn starting(&mut self, watched: &HashSet<u32>) -> Vec<(Found, Instant)> {
+    pub(crate) fn starting(&mut self, watched: &HashSet<u32>) -> Vec<(Found, Instant)> {
         let mut found = Vec::new();
         let pids: Vec<(u32, Instant)> = self.starting.iter().map(|(p, t)| (*p, *t)).collect();
         for (pid, since) in pids {

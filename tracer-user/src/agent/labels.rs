@@ -4,7 +4,7 @@
 
 /// The container runtime whose cgroup naming matched.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Runtime {
+pub(crate) enum Runtime {
     Docker,
     Containerd,
     Crio,
@@ -21,14 +21,14 @@ impl std::fmt::Display for Runtime {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Container {
+pub(crate) struct Container {
     pub runtime: Runtime,
     pub id: String,
 }
 
 /// The cgroup v2 path of a process from its `/proc/PID/cgroup` (the `0::`
 /// line); under cgroup v1, the first hierarchy's path that names a container.
-pub fn cgroup_path(proc_cgroup: &str) -> Option<&str> {
+pub(crate) fn cgroup_path(proc_cgroup: &str) -> Option<&str> {
     let paths = || {
         proc_cgroup
             .lines()
@@ -56,7 +56,7 @@ fn is_container_id(text: &str) -> bool {
 /// `/docker/ID` (docker), `cri-containerd-ID.scope` (containerd),
 /// `crio-ID.scope` (cri-o; `crio-conmon-ID.scope` is its monitor, not the
 /// container).
-pub fn container(path: &str) -> Option<Container> {
+pub(crate) fn container(path: &str) -> Option<Container> {
     let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
     for (index, part) in parts.iter().enumerate().rev() {
         let scoped = part.strip_suffix(".scope").and_then(|name| {
@@ -88,7 +88,7 @@ pub fn container(path: &str) -> Option<Container> {
 /// The Kubernetes pod UID: `kubepods-…-pod<UID>.slice` (systemd driver,
 /// dashes of the UID written as underscores) or `pod<UID>` under `kubepods`
 /// (cgroupfs driver).
-pub fn pod_uid(path: &str) -> Option<String> {
+pub(crate) fn pod_uid(path: &str) -> Option<String> {
     let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
     let under_kubepods = |index: usize| parts[..index].iter().any(|p| p.starts_with("kubepods"));
     parts.iter().enumerate().rev().find_map(|(index, part)| {

@@ -35,7 +35,7 @@ const POST_TIMEOUT: Duration = Duration::from_secs(10);
 const QUEUE: usize = 256;
 
 /// One process's profile of one interval.
-pub struct Upload {
+pub(crate) struct Upload {
     /// `name=` as Pyroscope reads it: `app{label=value,…}`.
     pub name: String,
     pub from: SystemTime,
@@ -46,13 +46,13 @@ pub struct Upload {
 
 /// The agent's push counters, on its /metrics.
 #[derive(Clone, Default)]
-pub struct PushCounters {
+pub(crate) struct PushCounters {
     pub posted: Counter<u64, AtomicU64>,
     pub failed: Counter<u64, AtomicU64>,
 }
 
 impl PushCounters {
-    pub fn register(&self, registry: &mut Registry) {
+    pub(crate) fn register(&self, registry: &mut Registry) {
         registry.register(
             "locktrace_agent_push_posts",
             "Profiles posted to --push's ingest URL",
@@ -67,7 +67,7 @@ impl PushCounters {
 }
 
 /// `URL/ingest` from `--push URL` (a trailing `/` or `/ingest` is taken as given).
-pub fn ingest_url(url: &str) -> String {
+pub(crate) fn ingest_url(url: &str) -> String {
     let base = url.trim_end_matches('/');
     let base = base.strip_suffix("/ingest").unwrap_or(base);
     format!("{base}/ingest")
@@ -75,7 +75,7 @@ pub fn ingest_url(url: &str) -> String {
 
 /// `app{name=value,…}` with the labels that have a value; characters
 /// Pyroscope's name parser treats as syntax become `_`.
-pub fn series_name(app: &str, labels: &[(String, String)]) -> String {
+pub(crate) fn series_name(app: &str, labels: &[(String, String)]) -> String {
     let clean = |text: &str| -> String {
         text.chars()
             .map(|c| match c {
@@ -93,7 +93,7 @@ pub fn series_name(app: &str, labels: &[(String, String)]) -> String {
 }
 
 /// The query string of an upload.
-pub fn query(upload: &Upload) -> String {
+pub(crate) fn query(upload: &Upload) -> String {
     let seconds = |at: SystemTime| at.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
     format!(
         "name={}&from={}&until={}&format=pprof&spyName=locktrace",
@@ -118,7 +118,7 @@ pub fn percent_encode(text: &str) -> String {
 }
 
 /// Hands the uploads to the posting thread.
-pub struct Pusher {
+pub(crate) struct Pusher {
     queue: SyncSender<Upload>,
     counters: PushCounters,
     /// Uploads queued or being posted.
@@ -129,7 +129,7 @@ pub struct Pusher {
 
 impl Pusher {
     /// Starts the posting thread for `url` (`--push`).
-    pub fn start(url: &str, counters: PushCounters) -> std::io::Result<Pusher> {
+    pub(crate) fn start(url: &str, counters: PushCounters) -> std::io::Result<Pusher> {
         let (queue, uploads) = std::sync::mpsc::sync_channel(QUEUE);
         let waiting = Arc::new(AtomicUsize::new(0));
         let poster = Poster {
@@ -151,7 +151,7 @@ impl Pusher {
     }
 
     /// Queues an upload; a full queue (the receiver far behind) drops it, counted.
-    pub fn send(&self, upload: Upload) {
+    pub(crate) fn send(&self, upload: Upload) {
         self.waiting.fetch_add(1, Ordering::Relaxed);
         if let Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) =
             self.queue.try_send(upload)
@@ -163,7 +163,7 @@ impl Pusher {
 
     /// Posts what is queued, waiting at most `within`; says in one line
     /// how many were left unposted (a slow or silent receiver).
-    pub fn finish(self, within: Duration) {
+    pub(crate) fn finish(self, within: Duration) {
         let Pusher {
             queue,
             waiting,

@@ -16,7 +16,7 @@ use crate::{
 
 /// How the report was recorded, for its header.
 #[derive(Debug, Clone)]
-pub struct RecordInfo {
+pub(crate) struct RecordInfo {
     pub target: TargetInfo,
     pub duration_s: f64,
     pub mode: Mode,
@@ -24,7 +24,7 @@ pub struct RecordInfo {
     pub stopped_by: StopReason,
 }
 
-pub fn build(info: RecordInfo, collected: &Collected, functions: &[LockFunction]) -> Report {
+pub(crate) fn build(info: RecordInfo, collected: &Collected, functions: &[LockFunction]) -> Report {
     let nested = nested_calls(collected, functions);
     let mut locks = lock_rows(collected, functions, &nested);
     fold_futexes(&mut locks, collected);
@@ -177,7 +177,7 @@ fn dropped(
 
 /// The report's order of locks: most acquisitions, then contended waits,
 /// then wait time first.
-pub fn sort_locks(locks: &mut [Lock]) {
+pub(crate) fn sort_locks(locks: &mut [Lock]) {
     locks.sort_by(|a, b| {
         (b.acquisitions.unwrap_or(0), b.contended, b.wait_ns).cmp(&(
             a.acquisitions.unwrap_or(0),
@@ -196,7 +196,7 @@ fn lock_functions_nest(nested: &BTreeMap<(u64, u32), u64>, functions: &[LockFunc
 /// The address of the lock whose bytes hold futex word `word`, among
 /// `locks` (by address; `span` gives each one's size in bytes), if any.
 /// `build` folds the word's waits into it, the live views expire them with it.
-pub fn lock_holding<V>(
+pub(crate) fn lock_holding<V>(
     locks: &BTreeMap<u64, V>,
     word: u64,
     span: impl Fn(&V) -> u64,

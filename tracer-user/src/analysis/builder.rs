@@ -16,7 +16,7 @@ use crate::{
 
 impl RecordInfo {
     /// The header of a report on `target`.
-    pub fn of(
+    pub(crate) fn of(
         target: &Target,
         mode: Mode,
         placement: Option<Placement>,
@@ -39,7 +39,7 @@ impl RecordInfo {
 
 /// The probes whose hits the tracing cost is made of.
 #[derive(Clone, Copy)]
-pub struct Probes<'a> {
+pub(crate) struct Probes<'a> {
     pub mode: Mode,
     /// The lock functions' probe points (not hit in contention mode).
     pub placed: &'a [Placed],
@@ -50,7 +50,7 @@ pub struct Probes<'a> {
 
 impl Probes<'_> {
     /// What the probes cost, on the counts of `collected`.
-    pub fn overhead(&self, collected: &Collected) -> Overhead {
+    pub(crate) fn overhead(&self, collected: &Collected) -> Overhead {
         analysis::cost::measure(
             collected,
             self.counted(),
@@ -60,7 +60,7 @@ impl Probes<'_> {
     }
 
     /// The lock probes that count: none in contention mode.
-    pub fn counted(&self) -> &[Placed] {
+    pub(crate) fn counted(&self) -> &[Placed] {
         match self.mode {
             Mode::Contention => &[],
             // Inproc: the functions no stub counts (`record` keeps only those).
@@ -70,7 +70,7 @@ impl Probes<'_> {
 }
 
 /// What a whole recording measured besides the counts.
-pub struct Measured<'a> {
+pub(crate) struct Measured<'a> {
     pub probes: Probes<'a>,
     /// `--hold-times`: the unlock functions' probe points.
     pub unlocks: &'a [Placed],
@@ -86,7 +86,7 @@ pub struct Measured<'a> {
 }
 
 /// Builds reports from collected counts and the lock functions probed.
-pub struct ReportBuilder<'a> {
+pub(crate) struct ReportBuilder<'a> {
     pub info: RecordInfo,
     pub functions: &'a [LockFunction],
 }
@@ -94,7 +94,7 @@ pub struct ReportBuilder<'a> {
 impl ReportBuilder<'_> {
     /// The locks, totals, waits in progress and CPU per lock of the counts,
     /// with hold times when recorded: what every view starts from.
-    pub fn counts(&self, collected: &Collected) -> Report {
+    pub(crate) fn counts(&self, collected: &Collected) -> Report {
         let mut report = analysis::build::build(self.info.clone(), collected, self.functions);
         analysis::holds::apply(&mut report, collected);
         analysis::handoffs::apply(&mut report, collected, analysis::cost::handoff_cost_ns());
@@ -105,7 +105,7 @@ impl ReportBuilder<'_> {
     /// sampled mode, with what recording measured. `requests` gives the
     /// request figures once the locks are built (the count may depend on
     /// the counts: a request probe's hits).
-    pub fn recording(
+    pub(crate) fn recording(
         &self,
         collected: &mut Collected,
         measured: Measured,

@@ -12,22 +12,22 @@ use crate::{
 /// single-steps, on the reference machine when quiet (2-core VM, Linux 6.18;
 /// the BPF program's own work included). Used when no calibration file
 /// matches the running kernel.
-pub const EMULATED_NS_PER_HIT: u64 = 800;
-pub const STEPPED_NS_PER_HIT: u64 = 9_500;
+pub(crate) const EMULATED_NS_PER_HIT: u64 = 800;
+pub(crate) const STEPPED_NS_PER_HIT: u64 = 9_500;
 
 /// One cache line's transfer between two cores sharing the L3 on the
 /// reference machine (CPUs 0 and 1 of the 2-core VM, Linux 6.18: 26.1 ns,
 /// fixtures/bench/handoff.c, two pinned threads passing a token through
 /// one atomic). Used when no calibration file with a handoff figure
 /// matches the running kernel.
-pub const HANDOFF_NS: u64 = 26;
+pub(crate) const HANDOFF_NS: u64 = 26;
 
 /// One uncontended pthread_mutex_lock + unlock pair with their calls on the
 /// reference machine (fixtures/bench/pair.c: 5.7-6.0 ns).
-pub const LOCK_PAIR_NS: f64 = 6.0;
+pub(crate) const LOCK_PAIR_NS: f64 = 6.0;
 
 /// The costs a lock's removal is priced with (see `analysis::removal`).
-pub fn unit_costs() -> super::removal::UnitCosts {
+pub(crate) fn unit_costs() -> super::removal::UnitCosts {
     let measured = measured_calibration()
         .map(|calibration| calibration.lock_pair_ns)
         .filter(|&ns| ns > 0.0);
@@ -41,7 +41,7 @@ pub const CALIBRATION_FILE: &str = "/var/cache/locktrace/calibration.json";
 
 /// The calibration measured on the running kernel if there is one, else the
 /// built-in reference figures; plus a description of the source.
-pub fn calibration() -> (Calibration, String) {
+pub(crate) fn calibration() -> (Calibration, String) {
     match measured_calibration() {
         Some(calibration) => (
             calibration,
@@ -64,7 +64,7 @@ pub fn calibration() -> (Calibration, String) {
 /// ns, and where it comes from: the calibration measured on this kernel
 /// when it has the figure, else [`HANDOFF_NS`]. A lock's handoffs × this
 /// is the CPU time the moves cost (`locks[].handoffs.cost_ns`).
-pub fn handoff_cost_ns() -> (u64, HandoffCostSource) {
+pub(crate) fn handoff_cost_ns() -> (u64, HandoffCostSource) {
     handoff_cost_of(measured_calibration().as_ref())
 }
 
@@ -97,7 +97,7 @@ fn measured_calibration() -> Option<Calibration> {
 
 /// The lock probes' cost per hit, weighted by the hits of each function:
 /// a stepped entry on a function that was never called costs nothing.
-pub fn lock_cost_per_hit(collected: &Collected, placed: &[Placed]) -> u64 {
+pub(crate) fn lock_cost_per_hit(collected: &Collected, placed: &[Placed]) -> u64 {
     let (calibration, _) = calibration();
     let hits = hits_per_op(collected);
     let (mut cost, mut total) = (0u64, 0u64);
@@ -132,7 +132,7 @@ fn hits_per_op(collected: &Collected) -> [u64; tracer_common::LOCK_OPS] {
     hits_per_op
 }
 
-pub fn measure(
+pub(crate) fn measure(
     collected: &Collected,
     placed: &[Placed],
     request_probe_emulated: Option<bool>,
@@ -218,7 +218,7 @@ const _: () = assert!(LockOp::SpinTrylock as usize + 1 == tracer_common::LOCK_OP
 
 /// Adds the unlock probes' points, hits and estimated cost (same
 /// calibration as the lock probes) to the overhead.
-pub fn add_unlock_overhead(overhead: &mut Overhead, hits: u64, unlocks: &[Placed]) {
+pub(crate) fn add_unlock_overhead(overhead: &mut Overhead, hits: u64, unlocks: &[Placed]) {
     let points = unlocks.iter().flat_map(|(_, placed)| &placed.points);
     for point in points.clone() {
         if point.emulated {

@@ -15,7 +15,10 @@ use crate::model::{
 /// at that address or whose bytes hold it, else a new row. Returns the rows
 /// that got user-mode samples (lock functions work on them: they are locks)
 /// and the samples no row could take.
-pub fn attribute(locks: &mut BTreeMap<u64, Lock>, collected: &Collected) -> (BTreeSet<u64>, u64) {
+pub(crate) fn attribute(
+    locks: &mut BTreeMap<u64, Lock>,
+    collected: &Collected,
+) -> (BTreeSet<u64>, u64) {
     let mut in_lock_functions = BTreeSet::new();
     let mut unattributed = 0;
     if collected.cpu_hz == 0 {
@@ -54,7 +57,7 @@ pub fn attribute(locks: &mut BTreeMap<u64, Lock>, collected: &Collected) -> (BTr
 }
 
 /// Rows that lock functions worked on are locks, whatever their futex words say.
-pub fn mark_locks(locks: &mut BTreeMap<u64, Lock>, in_lock_functions: &BTreeSet<u64>) {
+pub(crate) fn mark_locks(locks: &mut BTreeMap<u64, Lock>, in_lock_functions: &BTreeSet<u64>) {
     for address in in_lock_functions {
         if let Some(lock) = locks.get_mut(address)
             && lock.wait_class == WaitClass::Other
@@ -66,7 +69,7 @@ pub fn mark_locks(locks: &mut BTreeMap<u64, Lock>, in_lock_functions: &BTreeSet<
 
 /// The `cpu` block. `target_ns`: the target's CPU time over the window;
 /// `tracer_ns`: what the probes added to it (the overhead estimate).
-pub fn report(
+pub(crate) fn report(
     collected: &Collected,
     locks: &[Lock],
     target_ns: Option<u64>,

@@ -11,7 +11,7 @@ use crate::model::{
 /// target ran slower while counted and the estimate is low.
 /// `cost_per_hit` is the lock probes' cost per hit, weighted by where the
 /// hits were ([`super::cost::lock_cost_per_hit`]).
-pub fn of_run(run: &SampledRun, rate: f64, cost_per_hit: u64) -> Estimate {
+pub(crate) fn of_run(run: &SampledRun, rate: f64, cost_per_hit: u64) -> Estimate {
     let mut estimate = estimate(&run.windows, run.total, rate);
     estimate.windows_kept_attached = run.windows_kept_attached;
     estimate.windows_not_attached = run.windows_not_attached;
@@ -37,7 +37,7 @@ pub fn of_run(run: &SampledRun, rate: f64, cost_per_hit: u64) -> Estimate {
 /// hundreds of percent. Always so when requests were counted, even where
 /// the time bound would be tighter (a paced loop), so that a report with
 /// a request probe is read one way.
-pub fn scale_by_requests(estimate: &mut Estimate, in_windows: u64, whole_recording: u64) {
+pub(crate) fn scale_by_requests(estimate: &mut Estimate, in_windows: u64, whole_recording: u64) {
     let Some(ratio_error) = estimate.per_request_relative_error else {
         return;
     };
@@ -56,7 +56,7 @@ pub fn scale_by_requests(estimate: &mut Estimate, in_windows: u64, whole_recordi
 const ESTIMATED_REQUESTS: &str = "requests (counted over the same windows)";
 
 /// Largest relative error a report states (×100): beyond it the estimate says nothing.
-pub const MAX_RELATIVE_ERROR: f64 = 100.0;
+pub(crate) const MAX_RELATIVE_ERROR: f64 = 100.0;
 
 /// The error bound with the probes' slowdown in it. A CPU-bound target
 /// that spent share `s` of its counted time in probes ran `1 - s` as fast
@@ -160,7 +160,7 @@ const MIN_WINDOWS_FOR_SPREAD: usize = 10;
 /// lock's `acquisitions_error`, and the per-request figures' own bound. A
 /// run in which no window opened estimates nothing: its acquisitions are
 /// null (not counted), never `~0`.
-pub fn bound(report: &mut Report) {
+pub(crate) fn bound(report: &mut Report) {
     let Some(estimate) = report.estimate.clone() else {
         return;
     };
@@ -233,7 +233,7 @@ fn relative_error(windows: &[CountingWindow], counted: f64, total: f64) -> f64 {
 }
 
 /// Per-lock absolute error bound for a scaled count `calls_counted`.
-pub fn lock_error(estimate: &Estimate, counted_calls: u64) -> u64 {
+pub(crate) fn lock_error(estimate: &Estimate, counted_calls: u64) -> u64 {
     let relative = estimate
         .relative_error
         .hypot(3.0 / (counted_calls.max(1) as f64).sqrt())
@@ -242,7 +242,7 @@ pub fn lock_error(estimate: &Estimate, counted_calls: u64) -> u64 {
 }
 
 /// Scales the counted lock calls (and callers) of a sampled run to the whole recording.
-pub fn scale(collected: &mut Collected, estimate: &Estimate) {
+pub(crate) fn scale(collected: &mut Collected, estimate: &Estimate) {
     let scaled = |n: u64| (n as f64 * estimate.scale).round() as u64;
     for counts in collected.locks.values_mut() {
         for calls in &mut counts.calls {
@@ -265,7 +265,7 @@ pub fn scale(collected: &mut Collected, estimate: &Estimate) {
 }
 
 #[cfg(test)]
-pub mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// The run `trace::sampled::cycle`'s fake gives for a steady target (1 M
@@ -519,7 +519,7 @@ pub mod tests {
 
     /// A sampled report through `bound`: `windows` windows counting
     /// `counted_s` in all of 10 s, `acquisitions` and `requests` scaled.
-    pub fn sampled_report(
+    pub(crate) fn sampled_report(
         windows: u32,
         counted_s: f64,
         acquisitions: u64,

@@ -12,7 +12,7 @@ use crate::model::{
 
 /// One row for `rows` (at least one; the first, the busiest, gives the
 /// address, the creation site and whatever is not summed).
-pub fn merge(rows: Vec<Lock>) -> Option<Lock> {
+pub(crate) fn merge(rows: Vec<Lock>) -> Option<Lock> {
     let mut rows = rows.into_iter();
     let mut merged = rows.next()?;
     let mut group = group_of(&merged);
@@ -187,7 +187,7 @@ fn merge_holds(mut a: Holds, b: Holds) -> Holds {
 /// The stacks of merged rows under their row's address: `moved` maps each
 /// merged address to it. Equal stacks add up (so their counts still add
 /// up to the row's), most frequent first, where the row's first stack was.
-pub fn merge_stacks(stacks: Vec<LockStack>, moved: &BTreeMap<u64, u64>) -> Vec<LockStack> {
+pub(crate) fn merge_stacks(stacks: Vec<LockStack>, moved: &BTreeMap<u64, u64>) -> Vec<LockStack> {
     type Key = (Vec<Frame>, u8, Option<StackOrigin>, Option<StackEnd>);
     let mut by_row: BTreeMap<u64, BTreeMap<Key, LockStack>> = BTreeMap::new();
     // A stack of a row not merged, or the place of a merged row's stacks.

@@ -4,7 +4,7 @@
 use crate::model::{Collected, HandoffCostSource, Handoffs, Report};
 
 /// Handoffs per lock when they were counted, at `ns_per_handoff` each.
-pub fn apply(report: &mut Report, collected: &Collected, cost: (u64, HandoffCostSource)) {
+pub(crate) fn apply(report: &mut Report, collected: &Collected, cost: (u64, HandoffCostSource)) {
     if !collected.handoffs_counted {
         return;
     }

@@ -3,7 +3,7 @@
 use crate::model::{Collected, Holds, Report, add_histogram};
 
 /// Hold counts per lock (unnamed holder functions; see [`name`]) and totals.
-pub fn apply(report: &mut Report, collected: &Collected) {
+pub(crate) fn apply(report: &mut Report, collected: &Collected) {
     if !collected.hold_times {
         return;
     }

@@ -19,7 +19,7 @@ use crate::model::{
 
 /// Fills `in_progress` and `deadlocks` of a report from the in-flight state.
 /// `lock_spans_known` is false in contention mode (no lock was probed).
-pub fn apply(
+pub(crate) fn apply(
     locks: &[Lock],
     in_flight: &InFlight,
     lock_spans_known: bool,

@@ -3,7 +3,7 @@ use crate::model::{DropReason, Inproc, Report};
 
 /// Sets `counted_by` on every lock with calls: the mechanisms of the
 /// functions it was taken with.
-pub fn mark_locks(report: &mut Report, inproc: &Inproc) {
+pub(crate) fn mark_locks(report: &mut Report, inproc: &Inproc) {
     if inproc.table_overflow > 0 {
         report
             .dropped

@@ -95,7 +95,7 @@ const SPIN_TYPES: &[(&str, &[&str])] = &[
 
 /// The lock type the stack's functions (innermost first) say, for a lock
 /// of `kind`: the first function that names one decides.
-pub fn lock_type(kind: KernelLockKind, functions: &[&str]) -> Option<&'static str> {
+pub(crate) fn lock_type(kind: KernelLockKind, functions: &[&str]) -> Option<&'static str> {
     let table = match kind {
         KernelLockKind::RwsemRead | KernelLockKind::RwsemWrite => RWSEM_TYPES,
         KernelLockKind::Spinlock => SPIN_TYPES,
@@ -131,7 +131,7 @@ fn kernel_site(symbols: &Kallsyms, frames: &[u64]) -> String {
 
 /// Fills `report.kernel_locks` from what was collected (nothing when not
 /// traced for), and each user lock row's kernel contention.
-pub fn apply(report: &mut Report, collected: &Collected, symbols: &Kallsyms) {
+pub(crate) fn apply(report: &mut Report, collected: &Collected, symbols: &Kallsyms) {
     let Some(traced) = &collected.kernel_locks else {
         return;
     };
@@ -169,7 +169,7 @@ pub fn apply(report: &mut Report, collected: &Collected, symbols: &Kallsyms) {
 }
 
 /// The user lock rows by shown address: their keys and spans (for [`user_row`]).
-pub fn user_rows(report: &Report) -> BTreeMap<u64, (u64, u64)> {
+pub(crate) fn user_rows(report: &Report) -> BTreeMap<u64, (u64, u64)> {
     report
         .locks
         .iter()
@@ -179,7 +179,7 @@ pub fn user_rows(report: &Report) -> BTreeMap<u64, (u64, u64)> {
 
 /// The user lock row (its key) holding the futex word `word` (0: none),
 /// else the word itself.
-pub fn user_row(rows: &BTreeMap<u64, (u64, u64)>, word: u64) -> Option<u64> {
+pub(crate) fn user_row(rows: &BTreeMap<u64, (u64, u64)>, word: u64) -> Option<u64> {
     if word == 0 {
         return None;
     }
@@ -340,7 +340,11 @@ impl Row {
 /// waiting threads were serving, `labels` naming each route key as the
 /// `routes` rows do (`analysis::routes::stack_labels`). The split adds up
 /// to the row: both sum the same keys.
-pub fn split_by_route(report: &mut Report, collected: &Collected, labels: &HashMap<u64, String>) {
+pub(crate) fn split_by_route(
+    report: &mut Report,
+    collected: &Collected,
+    labels: &HashMap<u64, String>,
+) {
     let (Some(traced), Some(section)) = (&collected.kernel_locks, report.kernel_locks.as_mut())
     else {
         return;

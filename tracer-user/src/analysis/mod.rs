@@ -5,21 +5,21 @@
 //! several addresses merged into one ([`group`]). No names here: that is
 //! `naming`'s job. [`builder`] is the one entry point: `record` and the
 //! live views build their reports through it.
-pub mod build;
-pub mod builder;
+pub(crate) mod build;
+pub(crate) mod builder;
 pub mod cost;
-pub mod cpu;
-pub mod estimate;
-pub mod group;
-pub mod handoffs;
-pub mod holds;
-pub mod in_progress;
-pub mod inproc;
-pub mod kernel_locks;
-pub mod per_request;
-pub mod removal;
-pub mod routes;
-pub mod saturation;
-pub mod sites;
-pub mod waits;
-pub mod window;
+pub(crate) mod cpu;
+pub(crate) mod estimate;
+pub(crate) mod group;
+pub(crate) mod handoffs;
+pub(crate) mod holds;
+pub(crate) mod in_progress;
+pub(crate) mod inproc;
+pub(crate) mod kernel_locks;
+pub(crate) mod per_request;
+pub(crate) mod removal;
+pub(crate) mod routes;
+pub(crate) mod saturation;
+pub(crate) mod sites;
+pub(crate) mod waits;
+pub(crate) mod window;

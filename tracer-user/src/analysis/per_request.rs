@@ -4,7 +4,7 @@ use crate::model::{PerRequest, Report, Requests};
 
 /// Adds the request block to the report and, unless refused or zero, the
 /// per-request figures of every lock and of the totals.
-pub fn apply(report: &mut Report, requests: Requests) {
+pub(crate) fn apply(report: &mut Report, requests: Requests) {
     let divisor = requests.divisor();
     for lock in &mut report.locks {
         lock.per_request = divisor.map(|n| PerRequest {

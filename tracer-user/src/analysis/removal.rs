@@ -26,7 +26,7 @@ use crate::model::{PriceBasis, PricePart, Removal, Report, Requests};
 
 /// Calibrated costs the parts are priced with, in ns.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct UnitCosts {
+pub(crate) struct UnitCosts {
     /// One uncontended lock + unlock pair, the calls included.
     pub lock_pair_ns: f64,
 }
@@ -36,7 +36,7 @@ pub struct UnitCosts {
 const CALIBRATED_ERROR: f64 = 0.25;
 
 /// Fills `removal` for every lock with at least one priced part.
-pub fn apply(report: &mut Report, costs: UnitCosts) {
+pub(crate) fn apply(report: &mut Report, costs: UnitCosts) {
     let divisor = report.requests.as_ref().and_then(Requests::divisor);
     let target_ns = report.cpu.as_ref().and_then(|cpu| cpu.target_ns);
     let sampled = report.cpu.as_ref().is_some_and(|cpu| cpu.sample_hz > 0);
@@ -87,7 +87,7 @@ fn kernel_lock_spins(report: &Report) -> std::collections::HashMap<u64, u64> {
 
 /// What one lock's price is made of.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct LockInputs {
+pub(crate) struct LockInputs {
     pub acquisitions: Option<u64>,
     /// What its handoffs cost (`handoffs.cost_ns`), where counted.
     pub handoffs_ns: Option<u64>,
@@ -102,7 +102,7 @@ pub struct LockInputs {
 }
 
 /// The lock's price, part by part; none when no part could be priced.
-pub fn price(inputs: &LockInputs, costs: UnitCosts) -> Option<Removal> {
+pub(crate) fn price(inputs: &LockInputs, costs: UnitCosts) -> Option<Removal> {
     let mut unpriced = Vec::new();
     let sampled_part = |ns: u64| PricePart {
         ns: ns as f64,
@@ -179,7 +179,7 @@ pub fn price(inputs: &LockInputs, costs: UnitCosts) -> Option<Removal> {
 }
 
 /// The price of two locks removed together (a group of rows): the sums.
-pub fn merge(a: Removal, b: Removal) -> Removal {
+pub(crate) fn merge(a: Removal, b: Removal) -> Removal {
     let add = |x: Option<f64>, y: Option<f64>| match (x, y) {
         (Some(x), Some(y)) => Some(x + y),
         (x, y) => x.or(y),

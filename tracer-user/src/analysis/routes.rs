@@ -16,7 +16,7 @@ use crate::model::{
 };
 
 /// Routes kept apart by default.
-pub const DEFAULT_MAX_ROUTES: usize = 20;
+pub(crate) const DEFAULT_MAX_ROUTES: usize = 20;
 
 /// One `--route-pattern REGEX=NAME`: every match of REGEX in a request's
 /// path is replaced by NAME (`/posts/\d+=/posts/:id`).
@@ -29,7 +29,7 @@ pub struct RoutePattern {
 }
 
 impl RoutePattern {
-    pub fn parse(text: &str) -> Result<RoutePattern> {
+    pub(crate) fn parse(text: &str) -> Result<RoutePattern> {
         let Some((regex, name)) = text.rsplit_once('=') else {
             bail!("--route-pattern {text:?}: write REGEX=NAME, e.g. '/posts/\\d+=/posts/:id'");
         };
@@ -64,7 +64,7 @@ impl Default for RouteRules {
 
 impl RouteRules {
     /// `GET /posts/:id`: the method, and the path with every pattern applied.
-    pub fn name(&self, method: &str, path: &str) -> String {
+    pub(crate) fn name(&self, method: &str, path: &str) -> String {
         let mut path = path.to_string();
         for pattern in &self.patterns {
             path = pattern
@@ -123,7 +123,7 @@ fn row_of(key: u64, php: &PhpCollected, rules: &RouteRules) -> (RouteKind, Strin
 /// by [`fold_into_rows`] once the rows are final). `cpu_hz`: the CPU
 /// sampler's rate, 0 when it was off; in `mode` contention no lock call is
 /// counted, so acquisitions per request are null.
-pub fn build(php: &PhpCollected, rules: &RouteRules, cpu_hz: u64, mode: Mode) -> Routes {
+pub(crate) fn build(php: &PhpCollected, rules: &RouteRules, cpu_hz: u64, mode: Mode) -> Routes {
     let mut rows: HashMap<(RouteKind, String), Tally> = HashMap::new();
     for (&key, &requests) in &php.requests {
         rows.entry(row_of(key, php, rules)).or_default().requests += requests;
@@ -189,7 +189,7 @@ pub fn build(php: &PhpCollected, rules: &RouteRules, cpu_hz: u64, mode: Mode) ->
 /// Each route key's name as its row in `routes` has it (stacks are labelled
 /// with it): a key of a route past `--max-routes` names the
 /// `(other routes)` row.
-pub fn stack_labels(
+pub(crate) fn stack_labels(
     php: &PhpCollected,
     rules: &RouteRules,
     routes: &Routes,
@@ -277,7 +277,7 @@ fn route(kind: RouteKind, name: String, tally: Tally, figures: Figures) -> Route
 /// final (named, grouped by creation site): a futex word inside a lock
 /// (musl's mutex waits on its second word) and each member of a grouped
 /// row count under that row, with its name.
-pub fn fold_into_rows(report: &mut Report) {
+pub(crate) fn fold_into_rows(report: &mut Report) {
     let mut rows: BTreeMap<u64, (u64, Option<String>)> = BTreeMap::new();
     let mut members: HashMap<u64, u64> = HashMap::new();
     for lock in &report.locks {

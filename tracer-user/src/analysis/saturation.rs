@@ -9,7 +9,7 @@
 use crate::model::{QueueModel, Report, Requests, Saturation};
 
 /// Fills `saturation` for every lock with completed holds.
-pub fn apply(report: &mut Report) {
+pub(crate) fn apply(report: &mut Report) {
     let duration_s = report.duration_s;
     let requests_per_s = report
         .requests
@@ -34,7 +34,7 @@ pub fn apply(report: &mut Report) {
 }
 
 /// One lock's saturation from its completed holds over `duration_s`.
-pub fn of(
+pub(crate) fn of(
     holds: u64,
     hold_ns: u64,
     duration_s: f64,

@@ -8,7 +8,7 @@ use crate::model::{CreatedBy, Lock, LockKind, Report, WaitClass};
 
 /// How the locks named by their creation site are shown (`--group-by`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum GroupBy {
+pub(crate) enum GroupBy {
     /// One row per creation site: its locks at every address, summed.
     #[default]
     Site,
@@ -18,7 +18,7 @@ pub enum GroupBy {
 
 /// True for a lock named by where it was created (no symbol or pointer
 /// chain named it).
-pub fn named_by_site(lock: &Lock) -> bool {
+pub(crate) fn named_by_site(lock: &Lock) -> bool {
     match (&lock.name, &lock.created) {
         (Some(name), Some(created)) => *name == created.site_name(lock.kind),
         _ => false,
@@ -31,7 +31,7 @@ pub fn named_by_site(lock: &Lock) -> bool {
 /// they were first used says nothing of which object they are (two
 /// globals taken by one helper). Re-sorts the rows, moves the merged rows'
 /// stacks under the row, and divides the new sums by the request count again.
-pub fn group_by_site(report: &mut Report) {
+pub(crate) fn group_by_site(report: &mut Report) {
     let created_here = |lock: &Lock| {
         named_by_site(lock)
             && lock

@@ -24,7 +24,11 @@ use crate::model::{
 /// and joins futex words inside a condvar into it. `lock_spans_known` is
 /// false in contention mode (no lock probes: a futex word cannot be told to
 /// be a pthread lock's, so unknown words count as locks there).
-pub fn classify(locks: &mut BTreeMap<u64, Lock>, collected: &Collected, lock_spans_known: bool) {
+pub(crate) fn classify(
+    locks: &mut BTreeMap<u64, Lock>,
+    collected: &Collected,
+    lock_spans_known: bool,
+) {
     for lock in locks.values_mut() {
         lock.wait_class = if lock.kind != LockKind::Futex || !lock_spans_known {
             WaitClass::Lock
@@ -96,7 +100,7 @@ fn add_bucket(histogram: &mut Vec<(u64, u64)>, bound: u64, count: u64) {
 
 /// Totals of a report: acquisitions of every lock, futex figures of the
 /// `lock` class only, and every class on its own.
-pub fn totals(locks: &[Lock], counted_acquisitions: bool) -> Totals {
+pub(crate) fn totals(locks: &[Lock], counted_acquisitions: bool) -> Totals {
     let mut by_wait_class: BTreeMap<WaitClass, ClassTotals> = WaitClass::ALL
         .into_iter()
         .map(|class| (class, ClassTotals::default()))
@@ -127,7 +131,7 @@ pub fn totals(locks: &[Lock], counted_acquisitions: bool) -> Totals {
 /// Counts the rows naming marked as locks by their declared type
 /// (`declared.contention`, see naming's `declared`) as lock contention;
 /// returns how many rows moved.
-pub fn count_declared_contention(report: &mut Report) -> usize {
+pub(crate) fn count_declared_contention(report: &mut Report) -> usize {
     let marked: BTreeSet<u64> = report
         .locks
         .iter()
@@ -145,7 +149,7 @@ pub fn count_declared_contention(report: &mut Report) -> usize {
 /// be locks after the report was built): their class becomes `lock` and the
 /// totals, per request too, are those of the new classes. Returns how many
 /// rows moved.
-pub fn count_as_contention(report: &mut Report, addresses: &BTreeSet<u64>) -> usize {
+pub(crate) fn count_as_contention(report: &mut Report, addresses: &BTreeSet<u64>) -> usize {
     let mut moved = 0;
     for lock in &mut report.locks {
         if addresses.contains(&lock.address) && lock.wait_class != WaitClass::Lock {
@@ -172,7 +176,7 @@ pub fn count_as_contention(report: &mut Report, addresses: &BTreeSet<u64>) -> us
 }
 
 /// Per-request waits of each class (`divisor`: the request count, if usable).
-pub fn apply_per_request(totals: &mut Totals, divisor: Option<f64>) {
+pub(crate) fn apply_per_request(totals: &mut Totals, divisor: Option<f64>) {
     for class in totals.by_wait_class.values_mut() {
         class.per_request = divisor.map(|n| PerRequest {
             acquisitions: None,

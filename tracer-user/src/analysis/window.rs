@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use crate::model::{KernelLock, Lock, LockStack, Report};
 
 /// `after` minus `before`, keeping the locks active in between.
-pub fn since(before: &Report, after: &Report) -> Report {
+pub(crate) fn since(before: &Report, after: &Report) -> Report {
     let mut window = after.clone();
     window.duration_s = (after.duration_s - before.duration_s).max(0.0);
     // By key, not by a search per row: a process can have thousands.

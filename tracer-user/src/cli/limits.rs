@@ -9,17 +9,17 @@ use crate::trace::cpu::MAX_CPU_HZ;
 
 /// Most `--stacks` per lock: a lock has no more distinct stacks than the
 /// BPF stack map holds.
-pub const MAX_STACKS_PER_LOCK: u64 = tracer_common::MAX_STACKS as u64;
+pub(crate) const MAX_STACKS_PER_LOCK: u64 = tracer_common::MAX_STACKS as u64;
 /// Most requests `-n` and `--warmup` send: a billion is hours at 100k
 /// requests a second (longer loads are given as --duration).
-pub const MAX_LOAD_REQUESTS: u64 = 1_000_000_000;
+pub(crate) const MAX_LOAD_REQUESTS: u64 = 1_000_000_000;
 /// Longest `--expire-after`: a year, as `--duration`.
-pub const MAX_EXPIRE_AFTER_S: u64 = MAX_DURATION_S as u64;
+pub(crate) const MAX_EXPIRE_AFTER_S: u64 = MAX_DURATION_S as u64;
 
 /// A clap value parser for a whole number in `min..=max` (no upper bound
 /// without `max`): a value out of range is a one-line clap error naming
 /// `flag` and its range.
-pub fn whole<T>(
+pub(crate) fn whole<T>(
     flag: &'static str,
     min: u64,
     max: Option<u64>,
@@ -44,11 +44,11 @@ where
 
 /// Largest `--stack-sample-every`: one acquisition in a million still
 /// gives a busy lock's call site a few samples a second.
-pub const MAX_STACK_SAMPLE_EVERY: u64 = 1 << 20;
+pub(crate) const MAX_STACK_SAMPLE_EVERY: u64 = 1 << 20;
 
 /// A clap value parser for a power of two in `min..=max` (the stubs
 /// sample with a mask).
-pub fn power_of_two(
+pub(crate) fn power_of_two(
     flag: &'static str,
     min: u64,
     max: u64,
@@ -67,7 +67,7 @@ pub fn power_of_two(
 
 /// A clap value parser from one of the checks below: the text as a
 /// number, then `check` (whose error says the flag's range).
-pub fn checked<N, T>(
+pub(crate) fn checked<N, T>(
     check: fn(N) -> Result<T>,
 ) -> impl Fn(&str) -> Result<T, String> + Clone + Send + Sync + 'static
 where
@@ -82,23 +82,23 @@ where
 }
 
 /// Longest `--duration`: one year (leave the flag out to record until Ctrl-C).
-pub const MAX_DURATION_S: f64 = 366.0 * 86_400.0;
+pub(crate) const MAX_DURATION_S: f64 = 366.0 * 86_400.0;
 /// Longest `--sample-period`: one hour.
-pub const MAX_SAMPLE_PERIOD_S: f64 = 3_600.0;
-pub const MIN_SAMPLE_PERIOD_S: f64 = 0.1;
+pub(crate) const MAX_SAMPLE_PERIOD_S: f64 = 3_600.0;
+pub(crate) const MIN_SAMPLE_PERIOD_S: f64 = 0.1;
 /// Most `--load` connections (each one a socket and a task).
-pub const MAX_CONCURRENCY: u64 = 10_000;
+pub(crate) const MAX_CONCURRENCY: u64 = 10_000;
 
 /// Open files locktrace needs besides the load driver's connections: BPF
 /// maps and programs, a link per probe point, module files, /proc files.
-pub const BASE_OPEN_FILES: u64 = 128;
+pub(crate) const BASE_OPEN_FILES: u64 = 128;
 
 /// Makes room for `connections` more sockets over [`BASE_OPEN_FILES`]:
 /// raises the soft limit on open files (up to the hard one, and the hard one
 /// too where allowed, as for root). With too few left every later failure
 /// would be a confusing EMFILE (a map "the kernel refused", "needs root"),
 /// so a limit that cannot be raised is one line up front.
-pub fn open_files(connections: u64) -> Result<()> {
+pub(crate) fn open_files(connections: u64) -> Result<()> {
     use nix::sys::resource::{Resource, getrlimit, setrlimit};
     let needed = BASE_OPEN_FILES + connections;
     let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE)?;
@@ -123,13 +123,13 @@ pub fn open_files(connections: u64) -> Result<()> {
 
 /// Address space locktrace needs at least (`ulimit -v`): module files are
 /// mapped whole and each thread reserves its stack and malloc arena.
-pub const MIN_ADDRESS_SPACE: u64 = 256 << 20;
+pub(crate) const MIN_ADDRESS_SPACE: u64 = 256 << 20;
 
 /// A memory limit (`ulimit -v`) under [`MIN_ADDRESS_SPACE`] is raised (to
 /// the hard limit where that is enough, else lifted where allowed, as for
 /// root), else refused in one line: running out later ends in an abort
 /// that loses the recording.
-pub fn address_space() -> Result<()> {
+pub(crate) fn address_space() -> Result<()> {
     use nix::sys::resource::{RLIM_INFINITY, Resource, getrlimit, setrlimit};
     let (soft, hard) = getrlimit(Resource::RLIMIT_AS)?;
     let enough = |limit: u64| limit == RLIM_INFINITY || limit >= MIN_ADDRESS_SPACE;
@@ -147,7 +147,7 @@ pub fn address_space() -> Result<()> {
 }
 
 /// `--duration`: positive, finite, at most a year.
-pub fn duration(seconds: f64) -> Result<Duration> {
+pub(crate) fn duration(seconds: f64) -> Result<Duration> {
     // NaN fails both comparisons, so it is refused too.
     if seconds.is_nan() || seconds <= 0.0 {
         bail!("--duration must be positive (seconds), not {seconds}");
@@ -161,7 +161,7 @@ pub fn duration(seconds: f64) -> Result<Duration> {
 }
 
 /// `--cpu-hz`: 1 to [`MAX_CPU_HZ`] samples per CPU second.
-pub fn cpu_hz(hz: i64) -> Result<u64> {
+pub(crate) fn cpu_hz(hz: i64) -> Result<u64> {
     if !(1..=MAX_CPU_HZ as i64).contains(&hz) {
         bail!(
             "--cpu-hz must be between 1 and {MAX_CPU_HZ} samples per second, not {hz} (--no-cpu turns sampling off)"
@@ -171,7 +171,7 @@ pub fn cpu_hz(hz: i64) -> Result<u64> {
 }
 
 /// `--sample`: a fraction in (0, 1].
-pub fn sample_rate(rate: f64) -> Result<f64> {
+pub(crate) fn sample_rate(rate: f64) -> Result<f64> {
     if !(rate > 0.0 && rate <= 1.0) {
         bail!("--sample must be a fraction in (0, 1], not {rate}");
     }
@@ -179,7 +179,7 @@ pub fn sample_rate(rate: f64) -> Result<f64> {
 }
 
 /// `--sample-period`: 0.1 s to an hour.
-pub fn sample_period(seconds: f64) -> Result<Duration> {
+pub(crate) fn sample_period(seconds: f64) -> Result<Duration> {
     if !(MIN_SAMPLE_PERIOD_S..=MAX_SAMPLE_PERIOD_S).contains(&seconds) {
         bail!(
             "--sample-period must be between {MIN_SAMPLE_PERIOD_S} and {MAX_SAMPLE_PERIOD_S} seconds, not {seconds}"
@@ -193,7 +193,7 @@ pub fn sample_period(seconds: f64) -> Result<Duration> {
 /// path in a directory we can create a file in (outputs are written to a
 /// temporary file there and renamed over the path), and no two are the same
 /// file. Nothing is left behind.
-pub fn outputs(paths: &[(&str, &Path)]) -> Result<()> {
+pub(crate) fn outputs(paths: &[(&str, &Path)]) -> Result<()> {
     let mut seen: Vec<(&str, std::path::PathBuf)> = Vec::new();
     for &(flag, path) in paths {
         let where_ = writable(flag, path)?;

@@ -6,7 +6,7 @@ use crate::model::{LockKind, WaitClass};
 
 /// How a lock is known across runs, first that exists.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Identified {
+pub(crate) enum Identified {
     /// Its name in C notation (symbol, pointer chain, creation site).
     Name(String),
     /// No name: its kind and caller functions (sorted, each once).
@@ -22,7 +22,7 @@ pub enum Identified {
 /// (a condvar or runtime word never matches a lock), its wait class.
 /// Ordered as written (`[condvar] …` before names), as the rows are listed.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct LockIdentity {
+pub(crate) struct LockIdentity {
     pub class: WaitClass,
     pub by: Identified,
 }
@@ -30,7 +30,7 @@ pub struct LockIdentity {
 impl LockIdentity {
     /// The name it is known by, if a lock (not a condvar or other futex
     /// word) known by name: an alias can only stand for such an identity.
-    pub fn lock_name(&self) -> Option<&str> {
+    pub(crate) fn lock_name(&self) -> Option<&str> {
         match (&self.class, &self.by) {
             (WaitClass::Lock, Identified::Name(name)) => Some(name),
             _ => None,

@@ -14,7 +14,7 @@ use crate::{
 const LOCKS_SHOWN: usize = 3;
 
 /// The section, or nothing when either side has no routes.
-pub fn render(before: Option<&Routes>, after: Option<&Routes>) -> String {
+pub(crate) fn render(before: Option<&Routes>, after: Option<&Routes>) -> String {
     let (Some(before), Some(after)) = (before, after) else {
         return String::new();
     };

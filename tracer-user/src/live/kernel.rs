@@ -36,14 +36,18 @@ struct Totals {
 
 /// The rows' totals between intervals.
 #[derive(Debug, Default)]
-pub struct KernelAging {
+pub(crate) struct KernelAging {
     previous: HashMap<(u64, u32), Totals>,
 }
 
 impl KernelAging {
     /// Each row's activity since the previous call (active rows only, most
     /// wait first), noting when each row was last active.
-    pub fn activity(&mut self, section: &KernelLocks, now: Instant) -> Vec<KernelLockActivity> {
+    pub(crate) fn activity(
+        &mut self,
+        section: &KernelLocks,
+        now: Instant,
+    ) -> Vec<KernelLockActivity> {
         let mut active = Vec::new();
         for lock in &section.locks {
             let before = self
@@ -91,7 +95,7 @@ impl KernelAging {
 
     /// The rows with no contention for `expire_after`, forgotten here (the
     /// caller deletes their keys).
-    pub fn expire(&mut self, now: Instant, expire_after: Duration) -> Vec<(u64, u32)> {
+    pub(crate) fn expire(&mut self, now: Instant, expire_after: Duration) -> Vec<(u64, u32)> {
         let quiet: Vec<(u64, u32)> = self
             .previous
             .iter()
@@ -107,7 +111,7 @@ impl KernelAging {
 
 /// The keys of the rows `quiet` (lock, flags), with the counts they hold;
 /// and the kernel stack ids only they use (the ones to delete with them).
-pub fn keys_of(
+pub(crate) fn keys_of(
     counts: &HashMap<KernelLockKey, KernelLockCounts>,
     quiet: &[(u64, u32)],
 ) -> (Vec<(KernelLockKey, KernelLockCounts)>, Vec<u32>) {

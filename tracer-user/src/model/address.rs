@@ -8,7 +8,7 @@ use serde::{Deserialize, Deserializer, Serializer};
 /// The JSON Schema of an address as this module writes it (`0x` and
 /// lowercase hex digits, no padding): `#[schemars(with = "address::Hex")]`
 /// on a field serialized here.
-pub struct Hex;
+pub(crate) struct Hex;
 
 impl JsonSchema for Hex {
     fn schema_name() -> Cow<'static, str> {
@@ -24,35 +24,35 @@ impl JsonSchema for Hex {
     }
 }
 
-pub fn serialize<S: Serializer>(address: &u64, serializer: S) -> Result<S::Ok, S::Error> {
+pub(crate) fn serialize<S: Serializer>(address: &u64, serializer: S) -> Result<S::Ok, S::Error> {
     serializer.serialize_str(&format!("{address:#x}"))
 }
 
 /// A lock's address without the lifetime bits of its key (see `Lock::address`).
-pub fn serialize_without_lifetime<S: Serializer>(
+pub(crate) fn serialize_without_lifetime<S: Serializer>(
     address: &u64,
     serializer: S,
 ) -> Result<S::Ok, S::Error> {
     serialize(&tracer_common::lifetime::split(*address).0, serializer)
 }
 
-pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<u64, D::Error> {
+pub(crate) fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<u64, D::Error> {
     let text = String::deserialize(deserializer)?;
     parse(&text).ok_or_else(|| serde::de::Error::custom(format!("{text:?} is not a 0x… address")))
 }
 
 /// `0x1f` → 31; None for anything else.
-pub fn parse(text: &str) -> Option<u64> {
+pub(crate) fn parse(text: &str) -> Option<u64> {
     u64::from_str_radix(text.strip_prefix("0x")?, 16).ok()
 }
 
 /// Below this an attributed address is no lock (a null or small argument).
-pub const LOWEST_LOCK_ADDRESS: u64 = 4096;
+pub(crate) const LOWEST_LOCK_ADDRESS: u64 = 4096;
 
 /// The row whose lock bytes contain `address`, if any (`rows` by address,
 /// `span` their bytes). Addresses below the lowest a lock can have are in
 /// none.
-pub fn row_holding<V>(
+pub(crate) fn row_holding<V>(
     rows: &BTreeMap<u64, V>,
     address: u64,
     span: impl Fn(&V) -> u64,

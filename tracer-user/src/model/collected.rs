@@ -13,7 +13,7 @@ use tracer_common::{
 /// One stack snapshot, unwound: it stands for its key's calls from
 /// `count_at` up to the next snapshot's.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct UnwoundStack {
+pub(crate) struct UnwoundStack {
     pub count_at: u64,
     /// Instruction pointer, then return addresses, innermost first.
     pub frames: Vec<u64>,
@@ -29,7 +29,7 @@ pub struct UnwoundStack {
 
 /// `--php`: what a snapshot read of the thread's PHP state.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct PhpSnapshot {
+pub(crate) struct PhpSnapshot {
     /// Innermost first.
     pub frames: Vec<PhpFrameRead>,
     /// The thread's route key (`NO_REQUEST` before its first request).
@@ -38,7 +38,7 @@ pub struct PhpSnapshot {
 
 /// One PHP frame as the BPF side read it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct PhpFrameRead {
+pub(crate) struct PhpFrameRead {
     /// `Class::method`, a function's name, or empty for a file's top level.
     pub function: String,
     /// The end of the file's path (empty for a function written in C).
@@ -49,7 +49,7 @@ pub struct PhpFrameRead {
 
 /// `--php`: what the route maps and PHP's thread table held.
 #[derive(Debug, Default, Clone)]
-pub struct PhpCollected {
+pub(crate) struct PhpCollected {
     /// Route key → (method, path).
     pub routes: HashMap<u64, (String, String)>,
     /// Requests per route key.
@@ -69,7 +69,7 @@ pub struct PhpCollected {
 
 /// Everything the BPF side counted, keyed as in the maps.
 #[derive(Debug, Default, Clone)]
-pub struct Collected {
+pub(crate) struct Collected {
     pub locks: HashMap<u64, LockCounts>,
     pub futexes: HashMap<u64, FutexCounts>,
     /// Waits inside the condvar wait functions, keyed by the condvar.
@@ -119,7 +119,7 @@ pub struct Collected {
 
 /// Kernel lock contention as the maps held it (`trace::kernel_locks`).
 #[derive(Debug, Default, Clone)]
-pub struct KernelLocksCollected {
+pub(crate) struct KernelLocksCollected {
     /// Why it was not traced (one line), when not.
     pub unavailable: Option<String>,
     pub counts: HashMap<KernelLockKey, KernelLockCounts>,
@@ -131,7 +131,7 @@ pub struct KernelLocksCollected {
 
 /// A thread blocked in a futex wait, as `/proc` shows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Blocked {
+pub(crate) struct Blocked {
     pub tid: u32,
     /// The futex word (the call's first argument).
     pub uaddr: u64,
@@ -140,7 +140,7 @@ pub struct Blocked {
 /// The in-flight state of one read (all times on `bpf_ktime_get_ns`'s
 /// clock, CLOCK_MONOTONIC).
 #[derive(Debug, Default, Clone)]
-pub struct InFlight {
+pub(crate) struct InFlight {
     pub now_ns: u64,
     /// When the probes went in.
     pub attached_ns: u64,

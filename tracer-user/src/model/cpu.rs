@@ -54,14 +54,14 @@ pub struct CpuReport {
 }
 
 /// Nanoseconds of CPU one sample stands for at `hz` samples per CPU second.
-pub fn sample_period_ns(hz: u64) -> u64 {
+pub(crate) fn sample_period_ns(hz: u64) -> u64 {
     1_000_000_000 / hz.max(1)
 }
 
 /// The bound of a CPU time estimated from `samples` samples of period
 /// `period_ns`: two standard deviations of the sample count (Poisson,
 /// sqrt(n)) plus one period for where the window edges cut a period.
-pub fn cpu_error_ns(samples: u64, period_ns: u64) -> u64 {
+pub(crate) fn cpu_error_ns(samples: u64, period_ns: u64) -> u64 {
     ((2.0 * (samples as f64).sqrt() + 1.0) * period_ns as f64).round() as u64
 }
 

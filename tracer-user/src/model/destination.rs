@@ -15,7 +15,7 @@ use anyhow::{Context, Result};
 
 /// How an output path is written.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Destination {
+pub(crate) enum Destination {
     /// `-` or `/dev/stdout`: this process's stdout.
     Stdout,
     /// An existing device, FIFO or socket, or a path in `/dev` or `/proc`:
@@ -29,7 +29,7 @@ pub enum Destination {
 
 impl Destination {
     /// Decides from the path as it is now (nothing is created).
-    pub fn of(path: &Path) -> Destination {
+    pub(crate) fn of(path: &Path) -> Destination {
         if path == Path::new("-") || path == Path::new("/dev/stdout") {
             return Destination::Stdout;
         }
@@ -46,7 +46,7 @@ impl Destination {
     }
 
     /// Writes all of `bytes` to the destination.
-    pub fn write(&self, bytes: &[u8]) -> Result<()> {
+    pub(crate) fn write(&self, bytes: &[u8]) -> Result<()> {
         match self {
             Destination::Stdout => {
                 let mut out = std::io::stdout().lock();
@@ -87,7 +87,7 @@ fn in_system_tree(path: &Path) -> bool {
 /// it over `path`. The rename replaces a symlink at `path` instead of writing
 /// through it (root must not overwrite the file another user's symlink
 /// points to), and a reader never sees a half-written file.
-pub fn replace_file(path: &Path, bytes: &[u8]) -> Result<()> {
+pub(crate) fn replace_file(path: &Path, bytes: &[u8]) -> Result<()> {
     let directory = match path.parent() {
         Some(parent) if !parent.as_os_str().is_empty() => parent,
         _ => Path::new("."),
@@ -107,7 +107,7 @@ pub fn replace_file(path: &Path, bytes: &[u8]) -> Result<()> {
 }
 
 /// Writes an output file the way its path calls for (see [`Destination`]).
-pub fn write_output(path: &Path, bytes: &[u8]) -> Result<()> {
+pub(crate) fn write_output(path: &Path, bytes: &[u8]) -> Result<()> {
     Destination::of(path).write(bytes)
 }
 

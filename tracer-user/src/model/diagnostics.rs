@@ -7,7 +7,7 @@ use std::io::Write;
 /// escape (`\x1b`, `\u{9b}`): names come from the target, and an escape
 /// sequence in a symbol must not reach the terminal (retitle it, move the
 /// cursor, hide lines). JSON escapes them itself.
-pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
+pub(crate) fn printable(text: &str) -> std::borrow::Cow<'_, str> {
     if !text.chars().any(|c| c.is_control() && c != '\n') {
         return std::borrow::Cow::Borrowed(text);
     }
@@ -27,7 +27,7 @@ pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
 
 /// A diagnostic line on stderr; a stderr that is gone is ignored (the
 /// result is on stdout or in the JSON, and there is nowhere to say more).
-pub fn note(line: std::fmt::Arguments) {
+pub(crate) fn note(line: std::fmt::Arguments) {
     let line = line.to_string();
     let _ = writeln!(std::io::stderr().lock(), "{}", printable(&line));
 }

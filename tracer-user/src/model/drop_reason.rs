@@ -78,14 +78,14 @@ const BPF: [DropReason; tracer_common::drop_reason::COUNT as usize] = [
 
 impl DropReason {
     /// The reason the BPF side counts at `DROPS` index `index`.
-    pub fn from_index(index: usize) -> DropReason {
+    pub(crate) fn from_index(index: usize) -> DropReason {
         BPF.get(index)
             .cloned()
             .unwrap_or_else(|| DropReason::Other(format!("drop_reason_{index}")))
     }
 
     /// Every reason this version can write.
-    pub fn known() -> impl Iterator<Item = DropReason> {
+    pub(crate) fn known() -> impl Iterator<Item = DropReason> {
         BPF.into_iter().chain([
             DropReason::NestedCallsUnknown,
             DropReason::InprocTableFull,

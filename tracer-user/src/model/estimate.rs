@@ -97,7 +97,7 @@ fn is_zero(n: &u32) -> bool {
 impl Estimate {
     /// No window counted anything (the recording ended before the first
     /// window opened): there is no estimate, not an estimate of 0.
-    pub fn has_windows(&self) -> bool {
+    pub(crate) fn has_windows(&self) -> bool {
         self.windows > 0 && self.counted_s > 0.0
     }
 }

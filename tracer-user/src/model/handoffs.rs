@@ -27,7 +27,7 @@ impl HandoffClass {
     ];
 
     /// The class of a `tracer_common::handoff_class` index.
-    pub fn from_index(index: usize) -> Option<HandoffClass> {
+    pub(crate) fn from_index(index: usize) -> Option<HandoffClass> {
         HandoffClass::ALL.get(index).copied()
     }
 }
@@ -63,7 +63,11 @@ pub struct Handoffs {
 
 impl Handoffs {
     /// The counts of the BPF side, priced at `ns_per_handoff`.
-    pub fn of(counts: &HandoffCounts, ns_per_handoff: u64, source: HandoffCostSource) -> Handoffs {
+    pub(crate) fn of(
+        counts: &HandoffCounts,
+        ns_per_handoff: u64,
+        source: HandoffCostSource,
+    ) -> Handoffs {
         let mut handoffs = Handoffs {
             ns_per_handoff,
             cost_source: Some(source),
@@ -78,7 +82,7 @@ impl Handoffs {
         handoffs
     }
 
-    pub fn class(&self, class: HandoffClass) -> u64 {
+    pub(crate) fn class(&self, class: HandoffClass) -> u64 {
         match class {
             HandoffClass::SameCore => self.same_core,
             HandoffClass::SameL3 => self.same_l3,
@@ -95,7 +99,7 @@ impl Handoffs {
     }
 
     /// Two rows' handoffs as one's (a creation-site group): counts summed.
-    pub fn merge(&mut self, other: &Handoffs) {
+    pub(crate) fn merge(&mut self, other: &Handoffs) {
         for class in HandoffClass::ALL {
             let sum = self.class(class).saturating_add(other.class(class));
             *self.class_mut(class) = sum;

@@ -45,7 +45,7 @@ pub struct WaitHolder {
 }
 
 /// Adds log2 bucket counts to a sparse `[upper_bound_ns, count]` list (kept sorted).
-pub fn add_histogram(into: &mut Vec<(u64, u64)>, buckets: &[u64]) {
+pub(crate) fn add_histogram(into: &mut Vec<(u64, u64)>, buckets: &[u64]) {
     let mut merged: BTreeMap<u64, u64> = into.iter().copied().collect();
     for (bucket, &count) in buckets.iter().enumerate() {
         if count > 0 {
@@ -57,7 +57,7 @@ pub fn add_histogram(into: &mut Vec<(u64, u64)>, buckets: &[u64]) {
 
 /// Adds one sparse `[upper_bound_ns, count]` list to another, bucket by
 /// bucket (kept sorted).
-pub fn merge_histogram(into: &mut Vec<(u64, u64)>, other: &[(u64, u64)]) {
+pub(crate) fn merge_histogram(into: &mut Vec<(u64, u64)>, other: &[(u64, u64)]) {
     let mut merged: BTreeMap<u64, u64> = into.iter().copied().collect();
     for &(bound, count) in other {
         let total = merged.entry(bound).or_insert(0);
@@ -67,7 +67,7 @@ pub fn merge_histogram(into: &mut Vec<(u64, u64)>, other: &[(u64, u64)]) {
 }
 
 /// The upper bound of the bucket holding the `quantile` (0..1) of a histogram.
-pub fn quantile(histogram: &[(u64, u64)], quantile: f64) -> Option<u64> {
+pub(crate) fn quantile(histogram: &[(u64, u64)], quantile: f64) -> Option<u64> {
     let total: u64 = histogram.iter().map(|(_, n)| n).sum();
     if total == 0 {
         return None;

@@ -86,7 +86,7 @@ pub struct Restore {
 }
 
 impl Restore {
-    pub fn outcome(outcome: RestoreOutcome) -> Restore {
+    pub(crate) fn outcome(outcome: RestoreOutcome) -> Restore {
         Restore {
             outcome,
             entries: 0,

@@ -83,7 +83,7 @@ pub struct KernelLockRoute {
 }
 
 /// Kernel stacks kept per kernel lock row.
-pub const KERNEL_STACKS_PER_LOCK: usize = 20;
+pub(crate) const KERNEL_STACKS_PER_LOCK: usize = 20;
 
 /// Contentions of a kernel lock with one kernel stack, from one user instruction.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, JsonSchema)]
@@ -181,7 +181,7 @@ pub struct KernelUserLock {
 
 impl KernelLockKind {
     /// The kind the tracepoint's `flags` say (`LCB_F_*`).
-    pub fn of_flags(flags: u32) -> KernelLockKind {
+    pub(crate) fn of_flags(flags: u32) -> KernelLockKind {
         use tracer_common::kernel_lock::{MUTEX, PERCPU, READ, RT, SPIN, WRITE};
         let (read, write) = (flags & READ != 0, flags & WRITE != 0);
         if flags & RT != 0 {
@@ -209,7 +209,7 @@ impl KernelLockKind {
     }
 
     /// A waiter spins (burns CPU) rather than sleeps: spinlocks and rwlocks.
-    pub fn spins(self) -> bool {
+    pub(crate) fn spins(self) -> bool {
         matches!(
             self,
             KernelLockKind::Spinlock | KernelLockKind::RwlockRead | KernelLockKind::RwlockWrite

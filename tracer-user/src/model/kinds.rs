@@ -52,7 +52,7 @@ pub enum LockKind {
 impl LockKind {
     /// Bytes a lock of this kind spans: futex words inside it belong to it.
     /// glibc x86-64: pthread_mutex_t is 40 bytes, pthread_rwlock_t 56.
-    pub const fn span(self) -> u64 {
+    pub(crate) const fn span(self) -> u64 {
         match self {
             LockKind::Rwlock => 56,
             LockKind::Mutex | LockKind::Futex => 40,
@@ -92,7 +92,7 @@ pub enum WaitClass {
 }
 
 impl WaitClass {
-    pub const ALL: [WaitClass; 4] = [
+    pub(crate) const ALL: [WaitClass; 4] = [
         WaitClass::Lock,
         WaitClass::Condvar,
         WaitClass::GoRuntime,

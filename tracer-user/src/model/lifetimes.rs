@@ -20,7 +20,7 @@ use super::{Collected, UnwoundStack};
 
 /// The generation at the read and the unmaps that started each one.
 #[derive(Debug, Clone, Default)]
-pub struct Lifetimes {
+pub(crate) struct Lifetimes {
     generation: u64,
     /// Oldest first.
     unmapped: Vec<Unmapped>,
@@ -43,7 +43,7 @@ pub struct EndedLifetime {
 }
 
 impl Lifetimes {
-    pub fn new(generation: u64, mut unmapped: Vec<Unmapped>) -> Lifetimes {
+    pub(crate) fn new(generation: u64, mut unmapped: Vec<Unmapped>) -> Lifetimes {
         unmapped.sort_by_key(|u| u.generation);
         Lifetimes {
             generation,
@@ -52,7 +52,7 @@ impl Lifetimes {
     }
 
     /// True when no watched memory went away: every key is its address.
-    pub fn is_trivial(&self) -> bool {
+    pub(crate) fn is_trivial(&self) -> bool {
         self.generation == 0
     }
 
@@ -67,7 +67,7 @@ impl Lifetimes {
     }
 
     /// The merged key of a BPF key (see the module's comment).
-    pub fn merged(&self, key: u64) -> u64 {
+    pub(crate) fn merged(&self, key: u64) -> u64 {
         let (address, generation) = lifetime::split(key);
         let began = self.began(address, generation);
         let later = self
@@ -82,7 +82,7 @@ impl Lifetimes {
     }
 
     /// What ended the lifetime of a merged key, if it ended.
-    pub fn ended(&self, merged: u64) -> Option<EndedLifetime> {
+    pub(crate) fn ended(&self, merged: u64) -> Option<EndedLifetime> {
         let (address, earlier) = lifetime::split(merged);
         if earlier == 0 {
             return None;
@@ -189,7 +189,7 @@ fn rekey<K: Eq + Hash, V: Merge>(map: &mut HashMap<K, V>, rekey: impl Fn(&K) -> 
 
 impl Collected {
     /// Rewrites every key to its merged one (see the module's comment).
-    pub fn merge_lifetimes(&mut self, lifetimes: Lifetimes) {
+    pub(crate) fn merge_lifetimes(&mut self, lifetimes: Lifetimes) {
         if !lifetimes.is_trivial() {
             self.rekey_lifetimes(&lifetimes);
         }

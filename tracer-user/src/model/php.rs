@@ -103,7 +103,7 @@ pub enum RouteKind {
 
 impl RouteKind {
     /// The name of the [`RouteKind::PastCap`] row.
-    pub const PAST_CAP_NAME: &str = "(routes past the cap)";
+    pub(crate) const PAST_CAP_NAME: &str = "(routes past the cap)";
 }
 
 /// The report's `routes` block.

@@ -9,14 +9,14 @@ use super::Mode;
 /// The command a recording runs under: `record`, or a live view (`top`,
 /// `serve`), which reads the maps over and over and keeps no windows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum View {
+pub(crate) enum View {
     Record,
     Live,
 }
 
 /// What a recording may be asked for beyond counting (one per flag).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Feature {
+pub(crate) enum Feature {
     /// `--stacks`: stacks snapshotted at the lock probes and futex waits.
     Stacks,
     /// `--php`: routes and PHP frames, read at the lock probes.
@@ -36,7 +36,8 @@ pub enum Feature {
 }
 
 impl Feature {
-    pub const ALL: [Feature; 8] = [
+    #[cfg(test)]
+    pub(crate) const ALL: [Feature; 8] = [
         Feature::Stacks,
         Feature::Php,
         Feature::Handoffs,
@@ -49,21 +50,22 @@ impl Feature {
 }
 
 impl Mode {
-    pub const ALL: [Mode; 4] = [Mode::All, Mode::Contention, Mode::Sampled, Mode::Inproc];
+    #[cfg(test)]
+    pub(crate) const ALL: [Mode; 4] = [Mode::All, Mode::Contention, Mode::Sampled, Mode::Inproc];
 
     /// Whether acquisitions are counted (exactly, or scaled from windows).
-    pub fn counts_acquisitions(self) -> bool {
+    pub(crate) fn counts_acquisitions(self) -> bool {
         self != Mode::Contention
     }
 
     /// Whether every acquisition is counted exactly (sampled mode scales
     /// its windows': it would miss most lock init calls, for one).
-    pub fn counts_every_acquisition(self) -> bool {
+    pub(crate) fn counts_every_acquisition(self) -> bool {
         matches!(self, Mode::All | Mode::Inproc)
     }
 
     /// Why `view` cannot run this mode at all; None where it can.
-    pub fn view_refusal(self, view: View) -> Option<&'static str> {
+    pub(crate) fn view_refusal(self, view: View) -> Option<&'static str> {
         (view == View::Live && self == Mode::Sampled).then_some(
             "--mode sampled is for record; live views take --mode all, --mode inproc or --mode contention (contention costs least)",
         )
@@ -71,7 +73,7 @@ impl Mode {
 
     /// Why this mode cannot give `feature`, as the one line the user
     /// reads; None where it can.
-    pub fn refusal(self, feature: Feature) -> Option<&'static str> {
+    pub(crate) fn refusal(self, feature: Feature) -> Option<&'static str> {
         use Feature::*;
         match (self, feature) {
             (Mode::Sampled, Sample | SamplePeriod | WindowLinks) => None,
@@ -110,7 +112,7 @@ impl Mode {
 
 /// A refused mode and feature: its one line.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Refused(pub &'static str);
+pub(crate) struct Refused(pub &'static str);
 
 impl fmt::Display for Refused {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -122,7 +124,7 @@ impl std::error::Error for Refused {}
 
 /// A mode with the features asked of it, every one of which it supports.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Plan {
+pub(crate) struct Plan {
     pub view: View,
     pub mode: Mode,
     features: Vec<Feature>,
@@ -131,7 +133,7 @@ pub struct Plan {
 impl Plan {
     /// The plan, or the first refusal among the features asked for (`asked`
     /// pairs each feature with whether its flag was given).
-    pub fn new(view: View, mode: Mode, asked: &[(Feature, bool)]) -> Result<Plan, Refused> {
+    pub(crate) fn new(view: View, mode: Mode, asked: &[(Feature, bool)]) -> Result<Plan, Refused> {
         let features: Vec<Feature> = asked
             .iter()
             .filter(|(_, on)| *on)
@@ -150,7 +152,7 @@ impl Plan {
         })
     }
 
-    pub fn has(&self, feature: Feature) -> bool {
+    pub(crate) fn has(&self, feature: Feature) -> bool {
         self.features.contains(&feature)
     }
 }

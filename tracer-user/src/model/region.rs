@@ -71,7 +71,7 @@ impl Region {
     /// global can name. One list for the searches during the recording and
     /// the one at the end (musl's heap is `heap (mmap)`: a list without it
     /// left a static musl program's heap locks unsearched until the end).
-    pub fn is_heap(&self) -> bool {
+    pub(crate) fn is_heap(&self) -> bool {
         matches!(
             self,
             Region::Heap
@@ -84,7 +84,7 @@ impl Region {
 
     /// This region and `other` as one group's region: each distinct
     /// region once, sorted by word.
-    pub fn merged(&self, other: &Region) -> Region {
+    pub(crate) fn merged(&self, other: &Region) -> Region {
         let mut parts: Vec<Region> = Vec::new();
         for part in [self, other].into_iter().flat_map(Region::parts) {
             if !parts.contains(part) {

@@ -13,7 +13,7 @@ use super::{
     PerRequest, Placement, Requests, StopReason, WaitClass, WaitHolder, address,
 };
 
-pub const SCHEMA: &str = "locktrace.report/1";
+pub(crate) const SCHEMA: &str = "locktrace.report/1";
 
 /// A locktrace report: what `record --json` writes and `report` and
 /// `compare` read. Required are the fields this version always writes; a
@@ -317,11 +317,11 @@ pub struct Creation {
 
 impl Creation {
     /// Functions of the site a name shows.
-    pub const NAMED_FRAMES: usize = 3;
+    pub(crate) const NAMED_FRAMES: usize = 3;
 
     /// The name of a lock no symbol or pointer chain names:
     /// `mutex created in f <- g <- h`, `rwlock first used in f <- g <- h`.
-    pub fn site_name(&self, kind: LockKind) -> String {
+    pub(crate) fn site_name(&self, kind: LockKind) -> String {
         let kind = match kind {
             LockKind::Rwlock => "rwlock",
             LockKind::Spinlock => "spinlock",
@@ -362,7 +362,7 @@ pub enum CreatedBy {
 
 impl Lock {
     /// A row with no counts yet.
-    pub fn empty(address: u64, kind: LockKind, wait_class: WaitClass) -> Lock {
+    pub(crate) fn empty(address: u64, kind: LockKind, wait_class: WaitClass) -> Lock {
         Lock {
             address,
             kind,
@@ -403,7 +403,7 @@ impl Lock {
     }
 
     /// The lock's address, without the lifetime bits of its key.
-    pub fn shown_address(&self) -> u64 {
+    pub(crate) fn shown_address(&self) -> u64 {
         tracer_common::lifetime::split(self.address).0
     }
 
@@ -501,10 +501,10 @@ pub struct PhpLocation {
 }
 
 /// Calls per call site: `(function, module, offset)`.
-pub type CallSites = BTreeMap<(Option<String>, Option<String>, u64), u64>;
+pub(crate) type CallSites = BTreeMap<(Option<String>, Option<String>, u64), u64>;
 
 /// Call sites as report callers, most frequent first.
-pub fn sorted_callers(sites: CallSites) -> Vec<Caller> {
+pub(crate) fn sorted_callers(sites: CallSites) -> Vec<Caller> {
     let mut callers: Vec<Caller> = sites
         .into_iter()
         .map(|((function, module, offset), count)| Caller {
@@ -533,7 +533,7 @@ pub struct Caller {
 
 impl Caller {
     /// The call site as a frame.
-    pub fn frame(&self) -> Frame {
+    pub(crate) fn frame(&self) -> Frame {
         Frame {
             function: self.function.clone(),
             module: self.module.clone(),
@@ -574,13 +574,13 @@ pub struct LockStack {
 
 impl LockStack {
     /// True for a stack of CPU samples (its count is samples, not calls).
-    pub fn is_cpu(&self) -> bool {
+    pub(crate) fn is_cpu(&self) -> bool {
         self.source == Some(StackOrigin::CpuSamples)
     }
 
     /// True for a stack of the inproc stubs' sampled acquisitions (its
     /// count is samples, one in `inproc.stack_sample_every` calls).
-    pub fn is_sampled(&self) -> bool {
+    pub(crate) fn is_sampled(&self) -> bool {
         self.source == Some(StackOrigin::SampledLockCalls)
     }
 }
@@ -645,7 +645,7 @@ pub enum StackEnd {
 }
 
 impl StackEnd {
-    pub fn describe(self) -> &'static str {
+    pub(crate) fn describe(self) -> &'static str {
         match self {
             StackEnd::ExpressionBudget => "unwinding stopped: a call-frame expression looped",
             StackEnd::StackBudget => "unwinding stopped: call-frame expressions too long",
@@ -739,7 +739,7 @@ pub enum SkipReason {
 }
 
 impl SkipReason {
-    pub fn describe(self) -> &'static str {
+    pub(crate) fn describe(self) -> &'static str {
         match self {
             SkipReason::ShrankWhileRead => "shrank while read (names from it may be wrong)",
             SkipReason::DwarfTooLarge => "DWARF skipped, too large",
@@ -843,7 +843,7 @@ impl Report {
 #[cfg(test)]
 impl Report {
     /// A report of `mode` with nothing in it, for unit tests.
-    pub fn empty_for_tests(mode: &str) -> Report {
+    pub(crate) fn empty_for_tests(mode: &str) -> Report {
         let text = serde_json::json!({
             "schema": SCHEMA,
             "target": {"pid": 1, "exe": "/x", "cmdline": []},
@@ -857,7 +857,7 @@ impl Report {
 #[cfg(test)]
 impl Frame {
     /// A frame of function `name`, for unit tests.
-    pub fn named(name: &str) -> Frame {
+    pub(crate) fn named(name: &str) -> Frame {
         Frame {
             function: Some(name.into()),
             module: None,
@@ -872,7 +872,7 @@ const MAX_DURATION_S: f64 = 10.0 * 365.25 * 86_400.0;
 
 /// Largest report `load` reads: a report of 100,000 locks with stacks is
 /// well under this.
-pub const MAX_REPORT_BYTES: u64 = 256 << 20;
+pub(crate) const MAX_REPORT_BYTES: u64 = 256 << 20;
 
 #[cfg(test)]
 mod tests {

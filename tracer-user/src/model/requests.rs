@@ -44,7 +44,7 @@ pub struct Requests {
 impl Requests {
     /// The count figures are divided by for per-request figures, unless
     /// refused or zero.
-    pub fn divisor(&self) -> Option<f64> {
+    pub(crate) fn divisor(&self) -> Option<f64> {
         (self.refused.is_none() && self.count > 0).then_some(self.count as f64)
     }
 }

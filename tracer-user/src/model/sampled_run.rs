@@ -7,7 +7,7 @@ use super::WindowLinkKind;
 /// One counting window: when it began, how long it counted, the lock calls
 /// and the requests (`--request-probe`) in it.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct CountingWindow {
+pub(crate) struct CountingWindow {
     /// When counting began, from the start of the recording.
     pub start: Duration,
     pub counted: Duration,
@@ -17,7 +17,7 @@ pub struct CountingWindow {
 
 /// What a sampled run measured: its windows and its whole length.
 #[derive(Debug, Clone, Default)]
-pub struct SampledRun {
+pub(crate) struct SampledRun {
     pub windows: Vec<CountingWindow>,
     pub total: Duration,
     /// Windows after which the probes stayed attached (not counting),

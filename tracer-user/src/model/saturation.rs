@@ -18,7 +18,7 @@ pub enum QueueModel {
 impl QueueModel {
     /// The mean wait before service at `utilization` with mean service time
     /// `mean_hold_ns` (Pollaczek-Khinchine); none at or above saturation.
-    pub fn wait_ns(self, utilization: f64, mean_hold_ns: f64) -> Option<f64> {
+    pub(crate) fn wait_ns(self, utilization: f64, mean_hold_ns: f64) -> Option<f64> {
         if utilization >= 1.0 {
             return None;
         }
@@ -66,4 +66,4 @@ pub struct Saturation {
 }
 
 /// Above this utilization the table says how close a lock is to saturation.
-pub const SATURATION_NOTE_AT: f64 = 0.30;
+pub(crate) const SATURATION_NOTE_AT: f64 = 0.30;

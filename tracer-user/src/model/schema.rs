@@ -17,7 +17,8 @@ pub fn report_schema() -> Schema {
 }
 
 /// [`report_schema`] as the checked-in file's text.
-pub fn report_schema_text() -> String {
+#[cfg(test)]
+fn report_schema_text() -> String {
     let mut text = serde_json::to_string_pretty(&report_schema()).expect("a schema is JSON");
     text.push('\n');
     text

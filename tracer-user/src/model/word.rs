@@ -5,7 +5,7 @@
 //! JSON object's keys were sorted when they were strings).
 
 /// A kind written as one word.
-pub trait Worded: Sized {
+pub(crate) trait Worded: Sized {
     /// The word in the report.
     fn word(&self) -> std::borrow::Cow<'_, str>;
     /// The kind a report's word names; never fails (unknown words are kept).
@@ -82,7 +82,7 @@ macro_rules! worded {
 pub(crate) use worded;
 
 /// The JSON Schema of a worded kind: a string, one of `known` or any other.
-pub fn schema(description: &str, known: &[&str]) -> schemars::Schema {
+pub(crate) fn schema(description: &str, known: &[&str]) -> schemars::Schema {
     schemars::json_schema!({
         "description": description,
         "anyOf": [
@@ -95,7 +95,7 @@ pub fn schema(description: &str, known: &[&str]) -> schemars::Schema {
 /// Test helper: each word reads as a kind that writes it back unchanged,
 /// in the JSON and by `Display`.
 #[cfg(test)]
-pub fn assert_round_trips<T>(word: &str)
+pub(crate) fn assert_round_trips<T>(word: &str)
 where
     T: Worded + std::fmt::Display + serde::Serialize + serde::de::DeserializeOwned,
 {
@@ -109,7 +109,7 @@ where
 /// The fields of `word` between `literals` (`literals[0]` starts it, the
 /// last ends it, each field runs to the next literal's first occurrence),
 /// or None if `word` is not of that form.
-pub fn fields<'a>(word: &'a str, literals: &[&str]) -> Option<Vec<&'a str>> {
+pub(crate) fn fields<'a>(word: &'a str, literals: &[&str]) -> Option<Vec<&'a str>> {
     let (first, rest) = literals.split_first()?;
     let mut word = word.strip_prefix(first)?;
     let mut out = Vec::new();

@@ -11,14 +11,14 @@ use super::region::AddressSpace;
 use crate::probe::memory::TargetMemory;
 
 /// Pointer dereferences from the global to the lock.
-pub const MAX_HOPS: usize = 3;
+pub(crate) const MAX_HOPS: usize = 3;
 /// Largest field offset followed inside a pointed-to object.
-pub const MAX_FIELD_OFFSET: u64 = 0x400;
+pub(crate) const MAX_FIELD_OFFSET: u64 = 0x400;
 /// CPU time the tracer's thread may spend on one search. CPU time, not wall
 /// time: on a busy machine (the target's own threads, CI's CPU hogs) the
 /// tracer waits for a core, and a wall-clock budget ran out before the
 /// search had read what an idle machine reads in a few milliseconds.
-pub const TIME_BUDGET: Duration = Duration::from_secs(2);
+pub(crate) const TIME_BUDGET: Duration = Duration::from_secs(2);
 /// Wall time a search may take whatever its CPU time, as a multiple of its
 /// budget, so a tracer starved of CPU still finishes its report.
 const WALL_CLOCK_CEILING: u32 = 10;
@@ -30,7 +30,7 @@ const MAX_CANDIDATES: usize = 8;
 
 /// How the search went, for the report.
 #[derive(Debug, Default, Clone)]
-pub struct SearchOutcome {
+pub(crate) struct SearchOutcome {
     /// Candidate chains per lock, the structurally best first (see [`RawChain::rank`]).
     pub chains: BTreeMap<u64, Vec<RawChain>>,
     pub pointers_followed: usize,
@@ -44,7 +44,7 @@ pub struct SearchOutcome {
 /// `offsets[1]` points to the next, …; the lock is at the last offset of
 /// the last object. `offsets.len() - 1` pointers are followed.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RawChain {
+pub(crate) struct RawChain {
     /// Path of the module holding the root variable.
     pub module: String,
     /// The root variable's symbol (as in the symbol table).
@@ -58,18 +58,18 @@ pub struct RawChain {
 }
 
 impl RawChain {
-    pub fn hops(&self) -> usize {
+    pub(crate) fn hops(&self) -> usize {
         self.offsets.len().saturating_sub(1)
     }
 
     /// The root variable's whole value is the first pointer (`g_stats`, not `g_core+0x30`).
-    pub fn pointer_root(&self) -> bool {
+    pub(crate) fn pointer_root(&self) -> bool {
         self.offsets.first() == Some(&0) && self.root_size == 8
     }
 
     /// Lower is better: ends right at the lock, a pointer variable as root,
     /// fewer hops, fewer non-zero offsets, the executable first.
-    pub fn rank(&self) -> (bool, bool, usize, usize, u8) {
+    pub(crate) fn rank(&self) -> (bool, bool, usize, usize, u8) {
         (
             self.offsets.last().is_some_and(|&o| o != 0),
             !self.pointer_root(),
@@ -82,7 +82,7 @@ impl RawChain {
     /// Offset notation: `*g_stats->+0x20` (the lock the pointer at +0x20
     /// in `*g_stats` points to), `*g_core+0x30->+0x10`, `g_stats->+0x8` (a
     /// lock inside the object `g_stats` points to).
-    pub fn offset_name(&self) -> String {
+    pub(crate) fn offset_name(&self) -> String {
         let mut text = super::elf::Symbol {
             address: self.root_address,
             size: self.root_size,
@@ -118,7 +118,11 @@ struct Reached {
 /// the pointers held in named globals; every route of the shortest length
 /// (and a few longer ones) is kept, for [`RawChain::rank`] and the namer to
 /// choose from.
-pub fn search(space: &AddressSpace, memory: &dyn TargetMemory, locks: &[u64]) -> SearchOutcome {
+pub(crate) fn search(
+    space: &AddressSpace,
+    memory: &dyn TargetMemory,
+    locks: &[u64],
+) -> SearchOutcome {
     search_within(space, memory, locks, TIME_BUDGET)
 }
 
@@ -312,7 +316,7 @@ impl Search<'_> {
 }
 
 /// [`search`] with its own time budget.
-pub fn search_within(
+pub(crate) fn search_within(
     space: &AddressSpace,
     memory: &dyn TargetMemory,
     locks: &[u64],
@@ -566,7 +570,7 @@ fn is_global_data(section: &str) -> bool {
 /// A path ending in a dereference (`g_stats->+0x20->`, the lock that
 /// pointer points to) as C writes it: `*g_stats->+0x20`; others unchanged.
 /// Reports before C notation spelled names the first way.
-pub fn c_notation(path: &str) -> String {
+pub(crate) fn c_notation(path: &str) -> String {
     match path.strip_suffix("->") {
         Some(pointer) if !pointer.is_empty() => format!("*{pointer}"),
         _ => path.to_string(),

@@ -9,7 +9,7 @@ use super::elf::ModuleSymbols;
 use crate::model::{DeclaredType, LayoutSource, LockKind};
 
 /// The symbol holding CPython's runtime state.
-pub const RUNTIME: &str = "_PyRuntime";
+pub(crate) const RUNTIME: &str = "_PyRuntime";
 /// `const unsigned long Py_Version = PY_VERSION_HEX`, exported since 3.11.
 const VERSION: &str = "Py_Version";
 /// The type holding the GIL's locks, as DWARF names it.
@@ -70,7 +70,7 @@ const fn gil(
 /// 3.11: the GIL is `_PyRuntime.ceval.gil`, behind fields that no build
 /// option changes (Debian's python3.11-dev headers give these offsets:
 /// tests/python_gil.rs checks them), so any size of `_PyRuntime` will do.
-pub const CPYTHON_3_11: GilLayout = gil(
+pub(crate) const CPYTHON_3_11: GilLayout = gil(
     (3, 11),
     None,
     [
@@ -87,11 +87,11 @@ pub const CPYTHON_3_11: GilLayout = gil(
 /// patch release or a build option may change: so only for the size of
 /// `_PyRuntime` checked, pyenv's unstripped 3.12.1 (Debian 12 packages no
 /// 3.12; tests/python_gil.rs checks it where pyenv's builds are).
-pub const CPYTHON_3_12: GilLayout = gil((3, 12), Some(0x704a8), MAIN_INTERPRETER, 77_464);
+pub(crate) const CPYTHON_3_12: GilLayout = gil((3, 12), Some(0x704a8), MAIN_INTERPRETER, 77_464);
 
 /// 3.13, as 3.12 (pyenv's unstripped 3.13.0). A free-threaded build has
 /// another `_PyRuntime` size, and stays unnamed.
-pub const CPYTHON_3_13: GilLayout = gil((3, 13), Some(0x452b8), MAIN_INTERPRETER, 96_136);
+pub(crate) const CPYTHON_3_13: GilLayout = gil((3, 13), Some(0x452b8), MAIN_INTERPRETER, 96_136);
 
 const MAIN_INTERPRETER: [&str; 4] = [
     "._main_interpreter._gil.cond",
@@ -109,7 +109,7 @@ pub fn table_layout(version: (u8, u8)) -> Option<&'static GilLayout> {
 
 /// (major, minor) from the module's `Py_Version`, read from its file; None
 /// for a module that is not CPython 3.11 or later.
-pub fn python_version(symbols: &ModuleSymbols, bytes: &[u8]) -> Option<(u8, u8)> {
+pub(crate) fn python_version(symbols: &ModuleSymbols, bytes: &[u8]) -> Option<(u8, u8)> {
     let symbol = symbols.objects.iter().find(|s| s.name == VERSION)?;
     let segment = symbols.segments.iter().find(|segment| {
         symbol.address >= segment.address
@@ -126,7 +126,7 @@ pub fn python_version(symbols: &ModuleSymbols, bytes: &[u8]) -> Option<(u8, u8)>
 /// bytes, named from there, if the row's kind is the one the table has
 /// there (a guard against a layout the table does not describe: its
 /// offsets then hold no lock of that kind).
-pub fn gil_lock(
+pub(crate) fn gil_lock(
     layout: &GilLayout,
     runtime_size: u64,
     offset: u64,

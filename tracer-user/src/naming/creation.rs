@@ -23,7 +23,7 @@ use crate::model::{Collected, CreatedBy, Creation, DropReason, Frame, Report};
 /// `--group-by site`), its acquisitions counted in
 /// `dropped.sites_not_recorded`; without them, a lock with no key was
 /// simply not created while recording.
-pub fn apply(
+pub(crate) fn apply(
     report: &mut Report,
     space: &AddressSpace,
     collected: &Collected,

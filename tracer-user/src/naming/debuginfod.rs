@@ -35,7 +35,7 @@ const DEFAULT_TIMEOUT_SECONDS: u64 = 10;
 
 /// The servers of `$DEBUGINFOD_URLS` and the cache.
 #[derive(Debug)]
-pub struct Client {
+pub(crate) struct Client {
     urls: Vec<String>,
     cache: PathBuf,
     timeout: Duration,
@@ -70,7 +70,7 @@ impl Failure {
 
 impl Client {
     /// The client `$DEBUGINFOD_URLS` asks for; None when it is unset or empty.
-    pub fn from_env() -> Option<Client> {
+    pub(crate) fn from_env() -> Option<Client> {
         Client::from_vars(|name| std::env::var_os(name))
     }
 
@@ -112,7 +112,7 @@ impl Client {
 
     /// The debug file of `build_id`: from the cache if there, else fetched
     /// from the first server that has it. Err says, per server, why not.
-    pub fn debug_file(&mut self, build_id: &[u8]) -> Result<PathBuf, String> {
+    pub(crate) fn debug_file(&mut self, build_id: &[u8]) -> Result<PathBuf, String> {
         let hex = hex(build_id);
         let dir = self.cache.join(&hex);
         let cached = dir.join("debuginfo");
@@ -235,7 +235,7 @@ fn has_build_id(path: &Path, build_id: &[u8]) -> Result<(), String> {
 /// (locks, callers) and have no local debug file the debug file the
 /// `client`'s servers have; a module whose file is not got is skipped
 /// with why.
-pub fn add_debug_files(
+pub(crate) fn add_debug_files(
     space: &mut AddressSpace,
     files: &BTreeMap<String, Arc<ModuleFile>>,
     root: Option<&Path>,

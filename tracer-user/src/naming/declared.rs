@@ -14,7 +14,7 @@ use crate::model::{DeclaredContention, DeclaredType, Lock, LockKind, Report, Wai
 
 /// The declared type of a position from the types walked down to it
 /// (outermost first, its own last); None when its own type has no name.
-pub fn declared(types: &[Option<String>]) -> Option<DeclaredType> {
+pub(crate) fn declared(types: &[Option<String>]) -> Option<DeclaredType> {
     let (own, outer) = types.split_last()?;
     Some(DeclaredType {
         type_name: own.clone()?,
@@ -27,7 +27,7 @@ pub fn declared(types: &[Option<String>]) -> Option<DeclaredType> {
 /// Marks the rows whose declared type makes their waits lock contention
 /// (`declared.contention`); the pipeline then counts them as contention
 /// (`analysis::waits::count_declared_contention`).
-pub fn mark_contention(report: &mut Report) {
+pub(crate) fn mark_contention(report: &mut Report) {
     for lock in &mut report.locks {
         let Some(why) = contention_of(lock) else {
             continue;

@@ -32,14 +32,14 @@ const MAX_MEMBERS: usize = 4096;
 
 /// A type DIE: the unit it is in and its offset there.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TypeRef {
+pub(crate) struct TypeRef {
     unit: usize,
     offset: UnitOffset<usize>,
 }
 
 /// A variable with a static address.
 #[derive(Debug, Clone)]
-pub struct Variable {
+pub(crate) struct Variable {
     /// Link-time address.
     pub address: u64,
     pub name: String,
@@ -70,7 +70,7 @@ pub struct DebugInfo {
 
 /// What a described position should end on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Want {
+pub(crate) enum Want {
     /// A pointer slot (an intermediate hop of a chain): descend to the pointer member.
     Pointer,
     /// A lock of `span` bytes: stop at the member that is the lock.
@@ -79,7 +79,7 @@ pub enum Want {
 
 /// A position inside a typed object, as fields: `.plugin_header.plugin_stats`, `[2]`, `+0x4`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct FieldPath {
+pub(crate) struct FieldPath {
     /// `.a.b[2]`, possibly ending in `+0xN` when the offset is inside no field.
     pub text: String,
     /// Components named (fields and indices).
@@ -126,19 +126,19 @@ static CACHE: OnceLock<Mutex<HashMap<CacheKey, Option<Arc<DebugInfo>>>>> = OnceL
 
 /// The DWARF of the file at `path`, parsed once per process; None when it
 /// has no `.debug_info` or cannot be read.
-pub fn load_cached(path: &Path) -> Option<Arc<DebugInfo>> {
+pub(crate) fn load_cached(path: &Path) -> Option<Arc<DebugInfo>> {
     let file = ModuleFile::open(path).ok()?;
     load_module(&file)
 }
 
 /// One DWARF section decompressed at most (a 1 MB zlib section may claim 1 GiB).
-pub const MAX_SECTION_BYTES: u64 = 512 << 20;
+pub(crate) const MAX_SECTION_BYTES: u64 = 512 << 20;
 /// All DWARF sections of one file at most, decompressed.
-pub const MAX_DWARF_BYTES: u64 = 1 << 30;
+pub(crate) const MAX_DWARF_BYTES: u64 = 1 << 30;
 
 /// Why a file's DWARF was not read, for the report.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum DwarfSkip {
+pub(crate) enum DwarfSkip {
     /// A section would decompress past [`MAX_SECTION_BYTES`].
     SectionTooLarge { section: String, bytes: u64 },
     /// All sections together would pass [`MAX_DWARF_BYTES`].
@@ -181,7 +181,7 @@ impl DwarfSkip {
 static SKIPPED: Mutex<Vec<SkippedFile>> = Mutex::new(Vec::new());
 
 /// Every file whose DWARF was skipped so far, with why.
-pub fn skipped() -> Vec<SkippedFile> {
+pub(crate) fn skipped() -> Vec<SkippedFile> {
     SKIPPED.lock().map(|s| s.clone()).unwrap_or_default()
 }
 
@@ -298,13 +298,13 @@ impl DebugInfo {
     #[cfg(test)]
     /// Parses the DWARF of an ELF file's bytes; None without `.debug_info`
     /// or when it is over the caps (see [`DebugInfo::parse_bounded`]).
-    pub fn parse(data: &[u8]) -> Option<DebugInfo> {
+    pub(crate) fn parse(data: &[u8]) -> Option<DebugInfo> {
         DebugInfo::parse_bounded(data).ok().flatten()
     }
 
     /// Parses the DWARF of an ELF file's bytes: Ok(None) without
     /// `.debug_info`, Err with the reason when it is skipped.
-    pub fn parse_bounded(data: &[u8]) -> Result<Option<DebugInfo>, DwarfSkip> {
+    pub(crate) fn parse_bounded(data: &[u8]) -> Result<Option<DebugInfo>, DwarfSkip> {
         let started = Instant::now();
         let Ok(elf) = object::File::parse(data) else {
             return Ok(None);
@@ -368,12 +368,12 @@ impl DebugInfo {
         Ok(Some(info))
     }
 
-    pub fn variable_count(&self) -> usize {
+    pub(crate) fn variable_count(&self) -> usize {
         self.variables.len()
     }
 
     /// The variable whose bytes hold the link-time `address`, and the offset into it.
-    pub fn variable_at(&self, address: u64) -> Option<(&Variable, u64)> {
+    pub(crate) fn variable_at(&self, address: u64) -> Option<(&Variable, u64)> {
         let end = self.variables.partition_point(|v| v.address <= address);
         self.variables[..end]
             .iter()
@@ -391,14 +391,14 @@ impl DebugInfo {
     }
 
     /// Whether a variable's whole value is a pointer.
-    pub fn is_pointer(&self, type_ref: Option<TypeRef>) -> bool {
+    pub(crate) fn is_pointer(&self, type_ref: Option<TypeRef>) -> bool {
         type_ref
             .and_then(|t| self.view(t))
             .is_some_and(|view| matches!(view.shape, Shape::Pointer(_)))
     }
 
     /// Names the position `offset` inside an object of type `type_ref`.
-    pub fn describe(&self, type_ref: TypeRef, offset: u64, want: Want) -> FieldPath {
+    pub(crate) fn describe(&self, type_ref: TypeRef, offset: u64, want: Want) -> FieldPath {
         let mut path = FieldPath::default();
         let mut current = type_ref;
         let mut offset = offset;
@@ -499,7 +499,7 @@ impl DebugInfo {
 
     /// The first complete struct or union named `name` (a declaration
     /// only is skipped), searched unit by unit.
-    pub fn aggregate_named(&self, name: &str) -> Option<TypeRef> {
+    pub(crate) fn aggregate_named(&self, name: &str) -> Option<TypeRef> {
         for (index, unit) in self.units.iter().enumerate() {
             let mut entries = unit.entries();
             while let Ok(Some(entry)) = entries.next_dfs() {
@@ -524,7 +524,7 @@ impl DebugInfo {
     /// The byte offset of the member at `path` (`["request_info",
     /// "request_uri"]`) in `type_ref`, through typedefs and into anonymous
     /// members; None when a name is not found.
-    pub fn member_offset(&self, type_ref: TypeRef, path: &[&str]) -> Option<u64> {
+    pub(crate) fn member_offset(&self, type_ref: TypeRef, path: &[&str]) -> Option<u64> {
         let mut current = type_ref;
         let mut offset = 0u64;
         for name in path {
@@ -557,7 +557,7 @@ impl DebugInfo {
     }
 
     /// Bytes of a type, when known.
-    pub fn size_of(&self, type_ref: TypeRef) -> Option<u64> {
+    pub(crate) fn size_of(&self, type_ref: TypeRef) -> Option<u64> {
         let mut current = type_ref;
         let mut multiplier = 1u64;
         for _ in 0..MAX_TYPE_STEPS {
@@ -881,7 +881,7 @@ fn plus_uconst(expression: gimli::Expression<Reader>, encoding: gimli::Encoding)
 /// Types a lock is, where naming stops descending: pthread's (mutex,
 /// rwlock, cond, barrier, …), semaphores, C11's `mtx_t`, a Rust or C++
 /// `Mutex`/`Condvar`, a `*_lock_t`.
-pub fn looks_like_lock(name: &str) -> bool {
+pub(crate) fn looks_like_lock(name: &str) -> bool {
     let lower = name.to_ascii_lowercase();
     [
         "mutex",
@@ -901,7 +901,7 @@ pub fn looks_like_lock(name: &str) -> bool {
 }
 
 #[cfg(test)]
-pub mod tests {
+pub(crate) mod tests {
     use object::ObjectSymbol;
 
     use super::*;
@@ -925,12 +925,12 @@ int main(void) { return g_outer.arr[1].a + (g_ptr != 0); }
     }
 
     /// A small executable with DWARF, compiled by gcc from `source`.
-    pub fn compile_c(source: &str) -> Vec<u8> {
+    pub(crate) fn compile_c(source: &str) -> Vec<u8> {
         compile_c_with(source, &[])
     }
 
     /// As [`compile_c`], with more gcc arguments (`-gz=zlib`).
-    pub fn compile_c_with(source: &str, extra: &[&str]) -> Vec<u8> {
+    pub(crate) fn compile_c_with(source: &str, extra: &[&str]) -> Vec<u8> {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("t.c");
         std::fs::write(&path, source).unwrap();
@@ -947,7 +947,7 @@ int main(void) { return g_outer.arr[1].a + (g_ptr != 0); }
         std::fs::read(binary).unwrap()
     }
 
-    pub fn symbol_address(data: &[u8], name: &str) -> u64 {
+    pub(crate) fn symbol_address(data: &[u8], name: &str) -> u64 {
         let elf = object::File::parse(data).unwrap();
         elf.symbols()
             .find(|s| s.name() == Ok(name))

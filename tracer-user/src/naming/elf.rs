@@ -45,7 +45,7 @@ pub struct Segment {
 
 impl Segment {
     /// The loadable segments of `elf`.
-    pub fn all(elf: &object::File) -> Vec<Segment> {
+    pub(crate) fn all(elf: &object::File) -> Vec<Segment> {
         elf.segments()
             .map(|segment| {
                 let (offset, file_size) = segment.file_range();
@@ -109,7 +109,7 @@ impl ModuleSymbols {
     /// The region of a link address from the program headers alone: the
     /// zero-filled tail of a segment is `.bss`, its file bytes `module`;
     /// None past every segment.
-    pub fn segment_region(&self, link_address: u64) -> Option<crate::model::Region> {
+    pub(crate) fn segment_region(&self, link_address: u64) -> Option<crate::model::Region> {
         let segment = self.segments.iter().find(|segment| {
             (segment.address..segment.address.saturating_add(segment.memory_size))
                 .contains(&link_address)
@@ -133,7 +133,7 @@ impl ModuleSymbols {
 
     /// Parses a module with `debug_path` as its debug file (one fetched
     /// from a debuginfod server, its build-id checked).
-    pub fn parse_with_debug_file(
+    pub(crate) fn parse_with_debug_file(
         data: &[u8],
         module_path: &str,
         root: Option<&Path>,
@@ -393,7 +393,7 @@ fn containing(symbols: &[Symbol], address: u64, open_ended: bool) -> Option<(&Sy
 }
 
 /// Rust (legacy and v0) and C++ (Itanium) names in readable form.
-pub fn demangle(name: &str) -> String {
+pub(crate) fn demangle(name: &str) -> String {
     if let Ok(rust) = rustc_demangle::try_demangle(name) {
         return format!("{rust:#}");
     }
@@ -408,7 +408,7 @@ pub fn demangle(name: &str) -> String {
 
 /// The module's separate debug file (see [`find_debug_file`]), for a
 /// reader that needs only its path (the unwinder's `.debug_frame`).
-pub fn debug_file_path(
+pub(crate) fn debug_file_path(
     elf: &object::File,
     module_path: &str,
     root: Option<&Path>,
@@ -493,7 +493,7 @@ pub fn hex(bytes: &[u8]) -> String {
 /// Largest debug-link file checksummed: debug files of the biggest
 /// programs are a few GiB; a link to a huge (sparse) file once took 654 s.
 /// Also the largest debug file fetched from a debuginfod server.
-pub const MAX_DEBUG_LINK_BYTES: u64 = 4 << 30;
+pub(crate) const MAX_DEBUG_LINK_BYTES: u64 = 4 << 30;
 
 /// Starts with the ELF magic (checked before a checksum of the whole file).
 fn is_elf(path: &Path) -> bool {

@@ -29,15 +29,15 @@ use crate::model::StackEnd;
 /// Steps (operations evaluated) one expression may take: those compilers
 /// emit (PLT entries, signal frames, realigned stacks) take a dozen or
 /// fewer.
-pub const EXPRESSION_STEPS: u32 = 256;
+pub(crate) const EXPRESSION_STEPS: u32 = 256;
 /// Steps one stack's expressions may take together (and one for each
 /// FDE looked at), so a stack of many such frames stays cheap too.
-pub const STACK_STEPS: u32 = 4096;
+pub(crate) const STACK_STEPS: u32 = 4096;
 
 /// The registers framehop gives an expression on x86-64: the frame's
 /// return-address column (its instruction pointer), `rsp` and `rbp`.
 #[derive(Debug, Clone, Copy)]
-pub struct Registers {
+pub(crate) struct Registers {
     pub ip: u64,
     pub sp: u64,
     pub bp: u64,
@@ -56,7 +56,7 @@ impl Registers {
 
 /// Why an expression gave no value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Stopped {
+pub(crate) enum Stopped {
     /// It ran past the steps it was allowed.
     OutOfSteps,
     /// It needs what framehop does not give it (memory, another register)
@@ -65,7 +65,7 @@ pub enum Stopped {
 }
 
 /// Evaluates `expression` with `registers`, within `steps` operations.
-pub fn evaluate<R: Reader>(
+pub(crate) fn evaluate<R: Reader>(
     expression: Expression<R>,
     encoding: gimli::Encoding,
     registers: Registers,
@@ -113,7 +113,7 @@ fn steps_taken<R: Reader>(
 
 /// The steps left to one stack's expressions.
 #[derive(Debug)]
-pub struct Budget {
+pub(crate) struct Budget {
     left: u32,
 }
 
@@ -151,14 +151,14 @@ impl Budget {
 
 /// Which call-frame section a table is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TableKind {
+pub(crate) enum TableKind {
     EhFrame,
     DebugFrame,
 }
 
 /// One call-frame table of a module, as framehop is given it: its bytes
 /// and the base addresses its pointers are read with.
-pub struct Table<B> {
+pub(crate) struct Table<B> {
     pub bytes: B,
     pub kind: TableKind,
     pub bases: BaseAddresses,
@@ -193,7 +193,7 @@ struct ExpressionFde<B> {
 }
 
 /// The FDEs of the modules added so far whose rules can be expressions.
-pub struct ExpressionRules<B> {
+pub(crate) struct ExpressionRules<B> {
     /// Sorted by start.
     fdes: Vec<ExpressionFde<B>>,
     /// `reach[i]`: the greatest end of `fdes[..=i]`, where a search back
@@ -216,7 +216,7 @@ impl<B: Deref<Target = [u8]>> ExpressionRules<B> {
     /// Adds the FDEs of `table` (with `hdr`, its `.eh_frame_hdr`, whose
     /// index framehop looks FDEs up in) whose rules can be expressions,
     /// those inside `avma` once loaded at `bias`.
-    pub fn add(&mut self, table: Table<B>, hdr: Option<&[u8]>, avma: Range<u64>, bias: u64) {
+    pub(crate) fn add(&mut self, table: Table<B>, hdr: Option<&[u8]>, avma: Range<u64>, bias: u64) {
         let indexed = match (table.kind, hdr) {
             (TableKind::EhFrame, Some(hdr)) => hdr_offsets(hdr, &table.bases),
             _ => Vec::new(),
@@ -262,7 +262,7 @@ impl<B: Deref<Target = [u8]>> ExpressionRules<B> {
     /// lookup address: its instruction pointer, or its return address
     /// less one) with `registers`, within `budget`; Err when they do not
     /// fit, and the stack must end before framehop evaluates them.
-    pub fn check(
+    pub(crate) fn check(
         &mut self,
         address: u64,
         registers: Registers,

@@ -10,7 +10,7 @@ type FunctionId = (Option<String>, Option<String>);
 
 /// Names holder functions and threads: `holds.by_function` and `holders`.
 /// `resolve` turns a return address into the calling function.
-pub fn name(
+pub(crate) fn name(
     report: &mut Report,
     space: &AddressSpace,
     collected: &Collected,
@@ -143,14 +143,14 @@ fn name_wait_holders(
 /// The target's threads: names by (host) tid, and the host tid of each
 /// tid in the target's own pid namespace when it has one (`NSpid`).
 #[derive(Debug, Clone, Default)]
-pub struct Threads {
+pub(crate) struct Threads {
     pub names: BTreeMap<u32, String>,
     pub host_tid: BTreeMap<u32, u32>,
 }
 
 /// Adds the target's threads, their names (`/proc/PID/task/TID/comm`) and
 /// namespace tids (the last `NSpid` of `/proc/PID/task/TID/status`).
-pub fn note_threads(pid: u32, threads: &mut Threads) {
+pub(crate) fn note_threads(pid: u32, threads: &mut Threads) {
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
         return;
     };

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use super::{names::Namer, region::AddressSpace};
 use crate::model::{LockKind, Report};
 
-pub fn name(
+pub(crate) fn name(
     report: &mut Report,
     space: &AddressSpace,
     namer: &mut Namer,

@@ -60,7 +60,7 @@ const LOCK_CODE_SYMBOLS: &[&str] = &[
 /// The runtime code ranges of the lock code in the modules of `functions`
 /// (at most [`MAX_CPU_LOCK_CODE_RANGES`]), sorted, aliases merged (as
 /// `LOCK_CODE`'s, by [`lockfuncs::code_ranges`]).
-pub fn ranges(target: &Target, functions: &[LockFunction]) -> Vec<CodeRange> {
+pub(crate) fn ranges(target: &Target, functions: &[LockFunction]) -> Vec<CodeRange> {
     let modules: BTreeSet<&str> = functions.iter().map(|f| f.module.as_str()).collect();
     let root = target.host_path("/");
     let mut found = Vec::new();

@@ -10,24 +10,24 @@
 //! files) is snapshotted at attach time, so names from ELF still work when
 //! the target has exited; pointer chains need it alive, so they are also
 //! searched during the recording (`ongoing.rs`).
-pub mod chain;
+pub(crate) mod chain;
 pub mod cpython;
-pub mod creation;
-pub mod debuginfod;
-pub mod declared;
+pub(crate) mod creation;
+pub(crate) mod debuginfod;
+pub(crate) mod declared;
 pub mod dwarf;
 pub mod elf;
-pub mod frame_rules;
-pub mod holders;
-pub mod in_progress;
+pub(crate) mod frame_rules;
+pub(crate) mod holders;
+pub(crate) mod in_progress;
 mod kernel_locks;
-pub mod lock_code;
+pub(crate) mod lock_code;
 pub mod mysqlnd;
-pub mod names;
-pub mod ongoing;
+pub(crate) mod names;
+pub(crate) mod ongoing;
 pub mod php;
 pub mod region;
-pub mod unwind;
+pub(crate) mod unwind;
 
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap},
@@ -52,10 +52,10 @@ use crate::{
 };
 
 /// Heap locks (in report order) whose pointer chains are searched.
-pub const CHAIN_SEARCH_LOCKS: usize = 20;
+pub(crate) const CHAIN_SEARCH_LOCKS: usize = 20;
 
 /// What naming needs from the target, taken while it is alive.
-pub struct Snapshot {
+pub(crate) struct Snapshot {
     pid: u32,
     /// The target's start time (pid reuse is not the target).
     start_time: u64,
@@ -88,7 +88,7 @@ const MAX_REPLACED: usize = 16_384;
 const FULL_REFRESH_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
 
 impl Snapshot {
-    pub fn take(target: &Target) -> Snapshot {
+    pub(crate) fn take(target: &Target) -> Snapshot {
         let mut snapshot = Snapshot {
             pid: target.pid,
             start_time: target.start_time,
@@ -111,7 +111,7 @@ impl Snapshot {
     /// heap grown since attach); called while tracing and before naming.
     /// Mappings gone since (a finished thread's stack) are kept where nothing
     /// new overlaps them, so addresses in them still get a region.
-    pub fn refresh(&mut self) {
+    pub(crate) fn refresh(&mut self) {
         let Ok(fresh) = target::read_maps(self.pid) else {
             return;
         };
@@ -173,12 +173,12 @@ impl Snapshot {
 
     /// The target's mappings as last read (those gone since kept where
     /// nothing new overlaps them).
-    pub fn maps(&self) -> &[Mapping] {
+    pub(crate) fn maps(&self) -> &[Mapping] {
         &self.maps
     }
 
     /// Searches heap locks' chains during the recording (see [`live`]).
-    pub fn watch(&mut self, ebpf: &aya::Ebpf) {
+    pub(crate) fn watch(&mut self, ebpf: &aya::Ebpf) {
         self.ongoing = ongoing::OngoingNames::watch(ebpf);
         self.ongoing.prepare(self.pid, &self.maps, &self.files);
     }
@@ -186,7 +186,7 @@ impl Snapshot {
     /// The recording's tick: fresh maps when the target's shape changed
     /// (re-reading a server's maps and every thread's stat each tick cost
     /// the tracer ~1 % of a CPU under load), then chains for new heap locks.
-    pub fn tick(&mut self) {
+    pub(crate) fn tick(&mut self) {
         let shape = target::Shape::read(self.pid);
         let unchanged = self
             .refreshed
@@ -237,7 +237,7 @@ impl Snapshot {
 }
 
 #[derive(Debug, Clone, Default)]
-pub struct NamingOptions {
+pub(crate) struct NamingOptions {
     /// Stacks kept per lock (0: none).
     pub stacks_per_lock: usize,
     /// `--php`: each route key's name as in the report's `routes`, for the
@@ -246,7 +246,7 @@ pub struct NamingOptions {
 }
 
 /// Names every lock of the report, resolves callers and stacks.
-pub fn annotate(
+pub(crate) fn annotate(
     report: &mut Report,
     snapshot: &mut Snapshot,
     collected: &Collected,
@@ -721,7 +721,7 @@ fn attribute_futex_waits(report: &mut Report, space: &AddressSpace, collected: &
 /// runs on the thread's system stack (`runtime.asmcgocall` switched to
 /// it), and the Go frames that called it are on the goroutine's stack,
 /// which the unwinding does not follow.
-pub const CGO_BOUNDARY_FRAME: &str = "[cgo boundary]";
+pub(crate) const CGO_BOUNDARY_FRAME: &str = "[cgo boundary]";
 
 /// Ends `frames` with [`CGO_BOUNDARY_FRAME`] when its outermost frame is
 /// Go's switch to the system stack for a cgo call, so the stack says why
@@ -1109,7 +1109,7 @@ fn top_stacks(mut stacks: Vec<LockStack>, per_lock: usize) -> Vec<LockStack> {
 
 /// The frame that stands for the kernel's futex code at the top of a
 /// stack of CPU samples taken inside a futex syscall.
-pub const KERNEL_FUTEX_FRAME: &str = "[kernel] futex";
+pub(crate) const KERNEL_FUTEX_FRAME: &str = "[kernel] futex";
 
 /// Stacks of the CPU sampler's lock-code samples (`stack_kind::CPU_USER`,
 /// `CPU_KERNEL`), under the row each sample counts in: the samples of a

@@ -8,7 +8,7 @@
 use crate::model::{DeclaredType, LayoutSource, LockKind};
 
 /// The exported pointer to mysqlnd's global statistics.
-pub const GLOBAL_STATS: &str = "mysqlnd_global_stats";
+pub(crate) const GLOBAL_STATS: &str = "mysqlnd_global_stats";
 /// The field of `MYSQLND_STATS` pointing to its mutex.
 const LOCK_FIELD: &str = "LOCK_access";
 /// The lock's type, as DWARF gives it (`MUTEX_T` is `pthread_mutex_t *`).
@@ -36,7 +36,7 @@ pub fn lock_access_offset(version: &str) -> Option<u64> {
 /// chain from `root` with `offsets` is `*mysqlnd_global_stats->LOCK_access`
 /// in PHP `version`: the pointer's target, the field, the mutex at its start.
 /// A mutex, or its futex word (contention mode), only.
-pub fn global_lock(
+pub(crate) fn global_lock(
     version: &str,
     root: &str,
     offsets: &[u64],

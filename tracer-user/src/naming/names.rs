@@ -29,7 +29,7 @@ use crate::{
 
 /// A lock's names: for people, in offsets, and the raw chain.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Named {
+pub(crate) struct Named {
     pub name: String,
     pub offset_name: String,
     pub chain: LockChain,
@@ -39,7 +39,7 @@ pub struct Named {
 }
 
 impl Named {
-    pub fn alternative(&self) -> AlternativeName {
+    pub(crate) fn alternative(&self) -> AlternativeName {
         AlternativeName {
             name: self.name.clone(),
             offset_name: self.offset_name.clone(),
@@ -50,7 +50,7 @@ impl Named {
 
 /// Bytes a lock of `kind` spans: where naming stops descending into fields
 /// (a bare futex word is one `u32`).
-pub fn lock_span(kind: LockKind) -> u64 {
+pub(crate) fn lock_span(kind: LockKind) -> u64 {
     match kind {
         LockKind::Futex => 4,
         other => other.span(),
@@ -58,7 +58,7 @@ pub fn lock_span(kind: LockKind) -> u64 {
 }
 
 /// Reads DWARF on demand, once per module, and names with it.
-pub struct Namer<'a> {
+pub(crate) struct Namer<'a> {
     space: &'a AddressSpace,
     files: &'a BTreeMap<String, Arc<ModuleFile>>,
     debug: HashMap<String, Option<(Arc<DebugInfo>, String)>>,
@@ -70,7 +70,10 @@ pub struct Namer<'a> {
 }
 
 impl<'a> Namer<'a> {
-    pub fn new(space: &'a AddressSpace, files: &'a BTreeMap<String, Arc<ModuleFile>>) -> Namer<'a> {
+    pub(crate) fn new(
+        space: &'a AddressSpace,
+        files: &'a BTreeMap<String, Arc<ModuleFile>>,
+    ) -> Namer<'a> {
         Namer {
             space,
             files,
@@ -81,7 +84,7 @@ impl<'a> Namer<'a> {
     }
 
     /// `module <- DWARF file (N variables, T ms)` for each module whose DWARF was read.
-    pub fn debug_info_used(&self) -> Vec<String> {
+    pub(crate) fn debug_info_used(&self) -> Vec<String> {
         let mut used: Vec<String> = self
             .debug
             .iter()
@@ -117,7 +120,7 @@ impl<'a> Namer<'a> {
     }
 
     /// A lock in a module's data: `g_registry.locks[2]`, else `g_registry+0x40`.
-    pub fn global(
+    pub(crate) fn global(
         &mut self,
         module: &LoadedModule,
         link_address: u64,
@@ -219,7 +222,7 @@ impl<'a> Namer<'a> {
     }
 
     /// The best of the candidate chains to one heap lock, and the runner-up.
-    pub fn choose(
+    pub(crate) fn choose(
         &mut self,
         candidates: &[RawChain],
         kind: LockKind,
@@ -233,7 +236,7 @@ impl<'a> Namer<'a> {
     }
 
     /// One chain in words where the DWARF knows the types, in offsets where not.
-    pub fn chain(&mut self, raw: &RawChain, kind: LockKind) -> Named {
+    pub(crate) fn chain(&mut self, raw: &RawChain, kind: LockKind) -> Named {
         let offset_name = raw.offset_name();
         let module = self.space.modules.iter().find(|m| m.path == raw.module);
         let info = module.and_then(|module| self.debug_info(module));

@@ -31,7 +31,7 @@ const MAX_ATTEMPTS: u8 = 3;
 const RETRY_EVERY: Duration = Duration::from_secs(1);
 const MIN_KEY_READ_INTERVAL: Duration = Duration::from_millis(200);
 
-pub struct OngoingNames {
+pub(crate) struct OngoingNames {
     keys: Option<LiveKeys>,
     space: Option<AddressSpace>,
     /// Module files known when `space` was built.
@@ -66,7 +66,7 @@ impl Default for OngoingNames {
 
 impl OngoingNames {
     /// Watches the lock and futex maps of a loaded BPF object.
-    pub fn watch(ebpf: &Ebpf) -> OngoingNames {
+    pub(crate) fn watch(ebpf: &Ebpf) -> OngoingNames {
         OngoingNames {
             keys: LiveKeys::open(ebpf),
             ..OngoingNames::default()
@@ -75,7 +75,7 @@ impl OngoingNames {
 
     /// Reads every module's symbols once, before the target's work is
     /// traced: needed the moment a heap lock appears, and by naming at the end.
-    pub fn prepare(
+    pub(crate) fn prepare(
         &mut self,
         pid: u32,
         maps: &[Mapping],
@@ -93,13 +93,13 @@ impl OngoingNames {
     }
 
     /// The address space built for the searches, if it covers `modules` module files.
-    pub fn take_space(&mut self, modules: usize) -> Option<AddressSpace> {
+    pub(crate) fn take_space(&mut self, modules: usize) -> Option<AddressSpace> {
         self.space.take().filter(|_| self.modules_seen == modules)
     }
 
     /// Called on every recording tick (200 ms): reads the maps' keys when
     /// due, and searches chains for heap locks not searched yet.
-    pub fn tick(
+    pub(crate) fn tick(
         &mut self,
         pid: u32,
         maps: &[Mapping],

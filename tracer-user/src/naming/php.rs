@@ -398,11 +398,11 @@ pub fn dwarf_layout(info: &dwarf::DebugInfo) -> Option<(PhpOffsets, (u64, u64))>
 
 /// A table: the structure offsets, and `tsrm_tls_entry`'s `thread_id` and
 /// `next`.
-pub type Table = (PhpOffsets, (u64, u64));
+pub(crate) type Table = (PhpOffsets, (u64, u64));
 
 /// The offsets of PHP 8.2 on x86-64, as its DWARF gives them (a unit test
 /// and the FrankenPHP tests check them against the kit's build).
-pub const PHP_8_2: (PhpOffsets, (u64, u64)) = (
+pub(crate) const PHP_8_2: (PhpOffsets, (u64, u64)) = (
     PhpOffsets {
         enabled: 0,
         task_fsbase: 0,
@@ -435,7 +435,7 @@ pub const PHP_8_2: (PhpOffsets, (u64, u64)) = (
 /// moved (the FrankenPHP tests check both tables against PHP's headers,
 /// Debian's php8.2-dev and php8.4-dev, with `fixtures/php/offsets.c`).
 /// `_tsrm_tls_entry` is private to TSRM.c and unchanged since PHP 7.
-pub const PHP_8_4: (PhpOffsets, (u64, u64)) = (
+pub(crate) const PHP_8_4: (PhpOffsets, (u64, u64)) = (
     PhpOffsets {
         op_array_filename: 168,
         ..PHP_8_2.0
@@ -447,7 +447,7 @@ pub const PHP_8_4: (PhpOffsets, (u64, u64)) = (
 /// 24 bytes down by the executor globals' new `fatal_error_backtrace_on`
 /// and `last_fatal_error_backtrace` (checked against Debian's php8.5-dev
 /// like the others). `_tsrm_tls_entry` is as in 8.2.
-pub const PHP_8_5: Table = (
+pub(crate) const PHP_8_5: Table = (
     PhpOffsets {
         current_execute_data: 512,
         ..PHP_8_4.0

@@ -28,7 +28,7 @@ const ARENA_ALIGN: u64 = 64 << 20;
 /// Stack pointers of the threads of `pid` that are blocked (in a syscall or
 /// not): /proc/PID/task/TID/syscall ends with `sp pc`; running threads say
 /// only `running`.
-pub fn thread_stack_pointers(pid: u32) -> Vec<u64> {
+pub(crate) fn thread_stack_pointers(pid: u32) -> Vec<u64> {
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
         return Vec::new();
     };
@@ -69,7 +69,7 @@ impl LoadedModule {
         last.wrapping_add(self.bias).max(self.start)
     }
 
-    pub fn contains(&self, address: u64) -> bool {
+    pub(crate) fn contains(&self, address: u64) -> bool {
         (self.start..self.end).contains(&address)
     }
 

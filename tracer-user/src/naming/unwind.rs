@@ -66,7 +66,7 @@ impl Deref for SectionBytes {
     }
 }
 
-pub struct StackUnwinder {
+pub(crate) struct StackUnwinder {
     pid: u32,
     store: ModuleStore,
     unwinder: UnwinderX86_64<SectionBytes>,
@@ -83,7 +83,7 @@ pub struct StackUnwinder {
 }
 
 impl StackUnwinder {
-    pub fn new(target: &Target) -> StackUnwinder {
+    pub(crate) fn new(target: &Target) -> StackUnwinder {
         let mut unwinder = StackUnwinder {
             pid: target.pid,
             store: target.modules.clone(),
@@ -101,7 +101,7 @@ impl StackUnwinder {
 
     /// Unwinds one snapshot (`stack`: its bytes from `header.sp` up) and
     /// keeps its frames under its key.
-    pub fn add(&mut self, header: &SnapshotHeader, php: PhpSnapshot, stack: &[u8]) {
+    pub(crate) fn add(&mut self, header: &SnapshotHeader, php: PhpSnapshot, stack: &[u8]) {
         let mut unwound = unwind_stack(
             (&self.unwinder, &mut self.cache, &mut self.rules),
             header,
@@ -127,18 +127,18 @@ impl StackUnwinder {
             });
     }
 
-    pub fn into_stacks(self) -> HashMap<StackKey, Vec<UnwoundStack>> {
+    pub(crate) fn into_stacks(self) -> HashMap<StackKey, Vec<UnwoundStack>> {
         self.unwound
     }
 
     /// A copy of the stacks unwound so far (the live views, at each tick).
-    pub fn stacks(&self) -> HashMap<StackKey, Vec<UnwoundStack>> {
+    pub(crate) fn stacks(&self) -> HashMap<StackKey, Vec<UnwoundStack>> {
         self.unwound.clone()
     }
 
     /// Drops the stacks of keys deleted from the maps (their counts start
     /// again, with snapshots of their own).
-    pub fn forget(&mut self, keys: &[StackKey]) {
+    pub(crate) fn forget(&mut self, keys: &[StackKey]) {
         for key in keys {
             self.unwound.remove(key);
         }
@@ -212,7 +212,7 @@ impl SnapshotSink for StackUnwinder {
 
 /// An unwinder the live views share with the snapshot reader: they read
 /// its stacks at each tick while it goes on unwinding.
-pub type SharedUnwinder = Arc<Mutex<StackUnwinder>>;
+pub(crate) type SharedUnwinder = Arc<Mutex<StackUnwinder>>;
 
 impl SnapshotSink for SharedUnwinder {
     fn take(&mut self, header: &SnapshotHeader, php: PhpSnapshot, stack: &[u8]) {

@@ -8,7 +8,7 @@
 use std::ops::Range;
 
 /// Where the running kernel publishes its BTF.
-pub const SYS_FS_PATH: &str = "/sys/kernel/btf/vmlinux";
+pub(crate) const SYS_FS_PATH: &str = "/sys/kernel/btf/vmlinux";
 
 const MAGIC: u16 = 0xeb9f;
 /// The header fields this reader uses; `hdr_len` may be larger.
@@ -33,7 +33,7 @@ const KIND_TYPE_TAG: u8 = 18;
 
 /// Why a member offset could not be found.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum BtfError {
+pub(crate) enum BtfError {
     #[error(
         "cannot read kernel BTF {path}: {reason}; run on a kernel built with \
          CONFIG_DEBUG_INFO_BTF=y, with read access to {path}"
@@ -93,7 +93,7 @@ struct Member {
 
 /// The kernel's types and strings, parsed from raw BTF.
 #[derive(Debug, Clone)]
-pub struct KernelBtf {
+pub(crate) struct KernelBtf {
     /// Index `id - 1` holds type `id` (type 0 is void).
     types: Vec<Type>,
     members: Vec<Member>,
@@ -173,7 +173,7 @@ fn sections(bytes: &[u8]) -> Result<(Reader<'_>, Range<usize>, Range<usize>), Bt
 
 impl KernelBtf {
     /// Parses raw BTF (either byte order). Never panics.
-    pub fn parse(bytes: &[u8]) -> Result<KernelBtf, BtfError> {
+    pub(crate) fn parse(bytes: &[u8]) -> Result<KernelBtf, BtfError> {
         let (reader, type_range, str_range) = sections(bytes)?;
         let strings = bytes.get(str_range).unwrap_or_default().to_vec();
         // A NUL first and last makes every in-range name offset terminated.
@@ -257,7 +257,7 @@ impl KernelBtf {
     }
 
     /// Reads the running kernel's BTF.
-    pub fn from_sys_fs() -> Result<KernelBtf, BtfError> {
+    pub(crate) fn from_sys_fs() -> Result<KernelBtf, BtfError> {
         let bytes = std::fs::read(SYS_FS_PATH).map_err(|e| BtfError::Unreadable {
             path: SYS_FS_PATH.to_string(),
             reason: e.to_string(),
@@ -304,7 +304,7 @@ impl KernelBtf {
 
     #[cfg(test)]
     /// Size in bytes of struct `name`.
-    pub fn struct_size(&self, name: &str) -> Result<u64, BtfError> {
+    pub(crate) fn struct_size(&self, name: &str) -> Result<u64, BtfError> {
         Ok(u64::from(self.find_struct(name)?.size_or_type))
     }
 
@@ -312,7 +312,7 @@ impl KernelBtf {
     /// `name` (e.g. `"task_struct"`), following each member's type through
     /// typedef/const/volatile/restrict/type_tag and descending into anonymous
     /// struct/union members when a name is not a direct member.
-    pub fn member_offset(&self, name: &str, path: &[&str]) -> Result<u64, BtfError> {
+    pub(crate) fn member_offset(&self, name: &str, path: &[&str]) -> Result<u64, BtfError> {
         let mut container = self.find_struct(name)?;
         let mut owner = format!("struct {name}");
         let mut bits: u64 = 0;
@@ -402,7 +402,7 @@ fn is_int_bitfield(ty: &Type) -> bool {
 
 /// `task_struct.thread.fsbase` of the running kernel: where the user
 /// thread pointer (x86-64 `%fs` base) is saved in the task.
-pub fn task_fsbase_offset() -> Result<u64, BtfError> {
+pub(crate) fn task_fsbase_offset() -> Result<u64, BtfError> {
     KernelBtf::from_sys_fs()?.member_offset("task_struct", &["thread", "fsbase"])
 }
 

@@ -77,7 +77,7 @@ pub struct GoTable<'data> {
 
 /// The header fields this module uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Header {
+pub(crate) struct Header {
     pub pointer_size: usize,
     pub nfunc: usize,
     pub names: usize,
@@ -86,7 +86,7 @@ pub struct Header {
 
 impl Header {
     /// Reads and checks the header at the start of `data`.
-    pub fn parse(data: &[u8], little_endian: bool) -> Result<Header, GoTableError> {
+    pub(crate) fn parse(data: &[u8], little_endian: bool) -> Result<Header, GoTableError> {
         let magic = read_u32(data, 0, little_endian).ok_or(GoTableError::Malformed("too short"))?;
         if magic != MAGIC_GO118 && magic != MAGIC_GO120 {
             return Err(GoTableError::Unsupported(magic));
@@ -131,7 +131,7 @@ impl Header {
 impl<'data> GoTable<'data> {
     /// Parses `data` (the section's bytes); `text_start` is where Go's
     /// text starts (the module data's `text`), at link time.
-    pub fn parse(
+    pub(crate) fn parse(
         data: &'data [u8],
         little_endian: bool,
         text_start: u64,
@@ -151,12 +151,8 @@ impl<'data> GoTable<'data> {
     }
 
     /// How many functions the table lists.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.nfunc
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.nfunc == 0
     }
 
     /// Where Go's text starts, at link time.
@@ -174,7 +170,7 @@ impl<'data> GoTable<'data> {
     }
 
     /// Function `index`; None where the table is malformed there.
-    pub fn function(&self, index: usize) -> Option<GoFunction<'data>> {
+    pub(crate) fn function(&self, index: usize) -> Option<GoFunction<'data>> {
         if index >= self.nfunc {
             return None;
         }

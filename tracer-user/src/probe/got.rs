@@ -86,7 +86,7 @@ pub fn find(target: &Target, ops: &[LockOp]) -> (Vec<ModuleGot>, Vec<(String, St
 }
 
 /// One module's GOT entries for `ops`, at every loaded copy of it.
-pub fn module_got(
+pub(crate) fn module_got(
     elf: &object::File<'_>,
     path: &str,
     maps: &[Mapping],
@@ -140,28 +140,6 @@ pub fn module_got(
     got.slots.sort_by_key(|slot| slot.address);
     got.slots.dedup_by_key(|slot| slot.address);
     got
-}
-
-#[cfg(test)]
-/// Where the symbol `name` (a data or function symbol, dynamic or not)
-/// of the module at `path` lies in the target, per loaded copy.
-pub fn symbol_addresses(
-    elf: &object::File<'_>,
-    path: &str,
-    maps: &[Mapping],
-    name: &str,
-) -> Vec<u64> {
-    let Some(symbol) = elf
-        .dynamic_symbols()
-        .chain(elf.symbols())
-        .find(|symbol| symbol.is_definition() && symbol.name().is_ok_and(|n| n == name))
-    else {
-        return Vec::new();
-    };
-    addresses_of(elf, maps, path, symbol.address())
-        .into_iter()
-        .map(|(address, _)| address)
-        .collect()
 }
 
 /// The link-time span of the module's PLT sections (`.plt`, `.plt.sec`).

@@ -13,7 +13,7 @@ struct KernelSymbol {
 
 /// The kernel's symbols, by address.
 #[derive(Debug, Clone, Default)]
-pub struct Kallsyms {
+pub(crate) struct Kallsyms {
     symbols: Vec<KernelSymbol>,
     /// `[start, end)` of the lock and scheduler text sections.
     lock_code: Vec<(u64, u64)>,
@@ -26,14 +26,14 @@ const DATA_SPAN: u64 = 64 * 1024;
 impl Kallsyms {
     /// The running kernel's symbols; empty when they cannot be read or
     /// their addresses are hidden (`kptr_restrict`).
-    pub fn read() -> Kallsyms {
+    pub(crate) fn read() -> Kallsyms {
         std::fs::read_to_string("/proc/kallsyms")
             .map(|text| Kallsyms::parse(&text))
             .unwrap_or_default()
     }
 
     /// Parses the text of `/proc/kallsyms` (`ADDRESS TYPE NAME [MODULE]`).
-    pub fn parse(text: &str) -> Kallsyms {
+    pub(crate) fn parse(text: &str) -> Kallsyms {
         let mut symbols: Vec<KernelSymbol> = text
             .lines()
             .filter_map(|line| {
@@ -76,14 +76,14 @@ impl Kallsyms {
     }
 
     /// The function holding the code address `ip`.
-    pub fn function(&self, ip: u64) -> Option<&str> {
+    pub(crate) fn function(&self, ip: u64) -> Option<&str> {
         self.nearest(ip, |kind| matches!(kind, 't' | 'T' | 'w' | 'W'))
             .map(|(name, _)| name)
     }
 
     /// The global variable holding `address`: its name, plus `+0xOFFSET`
     /// inside it.
-    pub fn global(&self, address: u64) -> Option<String> {
+    pub(crate) fn global(&self, address: u64) -> Option<String> {
         let (name, offset) = self.nearest(address, |kind| {
             matches!(kind, 'd' | 'D' | 'b' | 'B' | 'r' | 'R')
         })?;
@@ -95,7 +95,7 @@ impl Kallsyms {
     }
 
     /// True when `ip` is in the kernel's lock or scheduler code.
-    pub fn in_lock_code(&self, ip: u64) -> bool {
+    pub(crate) fn in_lock_code(&self, ip: u64) -> bool {
         self.lock_code
             .iter()
             .any(|&(start, end)| ip >= start && ip < end)

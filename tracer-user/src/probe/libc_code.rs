@@ -19,7 +19,7 @@ use object::{
 
 /// The libc archives the distribution ships, musl's first (static release
 /// builds are musl), then glibc's; absent ones are passed over.
-pub const LIBC_ARCHIVES: [&str; 4] = [
+pub(crate) const LIBC_ARCHIVES: [&str; 4] = [
     "/usr/lib/x86_64-linux-musl/libc.a",
     "/usr/lib/musl/lib/libc.a",
     "/usr/lib/x86_64-linux-gnu/libc.a",
@@ -32,7 +32,7 @@ const MIN_FIXED_BYTES: usize = 16;
 /// One function's code from an archive: its bytes, and which of them are
 /// fixed (not filled in by a relocation at link time).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CodePattern {
+pub(crate) struct CodePattern {
     pub symbol: String,
     pub bytes: Vec<u8>,
     pub fixed: Vec<bool>,
@@ -40,7 +40,7 @@ pub struct CodePattern {
 
 /// Where a pattern occurs in a module's executable segments.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Occurrence {
+pub(crate) enum Occurrence {
     /// Exactly once, at this file offset.
     Unique(u64),
     Absent,
@@ -49,21 +49,21 @@ pub enum Occurrence {
 }
 
 /// One libc archive, read once.
-pub struct LibcArchive {
+pub(crate) struct LibcArchive {
     pub path: PathBuf,
     data: memmap2::Mmap,
 }
 
 impl LibcArchive {
     /// The archives of [`LIBC_ARCHIVES`] that exist here.
-    pub fn installed() -> Vec<LibcArchive> {
+    pub(crate) fn installed() -> Vec<LibcArchive> {
         LIBC_ARCHIVES
             .iter()
             .filter_map(|path| LibcArchive::open(Path::new(path)).ok())
             .collect()
     }
 
-    pub fn open(path: &Path) -> Result<LibcArchive> {
+    pub(crate) fn open(path: &Path) -> Result<LibcArchive> {
         let file =
             std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
         // SAFETY: read-only private mapping of a system library archive;
@@ -78,7 +78,7 @@ impl LibcArchive {
 
     /// Where `symbol`'s code occurs exactly once in `module` (file offset),
     /// with its bytes.
-    pub fn unique_in(
+    pub(crate) fn unique_in(
         &self,
         module: &object::File,
         bytes: &[u8],
@@ -93,7 +93,7 @@ impl LibcArchive {
 
     /// The code of the function `symbol` (any of its names: musl defines
     /// `pthread_mutex_lock` as a weak alias of `__pthread_mutex_lock`).
-    pub fn pattern(&self, symbol: &str) -> Option<CodePattern> {
+    pub(crate) fn pattern(&self, symbol: &str) -> Option<CodePattern> {
         let data = &*self.data;
         let archive = ArchiveFile::parse(data).ok()?;
         // The archive's symbol index names the member; every member is
@@ -179,7 +179,7 @@ impl CodePattern {
     }
 
     /// Where the pattern occurs in `code` (starting at file offset `base`).
-    pub fn find_in(&self, code: &[u8], base: u64, found: &mut Vec<u64>) {
+    pub(crate) fn find_in(&self, code: &[u8], base: u64, found: &mut Vec<u64>) {
         let (anchor_at, anchor_len) = self.anchor();
         if anchor_len == 0 || self.fixed_bytes() < MIN_FIXED_BYTES {
             return;
@@ -200,7 +200,7 @@ impl CodePattern {
 }
 
 /// Where `pattern` occurs in the executable segments of the ELF `module`.
-pub fn occurrence(module: &object::File, bytes: &[u8], pattern: &CodePattern) -> Occurrence {
+pub(crate) fn occurrence(module: &object::File, bytes: &[u8], pattern: &CodePattern) -> Occurrence {
     if pattern.fixed_bytes() < MIN_FIXED_BYTES {
         return Occurrence::Absent;
     }

@@ -41,7 +41,7 @@ pub enum FoundBy {
 /// Why no `pthread_mutex_lock` was found: callers branch on
 /// [`LockFunctionsMissing::StillStarting`] (wait and look again).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum LockFunctionsMissing {
+pub(crate) enum LockFunctionsMissing {
     /// The dynamic loader has not mapped all the libraries yet (a process
     /// just started): only it and the executable are mapped, or some the
     /// executable needs (`waiting`, by name) are not yet.
@@ -154,7 +154,7 @@ pub fn find(target: &Target) -> Result<Vec<LockFunction>> {
 
 /// True while the process's dynamic loader has not mapped all the libraries
 /// its executable needs (a process that just exec'd).
-pub fn still_starting(target: &Target) -> bool {
+pub(crate) fn still_starting(target: &Target) -> bool {
     only_the_loader_is_mapped(target) || !not_yet_mapped(target).is_empty()
 }
 
@@ -223,7 +223,7 @@ fn needed(data: &[u8]) -> Vec<String> {
 }
 
 /// What [`find_ops`] found, and the modules it could not search.
-pub struct Search {
+pub(crate) struct Search {
     pub found: Vec<LockFunction>,
     /// Modules without a symbol table.
     pub stripped: Vec<String>,
@@ -236,7 +236,7 @@ pub struct Search {
 
 /// The functions of `ops` found, each from the first module in lookup order
 /// that defines it, and the modules passed over.
-pub fn find_ops(target: &Target, ops: &[LockOp]) -> Result<Search> {
+pub(crate) fn find_ops(target: &Target, ops: &[LockOp]) -> Result<Search> {
     let mut modules: Vec<String> = Vec::new();
     let mut seen = BTreeSet::new();
     // The executable first: a static binary (or one that interposes) wins.
@@ -342,7 +342,7 @@ fn lookup(
 }
 
 /// An executable without a program interpreter: libc is linked in.
-pub fn is_static(bytes: &[u8]) -> bool {
+pub(crate) fn is_static(bytes: &[u8]) -> bool {
     use object::read::elf::{FileHeader, ProgramHeader};
     let Ok(header) = object::elf::FileHeader64::<object::Endianness>::parse(bytes) else {
         return false;
@@ -358,7 +358,7 @@ pub fn is_static(bytes: &[u8]) -> bool {
 }
 
 /// What [`by_libc_code`] found, and the archives it tried.
-pub struct ByCode {
+pub(crate) struct ByCode {
     pub found: Vec<LockFunction>,
     pub archives_tried: Vec<String>,
 }
@@ -417,7 +417,7 @@ fn by_libc_code(
 }
 
 /// File offset of an ELF virtual address, through the segment that maps it.
-pub fn file_offset_of(elf: &object::File, address: u64) -> Option<u64> {
+pub(crate) fn file_offset_of(elf: &object::File, address: u64) -> Option<u64> {
     elf.segments().find_map(|segment| {
         let (file_start, file_size) = segment.file_range();
         let start = segment.address();
@@ -426,7 +426,7 @@ pub fn file_offset_of(elf: &object::File, address: u64) -> Option<u64> {
 }
 
 /// Runtime address in the target of a file offset in `module`.
-pub fn runtime_address(target: &Target, module: &str, file_offset: u64) -> Option<u64> {
+pub(crate) fn runtime_address(target: &Target, module: &str, file_offset: u64) -> Option<u64> {
     target.maps.iter().find_map(|mapping| {
         let end_offset = mapping.offset + (mapping.end - mapping.start);
         (mapping.path == module && file_offset >= mapping.offset && file_offset < end_offset)
@@ -436,7 +436,7 @@ pub fn runtime_address(target: &Target, module: &str, file_offset: u64) -> Optio
 
 /// The unlock functions, from the modules the lock functions came from
 /// (the executable first, as for the lock functions).
-pub fn find_unlocks(target: &Target) -> Result<Vec<LockFunction>> {
+pub(crate) fn find_unlocks(target: &Target) -> Result<Vec<LockFunction>> {
     let found = find_ops(target, &LockOp::UNLOCKS)?.found;
     if !found.iter().any(|f| f.op == LockOp::MutexUnlock) {
         anyhow::bail!(
@@ -452,7 +452,7 @@ pub fn find_unlocks(target: &Target) -> Result<Vec<LockFunction>> {
 /// another lock function (musl nests them). One range per function, not one
 /// spanning them all: an interposer library loaded between two modules' lock
 /// functions must not fall inside.
-pub fn lock_code_ranges(functions: &[LockFunction]) -> Vec<CodeRange> {
+pub(crate) fn lock_code_ranges(functions: &[LockFunction]) -> Vec<CodeRange> {
     code_ranges(
         functions.iter().map(|f| (f.runtime_start, f.runtime_end)),
         MAX_LOCK_CODE_RANGES,
@@ -463,7 +463,10 @@ pub fn lock_code_ranges(functions: &[LockFunction]) -> Vec<CodeRange> {
 /// times: [`lock_code_ranges`]) and `CPU_LOCK_CODE` (with libc's slow paths,
 /// for the CPU sampler: `naming::lock_code`): the non-empty `[start, end)`
 /// ranges, sorted, repeats (aliases) once, the first `most` of them.
-pub fn code_ranges(ranges: impl IntoIterator<Item = (u64, u64)>, most: u32) -> Vec<CodeRange> {
+pub(crate) fn code_ranges(
+    ranges: impl IntoIterator<Item = (u64, u64)>,
+    most: u32,
+) -> Vec<CodeRange> {
     let sorted: BTreeSet<(u64, u64)> = ranges
         .into_iter()
         .filter(|(start, end)| start < end)
@@ -479,7 +482,11 @@ pub fn code_ranges(ranges: impl IntoIterator<Item = (u64, u64)>, most: u32) -> V
 /// one, or tail-called by one. One call site calls one function, so a second
 /// op seen with the same return address was tail-called by the first (musl's
 /// pthread_mutex_lock jumps to pthread_mutex_timedlock when contended).
-pub fn is_nested_call(key: &CallerKey, collected: &Collected, functions: &[LockFunction]) -> bool {
+pub(crate) fn is_nested_call(
+    key: &CallerKey,
+    collected: &Collected,
+    functions: &[LockFunction],
+) -> bool {
     let from_lock_function = in_lock_function(key.return_ip, functions);
     let tail_called = tail_callers(key.op).iter().any(|&outer| {
         collected.callers.contains_key(&CallerKey {
@@ -491,7 +498,7 @@ pub fn is_nested_call(key: &CallerKey, collected: &Collected, functions: &[LockF
 }
 
 /// True when `ip` is in the code of one of the lock functions.
-pub fn in_lock_function(ip: u64, functions: &[LockFunction]) -> bool {
+pub(crate) fn in_lock_function(ip: u64, functions: &[LockFunction]) -> bool {
     functions
         .iter()
         .any(|f| (f.runtime_start..f.runtime_end).contains(&ip))

@@ -46,19 +46,19 @@ impl TargetMemory for ProcessMemory {
 /// Memory made of byte regions at given addresses; a read stops where its
 /// region ends, as process_vm_readv stops at an unmapped page.
 #[derive(Debug, Default)]
-pub struct FakeMemory {
+pub(crate) struct FakeMemory {
     regions: BTreeMap<u64, Vec<u8>>,
 }
 
 #[cfg(test)]
 impl FakeMemory {
     /// Adds a region of `bytes` at `address` (regions must not overlap).
-    pub fn map(&mut self, address: u64, bytes: Vec<u8>) {
+    pub(crate) fn map(&mut self, address: u64, bytes: Vec<u8>) {
         self.regions.insert(address, bytes);
     }
 
     /// Writes the little-endian word `value` at `address`, inside a region.
-    pub fn put_u64(&mut self, address: u64, value: u64) {
+    pub(crate) fn put_u64(&mut self, address: u64, value: u64) {
         let Some((&start, bytes)) = self.regions.range_mut(..=address).next_back() else {
             return;
         };

@@ -28,11 +28,11 @@ pub struct ModuleFile {
 }
 
 /// Which file this is: (device, inode, size, mtime); what caches key on.
-pub type FileIdentity = (u64, u64, u64, i64);
+pub(crate) type FileIdentity = (u64, u64, u64, i64);
 
 impl ModuleFile {
     /// Maps `file` if it starts with the ELF magic.
-    pub fn map(file: &File, shown: &str) -> Result<ModuleFile> {
+    pub(crate) fn map(file: &File, shown: &str) -> Result<ModuleFile> {
         let mut magic = [0u8; 4];
         file.read_exact_at(&mut magic, 0)
             .with_context(|| format!("cannot read {shown}"))?;
@@ -63,18 +63,18 @@ impl ModuleFile {
         ModuleFile::map(&file, &path.display().to_string())
     }
 
-    pub fn identity(&self) -> FileIdentity {
+    pub(crate) fn identity(&self) -> FileIdentity {
         self.identity
     }
 
     /// True once a read found the file shorter than when it was mapped:
     /// what was read from it past its new end was zeros.
-    pub fn shrank(&self) -> bool {
+    pub(crate) fn shrank(&self) -> bool {
         self.watch.faults() > 0
     }
 
     /// The path it was opened by, for messages.
-    pub fn shown(&self) -> &str {
+    pub(crate) fn shown(&self) -> &str {
         &self.shown
     }
 
@@ -84,7 +84,7 @@ impl ModuleFile {
 
     /// The file's ELF view. `object` decodes headers only and borrows the
     /// mapped bytes, so this is cheap to call per reader.
-    pub fn elf(&self) -> Result<object::File<'_>> {
+    pub(crate) fn elf(&self) -> Result<object::File<'_>> {
         object::File::parse(self.bytes()).context("not a valid ELF file")
     }
 }
@@ -92,7 +92,7 @@ impl ModuleFile {
 /// `symbol` defines the function `name` in its module: a text symbol,
 /// defined there, named `name` unversioned or in any version
 /// (`name@GLIBC_2.2.5`, `name@@GLIBC_2.34`).
-pub fn defines_function(symbol: &object::Symbol, name: &str) -> bool {
+pub(crate) fn defines_function(symbol: &object::Symbol, name: &str) -> bool {
     symbol.kind() == SymbolKind::Text
         && symbol.is_definition()
         && symbol
@@ -104,7 +104,7 @@ pub fn defines_function(symbol: &object::Symbol, name: &str) -> bool {
 /// the condvar waits and lock inits, the request probe, Go's futex): every
 /// definition of `name` in `elf`, the symbol table's first, then the
 /// dynamic symbols'.
-pub fn functions_named<'data, 'file>(
+pub(crate) fn functions_named<'data, 'file>(
     elf: &'file object::File<'data>,
     name: &'file str,
 ) -> impl Iterator<Item = object::Symbol<'data, 'file>> {
@@ -118,7 +118,7 @@ pub fn functions_named<'data, 'file>(
 /// (`-ldflags "-w -s"`, `strip`), from Go's own function table
 /// (`.gopclntab`, under Go's name: `runtime.futex`, not the symbol's
 /// `runtime.futex.abi0`). The size of a Go function includes its padding.
-pub fn function_range(elf: &object::File, name: &str) -> Option<(u64, u64)> {
+pub(crate) fn function_range(elf: &object::File, name: &str) -> Option<(u64, u64)> {
     if let Some(symbol) = functions_named(elf, name).next() {
         return Some((symbol.address(), symbol.size()));
     }
@@ -146,7 +146,7 @@ pub struct ModuleStore {
 impl ModuleStore {
     /// The mapped ELF file at `path`, from the store if its inode was read
     /// before. Errors for unreadable and non-ELF files.
-    pub fn open(&self, path: &Path) -> Result<Arc<ModuleFile>> {
+    pub(crate) fn open(&self, path: &Path) -> Result<Arc<ModuleFile>> {
         let shown = path.display().to_string();
         let file = File::open(path).with_context(|| format!("cannot open {shown}"))?;
         let metadata = file
@@ -165,13 +165,9 @@ impl ModuleStore {
     }
 
     /// How many distinct ELF files were mapped.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         let files = self.files.lock().unwrap_or_else(|e| e.into_inner());
         files.values().filter(|f| f.is_some()).count()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }
 
@@ -182,7 +178,7 @@ impl std::fmt::Debug for ModuleStore {
 }
 
 /// The `DT_SONAME` of a 64-bit ELF shared library, if it has one.
-pub fn soname(data: &[u8]) -> Option<String> {
+pub(crate) fn soname(data: &[u8]) -> Option<String> {
     let elf = object::read::elf::ElfFile64::<object::Endianness>::parse(data).ok()?;
     let endian = elf.endian();
     let sections = elf.elf_section_table();

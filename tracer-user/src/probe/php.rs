@@ -78,7 +78,7 @@ impl ThreadTable {
 
 /// How far below the thread pointer a thread's static TLS is searched for
 /// PHP's `_tsrm_ls_cache` (x86-64 puts static TLS right below it).
-pub const TLS_SEARCH_BYTES: u64 = 64 * 1024;
+pub(crate) const TLS_SEARCH_BYTES: u64 = 64 * 1024;
 
 /// The offset from the thread pointer of a TLS slot holding each known
 /// thread's block (PHP's `_tsrm_ls_cache`): the BPF side then reads any
@@ -87,7 +87,7 @@ pub const TLS_SEARCH_BYTES: u64 = 64 * 1024;
 /// the offsets where the first thread's block appears below its thread
 /// pointer, kept where every other known thread's block is found too.
 /// None when no thread is known or no offset holds for all.
-pub fn tls_offset(memory: &dyn TargetMemory, threads: &[(u64, u64)]) -> Option<i64> {
+pub(crate) fn tls_offset(memory: &dyn TargetMemory, threads: &[(u64, u64)]) -> Option<i64> {
     let &(first_tp, first_block) = threads.first()?;
     let start = first_tp.checked_sub(TLS_SEARCH_BYTES)?;
     let mut window = vec![0u8; TLS_SEARCH_BYTES as usize];
@@ -110,7 +110,11 @@ pub fn tls_offset(memory: &dyn TargetMemory, threads: &[(u64, u64)]) -> Option<i
 }
 
 /// True when `offset` gives every thread's block.
-pub fn tls_offset_holds(memory: &dyn TargetMemory, threads: &[(u64, u64)], offset: i64) -> bool {
+pub(crate) fn tls_offset_holds(
+    memory: &dyn TargetMemory,
+    threads: &[(u64, u64)],
+    offset: i64,
+) -> bool {
     threads
         .iter()
         .all(|&(tp, block)| read_u64(memory, tp.wrapping_add_signed(offset)) == Some(block))
@@ -121,7 +125,7 @@ pub fn tls_offset_holds(memory: &dyn TargetMemory, threads: &[(u64, u64)], offse
 /// from the thread pointer is the slot"; exported in `.dynsym`, so it
 /// survives `strip --strip-all`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TcbOffsetCode {
+pub(crate) enum TcbOffsetCode {
     /// `movq _tsrm_ls_cache@gottpoff(%rip), %reg`: the offset is the value
     /// of the GOT slot at this link address, set by the loader (a shared
     /// libphp on glibc).
@@ -136,7 +140,7 @@ pub enum TcbOffsetCode {
 /// Decodes the code of `tsrm_get_ls_cache_tcb_offset`, which starts at
 /// link address `address`: its first instruction after an `endbr64` must
 /// be one of the three forms above, else None.
-pub fn decode_tcb_offset(code: &[u8], address: u64) -> Option<TcbOffsetCode> {
+pub(crate) fn decode_tcb_offset(code: &[u8], address: u64) -> Option<TcbOffsetCode> {
     use iced_x86::{Code, Decoder, DecoderOptions, OpKind, Register};
     let mut decoder = Decoder::with_ip(64, code, address, DecoderOptions::NONE);
     let mut instruction = decoder.decode();
@@ -171,7 +175,7 @@ pub fn decode_tcb_offset(code: &[u8], address: u64) -> Option<TcbOffsetCode> {
 /// whose `pthread_getspecific` is a plain array read (musl):
 /// `mov tls_key(%rip), %edi; jmp pthread_getspecific`. The link addresses
 /// of PHP's `tls_key` and of `pthread_getspecific`.
-pub fn decode_ls_cache(code: &[u8], address: u64) -> Option<(u64, u64)> {
+pub(crate) fn decode_ls_cache(code: &[u8], address: u64) -> Option<(u64, u64)> {
     use iced_x86::{Code, Decoder, DecoderOptions, OpKind, Register};
     let mut decoder = Decoder::with_ip(64, code, address, DecoderOptions::NONE);
     let mut load = decoder.decode();
@@ -190,7 +194,7 @@ pub fn decode_ls_cache(code: &[u8], address: u64) -> Option<(u64, u64)> {
 /// The offset in musl's thread (what the thread pointer points to) of its
 /// array of pthread-specific values, from `pthread_getspecific`'s code:
 /// `mov %fs:0, %rax; mov D(%rax), %rax; [mov %edi, %edi;] mov (%rax,%rdi,8), %rax`.
-pub fn decode_getspecific(code: &[u8], address: u64) -> Option<u64> {
+pub(crate) fn decode_getspecific(code: &[u8], address: u64) -> Option<u64> {
     use iced_x86::{Code, Decoder, DecoderOptions, OpKind, Register};
     let mut decoder = Decoder::with_ip(64, code, address, DecoderOptions::NONE);
     let mut self_load = decoder.decode();
@@ -235,7 +239,7 @@ pub struct TlsSlot {
 
 impl TlsSlot {
     /// The block of the thread whose thread pointer is `tp`.
-    pub fn block(&self, memory: &dyn TargetMemory, tp: u64) -> Option<u64> {
+    pub(crate) fn block(&self, memory: &dyn TargetMemory, tp: u64) -> Option<u64> {
         let slot = tp.wrapping_add_signed(self.offset);
         match self.index {
             None => read_u64(memory, slot),
@@ -254,7 +258,7 @@ impl TlsSlot {
 /// Whether `offset` can be a pointer's slot in static TLS: below the thread
 /// pointer, aligned, within the TLS search's reach (an offset read from a
 /// wrong place is refused, not used).
-pub fn plausible_tls_offset(offset: i64) -> bool {
+pub(crate) fn plausible_tls_offset(offset: i64) -> bool {
     offset < 0 && offset % 8 == 0 && offset >= -(TLS_SEARCH_BYTES as i64) * 16
 }
 

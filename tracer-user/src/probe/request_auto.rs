@@ -40,7 +40,7 @@ pub enum RequestProbeSpec {
 }
 
 impl RequestProbeSpec {
-    pub fn parse(text: &str) -> RequestProbeSpec {
+    pub(crate) fn parse(text: &str) -> RequestProbeSpec {
         match text {
             "auto" => RequestProbeSpec::Auto,
             "none" => RequestProbeSpec::Off,
@@ -51,7 +51,7 @@ impl RequestProbeSpec {
 
 /// The request probe to attach, if any, and how it was chosen.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Chosen {
+pub(crate) struct Chosen {
     pub probe: RequestProbe,
     /// Set when locktrace chose the function (not named by the user).
     pub auto: Option<AutoChoice>,
@@ -59,14 +59,14 @@ pub struct Chosen {
 
 /// A function chosen for a recognised server.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AutoChoice {
+pub(crate) struct AutoChoice {
     pub server: ServerKind,
     pub recognised_by: String,
 }
 
 impl Chosen {
     /// The report's `requests.auto_probe`.
-    pub fn auto_probe(&self) -> Option<AutoProbe> {
+    pub(crate) fn auto_probe(&self) -> Option<AutoProbe> {
         self.auto.as_ref().map(|auto| AutoProbe {
             server: auto.server,
             module: self.probe.module.clone(),
@@ -78,7 +78,7 @@ impl Chosen {
 
 /// The outcome of resolving a spec: a probe, none, or none with a hint.
 #[derive(Debug)]
-pub enum Resolution {
+pub(crate) enum Resolution {
     Probe(Chosen),
     None,
     /// No flag, and the target is not recognised: say how to count requests.
@@ -87,7 +87,7 @@ pub enum Resolution {
 
 /// Resolves `--request-probe`; `counted_otherwise` is true when `--load` or
 /// `--requests` count the requests (the default then probes nothing).
-pub fn resolve(
+pub(crate) fn resolve(
     target: &Target,
     spec: &RequestProbeSpec,
     counted_otherwise: bool,
@@ -114,7 +114,7 @@ pub fn resolve(
 
 /// What the target's modules say about it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Evidence {
+pub(crate) struct Evidence {
     /// The executable's file name.
     pub exe_name: String,
     /// The executable's path as the target sees it.
@@ -134,7 +134,7 @@ pub struct Evidence {
 
 /// Why no function was chosen: one line saying what to do instead.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Unrecognised {
+pub(crate) enum Unrecognised {
     /// No PHP engine in the target; `unread` says why its Go function
     /// table could not be looked at, if it could not.
     NotPhp {
@@ -179,7 +179,8 @@ const FRANKENPHP_SYMBOLS: [&str; 2] = [
 const FRANKENPHP_PACKAGE: &str = "github.com/dunglas/frankenphp.";
 /// Once per request in both modes, on the PHP thread, right before
 /// `sapi_activate`: what a build without C symbols counts.
-pub const FRANKENPHP_GO_REQUEST: &str = "github.com/dunglas/frankenphp.go_update_request_info";
+pub(crate) const FRANKENPHP_GO_REQUEST: &str =
+    "github.com/dunglas/frankenphp.go_update_request_info";
 /// Apache httpd's hook runner, exported by the executable for its modules.
 const APACHE_SYMBOLS: [&str; 1] = ["ap_run_handler"];
 /// The start of a PHP request in every SAPI (not per request in FrankenPHP's worker mode).
@@ -188,7 +189,7 @@ const PHP_REQUEST_STARTUP: &str = "php_request_startup";
 const SAPI_ACTIVATE: &str = "sapi_activate";
 
 /// Recognises the target and resolves the function for it.
-pub fn choose(target: &Target) -> Result<Result<Chosen, Unrecognised>> {
+pub(crate) fn choose(target: &Target) -> Result<Result<Chosen, Unrecognised>> {
     let evidence = gather(target);
     let (server, module, function, recognised_by) = match decide(&evidence) {
         Ok(decision) => decision,
@@ -205,7 +206,7 @@ pub fn choose(target: &Target) -> Result<Result<Chosen, Unrecognised>> {
 }
 
 /// The server, the module and function to probe, and what recognised it.
-pub fn decide(
+pub(crate) fn decide(
     evidence: &Evidence,
 ) -> Result<(ServerKind, String, &'static str, String), Unrecognised> {
     let shown = |(symbol, module): &(String, String)| format!("{symbol} in {module}");
@@ -255,7 +256,7 @@ pub fn decide(
 /// Reads the evidence: the executable's symbols, and PHP's engine in the
 /// executable (static builds, the php binary) or a library named libphp*
 /// (by file name or SONAME; Debian's Apache module is `libphp8.2.so`).
-pub fn gather(target: &Target) -> Evidence {
+pub(crate) fn gather(target: &Target) -> Evidence {
     let modules = request_probe::modules(target);
     let mut evidence = Evidence {
         exe_name: file_name(&target.exe).to_string(),
@@ -346,7 +347,7 @@ fn frankenphp_go_function(
 /// process whose PHP engine is thread-safe (ZTS: it defines
 /// `executor_globals_offset` or `tsrm_get_ls_cache`, as `--php` reads it).
 /// None for anything else.
-pub fn recognise(target: &Target) -> Option<ServerKind> {
+pub(crate) fn recognise(target: &Target) -> Option<ServerKind> {
     let evidence = gather(target);
     let (server, module, ..) = decide(&evidence).ok()?;
     if server == ServerKind::Frankenphp {
@@ -374,7 +375,7 @@ const ZTS_SYMBOLS: [&str; 2] = ["executor_globals_offset", "tsrm_get_ls_cache"];
 
 /// Cheap pre-check before [`recognise`] reads symbols: the executable's
 /// name says PHP (`frankenphp`, `php`, a static build), or a libphp is mapped.
-pub fn may_be_php(exe: &str, maps: &str) -> bool {
+pub(crate) fn may_be_php(exe: &str, maps: &str) -> bool {
     file_name(exe).contains("php")
         || maps.lines().any(|line| {
             line.rsplit('/')

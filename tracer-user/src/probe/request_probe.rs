@@ -12,7 +12,7 @@ use super::{
 
 /// A resolved request-boundary function.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RequestProbe {
+pub(crate) struct RequestProbe {
     /// Module path as the target sees it.
     pub module: String,
     pub symbol: String,
@@ -22,14 +22,14 @@ pub struct RequestProbe {
 }
 
 impl RequestProbe {
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         let file = self.module.rsplit('/').next().unwrap_or(&self.module);
         format!("{file}:{}", self.symbol)
     }
 }
 
 /// Splits `MODULE:SYMBOL` (the module may be a file name, a path, or a path suffix).
-pub fn parse(spec: &str) -> Result<(String, String)> {
+pub(crate) fn parse(spec: &str) -> Result<(String, String)> {
     match spec.split_once(':') {
         Some((module, symbol)) if !module.is_empty() && !symbol.is_empty() => {
             Ok((module.to_string(), symbol.to_string()))
@@ -40,7 +40,7 @@ pub fn parse(spec: &str) -> Result<(String, String)> {
     }
 }
 
-pub fn resolve(target: &Target, spec: &str) -> Result<RequestProbe> {
+pub(crate) fn resolve(target: &Target, spec: &str) -> Result<RequestProbe> {
     let (wanted, symbol) = parse(spec)?;
     let modules = modules(target);
     let module = choose_module(&modules, &wanted).map_err(|error| match error {
@@ -67,7 +67,7 @@ pub fn resolve(target: &Target, spec: &str) -> Result<RequestProbe> {
 
 /// An executable module of the target, as `--request-probe` can name it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Module {
+pub(crate) struct Module {
     /// Path as the target sees it.
     pub path: String,
     /// `DT_SONAME` of a shared library (`libphp.so` for a library mapped as
@@ -76,7 +76,7 @@ pub struct Module {
 }
 
 impl Module {
-    pub fn file_name(&self) -> &str {
+    pub(crate) fn file_name(&self) -> &str {
         self.path.rsplit('/').next().unwrap_or(&self.path)
     }
 
@@ -112,7 +112,7 @@ impl Module {
 
 /// The target's executable file-backed modules, the executable first, each
 /// once, with their SONAMEs (read from the mapped files).
-pub fn modules(target: &Target) -> Vec<Module> {
+pub(crate) fn modules(target: &Target) -> Vec<Module> {
     let mut paths: Vec<&str> = Vec::new();
     for mapping in &target.maps {
         if mapping.is_file() && mapping.is_executable() && !paths.contains(&mapping.path.as_str()) {
@@ -154,7 +154,7 @@ fn choose_module<'a>(modules: &'a [Module], wanted: &str) -> Result<&'a Module, 
 
 /// Which of the functions `symbols` `module` defines (text symbols,
 /// versioned or not), in one pass over its symbol tables.
-pub fn defined<'a>(target: &Target, module: &str, symbols: &[&'a str]) -> Vec<&'a str> {
+pub(crate) fn defined<'a>(target: &Target, module: &str, symbols: &[&'a str]) -> Vec<&'a str> {
     let Ok(file) = target.module_file(module) else {
         return Vec::new();
     };
@@ -175,7 +175,7 @@ pub fn defined<'a>(target: &Target, module: &str, symbols: &[&'a str]) -> Vec<&'
 }
 
 /// The uprobe point of the function `symbol` in the target's `module`.
-pub fn probe_symbol(target: &Target, module: &str, symbol: &str) -> Result<RequestProbe> {
+pub(crate) fn probe_symbol(target: &Target, module: &str, symbol: &str) -> Result<RequestProbe> {
     let file = target
         .module_file(module)
         .with_context(|| format!("--request-probe: cannot read {module}"))?;

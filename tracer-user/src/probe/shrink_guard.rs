@@ -26,13 +26,13 @@ static INSTALL: Once = Once::new();
 
 /// A watched mapping; releasing it stops the watch.
 #[derive(Debug)]
-pub struct Watch {
+pub(crate) struct Watch {
     slot: Option<usize>,
 }
 
 impl Watch {
     /// Watches `[start, start + len)`.
-    pub fn new(start: usize, len: usize) -> Watch {
+    pub(crate) fn new(start: usize, len: usize) -> Watch {
         INSTALL.call_once(install);
         if len == 0 {
             return Watch { slot: None };
@@ -51,7 +51,7 @@ impl Watch {
     }
 
     /// Pages of this mapping that were past the file's end when read.
-    pub fn faults(&self) -> usize {
+    pub(crate) fn faults(&self) -> usize {
         self.slot
             .map_or(0, |slot| FAULTS[slot].load(Ordering::Relaxed))
     }

@@ -25,15 +25,15 @@ pub struct Mapping {
 }
 
 impl Mapping {
-    pub fn contains(&self, address: u64) -> bool {
+    pub(crate) fn contains(&self, address: u64) -> bool {
         (self.start..self.end).contains(&address)
     }
 
-    pub fn is_executable(&self) -> bool {
+    pub(crate) fn is_executable(&self) -> bool {
         self.perms.as_bytes().get(2) == Some(&b'x')
     }
 
-    pub fn is_file(&self) -> bool {
+    pub(crate) fn is_file(&self) -> bool {
         self.path.starts_with('/')
     }
 }
@@ -112,19 +112,19 @@ impl Target {
     /// Where the byte at `file_offset` of `module` (a path as the target
     /// sees it) sits in the target's memory: one address per executable
     /// mapping that covers it (a library loaded twice has two).
-    pub fn code_addresses(&self, module: &str, file_offset: u64) -> Vec<u64> {
+    pub(crate) fn code_addresses(&self, module: &str, file_offset: u64) -> Vec<u64> {
         code_addresses(&self.maps, module, file_offset)
     }
 
     /// The task new uprobes are bound to (see [`Target::rebind_probes`]).
-    pub fn probe_task(&self) -> u32 {
+    pub(crate) fn probe_task(&self) -> u32 {
         self.probe_task.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// When the task the probes are bound to has exited while the process
     /// lives on (a main thread that called `pthread_exit`), binds new probes
     /// to a live thread and returns it; None while the bound task runs.
-    pub fn rebind_probes(&self) -> Option<u32> {
+    pub(crate) fn rebind_probes(&self) -> Option<u32> {
         let bound = self.probe_task();
         if task_runs(self.pid, bound) || !self.is_alive() {
             return None;
@@ -142,7 +142,7 @@ impl Target {
     /// mapped inode itself however the path reads from here (the maps of a
     /// chroot or another mount namespace name files in a view the tracer
     /// may not share).
-    pub fn host_path(&self, target_path: &str) -> PathBuf {
+    pub(crate) fn host_path(&self, target_path: &str) -> PathBuf {
         let mapped = self.maps.iter().find(|mapping| mapping.path == target_path);
         if let Some(mapping) = mapped {
             // Through the bound task: an exited main thread has no files.
@@ -160,21 +160,21 @@ impl Target {
     }
 
     /// The mapped ELF file of a module of the target, read once per recording.
-    pub fn module_file(&self, target_path: &str) -> Result<Arc<ModuleFile>> {
+    pub(crate) fn module_file(&self, target_path: &str) -> Result<Arc<ModuleFile>> {
         self.modules.open(&self.host_path(target_path))
     }
 
     /// True while the target runs: its pid exists, is no zombie, and is
     /// still the process that started at `start_time` (not a new process
     /// that got the pid after the target exited).
-    pub fn is_alive(&self) -> bool {
+    pub(crate) fn is_alive(&self) -> bool {
         is_running(self.pid, self.start_time)
     }
 
     /// A pidfd of the target: readable once it exits (zombie or gone), so
     /// its end is noticed at once without polling /proc. `None` when the
     /// kernel has no pidfd_open or the target is already gone.
-    pub fn exit_fd(&self) -> Option<std::os::fd::OwnedFd> {
+    pub(crate) fn exit_fd(&self) -> Option<std::os::fd::OwnedFd> {
         use std::os::fd::FromRawFd;
         // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
         let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, self.pid, 0) };
@@ -190,7 +190,7 @@ impl Target {
 /// Only a sure sign ends it: the pid is gone (no fd needed to learn that),
 /// a zombie, or another process. When /proc cannot be read for our own
 /// reasons (out of file descriptors), it is still running.
-pub fn is_running(pid: u32, start_time: u64) -> bool {
+pub(crate) fn is_running(pid: u32, start_time: u64) -> bool {
     let Ok(raw) = i32::try_from(pid) else {
         return false;
     };
@@ -208,7 +208,7 @@ pub fn is_running(pid: u32, start_time: u64) -> bool {
 }
 
 /// When `pid` started (/proc/PID/stat starttime), if it exists.
-pub fn start_time(pid: u32) -> Option<u64> {
+pub(crate) fn start_time(pid: u32) -> Option<u64> {
     let process = Process::new(i32::try_from(pid).ok()?).ok()?;
     Some(process.stat().ok()?.starttime)
 }
@@ -267,7 +267,7 @@ fn unreadable_exe(pid: u32, error: &procfs::ProcError) -> anyhow::Error {
     }
 }
 
-pub fn host_path(pid: u32, target_path: &str) -> PathBuf {
+pub(crate) fn host_path(pid: u32, target_path: &str) -> PathBuf {
     let task = proc_task(pid);
     resolve_in_root(Path::new(&format!("/proc/{task}/root")), target_path)
 }
@@ -277,7 +277,7 @@ pub fn host_path(pid: u32, target_path: &str) -> PathBuf {
 /// target starts again at `root` (the kernel would resolve it against the
 /// tracer's root, the host's, through /proc/PID/root), and `..` stops at
 /// `root`. A component that does not exist ends the resolution there.
-pub fn resolve_in_root(root: &Path, path: &str) -> PathBuf {
+pub(crate) fn resolve_in_root(root: &Path, path: &str) -> PathBuf {
     use std::path::Component;
     // The path so far, relative to root, and what is left to walk.
     let mut resolved = PathBuf::new();
@@ -321,7 +321,7 @@ pub fn resolve_in_root(root: &Path, path: &str) -> PathBuf {
 }
 
 /// True while the process exists and is not a zombie.
-pub fn is_alive(pid: u32) -> bool {
+pub(crate) fn is_alive(pid: u32) -> bool {
     i32::try_from(pid)
         .ok()
         .and_then(|pid| Process::new(pid).ok()?.stat().ok())
@@ -340,7 +340,7 @@ pub fn proc_task(pid: u32) -> u32 {
 }
 
 /// The root directory process `pid` sees, through a thread that runs.
-pub fn proc_root(pid: u32) -> PathBuf {
+pub(crate) fn proc_root(pid: u32) -> PathBuf {
     PathBuf::from(format!("/proc/{}/root", proc_task(pid)))
 }
 
@@ -383,13 +383,13 @@ const PF_KTHREAD: u32 = 0x0020_0000;
 /// What changes when a process maps or unmaps memory or starts or ends a
 /// thread: its thread count and virtual size (one read of /proc/PID/stat).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Shape {
+pub(crate) struct Shape {
     pub threads: i64,
     pub virtual_bytes: u64,
 }
 
 impl Shape {
-    pub fn read(pid: u32) -> Option<Shape> {
+    pub(crate) fn read(pid: u32) -> Option<Shape> {
         let stat = Process::new(i32::try_from(pid).ok()?).ok()?.stat().ok()?;
         Some(Shape {
             threads: stat.num_threads,
@@ -398,7 +398,7 @@ impl Shape {
     }
 }
 
-pub fn read_maps(pid: u32) -> Result<Vec<Mapping>> {
+pub(crate) fn read_maps(pid: u32) -> Result<Vec<Mapping>> {
     // Read as bytes: a path need not be UTF-8 (a library under `caf\xe9/`),
     // and any path may start with `/SYSV` (procfs-core panics on a short one).
     let task = proc_task(pid);
@@ -409,14 +409,14 @@ pub fn read_maps(pid: u32) -> Result<Vec<Mapping>> {
 
 #[cfg(test)]
 /// Parses the text of a maps file (for tests and saved maps).
-pub fn parse_maps(text: &str) -> Vec<Mapping> {
+pub(crate) fn parse_maps(text: &str) -> Vec<Mapping> {
     parse_maps_bytes(text.as_bytes())
 }
 
 /// Parses maps lines, `start-end perms offset dev inode [path]`; a line
 /// that does not have that shape is skipped. A path that is not UTF-8 is
 /// kept lossily for display: files are opened through map_files, by range.
-pub fn parse_maps_bytes(bytes: &[u8]) -> Vec<Mapping> {
+pub(crate) fn parse_maps_bytes(bytes: &[u8]) -> Vec<Mapping> {
     bytes
         .split(|&byte| byte == b'\n')
         .filter_map(parse_maps_line)
@@ -451,7 +451,7 @@ fn parse_maps_line(line: &[u8]) -> Option<Mapping> {
 }
 
 /// [`Target::code_addresses`] in `maps`.
-pub fn code_addresses(maps: &[Mapping], module: &str, file_offset: u64) -> Vec<u64> {
+pub(crate) fn code_addresses(maps: &[Mapping], module: &str, file_offset: u64) -> Vec<u64> {
     maps.iter()
         .filter(|m| m.is_executable() && m.path == module)
         .filter(|m| file_offset >= m.offset && file_offset - m.offset < m.end - m.start)

@@ -17,7 +17,7 @@ const PACKAGE_ID_BASE: u32 = 1 << 16;
 
 /// What sysfs says of one CPU (None: the file is missing).
 #[derive(Debug, Clone, Default)]
-pub struct CpuFiles {
+pub(crate) struct CpuFiles {
     pub cpu: u32,
     pub thread_siblings_list: Option<String>,
     pub physical_package_id: Option<String>,
@@ -35,7 +35,7 @@ pub struct Topology {
 impl Topology {
     /// The places of `cpus`: a core is named by its first SMT sibling, a
     /// cache by the first CPU sharing it (plus one each, 0 is unknown).
-    pub fn parse(cpus: &[CpuFiles]) -> Topology {
+    pub(crate) fn parse(cpus: &[CpuFiles]) -> Topology {
         let places = cpus
             .iter()
             .map(|files| (files.cpu, place_of(files)))
@@ -44,12 +44,12 @@ impl Topology {
     }
 
     /// The place of `cpu` (unknown when sysfs did not list it).
-    pub fn place(&self, cpu: u32) -> CpuPlace {
+    pub(crate) fn place(&self, cpu: u32) -> CpuPlace {
         self.places.get(&cpu).copied().unwrap_or_default()
     }
 
     /// Every CPU listed, with its place.
-    pub fn places(&self) -> impl Iterator<Item = (u32, CpuPlace)> + '_ {
+    pub(crate) fn places(&self) -> impl Iterator<Item = (u32, CpuPlace)> + '_ {
         self.places.iter().map(|(&cpu, &place)| (cpu, place))
     }
 
@@ -92,7 +92,7 @@ fn place_of(files: &CpuFiles) -> CpuPlace {
 }
 
 /// A sysfs CPU list (`0-3,8,10-11`), in order; None when malformed.
-pub fn parse_cpu_list(text: &str) -> Option<Vec<u32>> {
+pub(crate) fn parse_cpu_list(text: &str) -> Option<Vec<u32>> {
     let mut cpus = Vec::new();
     for part in text.trim().split(',').filter(|part| !part.is_empty()) {
         match part.split_once('-') {
@@ -115,7 +115,7 @@ pub fn read() -> Topology {
 }
 
 /// [`read`] under another root (tests).
-pub fn read_from(root: &Path) -> Topology {
+pub(crate) fn read_from(root: &Path) -> Topology {
     let text = |path: &Path| std::fs::read_to_string(path).ok();
     let cpus = text(&root.join("possible"))
         .and_then(|list| parse_cpu_list(&list))

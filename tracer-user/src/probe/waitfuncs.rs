@@ -14,7 +14,7 @@ use super::{
 };
 
 /// The condvar wait functions; all take (cond, mutex, …).
-pub const COND_WAIT_SYMBOLS: [&str; 3] = [
+pub(crate) const COND_WAIT_SYMBOLS: [&str; 3] = [
     "pthread_cond_wait",
     "pthread_cond_timedwait",
     "pthread_cond_clockwait",
@@ -30,7 +30,7 @@ pub struct CondWaitFunction {
 }
 
 /// The lock init functions, probed for where locks are created (`--stacks`).
-pub const LOCK_INIT_SYMBOLS: [&str; 3] = [
+pub(crate) const LOCK_INIT_SYMBOLS: [&str; 3] = [
     "pthread_mutex_init",
     "pthread_rwlock_init",
     "pthread_spin_init",
@@ -49,7 +49,7 @@ pub struct WaitFunctions {
 /// Looks in the executable first, then the libraries in load order; each
 /// symbol is taken from the first module defining it, every version of it
 /// (glibc keeps an old `pthread_cond_wait@GLIBC_2.2.5` beside the current one).
-pub fn find(target: &Target) -> WaitFunctions {
+pub(crate) fn find(target: &Target) -> WaitFunctions {
     let mut modules: Vec<String> = Vec::new();
     for mapping in target
         .maps

@@ -5,7 +5,7 @@ use crate::model::{Lock, Report};
 
 /// The line under the table's header: `cpu: target … (… per request); lock
 /// code … ±… (…%) from N samples at H Hz; tracer ≈ …`. Empty without a `cpu` block.
-pub fn summary(report: &Report) -> String {
+pub(crate) fn summary(report: &Report) -> String {
     let Some(cpu) = &report.cpu else {
         return String::new();
     };
@@ -51,7 +51,7 @@ fn share(part: u64, whole: u64) -> f64 {
 }
 
 /// The title of the table's CPU column, None when CPU was not sampled.
-pub fn column_title(report: &Report) -> Option<&'static str> {
+pub(crate) fn column_title(report: &Report) -> Option<&'static str> {
     let sampled = report.cpu.as_ref().is_some_and(|cpu| cpu.sample_hz > 0);
     match (sampled, report.totals.per_request.is_some()) {
         (false, _) => None,
@@ -61,7 +61,7 @@ pub fn column_title(report: &Report) -> Option<&'static str> {
 }
 
 /// A lock's CPU cell: per request when requests are known, else total ± bound.
-pub fn cell(lock: &Lock) -> String {
+pub(crate) fn cell(lock: &Lock) -> String {
     match (&lock.per_request, lock.cpu_ns, lock.cpu_error_ns) {
         (Some(per), _, _) if per.cpu_ns.is_some() => {
             duration(per.cpu_ns.unwrap_or(0.0).round() as u64)
@@ -73,7 +73,7 @@ pub fn cell(lock: &Lock) -> String {
 }
 
 /// Whether the table sorts by CPU: some lock burned sampled CPU.
-pub fn sorts_by_cpu(report: &Report) -> bool {
+pub(crate) fn sorts_by_cpu(report: &Report) -> bool {
     report.locks.iter().any(|lock| lock.cpu_ns.unwrap_or(0) > 0)
 }
 

@@ -21,12 +21,12 @@ pub enum Width {
 }
 
 /// What a table is cut to when stdout is not a terminal (files, pipes, CI logs).
-pub const DEFAULT_COLUMNS: usize = 160;
+pub(crate) const DEFAULT_COLUMNS: usize = 160;
 
 impl Width {
     /// For text printed on stdout: everything with `--wide`, else the
     /// terminal's width, else [`DEFAULT_COLUMNS`].
-    pub fn for_stdout(wide: bool) -> Width {
+    pub(crate) fn for_stdout(wide: bool) -> Width {
         use std::io::IsTerminal;
         if wide {
             Width::Unlimited
@@ -47,14 +47,14 @@ const NAME_SHORT_RANK: u8 = 60;
 const NAME_MIN_WIDTH: usize = 16;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Align {
+pub(crate) enum Align {
     Left,
     Right,
 }
 
 /// How a column gives way when the table is too wide.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Shrink {
+pub(crate) enum Shrink {
     /// Dropped whole (numbers: a cut number would mislead).
     Drop,
     /// Shortened down to this many characters, then dropped.
@@ -66,7 +66,7 @@ pub enum Shrink {
 /// One column: its title, alignment, rank (lower ranks give way first) and
 /// how it gives way.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Column {
+pub(crate) struct Column {
     pub title: &'static str,
     pub align: Align,
     pub rank: u8,
@@ -77,7 +77,7 @@ pub struct Column {
 
 impl Column {
     /// The lock's name or identity: the row is about it, so it is cut last.
-    pub fn name(title: &'static str) -> Column {
+    pub(crate) fn name(title: &'static str) -> Column {
         Column {
             title,
             align: Align::Left,
@@ -88,7 +88,7 @@ impl Column {
     }
 
     /// A right-aligned figure, dropped whole when there is no room.
-    pub fn number(title: &'static str, rank: u8) -> Column {
+    pub(crate) fn number(title: &'static str, rank: u8) -> Column {
         Column {
             title,
             align: Align::Right,
@@ -99,7 +99,7 @@ impl Column {
     }
 
     /// Left-aligned text that is dropped whole (a kind, an address).
-    pub fn label(title: &'static str, rank: u8) -> Column {
+    pub(crate) fn label(title: &'static str, rank: u8) -> Column {
         Column {
             title,
             align: Align::Left,
@@ -110,7 +110,7 @@ impl Column {
     }
 
     /// Left-aligned text shortened to `min_width` before it is dropped (callers, holders).
-    pub fn text(title: &'static str, rank: u8, min_width: usize) -> Column {
+    pub(crate) fn text(title: &'static str, rank: u8, min_width: usize) -> Column {
         Column {
             title,
             align: Align::Left,
@@ -123,7 +123,7 @@ impl Column {
 
 /// A table fitted to a width, and what was left out of it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Fitted {
+pub(crate) struct Fitted {
     pub text: String,
     /// Titles of the columns dropped.
     pub dropped: Vec<&'static str>,
@@ -135,7 +135,7 @@ impl Fitted {
     /// One line saying what `--wide` would add, if anything was left out:
     /// the dropped columns (lowest rank first, as many as fit in `width`)
     /// and the shortened ones.
-    pub fn note(&self, width: Width) -> Option<String> {
+    pub(crate) fn note(&self, width: Width) -> Option<String> {
         if self.dropped.is_empty() && self.shortened.is_empty() {
             return None;
         }
@@ -171,7 +171,7 @@ impl Fitted {
 }
 
 /// A table of `columns` and `rows` (one cell per column), fitted to `width`.
-pub fn fit(columns: &[Column], rows: &[Vec<String>], width: Width) -> Fitted {
+pub(crate) fn fit(columns: &[Column], rows: &[Vec<String>], width: Width) -> Fitted {
     let rows: Vec<Vec<String>> = rows
         .iter()
         .map(|row| row.iter().map(|cell| one_line(cell)).collect())
@@ -332,7 +332,7 @@ fn draw(columns: &[Column], rows: &[Vec<String>], widths: &[Option<usize>]) -> S
 /// [`Align`]ed in `width` characters, cut to them (with `…`) when `cut`,
 /// `gap` spaces after the column before it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Fixed {
+pub(crate) struct Fixed {
     pub align: Align,
     pub width: usize,
     pub cut: bool,
@@ -340,7 +340,7 @@ pub struct Fixed {
 }
 
 impl Fixed {
-    pub const fn left(width: usize) -> Fixed {
+    pub(crate) const fn left(width: usize) -> Fixed {
         Fixed {
             align: Align::Left,
             width,
@@ -349,7 +349,7 @@ impl Fixed {
         }
     }
 
-    pub const fn right(width: usize) -> Fixed {
+    pub(crate) const fn right(width: usize) -> Fixed {
         Fixed {
             align: Align::Right,
             ..Fixed::left(width)
@@ -357,19 +357,19 @@ impl Fixed {
     }
 
     /// Cells longer than the width are cut to it.
-    pub const fn cut(self) -> Fixed {
+    pub(crate) const fn cut(self) -> Fixed {
         Fixed { cut: true, ..self }
     }
 
     /// `gap` spaces before the column instead of one.
-    pub const fn after(self, gap: usize) -> Fixed {
+    pub(crate) const fn after(self, gap: usize) -> Fixed {
         Fixed { gap, ..self }
     }
 }
 
 /// One line of a [`Fixed`] table, a cell per column; a cell wider than
 /// an uncut column overflows it, a left-aligned last cell is not padded.
-pub fn fixed_line(columns: &[Fixed], cells: &[impl AsRef<str>]) -> String {
+pub(crate) fn fixed_line(columns: &[Fixed], cells: &[impl AsRef<str>]) -> String {
     let mut line = String::new();
     for (at, (column, cell)) in columns.iter().zip(cells).enumerate() {
         if at > 0 {
@@ -491,7 +491,7 @@ mod tests {
 /// `text` with every line wider than `width` broken at spaces, the rest of
 /// it on lines indented by two spaces (footers and notes: the tables are
 /// already fitted). A word longer than a line (a path) is broken inside.
-pub fn wrap_lines(text: &str, width: Width) -> String {
+pub(crate) fn wrap_lines(text: &str, width: Width) -> String {
     let Width::Columns(columns) = width else {
         return text.to_string();
     };

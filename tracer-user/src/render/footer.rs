@@ -7,7 +7,7 @@ use crate::model::{DeclaredContention, Estimate, LayoutSource, Mode, Naming, Rep
 
 /// One or two lines under the table: how naming went, and what to do for
 /// modules without symbols.
-pub fn naming(report: &Report) -> String {
+pub(crate) fn naming(report: &Report) -> String {
     let Some(naming) = &report.naming else {
         return String::new();
     };
@@ -83,7 +83,7 @@ fn stripped(naming: &Naming) -> String {
 }
 
 /// What the rows grouped by creation site stand for (empty without any).
-pub fn grouped_by_site(report: &Report) -> String {
+pub(crate) fn grouped_by_site(report: &Report) -> String {
     let groups: Vec<_> = report
         .locks
         .iter()
@@ -139,7 +139,7 @@ fn contention_by_type(report: &Report) -> String {
 }
 
 /// Footer lines about placement, estimates and cost (empty when there is nothing to say).
-pub fn cost(report: &Report) -> String {
+pub(crate) fn cost(report: &Report) -> String {
     let mut out = String::new();
     let failed: u64 = report
         .locks

@@ -1,11 +1,11 @@
 //! Number and text formatting shared by every text output, and how a lock
 //! and a frame are labelled in all of them.
-pub use crate::model::diagnostics::printable;
+pub(crate) use crate::model::diagnostics::printable;
 
 use crate::model::{Frame, Lock};
 
 /// A duration in the unit that reads best: `850 ns`, `12.5 µs`, `3.2 ms`, `1.25 s`.
-pub fn duration(ns: u64) -> String {
+pub(crate) fn duration(ns: u64) -> String {
     match ns {
         0 => "0".into(),
         n if n < 1_000 => format!("{n} ns"),
@@ -16,7 +16,7 @@ pub fn duration(ns: u64) -> String {
 }
 
 /// A per-request figure: `8.0` when whole (exact), else two decimals (four below 0.1).
-pub fn ratio(value: f64) -> String {
+pub(crate) fn ratio(value: f64) -> String {
     if value.fract() == 0.0 {
         format!("{value:.1}")
     } else if value.abs() < 0.1 {
@@ -28,13 +28,13 @@ pub fn ratio(value: f64) -> String {
 
 /// `text` cut to at most `max` characters, ending in `…` when cut; control
 /// characters escaped first (see [`printable`]).
-pub fn truncate(text: &str, max: usize) -> String {
+pub(crate) fn truncate(text: &str, max: usize) -> String {
     cut(&printable(text), max)
 }
 
 /// `text` cut to at most `max` characters, ending in `…` when cut, as it
 /// is (`top` escapes its lines whole when it prints them).
-pub fn cut(text: &str, max: usize) -> String {
+pub(crate) fn cut(text: &str, max: usize) -> String {
     if text.chars().count() <= max {
         return text.to_string();
     }
@@ -44,7 +44,7 @@ pub fn cut(text: &str, max: usize) -> String {
 
 #[cfg(test)]
 /// Widest line of a rendered block, in characters.
-pub fn width(text: &str) -> usize {
+pub(crate) fn width(text: &str) -> usize {
     text.lines()
         .map(|line| line.chars().count())
         .max()
@@ -53,7 +53,7 @@ pub fn width(text: &str) -> usize {
 
 /// A lock as people read it: its name, else its region and address; a
 /// lock whose memory went away during the recording says so.
-pub fn label(lock: &Lock) -> String {
+pub(crate) fn label(lock: &Lock) -> String {
     let address = lock.shown_address();
     let label = match &lock.name {
         Some(name) => name.clone(),
@@ -65,7 +65,7 @@ pub fn label(lock: &Lock) -> String {
 
 /// What a lock's name is followed by when its memory went away during the
 /// recording: another row counts the lock at its address now.
-pub fn lifetime_note(lock: &Lock) -> &'static str {
+pub(crate) fn lifetime_note(lock: &Lock) -> &'static str {
     match lock.lifetime {
         Some(ended) if ended.by_exec => " (before exec)",
         Some(ended) if ended.module_unseen => {
@@ -77,7 +77,7 @@ pub fn lifetime_note(lock: &Lock) -> &'static str {
 }
 
 /// A stack frame as people read it: its function, else module and offset.
-pub fn frame_label(frame: &Frame) -> String {
+pub(crate) fn frame_label(frame: &Frame) -> String {
     if let (Some(php), Some(function)) = (&frame.php, &frame.function) {
         // `Repo::find (Repo.php:42)`; a PHP function written in C says so.
         let text = if php.file.is_empty() {
@@ -92,7 +92,7 @@ pub fn frame_label(frame: &Frame) -> String {
 }
 
 /// A module path's file name.
-pub fn short_module(path: &str) -> &str {
+pub(crate) fn short_module(path: &str) -> &str {
     path.rsplit('/').next().unwrap_or(path)
 }
 

@@ -6,7 +6,7 @@ use crate::model::{HandoffCostSource, Handoffs, Lock, Report};
 
 /// `N (P%)`: the lock's handoffs and their share of its acquisitions
 /// (`~` when estimated; `-` where not counted).
-pub fn cell(lock: &Lock) -> String {
+pub(crate) fn cell(lock: &Lock) -> String {
     let Some(handoffs) = &lock.handoffs else {
         return "-".into();
     };
@@ -26,13 +26,13 @@ pub fn cell(lock: &Lock) -> String {
 }
 
 /// True when any lock's handoffs were counted (the column and footer show).
-pub fn counted(report: &Report) -> bool {
+pub(crate) fn counted(report: &Report) -> bool {
     report.locks.iter().any(|lock| lock.handoffs.is_some())
 }
 
 /// `handoffs: …` over the contention rows: the split by cache distance and
 /// the moves' cost at the cost per handoff; empty when not counted.
-pub fn footer(report: &Report) -> String {
+pub(crate) fn footer(report: &Report) -> String {
     let mut sum = Handoffs::default();
     let mut each = None;
     for handoffs in report

@@ -8,7 +8,7 @@ use super::format::{self, duration};
 use crate::model::{Lock, Report, quantile};
 
 /// `p50/p99` of the waits, as bucket upper bounds (`-` without waits).
-pub fn wait_percentiles(lock: &Lock) -> String {
+pub(crate) fn wait_percentiles(lock: &Lock) -> String {
     match (
         quantile(&lock.wait_histogram, 0.5),
         quantile(&lock.wait_histogram, 0.99),
@@ -19,7 +19,7 @@ pub fn wait_percentiles(lock: &Lock) -> String {
 }
 
 /// Total and maximum hold time (`-` where not recorded).
-pub fn hold_cell(lock: &Lock) -> String {
+pub(crate) fn hold_cell(lock: &Lock) -> String {
     match &lock.holds {
         Some(holds) if holds.holds > 0 => format!(
             "{} / {}",
@@ -31,7 +31,7 @@ pub fn hold_cell(lock: &Lock) -> String {
 }
 
 /// The holder most waited on.
-pub fn top_holder(lock: &Lock) -> String {
+pub(crate) fn top_holder(lock: &Lock) -> String {
     let Some(holder) = lock.holders.first() else {
         return String::new();
     };
@@ -62,7 +62,7 @@ fn bound(ns: u64) -> String {
 }
 
 /// `report --histograms`: every lock's wait (and hold) histogram in full.
-pub fn render_histograms(report: &Report, limit: Option<usize>) -> String {
+pub(crate) fn render_histograms(report: &Report, limit: Option<usize>) -> String {
     let mut out = String::new();
     for lock in report.locks.iter().take(limit.unwrap_or(usize::MAX)) {
         let label = format::label(lock);

@@ -10,7 +10,7 @@ use super::{
 use crate::model::{Activity, Deadlock, InProgress, Report, ThreadRef, WaitClass};
 
 /// `name (tid)`, or the tid alone.
-pub fn thread(tid: u32, name: Option<&str>) -> String {
+pub(crate) fn thread(tid: u32, name: Option<&str>) -> String {
     match name {
         Some(name) => format!("{name} ({tid})"),
         None => tid.to_string(),
@@ -23,7 +23,7 @@ fn lock_label(name: Option<&str>, address: u64) -> String {
 }
 
 /// One line per deadlock: who waits for what, held by whom.
-pub fn deadlock_lines(deadlocks: &[Deadlock]) -> Vec<String> {
+pub(crate) fn deadlock_lines(deadlocks: &[Deadlock]) -> Vec<String> {
     deadlocks
         .iter()
         .map(|deadlock| {
@@ -53,7 +53,7 @@ pub fn deadlock_lines(deadlocks: &[Deadlock]) -> Vec<String> {
 }
 
 /// `thread waits for LOCK for 3.2 s, held by thread`.
-pub fn wait_line(entry: &InProgress) -> String {
+pub(crate) fn wait_line(entry: &InProgress) -> String {
     let holder = entry.holder.as_ref().map_or_else(String::new, |holder| {
         format!(", held by {}", thread(holder.tid, holder.thread.as_deref()))
     });
@@ -66,7 +66,7 @@ pub fn wait_line(entry: &InProgress) -> String {
 }
 
 /// How long so far, `≥` for a wait older than the probes.
-pub fn so_far(entry: &InProgress) -> String {
+pub(crate) fn so_far(entry: &InProgress) -> String {
     let at_least = if entry.since_before_attach {
         "≥ "
     } else {
@@ -76,7 +76,7 @@ pub fn so_far(entry: &InProgress) -> String {
 }
 
 /// The section, its table fitted to `width` like every table.
-pub fn render(report: &Report, width: Width) -> String {
+pub(crate) fn render(report: &Report, width: Width) -> String {
     let mut out = String::new();
     let (shown, others): (Vec<&InProgress>, Vec<&InProgress>) =
         report.in_progress.iter().partition(|entry| {

@@ -4,7 +4,7 @@ use std::fmt::Write;
 
 use crate::model::{CountedBy, Inproc, Report, RestoreOutcome};
 
-pub fn render(report: &Report) -> String {
+pub(crate) fn render(report: &Report) -> String {
     let mut out = String::new();
     let Some(inproc) = &report.inproc else {
         return out;

@@ -15,7 +15,7 @@ const SHOWN: usize = 10;
 const SITES: usize = 3;
 
 /// True when any user lock row met kernel contention (the column shows).
-pub fn joined(report: &Report) -> bool {
+pub(crate) fn joined(report: &Report) -> bool {
     report
         .locks
         .iter()
@@ -23,7 +23,7 @@ pub fn joined(report: &Report) -> bool {
 }
 
 /// `N (TIME)`: a user lock's kernel contentions inside its futex calls.
-pub fn cell(lock: &Lock) -> String {
+pub(crate) fn cell(lock: &Lock) -> String {
     match (lock.kernel_contentions, lock.kernel_wait_ns) {
         (Some(n), Some(ns)) => format!("{n} ({})", duration(ns)),
         _ => "-".into(),
@@ -31,7 +31,7 @@ pub fn cell(lock: &Lock) -> String {
 }
 
 /// The section, or nothing when kernel locks were not traced for.
-pub fn render(report: &Report) -> String {
+pub(crate) fn render(report: &Report) -> String {
     let Some(section) = &report.kernel_locks else {
         return String::new();
     };

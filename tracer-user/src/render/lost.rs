@@ -114,7 +114,7 @@ fn not_recorded_objects(report: &Report) -> u64 {
 }
 
 /// True when nothing the counts cover was lost (drops, exec).
-pub fn counts_whole(report: &Report) -> bool {
+pub(crate) fn counts_whole(report: &Report) -> bool {
     report
         .coverage
         .as_ref()
@@ -148,7 +148,7 @@ fn inproc_gaps(report: &Report) -> Vec<String> {
 
 /// `lost:` lines (`lost: nothing` when nothing was), then a line on
 /// children that were forked and not followed.
-pub fn render(report: &Report) -> String {
+pub(crate) fn render(report: &Report) -> String {
     let mut out = String::new();
     let coverage = report.coverage.as_ref();
     let exec = coverage.and_then(|c| c.exec.as_ref());

@@ -3,25 +3,25 @@
 //! number formatting ([`format`]), gzipped pprof profiles ([`pprof`]); every
 //! format chosen and written one way ([`recorder`]: [`OutputFormat`],
 //! [`write`], [`Sink`]).
-pub mod cpu;
+pub(crate) mod cpu;
 pub mod fit;
-pub mod footer;
-pub mod format;
-pub mod handoffs;
-pub mod holds;
-pub mod in_progress;
-pub mod inproc;
-pub mod kernel_locks;
-pub mod lost;
-pub mod output;
+pub(crate) mod footer;
+pub(crate) mod format;
+pub(crate) mod handoffs;
+pub(crate) mod holds;
+pub(crate) mod in_progress;
+pub(crate) mod inproc;
+pub(crate) mod kernel_locks;
+pub(crate) mod lost;
+pub(crate) mod output;
 pub mod pprof;
-pub mod recorder;
-pub mod removal;
-pub mod requests;
-pub mod routes;
-pub mod saturation;
-pub mod stacks;
+pub(crate) mod recorder;
+pub(crate) mod removal;
+pub(crate) mod requests;
+pub(crate) mod routes;
+pub(crate) mod saturation;
+pub(crate) mod stacks;
 pub mod table;
-pub mod waits;
+pub(crate) mod waits;
 
-pub use recorder::{OutputFormat, Rendered, Sink, TableOptions, write};
+pub use recorder::{OutputFormat, Sink, TableOptions, write};

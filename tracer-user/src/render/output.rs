@@ -6,7 +6,7 @@ use std::io::{ErrorKind, Write};
 
 use anyhow::{Context, Result};
 
-pub use crate::model::diagnostics::note;
+pub(crate) use crate::model::diagnostics::note;
 
 /// How a write to stdout ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -17,18 +17,18 @@ pub enum Written {
 }
 
 /// Writes `bytes` to the locked stdout and flushes.
-pub fn stdout(bytes: &[u8]) -> Result<Written> {
+pub(crate) fn stdout(bytes: &[u8]) -> Result<Written> {
     to(&mut std::io::stdout().lock(), bytes)
 }
 
 /// Writes text for a terminal: control characters from the target's names
 /// escaped, wherever a renderer placed them.
-pub fn stdout_text(text: &str) -> Result<Written> {
+pub(crate) fn stdout_text(text: &str) -> Result<Written> {
     stdout(super::format::printable(text).as_bytes())
 }
 
 /// Writes `bytes` to `out` and flushes; EPIPE is [`Written::ReaderGone`].
-pub fn to(out: &mut dyn Write, bytes: &[u8]) -> Result<Written> {
+pub(crate) fn to(out: &mut dyn Write, bytes: &[u8]) -> Result<Written> {
     match out.write_all(bytes).and_then(|()| out.flush()) {
         Ok(()) => Ok(Written::All),
         Err(error) if error.kind() == ErrorKind::BrokenPipe => Ok(Written::ReaderGone),

@@ -33,7 +33,7 @@ const SAMPLE_TYPES: usize = 4;
 
 /// True for a stack of lock calls (not of futex waits or CPU samples);
 /// reports from before `source` tell them by the first frame.
-pub fn is_lock_call(stack: &LockStack, lock: &Lock) -> bool {
+pub(crate) fn is_lock_call(stack: &LockStack, lock: &Lock) -> bool {
     match stack.source {
         Some(source) => source == StackOrigin::LockCalls,
         None => starts_in_lock_function(stack, lock),
@@ -64,7 +64,7 @@ pub fn write(report: &Report, out: &mut dyn Write) -> Result<()> {
 }
 
 /// The profile of a report (not yet serialized).
-pub fn encode(report: &Report) -> Profile {
+pub(crate) fn encode(report: &Report) -> Profile {
     let mut builder = Builder::default();
     // String 0 must be "".
     builder.string("");

@@ -95,12 +95,12 @@ pub enum Sink<'a> {
 
 impl Sink<'_> {
     /// Writes text (a report's, or another command's: `compare`, `top`).
-    pub fn text(self, text: &str) -> Result<Written> {
+    pub(crate) fn text(self, text: &str) -> Result<Written> {
         self.rendered(&Rendered::Text(text.to_string()))
     }
 
     /// Writes a rendered output.
-    pub fn rendered(self, rendered: &Rendered) -> Result<Written> {
+    pub(crate) fn rendered(self, rendered: &Rendered) -> Result<Written> {
         match (self, rendered) {
             (Sink::Stdout, Rendered::Text(text)) => output::stdout_text(text),
             (Sink::Stdout, Rendered::Binary(bytes)) => output::stdout(bytes),

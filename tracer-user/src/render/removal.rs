@@ -10,7 +10,7 @@ const SHOWN: usize = 3;
 const SMALLEST_SHARE: f64 = 0.001;
 
 /// One line per lock among the costliest, biggest saving first.
-pub fn render(report: &Report) -> String {
+pub(crate) fn render(report: &Report) -> String {
     let mut priced: Vec<_> = report
         .locks
         .iter()
@@ -37,7 +37,7 @@ pub fn render(report: &Report) -> String {
 }
 
 /// `6.1 µs CPU per request (1.8%) ±1.5 µs (lock code …, handoffs …, kernel …)`.
-pub fn saving(removal: &Removal) -> String {
+pub(crate) fn saving(removal: &Removal) -> String {
     let (saving, error, unit) = match (removal.saving_ns_per_request, removal.error_ns_per_request)
     {
         (Some(saving), Some(error)) => (saving, error, "CPU per request"),

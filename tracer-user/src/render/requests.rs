@@ -4,7 +4,7 @@ use crate::model::{AutoProbe, PerRequest, RequestSource, Requests, ServerKind};
 
 /// The header line of a report with requests: count, source, statuses.
 /// `estimated`: the count was scaled from sampling windows (`~`).
-pub fn describe(requests: &Requests, estimated: bool) -> String {
+pub(crate) fn describe(requests: &Requests, estimated: bool) -> String {
     let source = match (requests.source, &requests.probe) {
         (RequestSource::Probe, Some(probe)) => format!("calls of {probe}"),
         (RequestSource::Probe, None) => "calls of the request probe".to_string(),
@@ -57,7 +57,7 @@ pub fn describe(requests: &Requests, estimated: bool) -> String {
 }
 
 /// Why the request probe locktrace chose counts requests on that server.
-pub fn why_probe(auto: &AutoProbe) -> String {
+pub(crate) fn why_probe(auto: &AutoProbe) -> String {
     let (server, why) = match auto.server {
         ServerKind::Frankenphp => (
             "FrankenPHP",
@@ -74,7 +74,7 @@ pub fn why_probe(auto: &AutoProbe) -> String {
 }
 
 /// Per-request cells for the table: acquisitions, contended, wait.
-pub fn cells(per: Option<&PerRequest>) -> [String; 3] {
+pub(crate) fn cells(per: Option<&PerRequest>) -> [String; 3] {
     match per {
         Some(per) => [
             match (per.acquisitions, per.acquisitions_error) {

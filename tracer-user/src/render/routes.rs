@@ -18,7 +18,7 @@ const LOCK_WIDTH: usize = 36;
 const INDENT: &str = "  ";
 
 /// `routes:` then one line per route, and where PHP's state was found.
-pub fn render(report: &Report, width: Width) -> String {
+pub(crate) fn render(report: &Report, width: Width) -> String {
     let mut out = String::new();
     if let Some(php) = &report.php {
         let unread: Vec<String> = php
@@ -99,7 +99,7 @@ fn threads_found(php: &crate::model::PhpContext) -> String {
 
 /// `GET /q.php: 2000 requests, 792.0 acquisitions/request, 840 µs CPU/request; *lock 408.0, …`:
 /// as many of the route's top locks as fit `width` (less the line's indent).
-pub fn line(route: &Route, width: Width) -> String {
+pub(crate) fn line(route: &Route, width: Width) -> String {
     let name = match width {
         Width::Unlimited => printable(&route.name).into_owned(),
         Width::Columns(_) => cut(&printable(&route.name), NAME_WIDTH),

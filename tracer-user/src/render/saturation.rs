@@ -6,7 +6,7 @@ use super::format::{self, duration};
 use crate::model::{Report, SATURATION_NOTE_AT, Saturation};
 
 /// One line per lock above the note's utilization, most utilized first.
-pub fn render(report: &Report) -> String {
+pub(crate) fn render(report: &Report) -> String {
     let mut busy: Vec<_> = report
         .locks
         .iter()

@@ -8,7 +8,7 @@ use super::format::{frame_label, label};
 use crate::model::{LockStack, Report};
 
 /// The folded stacks, a line each (what flame graph tools read).
-pub fn folded(report: &Report) -> Result<String> {
+pub(crate) fn folded(report: &Report) -> Result<String> {
     let mut text = String::new();
     for line in lines_to_show(report)? {
         text.push_str(&line);
@@ -18,7 +18,7 @@ pub fn folded(report: &Report) -> Result<String> {
 }
 
 /// Draws the report's stacks as an SVG flame graph.
-pub fn write_svg(report: &Report, out: &mut dyn Write) -> Result<()> {
+pub(crate) fn write_svg(report: &Report, out: &mut dyn Write) -> Result<()> {
     let lines = lines_to_show(report)?;
     let mut options = inferno::flamegraph::Options::default();
     options.title = format!(
@@ -41,18 +41,18 @@ fn lines_to_show(report: &Report) -> Result<Vec<String>> {
 
 /// The outermost frame of the folded lines of CPU-sample stacks (their
 /// counts are samples of `1 / cpu.sample_hz` s each, not lock calls).
-pub const CPU_SAMPLES_FRAME: &str = "cpu samples";
+pub(crate) const CPU_SAMPLES_FRAME: &str = "cpu samples";
 
 /// The outermost frame of the folded lines of the inproc stubs' sampled
 /// stacks (their counts are samples, one in `inproc.stack_sample_every`
 /// acquisitions, not lock calls).
-pub const SAMPLED_CALLS_FRAME: &str = "sampled lock calls";
+pub(crate) const SAMPLED_CALLS_FRAME: &str = "sampled lock calls";
 
 /// One line per stack, outermost frame first, the lock as the leaf; stacks
 /// of CPU samples start with [`CPU_SAMPLES_FRAME`], the stubs' samples
 /// with [`SAMPLED_CALLS_FRAME`]. Reports recorded
 /// without `--stacks` give one frame per caller instead.
-pub fn folded_lines(report: &Report) -> Vec<String> {
+pub(crate) fn folded_lines(report: &Report) -> Vec<String> {
     let lock_label = |address: u64| {
         let lock = report.locks.iter().find(|lock| lock.address == address);
         format!(
@@ -108,7 +108,7 @@ pub fn folded_lines(report: &Report) -> Vec<String> {
 
 /// A stack's frames folded, outermost first, `;` between them (no lock
 /// frame): stacks that differ only in offsets inside a function fold alike.
-pub fn folded_path(stack: &LockStack) -> String {
+pub(crate) fn folded_path(stack: &LockStack) -> String {
     let frames: Vec<String> = stack.frames.iter().rev().map(frame_label).collect();
     frames.join(";")
 }
@@ -116,7 +116,7 @@ pub fn folded_path(stack: &LockStack) -> String {
 /// The top stacks of the first `limit` locks, as text under the table:
 /// innermost frame first, like a debugger's backtrace, after the route
 /// (`--php`) in brackets.
-pub fn render_text(report: &Report, limit: usize) -> String {
+pub(crate) fn render_text(report: &Report, limit: usize) -> String {
     let mut out = String::new();
     for lock in report.locks.iter().take(limit) {
         let stacks: Vec<_> = report

@@ -11,7 +11,7 @@ use crate::model::{Lock, Report, WaitClass};
 
 /// The "waiting for work / runtime" section: the rows that are not lock
 /// contention, and their totals per class.
-pub fn render(report: &Report, limit: Option<usize>, width: Width) -> String {
+pub(crate) fn render(report: &Report, limit: Option<usize>, width: Width) -> String {
     let rows: Vec<&Lock> = report
         .locks
         .iter()

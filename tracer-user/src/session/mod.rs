@@ -13,7 +13,8 @@ use anyhow::Result;
 use aya::Ebpf;
 use tracer_common::{CodeRange, flags};
 
-pub use prepare::{Prepared, php_runtime, prepare};
+pub(crate) use prepare::php_runtime;
+pub use prepare::{Prepared, prepare};
 
 use crate::{
     model::{
@@ -42,19 +43,19 @@ pub const WITHOUT_INIT_PROBES_FOR_A_BENCH: &str = "LOCKTRACE_BENCH_NO_INIT_PROBE
 /// True in the modes that count every acquisition: they snapshot every
 /// lock init call and name heap locks by where they were created. Sampled
 /// windows would miss most init calls.
-pub fn creation_sites(mode: Mode) -> bool {
+pub(crate) fn creation_sites(mode: Mode) -> bool {
     mode.counts_every_acquisition() && std::env::var_os(WITHOUT_INIT_PROBES_FOR_A_BENCH).is_none()
 }
 
 /// Whether lock probes go in at attach: in all-locks mode, and in inproc
 /// mode for the functions no stub counts (sampled mode's windows attach
 /// their own; contention mode has none).
-pub fn lock_probes(mode: Mode, placed: &[Placed]) -> bool {
+pub(crate) fn lock_probes(mode: Mode, placed: &[Placed]) -> bool {
     mode == Mode::All || (mode == Mode::Inproc && !placed.is_empty())
 }
 
 /// What the BPF programs record besides the counts, from the plan's features.
-pub fn bpf_flags(plan: &Plan) -> u32 {
+pub(crate) fn bpf_flags(plan: &Plan) -> u32 {
     let mut bits = 0;
     if plan.has(Feature::Stacks) {
         bits |= flags::STACKS;
@@ -76,7 +77,7 @@ pub fn bpf_flags(plan: &Plan) -> u32 {
 
 /// Where the probes go: the target and the probe points worked out for it.
 #[derive(Clone, Copy)]
-pub struct Probed<'a> {
+pub(crate) struct Probed<'a> {
     pub target: &'a Target,
     pub placed: &'a [Placed],
     pub waits: &'a WaitFunctions,
@@ -87,7 +88,7 @@ pub struct Probed<'a> {
 }
 
 impl Prepared {
-    pub fn probed(&self) -> Probed<'_> {
+    pub(crate) fn probed(&self) -> Probed<'_> {
         Probed {
             target: &self.target,
             placed: &self.placed,
@@ -99,7 +100,7 @@ impl Prepared {
 }
 
 /// When a load plan is used.
-pub enum Stage<'a> {
+pub(crate) enum Stage<'a> {
     /// The first load, with the CPU sampler (None: `--no-cpu`) and, in the
     /// live views, the inproc stubs, which start counting with the probes
     /// (`record` opens their gate with its window instead).
@@ -116,7 +117,7 @@ pub enum Stage<'a> {
 /// [`attach::LoadPlan`] is built). The request probe is attached at load
 /// in every mode but sampled, whose sampler attaches it once it has armed
 /// its first window; kernel locks in every view; creation sites are `record`'s.
-pub fn load_plan<'a>(
+pub(crate) fn load_plan<'a>(
     plan: &Plan,
     probed: Probed<'a>,
     request_probe: Option<RequestProbePoint>,
@@ -190,7 +191,7 @@ pub fn bench_load_plan(prepared: &Prepared, probes: BenchProbes) -> attach::Load
 /// What a read takes from the kernel besides the counters: the waits in
 /// progress and the address generations. The loaded object reads them from
 /// its maps and /proc; unit tests give `FakeMaps`.
-pub trait Reads: MapReads {
+pub(crate) trait Reads: MapReads {
     fn in_flight(&self, pid: u32, before: &WaitsBeforeAttach) -> InFlight;
     fn lifetimes(&self) -> Result<Lifetimes>;
 }
@@ -207,7 +208,7 @@ impl Reads for Ebpf {
 
 /// How a session's maps are read into one snapshot of counts.
 #[derive(Debug, Clone)]
-pub struct Reader {
+pub(crate) struct Reader {
     pub pid: u32,
     /// When the probes went in, and the threads blocked in a futex then.
     pub waits_before: WaitsBeforeAttach,
@@ -220,7 +221,11 @@ impl Reader {
     /// (unwound stacks, the stubs' counts), the waits in progress (those
     /// older than the probes matched with `waits_before`), every key merged
     /// across the generations of its address, last; and the sampler's rate.
-    pub fn read(&self, maps: &impl Reads, add: impl FnOnce(&mut Collected)) -> Result<Collected> {
+    pub(crate) fn read(
+        &self,
+        maps: &impl Reads,
+        add: impl FnOnce(&mut Collected),
+    ) -> Result<Collected> {
         let mut collected = collect::collect(maps)?;
         add(&mut collected);
         collected.in_flight = maps.in_flight(self.pid, &self.waits_before);
@@ -234,7 +239,7 @@ impl Reader {
 
 /// The CPU sampler's rate for the reads: the one asked for, 0 when off
 /// (`--no-cpu`, or the kernel refused it).
-pub fn cpu_hz(asked: Option<u64>, cpu_off: Option<&str>) -> u64 {
+pub(crate) fn cpu_hz(asked: Option<u64>, cpu_off: Option<&str>) -> u64 {
     match cpu_off {
         None => asked.unwrap_or(0),
         Some(_) => 0,
@@ -242,7 +247,7 @@ pub fn cpu_hz(asked: Option<u64>, cpu_off: Option<&str>) -> u64 {
 }
 
 /// What a session attaches.
-pub struct Attach<'a> {
+pub(crate) struct Attach<'a> {
     pub plan: &'a Plan,
     pub probed: Probed<'a>,
     pub request_probe: Option<RequestProbePoint>,
@@ -256,7 +261,7 @@ pub struct Attach<'a> {
 }
 
 /// An attached session.
-pub struct Session {
+pub(crate) struct Session {
     pub plan: Plan,
     pub loaded: Loaded,
     pub reader: Reader,
@@ -270,7 +275,7 @@ pub struct Session {
 
 /// A finished session: the last read, what could not be counted, and the
 /// probes, still attached (see [`attach::Attached`]).
-pub struct Finished {
+pub(crate) struct Finished {
     pub collected: Collected,
     pub stopped_by: StopReason,
     pub attach_ms: u64,
@@ -284,7 +289,7 @@ pub struct Finished {
 impl Session {
     /// Loads the BPF object and attaches what runs for the whole session;
     /// says on stderr what is off although asked for.
-    pub fn attach(ask: Attach) -> Result<Session> {
+    pub(crate) fn attach(ask: Attach) -> Result<Session> {
         let sampling = ask.cpu_hz.map(|hz| CpuSampling {
             hz,
             lock_code: ask.probed.lock_code.to_vec(),
@@ -327,7 +332,7 @@ impl Session {
     }
 
     /// The plan to bind the user probes to a live thread with (see `trace::follow`).
-    pub fn follow_plan<'a>(&self, probed: Probed<'a>) -> attach::LoadPlan<'a> {
+    pub(crate) fn follow_plan<'a>(&self, probed: Probed<'a>) -> attach::LoadPlan<'a> {
         load_plan(
             &self.plan,
             probed,
@@ -338,7 +343,7 @@ impl Session {
 
     /// A snapshot of the counts so far, the stubs' included, kernel locks
     /// in the live views, and what `add` puts in; counting goes on.
-    pub fn read(&self, add: impl FnOnce(&mut Collected)) -> Result<Collected> {
+    pub(crate) fn read(&self, add: impl FnOnce(&mut Collected)) -> Result<Collected> {
         let kernel_locks = match self.plan.view {
             View::Live => Some(kernel_locks::read(
                 &self.loaded.ebpf,
@@ -359,7 +364,7 @@ impl Session {
     /// (with the kernel lock programs; see
     /// [`kernel_locks::wait_for_exited_threads`]), so that the contentions
     /// of their last steps are counted before [`Session::stop`].
-    pub fn wait_for_exited_threads(&self) -> Result<()> {
+    pub(crate) fn wait_for_exited_threads(&self) -> Result<()> {
         let left = kernel_locks::wait_for_exited_threads(&self.loaded.ebpf)?;
         if left > 0 {
             note(format_args!(
@@ -371,14 +376,14 @@ impl Session {
 
     /// Stops the BPF programs counting; returns once no increment is in
     /// flight, so the reads that follow cover one interval.
-    pub fn stop(&mut self) -> Result<()> {
+    pub(crate) fn stop(&mut self) -> Result<()> {
         collect::set_counting(&mut self.loaded.ebpf, 0)
     }
 
     /// The last read, after [`Session::stop`]: the maps with what `add`
     /// puts in, kernel locks and PHP's routes. The stubs' counts
     /// are the caller's to add as it switches them back (see [`Finished`]).
-    pub fn finish(
+    pub(crate) fn finish(
         mut self,
         stopped_by: StopReason,
         add: impl FnOnce(&mut Collected),

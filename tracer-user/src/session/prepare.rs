@@ -34,7 +34,7 @@ pub struct Prepared {
 impl Prepared {
     /// The same, with lock probes only for `ops` (`--mode inproc`: the
     /// functions the stubs do not count).
-    pub fn probing_only(self, ops: &[tracer_common::LockOp]) -> Prepared {
+    pub(crate) fn probing_only(self, ops: &[tracer_common::LockOp]) -> Prepared {
         Prepared {
             placed: self
                 .placed

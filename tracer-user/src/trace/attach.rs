@@ -34,11 +34,11 @@ static BPF_OBJECT: &[u8] = aya::include_bytes_aligned!(env!("LOCKTRACE_BPF_OBJEC
 
 #[cfg(test)]
 /// The BPF object as built (its maps as declared).
-pub fn bpf_object() -> &'static [u8] {
+pub(crate) fn bpf_object() -> &'static [u8] {
     BPF_OBJECT
 }
 
-pub use crate::probe::placement::Placed;
+pub(crate) use crate::probe::placement::Placed;
 
 /// A function run once per request: module as the target sees it, and the
 /// file offset of its probe point.
@@ -89,7 +89,7 @@ pub struct LoadPlan<'a> {
 impl LoadPlan<'_> {
     /// True when the lock init calls are probed: for the creation sites,
     /// or with the stacks, whose snapshots name heap locks the same way.
-    pub fn probes_inits(&self) -> bool {
+    pub(crate) fn probes_inits(&self) -> bool {
         self.creation_sites || (self.flags & flags::STACKS != 0 && self.lock_probes)
     }
 }
@@ -113,13 +113,13 @@ pub struct Loaded {
 /// 4.3-5.5 s; dropped from 34 threads at once 4.6 s, the waits do not
 /// overlap), so the caller drops it once the report is out (issue 52).
 #[must_use = "dropping it detaches the probes, which takes seconds under load"]
-pub struct Attached {
+pub(crate) struct Attached {
     ebpf: Ebpf,
     probes: usize,
 }
 
 impl Attached {
-    pub fn new(loaded: Loaded) -> Attached {
+    pub(crate) fn new(loaded: Loaded) -> Attached {
         Attached {
             ebpf: loaded.ebpf,
             probes: loaded.probe_count,
@@ -127,7 +127,7 @@ impl Attached {
     }
 
     /// Detaches every probe and unloads the programs (seconds under load).
-    pub fn detach(self) {
+    pub(crate) fn detach(self) {
         let started = Instant::now();
         drop(self.ebpf);
         log::debug!(
@@ -324,13 +324,13 @@ fn page_size() -> u32 {
 /// `scope`): at load, and again on a live thread when the main thread left
 /// with `pthread_exit` (the old ones then never fire: the kernel's filter
 /// follows the exited task). Returns how many probes were attached.
-pub fn attach_user_probes(ebpf: &mut Ebpf, plan: &LoadPlan) -> Result<usize> {
+pub(crate) fn attach_user_probes(ebpf: &mut Ebpf, plan: &LoadPlan) -> Result<usize> {
     attach_user_probes_but(ebpf, plan, false)
 }
 
 /// [`attach_user_probes`]; when `lock_calls_elsewhere` (uprobe-multi links
 /// count the lock calls), empty anchor probes take the lock-call points.
-pub fn attach_user_probes_but(
+pub(crate) fn attach_user_probes_but(
     ebpf: &mut Ebpf,
     plan: &LoadPlan,
     lock_calls_elsewhere: bool,
@@ -575,7 +575,7 @@ pub fn attach_lock_probes_multi(
 }
 
 /// Attaches `request_boundary` at the request-probe point.
-pub fn attach_request_probe(
+pub(crate) fn attach_request_probe(
     ebpf: &mut Ebpf,
     target: &Target,
     point: &RequestProbePoint,
@@ -699,7 +699,7 @@ pub fn take_links(
 /// process: the programs count only the target's threads, so it never
 /// counts. Timing its detach tells the sampler how long detaching takes
 /// right now, without losing a window to finding out.
-pub fn attach_canary(
+pub(crate) fn attach_canary(
     ebpf: &mut Ebpf,
     target: &Target,
     functions: &[Placed],

@@ -15,7 +15,7 @@ use tracer_common::{CallerKey, LockCounts, counting, names, requests};
 /// Reads every counter map (see `session::Reader` for the whole snapshot).
 /// Stop counting first ([`set_counting`] with 0) when the figures must
 /// describe one interval.
-pub fn collect(maps: &impl MapReads) -> Result<Collected> {
+pub(crate) fn collect(maps: &impl MapReads) -> Result<Collected> {
     let callers = maps.per_cpu_hash(names::MAP_CALLERS)?;
     let mut locks: HashMap<u64, LockCounts> = maps.hash(names::MAP_LOCKS)?;
     // Failed calls (busy, timed out) are counted apart, never in the two above.
@@ -78,7 +78,7 @@ pub fn set_counting(ebpf: &mut Ebpf, bits: u32) -> Result<()> {
 /// Sets what the BPF programs count without waiting for the runs in
 /// progress (sampled windows: a late increment still lands in the totals).
 /// Returns the bits before.
-pub fn switch_counting(ebpf: &mut Ebpf, bits: u32) -> Result<u32> {
+pub(crate) fn switch_counting(ebpf: &mut Ebpf, bits: u32) -> Result<u32> {
     let mut switch: Array<&mut MapData, u32> = Array::try_from(
         ebpf.map_mut(names::MAP_COUNTING)
             .with_context(|| format!("BPF object lacks map {}", names::MAP_COUNTING))?,
@@ -94,7 +94,10 @@ pub fn switch_counting(ebpf: &mut Ebpf, bits: u32) -> Result<u32> {
 /// program holds a pointer to a map value meanwhile, so an entry deleted and
 /// reused for another key cannot receive a late increment. What comes during
 /// the pause is counted as dropped (`paused_for_expiry`).
-pub fn while_paused(ebpf: &mut Ebpf, work: impl FnOnce(&mut Ebpf) -> Result<()>) -> Result<()> {
+pub(crate) fn while_paused(
+    ebpf: &mut Ebpf,
+    work: impl FnOnce(&mut Ebpf) -> Result<()>,
+) -> Result<()> {
     let before = {
         let switch: Array<&MapData, u32> = Array::try_from(map(ebpf, names::MAP_COUNTING)?)?;
         switch.get(&0, 0).unwrap_or(0)
@@ -122,12 +125,12 @@ fn wait_for_running_programs() -> Result<()> {
 }
 
 /// Calls of the request-boundary function so far (None without the map).
-pub fn request_probe_hits(ebpf: &Ebpf) -> Option<u64> {
+pub(crate) fn request_probe_hits(ebpf: &Ebpf) -> Option<u64> {
     per_cpu_sum(ebpf, names::MAP_REQUESTS, requests::WHILE_COUNTING).ok()
 }
 
 /// Lock calls counted so far, over all locks.
-pub fn total_lock_calls(ebpf: &Ebpf) -> Result<u64> {
+pub(crate) fn total_lock_calls(ebpf: &Ebpf) -> Result<u64> {
     let locks: BpfHashMap<&MapData, u64, LockCounts> =
         BpfHashMap::try_from(map(ebpf, names::MAP_LOCKS)?)?;
     let mut total = 0u64;

@@ -19,9 +19,9 @@ use tracer_common::{CodeRange, names};
 /// toggled every other second, docs/benchmarks.md), at 99 Hz nothing
 /// measurable. 99 Hz gives a CPU figure a third as tight (its bound is
 /// stated); `--cpu-hz 999` when that is worth the cost.
-pub const DEFAULT_CPU_HZ: u64 = 99;
+pub(crate) const DEFAULT_CPU_HZ: u64 = 99;
 /// Most `--cpu-hz`: beyond this the timer interrupts cost more than they tell.
-pub const MAX_CPU_HZ: u64 = 20_000;
+pub(crate) const MAX_CPU_HZ: u64 = 20_000;
 
 /// What the sampler needs: its rate and where the lock code is.
 #[derive(Debug, Clone)]
@@ -33,14 +33,14 @@ pub struct CpuSampling {
 /// The target's process CPU clock (`clock_getcpuclockid`): user + system
 /// time of all its threads, the exited ones included, in nanoseconds.
 #[derive(Debug, Clone, Copy)]
-pub struct TargetClock {
+pub(crate) struct TargetClock {
     clock: ClockId,
     /// The last reading, kept for when the target has exited by the end.
     last_ns: Option<u64>,
 }
 
 impl TargetClock {
-    pub fn open(pid: u32) -> Option<TargetClock> {
+    pub(crate) fn open(pid: u32) -> Option<TargetClock> {
         let clock = ClockId::pid_cpu_clock_id(Pid::from_raw(pid as i32)).ok()?;
         Some(TargetClock {
             clock,
@@ -49,14 +49,14 @@ impl TargetClock {
     }
 
     /// Reads the clock now (None once the target is gone); remembers it.
-    pub fn read(&mut self) -> Option<u64> {
+    pub(crate) fn read(&mut self) -> Option<u64> {
         let now = self.clock.now().ok()?.num_nanoseconds().max(0) as u64;
         self.last_ns = Some(now);
         Some(now)
     }
 
     /// The latest reading: now if the target lives, else the last one taken.
-    pub fn latest(&mut self) -> Option<u64> {
+    pub(crate) fn latest(&mut self) -> Option<u64> {
         self.read().or(self.last_ns)
     }
 }
@@ -64,7 +64,7 @@ impl TargetClock {
 /// Fills the lock-code ranges, loads `cpu_sample` and attaches it to a
 /// cpu-clock event on every online CPU, one sample per `1e9 / hz` ns of CPU.
 /// Takes the CPU sampler off every CPU it was attached to.
-pub fn detach_sampler(ebpf: &mut Ebpf) {
+pub(crate) fn detach_sampler(ebpf: &mut Ebpf) {
     let program: Option<&mut PerfEvent> = ebpf
         .program_mut(names::PROGRAM_CPU_SAMPLE)
         .and_then(|program| program.try_into().ok());
@@ -76,7 +76,7 @@ pub fn detach_sampler(ebpf: &mut Ebpf) {
 /// Fills a lock-code map, `LOCK_CODE` or `CPU_LOCK_CODE` (`[start, end)`
 /// each: `[u64; 2]` and [`CodeRange`] are the same 16 bytes), with the
 /// ranges `probe::lockfuncs::code_ranges` made for it.
-pub fn store_code_ranges(ebpf: &mut Ebpf, map: &str, ranges: &[CodeRange]) -> Result<()> {
+pub(crate) fn store_code_ranges(ebpf: &mut Ebpf, map: &str, ranges: &[CodeRange]) -> Result<()> {
     let mut array: Array<_, CodeRange> = Array::try_from(
         ebpf.map_mut(map)
             .ok_or_else(|| anyhow!("BPF object lacks map {map}"))?,
@@ -91,9 +91,9 @@ pub fn store_code_ranges(ebpf: &mut Ebpf, map: &str, ranges: &[CodeRange]) -> Re
 
 /// Set in the environment, the sampler is refused as an old kernel would
 /// (the tests' stand-in for Linux 5.10, where the kernel refuses it).
-pub const REFUSE_FOR_A_TEST: &str = "LOCKTRACE_TEST_REFUSE_CPU_SAMPLER";
+pub(crate) const REFUSE_FOR_A_TEST: &str = "LOCKTRACE_TEST_REFUSE_CPU_SAMPLER";
 
-pub fn attach_sampler(ebpf: &mut Ebpf, sampling: &CpuSampling) -> Result<()> {
+pub(crate) fn attach_sampler(ebpf: &mut Ebpf, sampling: &CpuSampling) -> Result<()> {
     if std::env::var_os(REFUSE_FOR_A_TEST).is_some() {
         anyhow::bail!("refused for a test ({REFUSE_FOR_A_TEST} is set)");
     }

@@ -11,7 +11,7 @@ use tracer_common::{
 use super::maps::map_mut;
 
 /// The map keys of expired locks, by map.
-pub struct ExpiredKeys {
+pub(crate) struct ExpiredKeys {
     pub locks: Vec<u64>,
     pub futexes: Vec<u64>,
     pub condvars: Vec<u64>,
@@ -24,7 +24,7 @@ pub struct ExpiredKeys {
 
 impl ExpiredKeys {
     /// Deletes every key from its map.
-    pub fn remove(self, ebpf: &mut aya::Ebpf) -> Result<()> {
+    pub(crate) fn remove(self, ebpf: &mut aya::Ebpf) -> Result<()> {
         remove_keys::<u64, HandoffCounts>(ebpf, names::MAP_HANDOFFS, self.locks.iter().copied())?;
         remove_keys::<u64, LockCounts>(ebpf, names::MAP_LOCKS, self.locks.into_iter())?;
         remove_keys::<u64, FutexCounts>(ebpf, names::MAP_FUTEXES, self.futexes.into_iter())?;
@@ -49,7 +49,7 @@ impl ExpiredKeys {
 
 /// Deletes the `KERNEL_LOCKS` keys of kernel locks a live view stopped
 /// showing, and the kernel stacks only they used.
-pub fn remove_kernel_locks(
+pub(crate) fn remove_kernel_locks(
     ebpf: &mut aya::Ebpf,
     keys: Vec<KernelLockKey>,
     stacks: &[u32],

@@ -21,10 +21,10 @@ use super::sys::load_probe_program;
 /// Set in the environment to a comma-separated list (`cookies`,
 /// `task_regs`, `cmpxchg`), these count as missing whatever the kernel has: the
 /// tests' stand-in for Linux 5.10.
-pub const WITHOUT_FOR_A_TEST: &str = "LOCKTRACE_TEST_KERNEL_WITHOUT";
+pub(crate) const WITHOUT_FOR_A_TEST: &str = "LOCKTRACE_TEST_KERNEL_WITHOUT";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct KernelFeatures {
+pub(crate) struct KernelFeatures {
     /// `bpf_get_attach_cookie` in uprobe programs (Linux 5.15).
     pub attach_cookies: bool,
     /// `bpf_get_current_task_btf` and `bpf_task_pt_regs` (Linux 5.15).
@@ -35,7 +35,7 @@ pub struct KernelFeatures {
 
 impl KernelFeatures {
     /// The running kernel's features (probed on the first call).
-    pub fn get() -> KernelFeatures {
+    pub(crate) fn get() -> KernelFeatures {
         static PROBED: OnceLock<KernelFeatures> = OnceLock::new();
         *PROBED.get_or_init(|| {
             let without = std::env::var(WITHOUT_FOR_A_TEST).unwrap_or_default();
@@ -60,7 +60,7 @@ impl KernelFeatures {
     }
 
     /// The `KERNEL_CAPS` global's bits.
-    pub fn caps(self) -> u32 {
+    pub(crate) fn caps(self) -> u32 {
         let mut caps = 0;
         if self.attach_cookies {
             caps |= kernel_caps::ATTACH_COOKIE;
@@ -73,7 +73,7 @@ impl KernelFeatures {
 
     /// What the recording cannot do on this kernel, one line each, for the
     /// report: `stacks` asked for, a Go target, the CPU sampler on.
-    pub fn limits(self, stacks: bool, go_runtime: bool, cpu_sampler: bool) -> Vec<String> {
+    pub(crate) fn limits(self, stacks: bool, go_runtime: bool, cpu_sampler: bool) -> Vec<String> {
         let mut limits = Vec::new();
         if !self.task_regs {
             let why = "this kernel has no bpf_task_pt_regs (Linux 5.15+)";
@@ -96,11 +96,11 @@ impl KernelFeatures {
 }
 
 /// The oldest kernel locktrace runs on (the kernel matrix's oldest).
-pub const MINIMUM_KERNEL: (u32, u32) = (5, 10);
+pub(crate) const MINIMUM_KERNEL: (u32, u32) = (5, 10);
 
 /// The one line for a kernel that refused the BPF object: the minimum
 /// when the kernel is older, else what the object needs.
-pub fn refused(error: &dyn std::fmt::Display) -> anyhow::Error {
+pub(crate) fn refused(error: &dyn std::fmt::Display) -> anyhow::Error {
     let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
     let release = release.trim();
     match kernel_version(release) {
@@ -156,7 +156,7 @@ fn loads_compare_exchange() -> bool {
 /// the program reads the exchange as done: `raise_to` (the maximum wait
 /// and hold times) then raises the maximum with a store, which two CPUs
 /// raising the same maximum at once can lose; the counts are not touched.
-pub fn without_compare_exchange(object: &[u8]) -> Result<Vec<u8>> {
+pub(crate) fn without_compare_exchange(object: &[u8]) -> Result<Vec<u8>> {
     let file = object::File::parse(object).map_err(|error| anyhow!("the BPF object: {error}"))?;
     let mut bytes = object.to_vec();
     for section in file.sections() {

@@ -23,7 +23,7 @@ use super::{
 };
 use crate::model::MainThreadExit;
 
-pub struct MainThreadWatch {
+pub(crate) struct MainThreadWatch {
     started: Instant,
     last_running: Instant,
     exit: Option<MainThreadExit>,
@@ -34,7 +34,7 @@ pub struct MainThreadWatch {
 }
 
 impl MainThreadWatch {
-    pub fn new(started: Instant) -> MainThreadWatch {
+    pub(crate) fn new(started: Instant) -> MainThreadWatch {
         MainThreadWatch {
             started,
             last_running: started,
@@ -46,7 +46,7 @@ impl MainThreadWatch {
 
     /// When the bound task has exited, binds `plan`'s uprobes to a live
     /// thread and says so on stderr. Returns whether they moved.
-    pub fn tick(&mut self, ebpf: &mut Ebpf, plan: &LoadPlan) -> bool {
+    pub(crate) fn tick(&mut self, ebpf: &mut Ebpf, plan: &LoadPlan) -> bool {
         if self
             .exit
             .as_ref()
@@ -97,7 +97,7 @@ impl MainThreadWatch {
         ok
     }
 
-    pub fn finish(self) -> Option<MainThreadExit> {
+    pub(crate) fn finish(self) -> Option<MainThreadExit> {
         let later_moves = self.later_moves;
         self.exit.map(|exit| MainThreadExit {
             later_moves,

@@ -13,7 +13,7 @@ use crate::probe::topology::Topology;
 
 /// [`store_places`] of this machine's topology, when `flags` (bits of
 /// `tracer_common::flags`) count handoffs.
-pub fn store_places_if(ebpf: &mut Ebpf, flags: u32) -> Result<()> {
+pub(crate) fn store_places_if(ebpf: &mut Ebpf, flags: u32) -> Result<()> {
     if flags & tracer_common::flags::HANDOFFS == 0 {
         return Ok(());
     }
@@ -22,7 +22,7 @@ pub fn store_places_if(ebpf: &mut Ebpf, flags: u32) -> Result<()> {
 
 /// Writes each CPU's place (CPUs beyond `MAX_CPUS` stay unknown: their
 /// moves count as another L3's).
-pub fn store_places(ebpf: &mut Ebpf, topology: &Topology) -> Result<()> {
+pub(crate) fn store_places(ebpf: &mut Ebpf, topology: &Topology) -> Result<()> {
     let mut places: Array<&mut MapData, CpuPlace> =
         Array::try_from(map_mut(ebpf, names::MAP_CPU_PLACES)?)?;
     for (cpu, place) in topology.places().filter(|(cpu, _)| *cpu < MAX_CPUS) {

@@ -24,14 +24,14 @@ const SYS_FUTEX: u64 = 202;
 const GLIBC_MUTEX_OWNER_OFFSET: u64 = 8;
 
 /// CLOCK_MONOTONIC in nanoseconds (the clock of `bpf_ktime_get_ns`).
-pub fn monotonic_ns() -> u64 {
+pub(crate) fn monotonic_ns() -> u64 {
     nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
         .map(|t| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
         .unwrap_or(0)
 }
 
 /// The target's threads (empty once it is gone).
-pub fn threads(pid: u32) -> BTreeSet<u32> {
+pub(crate) fn threads(pid: u32) -> BTreeSet<u32> {
     std::fs::read_dir(format!("/proc/{pid}/task"))
         .map(|tasks| {
             tasks
@@ -43,7 +43,7 @@ pub fn threads(pid: u32) -> BTreeSet<u32> {
 }
 
 /// Threads of `pid` blocked in a futex wait now.
-pub fn blocked_threads(pid: u32) -> Vec<Blocked> {
+pub(crate) fn blocked_threads(pid: u32) -> Vec<Blocked> {
     threads(pid)
         .into_iter()
         .filter_map(|tid| {
@@ -70,13 +70,13 @@ fn futex_wait_address(line: &str) -> Option<u64> {
 /// Waits older than the probes: only the kernel knows of them, so they are
 /// taken from /proc at attach time and matched when the maps are read.
 #[derive(Debug, Clone)]
-pub struct WaitsBeforeAttach {
+pub(crate) struct WaitsBeforeAttach {
     pub attached_ns: u64,
     pub blocked: Vec<Blocked>,
 }
 
 impl WaitsBeforeAttach {
-    pub fn now(pid: u32) -> WaitsBeforeAttach {
+    pub(crate) fn now(pid: u32) -> WaitsBeforeAttach {
         WaitsBeforeAttach {
             attached_ns: monotonic_ns(),
             blocked: blocked_threads(pid),
@@ -85,7 +85,12 @@ impl WaitsBeforeAttach {
 }
 
 /// Reads the in-flight maps and the target's blocked threads now.
-pub fn read(ebpf: &Ebpf, pid: u32, attached_ns: u64, blocked_at_attach: Vec<Blocked>) -> InFlight {
+pub(crate) fn read(
+    ebpf: &Ebpf,
+    pid: u32,
+    attached_ns: u64,
+    blocked_at_attach: Vec<Blocked>,
+) -> InFlight {
     let now_ns = monotonic_ns();
     let waits: HashMap<u32, FutexWait> = read_map(ebpf, names::MAP_WAITING);
     let held = read_map(ebpf, names::MAP_HELD);

@@ -24,7 +24,7 @@ const TRACEFS_DIRS: [&str; 2] = ["/sys/kernel/tracing", "/sys/kernel/debug/traci
 
 /// Attaches both programs; the error is the one line saying why the
 /// kernel-locks section is unavailable (the programs are then left out).
-pub fn attach(ebpf: &mut Ebpf) -> Result<(), String> {
+pub(crate) fn attach(ebpf: &mut Ebpf) -> Result<(), String> {
     let forced_off = std::env::var(WITHOUT_FOR_A_TEST)
         .unwrap_or_default()
         .split(',')
@@ -65,7 +65,7 @@ fn attach_one(ebpf: &mut Ebpf, name: &str, category: &str, event: &str) -> Resul
 /// The offset of `pid` in sched:sched_process_free's record, from its
 /// format file (12 on 6.x, where `comm` is a `__data_loc`; 24 before).
 /// None without tracefs: the kernel lock programs are then left out anyway.
-pub fn free_pid_offset() -> Option<u32> {
+pub(crate) fn free_pid_offset() -> Option<u32> {
     TRACEFS_DIRS.iter().find_map(|dir| {
         let format = Path::new(dir).join("events/sched/sched_process_free/format");
         let text = std::fs::read_to_string(format).ok()?;
@@ -91,7 +91,7 @@ const EXIT_SETTLE: Duration = Duration::from_millis(500);
 /// exit is left: the last ones still take kernel locks after the exit is
 /// announced (/proc's dentries flushed in `release_task`, the runqueue at
 /// the last switch). At most [`EXIT_SETTLE`]; returns how many were left.
-pub fn wait_for_exited_threads(ebpf: &Ebpf) -> Result<usize> {
+pub(crate) fn wait_for_exited_threads(ebpf: &Ebpf) -> Result<usize> {
     let exiting: BpfHashMap<&MapData, u32, u8> =
         BpfHashMap::try_from(maps::map(ebpf, names::MAP_EXITING)?)?;
     let started = Instant::now();
@@ -106,7 +106,7 @@ pub fn wait_for_exited_threads(ebpf: &Ebpf) -> Result<usize> {
 
 /// The counts, the kernel stacks they name and the programs' events; or
 /// only the reason when the programs were not attached.
-pub fn read(ebpf: &Ebpf, unavailable: Option<String>) -> Result<KernelLocksCollected> {
+pub(crate) fn read(ebpf: &Ebpf, unavailable: Option<String>) -> Result<KernelLocksCollected> {
     if unavailable.is_some() {
         return Ok(KernelLocksCollected {
             unavailable,

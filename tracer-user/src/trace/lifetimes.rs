@@ -21,7 +21,7 @@ pub struct Watched {
 impl Watched {
     /// Writes `ranges` ([`module_ranges`]) to `WATCHED` when they changed
     /// since the last call.
-    pub fn update(&mut self, ebpf: &mut Ebpf, ranges: Vec<[u64; 2]>) -> Result<()> {
+    pub(crate) fn update(&mut self, ebpf: &mut Ebpf, ranges: Vec<[u64; 2]>) -> Result<()> {
         if ranges == self.written {
             return Ok(());
         }
@@ -42,7 +42,7 @@ impl Watched {
 /// library's text, data and bss), at most `WATCHED_RANGES`, the
 /// highest-addressed dropped first (thread stacks and heaps are not
 /// watched: their locks are named by creation site, not by address).
-pub fn module_ranges(maps: &[Mapping]) -> Vec<[u64; 2]> {
+pub(crate) fn module_ranges(maps: &[Mapping]) -> Vec<[u64; 2]> {
     let mut ranges: Vec<[u64; 2]> = Vec::new();
     let mut last_path: Option<&str> = None;
     let mut sorted: Vec<&Mapping> = maps.iter().filter(|m| m.is_file()).collect();
@@ -62,7 +62,7 @@ pub fn module_ranges(maps: &[Mapping]) -> Vec<[u64; 2]> {
 
 /// Attaches the programs that start a new generation: the syscalls that
 /// unmap (`munmap`, `mremap`, `MAP_FIXED` `mmap`) and `exec`.
-pub fn attach(ebpf: &mut Ebpf) -> Result<()> {
+pub(crate) fn attach(ebpf: &mut Ebpf) -> Result<()> {
     for (name, category, event) in [
         (names::PROGRAM_MUNMAP_ENTER, "syscalls", "sys_enter_munmap"),
         (names::PROGRAM_MREMAP_ENTER, "syscalls", "sys_enter_mremap"),
@@ -83,7 +83,7 @@ pub fn attach(ebpf: &mut Ebpf) -> Result<()> {
 }
 
 /// The generation now and every logged unmap, oldest first.
-pub fn read(ebpf: &Ebpf) -> Result<Lifetimes> {
+pub(crate) fn read(ebpf: &Ebpf) -> Result<Lifetimes> {
     let generation: Array<&MapData, u64> = Array::try_from(map(ebpf, names::MAP_GENERATION)?)?;
     let counts: PerCpuArray<&MapData, u64> =
         PerCpuArray::try_from(map(ebpf, names::MAP_UNMAPPED_COUNT)?)?;

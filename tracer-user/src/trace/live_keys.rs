@@ -11,7 +11,7 @@ use aya::{
 use tracer_common::{CallerKey, FutexCounts, LockCounts, names};
 
 /// Read-only handles on the maps keyed by lock or futex word.
-pub struct LiveKeys {
+pub(crate) struct LiveKeys {
     locks: Option<BpfHashMap<MapData, u64, LockCounts>>,
     /// Most lock calls are counted per caller (LOCKS holds the rest).
     callers: Option<PerCpuHashMap<MapData, CallerKey, u64>>,
@@ -20,7 +20,7 @@ pub struct LiveKeys {
 
 impl LiveKeys {
     /// Handles on the maps of a loaded object; None when none can be opened.
-    pub fn open(ebpf: &Ebpf) -> Option<LiveKeys> {
+    pub(crate) fn open(ebpf: &Ebpf) -> Option<LiveKeys> {
         let keys = LiveKeys {
             locks: reopen(ebpf, names::MAP_LOCKS),
             callers: reopen_per_cpu(ebpf, names::MAP_CALLERS),
@@ -32,7 +32,7 @@ impl LiveKeys {
 
     /// (acquisitions or waits, address) of every lock and futex word in the
     /// maps, one entry per address (a lock has a LOCKS entry and callers).
-    pub fn read(&self) -> Vec<(u64, u64)> {
+    pub(crate) fn read(&self) -> Vec<(u64, u64)> {
         let mut seen: Vec<(u64, u64)> = Vec::new();
         if let Some(locks) = &self.locks {
             seen.extend(

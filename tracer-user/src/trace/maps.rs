@@ -12,7 +12,7 @@ use aya::{
 };
 
 /// What a collection reads from the maps.
-pub trait MapReads {
+pub(crate) trait MapReads {
     /// A hash map, whole.
     fn hash<K: Pod + Eq + Hash, V: Pod>(&self, name: &str) -> Result<HashMap<K, V>>;
     /// A per-CPU hash map of counters, each key's values summed over the CPUs.
@@ -46,7 +46,7 @@ impl MapReads for Ebpf {
 /// read as, by name; a map not given reads as missing, as from a broken build.
 #[cfg(test)]
 #[derive(Default)]
-pub struct FakeMaps {
+pub(crate) struct FakeMaps {
     maps: HashMap<String, Box<dyn std::any::Any>>,
     /// Per-CPU arrays: (name, index) → each CPU's value.
     per_cpu: HashMap<(String, u32), Vec<u64>>,
@@ -55,14 +55,18 @@ pub struct FakeMaps {
 #[cfg(test)]
 impl FakeMaps {
     /// A hash map (or a per-CPU hash map, given as each CPU's values).
-    pub fn with<K: 'static, V: 'static>(mut self, name: &str, map: HashMap<K, V>) -> FakeMaps {
+    pub(crate) fn with<K: 'static, V: 'static>(
+        mut self,
+        name: &str,
+        map: HashMap<K, V>,
+    ) -> FakeMaps {
         self.maps.insert(name.to_string(), Box::new(map));
         self
     }
 
     /// Every map `collect` reads, empty, as a freshly loaded object's.
     /// Every map `collect` reads, empty, as a freshly loaded object's.
-    pub fn loaded() -> FakeMaps {
+    pub(crate) fn loaded() -> FakeMaps {
         use tracer_common::{
             CallerKey, CpuSamples, FutexCounts, HandoffCounts, HoldCounts, HolderHolds, HolderKey,
             LockCounts, StackKey, WaitHolderKey, WaitTime, names,
@@ -86,7 +90,7 @@ impl FakeMaps {
     }
 
     /// Index `index` of a per-CPU array, each CPU's value.
-    pub fn with_per_cpu(mut self, name: &str, index: u32, values: Vec<u64>) -> FakeMaps {
+    pub(crate) fn with_per_cpu(mut self, name: &str, index: u32, values: Vec<u64>) -> FakeMaps {
         self.per_cpu.insert((name.to_string(), index), values);
         self
     }
@@ -131,18 +135,18 @@ impl MapReads for FakeMaps {
 }
 
 /// The BPF object's map `name` (its absence means a broken build).
-pub fn map<'a>(ebpf: &'a Ebpf, name: &str) -> Result<&'a aya::maps::Map> {
+pub(crate) fn map<'a>(ebpf: &'a Ebpf, name: &str) -> Result<&'a aya::maps::Map> {
     ebpf.map(name)
         .with_context(|| format!("BPF object lacks map {name}"))
 }
 
 /// [`map`], writable.
-pub fn map_mut<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut aya::maps::Map> {
+pub(crate) fn map_mut<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut aya::maps::Map> {
     ebpf.map_mut(name)
         .with_context(|| format!("BPF object lacks map {name}"))
 }
 
-pub fn read_hash<K, V>(ebpf: &Ebpf, name: &str) -> Result<HashMap<K, V>>
+pub(crate) fn read_hash<K, V>(ebpf: &Ebpf, name: &str) -> Result<HashMap<K, V>>
 where
     K: aya::Pod + Eq + std::hash::Hash,
     V: aya::Pod,
@@ -157,7 +161,7 @@ where
 }
 
 /// A per-CPU hash map of counters, each key's values summed over the CPUs.
-pub fn read_per_cpu_hash<K>(ebpf: &Ebpf, name: &str) -> Result<HashMap<K, u64>>
+pub(crate) fn read_per_cpu_hash<K>(ebpf: &Ebpf, name: &str) -> Result<HashMap<K, u64>>
 where
     K: aya::Pod + Eq + std::hash::Hash,
 {
@@ -171,7 +175,7 @@ where
 }
 
 /// Index `index` of a per-CPU array of counters, summed over the CPUs.
-pub fn per_cpu_sum(ebpf: &Ebpf, name: &str, index: u32) -> Result<u64> {
+pub(crate) fn per_cpu_sum(ebpf: &Ebpf, name: &str, index: u32) -> Result<u64> {
     let array: PerCpuArray<&MapData, u64> = PerCpuArray::try_from(map(ebpf, name)?)?;
     let values = array
         .get(&index, 0)

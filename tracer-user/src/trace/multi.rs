@@ -52,7 +52,7 @@ pub struct MultiPrograms {
 
 impl MultiPrograms {
     /// Loads `names` from `object`, their maps resolved to `ebpf`'s.
-    pub fn load(object: &[u8], ebpf: &Ebpf, names: &[&str]) -> Result<MultiPrograms> {
+    pub(crate) fn load(object: &[u8], ebpf: &Ebpf, names: &[&str]) -> Result<MultiPrograms> {
         let mut obj = aya_obj::Object::parse(object).context("parsing the BPF object")?;
         if obj.has_btf_relocations() {
             bail!("the BPF object has CO-RE relocations, which this loader does not apply");
@@ -85,7 +85,7 @@ impl MultiPrograms {
         Ok(MultiPrograms { programs })
     }
 
-    pub fn fd(&self, name: &str) -> Result<BorrowedFd<'_>> {
+    pub(crate) fn fd(&self, name: &str) -> Result<BorrowedFd<'_>> {
         self.programs
             .iter()
             .find(|(program, _)| program == name)
@@ -110,7 +110,7 @@ fn load_program(
 /// Attaches `program` at `offsets` (file offsets) of the file at `path`,
 /// each with its cookie, firing only in process `pid`. Closing the link
 /// detaches every point.
-pub fn attach(
+pub(crate) fn attach(
     program: BorrowedFd,
     path: &Path,
     offsets: &[u64],

@@ -23,7 +23,7 @@ use crate::{
 };
 
 /// PHP's thread table, as last loaded into `PHP_THREADS`.
-pub struct PhpThreads {
+pub(crate) struct PhpThreads {
     table: ThreadTable,
     memory: ProcessMemory,
     loaded: HashSet<(u64, u64)>,
@@ -34,7 +34,7 @@ pub struct PhpThreads {
 
 impl PhpThreads {
     /// Writes `offsets` (with `enabled` set) and the threads PHP has now.
-    pub fn start(
+    pub(crate) fn start(
         ebpf: &mut Ebpf,
         pid: u32,
         offsets: PhpOffsets,
@@ -81,7 +81,7 @@ impl PhpThreads {
     }
 
     /// Loads threads PHP started since the last call (each tick).
-    pub fn refresh(&mut self, ebpf: &mut Ebpf) -> Result<()> {
+    pub(crate) fn refresh(&mut self, ebpf: &mut Ebpf) -> Result<()> {
         let now = self.table.threads(&self.memory);
         self.check_tls_offset(ebpf, &now)?;
         let mut map: BpfHashMap<&mut MapData, u64, u64> =
@@ -97,18 +97,18 @@ impl PhpThreads {
     }
 
     /// Threads loaded so far.
-    pub fn count(&self) -> u64 {
+    pub(crate) fn count(&self) -> u64 {
         self.loaded.len() as u64
     }
 
     /// Whether the BPF side reads each thread's block from its TLS.
-    pub fn through_tls(&self) -> bool {
+    pub(crate) fn through_tls(&self) -> bool {
         self.offsets.tls_known != 0
     }
 }
 
 /// The route maps and the misses, once counting stopped.
-pub fn read(ebpf: &Ebpf, threads: &PhpThreads) -> Result<PhpCollected> {
+pub(crate) fn read(ebpf: &Ebpf, threads: &PhpThreads) -> Result<PhpCollected> {
     let texts: std::collections::HashMap<u64, RouteText> = read_hash(ebpf, names::MAP_ROUTE_TEXTS)?;
     let mut collected = PhpCollected {
         routes: texts
@@ -135,7 +135,7 @@ fn c_string(bytes: &[u8]) -> String {
 }
 
 /// The frames of a snapshot's PHP stack, innermost first.
-pub fn frames(stack: &PhpStack) -> Vec<PhpFrameRead> {
+pub(crate) fn frames(stack: &PhpStack) -> Vec<PhpFrameRead> {
     let depth = (stack.depth as usize).min(stack.frames.len());
     stack.frames[..depth].iter().map(frame).collect()
 }

@@ -19,7 +19,7 @@ const MAP_FLAGS_AT: usize = 16;
 
 /// Set in the environment, the maps are preallocated whatever the kernel
 /// allows (the tests' stand-in for a kernel before 6.1).
-pub const FORCE_FOR_A_TEST: &str = "LOCKTRACE_TEST_PREALLOCATE";
+pub(crate) const FORCE_FOR_A_TEST: &str = "LOCKTRACE_TEST_PREALLOCATE";
 
 #[repr(C)]
 #[derive(Default)]
@@ -35,7 +35,7 @@ struct MapCreateAttr {
 /// perf-event program that references one loads (Linux 6.1+) or is
 /// refused. The probe itself never warns: the kernel refuses perf-event
 /// programs before it gets to the warning.
-pub fn run_time_allocation_allowed() -> bool {
+pub(crate) fn run_time_allocation_allowed() -> bool {
     if std::env::var_os(FORCE_FOR_A_TEST).is_some() {
         return false;
     }
@@ -62,7 +62,7 @@ pub fn run_time_allocation_allowed() -> bool {
 }
 
 /// `object` with `BPF_F_NO_PREALLOC` cleared on every map it defines.
-pub fn preallocated(object: &[u8]) -> Result<Vec<u8>> {
+pub(crate) fn preallocated(object: &[u8]) -> Result<Vec<u8>> {
     let file = object::File::parse(object).map_err(|error| anyhow!("the BPF object: {error}"))?;
     let section = file
         .section_by_name("maps")

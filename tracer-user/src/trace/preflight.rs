@@ -15,7 +15,7 @@ const CAP_SYS_ADMIN: u32 = 21;
 const CAP_PERFMON: u32 = 38;
 const CAP_BPF: u32 = 39;
 
-pub fn check_privileges() -> Result<()> {
+pub(crate) fn check_privileges() -> Result<()> {
     let effective = procfs::process::Process::myself()
         .and_then(|me| me.status())
         .map_or(0, |status| status.capeff);
@@ -28,7 +28,7 @@ pub fn check_privileges() -> Result<()> {
     Ok(())
 }
 
-pub fn check_uprobes() -> Result<()> {
+pub(crate) fn check_uprobes() -> Result<()> {
     if !Path::new(UPROBE_PMU).exists() {
         bail!(
             "this kernel lacks uprobe support ({UPROBE_PMU} is missing); use a kernel built with CONFIG_UPROBE_EVENTS"
@@ -38,7 +38,7 @@ pub fn check_uprobes() -> Result<()> {
 }
 
 /// Makes sure tracefs is mounted, mounting it if needed. Returns its path.
-pub fn ensure_tracefs() -> Result<&'static str> {
+pub(crate) fn ensure_tracefs() -> Result<&'static str> {
     for dir in [TRACEFS, DEBUGFS_TRACING] {
         if Path::new(dir).join("events").is_dir() {
             return check_futex_events(dir);
@@ -102,7 +102,7 @@ fn owner(dir: &str) -> String {
 
 /// Whether the kernel has the `syscalls:EVENT` tracepoint (tracefs
 /// mounted by [`ensure_tracefs`] before).
-pub fn has_syscall_tracepoint(event: &str) -> bool {
+pub(crate) fn has_syscall_tracepoint(event: &str) -> bool {
     [TRACEFS, DEBUGFS_TRACING]
         .iter()
         .any(|dir| Path::new(dir).join("events/syscalls").join(event).is_dir())

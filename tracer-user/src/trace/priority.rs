@@ -24,7 +24,7 @@ static TEARING_DOWN: AtomicBool = AtomicBool::new(false);
 
 /// A stop signal came: raises every thread as [`begin_setup`] does, for
 /// good (a setup step that ends later leaves them raised).
-pub fn begin_teardown() {
+pub(crate) fn begin_teardown() {
     TEARING_DOWN.store(true, Ordering::Relaxed);
     begin_setup();
 }
@@ -32,7 +32,7 @@ pub fn begin_teardown() {
 /// Raises every thread of this process to real-time (nothing happens
 /// where the kernel refuses it: without CAP_SYS_NICE, or in a cgroup
 /// without real-time budget).
-pub fn begin_setup() {
+pub(crate) fn begin_setup() {
     let Ok(mut raised) = RAISED_FROM.lock() else {
         return;
     };
@@ -60,7 +60,7 @@ pub fn begin_setup() {
 
 /// Puts every thread back (also those started during the setup, which
 /// inherited real-time): the probes are live.
-pub fn end_setup() {
+pub(crate) fn end_setup() {
     if TEARING_DOWN.load(Ordering::Relaxed) {
         return;
     }

@@ -35,7 +35,7 @@ const RECEIVE_BUFFER: libc::c_int = 4 << 20;
 
 /// What a task did (`tgid`: its process's id, `pid`: the task's own).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Event {
+pub(crate) enum Event {
     Exec {
         tgid: u32,
     },
@@ -56,7 +56,7 @@ pub enum Event {
 
 /// What one read of the socket brought.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Events {
+pub(crate) enum Events {
     Some(Vec<Event>),
     /// The kernel dropped messages (`ENOBUFS`): scan /proc now.
     Lost,
@@ -65,7 +65,7 @@ pub enum Events {
 /// The events in one datagram: every netlink message in it that is a
 /// proc connector message; other messages and event kinds are skipped.
 /// Truncated messages end the parse (no panic on any input).
-pub fn parse(mut datagram: &[u8]) -> Vec<Event> {
+pub(crate) fn parse(mut datagram: &[u8]) -> Vec<Event> {
     let mut events = Vec::new();
     while datagram.len() >= NLMSG_HEADER {
         let length = u32_at(datagram, 0).unwrap_or(0) as usize;
@@ -157,14 +157,14 @@ fn listen_request(port: u32) -> Vec<u8> {
 }
 
 /// A socket subscribed to the process events connector.
-pub struct Connector {
+pub(crate) struct Connector {
     socket: OwnedFd,
     buffer: Vec<u8>,
 }
 
 impl Connector {
     /// Subscribes; the error says why not (the caller falls back to scanning).
-    pub fn open() -> io::Result<Connector> {
+    pub(crate) fn open() -> io::Result<Connector> {
         // SAFETY: plain socket(2); the fd is owned below.
         let fd = unsafe {
             libc::socket(
@@ -220,7 +220,7 @@ impl Connector {
     /// From now on only exec events and processes' ends (a leader's exit)
     /// reach the socket: a classic BPF filter drops the rest in the
     /// kernel, so a machine busy starting threads does not wake the reader.
-    pub fn only_execs_and_process_exits(&self) -> io::Result<()> {
+    pub(crate) fn only_execs_and_process_exits(&self) -> io::Result<()> {
         let program = exec_and_exit_filter();
         let fprog = libc::sock_fprog {
             len: program.len() as u16,
@@ -244,7 +244,7 @@ impl Connector {
     }
 
     /// The events that came within `wait` (none when it passed quietly).
-    pub fn wait(&mut self, wait: Duration) -> io::Result<Events> {
+    pub(crate) fn wait(&mut self, wait: Duration) -> io::Result<Events> {
         let fd = self.socket.as_raw_fd();
         let mut poll = libc::pollfd {
             fd,

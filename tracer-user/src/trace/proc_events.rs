@@ -19,7 +19,7 @@ use std::{
 
 /// The first exec of the target seen while watching.
 #[derive(Debug, Clone)]
-pub struct Exec {
+pub(crate) struct Exec {
     pub at: Instant,
     /// The new program, when /proc still showed it.
     pub exe: Option<String>,
@@ -29,7 +29,7 @@ pub struct Exec {
 
 /// What the watcher saw.
 #[derive(Debug, Clone, Default)]
-pub struct Seen {
+pub(crate) struct Seen {
     pub exec: Option<Exec>,
     /// Processes the target forked (None without the connector).
     pub forks: Option<u64>,
@@ -37,7 +37,7 @@ pub struct Seen {
     pub exit: Option<TargetExit>,
 }
 
-pub struct ProcWatch {
+pub(crate) struct ProcWatch {
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<Seen>>,
 }
@@ -51,7 +51,7 @@ const EXE_POLL_WITH_CONNECTOR: Duration = Duration::from_millis(500);
 impl ProcWatch {
     /// Starts watching `pid`; `probed` are the target paths and host paths of
     /// the modules holding the probed lock functions.
-    pub fn start(pid: u32, probed: &[(String, std::path::PathBuf)]) -> ProcWatch {
+    pub(crate) fn start(pid: u32, probed: &[(String, std::path::PathBuf)]) -> ProcWatch {
         let stop = Arc::new(AtomicBool::new(false));
         let inodes: BTreeMap<u64, String> = probed
             .iter()
@@ -68,7 +68,7 @@ impl ProcWatch {
     }
 
     /// Stops watching and returns what was seen.
-    pub fn finish(mut self) -> Seen {
+    pub(crate) fn finish(mut self) -> Seen {
         self.stop.store(true, Ordering::Relaxed);
         self.thread
             .take()

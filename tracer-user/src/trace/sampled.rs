@@ -35,7 +35,7 @@ use crate::{
 mod cycle;
 
 #[derive(Debug, Clone, Copy)]
-pub struct SampleOptions {
+pub(crate) struct SampleOptions {
     /// Fraction of the time the lock probes are in, warm-up included (0 < rate <= 1).
     pub rate: f64,
     /// One window per period (`--sample-period`); None: the mechanism's
@@ -52,20 +52,20 @@ pub struct SampleOptions {
 /// overstate calls per request (FrankenPHP, 100 ms windows of ~115
 /// requests: 796 lock calls per request against the true 792, +0.5 %,
 /// beyond the stated ±0.5 %). A few requests' time lets that settle.
-pub const WARMUP: Duration = Duration::from_millis(20);
+pub(crate) const WARMUP: Duration = Duration::from_millis(20);
 
 /// The default period with uprobe-multi links: a window opens in ~1-4 ms
 /// and closes in ~35 ms here (docs/benchmarks.md), so 30 windows in 30 s
 /// cost little, and the bound shrinks with the square root of the windows.
-pub const DEFAULT_PERIOD_MULTI: Duration = Duration::from_secs(1);
+pub(crate) const DEFAULT_PERIOD_MULTI: Duration = Duration::from_secs(1);
 /// With a perf-event uprobe per point, whose windows take ~0.5 s to close
 /// (seconds on a loaded machine).
-pub const DEFAULT_PERIOD_PER_POINT: Duration = Duration::from_secs(5);
+pub(crate) const DEFAULT_PERIOD_PER_POINT: Duration = Duration::from_secs(5);
 
 /// `--window-links`: uprobe-multi links where the kernel takes them, or a
 /// perf-event uprobe per point (to compare; the mechanism before 2026-12).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum WindowLinkChoice {
+pub(crate) enum WindowLinkChoice {
     #[default]
     Auto,
     PerfEvent,
@@ -75,7 +75,7 @@ pub enum WindowLinkChoice {
 /// says its probes are live: the first attach of a probe point creates
 /// the kernel's uprobe, which takes seconds on a loaded machine, and that
 /// time must not be an unsampled start of the recording.
-pub struct Armed {
+pub(crate) struct Armed {
     links: WindowLinks,
     canary: Option<Detach>,
     attacher: Attacher,
@@ -110,7 +110,7 @@ impl Attacher {
 /// Attaches the first window's probes and the first canary, with
 /// uprobe-multi links unless `options` asks for per-point links or the
 /// kernel refuses them (the reason goes into the report).
-pub fn arm(
+pub(crate) fn arm(
     ebpf: &mut Ebpf,
     target: &Target,
     functions: &[Placed],
@@ -197,7 +197,7 @@ fn first_point(functions: &[Placed]) -> Option<Vec<Placed>> {
 /// same time, and over the whole recording. `between_windows` runs before
 /// each window opens and says whether the probes moved to another thread
 /// (`trace::follow`): probes kept from the last window are then attached afresh.
-pub async fn run<F>(
+pub(crate) async fn run<F>(
     ebpf: &mut Ebpf,
     target: &Target,
     functions: &[Placed],

@@ -28,7 +28,7 @@ use crate::model::PhpSnapshot;
 const POLL_EVERY: Duration = Duration::from_millis(5);
 
 /// What takes the snapshots, on the reader's thread.
-pub trait SnapshotSink: Send + 'static {
+pub(crate) trait SnapshotSink: Send + 'static {
     /// `stack` is the header's `len` bytes from its `sp` up; `php` the
     /// thread's PHP frames and route (`--php`).
     fn take(&mut self, header: &SnapshotHeader, php: PhpSnapshot, stack: &[u8]);
@@ -36,13 +36,13 @@ pub trait SnapshotSink: Send + 'static {
 
 /// The reading thread; [`SnapshotReader::finish`] stops it and returns
 /// the consumer.
-pub struct SnapshotReader<C> {
+pub(crate) struct SnapshotReader<C> {
     stop: Arc<AtomicBool>,
     thread: JoinHandle<C>,
 }
 
 /// Starts the thread that hands every snapshot to `consumer`.
-pub fn spawn<C: SnapshotSink>(ebpf: &Ebpf, mut consumer: C) -> Result<SnapshotReader<C>> {
+pub(crate) fn spawn<C: SnapshotSink>(ebpf: &Ebpf, mut consumer: C) -> Result<SnapshotReader<C>> {
     let mut ring = open(ebpf)?;
     let stop = Arc::new(AtomicBool::new(false));
     let stopping = Arc::clone(&stop);
@@ -68,7 +68,7 @@ pub fn spawn<C: SnapshotSink>(ebpf: &Ebpf, mut consumer: C) -> Result<SnapshotRe
 impl<C> SnapshotReader<C> {
     /// Stops the reader after a last drain (call it once counting has
     /// stopped) and returns the consumer.
-    pub fn finish(self) -> Result<C> {
+    pub(crate) fn finish(self) -> Result<C> {
         self.stop.store(true, Ordering::Release);
         self.thread
             .join()

@@ -15,7 +15,7 @@ use crate::{model::StopReason, probe::target::Target};
 
 /// SIGINT (Ctrl-C), SIGTERM and SIGHUP: each one stops the recording the same
 /// way, with a report.
-pub struct StopSignals {
+pub(crate) struct StopSignals {
     /// Holds one stop not yet received, as a tokio `Signal` does.
     stop: Arc<Notify>,
 }
@@ -25,7 +25,7 @@ impl StopSignals {
     /// threads' priority the moment one comes (`priority::begin_teardown`):
     /// the recording's tick may be running on the main thread, and at
     /// normal priority under load it held the stop up to a second.
-    pub fn install() -> Result<StopSignals> {
+    pub(crate) fn install() -> Result<StopSignals> {
         let mut interrupt = signal(SignalKind::interrupt())?;
         let mut terminate = signal(SignalKind::terminate())?;
         let mut hangup = signal(SignalKind::hangup())?;
@@ -50,7 +50,7 @@ impl StopSignals {
     }
 
     /// Resolves at the next stop signal.
-    pub async fn recv(&mut self) -> StopReason {
+    pub(crate) async fn recv(&mut self) -> StopReason {
         self.stop.notified().await;
         StopReason::Interrupted
     }
@@ -63,7 +63,7 @@ const TICK: Duration = Duration::from_millis(200);
 
 /// Waits until the duration ends, a stop signal comes, or the target exits.
 /// `on_tick` runs every 200 ms meanwhile.
-pub async fn wait_for_end(
+pub(crate) async fn wait_for_end(
     target: &Target,
     duration: Option<Duration>,
     signals: &mut StopSignals,

@@ -3,14 +3,14 @@
 //! layouts and the one `unsafe` syscall.
 use std::os::fd::{FromRawFd, OwnedFd};
 
-pub const BPF_MAP_CREATE: libc::c_long = 0;
-pub const BPF_PROG_LOAD: libc::c_long = 5;
+pub(crate) const BPF_MAP_CREATE: libc::c_long = 0;
+pub(crate) const BPF_PROG_LOAD: libc::c_long = 5;
 
 /// `union bpf_attr` for `BPF_PROG_LOAD`, up to `expected_attach_type` (the
 /// kernel zero-fills a shorter attr).
 #[repr(C)]
 #[derive(Default)]
-pub struct ProgLoadAttr {
+pub(crate) struct ProgLoadAttr {
     pub prog_type: u32,
     pub insn_cnt: u32,
     pub insns: u64,
@@ -28,7 +28,11 @@ pub struct ProgLoadAttr {
 impl ProgLoadAttr {
     /// A load of `instructions` (raw `bpf_insn`s: 8 bytes each) as a
     /// program of `prog_type` under `license`.
-    pub fn new<I>(prog_type: u32, instructions: &[I], license: &std::ffi::CStr) -> ProgLoadAttr {
+    pub(crate) fn new<I>(
+        prog_type: u32,
+        instructions: &[I],
+        license: &std::ffi::CStr,
+    ) -> ProgLoadAttr {
         debug_assert_eq!(std::mem::size_of::<I>(), 8);
         ProgLoadAttr {
             prog_type,
@@ -42,7 +46,7 @@ impl ProgLoadAttr {
 
 /// Loads a probe program (`instructions` as raw words) of `prog_type`:
 /// whether the kernel accepts it is the answer to a feature question.
-pub fn load_probe_program(prog_type: u32, instructions: &[u64]) -> std::io::Result<OwnedFd> {
+pub(crate) fn load_probe_program(prog_type: u32, instructions: &[u64]) -> std::io::Result<OwnedFd> {
     bpf(
         BPF_PROG_LOAD,
         &mut ProgLoadAttr::new(prog_type, instructions, c"GPL"),
@@ -50,7 +54,7 @@ pub fn load_probe_program(prog_type: u32, instructions: &[u64]) -> std::io::Resu
 }
 
 /// The `bpf(2)` syscall with `attr`, a prefix of `union bpf_attr`.
-pub fn bpf<T>(command: libc::c_long, attr: &mut T) -> std::io::Result<OwnedFd> {
+pub(crate) fn bpf<T>(command: libc::c_long, attr: &mut T) -> std::io::Result<OwnedFd> {
     // SAFETY: `attr` is a live repr(C) prefix of `union bpf_attr` of the
     // size passed; the pointers inside it outlive the call.
     let fd = unsafe {

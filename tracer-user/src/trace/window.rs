@@ -33,7 +33,7 @@ const AFTER_THE_LAST_RESPONSE: Duration = Duration::from_millis(50);
 
 /// How requests are counted (all optional).
 #[derive(Debug, Clone, Default)]
-pub struct RequestOptions {
+pub(crate) struct RequestOptions {
     pub load: Option<LoadOptions>,
     /// `--request-probe`: a function run once per request, `auto`, `none`,
     /// or (no flag) chosen automatically when nothing else counts requests.
@@ -44,7 +44,7 @@ pub struct RequestOptions {
     pub allow_errors: bool,
 }
 
-pub struct RequestWindow {
+pub(crate) struct RequestWindow {
     options: RequestOptions,
     driver: Option<LoadDriver>,
     probe: Option<Chosen>,
@@ -57,7 +57,7 @@ impl RequestWindow {
     /// Resolves the request probe, connects the load driver and sends the
     /// warmup, all before any probe is attached (so none of it is counted).
     /// A stop signal meanwhile ends both at once (see [`RequestWindow::stopped_early`]).
-    pub async fn prepare(
+    pub(crate) async fn prepare(
         options: &RequestOptions,
         target: &Target,
         signals: &mut StopSignals,
@@ -104,12 +104,12 @@ impl RequestWindow {
     }
 
     /// The stop signal that came before tracing started, if one did.
-    pub fn stopped_early(&self) -> Option<StopReason> {
+    pub(crate) fn stopped_early(&self) -> Option<StopReason> {
         self.stopped_early
     }
 
     /// The request-boundary probe point for the loader.
-    pub fn request_probe(&self) -> Option<RequestProbePoint> {
+    pub(crate) fn request_probe(&self) -> Option<RequestProbePoint> {
         self.probe
             .as_ref()
             .map(|chosen| RequestProbePoint::from(&chosen.probe))
@@ -117,17 +117,17 @@ impl RequestWindow {
 
     /// Whether the request probe sits on an instruction the kernel emulates
     /// (None without a request probe); for the overhead estimate.
-    pub fn request_probe_emulated(&self) -> Option<bool> {
+    pub(crate) fn request_probe_emulated(&self) -> Option<bool> {
         self.probe.as_ref().map(|chosen| chosen.probe.emulated)
     }
 
-    pub fn has_load(&self) -> bool {
+    pub(crate) fn has_load(&self) -> bool {
         self.driver.is_some()
     }
 
     /// Sends the counted load (returns right after the last response) or, without
     /// load, waits like a plain recording; shows progress on a terminal.
-    pub async fn run(
+    pub(crate) async fn run(
         &mut self,
         target: &Target,
         duration: Option<Duration>,
@@ -183,7 +183,7 @@ impl RequestWindow {
 
     /// The report's `requests` block: the count, its source, and why
     /// per-request figures are refused if they are; None without a count.
-    pub fn finish(self, collected: &Collected) -> Option<Requests> {
+    pub(crate) fn finish(self, collected: &Collected) -> Option<Requests> {
         let probe_hits = self.probe.as_ref().map(|_| collected.requests);
         let (source, count) = if let Some(given) = self.options.given {
             (RequestSource::Given, given)
@@ -245,7 +245,7 @@ impl RequestWindow {
 
 /// The request probe `spec` asks for on `target`; an unrecognised target
 /// without a request flag gets its one-line hint on stderr.
-pub fn request_probe(
+pub(crate) fn request_probe(
     target: &Target,
     spec: &RequestProbeSpec,
     counted_otherwise: bool,
@@ -263,7 +263,7 @@ pub fn request_probe(
 }
 
 /// A pre-forked server's parent serves no requests: say which pids do.
-pub fn hint_children(pid: u32, requests: u64) {
+pub(crate) fn hint_children(pid: u32, requests: u64) {
     let mut children = Vec::new();
     if let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) {
         for task in tasks.flatten() {

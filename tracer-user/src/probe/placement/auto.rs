@@ -34,7 +34,7 @@ use crate::model::{At, Elsewhere, PlacementRefusal};
 
 /// Instructions a uprobe can sit on without a single step.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum CheapClass {
+pub(crate) enum CheapClass {
     /// jcc rel8 / rel32.
     Jcc,
     /// jmp rel8 / rel32.
@@ -53,7 +53,7 @@ pub enum CheapClass {
 /// What the kernel emulates according to its source (x86 uprobes, 4.x to 6.x;
 /// multi-byte nops only in recent kernels: on older ones a probe there is
 /// still exact, just single-stepped).
-pub const KERNEL_EMULATED: &[CheapClass] = &[
+pub(crate) const KERNEL_EMULATED: &[CheapClass] = &[
     CheapClass::NopMulti,
     CheapClass::Jcc,
     CheapClass::Jmp,
@@ -68,7 +68,7 @@ const MAX_PATH_INSTRUCTIONS: usize = 48;
 const MAX_POINTS: usize = 16;
 
 /// The emulated class of an instruction, by its bytes as the kernel decodes them.
-pub fn classify(bytes: &[u8]) -> Option<CheapClass> {
+pub(crate) fn classify(bytes: &[u8]) -> Option<CheapClass> {
     match bytes {
         [0x70..=0x7f, _] | [0x0f, 0x80..=0x8f, _, _, _, _] => Some(CheapClass::Jcc),
         [0xeb, _] | [0xe9, _, _, _, _] => Some(CheapClass::Jmp),
@@ -91,13 +91,13 @@ fn multi_byte_nop(bytes: &[u8]) -> bool {
 /// segments, with file offsets as instruction pointers (relative branches
 /// inside one segment come out the same).
 #[derive(Debug, Default)]
-pub struct BranchTargets {
+pub(crate) struct BranchTargets {
     counts: HashMap<u64, u32>,
 }
 
 impl BranchTargets {
     /// Sweeps `ranges` (file offset, length) of `data`.
-    pub fn scan(data: &[u8], ranges: &[(u64, u64)]) -> BranchTargets {
+    pub(crate) fn scan(data: &[u8], ranges: &[(u64, u64)]) -> BranchTargets {
         let mut targets = BranchTargets::default();
         for &(start, len) in ranges {
             let Some(bytes) = data.get(start as usize..(start + len) as usize) else {
@@ -109,7 +109,7 @@ impl BranchTargets {
     }
 
     /// Sweeps an ELF file's executable segments.
-    pub fn of_elf(data: &[u8]) -> Option<BranchTargets> {
+    pub(crate) fn of_elf(data: &[u8]) -> Option<BranchTargets> {
         use object::{Object, ObjectSegment, SegmentFlags};
         let elf = object::File::parse(data).ok()?;
         let ranges: Vec<(u64, u64)> = elf
@@ -155,7 +155,7 @@ fn direct_target(instruction: &Instruction) -> Option<u64> {
 /// `file_offset`; `Err(reason)` if the placement is not provably exact.
 /// `module` holds the branch targets of the whole module, if it could be read
 /// (without it only branches inside the function are checked).
-pub fn analyse(
+pub(crate) fn analyse(
     code: &[u8],
     file_offset: u64,
     cheap: &[CheapClass],
@@ -222,7 +222,7 @@ pub fn analyse(
 /// Whether a branch inside `code` (starting at `file_offset`) jumps back
 /// to its entry: a retry loop (glibc's pthread_spin_lock), which passes
 /// the entry and every point after it once per retry.
-pub fn loops_to_entry(code: &[u8], file_offset: u64) -> bool {
+pub(crate) fn loops_to_entry(code: &[u8], file_offset: u64) -> bool {
     let mut inside = BranchTargets::default();
     inside.add_sweep(code, file_offset, None);
     inside.count(file_offset) > 0
@@ -235,7 +235,7 @@ pub fn loops_to_entry(code: &[u8], file_offset: u64) -> bool {
 /// directly and leaves rdi (the lock argument) alone, and no branch from
 /// elsewhere in the module reaches a `ret` (at a `ret` the return address
 /// is at sp whatever happened before).
-pub fn exits(
+pub(crate) fn exits(
     code: &[u8],
     file_offset: u64,
     module: Option<&BranchTargets>,

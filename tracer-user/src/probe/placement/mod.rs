@@ -5,10 +5,10 @@
 //! cost of a uprobe; `Auto` (see `placement::auto`) looks for instructions the
 //! kernel emulates instead, on every path from the entry.
 use super::lockfuncs::LockFunction;
-pub use crate::model::Placement;
+pub(crate) use crate::model::Placement;
 use crate::model::{PlacementFallback, PlacementRefusal};
 
-pub mod auto;
+pub(crate) mod auto;
 
 /// Where one probe goes, and what the BPF program needs to know there.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -22,7 +22,7 @@ pub struct ProbePoint {
 }
 
 /// A lock function with its probe points (plain data: `analysis` reads it too).
-pub type Placed = (LockFunction, PlacedFunction);
+pub(crate) type Placed = (LockFunction, PlacedFunction);
 
 /// The probe points of one function and, when auto placement fell back to
 /// the entry, why.
@@ -35,7 +35,7 @@ pub struct PlacedFunction {
 /// Places every function; for auto placement each module (from `module_file`,
 /// the recording's store) is swept once so branches from anywhere in it into
 /// a prologue are seen.
-pub fn place_all(
+pub(crate) fn place_all(
     functions: &[LockFunction],
     placement: Placement,
     module_file: impl Fn(&str) -> Option<std::sync::Arc<super::modules::ModuleFile>>,
@@ -126,7 +126,7 @@ fn first_instruction_is_locked(code: &[u8]) -> bool {
     !instruction.is_invalid() && instruction.has_lock_prefix()
 }
 
-pub fn first_instruction_is_emulated(code: &[u8]) -> bool {
+pub(crate) fn first_instruction_is_emulated(code: &[u8]) -> bool {
     let instruction = iced_x86::Decoder::new(64, code, iced_x86::DecoderOptions::NONE).decode();
     !instruction.is_invalid()
         && code
@@ -136,7 +136,7 @@ pub fn first_instruction_is_emulated(code: &[u8]) -> bool {
 }
 
 /// Functions where auto placement fell back to the entry, and why.
-pub fn fallbacks(placed: &[(LockFunction, PlacedFunction)]) -> Vec<PlacementFallback> {
+pub(crate) fn fallbacks(placed: &[(LockFunction, PlacedFunction)]) -> Vec<PlacementFallback> {
     placed
         .iter()
         .filter_map(|(function, placed)| {

@@ -12,7 +12,7 @@
 //! the sigframe's closing magic).
 
 /// A user_regs_struct-shaped copy of the registers a frame restores.
-pub type Registers = libc::user_regs_struct;
+pub(crate) type Registers = libc::user_regs_struct;
 
 /// `struct rt_sigframe` up to the FPU state: return slot, ucontext, siginfo.
 const FRAME_BYTES: u64 = 8 + UCONTEXT_BYTES + 128;
@@ -40,21 +40,21 @@ const FP_XSTATE_MAGIC2: u32 = 0x4650_5845;
 /// Kernel error codes of a syscall interrupted to be restarted.
 const ERESTARTSYS: i64 = 512;
 const ERESTARTNOINTR: i64 = 513;
-pub const ERESTARTNOHAND: i64 = 514;
+pub(crate) const ERESTARTNOHAND: i64 = 514;
 const ERESTART_RESTARTBLOCK: i64 = 516;
 const EINTR: i64 = 4;
 
 /// A frame to write into the target: `bytes` go at `at` (the return
 /// address slot), and the thread runs `rt_sigreturn` with `rsp = at + 8`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ReturnFrame {
+pub(crate) struct ReturnFrame {
     pub at: u64,
     pub bytes: Vec<u8>,
 }
 
 impl ReturnFrame {
     /// Bytes a frame needs below `top` for an FPU image of `fpu_bytes`.
-    pub fn size(fpu_bytes: usize) -> u64 {
+    pub(crate) fn size(fpu_bytes: usize) -> u64 {
         fpu_bytes as u64 + 4 + 64 + FRAME_BYTES + 32
     }
 }
@@ -62,7 +62,7 @@ impl ReturnFrame {
 /// Syscalls that, interrupted with EINTR, did nothing and may simply run
 /// again: a stop locktrace caused is turned into a restart for them (a
 /// signal with a handler still gets EINTR, as without locktrace).
-pub fn retry_safe(number: u64) -> bool {
+pub(crate) fn retry_safe(number: u64) -> bool {
     const READ: u64 = 0;
     const WRITE: u64 = 1;
     const READV: u64 = 19;
@@ -107,7 +107,7 @@ pub fn retry_safe(number: u64) -> bool {
 
 /// Whether the thread stopped in a syscall that returned EINTR only
 /// because of the stop, and that may run again.
-pub fn interrupted_by_the_stop(regs: &Registers) -> bool {
+pub(crate) fn interrupted_by_the_stop(regs: &Registers) -> bool {
     (regs.orig_rax as i64) >= 0 && regs.rax as i64 == -EINTR && retry_safe(regs.orig_rax)
 }
 
@@ -116,7 +116,7 @@ pub fn interrupted_by_the_stop(regs: &Registers) -> bool {
 /// handler: back at the `syscall` instruction with the call's number. A
 /// call with a restart block runs again from its start (rt_sigreturn
 /// drops restart blocks: `restart_syscall` would return EINTR).
-pub fn resume_registers(regs: &Registers) -> Registers {
+pub(crate) fn resume_registers(regs: &Registers) -> Registers {
     let mut resume = *regs;
     if (regs.orig_rax as i64) >= 0 {
         let error = -(regs.rax as i64);
@@ -142,7 +142,7 @@ fn put32(bytes: &mut [u8], at: usize, value: u32) {
 /// The frame that restores `resume`, signal `mask` and the FPU image
 /// `fpu` (an xsave image from ptrace, or a bare fxsave one), laid out
 /// below `top`; its return slot holds `pretcode` (where a `ret` goes).
-pub fn return_frame(
+pub(crate) fn return_frame(
     resume: &Registers,
     mask: u64,
     fpu: &[u8],

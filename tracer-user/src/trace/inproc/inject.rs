@@ -59,7 +59,7 @@ const SYNCHRONOUS: [i32; 6] = [
 /// Where injected code starts: its first instruction and the stack
 /// pointer it runs with (pointing at, or just above, a return frame).
 #[derive(Debug, Clone, Copy)]
-pub struct Site {
+pub(crate) struct Site {
     pub rip: u64,
     pub rsp: u64,
 }
@@ -76,7 +76,7 @@ enum Stop {
 }
 
 /// A thread of the target, stopped under ptrace.
-pub struct StoppedThread {
+pub(crate) struct StoppedThread {
     tid: i32,
     saved: libc::user_regs_struct,
     mask: u64,
@@ -94,7 +94,7 @@ pub struct StoppedThread {
 
 impl StoppedThread {
     /// Seizes and stops thread `tid` in the signal path.
-    pub fn stop(tid: u32) -> Result<StoppedThread> {
+    pub(crate) fn stop(tid: u32) -> Result<StoppedThread> {
         let pid = tid as i32;
         // SAFETY: plain ptrace requests on a thread id; no memory is passed.
         let seized = unsafe {
@@ -141,13 +141,13 @@ impl StoppedThread {
         Ok(thread)
     }
 
-    pub fn tid(&self) -> u32 {
+    pub(crate) fn tid(&self) -> u32 {
         self.tid as u32
     }
 
     /// The frame that puts this thread back as it was, laid out below
     /// `top`, with `pretcode` in its return slot.
-    pub fn return_frame(&self, top: u64, pretcode: u64) -> ReturnFrame {
+    pub(crate) fn return_frame(&self, top: u64, pretcode: u64) -> ReturnFrame {
         frame::return_frame(
             &frame::resume_registers(&self.saved),
             self.mask,
@@ -161,7 +161,7 @@ impl StoppedThread {
     /// when the stack is a thread stack with room: the main stack or a
     /// mapping with a guard page under it, not a language runtime's small
     /// stack carved out of its heap.
-    pub fn stack_top(&self, maps: &[Mapping]) -> Option<u64> {
+    pub(crate) fn stack_top(&self, maps: &[Mapping]) -> Option<u64> {
         let top = self.saved.rsp.checked_sub(128)?;
         let need = ReturnFrame::size(self.fpu.len()) + 4096;
         let index = maps.iter().position(|m| m.contains(self.saved.rsp))?;
@@ -175,7 +175,7 @@ impl StoppedThread {
     }
 
     /// Writes `bytes` into the target at `address`.
-    pub fn write(&self, address: u64, bytes: &[u8]) -> Result<()> {
+    pub(crate) fn write(&self, address: u64, bytes: &[u8]) -> Result<()> {
         let memory = std::fs::OpenOptions::new()
             .write(true)
             .open(format!("/proc/{}/mem", self.tid))
@@ -188,7 +188,7 @@ impl StoppedThread {
     /// Executes the syscall `number` with `args` at `site` (a `syscall`
     /// instruction followed by the way back: `ret` to `rt_sigreturn`, or
     /// `rt_sigreturn` itself); returns its result (negative: an errno).
-    pub fn syscall(&mut self, site: Site, number: u64, args: [u64; 6]) -> Result<i64> {
+    pub(crate) fn syscall(&mut self, site: Site, number: u64, args: [u64; 6]) -> Result<i64> {
         let mut regs = self.saved;
         regs.rip = site.rip;
         regs.rsp = site.rsp;
@@ -217,7 +217,7 @@ impl StoppedThread {
     /// Runs the code at `site` with `rdi`/`rsi` until it makes its
     /// closing `getpid` (the stop that says it is done), between
     /// `site.rip` and `end`. The code uses no stack.
-    pub fn run(&mut self, site: Site, end: u64, rdi: u64, rsi: u64) -> Result<()> {
+    pub(crate) fn run(&mut self, site: Site, end: u64, rdi: u64, rsi: u64) -> Result<()> {
         let mut regs = self.saved;
         regs.rip = site.rip;
         regs.rsp = site.rsp;
@@ -240,7 +240,7 @@ impl StoppedThread {
 
     /// Puts the thread's registers and mask back and lets it go, with any
     /// signal that stopped it meanwhile.
-    pub fn release(mut self) -> Result<()> {
+    pub(crate) fn release(mut self) -> Result<()> {
         self.put_back()
     }
 
@@ -523,7 +523,7 @@ fn instant(what: &str) {
 }
 
 /// The target's threads that another tracer holds (`TracerPid`).
-pub fn traced_threads(pid: u32) -> Vec<(u32, u32)> {
+pub(crate) fn traced_threads(pid: u32) -> Vec<(u32, u32)> {
     threads(pid)
         .into_iter()
         .filter_map(|tid| {
@@ -539,7 +539,7 @@ pub fn traced_threads(pid: u32) -> Vec<(u32, u32)> {
         .collect()
 }
 
-pub fn threads(pid: u32) -> Vec<u32> {
+pub(crate) fn threads(pid: u32) -> Vec<u32> {
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
         return Vec::new();
     };
@@ -551,7 +551,7 @@ pub fn threads(pid: u32) -> Vec<u32> {
 
 /// How stopping a thread where it is now would look to it, best first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Fit {
+pub(crate) enum Fit {
     /// Blocked in a call the kernel restarts by itself after a stop.
     Restarts,
     /// Running its own code (stopped between two instructions).
@@ -564,7 +564,7 @@ pub enum Fit {
 }
 
 /// A thread's place from `/proc/PID/task/TID/syscall`.
-pub fn fit(syscall_line: &str) -> Fit {
+pub(crate) fn fit(syscall_line: &str) -> Fit {
     const FUTEX: u64 = 202;
     let mut fields = syscall_line.split_whitespace();
     let Some(first) = fields.next() else {
@@ -605,13 +605,13 @@ pub fn fit(syscall_line: &str) -> Fit {
 /// in the attach's words; the restore says it in its own (the entries
 /// are switched by then).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct NoThread {
+pub(crate) struct NoThread {
     pub pid: u32,
     pub why: Unavailable,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Unavailable {
+pub(crate) enum Unavailable {
     /// Job control stopped it (SIGSTOP, SIGTSTP): no thread runs.
     Stopped,
     /// Each thread is in a call a stop would cut short, waits where no
@@ -642,7 +642,7 @@ impl std::error::Error for NoThread {}
 
 /// The target's threads that can be stopped without changing what they
 /// see, best first (the main thread first among equals).
-pub fn candidates(pid: u32) -> Result<Vec<u32>, NoThread> {
+pub(crate) fn candidates(pid: u32) -> Result<Vec<u32>, NoThread> {
     let state = |tid: u32| -> Option<char> {
         let stat = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).ok()?;
         stat.rsplit_once(')')?.1.trim_start().chars().next()
@@ -672,7 +672,7 @@ pub fn candidates(pid: u32) -> Result<Vec<u32>, NoThread> {
 /// Stops a thread of `pid` that can be stopped safely; with `maps`, one
 /// whose own stack has room for a return frame (the first mmap has no
 /// other memory to put it in). Waits a moment for one if none is.
-pub fn stop_a_thread(pid: u32, maps: Option<&[Mapping]>) -> Result<StoppedThread> {
+pub(crate) fn stop_a_thread(pid: u32, maps: Option<&[Mapping]>) -> Result<StoppedThread> {
     let deadline = Instant::now() + PICK_WAIT;
     loop {
         for tid in candidates(pid)? {

@@ -18,23 +18,23 @@ use tracer_common::{CallerKey, LOCK_OPS};
 
 use super::stubs::{ENTRY_BITS, TABLE_BYTES};
 
-pub const MAGIC: [u8; 16] = *b"locktrace-inproc";
+pub(crate) const MAGIC: [u8; 16] = *b"locktrace-inproc";
 /// Bumped when the layout or the stubs change: a mapping of another
 /// version is never reused (its entries are still restored).
 pub const VERSION: u64 = 3;
 
-pub const HEADER: usize = 0x0000;
-pub const CODE: usize = 0x2000;
-pub const CONTROL: usize = 0x3000;
+pub(crate) const HEADER: usize = 0x0000;
+pub(crate) const CODE: usize = 0x2000;
+pub(crate) const CONTROL: usize = 0x3000;
 /// Nonzero while the stubs count (see `stubs`).
-pub const GATE: usize = CONTROL + 0x80;
-pub const PATCH_LIST: usize = CONTROL + 0x100;
-pub const FRAMES: usize = 0x8000;
+pub(crate) const GATE: usize = CONTROL + 0x80;
+pub(crate) const PATCH_LIST: usize = CONTROL + 0x100;
+pub(crate) const FRAMES: usize = 0x8000;
 /// The return frame ends here (its region's top).
-pub const FRAME_TOP: usize = 0x10000;
-pub const TABLES: usize = 0x10000;
+pub(crate) const FRAME_TOP: usize = 0x10000;
+pub(crate) const TABLES: usize = 0x10000;
 /// Bytes the target sees as code (header included): read-only, executable.
-pub const READ_ONLY_BYTES: usize = CONTROL;
+pub(crate) const READ_ONLY_BYTES: usize = CONTROL;
 
 /// Header fields (u64 each, after the magic).
 const VERSION_AT: usize = 16;
@@ -46,10 +46,10 @@ const PATCHES_AT: usize = 56;
 const PATCH_RECORDS: usize = 64;
 /// A record: GOT entry, original value, stub.
 const RECORD_BYTES: usize = 24;
-pub const MAX_PATCHES: usize = (CODE - PATCH_RECORDS) / RECORD_BYTES;
+pub(crate) const MAX_PATCHES: usize = (CODE - PATCH_RECORDS) / RECORD_BYTES;
 /// Patcher list entries: GOT entry, expected, new, value found.
 const LIST_ENTRY_BYTES: usize = 32;
-pub const MAX_LIST: usize = (FRAMES - PATCH_LIST) / LIST_ENTRY_BYTES;
+pub(crate) const MAX_LIST: usize = (FRAMES - PATCH_LIST) / LIST_ENTRY_BYTES;
 
 const _: () = assert!(PATCH_RECORDS + RECORD_BYTES * MAX_PATCHES <= CODE);
 const _: () = assert!(MAX_LIST >= MAX_PATCHES);
@@ -61,7 +61,7 @@ pub fn mapping_bytes(cpu_tables: usize) -> usize {
 
 /// One GOT entry locktrace switched to a stub.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PatchRecord {
+pub(crate) struct PatchRecord {
     pub got: u64,
     pub original: u64,
     pub stub: u64,
@@ -69,7 +69,7 @@ pub struct PatchRecord {
 
 /// What a mapping's header says.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Header {
+pub(crate) struct Header {
     pub version: u64,
     pub owner_pid: u32,
     pub owner_start: u64,
@@ -90,14 +90,14 @@ fn put(bytes: &mut [u8], at: usize, value: u64) {
 const MAX_CPU_TABLES: u64 = 1 << 16;
 
 /// Whether `bytes` start with locktrace's magic (a header, or a forgery).
-pub fn has_magic(bytes: &[u8]) -> bool {
+pub(crate) fn has_magic(bytes: &[u8]) -> bool {
     bytes.get(..16) == Some(&MAGIC[..])
 }
 
 impl Header {
     /// Parses a header page; None when it is not one of locktrace's: no
     /// magic, or fields no run of locktrace writes (said in `garbled`).
-    pub fn parse(bytes: &[u8]) -> Option<Header> {
+    pub(crate) fn parse(bytes: &[u8]) -> Option<Header> {
         if !has_magic(bytes) {
             return None;
         }
@@ -125,7 +125,7 @@ impl Header {
 
     /// What is wrong with a header page that has the magic, if anything:
     /// a short page, a size that is not a mapping's, too many records.
-    pub fn garbled(bytes: &[u8]) -> Option<String> {
+    pub(crate) fn garbled(bytes: &[u8]) -> Option<String> {
         let field = |at: usize| word(bytes, at).unwrap_or(u64::MAX);
         if bytes.len() < CODE {
             return Some(format!(
@@ -149,7 +149,7 @@ impl Header {
 
     /// Writes the header into the mapping's first bytes (records past
     /// [`MAX_PATCHES`] are the caller's to refuse).
-    pub fn write(&self, bytes: &mut [u8]) {
+    pub(crate) fn write(&self, bytes: &mut [u8]) {
         bytes[HEADER..HEADER + 16].copy_from_slice(&MAGIC);
         put(bytes, VERSION_AT, self.version);
         put(bytes, OWNER_PID_AT, self.owner_pid.into());
@@ -169,14 +169,14 @@ impl Header {
 
 /// One entry of the patcher's list.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Swap {
+pub(crate) struct Swap {
     pub got: u64,
     pub expected: u64,
     pub new: u64,
 }
 
 /// Writes the patcher's list; returns how many entries it holds.
-pub fn write_list(bytes: &mut [u8], swaps: &[Swap]) -> usize {
+pub(crate) fn write_list(bytes: &mut [u8], swaps: &[Swap]) -> usize {
     let count = swaps.len().min(MAX_LIST);
     for (i, swap) in swaps.iter().take(count).enumerate() {
         let at = PATCH_LIST + i * LIST_ENTRY_BYTES;
@@ -190,7 +190,7 @@ pub fn write_list(bytes: &mut [u8], swaps: &[Swap]) -> usize {
 
 /// The value the patcher found in each entry of the list (equal to
 /// `expected` where the swap happened).
-pub fn list_results(bytes: &[u8], count: usize) -> Vec<u64> {
+pub(crate) fn list_results(bytes: &[u8], count: usize) -> Vec<u64> {
     (0..count)
         .map(|i| word(bytes, PATCH_LIST + i * LIST_ENTRY_BYTES + 24).unwrap_or(0))
         .collect()
@@ -198,7 +198,7 @@ pub fn list_results(bytes: &[u8], count: usize) -> Vec<u64> {
 
 /// What the stubs counted, summed over the CPUs' tables.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct Counted {
+pub(crate) struct Counted {
     /// Acquisitions per (lock, caller, op).
     pub calls: HashMap<CallerKey, u64>,
     /// Calls that returned without the lock, keyed the same way.
@@ -210,7 +210,7 @@ pub struct Counted {
 impl Counted {
     /// Adds the stubs' counts to what the BPF side counted: per caller,
     /// per lock and function, and the failed tries apart.
-    pub fn add_to(&self, collected: &mut crate::model::Collected) {
+    pub(crate) fn add_to(&self, collected: &mut crate::model::Collected) {
         for (key, &count) in &self.calls {
             *collected.callers.entry(*key).or_default() += count;
             let lock = collected.locks.entry(key.lock).or_default();
@@ -227,7 +227,7 @@ impl Counted {
 /// Reads every table of a mapping (`bytes` covers it whole). A slot
 /// whose caller is not written yet has no counts (the stub writes the
 /// caller before it counts); the same key in two slots is summed.
-pub fn read_counts(bytes: &[u8], cpu_tables: usize) -> Counted {
+pub(crate) fn read_counts(bytes: &[u8], cpu_tables: usize) -> Counted {
     let mut counted = Counted::default();
     for (op, slot) in counted.overflow.iter_mut().enumerate() {
         *slot = word(bytes, CONTROL + op * 8).unwrap_or(0);

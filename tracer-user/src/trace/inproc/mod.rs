@@ -5,9 +5,9 @@
 //! target and when, `inject` and `frame` for why a dead locktrace never
 //! leaves a thread half way, and `seccomp` for the check that a seccomp
 //! filter of the target lets it through.
-pub mod frame;
-pub mod inject;
+pub(crate) mod frame;
+pub(crate) mod inject;
 pub mod layout;
-pub mod seccomp;
-pub mod session;
-pub mod stubs;
+pub(crate) mod seccomp;
+pub(crate) mod session;
+pub(crate) mod stubs;

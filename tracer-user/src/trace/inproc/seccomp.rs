@@ -18,7 +18,7 @@ use nix::errno::Errno;
 use super::{inject, layout};
 
 /// `seccomp_data.arch` of a 64-bit x86 process (linux/audit.h).
-pub const AUDIT_ARCH_X86_64: u32 = 0xC000_003E;
+pub(crate) const AUDIT_ARCH_X86_64: u32 = 0xC000_003E;
 /// linux/ptrace.h; not in the libc crate.
 const PTRACE_SECCOMP_GET_FILTER: libc::c_uint = 0x420c;
 /// The kernel's bounds: instructions per filter, scratch words.
@@ -35,7 +35,7 @@ const MAX_PATHS: usize = 4096;
 #[cfg(test)]
 /// `struct seccomp_data`, what a filter reads.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct SeccompData {
+pub(crate) struct SeccompData {
     pub nr: i32,
     pub arch: u32,
     pub instruction_pointer: u64,
@@ -44,7 +44,7 @@ pub struct SeccompData {
 
 /// Why a program cannot be run: the kernel would have refused it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum EvalError {
+pub(crate) enum EvalError {
     #[error("empty program")]
     Empty,
     #[error("{0} instructions, more than the kernel's {MAX_INSNS}")]
@@ -415,7 +415,10 @@ fn test(cond: Cond, a: u32, b: u32) -> bool {
 #[cfg(test)]
 /// Runs a seccomp program on `data`: the value it returns (action and
 /// data), or why the kernel would not have taken the program.
-pub fn evaluate(program: &[libc::sock_filter], data: &SeccompData) -> Result<u32, EvalError> {
+pub(crate) fn evaluate(
+    program: &[libc::sock_filter],
+    data: &SeccompData,
+) -> Result<u32, EvalError> {
     let program = decode(program)?;
     let args = data.args.map(Some);
     let words = data_words(data.nr, data.arch, Some(data.instruction_pointer), &args);
@@ -429,7 +432,7 @@ pub fn evaluate(program: &[libc::sock_filter], data: &SeccompData) -> Result<u32
 
 /// What seccomp does with a call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Action {
+pub(crate) enum Action {
     KillProcess,
     KillThread,
     Trap,
@@ -443,7 +446,7 @@ pub enum Action {
 }
 
 impl Action {
-    pub fn from_ret(ret: u32) -> Action {
+    pub(crate) fn from_ret(ret: u32) -> Action {
         match ret & libc::SECCOMP_RET_ACTION_FULL {
             libc::SECCOMP_RET_KILL_PROCESS => Action::KillProcess,
             libc::SECCOMP_RET_KILL_THREAD => Action::KillThread,
@@ -458,7 +461,7 @@ impl Action {
     }
 
     /// The call goes through as if there were no filter.
-    pub fn lets_through(self) -> bool {
+    pub(crate) fn lets_through(self) -> bool {
         matches!(self, Action::Allow | Action::Log)
     }
 }
@@ -473,7 +476,7 @@ fn precedence(ret: u32) -> i32 {
 /// What the filters together do with `data`: all run, the lowest
 /// precedence wins (the newest filter on a tie: `filters` newest first,
 /// as `read_filters` returns them).
-pub fn verdict(
+pub(crate) fn verdict(
     filters: &[Vec<libc::sock_filter>],
     data: &SeccompData,
 ) -> Result<Action, EvalError> {
@@ -490,7 +493,7 @@ pub fn verdict(
 /// The thread's seccomp mode (`Seccomp:` in its status): 0 none, 1
 /// strict, 2 filter. None: no such line (a kernel without seccomp) or no
 /// such thread.
-pub fn mode(pid: u32, tid: u32) -> Option<u32> {
+pub(crate) fn mode(pid: u32, tid: u32) -> Option<u32> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/status")).ok()?;
     parse_mode(&status)
 }
@@ -506,7 +509,7 @@ fn parse_mode(status: &str) -> Option<u32> {
 
 /// Why a thread's filters could not be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ReadError {
+pub(crate) enum ReadError {
     #[error(
         "this kernel does not show seccomp filters (PTRACE_SECCOMP_GET_FILTER needs CONFIG_CHECKPOINT_RESTORE)"
     )]
@@ -528,7 +531,7 @@ pub enum ReadError {
 /// The classic BPF programs of thread `tid`'s seccomp filters, newest
 /// first (the order the kernel runs them in). The caller must hold `tid`
 /// ptrace-stopped: the kernel shows the filters of a stopped tracee only.
-pub fn read_filters(tid: u32) -> Result<Vec<Vec<libc::sock_filter>>, ReadError> {
+pub(crate) fn read_filters(tid: u32) -> Result<Vec<Vec<libc::sock_filter>>, ReadError> {
     let empty = libc::sock_filter {
         code: 0,
         jt: 0,
@@ -576,7 +579,7 @@ pub fn read_filters(tid: u32) -> Result<Vec<Vec<libc::sock_filter>>, ReadError> 
 
 /// A syscall locktrace makes the stopped thread execute.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct InjectedCall {
+pub(crate) struct InjectedCall {
     /// Its name, for the refusal.
     pub name: &'static str,
     pub nr: i32,
@@ -593,7 +596,10 @@ pub struct InjectedCall {
 /// `mmap` of locktrace's mapping and the `mprotect` of its code; always
 /// the `mprotect` of a `-z now` GOT page to read-write and back to
 /// read-only (RELRO), and what code run in the mapping may call.
-pub fn injected_calls(syscall_at: Option<u64>, new_mapping: Option<u64>) -> Vec<InjectedCall> {
+pub(crate) fn injected_calls(
+    syscall_at: Option<u64>,
+    new_mapping: Option<u64>,
+) -> Vec<InjectedCall> {
     // seccomp sees the address after the instruction.
     calls(syscall_at.map(|at| at + 2), new_mapping.map(Some))
 }
@@ -651,7 +657,7 @@ fn calls(in_code: Option<u64>, new_mapping: Option<Option<u64>>) -> Vec<Injected
 
 /// Why `--mode inproc` will not inject into the thread.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Why {
+pub(crate) enum Why {
     Strict,
     Unreadable(ReadError),
     Malformed {
@@ -669,7 +675,7 @@ pub enum Why {
 
 /// A refusal, one line that says what to do.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Refusal {
+pub(crate) struct Refusal {
     pub pid: u32,
     pub tid: u32,
     pub why: Why,
@@ -686,7 +692,7 @@ impl fmt::Display for Refusal {
 
 impl Refusal {
     /// The refusal without what to do instead.
-    pub fn reason(&self) -> String {
+    pub(crate) fn reason(&self) -> String {
         struct Reason<'a>(&'a Refusal);
         impl fmt::Display for Reason<'_> {
             fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -729,7 +735,7 @@ impl Refusal {
 
 /// The stubs' sample call (`--stacks`): `getppid`, from their code in
 /// locktrace's mapping (an address not known in advance).
-pub fn sample_call() -> InjectedCall {
+pub(crate) fn sample_call() -> InjectedCall {
     InjectedCall {
         name: "getppid",
         nr: tracer_common::inproc_sample::SYSCALL_NR as i32,
@@ -743,7 +749,7 @@ pub fn sample_call() -> InjectedCall {
 /// filters of another filtered thread are read with it stopped for a
 /// moment, as `session` stops one; a thread a stop would disturb is not
 /// stopped, and sampling stays off. Err: why, one line.
-pub fn check_sample_call(pid: u32, stopped: u32) -> Result<(), String> {
+pub(crate) fn check_sample_call(pid: u32, stopped: u32) -> Result<(), String> {
     let calls = [sample_call()];
     for tid in inject::threads(pid) {
         if matches!(mode(pid, tid), None | Some(0)) {
@@ -801,7 +807,7 @@ fn effect(action: Option<Action>) -> (&'static str, String) {
 /// thread for a moment when it is under seccomp, and judges the calls
 /// with what only `session` knows (where its `syscall` instruction is,
 /// how big the mapping) unknown. `session` checks again as it injects.
-pub fn precheck(pid: u32) -> anyhow::Result<()> {
+pub(crate) fn precheck(pid: u32) -> anyhow::Result<()> {
     let filtered = std::fs::read_dir(format!("/proc/{pid}/task"))
         .into_iter()
         .flatten()
@@ -820,7 +826,7 @@ pub fn precheck(pid: u32) -> anyhow::Result<()> {
 /// Refuses when a seccomp filter of thread `tid` (ptrace-stopped by the
 /// caller, who is about to inject into it) would not let every call of
 /// `calls` through.
-pub fn check(pid: u32, tid: u32, calls: &[InjectedCall]) -> Result<(), Refusal> {
+pub(crate) fn check(pid: u32, tid: u32, calls: &[InjectedCall]) -> Result<(), Refusal> {
     let refusal = |why| Refusal { pid, tid, why };
     match mode(pid, tid) {
         // No line: a kernel without seccomp.

@@ -90,7 +90,7 @@ pub struct Session {
 
 /// The ops that uprobes must count (no module calls them through a GOT),
 /// and the session, when any entry was switched.
-pub struct Started {
+pub(crate) struct Started {
     pub session: Option<Session>,
     pub uprobe_ops: Vec<LockOp>,
     pub functions: Vec<InprocFunction>,
@@ -104,7 +104,7 @@ pub struct Started {
 /// uprobes (returned in `uprobe_ops`). `sample_every` (`--stacks`; a
 /// power of two): the stubs sample one acquisition in that many per
 /// slot, once every thread's seccomp filter lets their call through.
-pub fn start(
+pub(crate) fn start(
     target: &Target,
     functions: &[LockFunction],
     sample_every: Option<u64>,
@@ -202,7 +202,7 @@ pub fn start(
 
 /// Refuses a target another tracer holds, or another locktrace counts in
 /// with `--mode inproc` (one line each, before anything is written).
-pub fn check_alone(target: &Target) -> Result<()> {
+pub(crate) fn check_alone(target: &Target) -> Result<()> {
     let pid = target.pid;
     if let Some((tid, tracer)) = inject::traced_threads(pid).first() {
         bail!(
@@ -506,7 +506,7 @@ impl Session {
     }
 
     /// Opens or closes the stubs' gate (nothing counted while closed).
-    pub fn set_counting(&self, on: bool) {
+    pub(crate) fn set_counting(&self, on: bool) {
         // SAFETY: GATE is an aligned word inside the shared mapping, which
         // lives as long as `self`; the stubs only read it.
         let gate = unsafe {
@@ -516,13 +516,13 @@ impl Session {
     }
 
     /// What the stubs counted so far.
-    pub fn read(&self) -> Counted {
+    pub(crate) fn read(&self) -> Counted {
         layout::read_counts(&self.shared, self.cpu_tables)
     }
 
     /// Switches every entry back (the mapping stays) and says how, with
     /// what the stubs did not count (`overflow`, read with the counts).
-    pub fn finish(mut self, overflow: u64) -> Inproc {
+    pub(crate) fn finish(mut self, overflow: u64) -> Inproc {
         let loaded_while_recording = self.loaded_while_recording();
         let restore = self.restore();
         Inproc {
@@ -541,7 +541,7 @@ impl Session {
 
     /// `--stacks`: why the stubs take no samples (None: they do, or
     /// were not asked to).
-    pub fn stack_samples_off(&self) -> Option<&str> {
+    pub(crate) fn stack_samples_off(&self) -> Option<&str> {
         self.stack_sample
             .as_ref()?
             .as_ref()
@@ -1333,13 +1333,13 @@ fn possible_cpus() -> usize {
 
 /// What `locktrace restore --pid` did: entries switched back, and the
 /// mappings it left alone (one line each).
-pub struct Restored {
+pub(crate) struct Restored {
     pub entries: u64,
     pub ignored: Vec<String>,
 }
 
 /// `locktrace restore --pid`: switches back what a killed run left.
-pub fn restore_pid(pid: u32) -> Result<Restored> {
+pub(crate) fn restore_pid(pid: u32) -> Result<Restored> {
     let target = Target::open(pid)?;
     let (leftovers, ignored) = leftovers(pid, &target.maps)?;
     let entries = restore_leftovers_of(&target, &leftovers)?;

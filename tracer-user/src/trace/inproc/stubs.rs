@@ -30,34 +30,35 @@
 use tracer_common::{LOCK_OPS, inproc_sample};
 
 /// Offsets of the block's data words (filled by locktrace).
-pub const TABLES_BASE: usize = 0x00;
+pub(crate) const TABLES_BASE: usize = 0x00;
 /// Nonzero: the CPU has `rdpid`. The CPU is never read through the
 /// thread pointer: a thread with a TLS block of its own (a raw `clone`)
 /// must not fault in a stub.
-pub const USE_RDPID: usize = 0x08;
-pub const CPU_TABLES: usize = 0x10;
-pub const OVERFLOW_BASE: usize = 0x18;
+pub(crate) const USE_RDPID: usize = 0x08;
+pub(crate) const CPU_TABLES: usize = 0x10;
+pub(crate) const OVERFLOW_BASE: usize = 0x18;
 /// `LOCK_OPS` words: the real function of each op (0: not patched).
-pub const REAL_FUNCTIONS: usize = 0x20;
+pub(crate) const REAL_FUNCTIONS: usize = 0x20;
 /// Sample mask: 2^k - 1 samples one acquisition in 2^k per (lock,
 /// caller, op) slot of a CPU's table; 0 (as copied) takes no sample.
-pub const SAMPLE_MASK: usize = 0x90;
+pub(crate) const SAMPLE_MASK: usize = 0x90;
 /// Stub of op `i` at `STUBS + i * STUB_STRIDE`.
-pub const STUBS: usize = 0xC0;
-pub const STUB_STRIDE: usize = 16;
+pub(crate) const STUBS: usize = 0xC0;
+pub(crate) const STUB_STRIDE: usize = 16;
 /// A `syscall` followed by `rt_sigreturn`: injected syscalls run here
 /// once the mapping exists (see `inject`: the way back needs no tracer).
-pub const SYSCALL_SITE: usize = 0x1A0;
+pub(crate) const SYSCALL_SITE: usize = 0x1A0;
 /// The patcher: `rdi` = patch list, `rsi` = entries; ends in `getpid`
 /// (the stop that tells locktrace it is done), then `rt_sigreturn`.
-pub const PATCHER: usize = 0x1C0;
+pub(crate) const PATCHER: usize = 0x1C0;
 
 /// log2 of a table's entries, and its size in bytes (32-byte entries).
-pub const ENTRY_BITS: u32 = 14;
-pub const TABLE_BYTES: usize = 32 << ENTRY_BITS;
+pub(crate) const ENTRY_BITS: u32 = 14;
+pub(crate) const TABLE_BYTES: usize = 32 << ENTRY_BITS;
 /// Slots a stub looks at before it counts the call as overflow (the
 /// `COUNT` macro's `mov r10d, 64`; a unit test holds the two together).
-pub const MAX_PROBES: u32 = 64;
+#[cfg(test)]
+pub(crate) const MAX_PROBES: u32 = 64;
 
 const _: () = assert!(REAL_FUNCTIONS + 8 * LOCK_OPS <= SAMPLE_MASK);
 const _: () = assert!(SAMPLE_MASK + 8 <= STUBS);
@@ -253,7 +254,7 @@ unsafe extern "C" {
 }
 
 /// The block's bytes, data words still zero.
-pub fn block() -> &'static [u8] {
+pub(crate) fn block() -> &'static [u8] {
     // SAFETY: both symbols are in the one section the assembler emitted
     // above, start before end; the bytes are read-only data.
     unsafe {

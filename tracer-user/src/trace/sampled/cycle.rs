@@ -13,7 +13,7 @@ use super::WARMUP;
 use crate::model::{CountingWindow, SampledRun, StopReason};
 
 /// What the duty cycle does to the kernel.
-pub trait WindowProbes {
+pub(crate) trait WindowProbes {
     /// Attaches the next window's lock probes, or takes those kept attached
     /// from the last window; false when the target exited.
     fn open(&mut self) -> Result<bool>;
@@ -42,7 +42,7 @@ pub trait WindowProbes {
 
 /// Lock calls and requests counted since the probes were loaded.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Counts {
+pub(crate) struct Counts {
     pub calls: u64,
     pub requests: u64,
 }
@@ -52,7 +52,7 @@ pub struct Counts {
 /// (`run.period`), the first at once, the later ones at `jitter()` (in
 /// [0, 1)) of the period's free time. `run` comes with its period and
 /// links; it goes back with its windows and its length from `started`.
-pub async fn run<F>(
+pub(crate) async fn run<F>(
     probes: &mut impl WindowProbes,
     rate: f64,
     mut run: SampledRun,
@@ -286,10 +286,10 @@ fn window_length(rate: f64, period: Duration, now: Duration, counted: Duration) 
 }
 
 /// Small xorshift for window jitter (no need for a crate).
-pub struct Jitter(u64);
+pub(crate) struct Jitter(u64);
 
 impl Jitter {
-    pub fn new() -> Jitter {
+    pub(crate) fn new() -> Jitter {
         let seed = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(1, |d| d.as_nanos() as u64);
@@ -297,7 +297,7 @@ impl Jitter {
     }
 
     /// Uniform in [0, 1).
-    pub fn next(&mut self) -> f64 {
+    pub(crate) fn next(&mut self) -> f64 {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;
