@@ -67,13 +67,23 @@ pub struct Found {
     pub server: Option<ServerKind>,
 }
 
+/// A process that exec'd, waiting to be judged.
+#[derive(Debug, Clone, Copy)]
+struct Starting {
+    since: Instant,
+    /// Looked at once and not PHP-like yet: looked at again only at
+    /// [`SETTLE`] (not at every pause: most execs on a busy machine are not
+    /// PHP, and their maps are the dear read).
+    looked: bool,
+}
+
 pub struct Discovery {
     selectors: Selectors,
     /// Every process seen, with the executable it was judged with.
     judged: HashMap<u32, String>,
     /// Processes that exec'd, to be judged once they are past their
     /// dynamic loader, with when their exec was seen.
-    starting: HashMap<u32, Instant>,
+    starting: HashMap<u32, Starting>,
     own_pid: u32,
 }
 
@@ -91,7 +101,14 @@ impl Discovery {
     pub fn exec(&mut self, pid: u32) {
         if pid != self.own_pid {
             self.judged.remove(&pid);
-            self.starting.insert(pid, Instant::now());
+            let since = Instant::now();
+            self.starting.insert(
+                pid,
+                Starting {
+                    since,
+                    looked: false,
+                },
+            );
         }
     }
 
@@ -106,8 +123,12 @@ impl Discovery {
     /// (executable, maps, cgroup) before anything else.
     pub fn starting(&mut self, watched: &HashSet<u32>) -> Vec<(Found, Instant)> {
         let mut found = Vec::new();
-        let pids: Vec<(u32, Instant)> = self.starting.iter().map(|(p, t)| (*p, *t)).collect();
-        for (pid, since) in pids {
+        let pids: Vec<(u32, Starting)> = self.starting.iter().map(|(p, s)| (*p, *s)).collect();
+        for (pid, Starting { since, looked }) in pids {
+            let settling = !self.selectors.any() && since.elapsed() < SETTLE;
+            if looked && settling {
+                continue;
+            }
             let exe = match watched.contains(&pid) {
                 true => None,
                 false => std::fs::read_link(format!("/proc/{pid}/exe")).ok(),
@@ -118,7 +139,8 @@ impl Discovery {
                 continue;
             };
             if self.wanted(pid, &exe).is_none() {
-                if !self.selectors.any() && since.elapsed() < SETTLE {
+                if settling {
+                    self.starting.insert(pid, Starting { since, looked: true });
                     continue;
                 }
             } else if Target::open(pid).is_ok_and(|target| lockfuncs::still_starting(&target))
@@ -181,16 +203,23 @@ impl Discovery {
         if self.selectors.any() && !by_name && self.selectors.cgroup.is_empty() {
             return None;
         }
+        let cgroup_of = || {
+            let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
+            super::labels::cgroup_path(&text).unwrap_or("").to_string()
+        };
+        // With --within-cgroup, the cgroup (a line) turns most processes
+        // down before their maps (thousands of lines) are read.
+        let early = (!self.selectors.within.is_empty()).then(cgroup_of);
+        if early.as_ref().is_some_and(|cgroup| !self.selectors.within(cgroup)) {
+            return None;
+        }
         if !self.selectors.any() {
             let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
             if !request_auto::may_be_php(exe, &maps) {
                 return None;
             }
         }
-        let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
-        let cgroup = super::labels::cgroup_path(&cgroup)
-            .unwrap_or("")
-            .to_string();
+        let cgroup = early.unwrap_or_else(cgroup_of);
         let selected = !self.selectors.any() || self.selectors.matches(exe, &cgroup);
         (selected && self.selectors.within(&cgroup)).then_some(cgroup)
     }
