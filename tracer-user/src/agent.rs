@@ -458,6 +458,8 @@ impl Watcher {
             for found in self.discovery.scan(&watched) {
                 self.attach(found, None);
             }
+            // Judged by this scan: from now on the events tell what changes.
+            self.discovery.told(self.events.is_some());
             self.retry_failed();
             if first {
                 first = false;
@@ -525,18 +527,24 @@ impl Watcher {
                         Event::Exec { tgid } => self.discovery.exec(tgid),
                         // A process ends with its leader (then checked gone).
                         Event::Exit { pid, tgid } if pid == tgid => {
+                            self.discovery.exit(pid);
                             exited |= self.watched.contains_key(&pid);
                         }
                         _ => {}
                     }
                 }
             }
-            Ok(Events::Lost) => complete = false,
+            Ok(Events::Lost) => {
+                complete = false;
+                // The next scan looks at every process again.
+                self.discovery.told(false);
+            }
             Err(error) => {
                 note(format_args!(
                     "locktrace: agent: reading the proc connector's events failed ({error}); finding new processes by the /proc scan alone from now on"
                 ));
                 self.events = None;
+                self.discovery.told(false);
             }
         }
         if exited {

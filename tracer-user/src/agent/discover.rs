@@ -85,6 +85,10 @@ pub struct Discovery {
     /// dynamic loader, with when their exec was seen.
     starting: HashMap<u32, Starting>,
     own_pid: u32,
+    /// The proc connector tells every exec and process end (none lost since
+    /// the last scan): a scan then skips the processes judged already
+    /// (their exec would have made them judged afresh, their end forgotten).
+    told: bool,
 }
 
 impl Discovery {
@@ -94,7 +98,21 @@ impl Discovery {
             judged: HashMap::new(),
             starting: HashMap::new(),
             own_pid: std::process::id(),
+            told: false,
         }
+    }
+
+    /// Whether execs and process ends are all told (by [`Discovery::exec`]
+    /// and [`Discovery::exit`]); false after events were lost, until the
+    /// next scan has looked at every process again.
+    pub fn told(&mut self, told: bool) {
+        self.told = told;
+    }
+
+    /// Process `pid` ended: a new process with its pid is judged afresh.
+    pub fn exit(&mut self, pid: u32) {
+        self.judged.remove(&pid);
+        self.starting.remove(&pid);
     }
 
     /// Process `pid` exec'd: it is judged afresh by [`Discovery::starting`].
@@ -140,7 +158,13 @@ impl Discovery {
             };
             if self.wanted(pid, &exe).is_none() {
                 if settling {
-                    self.starting.insert(pid, Starting { since, looked: true });
+                    self.starting.insert(
+                        pid,
+                        Starting {
+                            since,
+                            looked: true,
+                        },
+                    );
                     continue;
                 }
             } else if Target::open(pid).is_ok_and(|target| lockfuncs::still_starting(&target))
@@ -174,7 +198,11 @@ impl Discovery {
                 continue;
             };
             present.insert(pid);
-            if pid == self.own_pid || watched.contains(&pid) || self.starting.contains_key(&pid) {
+            if pid == self.own_pid
+                || watched.contains(&pid)
+                || self.starting.contains_key(&pid)
+                || (self.told && self.judged.contains_key(&pid))
+            {
                 continue;
             }
             // Kernel threads have no executable.
@@ -210,7 +238,10 @@ impl Discovery {
         // With --within-cgroup, the cgroup (a line) turns most processes
         // down before their maps (thousands of lines) are read.
         let early = (!self.selectors.within.is_empty()).then(cgroup_of);
-        if early.as_ref().is_some_and(|cgroup| !self.selectors.within(cgroup)) {
+        if early
+            .as_ref()
+            .is_some_and(|cgroup| !self.selectors.within(cgroup))
+        {
             return None;
         }
         if !self.selectors.any() {

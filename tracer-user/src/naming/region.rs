@@ -157,7 +157,9 @@ impl AddressSpace {
         let mut modules = Vec::new();
         let mut skipped = Vec::new();
         cache.retain(|(path, identity, _), _| {
-            files.get(path).is_some_and(|file| file.identity() == *identity)
+            files
+                .get(path)
+                .is_some_and(|file| file.identity() == *identity)
         });
         for (path, file) in files {
             let key = (path.clone(), file.identity(), root.is_some());
