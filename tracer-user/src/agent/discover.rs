@@ -15,10 +15,12 @@ use crate::{
 /// has mapped its libraries (attaching then needs no wait), or after this
 /// long anyway.
 const STARTING_WAIT: Duration = Duration::from_secs(2);
-/// Without selectors, a process that does not look like PHP yet is looked
-/// at again this long after its exec: its loader may not have mapped
-/// libphp yet (a few ms; the margin is for a loaded machine).
-const SETTLE: Duration = Duration::from_millis(200);
+/// Without selectors, a process that does not look like PHP as it execs
+/// is looked at again this long after its exec, then once more: its loader
+/// may not have mapped libphp yet (a few ms; the last look's margin is for
+/// a loaded machine). Not at every pause: most execs on a busy machine are
+/// not PHP, and their maps are the dear read.
+const LOOKS_AGAIN: [Duration; 2] = [Duration::from_millis(30), Duration::from_millis(200)];
 
 /// `--exe` and `--cgroup`: with any, the processes they match instead of
 /// the PHP servers.
@@ -71,10 +73,9 @@ pub struct Found {
 #[derive(Debug, Clone, Copy)]
 struct Starting {
     since: Instant,
-    /// Looked at once and not PHP-like yet: looked at again only at
-    /// [`SETTLE`] (not at every pause: most execs on a busy machine are not
-    /// PHP, and their maps are the dear read).
-    looked: bool,
+    /// Looks so far that found it not PHP-like (yet): the next is due
+    /// [`LOOKS_AGAIN`]`[looks - 1]` after its exec.
+    looks: usize,
 }
 
 pub struct Discovery {
@@ -120,13 +121,7 @@ impl Discovery {
         if pid != self.own_pid {
             self.judged.remove(&pid);
             let since = Instant::now();
-            self.starting.insert(
-                pid,
-                Starting {
-                    since,
-                    looked: false,
-                },
-            );
+            self.starting.insert(pid, Starting { since, looks: 0 });
         }
     }
 
@@ -142,9 +137,11 @@ impl Discovery {
     pub fn starting(&mut self, watched: &HashSet<u32>) -> Vec<(Found, Instant)> {
         let mut found = Vec::new();
         let pids: Vec<(u32, Starting)> = self.starting.iter().map(|(p, s)| (*p, *s)).collect();
-        for (pid, Starting { since, looked }) in pids {
-            let settling = !self.selectors.any() && since.elapsed() < SETTLE;
-            if looked && settling {
+        for (pid, Starting { since, looks }) in pids {
+            let due = looks
+                .checked_sub(1)
+                .map_or(Duration::ZERO, |n| LOOKS_AGAIN[n]);
+            if !self.selectors.any() && since.elapsed() < due {
                 continue;
             }
             let exe = match watched.contains(&pid) {
@@ -157,14 +154,9 @@ impl Discovery {
                 continue;
             };
             if self.wanted(pid, &exe).is_none() {
-                if settling {
-                    self.starting.insert(
-                        pid,
-                        Starting {
-                            since,
-                            looked: true,
-                        },
-                    );
+                if !self.selectors.any() && looks < LOOKS_AGAIN.len() {
+                    let looks = looks + 1;
+                    self.starting.insert(pid, Starting { since, looks });
                     continue;
                 }
             } else if Target::open(pid).is_ok_and(|target| lockfuncs::still_starting(&target))
