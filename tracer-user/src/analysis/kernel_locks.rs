@@ -258,8 +258,11 @@ struct Row {
     /// Contentions per lock type the stacks say.
     types: BTreeMap<&'static str, u64>,
     /// Contentions and wait per (kernel stack's functions, user ip).
-    stacks: BTreeMap<(Arc<[String]>, u64), (u64, u64)>,
+    stacks: BTreeMap<StackAt, (u64, u64)>,
 }
+
+/// A kernel stack's functions and the user ip it was entered from.
+type StackAt = (Arc<[String]>, u64);
 
 /// The entries of `map`, most wait time first.
 fn by_wait<K>(map: BTreeMap<K, (u64, u64)>) -> Vec<(K, (u64, u64))> {
