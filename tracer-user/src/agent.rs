@@ -41,8 +41,13 @@ use push::{PushCounters, Pusher, Upload};
 
 /// How often /proc is scanned for new and exited processes.
 pub(crate) const SCAN_EVERY: Duration = Duration::from_millis(500);
-/// The watcher's pause between looks at its exec events and `?seconds=` requests.
+/// The watcher's pause between looks at its exec events and `?seconds=`
+/// requests while a process starts or exits (an event ends a pause at
+/// once whatever its length).
 const PAUSE: Duration = Duration::from_millis(20);
+/// The pause otherwise: each wakeup costs, and only a `?seconds=` request
+/// waits for it.
+const IDLE_PAUSE: Duration = Duration::from_millis(100);
 /// After a watched process's exit event, how long each pause checks for it
 /// to be gone.
 const EXITING_CHECKS: Duration = Duration::from_millis(300);
@@ -345,7 +350,7 @@ fn latest(shared: &Mutex<Shared>, pid: u32) -> Option<Kept> {
 }
 
 /// The process's counts from a read made now (the watcher reads it within
-/// its 20 ms pause); the last ones when no read comes (it exited). A
+/// its pause, 100 ms at most); the last ones when no read comes (it exited). A
 /// process attached a moment ago has no read yet: this one is its first.
 async fn fresh(shared: &Mutex<Shared>, pid: u32) -> Option<Kept> {
     let asked = {
@@ -453,6 +458,8 @@ impl Watcher {
             for found in self.discovery.scan(&watched) {
                 self.attach(found, None);
             }
+            // Judged by this scan: from now on the events tell what changes.
+            self.discovery.told(self.events.is_some());
             self.retry_failed();
             if first {
                 first = false;
@@ -476,7 +483,10 @@ impl Watcher {
             let next = scan_start + SCAN_EVERY;
             while !stop.load(Ordering::Relaxed) && Instant::now() < next {
                 self.read_requested();
-                if !self.events(PAUSE) {
+                let busy = self.exiting_until.is_some() || self.discovery.any_starting();
+                let pause = if busy { PAUSE } else { IDLE_PAUSE };
+                let pause = pause.min(next.saturating_duration_since(Instant::now()));
+                if !self.events(pause) {
                     break;
                 }
             }
@@ -517,18 +527,24 @@ impl Watcher {
                         Event::Exec { tgid } => self.discovery.exec(tgid),
                         // A process ends with its leader (then checked gone).
                         Event::Exit { pid, tgid, .. } if pid == tgid => {
+                            self.discovery.exit(pid);
                             exited |= self.watched.contains_key(&pid);
                         }
                         _ => {}
                     }
                 }
             }
-            Ok(Events::Lost) => complete = false,
+            Ok(Events::Lost) => {
+                complete = false;
+                // The next scan looks at every process again.
+                self.discovery.told(false);
+            }
             Err(error) => {
                 note(format_args!(
                     "locktrace: agent: reading the proc connector's events failed ({error}); finding new processes by the /proc scan alone from now on"
                 ));
                 self.events = None;
+                self.discovery.told(false);
             }
         }
         if exited {

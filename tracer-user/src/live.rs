@@ -560,6 +560,7 @@ impl LiveSession {
             }
         }
         let keys = gone.into_iter().map(|(key, _)| key).collect();
+        self.session.kernel_stacks.forget(&stacks);
         collect::while_paused(&mut self.session.loaded.ebpf, |ebpf| {
             crate::trace::expire::remove_kernel_locks(ebpf, keys, &stacks)
         })

@@ -15,10 +15,12 @@ use crate::{
 /// has mapped its libraries (attaching then needs no wait), or after this
 /// long anyway.
 const STARTING_WAIT: Duration = Duration::from_secs(2);
-/// Without selectors, a process that does not look like PHP yet is looked
-/// at again this long after its exec: its loader may not have mapped
-/// libphp yet (a few ms; the margin is for a loaded machine).
-const SETTLE: Duration = Duration::from_millis(200);
+/// Without selectors, a process that does not look like PHP as it execs
+/// is looked at again this long after its exec, then once more: its loader
+/// may not have mapped libphp yet (a few ms; the last look's margin is for
+/// a loaded machine). Not at every pause: most execs on a busy machine are
+/// not PHP, and their maps are the dear read.
+const LOOKS_AGAIN: [Duration; 2] = [Duration::from_millis(30), Duration::from_millis(200)];
 
 /// `--exe` and `--cgroup`: with any, the processes they match instead of
 /// the PHP servers.
@@ -67,14 +69,27 @@ pub struct Found {
     pub server: Option<ServerKind>,
 }
 
+/// A process that exec'd, waiting to be judged.
+#[derive(Debug, Clone, Copy)]
+struct Starting {
+    since: Instant,
+    /// Looks so far that found it not PHP-like (yet): the next is due
+    /// [`LOOKS_AGAIN`]`[looks - 1]` after its exec.
+    looks: usize,
+}
+
 pub struct Discovery {
     selectors: Selectors,
     /// Every process seen, with the executable it was judged with.
     judged: HashMap<u32, String>,
     /// Processes that exec'd, to be judged once they are past their
     /// dynamic loader, with when their exec was seen.
-    starting: HashMap<u32, Instant>,
+    starting: HashMap<u32, Starting>,
     own_pid: u32,
+    /// The proc connector tells every exec and process end (none lost since
+    /// the last scan): a scan then skips the processes judged already
+    /// (their exec would have made them judged afresh, their end forgotten).
+    told: bool,
 }
 
 impl Discovery {
@@ -84,14 +99,29 @@ impl Discovery {
             judged: HashMap::new(),
             starting: HashMap::new(),
             own_pid: std::process::id(),
+            told: false,
         }
+    }
+
+    /// Whether execs and process ends are all told (by [`Discovery::exec`]
+    /// and [`Discovery::exit`]); false after events were lost, until the
+    /// next scan has looked at every process again.
+    pub(crate) fn told(&mut self, told: bool) {
+        self.told = told;
+    }
+
+    /// Process `pid` ended: a new process with its pid is judged afresh.
+    pub(crate) fn exit(&mut self, pid: u32) {
+        self.judged.remove(&pid);
+        self.starting.remove(&pid);
     }
 
     /// Process `pid` exec'd: it is judged afresh by [`Discovery::starting`].
     pub(crate) fn exec(&mut self, pid: u32) {
         if pid != self.own_pid {
             self.judged.remove(&pid);
-            self.starting.insert(pid, Instant::now());
+            let since = Instant::now();
+            self.starting.insert(pid, Starting { since, looks: 0 });
         }
     }
 
@@ -106,8 +136,14 @@ impl Discovery {
     /// (executable, maps, cgroup) before anything else.
     pub(crate) fn starting(&mut self, watched: &HashSet<u32>) -> Vec<(Found, Instant)> {
         let mut found = Vec::new();
-        let pids: Vec<(u32, Instant)> = self.starting.iter().map(|(p, t)| (*p, *t)).collect();
-        for (pid, since) in pids {
+        let pids: Vec<(u32, Starting)> = self.starting.iter().map(|(p, s)| (*p, *s)).collect();
+        for (pid, Starting { since, looks }) in pids {
+            let due = looks
+                .checked_sub(1)
+                .map_or(Duration::ZERO, |n| LOOKS_AGAIN[n]);
+            if !self.selectors.any() && since.elapsed() < due {
+                continue;
+            }
             let exe = match watched.contains(&pid) {
                 true => None,
                 false => std::fs::read_link(format!("/proc/{pid}/exe")).ok(),
@@ -118,7 +154,9 @@ impl Discovery {
                 continue;
             };
             if self.wanted(pid, &exe).is_none() {
-                if !self.selectors.any() && since.elapsed() < SETTLE {
+                if !self.selectors.any() && looks < LOOKS_AGAIN.len() {
+                    let looks = looks + 1;
+                    self.starting.insert(pid, Starting { since, looks });
                     continue;
                 }
             } else if Target::open(pid).is_ok_and(|target| lockfuncs::still_starting(&target))
@@ -152,7 +190,11 @@ impl Discovery {
                 continue;
             };
             present.insert(pid);
-            if pid == self.own_pid || watched.contains(&pid) || self.starting.contains_key(&pid) {
+            if pid == self.own_pid
+                || watched.contains(&pid)
+                || self.starting.contains_key(&pid)
+                || (self.told && self.judged.contains_key(&pid))
+            {
                 continue;
             }
             // Kernel threads have no executable.
@@ -181,16 +223,26 @@ impl Discovery {
         if self.selectors.any() && !by_name && self.selectors.cgroup.is_empty() {
             return None;
         }
+        let cgroup_of = || {
+            let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
+            super::labels::cgroup_path(&text).unwrap_or("").to_string()
+        };
+        // With --within-cgroup, the cgroup (a line) turns most processes
+        // down before their maps (thousands of lines) are read.
+        let early = (!self.selectors.within.is_empty()).then(cgroup_of);
+        if early
+            .as_ref()
+            .is_some_and(|cgroup| !self.selectors.within(cgroup))
+        {
+            return None;
+        }
         if !self.selectors.any() {
             let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
             if !request_auto::may_be_php(exe, &maps) {
                 return None;
             }
         }
-        let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
-        let cgroup = super::labels::cgroup_path(&cgroup)
-            .unwrap_or("")
-            .to_string();
+        let cgroup = early.unwrap_or_else(cgroup_of);
         let selected = !self.selectors.any() || self.selectors.matches(exe, &cgroup);
         (selected && self.selectors.within(&cgroup)).then_some(cgroup)
     }

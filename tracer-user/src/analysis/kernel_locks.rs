@@ -9,15 +9,17 @@
 //! first ([`lock_type`]). Its kernel call sites are the first frames
 //! outside the kernel's lock code (the lock and scheduler text sections,
 //! and the lock slow paths).
-use std::collections::{BTreeMap, HashMap};
+use std::{
+    collections::{BTreeMap, HashMap},
+    sync::Arc,
+};
 
 use tracer_common::{KernelLockCounts, KernelLockKey, kernel_lock::event, lifetime};
 
 use crate::{
     model::{
         Collected, KERNEL_STACKS_PER_LOCK, KernelLock, KernelLockKind, KernelLockRoute,
-        KernelLocks, KernelLocksCollected, KernelSite, KernelStack, KernelUserLock, KernelUserSite,
-        Report,
+        KernelLocks, KernelSite, KernelStack, KernelUserLock, KernelUserSite, Report,
     },
     probe::kallsyms::Kallsyms,
 };
@@ -144,11 +146,17 @@ pub(crate) fn apply(report: &mut Report, collected: &Collected, symbols: &Kallsy
     }
     let user_rows = user_rows(report);
     let mut rows: BTreeMap<(u64, u32), Row> = BTreeMap::new();
+    // Many keys share a stack (other user sites and locks): each is named once.
+    let mut stacks: HashMap<i64, Stack> = HashMap::new();
     for (key, counts) in &traced.counts {
         let user_lock = user_row(&user_rows, key.user_lock);
+        let stack = stacks.entry(key.stack_id).or_insert_with(|| {
+            let frames = traced.stacks.get(&key.stack_id);
+            Stack::of(frames.map_or(&[][..], Vec::as_slice), symbols)
+        });
         rows.entry((key.lock, key.flags))
             .or_default()
-            .add(key, counts, traced, symbols, user_lock);
+            .add(key, counts, stack, user_lock);
     }
     join_user_rows(report, &rows);
     let mut locks: Vec<KernelLock> = rows
@@ -210,6 +218,35 @@ fn join_user_rows(report: &mut Report, rows: &BTreeMap<(u64, u32), Row>) {
     }
 }
 
+/// A kernel stack as the rows take it.
+struct Stack<'a> {
+    /// Its frames' functions, where known.
+    functions: Vec<&'a str>,
+    /// Each frame's function, or its address.
+    named: Arc<[String]>,
+    site: String,
+}
+
+impl<'a> Stack<'a> {
+    fn of(frames: &[u64], symbols: &'a Kallsyms) -> Stack<'a> {
+        Stack {
+            functions: frames
+                .iter()
+                .filter_map(|&ip| symbols.function(ip))
+                .collect(),
+            named: frames
+                .iter()
+                .map(|&ip| {
+                    symbols
+                        .function(ip)
+                        .map_or_else(|| format!("{ip:#x}"), str::to_string)
+                })
+                .collect(),
+            site: kernel_site(symbols, frames),
+        }
+    }
+}
+
 /// A row as it is summed up.
 #[derive(Default)]
 struct Row {
@@ -221,8 +258,11 @@ struct Row {
     /// Contentions per lock type the stacks say.
     types: BTreeMap<&'static str, u64>,
     /// Contentions and wait per (kernel stack's functions, user ip).
-    stacks: BTreeMap<(Vec<String>, u64), (u64, u64)>,
+    stacks: BTreeMap<StackAt, (u64, u64)>,
 }
+
+/// A kernel stack's functions and the user ip it was entered from.
+type StackAt = (Arc<[String]>, u64);
 
 /// The entries of `map`, most wait time first.
 fn by_wait<K>(map: BTreeMap<K, (u64, u64)>) -> Vec<(K, (u64, u64))> {
@@ -241,37 +281,22 @@ impl Row {
         &mut self,
         key: &KernelLockKey,
         counts: &KernelLockCounts,
-        traced: &KernelLocksCollected,
-        symbols: &Kallsyms,
+        stack: &Stack,
         user_lock: Option<u64>,
     ) {
         self.counts.contentions += counts.contentions;
         self.counts.wait_ns += counts.wait_ns;
         self.counts.max_wait_ns = self.counts.max_wait_ns.max(counts.max_wait_ns);
-        let frames = traced
-            .stacks
-            .get(&key.stack_id)
-            .map_or(&[][..], Vec::as_slice);
-        let functions: Vec<&str> = frames
-            .iter()
-            .filter_map(|&ip| symbols.function(ip))
-            .collect();
-        if let Some(name) = lock_type(KernelLockKind::of_flags(key.flags), &functions) {
+        if let Some(name) = lock_type(KernelLockKind::of_flags(key.flags), &stack.functions) {
             *self.types.entry(name).or_default() += counts.contentions;
         }
-        let named: Vec<String> = frames
-            .iter()
-            .map(|&ip| {
-                symbols
-                    .function(ip)
-                    .map_or_else(|| format!("{ip:#x}"), str::to_string)
-            })
-            .collect();
-        add_to(self.stacks.entry((named, key.user_ip)).or_default(), counts);
         add_to(
-            self.sites.entry(kernel_site(symbols, frames)).or_default(),
+            self.stacks
+                .entry((stack.named.clone(), key.user_ip))
+                .or_default(),
             counts,
         );
+        add_to(self.sites.entry(stack.site.clone()).or_default(), counts);
         add_to(self.user_sites.entry(key.user_ip).or_default(), counts);
         if let Some(user_lock) = user_lock {
             add_to(self.user_locks.entry(user_lock).or_default(), counts);
@@ -324,7 +349,7 @@ impl Row {
                 .take(KERNEL_STACKS_PER_LOCK)
                 .map(
                     |((functions, user_ip), (contentions, wait_ns))| KernelStack {
-                        functions,
+                        functions: functions.to_vec(),
                         user_ip,
                         contentions,
                         wait_ns,
@@ -378,6 +403,7 @@ pub(crate) fn split_by_route(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::KernelLocksCollected;
 
     #[test]
     fn lock_types_from_callers() {

@@ -78,6 +78,9 @@ pub(crate) struct Snapshot {
     /// another loaded at its address, an exec), oldest first: what locks
     /// whose memory went away are named from.
     replaced: Vec<Mapping>,
+    /// Each module file's symbols, parsed once for all the namings of a
+    /// live session (a file replaced is parsed again).
+    symbols: region::SymbolCache,
 }
 
 /// Replaced mappings kept at most (an exec replaces a few hundred).
@@ -101,6 +104,7 @@ impl Snapshot {
             ongoing: ongoing::OngoingNames::default(),
             refreshed: None,
             replaced: Vec::new(),
+            symbols: region::SymbolCache::new(),
         };
         snapshot.note_thread_stacks();
         snapshot.open_files();
@@ -372,7 +376,12 @@ fn address_space(snapshot: &mut Snapshot, alive: bool) -> AddressSpace {
             space.maps = snapshot.maps.clone();
             space
         }
-        None => AddressSpace::build(snapshot.maps.clone(), &snapshot.files, root.as_deref()),
+        None => AddressSpace::build_cached(
+            snapshot.maps.clone(),
+            &snapshot.files,
+            root.as_deref(),
+            &mut snapshot.symbols,
+        ),
     };
     space.thread_stacks = snapshot.thread_stacks.clone();
     space

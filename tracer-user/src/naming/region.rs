@@ -1,13 +1,25 @@
 //! The target's address space as the namer needs it: its mappings and, for
 //! each ELF module, where it was loaded (bias) and how far it extends
 //! (including .bss that the kernel maps anonymously after the file).
-use std::{collections::BTreeMap, path::Path, sync::Arc};
+use std::{
+    collections::{BTreeMap, HashMap},
+    path::Path,
+    sync::Arc,
+};
 
 use super::elf::{ModuleSymbols, Segment};
 use crate::{
     model::{Region, Worded},
-    probe::{modules::ModuleFile, target::Mapping},
+    probe::{
+        modules::{FileIdentity, ModuleFile},
+        target::Mapping,
+    },
 };
+
+/// Each module file's parsed symbols, by path, file identity and whether a
+/// root was given (debug files are looked up under it): a live session's
+/// repeated builds parse a file once, not at each naming.
+pub(crate) type SymbolCache = HashMap<(String, FileIdentity, bool), Arc<ModuleSymbols>>;
 
 /// One ELF module mapped in the target.
 #[derive(Debug)]
@@ -131,22 +143,45 @@ impl AddressSpace {
         files: &BTreeMap<String, Arc<ModuleFile>>,
         root: Option<&Path>,
     ) -> AddressSpace {
+        AddressSpace::build_cached(maps, files, root, &mut SymbolCache::new())
+    }
+
+    /// As [`AddressSpace::build`], with the symbols of files parsed before
+    /// taken from `cache` (which keeps only the files of `files`).
+    pub(crate) fn build_cached(
+        maps: Vec<Mapping>,
+        files: &BTreeMap<String, Arc<ModuleFile>>,
+        root: Option<&Path>,
+        cache: &mut SymbolCache,
+    ) -> AddressSpace {
         let mut modules = Vec::new();
         let mut skipped = Vec::new();
+        cache.retain(|(path, identity, _), _| {
+            files
+                .get(path)
+                .is_some_and(|file| file.identity() == *identity)
+        });
         for (path, file) in files {
-            let symbols = match ModuleSymbols::parse(file.bytes(), path, root) {
-                Ok(symbols) => symbols,
-                Err(error) => {
-                    skipped.push(crate::model::SkippedFile {
-                        file: path.clone(),
-                        reason: crate::model::SkipReason::CorruptHeaders,
-                        detail: format!("{:#}", error.root_cause()),
-                    });
-                    continue;
-                }
+            let key = (path.clone(), file.identity(), root.is_some());
+            let symbols = match cache.get(&key) {
+                Some(symbols) => symbols.clone(),
+                None => match ModuleSymbols::parse(file.bytes(), path, root) {
+                    Ok(symbols) => {
+                        let symbols = Arc::new(symbols);
+                        cache.insert(key, symbols.clone());
+                        symbols
+                    }
+                    Err(error) => {
+                        skipped.push(crate::model::SkippedFile {
+                            file: path.clone(),
+                            reason: crate::model::SkipReason::CorruptHeaders,
+                            detail: format!("{:#}", error.root_cause()),
+                        });
+                        continue;
+                    }
+                },
             };
             skipped.extend(symbols.skipped.iter().cloned());
-            let symbols = Arc::new(symbols);
             for bias in load_biases(&maps, path, &symbols) {
                 modules.push(loaded_module(path, bias, &symbols));
             }

@@ -271,6 +271,8 @@ pub(crate) struct Session {
     /// `--mode inproc`: the stubs' shared counts; dropping them switches
     /// the GOT entries back.
     pub inproc: Option<inproc::session::Session>,
+    /// The kernel stacks the live view's reads looked up already.
+    pub kernel_stacks: kernel_locks::StackCache,
 }
 
 /// A finished session: the last read, what could not be counted, and the
@@ -328,6 +330,7 @@ impl Session {
             request_probe: ask.request_probe,
             php,
             inproc: ask.inproc,
+            kernel_stacks: kernel_locks::StackCache::default(),
         })
     }
 
@@ -345,9 +348,10 @@ impl Session {
     /// in the live views, and what `add` puts in; counting goes on.
     pub(crate) fn read(&self, add: impl FnOnce(&mut Collected)) -> Result<Collected> {
         let kernel_locks = match self.plan.view {
-            View::Live => Some(kernel_locks::read(
+            View::Live => Some(kernel_locks::read_cached(
                 &self.loaded.ebpf,
                 self.loaded.kernel_locks_off.clone(),
+                &self.kernel_stacks,
             )?),
             View::Record => None,
         };

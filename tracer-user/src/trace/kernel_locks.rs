@@ -5,6 +5,7 @@
 use std::{
     collections::HashMap,
     path::Path,
+    sync::{Mutex, PoisonError},
     time::{Duration, Instant},
 };
 
@@ -106,7 +107,34 @@ pub(crate) fn wait_for_exited_threads(ebpf: &Ebpf) -> Result<usize> {
 
 /// The counts, the kernel stacks they name and the programs' events; or
 /// only the reason when the programs were not attached.
+/// Kernel stacks read before, by id. A stack id keeps its frames until
+/// locktrace deletes it (a live view's expiry, which calls
+/// [`StackCache::forget`]): the bucket is not reused before, since the
+/// programs ask for ids without `BPF_F_REUSE_STACKID`. So a live view's
+/// reads look up each stack once, not at every tick.
+#[derive(Debug, Default)]
+pub(crate) struct StackCache(Mutex<HashMap<u32, Vec<u64>>>);
+
+impl StackCache {
+    /// The ids were deleted from the map: their buckets may hold other stacks next.
+    pub(crate) fn forget(&self, ids: &[u32]) {
+        let mut cache = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        for id in ids {
+            cache.remove(id);
+        }
+    }
+}
+
 pub(crate) fn read(ebpf: &Ebpf, unavailable: Option<String>) -> Result<KernelLocksCollected> {
+    read_cached(ebpf, unavailable, &StackCache::default())
+}
+
+/// As [`read`], each stack looked up only when `cache` lacks it.
+pub(crate) fn read_cached(
+    ebpf: &Ebpf,
+    unavailable: Option<String>,
+    cache: &StackCache,
+) -> Result<KernelLocksCollected> {
     if unavailable.is_some() {
         return Ok(KernelLocksCollected {
             unavailable,
@@ -123,12 +151,16 @@ pub(crate) fn read(ebpf: &Ebpf, unavailable: Option<String>) -> Result<KernelLoc
     let stack_map: StackTraceMap<&MapData> =
         StackTraceMap::try_from(maps::map(ebpf, names::MAP_KERNEL_LOCK_STACKS)?)?;
     let mut stacks = HashMap::new();
+    let mut cache = cache.0.lock().unwrap_or_else(PoisonError::into_inner);
     for key in counts.keys() {
         let Ok(id) = u32::try_from(key.stack_id) else {
             continue;
         };
-        if let Ok(stack) = stack_map.get(&id, 0) {
-            let frames = stack.frames().iter().map(|frame| frame.ip).collect();
+        if let Some(frames) = cache.get(&id) {
+            stacks.insert(key.stack_id, frames.clone());
+        } else if let Ok(stack) = stack_map.get(&id, 0) {
+            let frames: Vec<u64> = stack.frames().iter().map(|frame| frame.ip).collect();
+            cache.insert(id, frames.clone());
             stacks.insert(key.stack_id, frames);
         }
     }
