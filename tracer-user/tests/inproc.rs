@@ -1559,3 +1559,26 @@ fn a_stop_during_the_attach_keeps_the_counts_inside_the_window() {
         .unwrap();
     assert_eq!(ask(&mut target, "work 10"), format!("done {}", spun + 10));
 }
+
+/// Stop 57's FrankenPHP crash ("unknown caller pc" in Go's garbage
+/// collector): the first injected mmap's return frame goes on the stack of
+/// the thread it stops, and a Go thread in a syscall has its stack pointer
+/// on a goroutine's stack inside Go's heap, which a `---p` reservation
+/// sits under like a guard page. The frame overwrote what lay below. Here
+/// a thread waits in futex (the first kind of thread picked) with its
+/// stack pointer in the middle of such a mapping, filled with a pattern:
+/// `record --mode inproc` picks another thread, every byte stays, and the
+/// counts are exact.
+#[test]
+fn no_return_frame_goes_on_a_stack_inside_a_heap() {
+    let mut target = target_with_library("lazy", &[]);
+    let pid = target.pid();
+    assert_eq!(ask(&mut target, "park"), "parked");
+    let trace = Trace::attach(pid, &["--mode", "inproc"]);
+    assert_eq!(ask(&mut target, "work 1000"), "done 1000");
+    trace.interrupt();
+    let (report, table) = trace.finish();
+    assert_eq!(ask(&mut target, "unpark"), "intact", "{table}");
+    assert_eq!(acquisitions(&report, target.address("global")), 1001);
+    assert_restored(pid);
+}

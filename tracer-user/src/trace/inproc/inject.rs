@@ -158,20 +158,9 @@ impl StoppedThread {
     }
 
     /// Where on its own stack a return frame fits (below the red zone),
-    /// when the stack is a thread stack with room: the main stack or a
-    /// mapping with a guard page under it, not a language runtime's small
-    /// stack carved out of its heap.
+    /// when the stack is a thread stack with room (see [`frame_top`]).
     pub(crate) fn stack_top(&self, maps: &[Mapping]) -> Option<u64> {
-        let top = self.saved.rsp.checked_sub(128)?;
-        let need = ReturnFrame::size(self.fpu.len()) + 4096;
-        let index = maps.iter().position(|m| m.contains(self.saved.rsp))?;
-        let mapping = &maps[index];
-        let guarded = mapping.path == "[stack]"
-            || index
-                .checked_sub(1)
-                .and_then(|below| maps.get(below))
-                .is_some_and(|below| below.end == mapping.start && below.perms.starts_with("---"));
-        (guarded && top.checked_sub(need)? >= mapping.start).then_some(top)
+        frame_top(self.saved.rsp, ReturnFrame::size(self.fpu.len()), maps)
     }
 
     /// Writes `bytes` into the target at `address`.
@@ -669,6 +658,37 @@ pub(crate) fn candidates(pid: u32) -> Result<Vec<u32>, NoThread> {
     Ok(found.into_iter().map(|(_, _, tid)| tid).collect())
 }
 
+/// The largest guard page (`---p` right below a stack) a thread stack is
+/// taken to have: glibc's and musl's are one page, a runtime's own guard
+/// zones a few. Go reserves its heap arenas `---p` in 4 MiB chunks and up,
+/// and runs goroutines on stacks carved out of them.
+const MAX_GUARD: u64 = 1 << 20;
+
+/// Where a return frame of `frame_len` bytes goes below `rsp` (past the
+/// red zone), when `rsp` is on a thread stack with room for it: the main
+/// stack, or an anonymous mapping right above a small guard page (a
+/// pthread's, a fiber's). Everything below the stack pointer of such a
+/// stack down to its guard is free. Not a goroutine's stack in Go's heap,
+/// whose neighbours below are live stacks and objects (a frame written
+/// there crashed FrankenPHP's garbage collector seconds later).
+pub(crate) fn frame_top(rsp: u64, frame_len: u64, maps: &[Mapping]) -> Option<u64> {
+    let top = rsp.checked_sub(128)?;
+    let need = frame_len + 4096;
+    let index = maps.iter().position(|m| m.contains(rsp))?;
+    let mapping = &maps[index];
+    let guarded = mapping.path == "[stack]"
+        || (mapping.path.is_empty()
+            && index
+                .checked_sub(1)
+                .and_then(|below| maps.get(below))
+                .is_some_and(|below| {
+                    below.end == mapping.start
+                        && below.perms.starts_with("---")
+                        && below.end - below.start <= MAX_GUARD
+                }));
+    (guarded && top.checked_sub(need)? >= mapping.start).then_some(top)
+}
+
 /// Stops a thread of `pid` that can be stopped safely; with `maps`, one
 /// whose own stack has room for a return frame (the first mmap has no
 /// other memory to put it in). Waits a moment for one if none is.
@@ -734,5 +754,53 @@ mod tests {
         assert_eq!(fit("3 0x5 0 0 0 0 0 0x7ffd 0x7f00"), Fit::Unsafe, "close");
         assert_eq!(fit("35 0x7ffd 0 0 0 0 0 0x7ffd 0x7f00"), Fit::Restarts);
         assert!(Fit::Restarts < Fit::Running && Fit::Running < Fit::RetrySafe);
+    }
+
+    fn mapping(start: u64, end: u64, perms: &str, path: &str) -> Mapping {
+        Mapping {
+            start,
+            end,
+            perms: perms.into(),
+            offset: 0,
+            path: path.into(),
+        }
+    }
+
+    /// FrankenPHP's maps (6.18, Go 1.25): a goroutine stack in Go's heap
+    /// arena (40 MiB reserved `---p` below its `rw-p` part) is no place for
+    /// a frame; a pthread's stack (one guard page below) and the main
+    /// stack are.
+    #[test]
+    fn frames_go_only_on_thread_stacks_never_in_gos_heap() {
+        let maps = [
+            mapping(0x334b_1400_0000, 0x334b_1680_0000, "---p", ""),
+            mapping(0x334b_1680_0000, 0x334b_1700_0000, "rw-p", ""),
+            mapping(0x7fc7_ae7f_5000, 0x7fc7_ae7f_6000, "---p", ""),
+            mapping(0x7fc7_ae7f_6000, 0x7fc7_aeff_6000, "rw-p", ""),
+            mapping(0x7fc7_b000_0000, 0x7fc7_b001_0000, "---p", ""),
+            mapping(
+                0x7fc7_b001_0000,
+                0x7fc7_b002_0000,
+                "rw-p",
+                "/memfd:x (deleted)",
+            ),
+            mapping(0x7ffd_0000_0000, 0x7ffd_0080_0000, "rw-p", "[stack]"),
+        ];
+        let frame = 3000;
+        // A goroutine in a syscall: its stack pointer in the Go heap.
+        assert_eq!(frame_top(0x334b_16a0_1f00, frame, &maps), None);
+        // A pthread, well inside its 8 MiB stack.
+        assert_eq!(
+            frame_top(0x7fc7_aeff_0000, frame, &maps),
+            Some(0x7fc7_aeff_0000 - 128)
+        );
+        // The same, too near its guard for the frame.
+        assert_eq!(frame_top(0x7fc7_ae7f_6800, frame, &maps), None);
+        // A file mapping above a guard is not a stack.
+        assert_eq!(frame_top(0x7fc7_b001_8000, frame, &maps), None);
+        assert_eq!(
+            frame_top(0x7ffd_0070_0000, frame, &maps),
+            Some(0x7ffd_0070_0000 - 128)
+        );
     }
 }
