@@ -701,13 +701,7 @@ mod tests {
         const ORPHAN: u64 = HEAP + 0x5000;
 
         fn mapping(start: u64, end: u64, perms: &str, path: &str) -> Mapping {
-            Mapping {
-                start,
-                end,
-                perms: perms.into(),
-                offset: 0,
-                path: path.into(),
-            }
+            Mapping::made_up(start, end, perms, path)
         }
 
         fn space() -> AddressSpace {

@@ -25,6 +25,18 @@ pub struct Mapping {
 }
 
 impl Mapping {
+    /// A mapping at offset 0, for unit tests' made-up maps.
+    #[cfg(test)]
+    pub(crate) fn made_up(start: u64, end: u64, perms: &str, path: &str) -> Mapping {
+        Mapping {
+            start,
+            end,
+            perms: perms.into(),
+            offset: 0,
+            path: path.into(),
+        }
+    }
+
     pub(crate) fn contains(&self, address: u64) -> bool {
         (self.start..self.end).contains(&address)
     }

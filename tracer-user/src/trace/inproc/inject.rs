@@ -757,13 +757,7 @@ mod tests {
     }
 
     fn mapping(start: u64, end: u64, perms: &str, path: &str) -> Mapping {
-        Mapping {
-            start,
-            end,
-            perms: perms.into(),
-            offset: 0,
-            path: path.into(),
-        }
+        Mapping::made_up(start, end, perms, path)
     }
 
     /// FrankenPHP's maps (6.18, Go 1.25): a goroutine stack in Go's heap
