@@ -251,7 +251,7 @@ impl Metrics {
         );
         registry.register(
             "locktrace_route_lock_acquisitions",
-            "--php: lock calls per route and lock (a route's 10 busiest locks, the rest as lock=other)",
+            "--php: lock calls per route and lock (a route's 10 busiest locks, the rest as lock=other; none in --mode contention and --mode inproc, which count no route's calls)",
             self.route_acquisitions.clone(),
         );
         registry.register(
@@ -393,6 +393,9 @@ impl Metrics {
 
     /// Raises each route's counters to their totals since attach.
     fn set_routes(&self, routes: &crate::model::Routes) {
+        // No series where routes' calls are not counted (contention and
+        // inproc modes): a 0 would read as "this route takes no lock".
+        let calls_counted = routes.acquisitions_not_counted.is_none();
         for route in &routes.routes {
             let name = label_value(&route.name);
             let labels = RouteLabels {
@@ -419,10 +422,12 @@ impl Metrics {
                     route: name.clone(),
                     lock: label_value(&lock_name),
                 };
-                raise_counter(
-                    &self.route_acquisitions.get_or_create(&labels),
-                    lock.acquisitions,
-                );
+                if calls_counted {
+                    raise_counter(
+                        &self.route_acquisitions.get_or_create(&labels),
+                        lock.acquisitions,
+                    );
+                }
                 raise_counter(&self.route_contended.get_or_create(&labels), lock.contended);
             }
             if route.locks.len() > ROUTE_LOCKS {
@@ -430,7 +435,9 @@ impl Metrics {
                     route: name,
                     lock: "other".into(),
                 };
-                raise_counter(&self.route_acquisitions.get_or_create(&labels), other.0);
+                if calls_counted {
+                    raise_counter(&self.route_acquisitions.get_or_create(&labels), other.0);
+                }
                 raise_counter(&self.route_contended.get_or_create(&labels), other.1);
             }
         }
@@ -976,6 +983,7 @@ mod tests {
             max_routes: 20,
             patterns: Vec::new(),
             cpu_sample_period_ns: Some(1_000_000),
+            acquisitions_not_counted: None,
         };
         metrics.set_routes(&routes(7));
         metrics.set_routes(&routes(9));
@@ -1006,6 +1014,22 @@ mod tests {
         assert_eq!(of("lock9"), 91);
         // lock10 (90) and lock11 (89) together.
         assert_eq!(of("other"), 179);
+        // Where routes' calls are not counted, no route gets a calls series
+        // (a 0 would say the route takes no lock); its waits still do.
+        let mut registry = Registry::default();
+        let metrics = Metrics::register(&mut registry, true);
+        let mut uncounted = routes(3);
+        uncounted.acquisitions_not_counted = Some(crate::model::RouteCallsUncounted::InprocStubs);
+        metrics.set_routes(&uncounted);
+        let text = encode(&registry).unwrap();
+        assert!(
+            !text.contains("locktrace_route_lock_acquisitions_total{"),
+            "{text}"
+        );
+        assert!(
+            text.contains("locktrace_route_lock_contended_total{"),
+            "{text}"
+        );
     }
 
     fn acquisitions(metrics: &Metrics, lock: &str) -> Option<u64> {

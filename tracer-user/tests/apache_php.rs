@@ -174,5 +174,8 @@ fn mod_php_routes_and_php_frames_are_exact() {
     assert_mod_php_auto_probe(&report, "--php");
     assert_routes(&report, MIX, two, "mod_php");
     assert_classic_page_frames(&report, &pages.root);
+    // The same mix counted inside the process (issue 49).
+    let (report, table) = record_mix_in(worker, port, &["--mode", "inproc"]);
+    assert_inproc_mix(&report, &table, two, &pages.root);
     assert_eq!(server.child_pid(), worker, "the worker child changed");
 }

@@ -387,10 +387,6 @@ fn flags_that_need_lock_probes_are_refused() {
             &["--handoffs"][..],
             "--handoffs is counted at the lock probes",
         ),
-        (
-            &["--php"][..],
-            "--php reads PHP's state and counts each route's locks",
-        ),
     ] {
         fails_with(
             locktrace()

@@ -3,7 +3,8 @@
 //! each route's requests and its calls of mysqlnd's global statistics lock
 //! per request, exact under a mixed load, ids collapsed by a route pattern,
 //! and the PHP functions, files and lines that took the lock in its stacks;
-//! PHP frames in contention mode's wait stacks and in `top --stacks`.
+//! PHP frames in contention mode's wait stacks, in `--mode inproc`'s sampled
+//! stacks (issue 49) and in `top --stacks`.
 //!
 //! The truth for `/two.php` (a connection and two queries) is measured apart
 //! first, by a plain recording (no `--php`) while only that page is served:
@@ -136,21 +137,7 @@ impl PhpServer {
 
     /// `record --php` under the mixed load.
     fn record_mix(&self) -> (Value, String) {
-        let trace = Trace::attach(
-            self.pid,
-            &[
-                "--duration",
-                OUTSIDE_LOAD_CAP,
-                "--php",
-                // Every stack of the global lock kept (see php_pages::record_mix).
-                "--stacks",
-                "10000",
-                "--route-pattern",
-                ID_PATTERN,
-            ],
-        );
-        send_mix(PORT, MIX);
-        trace.stop_after_load()
+        record_mix(self.pid, PORT)
     }
 }
 
@@ -225,6 +212,9 @@ fn classic_mode_routes_and_php_frames_are_exact() {
         frames.contains(&("PDOStatement::execute".into(), String::new(), 0)),
         "{frames:#?}"
     );
+    // The same mix counted inside the process (issue 49).
+    let (inproc, inproc_table) = record_mix_in(server.pid, PORT, &["--mode", "inproc"]);
+    assert_inproc_mix(&inproc, &inproc_table, two_truth, &server.pages.root);
     // Confirm the patch per route: compare says the lock is gone from both
     // database pages, and the page without database work is unchanged.
     let dir = tempfile::tempdir().unwrap();

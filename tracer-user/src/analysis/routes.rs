@@ -12,7 +12,8 @@ use tracer_common::php::{NO_REQUEST, PAST_CAP_ROUTE, RouteLockCounts, UNREADABLE
 
 use super::build::lock_holding;
 use crate::model::{
-    Mode, PhpCollected, Report, Route, RouteKind, RouteLock, Routes, sample_period_ns,
+    Mode, PhpCollected, Report, Route, RouteCallsUncounted, RouteKind, RouteLock, Routes,
+    sample_period_ns,
 };
 
 /// Routes kept apart by default.
@@ -138,7 +139,7 @@ pub(crate) fn build(php: &PhpCollected, rules: &RouteRules, cpu_hz: u64, mode: M
     let period = (cpu_hz > 0).then(|| sample_period_ns(cpu_hz));
     let figures = Figures {
         period,
-        acquisitions: mode.counts_acquisitions(),
+        acquisitions: mode.counts_acquisitions_per_route(),
     };
     let distinct = rows
         .keys()
@@ -183,6 +184,7 @@ pub(crate) fn build(php: &PhpCollected, rules: &RouteRules, cpu_hz: u64, mode: M
         max_routes: rules.max_routes as u64,
         patterns: rules.patterns.iter().map(|p| p.text.clone()).collect(),
         cpu_sample_period_ns: period,
+        acquisitions_not_counted: RouteCallsUncounted::of(mode),
     }
 }
 
@@ -243,7 +245,14 @@ fn route(kind: RouteKind, name: String, tally: Tally, figures: Figures) -> Route
         .map(|(&address, counts)| RouteLock {
             address,
             name: None,
-            acquisitions: counts.calls,
+            // Where routes' calls are not counted, an inproc recording's
+            // unstubbed functions still count some at their probes: a part
+            // that must not read as the whole.
+            acquisitions: if figures.acquisitions {
+                counts.calls
+            } else {
+                0
+            },
             contended: counts.waits,
             wait_ns: counts.wait_ns,
             acquisitions_per_request: calls_per(counts.calls),
@@ -303,7 +312,7 @@ pub(crate) fn fold_into_rows(report: &mut Report) {
     };
     let figures = Figures {
         period: routes.cpu_sample_period_ns,
-        acquisitions: report.mode.counts_acquisitions(),
+        acquisitions: report.mode.counts_acquisitions_per_route(),
     };
     for route in &mut routes.routes {
         let mut folded: BTreeMap<u64, RouteLockCounts> = BTreeMap::new();

@@ -58,7 +58,10 @@ pub(crate) use lifetimes::{EndedLifetime, Lifetimes};
 pub use overhead::Calibration;
 pub(crate) use overhead::Overhead;
 pub use php::TlsSlotFrom;
-pub(crate) use php::{LayoutSource, PhpContext, Route, RouteKind, RouteLock, Routes, ThreadBlocks};
+pub(crate) use php::{
+    LayoutSource, PhpContext, Route, RouteCallsUncounted, RouteKind, RouteLock, Routes,
+    ThreadBlocks,
+};
 pub(crate) use placement_refusal::{At, Elsewhere, PlacementRefusal};
 pub(crate) use pointer_chains::{ChainSearch, PointerChains};
 pub(crate) use region::Region;

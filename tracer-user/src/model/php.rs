@@ -124,6 +124,45 @@ pub struct Routes {
     /// no CPU figures.
     #[serde(default)]
     pub cpu_sample_period_ns: Option<u64>,
+    /// Why the routes' acquisitions are null; null where they are counted
+    /// (`--mode all`).
+    #[serde(default)]
+    pub acquisitions_not_counted: Option<RouteCallsUncounted>,
+}
+
+/// Why no route's lock calls were counted (each lock's total still is, in
+/// its row, in a mode that counts acquisitions).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum RouteCallsUncounted {
+    /// `--mode contention`: no lock call is counted at all.
+    ContentionMode,
+    /// `--mode inproc`: the stubs count each lock and caller, not the
+    /// route of the request the thread serves.
+    InprocStubs,
+}
+
+impl RouteCallsUncounted {
+    /// Why, for `mode`; None where each route's calls are counted.
+    pub(crate) fn of(mode: super::Mode) -> Option<RouteCallsUncounted> {
+        match mode {
+            _ if mode.counts_acquisitions_per_route() => None,
+            super::Mode::Inproc => Some(RouteCallsUncounted::InprocStubs),
+            _ => Some(RouteCallsUncounted::ContentionMode),
+        }
+    }
+
+    /// The table's line.
+    pub(crate) fn line(self) -> &'static str {
+        match self {
+            RouteCallsUncounted::ContentionMode => {
+                "acquisitions per route: not counted (--mode contention counts no lock call)"
+            }
+            RouteCallsUncounted::InprocStubs => {
+                "acquisitions per route: not counted (--mode inproc's stubs count each lock exactly, not its route; --mode all counts both)"
+            }
+        }
+    }
 }
 
 /// One route: its requests and, per lock, what its requests did.

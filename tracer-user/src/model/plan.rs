@@ -64,6 +64,13 @@ impl Mode {
         matches!(self, Mode::All | Mode::Inproc)
     }
 
+    /// Whether each route's lock calls are counted (`--php`): only at the
+    /// lock probes. Inproc's stubs count each lock and caller, not the route
+    /// of the request the thread serves; contention mode counts no call.
+    pub(crate) fn counts_acquisitions_per_route(self) -> bool {
+        self == Mode::All
+    }
+
     /// Why `view` cannot run this mode at all; None where it can.
     pub(crate) fn view_refusal(self, view: View) -> Option<&'static str> {
         (view == View::Live && self == Mode::Sampled).then_some(
@@ -91,9 +98,6 @@ impl Mode {
             ),
             (Mode::Sampled, Php) => Some(
                 "--php counts each route's locks exactly, which sampled windows cannot: use it with --mode all (the default) or --mode contention",
-            ),
-            (Mode::Inproc, Php) => Some(
-                "--php reads PHP's state and counts each route's locks at the lock probes, which --mode inproc's stubs do not: use it with --mode all (the default)",
             ),
             (Mode::Inproc, Handoffs) => Some(
                 "--handoffs is counted at the lock probes: use it with --mode all (the default), not --mode inproc",
@@ -203,7 +207,7 @@ mod tests {
                 Mode::Inproc,
                 [
                     None,
-                    Some("--php reads PHP's state"),
+                    None,
                     Some("--handoffs is counted at the lock probes: "),
                     Some("--hold-times needs"),
                     None,
@@ -257,5 +261,10 @@ mod tests {
             .filter(|mode| mode.counts_every_acquisition())
             .collect();
         assert_eq!(exact, [Mode::All, Mode::Inproc]);
+        let per_route: Vec<Mode> = Mode::ALL
+            .into_iter()
+            .filter(|mode| mode.counts_acquisitions_per_route())
+            .collect();
+        assert_eq!(per_route, [Mode::All]);
     }
 }

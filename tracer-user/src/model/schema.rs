@@ -163,6 +163,10 @@ mod tests {
                 "RestoreOutcome",
                 round_trips::<crate::model::RestoreOutcome>,
             ),
+            (
+                "RouteCallsUncounted",
+                round_trips::<crate::model::RouteCallsUncounted>,
+            ),
             ("RouteKind", round_trips::<crate::model::RouteKind>),
             ("ScaleBasis", round_trips::<ScaleBasis>),
             ("ServerKind", round_trips::<ServerKind>),
@@ -513,6 +517,7 @@ mod tests {
             max_routes: 20,
             patterns: vec!["/posts/\\d+=/posts/:id".into()],
             cpu_sample_period_ns: Some(1_000_000),
+            acquisitions_not_counted: None,
         });
     }
 

@@ -67,6 +67,9 @@ pub(crate) fn render(report: &Report, width: Width) -> String {
     for route in &routes.routes {
         let _ = writeln!(out, "{INDENT}{}", line(route, width));
     }
+    if let Some(why) = routes.acquisitions_not_counted {
+        let _ = writeln!(out, "{INDENT}{}", why.line());
+    }
     out
 }
 

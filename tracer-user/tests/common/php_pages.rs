@@ -187,25 +187,84 @@ pub fn two_truth(pid: u32, port: u16) -> f64 {
 /// `record --php --stacks 10000 --route-pattern ID_PATTERN` of `pid` under
 /// [`MIX`] on `port`, stopped once the mix has had its responses.
 pub fn record_mix(pid: u32, port: u16) -> (Value, String) {
-    let trace = Trace::attach(
-        pid,
-        &[
-            "--duration",
-            OUTSIDE_LOAD_CAP,
-            "--php",
-            // Every stack of the global lock kept: the top 16 could leave
-            // out a rarer PHP call line (seen on the static build), and
-            // the global lock has more than 200 (228 in a 15 s run of
-            // two.php and q.php): load_titles' line was missing about one
-            // run in seven.
-            "--stacks",
-            "10000",
-            "--route-pattern",
-            ID_PATTERN,
-        ],
-    );
+    record_mix_in(pid, port, &[])
+}
+
+/// [`record_mix`] with `extra` flags (`--mode inproc`).
+pub fn record_mix_in(pid: u32, port: u16, extra: &[&str]) -> (Value, String) {
+    let mut args = extra.to_vec();
+    args.extend([
+        "--duration",
+        OUTSIDE_LOAD_CAP,
+        "--php",
+        // Every stack of the global lock kept: the top 16 could leave
+        // out a rarer PHP call line (seen on the static build), and
+        // the global lock has more than 200 (228 in a 15 s run of
+        // two.php and q.php): load_titles' line was missing about one
+        // run in seven.
+        "--stacks",
+        "10000",
+        "--route-pattern",
+        ID_PATTERN,
+    ]);
+    let trace = Trace::attach(pid, &args);
     send_mix(port, MIX);
     trace.stop_after_load()
+}
+
+/// `--mode inproc --php --stacks` under [`MIX`] (issue 49): the stubs
+/// count the global lock exactly (`two_truth` per `/two.php` request) and
+/// sample its calls into stacks that carry the pages' PHP frames at the
+/// lines that took it and the routes of their requests, as the lock
+/// probes' stacks do, with the C functions PHP called (q.php fetches its
+/// rows with `fetchAll`). Requests per route stay exact; no route's
+/// acquisitions are counted (the stubs do not know the route), and the
+/// report says so, never 0.
+pub fn assert_inproc_mix(report: &Value, table: &str, two_truth: f64, root: &Path) {
+    let global = super::frankenphp::lock_named(report, GLOBAL_LOCK);
+    let truth = DEBUG_BUILD.q_per_request * MIX.q as f64 + two_truth * MIX.two as f64;
+    assert_eq!(global["acquisitions"].as_f64(), Some(truth), "{table}");
+    for (name, requests) in [
+        ("GET /q.php", MIX.q),
+        ("GET /two.php", MIX.two),
+        ("GET /hello.php", MIX.hello),
+        (ID_ROUTE, MIX.ids),
+    ] {
+        let row = route(report, name);
+        assert_eq!(row["requests"], requests, "{row:#}");
+        assert!(row["acquisitions_per_request"].is_null(), "{row:#}");
+        let calls: u64 = row["locks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|lock| lock["acquisitions"].as_u64().unwrap())
+            .sum();
+        assert_eq!(calls, 0, "a part must not read as the whole: {row:#}");
+    }
+    assert_eq!(report["routes"]["acquisitions_not_counted"], "inproc_stubs");
+    assert!(
+        table.contains("acquisitions per route: not counted (--mode inproc's stubs"),
+        "{table}"
+    );
+    // The stubs' samples alone (the lock's CPU-sample and wait stacks out).
+    let mut sampled = report.clone();
+    sampled["stacks"]
+        .as_array_mut()
+        .unwrap()
+        .retain(|stack| stack["source"] == "sampled_lock_calls");
+    let frames = assert_classic_page_frames(&sampled, root);
+    for function in ["PDOStatement::execute", "PDOStatement::fetchAll"] {
+        assert!(
+            frames.contains(&(function.into(), String::new(), 0)),
+            "{function}: {frames:#?}"
+        );
+    }
+    let q = root.join("q.php");
+    let fetch_line = u64::from(line_of(&q, "$rows = $st->fetchAll("));
+    assert!(
+        frames.contains(&("{main}".into(), "q.php".into(), fetch_line)),
+        "q.php:{fetch_line}: {frames:#?}"
+    );
 }
 
 /// The route row named `name`.
