@@ -53,7 +53,7 @@ pub enum Rows {
     Stacks,
     /// All-locks mode with and without `--php`, with and without `--stacks`.
     Php,
-    /// `--mode inproc` (also with `--stacks`: sampled) beside all-locks
+    /// `--mode inproc` (also with `--stacks`: sampled; and with `--php`) beside all-locks
     /// mode and the kernel's floor, both also without the init probes.
     Inproc,
     /// `--mode inproc` with each of its parts beside the stubs left out in
@@ -319,6 +319,15 @@ fn configs(rows: Rows) -> Vec<Config> {
             configs.push(config(
                 "locktrace --mode inproc --stacks 8",
                 tracers::locktrace(&[&["--mode", "inproc", "--stacks", "8"], &probe[..]].concat()),
+                0.0,
+            ));
+            // With attribution (issue 49): the samples' PHP frames and
+            // routes, each route's requests, waits and CPU.
+            configs.push(config(
+                "locktrace --mode inproc --stacks 8 --php",
+                tracers::locktrace(
+                    &[&["--mode", "inproc", "--stacks", "8", "--php"], &probe[..]].concat(),
+                ),
                 0.0,
             ));
             configs.extend(no_init_configs(&probe));
