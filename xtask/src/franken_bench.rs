@@ -31,7 +31,7 @@ pub(crate) const URL: &str = "http://127.0.0.1:8091/q.php";
 const STATS_LOCK: &str = "*mysqlnd_global_stats->LOCK_access";
 const STATS_TRUTH: f64 = 408.0;
 /// Once per request in classic mode, in libphp (mapped under the stock file's name).
-const REQUEST_PROBE: &str = "libphp-franken-stock.so:php_request_startup";
+pub(crate) const REQUEST_PROBE: &str = "libphp-franken-stock.so:php_request_startup";
 
 /// One measured round of one configuration.
 #[derive(Debug, Clone, Copy, Default)]

@@ -26,6 +26,7 @@
 //! `--only franken-inproc`: part 5's `--mode inproc` row, all-locks and the floor,
 //! both also without the init probes (what creation sites cost);
 //! `--only franken-inproc-parts`: inproc with each part beside its stubs left out;
+//! `--only franken-inproc-costs`: each BPF program's runs and time per request under inproc;
 //! `--only snapshots`: part 7; `--only kernel-locks`: what the kernel lock
 //! tracepoints cost an uncontended workload and the real FrankenPHP under
 //! load, untraced, without and with them, and the kernel locks listed under
@@ -37,6 +38,7 @@ mod dist;
 mod fixtures;
 mod franken_bench;
 mod http_bench;
+mod inproc_costs;
 mod kernel_floor;
 mod kernel_locks_bench;
 mod kernel_locks_franken;
@@ -88,6 +90,7 @@ pub struct BenchArgs {
     /// `franken-php`: its all-locks rows with and without `--php`;
     /// `franken-inproc`: `--mode inproc` beside all-locks mode and the floor;
     /// `franken-inproc-parts`: `--mode inproc` with each part beside its stubs left out;
+    /// `franken-inproc-costs`: each BPF program's runs and time per request under inproc;
     /// `windows`: attaching and detaching a sampled window, by mechanism;
     /// `snapshots`: the cost of one stack snapshot and of `--stacks` per call;
     /// `kernel-locks`: the kernel lock tracepoints on an uncontended workload
@@ -117,6 +120,10 @@ pub enum Part {
     /// The FrankenPHP part's `--mode inproc` row with each part beside its
     /// stubs left out in turn: what the rest of inproc's cost is made of.
     FrankenInprocParts,
+    /// Each BPF program's runs and run time per request under `--mode
+    /// inproc --stacks 8 --php` (the kernel's statistics): what the parts
+    /// cost, without throughput ratios.
+    FrankenInprocCosts,
     Windows,
     /// What one stack snapshot costs the target, and `--stacks` per lock call.
     Snapshots,
@@ -206,6 +213,9 @@ fn bench(args: BenchArgs) -> Result<()> {
             &bench,
             franken_bench::Rows::InprocParts,
         )?);
+    }
+    if args.only == Some(Part::FrankenInprocCosts) {
+        report.push_str(&inproc_costs::run(&bench)?);
     }
     if args.only == Some(Part::FrankenPhp) {
         report.push_str(&franken_bench::run(&bench, franken_bench::Rows::Php)?);
