@@ -69,6 +69,8 @@ pub(crate) struct AgentOptions {
     pub selectors: Selectors,
     pub mode: Mode,
     pub placement: Placement,
+    /// Kernel lock contention traced (not with `--no-kernel-locks`).
+    pub kernel_locks: bool,
     /// Lock series per process at most (plus `lock="other"`).
     pub max_locks: usize,
     /// Locks quiet this long are forgotten (as serve's `--expire-after`).
@@ -583,6 +585,7 @@ impl Watcher {
             cpu_hz: None,
             stacks: false,
             php: None,
+            kernel_locks: self.options.kernel_locks,
         };
         let labels = process_labels(&found);
         let shown = labels

@@ -353,7 +353,7 @@ impl RequestArgs {
     }
 }
 
-/// CPU per lock: the sampler's rate, or none.
+/// What the tracer costs: the CPU sampler's rate or none, kernel locks or not.
 #[derive(clap::Args)]
 struct CpuArgs {
     /// CPU samples per CPU second for the CPU time per lock (default 99; 999 for bounds a third as wide, at 1-4% of a busy server's throughput).
@@ -368,12 +368,19 @@ struct CpuArgs {
     /// Do not sample the CPU (no CPU per lock; the target's CPU time is still measured).
     #[arg(long)]
     no_cpu: bool,
+    /// Do not trace kernel lock contention (lock:contention_begin/end): their kernel stacks are 3-4% of a busy server's CPU here (docs/benchmarks.md).
+    #[arg(long)]
+    no_kernel_locks: bool,
 }
 
 impl CpuArgs {
     /// The sampling rate, None with --no-cpu.
     fn hz(&self) -> Option<u64> {
         (!self.no_cpu).then(|| self.cpu_hz.unwrap_or(DEFAULT_CPU_HZ))
+    }
+
+    fn kernel_locks(&self) -> bool {
+        !self.no_kernel_locks
     }
 }
 
@@ -435,6 +442,7 @@ impl LiveArgs {
             cpu_hz: self.cpu.hz(),
             stacks: false,
             php: self.php.rules()?,
+            kernel_locks: self.cpu.kernel_locks(),
         })
     }
 }
@@ -520,6 +528,9 @@ struct AgentArgs {
         value_parser = limits::whole::<u64>("--push-every", 1, Some(3600))
     )]
     push_every: u64,
+    /// Do not trace kernel lock contention in the watched processes (3-4% of a busy server's CPU here).
+    #[arg(long, help_heading = "Cost")]
+    no_kernel_locks: bool,
 }
 
 impl AgentArgs {
@@ -549,6 +560,7 @@ impl AgentArgs {
             },
             mode: self.mode.into(),
             placement: self.placement.into(),
+            kernel_locks: !self.no_kernel_locks,
             max_locks: self.max_locks,
             expire_after: Duration::from_secs(self.expire_after),
             forget_exited: Duration::from_secs(self.forget_exited),
@@ -906,6 +918,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 cpu_hz,
                 group_by: group_by.into(),
                 php,
+                kernel_locks: cpu.kernel_locks(),
             };
             let recording = runtime()?.block_on(record::record(&options))?;
             let written = write_recording(&recording.report, json, pprof, top, wide);

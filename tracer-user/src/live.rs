@@ -83,6 +83,8 @@ pub struct LiveOptions {
     /// `--php`: routes (cumulative, in each interval) and PHP frames in
     /// the stacks, with these rules for naming routes.
     pub php: Option<RouteRules>,
+    /// Kernel lock contention traced (not with `--no-kernel-locks`).
+    pub kernel_locks: bool,
 }
 
 /// What one lock did in an interval, with its name as far as known.
@@ -287,6 +289,7 @@ impl LiveSession {
             &[
                 (Feature::Stacks, options.stacks),
                 (Feature::Php, options.php.is_some()),
+                (Feature::KernelLocks, options.kernel_locks),
             ],
         )?;
         // Setup must not wait behind a loaded machine (see trace::priority).

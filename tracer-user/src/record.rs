@@ -75,17 +75,20 @@ pub(crate) struct RecordOptions {
     /// `--php`: routes per request and PHP frames in stacks, with these
     /// rules for naming routes (None: off).
     pub php: Option<RouteRules>,
+    /// Kernel lock contention traced (not with `--no-kernel-locks`).
+    pub kernel_locks: bool,
 }
 
 impl RecordOptions {
     /// Each feature a mode may refuse, with whether it was asked for.
-    pub(crate) fn features(&self) -> [(Feature, bool); 5] {
+    pub(crate) fn features(&self) -> [(Feature, bool); 6] {
         [
             (Feature::Stacks, self.stacks > 0),
             (Feature::Php, self.php.is_some()),
             (Feature::Handoffs, self.handoffs),
             (Feature::HoldTimes, self.hold_times),
             (Feature::Load, self.requests.load.is_some()),
+            (Feature::KernelLocks, self.kernel_locks),
         ]
     }
 }

@@ -280,7 +280,11 @@ fn mmap_lock_contention_by_side_matches_an_independent_count() {
     assert!(by_worker * 10 >= all * 9, "{by_worker} of {all}: {write}");
     let (touch, all) = through(read, "touch");
     let (madvise, _) = through(read, "madvise");
-    assert_eq!(touch + madvise, all, "{read}");
+    // A worker thread's exit takes the read side too (`do_exit`, from
+    // `start_thread`): counted since the threads' exits are waited for
+    // (issue 50), it meets a writer now and then on a loaded machine.
+    let exits = side_by(read, &["do_exit"]);
+    assert_eq!(touch + madvise + exits, all, "{read}");
     assert_eq!(all, u(&read["contentions"]), "{read}");
     assert!(table.contains("mmap_lock (rwsem write"), "{table}");
     assert!(table.contains("mmap_lock (rwsem read"), "{table}");
@@ -399,6 +403,31 @@ fn without_the_lock_tracepoints_one_line_says_why() {
     assert_eq!(u(&g_lock["acquisitions"]), 2 * 1000);
     assert!(
         table.contains("kernel locks: unavailable: this kernel has no lock:contention_begin"),
+        "{table}"
+    );
+}
+
+/// `--no-kernel-locks` (their kernel stacks are the largest part of an
+/// always-on recording's cost, docs/benchmarks.md): the programs stay out,
+/// the section says why, the user locks are counted exactly, in the
+/// always-on mode.
+#[test]
+fn no_kernel_locks_leaves_them_out_and_says_so() {
+    let binary = fixture("hot_mutex", Flavor::Glibc);
+    let mut fixture = Fixture::spawn(&binary, &["1000", "2"]);
+    let trace = Trace::attach(fixture.pid(), &["--mode", "inproc", "--no-kernel-locks"]);
+    fixture.send("go");
+    while fixture.read_line().as_deref() != Some("done") {}
+    trace.interrupt();
+    let (report, table) = trace.finish();
+    let why = "not traced (--no-kernel-locks); drop it to see what the target waits for inside the kernel";
+    assert_eq!(report["kernel_locks"]["unavailable"], why, "{table}");
+    assert_eq!(report["kernel_locks"]["locks"], serde_json::json!([]));
+    assert_eq!(report["kernel_locks"]["contentions"], 0);
+    let g_lock = lock_at(&report, fixture.address("g_lock")).expect("g_lock counted");
+    assert_eq!(u(&g_lock["acquisitions"]), 2 * 1000);
+    assert!(
+        table.contains(&format!("kernel locks: unavailable: {why}")),
         "{table}"
     );
 }
@@ -602,6 +631,7 @@ fn a_live_session_deletes_the_keys_of_quiet_kernel_locks() {
         cpu_hz: None,
         stacks: false,
         php: None,
+        kernel_locks: true,
     })
     .expect("attached");
     fixture.send("go");

@@ -33,11 +33,14 @@ pub(crate) enum Feature {
     SamplePeriod,
     /// `--window-links`: how the windows are switched.
     WindowLinks,
+    /// Kernel lock contention (`lock:contention_begin`/`end`): asked for
+    /// unless `--no-kernel-locks`.
+    KernelLocks,
 }
 
 impl Feature {
     #[cfg(test)]
-    pub(crate) const ALL: [Feature; 8] = [
+    pub(crate) const ALL: [Feature; 9] = [
         Feature::Stacks,
         Feature::Php,
         Feature::Handoffs,
@@ -46,6 +49,7 @@ impl Feature {
         Feature::Sample,
         Feature::SamplePeriod,
         Feature::WindowLinks,
+        Feature::KernelLocks,
     ];
 }
 
@@ -172,10 +176,10 @@ mod tests {
         const SAMPLE: Option<&str> = Some("--sample applies only with --mode sampled");
         const PERIOD: Option<&str> = Some("--sample-period applies only with --mode sampled");
         const LINKS: Option<&str> = Some("--window-links applies only with --mode sampled");
-        let table: [(Mode, [Option<&str>; 8]); 4] = [
+        let table: [(Mode, [Option<&str>; 9]); 4] = [
             (
                 Mode::All,
-                [None, None, None, None, None, SAMPLE, PERIOD, LINKS],
+                [None, None, None, None, None, SAMPLE, PERIOD, LINKS, None],
             ),
             (
                 Mode::Contention,
@@ -188,6 +192,7 @@ mod tests {
                     SAMPLE,
                     PERIOD,
                     LINKS,
+                    None,
                 ],
             ),
             (
@@ -198,6 +203,7 @@ mod tests {
                     None,
                     Some("--hold-times needs"),
                     Some("--mode sampled cannot drive --load"),
+                    None,
                     None,
                     None,
                     None,
@@ -214,6 +220,7 @@ mod tests {
                     SAMPLE,
                     PERIOD,
                     LINKS,
+                    None,
                 ],
             ),
         ];

@@ -141,7 +141,7 @@ pub(crate) fn load_plan<'a>(
         unlock_functions: probed.unlocks,
         cpu,
         inproc,
-        kernel_locks: true,
+        kernel_locks: plan.has(Feature::KernelLocks),
         creation_sites: plan.view == View::Record && creation_sites(plan.mode),
         inproc_samples: plan.mode == Mode::Inproc && plan.has(Feature::Stacks),
     }

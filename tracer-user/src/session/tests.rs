@@ -141,7 +141,14 @@ fn the_load_plan_follows_the_mode_and_the_view() {
         (View::Live, Mode::Inproc, false, true, true, false),
     ];
     for (view, mode, lock_probes, request_at_load, kernel_locks, sites) in table {
-        let plan = plan(view, mode, &[]);
+        // `--no-kernel-locks` leaves them out in every mode and view.
+        let without = plan(view, mode, &[]);
+        let load = Stage::Load {
+            cpu: Some(&sampling),
+            inproc: None,
+        };
+        assert!(!load_plan(&without, probed, Some(point()), load).kernel_locks);
+        let plan = plan(view, mode, &[Feature::KernelLocks]);
         let load = Stage::Load {
             cpu: Some(&sampling),
             inproc: None,

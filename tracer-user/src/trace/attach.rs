@@ -262,7 +262,8 @@ pub fn load(plan: &LoadPlan) -> Result<Loaded> {
 }
 
 /// The futex syscall tracepoints, and the kernel lock ones when asked for;
-/// returns why the kernel lock ones are not in (no such tracepoints).
+/// returns why the kernel lock ones are not in (no such tracepoints, or
+/// not asked for).
 fn attach_tracepoints(ebpf: &mut Ebpf, kernel_locks: bool) -> Result<Option<String>> {
     for (name, event) in [
         (names::PROGRAM_FUTEX_ENTER, "sys_enter_futex"),
@@ -278,7 +279,7 @@ fn attach_tracepoints(ebpf: &mut Ebpf, kernel_locks: bool) -> Result<Option<Stri
     Ok(if kernel_locks {
         super::kernel_locks::attach(ebpf).err()
     } else {
-        None
+        Some(super::kernel_locks::NOT_ASKED.to_string())
     })
 }
 

@@ -23,6 +23,10 @@ use crate::model::KernelLocksCollected;
 /// Where tracefs may be (see `preflight::ensure_tracefs`, which mounts it).
 const TRACEFS_DIRS: [&str; 2] = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"];
 
+/// Why the section is empty when `--no-kernel-locks` left the programs out.
+pub(crate) const NOT_ASKED: &str =
+    "not traced (--no-kernel-locks); drop it to see what the target waits for inside the kernel";
+
 /// Attaches both programs; the error is the one line saying why the
 /// kernel-locks section is unavailable (the programs are then left out).
 pub(crate) fn attach(ebpf: &mut Ebpf) -> Result<(), String> {
