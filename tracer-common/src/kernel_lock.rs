@@ -15,6 +15,17 @@ pub const MAX_KEYS: u32 = 16_384;
 pub const MAX_STACKS: u32 = 4_096;
 /// Frames of a kernel stack (the kernel's `PERF_MAX_STACK_DEPTH`).
 pub const STACK_DEPTH: usize = 127;
+/// A site's (a key without its kernel stack: lock, flags, user lock, user
+/// instruction, route) first contentions each take their kernel stack;
+/// after them one in [`STACK_SAMPLE_EVERY`] does, and those between count
+/// under the site's last stack taken. The kernel's stack walk was most of
+/// a begin's cost (7-11 µs a run against 0.6 µs for an end on the kit's
+/// FrankenPHP, 3-4 % of its CPU: docs/benchmarks.md); a site nearly
+/// always enters one kernel path, so its split between paths is sampled
+/// while every count stays exact.
+pub const STACKS_EXACT_FIRST: u64 = 8;
+/// See [`STACKS_EXACT_FIRST`]; a power of two.
+pub const STACK_SAMPLE_EVERY: u64 = 16;
 /// Slots of the per-CPU `KERNEL_LOCK_EVENTS` array.
 pub mod event {
     /// A `contention_begin` while the thread already waited for a

@@ -33,6 +33,16 @@ pub struct KernelLockCounts {
     pub max_wait_ns: u64,
 }
 
+/// Value of `KERNEL_LOCK_SITES` (keyed by a `KernelLockKey` whose
+/// `stack_id` is 0): the site's contentions begun, and the last kernel
+/// stack taken for it (see `kernel_lock::STACKS_EXACT_FIRST`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KernelLockSite {
+    pub begun: u64,
+    pub stack_id: i64,
+}
+
 /// Value of the per-thread `KERNEL_LOCK_BEGINS`: a contention in progress.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]

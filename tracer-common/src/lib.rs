@@ -60,6 +60,7 @@ mod pod {
     unsafe impl aya::Pod for super::CpuPlace {}
     unsafe impl aya::Pod for super::KernelLockKey {}
     unsafe impl aya::Pod for super::KernelLockCounts {}
+    unsafe impl aya::Pod for super::KernelLockSite {}
     unsafe impl aya::Pod for super::php::PhpOffsets {}
     unsafe impl aya::Pod for super::php::RouteText {}
     unsafe impl aya::Pod for super::php::RouteLockKey {}

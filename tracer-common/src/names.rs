@@ -65,6 +65,7 @@ pub const PROGRAM_KERNEL_LOCK_BEGIN: &str = "kernel_lock_begin";
 pub const PROGRAM_KERNEL_LOCK_END: &str = "kernel_lock_end";
 pub const MAP_KERNEL_LOCKS: &str = "KERNEL_LOCKS";
 pub const MAP_KERNEL_LOCK_STACKS: &str = "KERNEL_LOCK_STACKS";
+pub const MAP_KERNEL_LOCK_SITES: &str = "KERNEL_LOCK_SITES";
 pub const MAP_KERNEL_LOCK_EVENTS: &str = "KERNEL_LOCK_EVENTS";
 /// Tracepoints sched:sched_process_exit and sched_process_free, with the
 /// kernel lock ones: the target's threads exiting and not yet freed.
@@ -171,6 +172,7 @@ pub const MAPS: &[&str] = &[
     MAP_PHP_OFFSETS,
     MAP_KERNEL_LOCKS,
     MAP_KERNEL_LOCK_STACKS,
+    MAP_KERNEL_LOCK_SITES,
     MAP_KERNEL_LOCK_EVENTS,
     MAP_EXITING,
 ];

@@ -20,8 +20,10 @@ use aya_ebpf::{
     programs::{TracePointContext, tracing::StackIdContext},
 };
 use tracer_common::{
-    KernelLockBegin, KernelLockCounts, KernelLockKey, counting, flags, kernel_lock::event,
-    php::NO_REQUEST, stack_kind, wait_class,
+    KernelLockBegin, KernelLockCounts, KernelLockKey, KernelLockSite, counting, flags,
+    kernel_lock::{STACK_SAMPLE_EVERY, STACKS_EXACT_FIRST, event},
+    php::NO_REQUEST,
+    stack_kind, wait_class,
 };
 
 use crate::{
@@ -29,7 +31,7 @@ use crate::{
     cpu::SYS_FUTEX,
     futex::saved_user_regs,
     maps::{
-        EXITING, FLAGS, FREE_PID_OFFSET, KERNEL_LOCK_BEGINS, KERNEL_LOCK_EVENTS,
+        EXITING, FLAGS, FREE_PID_OFFSET, KERNEL_LOCK_BEGINS, KERNEL_LOCK_EVENTS, KERNEL_LOCK_SITES,
         KERNEL_LOCK_STACKS, KERNEL_LOCKS, TARGET_TGID, WAITING,
     },
     php::current_route,
@@ -86,6 +88,55 @@ fn user_side(tid: u32) -> (u64, (u64, u64, u64)) {
     (user_lock, (ip, sp, bp))
 }
 
+/// The kernel stack id for a contention at `site` (its key, stack id 0):
+/// a stack taken now for the site's first `STACKS_EXACT_FIRST` contentions
+/// and one in `STACK_SAMPLE_EVERY` after, else the site's last one. -1
+/// when a stack could not be stored.
+#[inline(always)]
+fn kernel_stack_of(ctx: &TracePointContext, site: &KernelLockKey) -> i64 {
+    let Some(known) = KERNEL_LOCK_SITES.get_ptr_mut(site) else {
+        let id = take_kernel_stack(ctx);
+        // A full map: every contention of new sites takes its stack.
+        let _ = KERNEL_LOCK_SITES.insert(
+            site,
+            KernelLockSite {
+                begun: 1,
+                stack_id: id,
+            },
+            0,
+        );
+        return id;
+    };
+    // SAFETY: `known` is the map value just looked up; two CPUs may read
+    // the same count (a stack more or less) or write the last id (either
+    // is the site's).
+    unsafe {
+        add(&mut (*known).begun, 1);
+        let begun = core::ptr::read_volatile(&(*known).begun);
+        let last = core::ptr::read_volatile(&(*known).stack_id);
+        if begun > STACKS_EXACT_FIRST && begun & (STACK_SAMPLE_EVERY - 1) != 0 && last >= 0 {
+            return last;
+        }
+        let id = take_kernel_stack(ctx);
+        if id >= 0 {
+            core::ptr::write_volatile(&mut (*known).stack_id, id);
+        }
+        id
+    }
+}
+
+/// The current kernel stack's id in `KERNEL_LOCK_STACKS`, -1 when lost.
+#[inline(always)]
+fn take_kernel_stack(ctx: &TracePointContext) -> i64 {
+    match ctx.get_stackid(&KERNEL_LOCK_STACKS, 0) {
+        Ok(id) => id,
+        Err(_) => {
+            count_event(event::STACK_LOST);
+            -1
+        }
+    }
+}
+
 #[tracepoint]
 pub fn kernel_lock_begin(ctx: TracePointContext) -> u32 {
     if !is_target(&ctx) || !counting(counting::WAITS) {
@@ -99,26 +150,20 @@ pub fn kernel_lock_begin(ctx: TracePointContext) -> u32 {
     }
     let lock: u64 = field(&ctx, LOCK_ADDR);
     let lock_flags: u32 = field(&ctx, BEGIN_FLAGS);
-    let stack_id = match ctx.get_stackid(&KERNEL_LOCK_STACKS, 0) {
-        Ok(id) => id,
-        Err(_) => {
-            count_event(event::STACK_LOST);
-            -1
-        }
-    };
     let (user_lock, regs) = user_side(tid);
     // The route splits the lock's waits by request (`--php`); 0 without it
     // keeps the keys as few as before.
     let php = FLAGS.load() & flags::PHP != 0;
-    let key = KernelLockKey {
+    let mut key = KernelLockKey {
         lock,
         user_lock,
         user_ip: regs.0,
-        stack_id,
+        stack_id: 0,
         flags: lock_flags,
         _pad: 0,
         route: if php { current_route() } else { NO_REQUEST },
     };
+    key.stack_id = kernel_stack_of(&ctx, &key);
     let begin = KernelLockBegin {
         key,
         start_ns: now_ns(),

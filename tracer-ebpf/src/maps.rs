@@ -10,8 +10,8 @@ use aya_ebpf::{
 use tracer_common::{
     CallerKey, CodeRange, CondWait, CpuPlace, CpuSamples, FutexCounts, FutexWait, HandoffCounts,
     HeldKey, HoldCounts, Holder, HolderHolds, HolderKey, KernelLockBegin, KernelLockCounts,
-    KernelLockKey, LockCounts, MAX_CALLERS, MAX_CONDVARS, MAX_CPU_LOCK_CODE_RANGES, MAX_CPU_LOCKS,
-    MAX_CPUS, MAX_FUTEXES, MAX_HELD, MAX_HOLDERS, MAX_LOCK_CODE_RANGES, MAX_LOCKS,
+    KernelLockKey, KernelLockSite, LockCounts, MAX_CALLERS, MAX_CONDVARS, MAX_CPU_LOCK_CODE_RANGES,
+    MAX_CPU_LOCKS, MAX_CPUS, MAX_FUTEXES, MAX_HELD, MAX_HOLDERS, MAX_LOCK_CODE_RANGES, MAX_LOCKS,
     MAX_PROBE_POINTS, MAX_STACKS, MAX_WAITING_THREADS, PendingKey, PendingTry, SNAPSHOT_RING_BYTES,
     StackKey, Unmapped, WaitHolderKey, WaitTime, cpu_sample, drop_reason, kernel_lock, lifetime,
     php::{
@@ -225,6 +225,11 @@ pub(crate) static KERNEL_LOCK_BEGINS: HashMap<u32, KernelLockBegin> =
 /// none to be left before it stops counting (see `kernlocks::thread_free`).
 #[map]
 pub(crate) static EXITING: HashMap<u32, u8> = HashMap::with_max_entries(MAX_THREADS, 0);
+/// Each kernel lock site's contentions and last kernel stack taken
+/// (`kernlocks::kernel_stack_of`).
+#[map]
+pub(crate) static KERNEL_LOCK_SITES: HashMap<KernelLockKey, KernelLockSite> =
+    HashMap::with_max_entries(kernel_lock::MAX_KEYS, BPF_F_NO_PREALLOC);
 /// Kernel stacks of the contentions' begins.
 #[map]
 pub(crate) static KERNEL_LOCK_STACKS: StackTrace =

@@ -173,6 +173,8 @@ pub(crate) fn apply(report: &mut Report, collected: &Collected, symbols: &Kallsy
             + traced.events[event::UNTRACKED as usize]
             + traced.events[event::KEYS_FULL as usize],
         locks,
+        stacks_exact_first: Some(tracer_common::kernel_lock::STACKS_EXACT_FIRST),
+        stack_sample_every: Some(tracer_common::kernel_lock::STACK_SAMPLE_EVERY),
     });
 }
 

@@ -31,6 +31,17 @@ pub struct KernelLocks {
     /// attach), their thread or key did not fit in the maps.
     #[serde(default)]
     pub lost: u64,
+    /// How the kernel stacks were taken: each site's (lock, flags, user
+    /// lock, user instruction, route) first `stacks_exact_first`
+    /// contentions take their own, then one in `stack_sample_every`, the
+    /// ones between counting under the site's last stack. Every count is
+    /// exact; a site's split between kernel paths (`kernel_sites`,
+    /// `kernel_stacks`) is sampled past the first. Absent when not traced
+    /// and in older reports (every contention took its stack).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stacks_exact_first: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stack_sample_every: Option<u64>,
 }
 
 /// A kernel lock's contention with one set of flags.

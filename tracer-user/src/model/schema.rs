@@ -843,6 +843,8 @@ mod tests {
             wait_ns: 34_000,
             nested: 1,
             lost: 0,
+            stacks_exact_first: Some(8),
+            stack_sample_every: Some(16),
         }
     }
 }

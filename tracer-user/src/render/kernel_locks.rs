@@ -41,7 +41,7 @@ pub(crate) fn render(report: &Report) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "kernel locks: {} contentions, {} waiting, {} nested (not counted apart){}",
+        "kernel locks: {} contentions, {} waiting, {} nested (not counted apart){}{}",
         section.contentions,
         duration(section.wait_ns),
         section.nested,
@@ -49,6 +49,11 @@ pub(crate) fn render(report: &Report) -> String {
             format!(", {} lost", section.lost)
         } else {
             String::new()
+        },
+        match (section.stacks_exact_first, section.stack_sample_every) {
+            (Some(first), Some(every)) =>
+                format!("; kernel stacks: each site's first {first}, then 1 in {every}"),
+            _ => String::new(),
         }
     );
     for lock in section.locks.iter().take(SHOWN) {

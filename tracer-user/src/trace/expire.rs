@@ -1,11 +1,13 @@
 //! Deleting the keys of locks a live view (`serve`, `top`) stopped showing,
 //! so the maps never fill up in a long session. The caller pauses counting
 //! around it (`collect::while_paused`).
+use std::collections::HashSet;
+
 use anyhow::Result;
 use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuHashMap, StackTraceMap};
 use tracer_common::{
-    CallerKey, CpuSamples, FutexCounts, HandoffCounts, KernelLockCounts, KernelLockKey, LockCounts,
-    StackKey, WaitHolderKey, WaitTime, names,
+    CallerKey, CpuSamples, FutexCounts, HandoffCounts, KernelLockCounts, KernelLockKey,
+    KernelLockSite, LockCounts, StackKey, WaitHolderKey, WaitTime, names,
 };
 
 use super::maps::map_mut;
@@ -48,12 +50,25 @@ impl ExpiredKeys {
 }
 
 /// Deletes the `KERNEL_LOCKS` keys of kernel locks a live view stopped
-/// showing, and the kernel stacks only they used.
+/// showing, their sites (whose last stacks may be among those deleted),
+/// and the kernel stacks only they used.
 pub(crate) fn remove_kernel_locks(
     ebpf: &mut aya::Ebpf,
     keys: Vec<KernelLockKey>,
     stacks: &[u32],
 ) -> Result<()> {
+    let sites: HashSet<KernelLockKey> = keys
+        .iter()
+        .map(|key| KernelLockKey {
+            stack_id: 0,
+            ..*key
+        })
+        .collect();
+    remove_keys::<KernelLockKey, KernelLockSite>(
+        ebpf,
+        names::MAP_KERNEL_LOCK_SITES,
+        sites.into_iter(),
+    )?;
     remove_keys::<KernelLockKey, KernelLockCounts>(
         ebpf,
         names::MAP_KERNEL_LOCKS,
