@@ -330,6 +330,24 @@ fn configs(rows: Rows) -> Vec<Config> {
                 ),
                 0.0,
             ));
+            configs.push(config(
+                "locktrace --mode inproc --stacks 8 --php --no-kernel-locks",
+                tracers::locktrace(
+                    &[
+                        &[
+                            "--mode",
+                            "inproc",
+                            "--stacks",
+                            "8",
+                            "--php",
+                            "--no-kernel-locks",
+                        ],
+                        &probe[..],
+                    ]
+                    .concat(),
+                ),
+                0.0,
+            ));
             configs.extend(no_init_configs(&probe));
             // The alternative to per-CPU tables: every thread counts in one.
             configs.push(config(
