@@ -28,7 +28,7 @@ use crate::{Bench, franken_bench};
 /// The warm-up lasts at least this long...
 const WARM_UP_MIN: Duration = Duration::from_secs(3);
 /// ...and until the agent parsed no DWARF for this long...
-const QUIET: Duration = Duration::from_secs(6);
+const QUIET: Duration = Duration::from_secs(15);
 /// ...but no longer than this (then the round says so).
 const WARM_UP_MAX: Duration = Duration::from_secs(40);
 /// The agent's line as it parses a module's DWARF (agent.rs, `say_dwarf_parsed`).
@@ -90,6 +90,13 @@ fn agent_round(bench: &Bench, pid: u32, cgroup: &str) -> Result<AgentRound> {
     let mut agent = Command::new(&bench.locktrace)
         .args(["agent", "--listen", &format!("127.0.0.1:{port}")])
         .args(["--within-cgroup", cgroup])
+        // In the root cgroup, `--within-cgroup /` narrows nothing: the
+        // server's executable does, or PHP processes of tests running
+        // beside the bench would be watched (and counted) too.
+        .args(match cgroup {
+            "/" => vec!["--exe", franken_bench::BINARY_NAME],
+            _ => vec![],
+        })
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -135,6 +142,7 @@ fn watched_round(
     let late_parses = lines
         .try_iter()
         .filter(|line| line.contains(DWARF_PARSED))
+        .inspect(|line| eprintln!("  in the measured run: {line}"))
         .count();
     Ok(AgentRound {
         requests_per_s,

@@ -205,6 +205,17 @@ pub(crate) fn parsed() -> Vec<(String, Duration)> {
     PARSED.lock().map(|p| p.clone()).unwrap_or_default()
 }
 
+/// The file behind a /proc/PID/map_files/ path (the path itself where the
+/// link cannot be read), for messages.
+fn real_path(shown: &str) -> String {
+    match shown.contains("/map_files/") {
+        true => std::fs::read_link(shown)
+            .map(|path| path.display().to_string())
+            .unwrap_or_else(|_| shown.to_string()),
+        false => shown.to_string(),
+    }
+}
+
 /// The DWARF of a mapped module file, parsed once per process.
 pub fn load_module(file: &ModuleFile) -> Option<Arc<DebugInfo>> {
     let key = file.identity();
@@ -214,8 +225,9 @@ pub fn load_module(file: &ModuleFile) -> Option<Arc<DebugInfo>> {
     }
     let started = Instant::now();
     let parsed = DebugInfo::parse_bounded(file.bytes());
-    if let Ok(mut done) = PARSED.lock() {
-        done.push((file.shown().to_string(), started.elapsed()));
+    // A file without DWARF costs nothing to look at: not said.
+    if let (Ok(Some(_)) | Err(_), Ok(mut done)) = (&parsed, PARSED.lock()) {
+        done.push((real_path(file.shown()), started.elapsed()));
     }
     let parsed = match parsed {
         Ok(parsed) => parsed.map(Arc::new),
