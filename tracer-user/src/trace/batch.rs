@@ -132,3 +132,82 @@ fn forced_off() -> bool {
             .any(|item| item.trim() == "map_batch")
     })
 }
+
+/// Real maps (root): the batch reads what the per-key walk reads, entry for
+/// entry, over several chunks and with every CPU's value.
+#[cfg(all(test, feature = "root-tests"))]
+mod tests {
+    use std::{
+        collections::HashMap,
+        os::fd::{FromRawFd, OwnedFd},
+    };
+
+    use aya::maps::{HashMap as BpfHashMap, IterableMap, Map, PerCpuHashMap, PerCpuValues};
+
+    use super::*;
+
+    /// More than two chunks' worth.
+    const ENTRIES: u64 = 2_500;
+
+    /// A new map of `kind` (`enum bpf_map_type`), u64 keys and values.
+    fn new_map(kind: u32) -> MapData {
+        // map_type, key_size, value_size, max_entries, map_flags (bpf_attr).
+        let attr: [u32; 5] = [kind, 8, 8, 4096, 0];
+        // SAFETY: BPF_MAP_CREATE reads the attr given and returns a new fd.
+        let fd = unsafe { libc::syscall(libc::SYS_bpf, 0, attr.as_ptr(), 20u32) };
+        assert!(
+            fd >= 0,
+            "BPF_MAP_CREATE: {}",
+            std::io::Error::last_os_error()
+        );
+        // SAFETY: the kernel just gave us this fd.
+        MapData::from_fd(unsafe { OwnedFd::from_raw_fd(fd as i32) }).unwrap()
+    }
+
+    #[test]
+    fn a_batch_reads_what_the_walk_reads() {
+        let mut map: BpfHashMap<MapData, u64, u64> =
+            BpfHashMap::try_from(Map::HashMap(new_map(1))).unwrap();
+        for key in 0..ENTRIES {
+            map.insert(key, key * 3 + 1, 0).unwrap();
+        }
+        let mut batched = HashMap::new();
+        lookup_all(map.map(), 8, |key: u64, value| {
+            batched.insert(key, u64::from_ne_bytes(value.try_into().unwrap()));
+        })
+        .unwrap();
+        let walked: HashMap<u64, u64> = map.iter().map(Result::unwrap).collect();
+        assert_eq!(walked.len(), ENTRIES as usize);
+        assert_eq!(batched, walked);
+    }
+
+    #[test]
+    fn a_per_cpu_batch_has_every_cpus_value() {
+        let cpus = aya::util::nr_cpus().unwrap();
+        let mut map: PerCpuHashMap<MapData, u64, u64> =
+            PerCpuHashMap::try_from(Map::PerCpuHashMap(new_map(5))).unwrap();
+        for key in 0..ENTRIES {
+            let values: Vec<u64> = (0..cpus as u64).map(|cpu| key + cpu).collect();
+            map.insert(key, PerCpuValues::try_from(values).unwrap(), 0)
+                .unwrap();
+        }
+        let mut batched = HashMap::new();
+        lookup_all(map.map(), 8 * cpus, |key: u64, values| {
+            let each: Vec<u64> = values
+                .chunks_exact(8)
+                .map(|bytes| u64::from_ne_bytes(bytes.try_into().unwrap()))
+                .collect();
+            batched.insert(key, each);
+        })
+        .unwrap();
+        let walked: HashMap<u64, Vec<u64>> = map
+            .iter()
+            .map(|entry| {
+                let (key, values) = entry.unwrap();
+                (key, values.iter().copied().collect())
+            })
+            .collect();
+        assert_eq!(walked.len(), ENTRIES as usize);
+        assert_eq!(batched, walked);
+    }
+}
