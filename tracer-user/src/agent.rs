@@ -419,6 +419,8 @@ struct Watcher {
     /// which watched processes are gone (the event comes before the
     /// process is a zombie).
     exiting_until: Option<Instant>,
+    /// DWARF files parsed so far that the agent has said.
+    dwarf_said: usize,
 }
 
 impl Watcher {
@@ -445,6 +447,7 @@ impl Watcher {
             started: (cpu, Instant::now()),
             events,
             exiting_until: None,
+            dwarf_said: 0,
         }
     }
 
@@ -774,6 +777,21 @@ impl Watcher {
         if let Some(cpu) = own_cpu_seconds() {
             self.gauges.cpu_seconds.set(cpu - self.started.0);
         }
+        self.say_dwarf_parsed();
+    }
+
+    /// Says each module whose DWARF a read parsed to name locks: the
+    /// agent's one-off cost (once per file for its life, tens to hundreds
+    /// of ms), told apart from the steady cost of the reads.
+    fn say_dwarf_parsed(&mut self) {
+        let parsed = crate::naming::dwarf::parsed();
+        for (file, took) in parsed.iter().skip(self.dwarf_said) {
+            note(format_args!(
+                "locktrace: agent: read the DWARF of {file} in {} ms to name its locks (once for the agent's life)",
+                took.as_millis()
+            ));
+        }
+        self.dwarf_said = self.dwarf_said.max(parsed.len());
     }
 
     /// Reads the processes a `?seconds=` window asked for.
@@ -789,6 +807,7 @@ impl Watcher {
             if let Some(mut watched) = self.watched.remove(&pid) {
                 self.read(pid, &mut watched);
                 self.watched.insert(pid, watched);
+                self.say_dwarf_parsed();
             }
         }
     }

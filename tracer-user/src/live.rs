@@ -715,6 +715,11 @@ impl LiveSession {
                 .unwrap_or_else(PoisonError::into_inner)
                 .stacks();
         }
+        let naming_started = Instant::now();
+        let renamed = wanted
+            .iter()
+            .filter(|lock| self.names.contains_key(&lock.address))
+            .count();
         // Name only the wanted locks: swap them in, then the full list back.
         let all = std::mem::replace(&mut report.locks, wanted);
         let options = naming::NamingOptions {
@@ -730,6 +735,19 @@ impl LiveSession {
         );
         crate::analysis::waits::count_declared_contention(report);
         let named = std::mem::replace(&mut report.locks, all);
+        // Where naming's time goes (`RUST_LOG=locktrace=debug`): the first
+        // lock of each module reads its DWARF.
+        log::debug!(
+            "pid {}: named {} locks ({renamed} again, for new call sites or stacks) in {} ms: {}",
+            self.target.pid,
+            named.len(),
+            naming_started.elapsed().as_millis(),
+            named
+                .iter()
+                .map(format::label)
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
         let stacks = std::mem::take(&mut report.stacks);
         for lock in &named {
             let address = lock.address;

@@ -2,12 +2,18 @@
 //! build, classic mode) under wrk: the server's throughput with the agent
 //! watching it against without, in alternating rounds (each agent round
 //! compared with the untraced rounds right before and after it), and the
-//! agent's CPU (utime + stime from /proc/PID/stat) over the measured
-//! seconds, per watched process. The agent finds the server by its default
-//! discovery (narrowed with `--within-cgroup` to the server's own cgroup,
-//! so other PHP processes on the machine are not watched) and is started
-//! afresh each round; its attach and a warm-up under load (the first
-//! reads name the server's locks) are not measured.
+//! agent's CPU (utime + stime from /proc/PID/stat) per watched process. The
+//! agent finds the server by its default discovery (narrowed with
+//! `--within-cgroup` to the server's own cgroup, so other PHP processes on
+//! the machine are not watched) and is started afresh each round.
+//!
+//! Its cost has two parts, reported apart: the one-off (start, attach, and
+//! the first names of the server's locks, which parse each module's DWARF
+//! once for the agent's life) and the steady cost of the reads. The agent
+//! says each DWARF parse on stderr; the warm-up under load lasts until none
+//! came for [`QUIET`], and the agent's CPU from its start to there is the
+//! one-off column. The measured run follows; a parse that still comes in it
+//! is counted in the steady figure and the round is marked.
 use std::{
     io::{BufRead, BufReader},
     process::{Child, Command, Stdio},
@@ -19,8 +25,14 @@ use anyhow::{Context, Result, bail};
 
 use crate::{Bench, franken_bench};
 
-/// Seconds of load after the attach, before the measured run.
-const WARM_UP_S: f64 = 3.0;
+/// The warm-up lasts at least this long...
+const WARM_UP_MIN: Duration = Duration::from_secs(3);
+/// ...and until the agent parsed no DWARF for this long...
+const QUIET: Duration = Duration::from_secs(15);
+/// ...but no longer than this (then the round says so).
+const WARM_UP_MAX: Duration = Duration::from_secs(40);
+/// The agent's line as it parses a module's DWARF (agent.rs, `say_dwarf_parsed`).
+const DWARF_PARSED: &str = "locktrace: agent: read the DWARF of ";
 /// How long the agent gets to find and attach the server.
 const ATTACH_WAIT: Duration = Duration::from_secs(60);
 
@@ -30,8 +42,14 @@ struct AgentRound {
     requests_per_s: f64,
     /// Its throughput over the mean of the untraced rounds around it.
     ratio: f64,
-    /// The agent's CPU over the round, in percent of one core.
+    /// The agent's CPU over the measured run, in percent of one core.
     cpu_percent: f64,
+    /// The agent's CPU seconds from its start to the end of the warm-up.
+    one_off_s: f64,
+    /// The warm-up's length, seconds.
+    warm_up_s: f64,
+    /// DWARF parses that came in the measured run (counted in `cpu_percent`).
+    late_parses: usize,
 }
 
 pub fn run(bench: &Bench) -> Result<String> {
@@ -47,30 +65,38 @@ fn measure(bench: &Bench, pid: u32) -> Result<String> {
     let mut untraced = vec![before];
     let mut rounds = Vec::new();
     for round in 0..bench.runs {
-        let (requests_per_s, cpu_percent) = agent_round(bench, pid, &cgroup)?;
+        let measured = agent_round(bench, pid, &cgroup)?;
         let after = wrk(bench.seconds)?;
-        let ratio = 2.0 * requests_per_s / (before + after);
+        let ratio = 2.0 * measured.requests_per_s / (before + after);
         eprintln!(
-            "agent round {round}: {requests_per_s:.0} requests/s, untraced {before:.0}/{after:.0}: {ratio:.3}x; the agent's CPU {cpu_percent:.2}% of one core"
+            "agent round {round}: {:.0} requests/s, untraced {before:.0}/{after:.0}: {ratio:.3}x; the agent's CPU {:.2}% of one core (one-off {:.2} s of CPU over a {:.0} s warm-up; {} DWARF parses in the measured run)",
+            measured.requests_per_s,
+            measured.cpu_percent,
+            measured.one_off_s,
+            measured.warm_up_s,
+            measured.late_parses
         );
-        rounds.push(AgentRound {
-            requests_per_s,
-            ratio,
-            cpu_percent,
-        });
+        rounds.push(AgentRound { ratio, ..measured });
         untraced.push(after);
         before = after;
     }
     Ok(table(bench, &untraced, &rounds))
 }
 
-/// Starts the agent, waits for it to watch `pid`, runs wrk, stops the
-/// agent: the throughput and the agent's CPU over the wrk run.
-fn agent_round(bench: &Bench, pid: u32, cgroup: &str) -> Result<(f64, f64)> {
+/// Starts the agent, waits for it to watch `pid`, warms it up, runs wrk,
+/// stops the agent: the round's figures (its ratio still to fill).
+fn agent_round(bench: &Bench, pid: u32, cgroup: &str) -> Result<AgentRound> {
     let port = free_port()?;
     let mut agent = Command::new(&bench.locktrace)
         .args(["agent", "--listen", &format!("127.0.0.1:{port}")])
         .args(["--within-cgroup", cgroup])
+        // In the root cgroup, `--within-cgroup /` narrows nothing: the
+        // server's executable does, or PHP processes of tests running
+        // beside the bench would be watched (and counted) too.
+        .args(match cgroup {
+            "/" => vec!["--exe", franken_bench::BINARY_NAME],
+            _ => vec![],
+        })
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -95,7 +121,7 @@ fn watched_round(
     pid: u32,
     agent: &Child,
     lines: &Receiver<String>,
-) -> Result<(f64, f64)> {
+) -> Result<AgentRound> {
     let watching = format!("watching pid {pid} (");
     let deadline = Instant::now() + ATTACH_WAIT;
     loop {
@@ -108,19 +134,51 @@ fn watched_round(
             }
         }
     }
-    // The first reads name the server's locks as they show up: a one-off,
-    // not the steady cost measured here.
-    let (cpu_attached, warming) = (cpu_seconds(agent.id())?, Instant::now());
-    wrk(WARM_UP_S)?;
-    let (cpu_before, at) = (cpu_seconds(agent.id())?, Instant::now());
-    eprintln!(
-        "agent: {:.2}% of one core during the warm-up",
-        100.0 * (cpu_before - cpu_attached) / warming.elapsed().as_secs_f64()
-    );
+    let warm_up_s = warm_up(lines)?;
+    // From the agent's start: its CPU time is all since then.
+    let (one_off_s, at) = (cpu_seconds(agent.id())?, Instant::now());
     let requests_per_s = wrk(bench.seconds)?;
-    let cpu = cpu_seconds(agent.id())? - cpu_before;
-    // One watched process: its share is the whole agent's.
-    Ok((requests_per_s, 100.0 * cpu / at.elapsed().as_secs_f64()))
+    let cpu = cpu_seconds(agent.id())? - one_off_s;
+    let late_parses = lines
+        .try_iter()
+        .filter(|line| line.contains(DWARF_PARSED))
+        .inspect(|line| eprintln!("  in the measured run: {line}"))
+        .count();
+    Ok(AgentRound {
+        requests_per_s,
+        ratio: 0.0,
+        // One watched process: its share is the whole agent's.
+        cpu_percent: 100.0 * cpu / at.elapsed().as_secs_f64(),
+        one_off_s,
+        warm_up_s,
+        late_parses,
+    })
+}
+
+/// Load in 1 s slices until the agent has parsed no DWARF for [`QUIET`]
+/// (at least [`WARM_UP_MIN`], at most [`WARM_UP_MAX`]): its length, seconds.
+fn warm_up(lines: &Receiver<String>) -> Result<f64> {
+    let warming = Instant::now();
+    let mut last_parse = warming;
+    loop {
+        for line in lines.try_iter() {
+            if line.contains(DWARF_PARSED) {
+                eprintln!("  {line}");
+                last_parse = Instant::now();
+            }
+        }
+        let elapsed = warming.elapsed();
+        if elapsed >= WARM_UP_MIN && last_parse.elapsed() >= QUIET {
+            return Ok(elapsed.as_secs_f64());
+        }
+        if elapsed >= WARM_UP_MAX {
+            eprintln!(
+                "agent: still parsing DWARF after a {WARM_UP_MAX:?} warm-up: the measured run may hold more of the one-off"
+            );
+            return Ok(elapsed.as_secs_f64());
+        }
+        wrk(1.0)?;
+    }
 }
 
 /// The agent's stderr, line by line (also keeps the pipe from filling).
@@ -182,28 +240,42 @@ fn table(bench: &Bench, untraced: &[f64], rounds: &[AgentRound]) -> String {
             values.iter().copied().fold(0.0, f64::max),
         )
     };
-    let ratios: Vec<f64> = rounds.iter().map(|r| r.ratio).collect();
-    let cpus: Vec<f64> = rounds.iter().map(|r| r.cpu_percent).collect();
-    let rates: Vec<f64> = rounds.iter().map(|r| r.requests_per_s).collect();
+    let column = |value: fn(&AgentRound) -> f64| -> Vec<f64> { rounds.iter().map(value).collect() };
+    let (ratios, cpus, rates) = (
+        column(|r| r.ratio),
+        column(|r| r.cpu_percent),
+        column(|r| r.requests_per_s),
+    );
+    let (one_offs, warm_ups) = (column(|r| r.one_off_s), column(|r| r.warm_up_s));
     let (low, high) = range(untraced);
     let (ratio_low, ratio_high) = range(&ratios);
     let (cpu_low, cpu_high) = range(&cpus);
+    let (one_off_low, one_off_high) = range(&one_offs);
+    let (warm_low, warm_high) = range(&warm_ups);
+    let late = rounds.iter().filter(|r| r.late_parses > 0).count();
     format!(
         "\n### The agent's own cost (the real FrankenPHP, classic mode, `{url}`)\n\n\
          wrk -t1 -c4 for {seconds} s a round; `locktrace agent` (default discovery, \
-         `--mode inproc`, narrowed to the server's cgroup) started afresh each round and \
-         attached and warmed up ({WARM_UP_S} s of wrk, not measured: the first reads name the \
-         server's locks) before the measured run; each agent round sits between two untraced rounds and \
-         is compared with their mean; median of {runs} rounds, with the lowest and highest. \
-         The agent's CPU: its utime + stime over the wrk run, one watched process.\n\n\
-         | | requests/s | vs untraced (rounds) | the agent's CPU, % of one core per watched process (rounds) |\n\
-         |---|---:|---:|---:|\n\
-         | untraced | {:.0} ({low:.0}-{high:.0}) | 1.000x | - |\n\
-         | agent on | {:.0} | {:.3}x ({ratio_low:.3}-{ratio_high:.3}) | {:.2} ({cpu_low:.2}-{cpu_high:.2}) |\n",
+         `--mode inproc`, narrowed to the server's cgroup) started afresh each round; \
+         each agent round sits between two untraced rounds and is compared with their mean; \
+         median of {runs} rounds, with the lowest and highest. \
+         The one-off: the agent's CPU seconds from its start through the attach and a warm-up \
+         under load (wrk in 1 s slices) that lasts until the agent has parsed no DWARF \
+         (to name locks) for {quiet} s, {min} s at least. The steady cost: its utime + stime \
+         over the measured wrk run that follows, one watched process. \
+         Rounds with a DWARF parse in the measured run (counted in the steady cost): {late} of {runs}.\n\n\
+         | | requests/s | vs untraced (rounds) | the agent's steady CPU, % of one core per watched process (rounds) | its one-off CPU, s (rounds) | warm-up, s (rounds) |\n\
+         |---|---:|---:|---:|---:|---:|\n\
+         | untraced | {:.0} ({low:.0}-{high:.0}) | 1.000x | - | - | - |\n\
+         | agent on | {:.0} | {:.3}x ({ratio_low:.3}-{ratio_high:.3}) | {:.2} ({cpu_low:.2}-{cpu_high:.2}) | {:.2} ({one_off_low:.2}-{one_off_high:.2}) | {:.0} ({warm_low:.0}-{warm_high:.0}) |\n",
         median(untraced.to_vec()),
         median(rates),
         median(ratios),
         median(cpus),
+        median(one_offs),
+        median(warm_ups),
         url = franken_bench::URL,
+        quiet = QUIET.as_secs(),
+        min = WARM_UP_MIN.as_secs(),
     )
 }

@@ -24,6 +24,8 @@ use crate::{
 };
 
 pub(crate) const BINARY: &str = "/tmp/e2e/frankenphp-e2e";
+/// Its file name, as `locktrace agent --exe` matches it.
+pub(crate) const BINARY_NAME: &str = "frankenphp-e2e";
 pub(crate) const PID_FILE: &str = "/tmp/e2e/franken.pid";
 pub(crate) const LOCK_FILE: &str = "/tmp/franken.lock";
 pub(crate) const URL: &str = "http://127.0.0.1:8091/q.php";

@@ -195,6 +195,27 @@ fn note_skipped(file: &ModuleFile, reason: SkipReason, detail: String) {
     }
 }
 
+/// Files whose DWARF was parsed so far, this process, and how long each
+/// parse took: a one-off per file, which the agent says as it comes.
+static PARSED: Mutex<Vec<(String, Duration)>> = Mutex::new(Vec::new());
+
+/// Every file whose DWARF was parsed so far (or tried), in order, with the
+/// time it took.
+pub(crate) fn parsed() -> Vec<(String, Duration)> {
+    PARSED.lock().map(|p| p.clone()).unwrap_or_default()
+}
+
+/// The file behind a /proc/PID/map_files/ path (the path itself where the
+/// link cannot be read), for messages.
+fn real_path(shown: &str) -> String {
+    match shown.contains("/map_files/") {
+        true => std::fs::read_link(shown)
+            .map(|path| path.display().to_string())
+            .unwrap_or_else(|_| shown.to_string()),
+        false => shown.to_string(),
+    }
+}
+
 /// The DWARF of a mapped module file, parsed once per process.
 pub fn load_module(file: &ModuleFile) -> Option<Arc<DebugInfo>> {
     let key = file.identity();
@@ -202,7 +223,13 @@ pub fn load_module(file: &ModuleFile) -> Option<Arc<DebugInfo>> {
     if let Some(found) = cache.lock().ok()?.get(&key) {
         return found.clone();
     }
-    let parsed = match DebugInfo::parse_bounded(file.bytes()) {
+    let started = Instant::now();
+    let parsed = DebugInfo::parse_bounded(file.bytes());
+    // A file without DWARF costs nothing to look at: not said.
+    if let (Ok(Some(_)) | Err(_), Ok(mut done)) = (&parsed, PARSED.lock()) {
+        done.push((real_path(file.shown()), started.elapsed()));
+    }
+    let parsed = match parsed {
         Ok(parsed) => parsed.map(Arc::new),
         Err(skip) => {
             note_skipped(file, skip.reason(), skip.to_string());

@@ -12,7 +12,7 @@ use std::{
 
 use aya::{
     Ebpf,
-    maps::{HashMap as BpfHashMap, MapData},
+    maps::{HashMap as BpfHashMap, IterableMap, MapData},
 };
 use tracer_common::{FutexWait, names};
 
@@ -149,6 +149,18 @@ where
     let Some(Ok(table)) = ebpf.map(name).map(BpfHashMap::<&MapData, K, V>::try_from) else {
         return HashMap::new();
     };
+    let mut out = HashMap::new();
+    let batched = super::batch::lookup_all(table.map(), std::mem::size_of::<V>(), |key, value| {
+        // SAFETY: V is Pod and the kernel wrote size_of::<V>() bytes (aya
+        // checked the map's value size against V).
+        out.insert(key, unsafe {
+            std::ptr::read_unaligned(value.as_ptr().cast::<V>())
+        });
+    });
+    if batched.is_ok() {
+        return out;
+    }
+    // Key by key, an entry deleted meanwhile (its wait ended) is skipped.
     table.iter().filter_map(Result::ok).collect()
 }
 

@@ -145,13 +145,8 @@ pub(crate) fn read_cached(
             ..KernelLocksCollected::default()
         });
     }
-    let table: BpfHashMap<&MapData, KernelLockKey, KernelLockCounts> =
-        BpfHashMap::try_from(maps::map(ebpf, names::MAP_KERNEL_LOCKS)?)?;
-    let mut counts = HashMap::new();
-    for entry in table.iter() {
-        let (key, value) = entry.context("reading map KERNEL_LOCKS")?;
-        counts.insert(key, value);
-    }
+    let counts: HashMap<KernelLockKey, KernelLockCounts> =
+        maps::read_hash(ebpf, names::MAP_KERNEL_LOCKS)?;
     let stack_map: StackTraceMap<&MapData> =
         StackTraceMap::try_from(maps::map(ebpf, names::MAP_KERNEL_LOCK_STACKS)?)?;
     let mut stacks = HashMap::new();

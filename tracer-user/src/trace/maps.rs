@@ -3,12 +3,12 @@
 //! [`MapReads`] is the seam: the loaded object reads the kernel's maps, and
 //! unit tests give [`FakeMaps`] instead (as aya tests its map types with
 //! `override_syscall`), so what is built from the maps needs no root.
-use std::{collections::HashMap, hash::Hash};
+use std::{collections::HashMap, hash::Hash, mem::size_of};
 
 use anyhow::{Context, Result};
 use aya::{
     Ebpf, Pod,
-    maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, PerCpuHashMap},
+    maps::{Array, HashMap as BpfHashMap, IterableMap, MapData, PerCpuArray, PerCpuHashMap},
 };
 
 /// What a collection reads from the maps.
@@ -153,6 +153,17 @@ where
 {
     let table: BpfHashMap<&MapData, K, V> = BpfHashMap::try_from(map(ebpf, name)?)?;
     let mut out = HashMap::new();
+    let batched = super::batch::lookup_all(table.map(), size_of::<V>(), |key, value| {
+        // SAFETY: V is Pod and the kernel wrote size_of::<V>() bytes (aya
+        // checked the map's value size against V).
+        out.insert(key, unsafe {
+            std::ptr::read_unaligned(value.as_ptr().cast::<V>())
+        });
+    });
+    if batched.is_ok() {
+        return Ok(out);
+    }
+    out.clear();
     for entry in table.iter() {
         let (key, value) = entry.with_context(|| format!("reading map {name}"))?;
         out.insert(key, value);
@@ -167,6 +178,21 @@ where
 {
     let table: PerCpuHashMap<&MapData, K, u64> = PerCpuHashMap::try_from(map(ebpf, name)?)?;
     let mut out = HashMap::new();
+    // Each possible CPU's counter, 8 bytes each, as the kernel lays them out.
+    if let Ok(cpus) = aya::util::nr_cpus() {
+        let batched = super::batch::lookup_all(table.map(), 8 * cpus, |key, values| {
+            let sum = values
+                .chunks_exact(8)
+                .filter_map(|bytes| bytes.try_into().ok())
+                .map(u64::from_ne_bytes)
+                .fold(0u64, u64::wrapping_add);
+            out.insert(key, sum);
+        });
+        if batched.is_ok() {
+            return Ok(out);
+        }
+        out.clear();
+    }
     for entry in table.iter() {
         let (key, values) = entry.with_context(|| format!("reading map {name}"))?;
         out.insert(key, values.iter().sum());

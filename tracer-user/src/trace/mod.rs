@@ -2,6 +2,7 @@
 //! BPF programs, waiting for the end (stop signals, target exit), the load
 //! and sampled runs, and reading the maps.
 pub mod attach;
+pub(crate) mod batch;
 pub mod collect;
 pub(crate) mod cpu;
 pub(crate) mod expire;
