@@ -218,12 +218,7 @@ fn free_port() -> Result<u16> {
 }
 
 fn wrk(seconds: f64) -> Result<f64> {
-    let output = Command::new("wrk")
-        .args(["-t1", "-c4"])
-        .arg(format!("-d{}s", seconds.round()))
-        .arg(franken_bench::URL)
-        .output()
-        .context("running wrk")?;
+    let output = crate::http_bench::wrk(franken_bench::URL, seconds)?;
     crate::http_bench::wrk_requests_per_s(&output.stdout)
 }
 

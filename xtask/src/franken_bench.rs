@@ -455,12 +455,7 @@ fn run_round(pid: u32, seconds: f64, traced: &Traced, locktrace: &Path) -> Resul
         Traced::Tool(tracer) => (tracers::start(tracer, pid, locktrace)?, None),
         Traced::KernelFloor => (None, Some(kernel_floor::attach(pid)?)),
     };
-    let wrk = Command::new("wrk")
-        .args(["-t1", "-c4"])
-        .arg(format!("-d{}s", seconds.round()))
-        .arg(URL)
-        .output()
-        .context("running wrk")?;
+    let wrk = crate::http_bench::wrk(URL, seconds)?;
     let requests_per_s = crate::http_bench::wrk_requests_per_s(&wrk.stdout)?;
     drop(floor);
     let mut sample = FrankenSample {

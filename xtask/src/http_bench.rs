@@ -143,6 +143,17 @@ fn run_http(httpd: &Path, seconds: f64, tracer: &Tracer, locktrace: &Path) -> Re
     Ok(sample)
 }
 
+/// wrk on `url` for `seconds` (whole seconds, at least one), one thread
+/// and four connections: every bench's load on a server.
+pub fn wrk(url: &str, seconds: f64) -> Result<std::process::Output> {
+    Command::new("wrk")
+        .args(["-t1", "-c4"])
+        .arg(format!("-d{}s", seconds.round().max(1.0)))
+        .arg(url)
+        .output()
+        .context("running wrk")
+}
+
 /// The `Requests/sec:` figure of wrk's output.
 pub fn wrk_requests_per_s(stdout: &[u8]) -> Result<f64> {
     let wrk_text = String::from_utf8_lossy(stdout);

@@ -12,7 +12,7 @@
 //! Throughput ratios on this VM move by ±4 % from round to round, more
 //! than any one part costs; run counts are exact and run times are the
 //! kernel's own clock, so this splits what the ratios cannot.
-use std::{collections::BTreeMap, collections::HashSet, process::Command};
+use std::collections::{BTreeMap, HashSet};
 
 use anyhow::{Context, Result};
 use aya::{
@@ -64,12 +64,7 @@ fn measure(bench: &Bench, pid: u32, args: &[&str]) -> Result<String> {
     // Statistics are kept while this descriptor is open.
     let stats = enable_stats(Stats::RunTime).context("BPF_ENABLE_STATS (needs Linux 5.8)")?;
     let before = programs(&others)?;
-    let wrk = Command::new("wrk")
-        .args(["-t1", "-c4"])
-        .arg(format!("-d{}s", bench.seconds.round().max(1.0)))
-        .arg(franken_bench::URL)
-        .output()
-        .context("running wrk")?;
+    let wrk = crate::http_bench::wrk(franken_bench::URL, bench.seconds)?;
     let after = programs(&others)?;
     drop(stats);
     running.interrupt();

@@ -6,9 +6,9 @@
 //! locks the server's threads met under that load, most wait first, each
 //! with the user lock whose futex calls met it, or else the user call
 //! site that entered the kernel.
-use std::{path::Path, process::Command};
+use std::path::Path;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use locktrace::model::{KernelLock, KernelLocks, Report};
 
 use crate::{
@@ -111,12 +111,7 @@ fn measure(bench: &Bench, pid: u32) -> Result<String> {
 
 fn round(pid: u32, seconds: f64, tracer: &Tracer, locktrace: &Path) -> Result<Round> {
     let running = tracers::start(tracer, pid, locktrace)?;
-    let wrk = Command::new("wrk")
-        .args(["-t1", "-c4"])
-        .arg(format!("-d{}s", seconds.round().max(1.0)))
-        .arg(franken_bench::URL)
-        .output()
-        .context("running wrk")?;
+    let wrk = crate::http_bench::wrk(franken_bench::URL, seconds)?;
     let requests_per_s = crate::http_bench::wrk_requests_per_s(&wrk.stdout)?;
     let report = match running {
         Some(running) => {

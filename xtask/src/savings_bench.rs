@@ -275,11 +275,7 @@ fn record_server(
     args.extend_from_slice(extra);
     let running = tracers::start(&tracers::locktrace(&args), pid, &bench.locktrace)?
         .context("locktrace did not start")?;
-    let wrk = Command::new("wrk")
-        .args(["-t1", "-c4", &format!("-d{}s", seconds.round().max(1.0))])
-        .arg(url)
-        .output()
-        .context("running wrk")?;
+    let wrk = crate::http_bench::wrk(url, seconds)?;
     running.interrupt();
     let report = running
         .finish()?
