@@ -16,7 +16,9 @@
 # Under TCG the smoke set takes ~230 s per kernel here (6.1: 229 s, 7 tests).
 # LOCKTRACE_MATRIX_FILTER=NAME runs the smoke tests whose name has NAME;
 # LOCKTRACE_MATRIX_JOBS=N boots N kernels at a time (default 2: one a core);
-# LOCKTRACE_MATRIX_ACCEL=kvm uses KVM (it hangs on our machines).
+# LOCKTRACE_MATRIX_ACCEL=kvm uses KVM (it hangs on our machines);
+# LOCKTRACE_MATRIX_TIMEOUT=S stops a guest after S seconds (default 600;
+# scripts/test.sh gives 1200, its guests running at nice 19 beside tests).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
@@ -119,7 +121,7 @@ run_kernel() { # suite -> 0 when it passed
     # "Oops: int3" in __schedule, about one boot in three here and once in CI.
     local accel=${LOCKTRACE_MATRIX_ACCEL:-tcg,thread=single}
     local started=$SECONDS
-    timeout 600 qemu-system-x86_64 -accel "$accel" -cpu max -smp 2 -m 3072 -nic none \
+    timeout "${LOCKTRACE_MATRIX_TIMEOUT:-600}" qemu-system-x86_64 -accel "$accel" -cpu max -smp 2 -m 3072 -nic none \
         -nographic -no-reboot -kernel "$vmlinuz" -initrd "$work/$suite/initramfs.gz" \
         -append "console=ttyS0 panic=-1 oops=panic locktrace_smoke=/mnt/kernel_smoke locktrace_bin=$locktrace locktrace_repo=$repo ${LOCKTRACE_MATRIX_FILTER:+locktrace_filter=$LOCKTRACE_MATRIX_FILTER}" \
         -virtfs local,path=/,mount_tag=host,security_model=none,readonly=on,multidevs=remap \
