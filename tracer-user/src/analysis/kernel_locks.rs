@@ -397,12 +397,26 @@ type StackAt = (Interned<[String]>, u64);
 /// The entries of `map`, most wait time first, then most contentions, then
 /// by key.
 fn by_wait<K: Ord>(map: impl IntoIterator<Item = (K, (u64, u64))>) -> Vec<(K, (u64, u64))> {
-    let mut list: Vec<_> = map.into_iter().collect();
-    list.sort_by(|a, b| {
+    top_by_wait(map, usize::MAX)
+}
+
+/// The first `n` entries of [`by_wait`]'s order: those picked before the
+/// sort (a busy lock has thousands of stacks, the report shows a few).
+fn top_by_wait<K: Ord>(
+    map: impl IntoIterator<Item = (K, (u64, u64))>,
+    n: usize,
+) -> Vec<(K, (u64, u64))> {
+    let order = |a: &(K, (u64, u64)), b: &(K, (u64, u64))| {
         (b.1.1.cmp(&a.1.1))
             .then(b.1.0.cmp(&a.1.0))
             .then_with(|| a.0.cmp(&b.0))
-    });
+    };
+    let mut list: Vec<_> = map.into_iter().collect();
+    if list.len() > n {
+        list.select_nth_unstable_by(n, order);
+        list.truncate(n);
+    }
+    list.sort_by(order);
     list
 }
 
@@ -479,13 +493,13 @@ impl Row {
                     wait_ns,
                 })
                 .collect(),
-            kernel_stacks: by_wait(
+            kernel_stacks: top_by_wait(
                 self.stacks
                     .into_iter()
                     .map(|((names, user_ip), sum)| ((names.0, user_ip), sum)),
+                KERNEL_STACKS_PER_LOCK,
             )
             .into_iter()
-            .take(KERNEL_STACKS_PER_LOCK)
             .map(
                 |((functions, user_ip), (contentions, wait_ns))| KernelStack {
                     functions: functions.to_vec(),
