@@ -272,6 +272,8 @@ pub struct LiveSession {
     route_rules: Option<RouteRules>,
     /// The kernel's symbols, read at the first kernel lock contention.
     kernel_symbols: Option<Kallsyms>,
+    /// The kernel lock stacks named by earlier ticks (with `kernel_symbols`).
+    kernel_stacks_named: analysis::kernel_locks::NamedStacks,
     /// The kernel lock rows' totals between intervals, for their activity and expiry.
     kernel_aging: kernel::KernelAging,
     /// Keep each tick's report (since attach, names as known) for
@@ -364,6 +366,7 @@ impl LiveSession {
             stacks,
             route_rules: options.php.clone(),
             kernel_symbols: None,
+            kernel_stacks_named: Default::default(),
             kernel_aging: kernel::KernelAging::default(),
             keep_reports: false,
             last_report: None,
@@ -595,7 +598,8 @@ impl LiveSession {
         }
         let none = Kallsyms::default();
         let symbols = self.kernel_symbols.as_ref().unwrap_or(&none);
-        analysis::kernel_locks::apply(report, collected, symbols);
+        let named = &mut self.kernel_stacks_named;
+        analysis::kernel_locks::apply_cached(report, collected, symbols, named);
     }
 
     /// `--php`: PHP's new threads loaded, and the routes since attach, their

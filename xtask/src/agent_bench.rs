@@ -56,11 +56,16 @@ pub fn run(bench: &Bench) -> Result<String> {
     franken_bench::with_classic_server(bench, "### The agent's own cost", |pid| measure(bench, pid))
 }
 
-fn measure(bench: &Bench, pid: u32) -> Result<String> {
-    let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup"))?
+/// `pid`'s cgroup v2 path.
+fn cgroup_of(pid: u32) -> Result<String> {
+    std::fs::read_to_string(format!("/proc/{pid}/cgroup"))?
         .lines()
         .find_map(|line| line.strip_prefix("0::").map(str::to_string))
-        .context("FrankenPHP's cgroup v2 path")?;
+        .context("FrankenPHP's cgroup v2 path")
+}
+
+fn measure(bench: &Bench, pid: u32) -> Result<String> {
+    let cgroup = cgroup_of(pid)?;
     let mut before = wrk(bench.seconds)?;
     let mut untraced = vec![before];
     let mut rounds = Vec::new();
@@ -86,6 +91,14 @@ fn measure(bench: &Bench, pid: u32) -> Result<String> {
 /// Starts the agent, waits for it to watch `pid`, warms it up, runs wrk,
 /// stops the agent: the round's figures (its ratio still to fill).
 fn agent_round(bench: &Bench, pid: u32, cgroup: &str) -> Result<AgentRound> {
+    let (mut agent, lines) = start_agent(bench, cgroup)?;
+    let measured = watched_round(bench, pid, &agent, &lines);
+    stop_agent(&mut agent)?;
+    measured
+}
+
+/// `locktrace agent` narrowed to the server's cgroup, and its stderr's lines.
+fn start_agent(bench: &Bench, cgroup: &str) -> Result<(Child, Receiver<String>)> {
     let port = free_port()?;
     let mut agent = Command::new(&bench.locktrace)
         .args(["agent", "--listen", &format!("127.0.0.1:{port}")])
@@ -102,18 +115,36 @@ fn agent_round(bench: &Bench, pid: u32, cgroup: &str) -> Result<AgentRound> {
         .spawn()
         .with_context(|| format!("starting {} agent", bench.locktrace.display()))?;
     let lines = stderr_lines(&mut agent);
-    let measured = watched_round(bench, pid, &agent, &lines);
+    Ok((agent, lines))
+}
+
+fn stop_agent(agent: &mut Child) -> Result<()> {
     // SIGINT: it detaches and switches the inproc stubs back.
     let _ = nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(agent.id() as i32),
         nix::sys::signal::Signal::SIGINT,
     );
     let status = agent.wait()?;
-    let measured = measured?;
     if !status.success() {
         bail!("locktrace agent ended with {status}");
     }
-    Ok(measured)
+    Ok(())
+}
+
+/// Waits until the agent says it watches `pid`.
+fn wait_watching(pid: u32, lines: &Receiver<String>) -> Result<()> {
+    let watching = format!("watching pid {pid} (");
+    let deadline = Instant::now() + ATTACH_WAIT;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match lines.recv_timeout(left) {
+            Ok(line) if line.contains(&watching) => return Ok(()),
+            Ok(_) => continue,
+            Err(_) => {
+                bail!("the agent did not watch FrankenPHP (pid {pid}) within {ATTACH_WAIT:?}")
+            }
+        }
+    }
 }
 
 fn watched_round(
@@ -122,18 +153,7 @@ fn watched_round(
     agent: &Child,
     lines: &Receiver<String>,
 ) -> Result<AgentRound> {
-    let watching = format!("watching pid {pid} (");
-    let deadline = Instant::now() + ATTACH_WAIT;
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match lines.recv_timeout(left) {
-            Ok(line) if line.contains(&watching) => break,
-            Ok(_) => continue,
-            Err(_) => {
-                bail!("the agent did not watch FrankenPHP (pid {pid}) within {ATTACH_WAIT:?}")
-            }
-        }
-    }
+    wait_watching(pid, lines)?;
     let warm_up_s = warm_up(lines)?;
     // From the agent's start: its CPU time is all since then.
     let (one_off_s, at) = (cpu_seconds(agent.id())?, Instant::now());
@@ -273,4 +293,81 @@ fn table(bench: &Bench, untraced: &[f64], rounds: &[AgentRound]) -> String {
         quiet = QUIET.as_secs(),
         min = WARM_UP_MIN.as_secs(),
     )
+}
+
+/// `--only agent-age`: one agent watching the server under load for `runs`
+/// slices of `seconds` after its warm-up, its CPU in each: whether the
+/// steady cost grows with the agent's age (its maps and caches grow until
+/// the keys expire).
+pub fn run_age(bench: &Bench) -> Result<String> {
+    franken_bench::with_classic_server(bench, "### The agent's cost by its age", |pid| {
+        let cgroup = cgroup_of(pid)?;
+        let (mut agent, lines) = start_agent(bench, &cgroup)?;
+        let slices = age_slices(bench, pid, &agent, &lines);
+        stop_agent(&mut agent)?;
+        Ok(age_table(bench, &slices?))
+    })
+}
+
+/// One slice of an aging agent's run.
+struct AgeSlice {
+    /// The agent's age at the slice's end, seconds.
+    age_s: f64,
+    requests_per_s: f64,
+    cpu_percent: f64,
+    /// DWARF parses that came in the slice.
+    parses: usize,
+}
+
+fn age_slices(
+    bench: &Bench,
+    pid: u32,
+    agent: &Child,
+    lines: &Receiver<String>,
+) -> Result<Vec<AgeSlice>> {
+    let started = Instant::now();
+    wait_watching(pid, lines)?;
+    warm_up(lines)?;
+    let mut slices = Vec::new();
+    for slice in 0..bench.runs {
+        let (cpu, at) = (cpu_seconds(agent.id())?, Instant::now());
+        let requests_per_s = wrk(bench.seconds)?;
+        let cpu_percent = 100.0 * (cpu_seconds(agent.id())? - cpu) / at.elapsed().as_secs_f64();
+        let parses = lines
+            .try_iter()
+            .filter(|line| line.contains(DWARF_PARSED))
+            .count();
+        let age_s = started.elapsed().as_secs_f64();
+        eprintln!(
+            "agent age slice {slice}: {age_s:.0} s old, {requests_per_s:.0} requests/s, its CPU {cpu_percent:.2}% of one core ({parses} DWARF parses)"
+        );
+        slices.push(AgeSlice {
+            age_s,
+            requests_per_s,
+            cpu_percent,
+            parses,
+        });
+    }
+    Ok(slices)
+}
+
+fn age_table(bench: &Bench, slices: &[AgeSlice]) -> String {
+    let mut table = format!(
+        "\n### The agent's cost by its age (the real FrankenPHP, classic mode, `{url}`)\n\n\
+         One `locktrace agent` (as in the agent part) warmed up as there, then wrk -t1 -c4 \
+         in {runs} slices of {seconds} s back to back; its utime + stime in each slice, \
+         one watched process.\n\n\
+         | the agent's age at the slice's end, s | requests/s | the agent's CPU, % of one core | DWARF parses in the slice |\n\
+         |---:|---:|---:|---:|\n",
+        url = franken_bench::URL,
+        runs = bench.runs,
+        seconds = bench.seconds,
+    );
+    for slice in slices {
+        table.push_str(&format!(
+            "| {:.0} | {:.0} | {:.2} | {} |\n",
+            slice.age_s, slice.requests_per_s, slice.cpu_percent, slice.parses
+        ));
+    }
+    table
 }

@@ -31,7 +31,8 @@
 //! tracepoints cost an uncontended workload and the real FrankenPHP under
 //! load, untraced, without and with them, and the kernel locks listed under
 //! that load; `--only agent`: `locktrace agent`'s own CPU and the real
-//! FrankenPHP's throughput with the agent on against off).
+//! FrankenPHP's throughput with the agent on against off; `--only agent-age`:
+//! one agent's CPU in `--runs` slices of `--seconds`, by its age).
 mod agent_bench;
 mod calibration;
 mod dist;
@@ -95,7 +96,8 @@ pub struct BenchArgs {
     /// `snapshots`: the cost of one stack snapshot and of `--stacks` per call;
     /// `kernel-locks`: the kernel lock tracepoints on an uncontended workload
     /// and on the real FrankenPHP under load;
-    /// `agent`: the agent's own CPU and FrankenPHP's throughput with it).
+    /// `agent`: the agent's own CPU and FrankenPHP's throughput with it;
+    /// `agent-age`: one agent's CPU in `--runs` slices of `--seconds`, by its age).
     #[arg(long, value_enum)]
     pub only: Option<Part>,
 }
@@ -137,6 +139,9 @@ pub enum Part {
     /// `locktrace agent` watching the real FrankenPHP under load: the
     /// throughput with it on against off, and its own CPU.
     Agent,
+    /// One `locktrace agent` watching the real FrankenPHP under load for
+    /// `--runs` slices of `--seconds`: its CPU by its age.
+    AgentAge,
 }
 
 fn positive_seconds(text: &str) -> Result<f64, String> {
@@ -235,6 +240,9 @@ fn bench(args: BenchArgs) -> Result<()> {
     }
     if runs(Part::Agent) {
         report.push_str(&agent_bench::run(&bench)?);
+    }
+    if args.only == Some(Part::AgentAge) {
+        report.push_str(&agent_bench::run_age(&bench)?);
     }
     results::write(&bench.out, &report)
 }

@@ -3,6 +3,8 @@
 //! [`crate::trace::proc_connector`]) and at each scan of /proc (the safety net).
 use std::{
     collections::{HashMap, HashSet},
+    io::ErrorKind,
+    os::unix::fs::DirEntryExt,
     time::{Duration, Instant},
 };
 
@@ -78,10 +80,26 @@ struct Starting {
     looks: usize,
 }
 
+/// A process judged already, or seen to have no executable (a kernel thread).
+#[derive(Debug)]
+struct Seen {
+    /// The inode of its /proc entry, once a scan listed it: the process
+    /// keeps it (while the entry is cached), a new process with its pid gets
+    /// another. So a scan tells a pid reused without reading anything.
+    ino: Option<u64>,
+    /// The executable it was judged with; None for a kernel thread.
+    exe: Option<String>,
+}
+
 pub struct Discovery {
     selectors: Selectors,
     /// Every process seen, with the executable it was judged with.
-    judged: HashMap<u32, String>,
+    judged: HashMap<u32, Seen>,
+    /// The pids the last scan listed (kept for its allocation).
+    present: HashSet<u32>,
+    /// The executables read by the scans.
+    #[cfg(test)]
+    readlinks: u64,
     /// Processes that exec'd, to be judged once they are past their
     /// dynamic loader, with when their exec was seen.
     starting: HashMap<u32, Starting>,
@@ -97,6 +115,9 @@ impl Discovery {
         Discovery {
             selectors,
             judged: HashMap::new(),
+            present: HashSet::new(),
+            #[cfg(test)]
+            readlinks: 0,
             starting: HashMap::new(),
             own_pid: std::process::id(),
             told: false,
@@ -165,7 +186,11 @@ impl Discovery {
                 continue;
             }
             self.starting.remove(&pid);
-            self.judged.insert(pid, exe.clone());
+            let seen = Seen {
+                ino: None,
+                exe: Some(exe.clone()),
+            };
+            self.judged.insert(pid, seen);
             if let Some(process) = self.judge(pid, exe) {
                 found.push((process, since));
             }
@@ -174,12 +199,16 @@ impl Discovery {
     }
 
     /// The processes newly matching since the previous scan (`watched` are
-    /// skipped). A process is judged again only when its executable changed.
+    /// skipped). A process is judged again only when its executable changed
+    /// or its pid is another process's. Once every process was seen, and
+    /// while the connector tells every exec, a scan reads the list of /proc
+    /// (its `getdents`) and nothing else.
     pub fn scan(&mut self, watched: &HashSet<u32>) -> Vec<Found> {
         let Ok(entries) = std::fs::read_dir("/proc") else {
             return Vec::new();
         };
-        let mut present = HashSet::new();
+        let mut present = std::mem::take(&mut self.present);
+        present.clear();
         let mut found = Vec::new();
         for entry in entries.flatten() {
             let Some(pid) = entry
@@ -190,29 +219,56 @@ impl Discovery {
                 continue;
             };
             present.insert(pid);
-            if pid == self.own_pid
-                || watched.contains(&pid)
-                || self.starting.contains_key(&pid)
-                || (self.told && self.judged.contains_key(&pid))
-            {
+            if pid == self.own_pid || watched.contains(&pid) || self.starting.contains_key(&pid) {
                 continue;
             }
-            // Kernel threads have no executable.
-            let Ok(exe) = std::fs::read_link(format!("/proc/{pid}/exe")) else {
-                continue;
-            };
-            let exe = exe.to_string_lossy().into_owned();
-            if self.judged.get(&pid) == Some(&exe) {
-                continue;
-            }
-            self.judged.insert(pid, exe.clone());
-            if let Some(process) = self.judge(pid, exe) {
+            if let Some(process) = self.look_at(pid, entry.ino()) {
                 found.push(process);
             }
         }
         self.judged.retain(|pid, _| present.contains(pid));
         self.starting.retain(|pid, _| present.contains(pid));
+        self.present = present;
         found
+    }
+
+    /// A scan's look at `pid`, its /proc entry's inode `ino`: the process
+    /// when it is new and matches.
+    fn look_at(&mut self, pid: u32, ino: u64) -> Option<Found> {
+        let same = self.judged.get_mut(&pid).and_then(|seen| {
+            let same = seen.ino.is_none_or(|known| known == ino);
+            seen.ino = Some(ino);
+            same.then_some(&*seen)
+        });
+        // Told of every exec, the process is as judged; a kernel thread
+        // does not exec. Else its executable says whether it exec'd.
+        if same.is_some_and(|seen| self.told || seen.exe.is_none()) {
+            return None;
+        }
+        #[cfg(test)]
+        {
+            self.readlinks += 1;
+        }
+        let exe = match std::fs::read_link(format!("/proc/{pid}/exe")) {
+            Ok(exe) => Some(exe.to_string_lossy().into_owned()),
+            // A kernel thread (or gone, and dropped by the next scan).
+            Err(error) if error.kind() == ErrorKind::NotFound => None,
+            // Looked at again by the next scan.
+            Err(_) => return None,
+        };
+        let unchanged = same.is_some_and(|seen| seen.exe == exe);
+        let ino = Some(ino);
+        self.judged.insert(
+            pid,
+            Seen {
+                ino,
+                exe: exe.clone(),
+            },
+        );
+        match (unchanged, exe) {
+            (false, Some(exe)) => self.judge(pid, exe),
+            _ => None,
+        }
     }
 
     /// The cheap part of judging, cheapest read first: the selectors (or,
@@ -280,5 +336,40 @@ mod tests {
         assert!(!Selectors::default().any());
         assert!(selectors.within("/kubepods.slice/x") && !selectors.within("/system.slice"));
         assert!(Selectors::default().within("/system.slice"));
+    }
+
+    /// A scan reads a process's executable once while told of every exec,
+    /// at each scan otherwise; a pid's new /proc entry is a new process,
+    /// judged afresh; a kernel thread is looked at once.
+    #[test]
+    fn a_scan_reads_only_what_may_have_changed() {
+        let me = std::process::id();
+        let exe = std::env::current_exe().unwrap();
+        let name = exe_name(exe.to_str().unwrap()).to_string();
+        let mut discovery = Discovery::new(Selectors {
+            exe: vec![name],
+            ..Selectors::default()
+        });
+        discovery.told(true);
+        assert!(
+            discovery
+                .look_at(me, 7)
+                .is_some_and(|found| found.pid == me)
+        );
+        assert!(discovery.look_at(me, 7).is_none());
+        assert_eq!(discovery.readlinks, 1);
+        discovery.told(false);
+        assert!(discovery.look_at(me, 7).is_none());
+        assert_eq!(discovery.readlinks, 2);
+        assert!(
+            discovery.look_at(me, 8).is_some(),
+            "another process, the same pid"
+        );
+        assert_eq!(discovery.readlinks, 3);
+        // Above pid_max: no executable, as a kernel thread.
+        let no_exe = 4_000_000_000;
+        assert!(discovery.look_at(no_exe, 9).is_none());
+        assert!(discovery.look_at(no_exe, 9).is_none());
+        assert_eq!(discovery.readlinks, 4);
     }
 }

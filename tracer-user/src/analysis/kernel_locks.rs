@@ -10,7 +10,8 @@
 //! outside the kernel's lock code (the lock and scheduler text sections,
 //! and the lock slow paths).
 use std::{
-    collections::{BTreeMap, HashMap},
+    collections::{BTreeMap, HashMap, HashSet},
+    hash::{Hash, Hasher},
     sync::Arc,
 };
 
@@ -134,6 +135,17 @@ fn kernel_site(symbols: &Kallsyms, frames: &[u64]) -> String {
 /// Fills `report.kernel_locks` from what was collected (nothing when not
 /// traced for), and each user lock row's kernel contention.
 pub(crate) fn apply(report: &mut Report, collected: &Collected, symbols: &Kallsyms) {
+    apply_cached(report, collected, symbols, &mut NamedStacks::default());
+}
+
+/// As [`apply`], the stacks named by an earlier read taken from `named`
+/// (a live view's reads: the same `symbols` each time).
+pub(crate) fn apply_cached(
+    report: &mut Report,
+    collected: &Collected,
+    symbols: &Kallsyms,
+    named: &mut NamedStacks,
+) {
     let Some(traced) = &collected.kernel_locks else {
         return;
     };
@@ -146,14 +158,11 @@ pub(crate) fn apply(report: &mut Report, collected: &Collected, symbols: &Kallsy
     }
     let user_rows = user_rows(report);
     let mut rows: BTreeMap<(u64, u32), Row> = BTreeMap::new();
-    // Many keys share a stack (other user sites and locks): each is named once.
-    let mut stacks: HashMap<i64, Stack> = HashMap::new();
+    named.begin_read();
     for (key, counts) in &traced.counts {
         let user_lock = user_row(&user_rows, key.user_lock);
-        let stack = stacks.entry(key.stack_id).or_insert_with(|| {
-            let frames = traced.stacks.get(&key.stack_id);
-            Stack::of(frames.map_or(&[][..], Vec::as_slice), symbols)
-        });
+        let frames = traced.stacks.get(&key.stack_id);
+        let stack = named.stack(key.stack_id, frames.map_or(&[], Vec::as_slice), symbols);
         rows.entry((key.lock, key.flags))
             .or_default()
             .add(key, counts, stack, user_lock);
@@ -163,6 +172,7 @@ pub(crate) fn apply(report: &mut Report, collected: &Collected, symbols: &Kallsy
         .into_iter()
         .map(|((address, flags), row)| row.finish(address, flags, symbols))
         .collect();
+    named.end_read();
     locks.sort_by(|a, b| b.wait_ns.cmp(&a.wait_ns).then(a.address.cmp(&b.address)));
     report.kernel_locks = Some(KernelLocks {
         unavailable: None,
@@ -220,31 +230,149 @@ fn join_user_rows(report: &mut Report, rows: &BTreeMap<(u64, u32), Row>) {
     }
 }
 
-/// A kernel stack as the rows take it.
-struct Stack<'a> {
-    /// Its frames' functions, where known.
-    functions: Vec<&'a str>,
+/// A kernel stack as the rows take it, named once.
+struct Stack {
+    /// The lock type its functions say for a rwsem, and for a spinlock
+    /// ([`lock_type`]).
+    rwsem_type: Option<&'static str>,
+    spin_type: Option<&'static str>,
     /// Each frame's function, or its address.
-    named: Arc<[String]>,
-    site: String,
+    named: Interned<[String]>,
+    site: Interned<str>,
 }
 
-impl<'a> Stack<'a> {
-    fn of(frames: &[u64], symbols: &'a Kallsyms) -> Stack<'a> {
+impl Stack {
+    fn lock_type(&self, kind: KernelLockKind) -> Option<&'static str> {
+        match kind {
+            KernelLockKind::RwsemRead | KernelLockKind::RwsemWrite => self.rwsem_type,
+            KernelLockKind::Spinlock => self.spin_type,
+            _ => None,
+        }
+    }
+}
+
+/// A value shared by all its equals (see [`NamedStacks`]): hashed and
+/// compared by address, so rows key by it without comparing strings.
+struct Interned<T: ?Sized>(Arc<T>);
+
+impl<T: ?Sized> Clone for Interned<T> {
+    fn clone(&self) -> Self {
+        Interned(self.0.clone())
+    }
+}
+
+impl<T: ?Sized> PartialEq for Interned<T> {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl<T: ?Sized> Eq for Interned<T> {}
+
+impl<T: ?Sized> Hash for Interned<T> {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        Arc::as_ptr(&self.0).cast::<()>().hash(state);
+    }
+}
+
+/// The kernel stacks named by the reads so far, by stack id. A stack id
+/// keeps its frames until it is deleted (expiry); its frames are compared
+/// with the cached ones at each read all the same, so a reused id is named
+/// afresh. Ids absent from a read (expired) are dropped at its end.
+#[derive(Default)]
+pub(crate) struct NamedStacks {
+    by_id: HashMap<i64, CachedStack>,
+    /// Each distinct list of frame names and each kernel site, once.
+    names: HashSet<Arc<[String]>>,
+    sites: HashSet<Arc<str>>,
+    /// The current read's number.
+    read: u64,
+    /// Stacks named so far (each a walk of the kernel's symbols).
+    pub(crate) namings: u64,
+}
+
+struct CachedStack {
+    frames: Vec<u64>,
+    stack: Stack,
+    /// The last read that used it.
+    read: u64,
+}
+
+impl NamedStacks {
+    fn begin_read(&mut self) {
+        self.read += 1;
+    }
+
+    /// The named stack of id `id` with `frames`, named now unless cached.
+    fn stack(&mut self, id: i64, frames: &[u64], symbols: &Kallsyms) -> &Stack {
+        let read = self.read;
+        let fresh = self
+            .by_id
+            .get(&id)
+            .is_some_and(|cached| cached.read == read || cached.frames == frames);
+        if !fresh {
+            let stack = self.name(frames, symbols);
+            let frames = frames.to_vec();
+            self.by_id.insert(
+                id,
+                CachedStack {
+                    frames,
+                    stack,
+                    read,
+                },
+            );
+        }
+        let cached = self
+            .by_id
+            .get_mut(&id)
+            .expect("inserted above when missing");
+        cached.read = read;
+        &cached.stack
+    }
+
+    fn name(&mut self, frames: &[u64], symbols: &Kallsyms) -> Stack {
+        self.namings += 1;
+        let functions: Vec<&str> = frames
+            .iter()
+            .filter_map(|&ip| symbols.function(ip))
+            .collect();
+        let named: Arc<[String]> = frames
+            .iter()
+            .map(|&ip| {
+                symbols
+                    .function(ip)
+                    .map_or_else(|| format!("{ip:#x}"), str::to_string)
+            })
+            .collect();
+        let site: Arc<str> = Arc::from(kernel_site(symbols, frames));
         Stack {
-            functions: frames
-                .iter()
-                .filter_map(|&ip| symbols.function(ip))
-                .collect(),
-            named: frames
-                .iter()
-                .map(|&ip| {
-                    symbols
-                        .function(ip)
-                        .map_or_else(|| format!("{ip:#x}"), str::to_string)
-                })
-                .collect(),
-            site: kernel_site(symbols, frames),
+            rwsem_type: lock_type(KernelLockKind::RwsemRead, &functions),
+            spin_type: lock_type(KernelLockKind::Spinlock, &functions),
+            named: Interned(intern(&mut self.names, named)),
+            site: Interned(intern(&mut self.sites, site)),
+        }
+    }
+
+    /// Drops the stacks the read did not use (expired), and the names no
+    /// stack has any more.
+    fn end_read(&mut self) {
+        let before = self.by_id.len();
+        let read = self.read;
+        self.by_id.retain(|_, cached| cached.read == read);
+        if self.by_id.len() < before {
+            self.names.retain(|names| Arc::strong_count(names) > 1);
+            self.sites.retain(|site| Arc::strong_count(site) > 1);
+        }
+    }
+}
+
+/// The one shared copy of `value` in `set`.
+fn intern<T: ?Sized + Eq + Hash>(set: &mut HashSet<Arc<T>>, value: Arc<T>) -> Arc<T> {
+    match set.get(&value) {
+        Some(shared) => shared.clone(),
+        None => {
+            set.insert(value.clone());
+            value
         }
     }
 }
@@ -254,22 +382,41 @@ impl<'a> Stack<'a> {
 struct Row {
     counts: KernelLockCounts,
     /// Contentions and wait per kernel site, user ip and user lock.
-    sites: BTreeMap<String, (u64, u64)>,
+    sites: HashMap<Interned<str>, (u64, u64)>,
     user_sites: BTreeMap<u64, (u64, u64)>,
     user_locks: BTreeMap<u64, (u64, u64)>,
     /// Contentions per lock type the stacks say.
     types: BTreeMap<&'static str, u64>,
     /// Contentions and wait per (kernel stack's functions, user ip).
-    stacks: BTreeMap<StackAt, (u64, u64)>,
+    stacks: HashMap<StackAt, (u64, u64)>,
 }
 
 /// A kernel stack's functions and the user ip it was entered from.
-type StackAt = (Arc<[String]>, u64);
+type StackAt = (Interned<[String]>, u64);
 
-/// The entries of `map`, most wait time first.
-fn by_wait<K>(map: BTreeMap<K, (u64, u64)>) -> Vec<(K, (u64, u64))> {
+/// The entries of `map`, most wait time first, then most contentions, then
+/// by key.
+fn by_wait<K: Ord>(map: impl IntoIterator<Item = (K, (u64, u64))>) -> Vec<(K, (u64, u64))> {
+    top_by_wait(map, usize::MAX)
+}
+
+/// The first `n` entries of [`by_wait`]'s order: those picked before the
+/// sort (a busy lock has thousands of stacks, the report shows a few).
+fn top_by_wait<K: Ord>(
+    map: impl IntoIterator<Item = (K, (u64, u64))>,
+    n: usize,
+) -> Vec<(K, (u64, u64))> {
+    let order = |a: &(K, (u64, u64)), b: &(K, (u64, u64))| {
+        (b.1.1.cmp(&a.1.1))
+            .then(b.1.0.cmp(&a.1.0))
+            .then_with(|| a.0.cmp(&b.0))
+    };
     let mut list: Vec<_> = map.into_iter().collect();
-    list.sort_by(|a, b| b.1.1.cmp(&a.1.1).then(b.1.0.cmp(&a.1.0)));
+    if list.len() > n {
+        list.select_nth_unstable_by(n, order);
+        list.truncate(n);
+    }
+    list.sort_by(order);
     list
 }
 
@@ -289,7 +436,7 @@ impl Row {
         self.counts.contentions += counts.contentions;
         self.counts.wait_ns += counts.wait_ns;
         self.counts.max_wait_ns = self.counts.max_wait_ns.max(counts.max_wait_ns);
-        if let Some(name) = lock_type(KernelLockKind::of_flags(key.flags), &stack.functions) {
+        if let Some(name) = stack.lock_type(KernelLockKind::of_flags(key.flags)) {
             *self.types.entry(name).or_default() += counts.contentions;
         }
         add_to(
@@ -319,10 +466,10 @@ impl Row {
             contentions: self.counts.contentions,
             wait_ns: self.counts.wait_ns,
             max_wait_ns: self.counts.max_wait_ns,
-            kernel_sites: by_wait(self.sites)
+            kernel_sites: by_wait(self.sites.into_iter().map(|(site, sum)| (site.0, sum)))
                 .into_iter()
                 .map(|(function, (contentions, wait_ns))| KernelSite {
-                    function,
+                    function: function.to_string(),
                     contentions,
                     wait_ns,
                 })
@@ -346,18 +493,22 @@ impl Row {
                     wait_ns,
                 })
                 .collect(),
-            kernel_stacks: by_wait(self.stacks)
-                .into_iter()
-                .take(KERNEL_STACKS_PER_LOCK)
-                .map(
-                    |((functions, user_ip), (contentions, wait_ns))| KernelStack {
-                        functions: functions.to_vec(),
-                        user_ip,
-                        contentions,
-                        wait_ns,
-                    },
-                )
-                .collect(),
+            kernel_stacks: top_by_wait(
+                self.stacks
+                    .into_iter()
+                    .map(|((names, user_ip), sum)| ((names.0, user_ip), sum)),
+                KERNEL_STACKS_PER_LOCK,
+            )
+            .into_iter()
+            .map(
+                |((functions, user_ip), (contentions, wait_ns))| KernelStack {
+                    functions: functions.to_vec(),
+                    user_ip,
+                    contentions,
+                    wait_ns,
+                },
+            )
+            .collect(),
             routes: Vec::new(),
         }
     }
@@ -459,19 +610,11 @@ mod tests {
     #[test]
     fn routes_split_each_row_and_add_up_to_it() {
         let key = |lock, flags, stack_id, route| KernelLockKey {
-            lock,
-            flags,
-            stack_id,
             route,
-            ..KernelLockKey::default()
+            ..key(lock, flags, stack_id, 0)
         };
-        let counts = |contentions, wait_ns| KernelLockCounts {
-            contentions,
-            wait_ns,
-            max_wait_ns: wait_ns,
-        };
-        let traced = KernelLocksCollected {
-            counts: [
+        let collected = contended(
+            [
                 (key(0xa0, 4, 1, 7), counts(3, 300)),
                 (key(0xa0, 4, 2, 7), counts(2, 200)),
                 (key(0xa0, 4, 1, 8), counts(1, 900)),
@@ -479,12 +622,8 @@ mod tests {
                 (key(0xb0, 1, 3, 99), counts(5, 50)),
             ]
             .into(),
-            ..KernelLocksCollected::default()
-        };
-        let collected = Collected {
-            kernel_locks: Some(traced),
-            ..Collected::default()
-        };
+            &[],
+        );
         let mut report = Report::empty_for_tests("all");
         apply(&mut report, &collected, &Kallsyms::default());
         let labels: HashMap<u64, String> = [
@@ -517,6 +656,113 @@ mod tests {
         );
         assert_eq!(routes(0xa0, 2), [named("(outside requests)", 4, 40)]);
         assert_eq!(routes(0xb0, 1), [named("(unreadable)", 5, 50)]);
+    }
+
+    const SYMBOLS: &str = "\
+ffffffff82251eb0 T __lock_text_start
+ffffffff822525d0 T _raw_spin_lock
+ffffffff82253931 T __lock_text_end
+ffffffff82300000 T futex_wait_setup
+ffffffff82310000 T __pte_offset_map_lock
+ffffffff82320000 T do_futex
+";
+
+    fn key(lock: u64, flags: u32, stack_id: i64, user_ip: u64) -> KernelLockKey {
+        KernelLockKey {
+            lock,
+            flags,
+            stack_id,
+            user_ip,
+            ..KernelLockKey::default()
+        }
+    }
+
+    fn counts(contentions: u64, wait_ns: u64) -> KernelLockCounts {
+        KernelLockCounts {
+            contentions,
+            wait_ns,
+            max_wait_ns: wait_ns,
+        }
+    }
+
+    /// `counts` collected, with each stack id's frames in `stacks`.
+    fn contended(
+        counts: HashMap<KernelLockKey, KernelLockCounts>,
+        stacks: &[(i64, Vec<u64>)],
+    ) -> Collected {
+        let traced = KernelLocksCollected {
+            counts,
+            stacks: stacks.iter().cloned().collect(),
+            ..KernelLocksCollected::default()
+        };
+        Collected {
+            kernel_locks: Some(traced),
+            ..Collected::default()
+        }
+    }
+
+    /// Spinlock 0xa0's contention under stacks 1 and 2 from two user sites;
+    /// `stacks` gives each stack id's frames.
+    fn spinning(stacks: &[(i64, Vec<u64>)]) -> Collected {
+        let keys = [
+            (key(0xa0, 1, 1, 0x10), counts(3, 300)),
+            (key(0xa0, 1, 1, 0x20), counts(2, 200)),
+            (key(0xa0, 1, 2, 0x10), counts(1, 300)),
+        ];
+        contended(keys.into(), stacks)
+    }
+
+    fn section_json(collected: &Collected, symbols: &Kallsyms, named: &mut NamedStacks) -> String {
+        let mut report = Report::empty_for_tests("all");
+        apply_cached(&mut report, collected, symbols, named);
+        serde_json::to_string(&report.kernel_locks).unwrap()
+    }
+
+    /// A live view's reads name each kernel stack once, and say the same
+    /// as a read naming every stack afresh; an id whose frames changed
+    /// (reused after its expiry) is named again.
+    #[test]
+    fn stacks_named_once_across_reads_and_again_when_an_id_is_reused() {
+        let symbols = Kallsyms::parse(SYMBOLS);
+        let (spin, bucket, pte) = (0xffffffff822525e0, 0xffffffff82300010, 0xffffffff82310010);
+        let futex = 0xffffffff82320010;
+        let first = spinning(&[(1, vec![spin, bucket, futex]), (2, vec![spin, pte])]);
+        let mut named = NamedStacks::default();
+        let cached = section_json(&first, &symbols, &mut named);
+        assert_eq!(named.namings, 2);
+        assert_eq!(
+            cached,
+            section_json(&first, &symbols, &mut NamedStacks::default())
+        );
+        assert_eq!(section_json(&first, &symbols, &mut named), cached);
+        assert_eq!(named.namings, 2, "a second read names no stack again");
+        assert!(cached.contains("futex_wait_setup") && cached.contains("futex hash bucket"));
+
+        // Stack 2 expired and its id came back with other frames.
+        let reused = spinning(&[(1, vec![spin, bucket, futex]), (2, vec![spin, bucket])]);
+        let again = section_json(&reused, &symbols, &mut named);
+        assert_eq!(named.namings, 3);
+        assert!(!again.contains("__pte_offset_map_lock"));
+        let fresh = section_json(&reused, &symbols, &mut NamedStacks::default());
+        assert_eq!(again, fresh);
+
+        // An id missing from a read (expired) is dropped, and named again
+        // when it comes back.
+        let one = spinning(&[(1, vec![spin, bucket, futex])]);
+        section_json(&one, &symbols, &mut named);
+        assert_eq!(
+            named.by_id.len(),
+            2,
+            "stack 2's keys are still counted, without frames"
+        );
+        let mut only_one = one.clone();
+        let traced = only_one.kernel_locks.as_mut().unwrap();
+        traced.counts.retain(|key, _| key.stack_id == 1);
+        section_json(&only_one, &symbols, &mut named);
+        assert_eq!(named.by_id.len(), 1);
+        let namings = named.namings;
+        assert_eq!(section_json(&first, &symbols, &mut named), cached);
+        assert_eq!(named.namings, namings + 1);
     }
 
     #[test]

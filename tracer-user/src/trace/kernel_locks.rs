@@ -109,8 +109,6 @@ pub(crate) fn wait_for_exited_threads(ebpf: &Ebpf) -> Result<usize> {
     }
 }
 
-/// The counts, the kernel stacks they name and the programs' events; or
-/// only the reason when the programs were not attached.
 /// Kernel stacks read before, by id. A stack id keeps its frames until
 /// locktrace deletes it (a live view's expiry, which calls
 /// [`StackCache::forget`]): the bucket is not reused before, since the
@@ -129,6 +127,8 @@ impl StackCache {
     }
 }
 
+/// The counts, the kernel stacks they name and the programs' events; or
+/// only the reason when the programs were not attached.
 pub(crate) fn read(ebpf: &Ebpf, unavailable: Option<String>) -> Result<KernelLocksCollected> {
     read_cached(ebpf, unavailable, &StackCache::default())
 }
@@ -152,9 +152,13 @@ pub(crate) fn read_cached(
     let mut stacks = HashMap::new();
     let mut cache = cache.0.lock().unwrap_or_else(PoisonError::into_inner);
     for key in counts.keys() {
+        // Many keys share a stack (other user sites and locks).
         let Ok(id) = u32::try_from(key.stack_id) else {
             continue;
         };
+        if stacks.contains_key(&key.stack_id) {
+            continue;
+        }
         if let Some(frames) = cache.get(&id) {
             stacks.insert(key.stack_id, frames.clone());
         } else if let Ok(stack) = stack_map.get(&id, 0) {
