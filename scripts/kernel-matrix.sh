@@ -18,7 +18,7 @@
 # LOCKTRACE_MATRIX_JOBS=N boots N kernels at a time (default 2: one a core);
 # LOCKTRACE_MATRIX_ACCEL=kvm uses KVM (it hangs on our machines);
 # LOCKTRACE_MATRIX_TIMEOUT=S stops a guest after S seconds (default 600;
-# scripts/test.sh gives 1200, its guests running at nice 19 beside tests).
+# more on a machine busy with other work).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
