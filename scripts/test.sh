@@ -34,11 +34,13 @@ KIT_TESTS=(agent apache_php frankenphp_real frankenphp_shapes frankenphp_static 
 bash scripts/setup.sh
 kits_log=/tmp/e2e/logs/setup-kits.log
 # nice 15: before the other background work (nice 19), after any test.
-nice -n 15 bash scripts/setup.sh --frankenphp >"$kits_log" 2>&1 &
+# Each background job runs in a process group of its own (setsid), so that
+# stopping it stops its children too (make, cargo, the fixtures).
+setsid nice -n 15 bash scripts/setup.sh --frankenphp >"$kits_log" 2>&1 &
 kits=$!
 # A background job left running when this script fails would outlive it.
 background=("$kits")
-trap 'for pid in "${background[@]}"; do kill "$pid" 2>/dev/null || true; done' EXIT
+trap 'for pid in "${background[@]}"; do kill -- "-$pid" 2>/dev/null || true; done' EXIT
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked --features tracer-user/root-tests -- -D warnings
@@ -66,7 +68,7 @@ export LOCKTRACE_KITS_PENDING=1
 # compiles the fixtures the matrix's guests run.
 dist_test=$(test_binary dist)
 dist_log=target/dist-test.log
-(cd tracer-user && exec nice -n 19 "$dist_test" --test-threads=1) >"$dist_log" 2>&1 &
+(cd tracer-user && exec setsid nice -n 19 "$dist_test" --test-threads=1) >"$dist_log" 2>&1 &
 dist=$!
 background+=("$dist")
 # shellcheck disable=SC2086 # $others is a list of arguments
