@@ -19,17 +19,6 @@ use std::{
 use locktrace::model::Report;
 use serde_json::Value;
 
-/// scripts/test.sh builds the kits (/tmp/e2e: the real FrankenPHP, mod_php,
-/// PHP's headers) while the tests that do not need them run, with
-/// `LOCKTRACE_KITS_PENDING` set; a test that reaches for a kit then fails
-/// here, in every run and not only on a fresh machine.
-pub fn assert_kits_allowed() {
-    assert!(
-        std::env::var_os("LOCKTRACE_KITS_PENDING").is_none(),
-        "this test uses the kits (/tmp/e2e) while scripts/test.sh is still building them: add its test binary to KIT_TESTS in scripts/test.sh"
-    );
-}
-
 pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
