@@ -304,7 +304,8 @@ fn assert_counts_and_go_frames(server: &StrippedServer, what: &str) -> (Value, S
         .iter()
         // The dynamic loader's locks are the runtime's, not the requests':
         // a thread the Go runtime starts during the window takes
-        // `_dl_load_tls_lock` once (seen once in CI: 79,201).
+        // `_dl_load_tls_lock` once (seen once in a fresh-machine run of
+        // the suite: 79,201).
         .filter(|lock| lock["kind"] == "mutex" && !is_loader_lock(lock))
         .map(|lock| lock["acquisitions"].as_u64().unwrap_or(0))
         .sum();

@@ -332,17 +332,14 @@ impl NamedStacks {
 
     fn name(&mut self, frames: &[u64], symbols: &Kallsyms) -> Stack {
         self.namings += 1;
-        let functions: Vec<&str> = frames
-            .iter()
-            .filter_map(|&ip| symbols.function(ip))
-            .collect();
+        // Each frame looked up once: the named stack keeps the unknown
+        // ones as addresses, the lock type reads the known ones.
+        let looked_up: Vec<Option<&str>> = frames.iter().map(|&ip| symbols.function(ip)).collect();
+        let functions: Vec<&str> = looked_up.iter().flatten().copied().collect();
         let named: Arc<[String]> = frames
             .iter()
-            .map(|&ip| {
-                symbols
-                    .function(ip)
-                    .map_or_else(|| format!("{ip:#x}"), str::to_string)
-            })
+            .zip(&looked_up)
+            .map(|(ip, function)| function.map_or_else(|| format!("{ip:#x}"), str::to_string))
             .collect();
         let site: Arc<str> = Arc::from(kernel_site(symbols, frames));
         Stack {
