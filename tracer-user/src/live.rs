@@ -87,7 +87,10 @@ pub struct LiveOptions {
     pub kernel_locks: bool,
 }
 
-/// What one lock did in an interval, with its name as far as known.
+/// What one lock did in an interval, with its name as far as known. Not a
+/// [`Lock`]: its counts are the change since the previous interval (a
+/// row's are since attach), and its name, caller and stack are the labels
+/// the session resolved once and keeps, not the row's naming detail.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LockActivity {
     pub address: u64,
@@ -429,12 +432,9 @@ impl LiveSession {
         }
         report.routes = routes;
         analysis::routes::fold_into_rows(&mut report);
-        let rows = report.locks.len();
-        let (long_waits, deadlocks) = self.long_waits(&mut report);
-        self.name_new_locks(&mut report, &mut collected);
+        let (long_waits, deadlocks, waited_on) = self.long_waits(&mut report);
+        self.name_new_locks(&report, &waited_on, &mut collected);
         let (long_waits, deadlocks) = self.name_long_waits(long_waits, deadlocks);
-        // The rows added for naming only: no counts, not tracked.
-        report.locks.truncate(rows);
         self.keep_report(&report);
 
         // Locks waited on now keep their names, rows or not.
@@ -628,10 +628,10 @@ impl LiveSession {
         routes
     }
 
-    /// The lock waits going on for [`LONG_WAIT`] or more, and deadlocks; the
-    /// unnamed locks they wait on join the end of the report's rows, to be
-    /// named with the others.
-    fn long_waits(&self, report: &mut Report) -> (Vec<InProgress>, Vec<Deadlock>) {
+    /// The lock waits going on for [`LONG_WAIT`] or more, deadlocks, and
+    /// the unnamed locks waited on that have no row (to be named after the
+    /// rows: no counts, not tracked).
+    fn long_waits(&self, report: &mut Report) -> (Vec<InProgress>, Vec<Deadlock>, Vec<Lock>) {
         let long_waits: Vec<InProgress> = std::mem::take(&mut report.in_progress)
             .into_iter()
             .filter(|entry| {
@@ -641,14 +641,12 @@ impl LiveSession {
             })
             .collect();
         let rows: HashSet<u64> = report.locks.iter().map(|lock| lock.address).collect();
-        for entry in &long_waits {
-            if !rows.contains(&entry.lock) && !self.names.contains_key(&entry.lock) {
-                report
-                    .locks
-                    .push(Lock::empty(entry.lock, LockKind::Mutex, WaitClass::Lock));
-            }
-        }
-        (long_waits, std::mem::take(&mut report.deadlocks))
+        let waited_on = long_waits
+            .iter()
+            .filter(|entry| !rows.contains(&entry.lock) && !self.names.contains_key(&entry.lock))
+            .map(|entry| Lock::empty(entry.lock, LockKind::Mutex, WaitClass::Lock))
+            .collect();
+        (long_waits, std::mem::take(&mut report.deadlocks), waited_on)
     }
 
     /// Lock and thread names in the long waits and deadlocks.
@@ -688,16 +686,18 @@ impl LiveSession {
     }
 
     /// Names the locks not named yet and those with new call sites, most
-    /// active first, at most [`NAMED_PER_INTERVAL`] per interval.
-    fn name_new_locks(&mut self, report: &mut Report, collected: &mut Collected) {
+    /// active first (the rows, then the locks `waited_on` without one), at
+    /// most [`NAMED_PER_INTERVAL`] per interval.
+    fn name_new_locks(&mut self, report: &Report, waited_on: &[Lock], collected: &mut Collected) {
         let mut call_sites: HashMap<u64, usize> = HashMap::new();
         for key in collected.callers.keys() {
             *call_sites.entry(key.lock).or_default() += 1;
         }
         let stacks = self.stacks.is_some();
-        let wanted: Vec<Lock> = report
+        let mut named: Vec<Lock> = report
             .locks
             .iter()
+            .chain(waited_on)
             .filter(|lock| {
                 let address = lock.address;
                 let sites = call_sites.get(&address).copied().unwrap_or(0);
@@ -709,7 +709,7 @@ impl LiveSession {
             .take(NAMED_PER_INTERVAL)
             .cloned()
             .collect();
-        if wanted.is_empty() {
+        if named.is_empty() {
             return;
         }
         if let Some(stacks) = &self.stacks {
@@ -720,25 +720,21 @@ impl LiveSession {
                 .stacks();
         }
         let naming_started = Instant::now();
-        let renamed = wanted
+        let renamed = named
             .iter()
             .filter(|lock| self.names.contains_key(&lock.address))
             .count();
-        // Name only the wanted locks: swap them in, then the full list back.
-        let all = std::mem::replace(&mut report.locks, wanted);
         let options = naming::NamingOptions {
             stacks_per_lock: usize::from(stacks),
             route_names: None,
         };
-        naming::annotate(
-            report,
+        let stacks = naming::name_locks(
+            &mut named,
             &mut self.snapshot,
             collected,
             &self.functions,
-            options,
+            &options,
         );
-        crate::analysis::waits::count_declared_contention(report);
-        let named = std::mem::replace(&mut report.locks, all);
         // Where naming's time goes (`RUST_LOG=locktrace=debug`): the first
         // lock of each module reads its DWARF.
         log::debug!(
@@ -752,7 +748,6 @@ impl LiveSession {
                 .collect::<Vec<_>>()
                 .join(", ")
         );
-        let stacks = std::mem::take(&mut report.stacks);
         for lock in &named {
             let address = lock.address;
             let top_caller = lock

@@ -15,7 +15,11 @@ use crate::{
     render::{format::ratio, pprof::is_lock_call, stacks::folded_path},
 };
 
-/// Locks of one identity in one report, summed.
+/// Locks of one identity in one report, summed. Not a `model::Lock`:
+/// `compare` matches locks across runs by identity (name, else callers),
+/// never by address, so a group stands for every row of that identity,
+/// with the labels and aliases selectors search and its lock calls by
+/// folded call path.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(super) struct Group {
     pub(super) kind: Option<LockKind>,

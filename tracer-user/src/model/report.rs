@@ -102,6 +102,11 @@ pub struct TargetInfo {
     pub cmdline: Vec<String>,
 }
 
+// One lock's row in a report: its counts since attach and everything
+// naming and analysis found about it, the one lock type saved and read
+// back; `live::LockActivity` (an interval's change) and `compare`'s
+// `Group` (rows of one identity summed) are derived from it. (A plain
+// comment: a doc comment here would become the schema's description.)
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, JsonSchema)]
 pub struct Lock {
     /// Address in the target (`"0x…"` in JSON). In the code, a row of

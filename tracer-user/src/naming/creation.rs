@@ -14,21 +14,21 @@ use std::collections::HashMap;
 use tracer_common::{StackKey, drop_reason, stack_kind};
 
 use super::{AddressSpace, resolve_code, resolve_frames};
-use crate::model::{Collected, CreatedBy, Creation, DropReason, Frame, Report};
+use crate::model::{Collected, CreatedBy, Creation, Frame, Lock};
 
 /// Sets `created` on every lock whose creation or first use was
 /// snapshotted, and names the unnamed ones by it. With the lock calls'
 /// stacks (`uses_recorded`), an unnamed lock with no stack key while the
 /// stack count map was full gets a site "not recorded" (one row under
-/// `--group-by site`), its acquisitions counted in
-/// `dropped.sites_not_recorded`; without them, a lock with no key was
-/// simply not created while recording.
+/// `--group-by site`), its acquisitions counted in the sum returned (the
+/// report's `dropped.sites_not_recorded`); without them, a lock with no
+/// key was simply not created while recording.
 pub(crate) fn apply(
-    report: &mut Report,
+    locks: &mut [Lock],
     space: &AddressSpace,
     collected: &Collected,
     uses_recorded: bool,
-) {
+) -> u64 {
     let keys = site_keys(collected);
     let map_full = uses_recorded && collected.drops[drop_reason::STACK_COUNTS_FULL as usize] > 0;
     // With the lock calls' stacks, a lost snapshot shows as it is (the
@@ -45,7 +45,7 @@ pub(crate) fn apply(
         by_call: &by_call,
     };
     let mut not_recorded: u64 = 0;
-    for lock in &mut report.locks {
+    for lock in locks {
         let created = match keys.get(&lock.address) {
             Some(keys) => creation_of(keys, &sites),
             // Its keys did not fit: whatever site it has is not known.
@@ -70,11 +70,7 @@ pub(crate) fn apply(
         }
         lock.created = Some(created);
     }
-    if not_recorded > 0 {
-        report
-            .dropped
-            .insert(DropReason::SitesNotRecorded, not_recorded);
-    }
+    not_recorded
 }
 
 /// The creation and first-use keys of each lock with any, with their

@@ -10,7 +10,7 @@
 //!
 //! Both count as lock contention once the type says so, and the report
 //! says which type did (`locks[].declared`).
-use crate::model::{DeclaredContention, DeclaredType, Lock, LockKind, Report, WaitClass};
+use crate::model::{DeclaredContention, DeclaredType, Lock, LockKind, WaitClass};
 
 /// The declared type of a position from the types walked down to it
 /// (outermost first, its own last); None when its own type has no name.
@@ -27,8 +27,8 @@ pub(crate) fn declared(types: &[Option<String>]) -> Option<DeclaredType> {
 /// Marks the rows whose declared type makes their waits lock contention
 /// (`declared.contention`); the pipeline then counts them as contention
 /// (`analysis::waits::count_declared_contention`).
-pub(crate) fn mark_contention(report: &mut Report) {
-    for lock in &mut report.locks {
+pub(crate) fn mark_contention(locks: &mut [Lock]) {
+    for lock in locks {
         let Some(why) = contention_of(lock) else {
             continue;
         };

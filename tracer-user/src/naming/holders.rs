@@ -3,7 +3,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use super::region::AddressSpace;
-use crate::model::{Collected, Frame, HoldSite, Report, WaitHolder};
+use crate::model::{Collected, Frame, HoldSite, Lock, WaitHolder};
 
 /// (function, module) of a call site.
 type FunctionId = (Option<String>, Option<String>);
@@ -11,14 +11,13 @@ type FunctionId = (Option<String>, Option<String>);
 /// Names holder functions and threads: `holds.by_function` and `holders`.
 /// `resolve` turns a return address into the calling function.
 pub(crate) fn name(
-    report: &mut Report,
+    locks: &mut [Lock],
     space: &AddressSpace,
     collected: &Collected,
     threads: &Threads,
     resolve: impl Fn(&AddressSpace, u64) -> Frame,
 ) {
-    let index: BTreeMap<u64, (usize, u64)> = report
-        .locks
+    let index: BTreeMap<u64, (usize, u64)> = locks
         .iter()
         .enumerate()
         .map(|(i, lock)| (lock.address, (i, lock.kind.span())))
@@ -37,13 +36,13 @@ pub(crate) fn name(
             .or_insert_with(|| resolve(space, ip))
             .clone()
     };
-    name_hold_sites(report, collected, &index, &mut frame_of);
-    name_wait_holders(report, collected, threads, lock_of, &mut frame_of);
+    name_hold_sites(locks, collected, &index, &mut frame_of);
+    name_wait_holders(locks, collected, threads, lock_of, &mut frame_of);
 }
 
 /// `holds.by_function`: the functions that held each lock, longest first.
 fn name_hold_sites(
-    report: &mut Report,
+    locks: &mut [Lock],
     collected: &Collected,
     index: &BTreeMap<u64, (usize, u64)>,
     frame_of: &mut impl FnMut(u64) -> Frame,
@@ -63,7 +62,7 @@ fn name_hold_sites(
         slot.1 += value.hold_ns;
     }
     for (i, by_site) in sites {
-        if let Some(holds) = report.locks[i].holds.as_mut() {
+        if let Some(holds) = locks[i].holds.as_mut() {
             holds.by_function = by_site
                 .into_iter()
                 .map(|((function, module), (holds, hold_ns))| HoldSite {
@@ -83,7 +82,7 @@ fn name_hold_sites(
 /// `holders`: who held each lock while a thread waited for it, by function
 /// where known, else by thread; the most waits first.
 fn name_wait_holders(
-    report: &mut Report,
+    locks: &mut [Lock],
     collected: &Collected,
     threads: &Threads,
     lock_of: impl Fn(u64) -> Option<usize>,
@@ -136,7 +135,7 @@ fn name_wait_holders(
             })
             .collect();
         list.sort_by_key(|holder| std::cmp::Reverse((holder.waits, holder.wait_ns)));
-        report.locks[i].holders = list;
+        locks[i].holders = list;
     }
 }
 

@@ -4,19 +4,27 @@
 use std::collections::BTreeMap;
 
 use super::{names::Namer, region::AddressSpace};
-use crate::model::{LockKind, Report};
+use crate::model::{Deadlock, InProgress, Lock, LockKind};
 
-pub(crate) fn name(
-    report: &mut Report,
+/// The waits and holds in progress and the deadlocks that naming names
+/// with the lock rows (none when `live` names the locks it picks).
+#[derive(Default)]
+pub(super) struct Waits<'a> {
+    pub(super) in_progress: &'a mut [InProgress],
+    pub(super) deadlocks: &'a mut [Deadlock],
+}
+
+pub(super) fn name(
+    locks: &[Lock],
+    waits: Waits<'_>,
     space: &AddressSpace,
     namer: &mut Namer,
     thread_names: &BTreeMap<u32, String>,
 ) {
-    if report.in_progress.is_empty() {
+    if waits.in_progress.is_empty() {
         return;
     }
-    let rows: BTreeMap<u64, (Option<String>, crate::model::Region)> = report
-        .locks
+    let rows: BTreeMap<u64, (Option<String>, crate::model::Region)> = locks
         .iter()
         .map(|lock| (lock.address, (lock.name.clone(), lock.region.clone())))
         .collect();
@@ -37,14 +45,14 @@ pub(crate) fn name(
             .clone()
     };
     let thread = |tid: u32| thread_names.get(&tid).cloned();
-    for entry in &mut report.in_progress {
+    for entry in waits.in_progress {
         (entry.name, entry.region) = name_of(entry.lock);
         entry.thread = thread(entry.tid);
         if let Some(holder) = &mut entry.holder {
             holder.thread = thread(holder.tid);
         }
     }
-    for deadlock in &mut report.deadlocks {
+    for deadlock in waits.deadlocks {
         for step in &mut deadlock.cycle {
             step.name = name_of(step.lock).0;
             step.thread = thread(step.tid);

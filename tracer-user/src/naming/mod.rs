@@ -40,9 +40,9 @@ use tracer_common::{LockOp, stack_kind};
 
 use crate::{
     model::{
-        CallSites, ChainSearch, Collected, Frame, LockKind, LockStack, Naming, PhpLocation,
-        PointerChains, Report, SkipReason, SkippedFile, StackEnd, StackOrigin, StackSource,
-        StrippedModule, UnwoundStack, sorted_callers,
+        CallSites, ChainSearch, Collected, DropReason, Frame, Lock, LockKind, LockStack, Naming,
+        PhpLocation, PointerChains, Report, SkipReason, SkippedFile, StackEnd, StackOrigin,
+        StackSource, StrippedModule, UnwoundStack, sorted_callers,
     },
     probe::{
         lockfuncs::{LockFunction, is_nested_call},
@@ -258,49 +258,26 @@ pub(crate) fn annotate(
     options: NamingOptions,
 ) {
     let started = Instant::now();
-    // A new process that got the target's pid is not read.
-    let alive = target::is_running(snapshot.pid, snapshot.start_time);
-    if alive {
-        snapshot.refresh();
+    let waits = in_progress::Waits {
+        in_progress: &mut report.in_progress,
+        deadlocks: &mut report.deadlocks,
+    };
+    let named = name_rows(
+        &mut report.locks,
+        waits,
+        snapshot,
+        (collected, functions),
+        &options,
+    );
+    let space = named.space;
+    if let Some(stacks) = named.stacks {
+        report.stacks = stacks;
     }
-    let mut space = address_space(snapshot, alive);
-    debuginfod_files(&mut space, snapshot, report, collected, alive);
-    let callers = callers_by_lock(&space, collected, functions);
-
-    let mut namer = names::Namer::new(&space, &snapshot.files);
-    name_globals(report, &space, &mut namer, callers, |lock| {
-        lock.lifetime.is_none()
-    });
-    let heap_locks = heap_locks_to_chain(report);
-    let (found, pointer_chains) = heap_chains(&space, snapshot, &heap_locks, alive);
-    name_by_chains(report, &found, &mut namer);
-    declared::mark_contention(report);
-    in_progress::name(report, &space, &mut namer, &snapshot.threads.names);
-    let debug_info = namer.debug_info_used();
-    drop(namer);
-
-    name_ended_lifetimes(report, snapshot, collected, functions);
-    if options.stacks_per_lock > 0 {
-        let rows: BTreeMap<u64, u64> = report
-            .locks
-            .iter()
-            .map(|lock| (lock.address, lock.kind.span()))
-            .collect();
-        let routes = options.route_names.as_ref();
-        report.stacks = resolve_stacks(
-            &space,
-            collected,
-            functions,
-            &rows,
-            (options.stacks_per_lock, routes),
-        );
-        attribute_futex_waits(report, &space, collected);
+    if named.sites_not_recorded > 0 {
+        report
+            .dropped
+            .insert(DropReason::SitesNotRecorded, named.sites_not_recorded);
     }
-    // Init calls are snapshotted with or without the stacks (`record`).
-    creation::apply(report, &space, collected, options.stacks_per_lock > 0);
-    holders::name(report, &space, collected, &snapshot.threads, |space, ip| {
-        resolve_code(space, ip, true)
-    });
     kernel_locks::name(report, &space, collected);
     let stripped = stripped_modules(report, &space);
     let stripped_lookups = stripped_lookups(&stripped, &space);
@@ -318,13 +295,104 @@ pub(crate) fn annotate(
                     .map(|d| format!("{} <- {d}", m.path))
             })
             .collect(),
-        pointer_chains,
+        pointer_chains: named.pointer_chains,
         stripped,
         stripped_lookups,
-        debug_info,
+        debug_info: named.debug_info,
         live: (snapshot.ongoing.stats.searches > 0).then(|| snapshot.ongoing.stats.clone()),
         skipped_files,
     });
+}
+
+/// Names `locks` as [`annotate`] names a report's rows (region, module,
+/// symbol, pointer chain or creation site, callers, holders) and returns
+/// their stacks (none without `stacks_per_lock`). For `live`, which names
+/// a few locks per interval apart from its report's rows.
+pub(crate) fn name_locks(
+    locks: &mut [Lock],
+    snapshot: &mut Snapshot,
+    collected: &Collected,
+    functions: &[LockFunction],
+    options: &NamingOptions,
+) -> Vec<LockStack> {
+    let waits = in_progress::Waits::default();
+    let named = name_rows(locks, waits, snapshot, (collected, functions), options);
+    named.stacks.unwrap_or_default()
+}
+
+/// What naming a set of locks found besides their own fields.
+struct RowsNamed {
+    /// The target's address space they were named in.
+    space: AddressSpace,
+    /// With `stacks_per_lock`: the locks' stacks.
+    stacks: Option<Vec<LockStack>>,
+    /// Acquisitions of unnamed locks whose creation site did not fit the
+    /// map (the report's `dropped.sites_not_recorded`).
+    sites_not_recorded: u64,
+    pointer_chains: PointerChains,
+    /// DWARF read to name them (`naming.debug_info`).
+    debug_info: Vec<String>,
+}
+
+/// Names `locks` and, as their rows call them, the locks of `waits`: the
+/// part of [`annotate`] that fills in each lock, in its order.
+fn name_rows(
+    locks: &mut [Lock],
+    waits: in_progress::Waits<'_>,
+    snapshot: &mut Snapshot,
+    (collected, functions): (&Collected, &[LockFunction]),
+    options: &NamingOptions,
+) -> RowsNamed {
+    // A new process that got the target's pid is not read.
+    let alive = target::is_running(snapshot.pid, snapshot.start_time);
+    if alive {
+        snapshot.refresh();
+    }
+    let mut space = address_space(snapshot, alive);
+    debuginfod_files(&mut space, snapshot, locks, collected, alive);
+    let callers = callers_by_lock(&space, collected, functions);
+
+    let mut namer = names::Namer::new(&space, &snapshot.files);
+    name_globals(locks, &space, &mut namer, callers, |lock| {
+        lock.lifetime.is_none()
+    });
+    let heap_locks = heap_locks_to_chain(locks);
+    let (found, pointer_chains) = heap_chains(&space, snapshot, &heap_locks, alive);
+    name_by_chains(locks, &found, &mut namer);
+    declared::mark_contention(locks);
+    in_progress::name(locks, waits, &space, &mut namer, &snapshot.threads.names);
+    let debug_info = namer.debug_info_used();
+    drop(namer);
+
+    name_ended_lifetimes(locks, snapshot, collected, functions);
+    let stacks = (options.stacks_per_lock > 0).then(|| {
+        let rows: BTreeMap<u64, u64> = locks
+            .iter()
+            .map(|lock| (lock.address, lock.kind.span()))
+            .collect();
+        let routes = options.route_names.as_ref();
+        let stacks = resolve_stacks(
+            &space,
+            collected,
+            functions,
+            &rows,
+            (options.stacks_per_lock, routes),
+        );
+        attribute_futex_waits(locks, &space, collected);
+        stacks
+    });
+    // Init calls are snapshotted with or without the stacks (`record`).
+    let sites_not_recorded = creation::apply(locks, &space, collected, options.stacks_per_lock > 0);
+    holders::name(locks, &space, collected, &snapshot.threads, |space, ip| {
+        resolve_code(space, ip, true)
+    });
+    RowsNamed {
+        space,
+        stacks,
+        sites_not_recorded,
+        pointer_chains,
+        debug_info,
+    }
 }
 
 /// Every file naming did not read fully, once each: corrupt headers, DWARF
@@ -392,7 +460,7 @@ fn address_space(snapshot: &mut Snapshot, alive: bool) -> AddressSpace {
 fn debuginfod_files(
     space: &mut AddressSpace,
     snapshot: &Snapshot,
-    report: &Report,
+    locks: &[Lock],
     collected: &Collected,
     alive: bool,
 ) {
@@ -400,8 +468,7 @@ fn debuginfod_files(
         return;
     };
     let root = alive.then(|| target::proc_root(snapshot.pid));
-    let addresses: Vec<u64> = report
-        .locks
+    let addresses: Vec<u64> = locks
         .iter()
         .map(|lock| lock.address)
         .chain(
@@ -444,13 +511,13 @@ fn callers_by_lock(
 
 /// Region, module and symbol of every lock `which` selects, and its callers.
 fn name_globals(
-    report: &mut Report,
+    locks: &mut [Lock],
     space: &AddressSpace,
     namer: &mut names::Namer,
     mut callers: HashMap<u64, CallSites>,
-    which: impl Fn(&crate::model::Lock) -> bool,
+    which: impl Fn(&Lock) -> bool,
 ) {
-    for lock in report.locks.iter_mut().filter(|lock| which(lock)) {
+    for lock in locks.iter_mut().filter(|lock| which(lock)) {
         let address = lock.shown_address();
         lock.region = space.region_of(address);
         if let Some(module) = space.module_of(address) {
@@ -469,17 +536,17 @@ fn name_globals(
 /// Locks whose memory went away during the recording (a library unloaded,
 /// an exec) are named from the mappings that were there before.
 fn name_ended_lifetimes(
-    report: &mut Report,
+    locks: &mut [Lock],
     snapshot: &Snapshot,
     collected: &Collected,
     functions: &[LockFunction],
 ) {
-    if report.locks.iter().all(|lock| lock.lifetime.is_none()) {
+    if locks.iter().all(|lock| lock.lifetime.is_none()) {
         return;
     }
     // A module that held a lock but was never seen (loaded and unloaded
     // between two reads of the maps): what is mapped there now is another.
-    for lock in &mut report.locks {
+    for lock in locks.iter_mut() {
         if let Some(ended) = &mut lock.lifetime
             && !ended.by_exec
         {
@@ -490,16 +557,15 @@ fn name_ended_lifetimes(
     let past = AddressSpace::build(snapshot.past_maps(), &snapshot.files, None);
     let callers = callers_by_lock(&past, collected, functions);
     let mut namer = names::Namer::new(&past, &snapshot.files);
-    name_globals(report, &past, &mut namer, callers, |lock| {
+    name_globals(locks, &past, &mut namer, callers, |lock| {
         lock.lifetime.is_some_and(|ended| !ended.module_unseen)
     });
 }
 
 /// The top unnamed locks in heap-like memory: those a pointer chain from a
 /// global may name.
-fn heap_locks_to_chain(report: &Report) -> Vec<u64> {
-    report
-        .locks
+fn heap_locks_to_chain(locks: &[Lock]) -> Vec<u64> {
+    locks
         .iter()
         .filter(|lock| lock.lifetime.is_none())
         .filter(|lock| lock.name.is_none() && lock.region.is_heap())
@@ -561,11 +627,11 @@ fn heap_chains(
 
 /// Names still-unnamed locks by the best of their pointer chains.
 fn name_by_chains(
-    report: &mut Report,
+    locks: &mut [Lock],
     found: &BTreeMap<u64, Vec<chain::RawChain>>,
     namer: &mut names::Namer,
 ) {
-    for lock in &mut report.locks {
+    for lock in locks {
         let Some(candidates) = found.get(&lock.address) else {
             continue;
         };
@@ -681,7 +747,7 @@ const LOCK_MACHINERY: &[&str] = &[
 /// no lock-function callers: their callers are the first frames outside the
 /// lock machinery in the stacks of their futex waits (so they count
 /// contended waits, not acquisitions).
-fn attribute_futex_waits(report: &mut Report, space: &AddressSpace, collected: &Collected) {
+fn attribute_futex_waits(locks: &mut [Lock], space: &AddressSpace, collected: &Collected) {
     let mut by_lock: HashMap<u64, CallSites> = HashMap::new();
     let waits = collected
         .stacks
@@ -714,8 +780,7 @@ fn attribute_futex_waits(report: &mut Report, space: &AddressSpace, collected: &
             }
         }
     }
-    for lock in report
-        .locks
+    for lock in locks
         .iter_mut()
         .filter(|lock| lock.kind == LockKind::Futex && lock.callers.is_empty())
     {
