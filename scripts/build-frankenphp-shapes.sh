@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds FrankenPHP in the shapes its users download (tests/frankenphp_shapes.rs),
+# Builds FrankenPHP in the shapes its users download (tests/suite/frankenphp_shapes.rs),
 # from the kit's Go host (FrankenPHP v1.12.7, ../shared/frankenphp/go) and Go
 # (/tmp/gobin-venv), after the kit's build (scripts/setup.sh --frankenphp).
 #
@@ -29,7 +29,7 @@
 # fetched by its pool path and checked against its sha256 below. So the shapes
 # are PHP 8.4.16; 8.5 waits for a source tarball Debian's mirror serves (then:
 # one more `build_dynamic php85 …` below). The layout locktrace reads is the
-# same across 8.4.x (tests/php_routes.rs checks the 8.4 table against 8.4.27's
+# same across 8.4.x (tests/suite/php_routes.rs checks the 8.4 table against 8.4.27's
 # headers).
 #
 # Time (2 cores): PHP 8.4 configure 45 s, make 1423 s while four other builds

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the real FrankenPHP as its release binaries are shaped: one static musl
-# executable with PHP linked in (tests/frankenphp_static.rs). Runs after the kit's
+# executable with PHP linked in (tests/suite/frankenphp_static.rs). Runs after the kit's
 # build.sh (scripts/setup.sh --frankenphp), from what it left: PHP 8.2.32's tarball
 # in /tmp/e2e/src, Go in /tmp/gobin-venv, the kit's Go host and patch.
 #   PHP:  the kit's configure line plus CC=musl-gcc --enable-embed=static (libphp.a)

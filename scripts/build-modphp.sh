@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds mod_php for Apache (tests/apache_php.rs): the same thread-safe PHP 8.2.32 as the
+# Builds mod_php for Apache (tests/suite/apache_php.rs): the same thread-safe PHP 8.2.32 as the
 # FrankenPHP kit's libphp (Debian's release tarball, no Debian patches, CFLAGS="-O2 -g", the
 # kit's configure line) with --with-apxs2 instead of --enable-embed, so Apache's threaded
 # (event) MPM can load it. Output: /tmp/e2e/modphp/libphp.so (a new inode each build; nothing

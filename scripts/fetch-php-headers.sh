@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # PHP's development headers for the versions locktrace has a layout table for
-# (tests/php_routes.rs compiles fixtures/php/offsets.c and mysqlnd_offsets.c against them and checks
+# (tests/suite/php_routes.rs compiles fixtures/php/offsets.c and mysqlnd_offsets.c against them and checks
 # the tables): php8.2-dev from Debian bookworm, php8.4-dev from trixie and
 # php8.5-dev from experimental, fetched with `apt-get download` through private
 # apt lists (the system's lists are not touched) and unpacked to

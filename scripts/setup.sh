@@ -79,7 +79,7 @@ if [ ! -d /sys/kernel/tracing/events ] && [ ! -d /sys/kernel/debug/tracing/event
     die "tracefs is not mounted and could not be mounted; run: mount -t tracefs nodev /sys/kernel/tracing"
 fi
 
-# 6. The real FrankenPHP (tests/frankenphp_real.rs): the kit's build.sh skips what
+# 6. The real FrankenPHP (tests/suite/frankenphp_real.rs): the kit's build.sh skips what
 #    it has built, so this costs seconds once the outputs are in /tmp/e2e.
 if [ "$FRANKENPHP" = 1 ]; then
   repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -91,19 +91,19 @@ if [ "$FRANKENPHP" = 1 ]; then
   [ -x /tmp/e2e/frankenphp-e2e ] || echo "setup: building the real FrankenPHP from $kit (about 8 minutes, once; log $log)" >&2
   SMOKE=0 bash "$kit/build.sh" >"$log" 2>&1 ||
     die "building the FrankenPHP kit failed (see $log); by hand: SMOKE=0 bash $kit/build.sh"
-  # mod_php for Apache's event MPM (tests/apache_php.rs): the same ZTS PHP built
+  # mod_php for Apache's event MPM (tests/suite/apache_php.rs): the same ZTS PHP built
   # with --with-apxs2 from the tarball the kit fetched; about 5 minutes once.
   [ -f /tmp/e2e/modphp/libphp.so ] || echo "setup: building mod_php (about 5 minutes, once; logs /tmp/e2e/logs/modphp-*)" >&2
   bash "$repo/scripts/build-modphp.sh" >/tmp/e2e/logs/setup-modphp.log 2>&1 ||
     die "building mod_php failed (see /tmp/e2e/logs/setup-modphp.log); by hand: bash $repo/scripts/build-modphp.sh"
-  # PHP 8.2's and 8.4's headers from Debian (tests/php_routes.rs checks the
+  # PHP 8.2's and 8.4's headers from Debian (tests/suite/php_routes.rs checks the
   # layout tables against them); two small downloads, once.
   bash "$repo/scripts/fetch-php-headers.sh" >/tmp/e2e/logs/setup-php-headers.log 2>&1 ||
     die "fetching PHP's headers failed (see /tmp/e2e/logs/setup-php-headers.log); by hand: bash $repo/scripts/fetch-php-headers.sh"
-  # The release shape (tests/frankenphp_static.rs): one static musl executable
+  # The release shape (tests/suite/frankenphp_static.rs): one static musl executable
   # with PHP inside, from the kit's outputs; about 12 minutes once, then under a second.
   LOCKTRACE_FRANKENPHP_KIT=$kit bash "$repo/scripts/build-frankenphp-static.sh"
-  # The shapes users download (tests/frankenphp_shapes.rs): PHP 8.4 built as
+  # The shapes users download (tests/suite/frankenphp_shapes.rs): PHP 8.4 built as
   # the official Docker images build it, stripped; once, then seconds.
   LOCKTRACE_FRANKENPHP_KIT=$kit bash "$repo/scripts/build-frankenphp-shapes.sh"
 fi

@@ -470,6 +470,46 @@ fn every_test_file_is_root_gated_or_listed_as_needing_no_root() {
     }
 }
 
+/// Every file under `tests/suite/` and `tests/serial/` is a module of the
+/// integration binary (a file not declared there would compile and run
+/// nowhere), and the binary declares no module without its file.
+#[test]
+fn every_suite_file_is_a_module_of_the_integration_binary() {
+    let tests = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests");
+    let binary = std::fs::read_to_string(tests.join("integration.rs")).unwrap();
+    let mut declared = BTreeSet::new();
+    let mut files = BTreeSet::new();
+    for group in ["suite", "serial"] {
+        // The group's inline module: `mod suite {` up to its closing brace.
+        let block = binary
+            .split(&format!("\nmod {group} {{\n"))
+            .nth(1)
+            .and_then(|rest| rest.split("\n}").next())
+            .unwrap_or_else(|| panic!("no `mod {group} {{` in tests/integration.rs"));
+        for line in block.lines() {
+            if let Some(name) = line.trim().strip_prefix("mod ") {
+                declared.insert(format!("{group}/{}", name.trim_end_matches(';')));
+            }
+        }
+        for entry in std::fs::read_dir(tests.join(group)).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|ext| ext == "rs") {
+                let name = path.file_stem().unwrap().to_string_lossy().to_string();
+                files.insert(format!("{group}/{name}"));
+            }
+        }
+    }
+    assert!(
+        files.len() > 30,
+        "only {} files in tests/suite and tests/serial",
+        files.len()
+    );
+    assert_eq!(
+        declared, files,
+        "tests/integration.rs against tests/suite/ and tests/serial/"
+    );
+}
+
 #[test]
 fn the_manifest_reader_finds_gated_tests_only() {
     let manifest = "[[test]]\nname = \"a\"\nrequired-features = [\"root-tests\"]\n\n[[test]]\nname = \"b\"\nharness = false\n\n[dependencies]\nx = \"1\"\n";

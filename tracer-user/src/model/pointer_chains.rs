@@ -182,7 +182,7 @@ mod tests {
         }
     }
 
-    /// The sentences reports have had (tests/naming.rs reads their starts).
+    /// The sentences reports have had (tests/suite/naming.rs reads their starts).
     #[test]
     fn the_sentences_are_the_ones_reports_have() {
         assert_eq!(

@@ -69,7 +69,7 @@ const fn gil(
 
 /// 3.11: the GIL is `_PyRuntime.ceval.gil`, behind fields that no build
 /// option changes (Debian's python3.11-dev headers give these offsets:
-/// tests/python_gil.rs checks them), so any size of `_PyRuntime` will do.
+/// tests/suite/python_gil.rs checks them), so any size of `_PyRuntime` will do.
 pub(crate) const CPYTHON_3_11: GilLayout = gil(
     (3, 11),
     None,
@@ -86,7 +86,7 @@ pub(crate) const CPYTHON_3_11: GilLayout = gil(
 /// `_PyRuntime._main_interpreter._gil`, 75 KiB in, behind much that a
 /// patch release or a build option may change: so only for the size of
 /// `_PyRuntime` checked, pyenv's unstripped 3.12.1 (Debian 12 packages no
-/// 3.12; tests/python_gil.rs checks it where pyenv's builds are).
+/// 3.12; tests/suite/python_gil.rs checks it where pyenv's builds are).
 pub(crate) const CPYTHON_3_12: GilLayout = gil((3, 12), Some(0x704a8), MAIN_INTERPRETER, 77_464);
 
 /// 3.13, as 3.12 (pyenv's unstripped 3.13.0). A free-threaded build has

@@ -16,7 +16,7 @@ const LOCK_TYPE: &str = "pthread_mutex_t";
 
 /// `offsetof(MYSQLND_STATS, LOCK_access)` on x86-64 by PHP version
 /// (major.minor), from each version's headers (Debian's php8.2-dev,
-/// php8.4-dev, php8.5-dev; tests/php_routes.rs compiles
+/// php8.4-dev, php8.5-dev; tests/suite/php_routes.rs compiles
 /// `fixtures/php/mysqlnd_offsets.c` against them). 8.2 and 8.4 have
 /// `values` and `count` before it; 8.5 made `values` a flexible array at
 /// the end. No 8.3: Debian never released its headers.
