@@ -10,8 +10,8 @@ cargo clippy --workspace --all-targets --locked --features tracer-user/root-test
 (cd tracer-ebpf && cargo +nightly fmt --check && CARGO_TARGET_DIR=../target/bpf cargo +nightly clippy --release --locked -- -D warnings)
 # Integration tests share 2 cores with the fixtures they trace: run two at a
 # time. The real-BPF ones are one binary (tests/integration.rs), whose
-# modules mix; those under `serial::` (tight deadlines, or a build that takes
-# both cores) run after, each module alone.
+# modules mix; those under `serial::` (2 s deadlines under load) run after,
+# each module alone.
 cargo test --workspace --locked --features tracer-user/root-tests -- --test-threads=2 --skip serial::
 serial=$(ls tracer-user/tests/serial | sed -n 's/\.rs$//p')
 [ -n "$serial" ] || { echo "test.sh: no modules in tracer-user/tests/serial" >&2; exit 1; }

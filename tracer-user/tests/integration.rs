@@ -16,6 +16,7 @@ mod suite {
     mod cpu;
     mod creation_sites;
     mod debuginfod;
+    mod dist;
     mod foundation;
     mod frankenphp;
     mod frankenphp_real;
@@ -50,12 +51,11 @@ mod suite {
 
 /// Tests that must not share the machine with the rest: deadlines of 2 s
 /// under load (the agent's re-attach, `attach_load`'s report after
-/// SIGTERM) and the release build that takes both cores (`dist`).
+/// SIGTERM).
 /// `scripts/test.sh` runs the others with `--skip serial::`, then each of
 /// these modules alone (`serial::agent::`, ...), two of its tests at a time
 /// as before.
 mod serial {
     mod agent;
     mod attach_load;
-    mod dist;
 }
