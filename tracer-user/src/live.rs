@@ -10,7 +10,7 @@
 //! expired locks cost is kept in running totals so the tracer-cost figures
 //! never go backwards.
 use std::{
-    collections::{BTreeMap, HashMap, HashSet},
+    collections::{BTreeMap, BTreeSet, HashMap, HashSet},
     sync::{Arc, Mutex, PoisonError},
     time::{Duration, Instant},
 };
@@ -203,6 +203,9 @@ struct Named {
     /// Namings that found no stack yet (a lock is named again for its
     /// stack at most [`STACK_TRIES`] times).
     stack_tries: u32,
+    /// Its declared type makes its waits lock contention (a Rust `Mutex`'s
+    /// futex word, `locks[].declared.contention` in a report).
+    declared_contention: bool,
 }
 
 /// How many times a lock is named again for a stack it lacks: its first
@@ -435,6 +438,7 @@ impl LiveSession {
         let (long_waits, deadlocks, waited_on) = self.long_waits(&mut report);
         self.name_new_locks(&report, &waited_on, &mut collected);
         let (long_waits, deadlocks) = self.name_long_waits(long_waits, deadlocks);
+        self.count_declared_contention(&mut report);
         self.keep_report(&report);
 
         // Locks waited on now keep their names, rows or not.
@@ -628,6 +632,25 @@ impl LiveSession {
         routes
     }
 
+    /// The rows whose declared type makes their waits lock contention,
+    /// counted as contention as `record` counts them: naming marks its own
+    /// copies, so the marks live in [`Named`].
+    fn count_declared_contention(&self, report: &mut Report) {
+        let declared: BTreeSet<u64> = report
+            .locks
+            .iter()
+            .filter(|lock| {
+                self.names
+                    .get(&lock.address)
+                    .is_some_and(|named| named.declared_contention)
+            })
+            .map(|lock| lock.address)
+            .collect();
+        if !declared.is_empty() {
+            analysis::waits::count_as_contention(report, &declared);
+        }
+    }
+
     /// The lock waits going on for [`LONG_WAIT`] or more, deadlocks, and
     /// the unnamed locks waited on that have no row (to be named after the
     /// rows: no counts, not tracked).
@@ -769,6 +792,10 @@ impl LiveSession {
                     call_sites: call_sites.get(&address).copied().unwrap_or(0),
                     top_stack,
                     stack_tries,
+                    declared_contention: lock
+                        .declared
+                        .as_ref()
+                        .is_some_and(|declared| declared.contention.is_some()),
                 },
             );
         }

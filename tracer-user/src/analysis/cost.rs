@@ -210,7 +210,27 @@ fn own_usage() -> (f64, u64) {
         return (0.0, 0);
     };
     let cpu_us = usage.user_time().num_microseconds() + usage.system_time().num_microseconds();
-    (cpu_us as f64 / 1e6, usage.max_rss().max(0) as u64)
+    let peak = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| vm_hwm_kib(&status))
+        .unwrap_or(usage.max_rss().max(0) as u64);
+    (cpu_us as f64 / 1e6, peak)
+}
+
+/// The peak RSS of this program's own memory (`VmHWM` in KiB) from
+/// /proc/self/status. Not getrusage's `ru_maxrss`: the kernel keeps in it
+/// the peak of the memory the process had before its exec (the parent's
+/// forked copy), so a locktrace started by a large process (a 1.8 GiB test
+/// harness, a fleet agent's launcher) reported its parent's size.
+fn vm_hwm_kib(status: &str) -> Option<u64> {
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmHWM:"))?
+        .trim()
+        .strip_suffix("kB")?
+        .trim()
+        .parse()
+        .ok()
 }
 
 /// Unused op index guard: LockOp discriminants index `calls`.
@@ -291,5 +311,16 @@ mod tests {
             overhead.estimated_added_ns,
             5 * overhead.cost_ns_per_stepped_hit
         );
+    }
+
+    /// `VmHWM` as /proc/self/status writes it; None without the line.
+    #[test]
+    fn the_peak_rss_is_read_from_vm_hwm() {
+        let status =
+            "Name:\tlocktrace\nVmPeak:\t  312000 kB\nVmHWM:\t   21344 kB\nVmRSS:\t   20100 kB\n";
+        assert_eq!(vm_hwm_kib(status), Some(21_344));
+        assert_eq!(vm_hwm_kib("Name:\tx\nVmRSS:\t 1 kB\n"), None);
+        let own = std::fs::read_to_string("/proc/self/status").unwrap();
+        assert!(vm_hwm_kib(&own).is_some_and(|kib| kib > 0), "{own}");
     }
 }

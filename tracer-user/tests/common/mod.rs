@@ -90,6 +90,27 @@ impl Flavor {
 
 static BUILD_LOCK: Mutex<()> = Mutex::new(());
 
+/// `fixtures/rust_mutex.rs` (a Rust `std::sync::Mutex`, futex only), built
+/// once per test run with DWARF and frame pointers.
+pub fn rust_mutex_fixture() -> PathBuf {
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let out_dir = repo_root().join("target").join("fixtures");
+            std::fs::create_dir_all(&out_dir).unwrap();
+            let binary = out_dir.join("rust_mutex");
+            let compiled = Command::new("rustc")
+                .args(["-O", "-g", "-C", "force-frame-pointers=yes", "-o"])
+                .arg(&binary)
+                .arg(repo_root().join("fixtures/rust_mutex.rs"))
+                .status()
+                .unwrap();
+            assert!(compiled.success(), "rustc fixtures/rust_mutex.rs");
+            binary
+        })
+        .clone()
+}
+
 /// Compiles `fixtures/NAME.c` (once per flavor and source change) and returns the binary.
 pub fn fixture(name: &str, flavor: Flavor) -> PathBuf {
     fixture_with(name, flavor, &[])

@@ -673,6 +673,35 @@ fn serve_and_top_do_not_count_condvar_waits_as_contention() {
     assert!(timeouts.is_some_and(|n| n >= 200), "{timeouts:?}");
 }
 
+/// A Rust `std::sync::Mutex` takes no pthread lock: only its futex word is
+/// seen, and its DWARF type (`Mutex<u64>`) makes its waits lock
+/// contention. serve counts them as a lock under its name, as `record`
+/// does (the live views kept them as futex waits of class `other`).
+#[test]
+fn serve_counts_a_rust_mutex_by_its_declared_type() {
+    let mut target = Fixture::spawn(&rust_mutex_fixture(), &["4", "200000000"]);
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let pid = target.pid().to_string();
+    let (_serve, _) = start_live(
+        &["serve", "--pid", &pid, "--listen", &listen],
+        Stdio::null(),
+    );
+    target.start();
+    let metrics = wait_for_sample(
+        port,
+        "locktrace_lock_contended_total",
+        r#"lock="rust_mutex::COUNTER""#,
+        |contended| contended.is_some_and(|n| n >= 1.0),
+    );
+    promtool_check(&metrics);
+    let series = metrics
+        .lines()
+        .find(|line| line.contains(r#"lock="rust_mutex::COUNTER""#))
+        .unwrap_or_default();
+    assert!(series.contains(r#"kind="futex""#), "{series}");
+}
+
 /// fixtures/stuck.c deadlocks threads ab and ba (g_a, g_b) before attach:
 /// top names the cycle and the longest wait; serve counts 2 deadlocked threads.
 #[test]

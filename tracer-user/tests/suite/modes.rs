@@ -185,6 +185,26 @@ fn sampled_per_request_counts_requests_in_the_same_windows() {
     }
 }
 
+/// The tracer's peak RSS is its own: started by a process holding 512 MiB
+/// (this test harness, here), it reports tens of MiB. getrusage's
+/// `ru_maxrss` keeps the pre-exec peak of the parent's forked copy, and
+/// the report said the harness's size (1.8 GiB in a full run).
+#[test]
+fn the_peak_rss_is_the_tracers_own_not_its_parents() {
+    let held: Vec<u8> = vec![1; 512 << 20];
+    let resident = held
+        .iter()
+        .step_by(4096)
+        .map(|&byte| u64::from(byte))
+        .sum::<u64>();
+    assert_eq!(resident, (512 << 20) / 4096);
+    let binary = fixture("locks", Flavor::Glibc);
+    let (report, _) = trace_fixture(&binary, &["2", "1000", "0"], &[]);
+    let rss = report["overhead"]["tracer_peak_rss_kib"].as_u64().unwrap();
+    assert!(rss > 1024 && rss < 64 * 1024, "peak RSS {rss} KiB");
+    drop(held);
+}
+
 /// The JSON `overhead` block: probe hits and placement kinds, per placement.
 #[test]
 fn overhead_reports_hits_and_cheap_points() {

@@ -316,16 +316,7 @@ fn names_inside_a_container_root() {
 /// fixture keeps frame pointers, std's own frames are skipped).
 #[test]
 fn rust_std_mutex_futex_named_and_attributed() {
-    let out_dir = repo_root().join("target").join("fixtures");
-    std::fs::create_dir_all(&out_dir).unwrap();
-    let binary = out_dir.join("rust_mutex");
-    let compiled = std::process::Command::new("rustc")
-        .args(["-O", "-g", "-C", "force-frame-pointers=yes", "-o"])
-        .arg(&binary)
-        .arg(repo_root().join("fixtures/rust_mutex.rs"))
-        .status()
-        .unwrap();
-    assert!(compiled.success());
+    let binary = rust_mutex_fixture();
     let (report, addresses) = trace_fixture(&binary, &["4", "100000"], &["--stacks", "4"]);
     let counter = addresses["counter"][0];
     let lock = report["locks"]
